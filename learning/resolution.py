@@ -1,0 +1,206 @@
+"""The resolution pipeline: from what a user typed to a verb, options or no match.
+
+Tiers, in order: user exact, global exact (learned phrases); user semantic,
+global semantic (learned phrases, pgvector); the semantic blocklist; catalogue
+phrases (exact, then substring); catalogue semantic (cold start). Candidates
+are deduplicated per verb, blocked verbs are dropped, and the rest are ranked
+by score. The outcome is ``resolved``, ``ambiguous`` (top two within the
+margin, or the top score under the resolve threshold) or ``no_match``.
+
+If the embedder fails or times out, the exact and phrase tiers still answer
+and the result says it is ``degraded``.
+"""
+
+import logging
+import math
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from django.conf import settings
+
+from learning import selectors
+from learning.embeddings import EmbeddingError, current_model_name, get_embedder
+from learning.text import normalize_phrase
+
+logger = logging.getLogger(__name__)
+
+
+class Source:
+    USER_LEARNED_EXACT = "user_learned_exact"
+    USER_LEARNED_SEMANTIC = "user_learned_semantic"
+    LEARNED_EXACT = "learned_exact"
+    LEARNED_SEMANTIC = "learned_semantic"
+    PHRASE_EXACT = "phrase_exact"
+    PHRASE_SUBSTRING = "phrase_substring"
+    SEMANTIC = "semantic"
+
+
+class Outcome:
+    RESOLVED = "resolved"
+    AMBIGUOUS = "ambiguous"
+    NO_MATCH = "no_match"
+
+
+@dataclass
+class Candidate:
+    verb: str
+    score: float
+    source: str
+    matched_phrase: str
+    description: str = ""
+
+
+@dataclass
+class Option:
+    verb: str
+    display_name: str
+    example: str
+    score: float
+
+
+@dataclass
+class Resolution:
+    request_id: str
+    text: str
+    outcome: str
+    verb: str | None
+    candidates: list[Candidate]
+    degraded: bool = False
+    degraded_reason: str = ""
+    options: list[Option] = field(default_factory=list)
+    user_id: str | None = None
+    model: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def profile(model_name: str | None = None) -> dict:
+    """Thresholds for the given (default: configured) embedding model."""
+    model_name = model_name or current_model_name()
+    values = dict(settings.RESOLUTION_PROFILES["default"])
+    values.update(settings.RESOLUTION_PROFILES.get(model_name, {}))
+    values.update(settings.RESOLUTION_OVERRIDES)
+    return values
+
+
+_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
+
+
+def embed_query(text: str) -> tuple[np.ndarray | None, str, str]:
+    """(vector or None, model name, reason when None). Never raises; bounded by RESOLVE_EMBED_TIMEOUT_S."""
+    try:
+        embedder = get_embedder()
+        future = _executor.submit(embedder.embed, text)
+        return future.result(timeout=settings.RESOLVE_EMBED_TIMEOUT_S), embedder.model_name, ""
+    except FutureTimeout:
+        logger.warning("embedder timed out after %ss; resolving without semantic tiers", settings.RESOLVE_EMBED_TIMEOUT_S)
+        return None, current_model_name(), "embedder timed out"
+    except EmbeddingError as exc:
+        logger.warning("embedder failed (%s); resolving without semantic tiers", exc)
+        return None, current_model_name(), "embedder unavailable"
+    except Exception:  # never let the embedder turn a resolve into a 500
+        logger.exception("embedder raised unexpectedly")
+        return None, current_model_name(), "embedder unavailable"
+
+
+def _substring_score(phrase: str, normalized: str, base: float) -> float:
+    shorter, longer = sorted((len(normalize_phrase(phrase)), len(normalized)))
+    return round(base * math.sqrt(shorter / max(longer, 1)), 4)
+
+
+def resolve(*, text: str, user_id: str | None = None, domain: str | None = None, limit: int | None = None) -> Resolution:
+    """Resolve ``text`` for ``user_id`` (None: global data only) within ``domain``."""
+    limit = limit or settings.RESOLVE_DEFAULT_LIMIT
+    normalized = normalize_phrase(text)
+    p = profile()
+    request_id = str(uuid.uuid4())
+    best: dict[str, Candidate] = {}
+
+    def offer(verb: str, score: float, source: str, matched: str) -> None:
+        current = best.get(verb)
+        if current is None or score > current.score:
+            best[verb] = Candidate(verb=verb, score=round(float(score), 4), source=source, matched_phrase=matched)
+
+    # Tiers 1-2: exact learned phrases, the user's before global ones.
+    exact = selectors.learned_exact(normalized=normalized, user_id=user_id, domain=domain)
+    for row in exact:
+        source = Source.USER_LEARNED_EXACT if row.user_id else Source.LEARNED_EXACT
+        offer(row.verb.name, row.confidence, source, row.phrase)
+
+    vector, model, reason = None, current_model_name(), ""
+    if exact and exact[0].confidence >= p["resolve_threshold"]:
+        # Fast path: a confident exact match wins, unless a block could apply to it.
+        top = exact[0]
+        if not selectors.has_active_blocks(verb_names=[top.verb.name], user_id=user_id):
+            candidate = best[top.verb.name]
+            return _finish(request_id, text, user_id, [candidate], p, limit, degraded_reason="", model=model)
+
+    vector, model, reason = embed_query(normalized)
+    if vector is not None:
+        # Tiers 3-4: learned phrases as semantic anchors.
+        for hit in selectors.learned_nearest(vector=vector, model=model, user_id=user_id, domain=domain, k=max(limit * 4, 20)):
+            if hit.similarity >= p["learned_threshold"]:
+                source = Source.USER_LEARNED_SEMANTIC if hit.user_id else Source.LEARNED_SEMANTIC
+                offer(hit.verb, hit.similarity * hit.confidence, source, hit.text)
+
+    # Tier 5: the semantic blocklist.
+    blocked = selectors.blocked_verbs(
+        normalized=normalized, vector=vector, model=model, user_id=user_id, threshold=p["blocklist_threshold"]
+    )
+
+    # Tier 6: catalogue phrases, exact then substring.
+    for verb, phrase, kind in selectors.catalogue_phrase_matches(normalized=normalized, domain=domain):
+        if kind == "exact":
+            offer(verb, 1.0, Source.PHRASE_EXACT, phrase)
+        else:
+            offer(verb, _substring_score(phrase, normalized, p["substring_score"]), Source.PHRASE_SUBSTRING, phrase)
+
+    # Tier 7: catalogue semantic (cold start).
+    if vector is not None:
+        for hit in selectors.catalogue_nearest(vector=vector, model=model, domain=domain, k=max(limit * 6, 30)):
+            if hit.similarity >= p["min_score"]:
+                offer(hit.verb, hit.similarity, Source.SEMANTIC, hit.text)
+
+    candidates = [c for v, c in best.items() if v not in blocked]
+    candidates.sort(key=lambda c: (-c.score, c.verb))
+    return _finish(request_id, text, user_id, candidates, p, limit, degraded_reason=reason, model=model)
+
+
+def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason, model) -> Resolution:
+    candidates = [c for c in candidates if c.score >= p["min_score"]][:limit]
+    details = selectors.verb_details([c.verb for c in candidates])
+    for c in candidates:
+        c.description = details.get(c.verb, {}).get("description", "")
+
+    if not candidates:
+        outcome, verb = Outcome.NO_MATCH, None
+    elif candidates[0].score < p["resolve_threshold"]:
+        outcome, verb = Outcome.AMBIGUOUS, None
+    elif len(candidates) > 1 and candidates[0].score - candidates[1].score < p["margin"]:
+        outcome, verb = Outcome.AMBIGUOUS, None
+    else:
+        outcome, verb = Outcome.RESOLVED, candidates[0].verb
+
+    options = []
+    if outcome == Outcome.AMBIGUOUS:
+        floor = candidates[0].score - p["options_window"]
+        for c in candidates[: settings.RESOLVE_MAX_OPTIONS]:
+            if c is candidates[0] or c.score >= floor:
+                d = details.get(c.verb, {})
+                options.append(Option(c.verb, d.get("display_name", c.verb), d.get("example") or c.matched_phrase, c.score))
+    return Resolution(
+        request_id=request_id,
+        text=text,
+        outcome=outcome,
+        verb=verb,
+        candidates=candidates,
+        degraded=bool(degraded_reason),
+        degraded_reason=degraded_reason,
+        options=options,
+        user_id=user_id,
+        model=model,
+    )
