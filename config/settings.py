@@ -216,6 +216,14 @@ RESOLUTION_PROFILES = {
         "substring_score": 0.85,
         "options_window": 0.15,
     },
+    # all-MiniLM-L6-v2 (int8 ONNX), fitted on BANKING77 train by bench/fit_thresholds.py.
+    "all-MiniLM-L6-v2-onnx-int8": {
+        "learned_threshold": 0.50,
+        "blocklist_threshold": 0.73,
+        "resolve_threshold": 0.64,
+        "margin": 0.08,
+        "min_score": 0.30,
+    },
 }
 RESOLUTION_OVERRIDES = {
     k: env_float(f"RESOLVE_{k.upper()}", 0.0)

@@ -1,0 +1,65 @@
+"""Shared helpers for the benchmarks: Django setup, machine description, RESULTS.md."""
+
+import datetime
+import os
+import platform
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "RESULTS.md"
+
+
+def setup_django(db_name: str | None = None) -> None:
+    """Configure Django on the embedded default; benchmarks use their own database."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    if db_name and not os.environ.get("DATABASE_URL"):
+        os.environ["EMBEDDED_DB_NAME"] = db_name
+    import django
+
+    django.setup()
+
+
+def fresh_database() -> None:
+    """Migrate the benchmark database and empty the learning tables."""
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname='public' AND "
+            "(tablename LIKE 'learning_%%' OR tablename LIKE 'feedback_%%' OR tablename LIKE 'autonomy_%%')"
+        )
+        tables = [r[0] for r in cur.fetchall()]
+        if tables:
+            cur.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables) + " RESTART IDENTITY CASCADE")
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.node()} ({os.cpu_count()} cores, {cpu}, Python {platform.python_version()})"
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    cells = [[str(h) for h in headers]] + [[f"{c:.2f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def record(name: str, body: str, result_line: str) -> None:
+    """Append a dated section to bench/RESULTS.md and print the RESULT line last."""
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    with open(RESULTS, "a", encoding="utf-8") as fh:
+        fh.write(f"\n## {name} — {stamp} — {machine()}\n\n{body}\n\n`{result_line}`\n")
+    print(result_line)

@@ -1,0 +1,169 @@
+"""load_verbs, backfill_embeddings, create_agent_key, demo."""
+
+import textwrap
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from autonomy.models import ApiKey
+from learning.embeddings import current_model_name, set_embedder
+from learning.models import LearnedPhrase, Verb, VerbPhrase
+from learning.services import learned_phrase_upsert
+from learning.text import text_hash
+
+pytestmark = pytest.mark.django_db
+
+GOOD = """
+verbs:
+  - name: cbu.create
+    display_name: Create a CBU
+    description: Open a new client business unit.
+    phrases: [create a cbu, open a new client business unit]
+  - name: cbu.list
+    phrases:
+      - list all cbus
+"""
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_load_verbs_from_file(tmp_path):
+    out = StringIO()
+    call_command("load_verbs", str(write(tmp_path, "a.yaml", GOOD)), stdout=out)
+    assert "verbs created: 2" in out.getvalue()
+    verb = Verb.objects.get(name="cbu.create")
+    assert verb.domain == "cbu" and verb.display_name == "Create a CBU"
+    phrases = VerbPhrase.objects.filter(verb=verb)
+    assert phrases.count() == 2
+    assert all(p.embedding is not None and p.embedding_model == current_model_name() for p in phrases)
+    # loading again is idempotent
+    call_command("load_verbs", str(tmp_path / "a.yaml"), stdout=StringIO())
+    assert VerbPhrase.objects.count() == 3
+
+
+def test_load_verbs_from_directory(tmp_path):
+    write(tmp_path, "a.yaml", GOOD)
+    write(tmp_path, "b.yml", "- name: email.send\n  phrases: [send an email]\n")
+    call_command("load_verbs", str(tmp_path), stdout=StringIO())
+    assert set(Verb.objects.values_list("name", flat=True)) == {"cbu.create", "cbu.list", "email.send"}
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("verbs:\n  - name: Bad Name\n", "b.yaml:2"),
+        ("verbs:\n  - name: cbu.x\n    phrases: nope\n", "'phrases' must be a list"),
+        ("verbs:\n  - name: cbu.x\n    colour: red\n", "unknown key(s) colour"),
+        ("verbs:\n  - name: cbu.x\n    phrases: ['']\n", "phrase 1 is empty"),
+        ("verbs: [\n", "invalid YAML"),
+        ("a: &a [1,2]\nb: *a\n", "aliases are not allowed"),
+        ("just text", "expected a list of verbs"),
+        ("verbs:\n  - name: cbu.create\n", "already defined"),
+    ],
+)
+def test_bad_catalogue_loads_nothing_and_names_file_and_line(tmp_path, text, expected):
+    write(tmp_path, "a.yaml", GOOD)
+    write(tmp_path, "b.yaml", text)
+    with pytest.raises(CommandError) as exc:
+        call_command("load_verbs", str(tmp_path), stdout=StringIO())
+    assert expected in str(exc.value)
+    assert "nothing loaded" in str(exc.value)
+    assert Verb.objects.count() == 0
+
+
+def test_load_verbs_missing_path(tmp_path):
+    with pytest.raises(CommandError, match="no such file"):
+        call_command("load_verbs", str(tmp_path / "missing.yaml"))
+
+
+def test_backfill_embeds_missing_and_stale_rows(catalogue, failing_embedder):
+    learned_phrase_upsert(phrase="no vector yet", verb=catalogue["cbu.list"])
+    set_embedder(None)
+    stale_model = LearnedPhrase.objects.create(
+        phrase="old model", normalized="old model", verb=catalogue["cbu.list"], embedding=[0.1] * 384,
+        embedding_model="some-other-model", embedding_hash=text_hash("old model"),
+    )
+    stale_text = LearnedPhrase.objects.create(
+        phrase="edited text", normalized="edited text", verb=catalogue["cbu.list"], embedding=[0.1] * 384,
+        embedding_model=current_model_name(), embedding_hash=text_hash("the text before the edit"),
+    )
+    out = StringIO()
+    call_command("backfill_embeddings", "--no-progress", stdout=out)
+    assert "embedded: 3, failed: 0" in out.getvalue()
+    for row in LearnedPhrase.objects.all():
+        assert row.embedding_model == current_model_name()
+        assert row.embedding_hash == text_hash(row.normalized)
+    stale_model.refresh_from_db()
+    assert abs(stale_model.embedding[0] - 0.1) > 1e-6 or abs(stale_model.embedding[1] - 0.1) > 1e-6
+    # nothing left: a second run is a no-op
+    out = StringIO()
+    call_command("backfill_embeddings", "--no-progress", stdout=out)
+    assert "embedded: 0, failed: 0" in out.getvalue()
+    assert stale_text.pk
+
+
+def test_backfill_counts_failures_and_exits_non_zero(catalogue):
+    LearnedPhrase.objects.create(phrase="x y", normalized="x y", verb=catalogue["cbu.list"])
+
+    class BrokenBatches:
+        model_name = current_model_name()
+        dimension = 384
+
+        def embed(self, text):
+            raise RuntimeError("boom")
+
+        def embed_batch(self, texts):
+            raise RuntimeError("boom")
+
+    set_embedder(BrokenBatches())
+    try:
+        out = StringIO()
+        with pytest.raises(CommandError, match="could not be embedded"):
+            call_command("backfill_embeddings", "--no-progress", stdout=out)
+        assert "failed: 1" in out.getvalue()
+    finally:
+        set_embedder(None)
+    assert LearnedPhrase.objects.get(normalized="x y").embedding is None
+
+
+def test_create_agent_key_prints_key_once_and_stores_hash(capsys):
+    out = StringIO()
+    call_command("create_agent_key", "planner", "--scopes", "resolve,governance", stdout=out, stderr=StringIO())
+    raw = out.getvalue().strip()
+    key = ApiKey.objects.get(agent__name="planner")
+    assert raw.startswith(f"alg_{key.prefix}_")
+    assert key.scopes == ["governance", "resolve"]
+    assert raw not in str(list(ApiKey.objects.values()))
+
+
+def test_create_agent_key_default_scopes():
+    call_command("create_agent_key", "helper", stdout=StringIO(), stderr=StringIO())
+    assert ApiKey.objects.get(agent__name="helper").scopes == ["feedback", "resolve"]
+
+
+def test_create_agent_key_rejects_unknown_scope():
+    with pytest.raises(CommandError, match="Unknown scope"):
+        call_command("create_agent_key", "x", "--scopes", "resolve,root", stdout=StringIO(), stderr=StringIO())
+    assert not ApiKey.objects.exists()
+
+
+def test_demo_without_dataset_loads_built_in_catalogue(settings, tmp_path):
+    settings.DATASETS_DIR = tmp_path
+    call_command("demo", "--no-admin", stdout=StringIO())
+    assert Verb.objects.filter(name="cbu.list").exists()
+    assert VerbPhrase.objects.filter(embedding__isnull=False).count() == VerbPhrase.objects.count() > 0
+
+
+def test_demo_with_banking77(settings):
+    from learning import datasets
+
+    if not datasets.available():
+        pytest.fail(f"BANKING77 is expected at {datasets.banking77_dir()}")
+    call_command("demo", "--no-admin", "--no-key", stdout=StringIO())
+    assert Verb.objects.filter(domain="banking").count() == 77
+    assert VerbPhrase.objects.count() == 77 * 5

@@ -1,0 +1,190 @@
+"""The resolution pipeline: tier order, isolation, blocklist, ambiguity, degraded mode."""
+
+import datetime
+
+import pytest
+from django.utils import timezone
+
+from learning.models import LearnedPhrase
+from learning.resolution import resolve
+from learning.services import learned_phrase_upsert, phrase_block_create
+
+pytestmark = pytest.mark.django_db
+
+
+def test_catalogue_exact_phrase_resolves(catalogue):
+    r = resolve(text="List all CBUs!")
+    assert r.outcome == "resolved"
+    assert r.verb == "cbu.list"
+    assert r.candidates[0].source == "phrase_exact"
+    assert r.candidates[0].matched_phrase == "list all cbus"
+
+
+def test_catalogue_semantic_cold_start(catalogue):
+    r = resolve(text="please get rid of that client business unit")
+    assert r.candidates[0].verb == "cbu.delete"
+    assert r.candidates[0].source in {"semantic", "phrase_substring"}
+
+
+def test_user_exact_beats_global_exact(catalogue):
+    learned_phrase_upsert(phrase="do the thing", verb=catalogue["email.send"])
+    learned_phrase_upsert(phrase="do the thing", verb=catalogue["cbu.create"], user_id="alice")
+    alice = resolve(text="do the thing", user_id="alice")
+    assert (alice.verb, alice.candidates[0].source) == ("cbu.create", "user_learned_exact")
+    bob = resolve(text="do the thing", user_id="bob")
+    assert (bob.verb, bob.candidates[0].source) == ("email.send", "learned_exact")
+    anonymous = resolve(text="do the thing")
+    assert anonymous.verb == "email.send"
+
+
+def test_learned_exact_beats_catalogue_phrase(catalogue):
+    learned_phrase_upsert(phrase="list all cbus", verb=catalogue["cbu.create"], user_id="alice")
+    assert resolve(text="list all cbus", user_id="alice").verb == "cbu.create"
+    assert resolve(text="list all cbus", user_id="bob").verb == "cbu.list"
+
+
+def test_learned_phrase_is_a_semantic_anchor(catalogue):
+    learned_phrase_upsert(phrase="spin up a fresh business unit for the client", verb=catalogue["cbu.create"], user_id="alice")
+    r = resolve(text="spin up a new business unit for this client", user_id="alice")
+    assert r.candidates[0].verb == "cbu.create"
+    assert r.candidates[0].source == "user_learned_semantic"
+    assert r.candidates[0].matched_phrase == "spin up a fresh business unit for the client"
+
+
+def test_user_phrases_never_change_other_users(catalogue):
+    before = resolve(text="ping the boss about it", user_id="bob")
+    learned_phrase_upsert(phrase="ping the boss about it", verb=catalogue["cbu.delete"], user_id="alice")
+    learned_phrase_upsert(phrase="ping the boss regarding this", verb=catalogue["cbu.delete"], user_id="alice")
+    after = resolve(text="ping the boss about it", user_id="bob")
+    assert [(c.verb, c.score, c.source) for c in after.candidates] == [(c.verb, c.score, c.source) for c in before.candidates]
+    assert all(not c.source.startswith("user_") for c in after.candidates)
+    assert resolve(text="ping the boss about it", user_id="alice").verb == "cbu.delete"
+
+
+def test_blocked_verb_disappears_for_paraphrases_and_returns_after_expiry(catalogue):
+    assert resolve(text="show my client business units").verb == "cbu.list"
+    block = phrase_block_create(
+        phrase="show my client business units", verb=catalogue["cbu.list"], reason="test",
+        expires_at=timezone.now() + datetime.timedelta(hours=1),
+    )
+    for text in ["show my client business units", "show me my client business units", "display my client business units"]:
+        r = resolve(text=text)
+        assert "cbu.list" not in [c.verb for c in r.candidates], text
+    block.expires_at = timezone.now() - datetime.timedelta(seconds=1)
+    block.save()
+    assert resolve(text="show my client business units").verb == "cbu.list"
+
+
+def test_user_block_does_not_affect_other_users(catalogue):
+    phrase_block_create(phrase="list all cbus", verb=catalogue["cbu.list"], user_id="alice")
+    assert "cbu.list" not in [c.verb for c in resolve(text="list all cbus", user_id="alice").candidates]
+    assert resolve(text="list all cbus", user_id="bob").verb == "cbu.list"
+
+
+def test_block_applies_to_learned_exact_matches(catalogue):
+    learned_phrase_upsert(phrase="wipe it", verb=catalogue["cbu.delete"])
+    assert resolve(text="wipe it").verb == "cbu.delete"
+    phrase_block_create(phrase="wipe it", verb=catalogue["cbu.delete"])
+    assert "cbu.delete" not in [c.verb for c in resolve(text="wipe it").candidates]
+
+
+def test_ambiguous_when_top_two_within_margin(catalogue, settings):
+    text = "business unit for the client"
+    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": 0.0}
+    clear = resolve(text=text)
+    assert clear.outcome == "resolved" and len(clear.candidates) >= 2
+    gap = clear.candidates[0].score - clear.candidates[1].score
+    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": gap + 0.01}
+    r = resolve(text=text)
+    assert r.outcome == "ambiguous"
+    assert r.verb is None
+    assert [o.verb for o in r.options[:2]] == [c.verb for c in clear.candidates[:2]]
+    assert all(o.display_name and o.example and o.score > 0 for o in r.options)
+
+
+def test_confident_user_exact_wins_without_asking(catalogue):
+    learned_phrase_upsert(phrase="handle the unit", verb=catalogue["cbu.create"], user_id="alice", confidence=0.9)
+    learned_phrase_upsert(phrase="handle the unit", verb=catalogue["cbu.delete"], confidence=1.0)
+    r = resolve(text="handle the unit", user_id="alice")
+    assert (r.outcome, r.verb) == ("resolved", "cbu.create")
+
+
+def test_ambiguous_when_top_score_under_threshold(catalogue, settings):
+    settings.RESOLUTION_OVERRIDES = {"margin": 0.0}
+    r = resolve(text="get rid of the client unit")
+    top = r.candidates[0].score
+    assert top < 1.0
+    settings.RESOLUTION_OVERRIDES = {"margin": 0.0, "resolve_threshold": top + 0.001}
+    r = resolve(text="get rid of the client unit")
+    assert r.outcome == "ambiguous" and r.options[0].verb == r.candidates[0].verb
+    settings.RESOLUTION_OVERRIDES = {"margin": 0.0, "resolve_threshold": top - 0.001}
+    assert resolve(text="get rid of the client unit").outcome == "resolved"
+
+
+def test_no_match_for_unrelated_text(catalogue):
+    r = resolve(text="zebra quantum marmalade")
+    assert r.outcome == "no_match"
+    assert r.candidates == []
+
+
+def test_domain_filter(catalogue):
+    r = resolve(text="send an email", domain="cbu")
+    assert all(c.verb.startswith("cbu.") for c in r.candidates)
+    assert "email.send" not in [c.verb for c in r.candidates]
+
+
+def test_candidates_are_deduplicated_per_verb(catalogue):
+    learned_phrase_upsert(phrase="list every cbu", verb=catalogue["cbu.list"])
+    r = resolve(text="list every cbu please")
+    verbs = [c.verb for c in r.candidates]
+    assert len(verbs) == len(set(verbs))
+
+
+def test_degraded_mode_answers_from_exact_and_phrase_tiers(catalogue, failing_embedder):
+    learned_phrase_upsert(phrase="my magic words", verb=catalogue["email.send"])
+    assert LearnedPhrase.objects.get(normalized="my magic words").embedding is None
+    r = resolve(text="my magic words")
+    assert r.verb == "email.send"
+    r = resolve(text="list all cbus")
+    assert (r.verb, r.degraded) == ("cbu.list", True)
+    assert r.degraded_reason
+    r = resolve(text="something nobody said")
+    assert r.degraded and r.outcome == "no_match"
+
+
+def test_hanging_embedder_times_out_degraded(catalogue, settings):
+    import time
+
+    from learning.embeddings import set_embedder
+
+    class Slow:
+        model_name = "slow"
+        dimension = 384
+
+        def embed(self, text):
+            time.sleep(2)
+            raise RuntimeError("late")
+
+        def embed_batch(self, texts):
+            return [self.embed(t) for t in texts]
+
+    settings.RESOLVE_EMBED_TIMEOUT_S = 0.2
+    set_embedder(Slow())
+    try:
+        started = time.monotonic()
+        r = resolve(text="list all cbus")
+        assert time.monotonic() - started < 1.5
+        assert r.degraded and r.degraded_reason == "embedder timed out"
+        assert r.verb == "cbu.list"
+    finally:
+        set_embedder(None)
+
+
+def test_vectors_record_model_and_text_hash(catalogue):
+    from learning.embeddings import current_model_name
+    from learning.text import text_hash
+
+    row = learned_phrase_upsert(phrase="Archive the CBU", verb=catalogue["cbu.delete"], user_id="alice")
+    assert row.embedding is not None and len(row.embedding) == 384
+    assert row.embedding_model == current_model_name()
+    assert row.embedding_hash == text_hash("archive the cbu")
