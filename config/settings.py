@@ -252,3 +252,20 @@ LOGGING = {
         "autonomy": {"level": os.environ.get("LOG_LEVEL", "INFO")},
     },
 }
+
+# --- Learning governance (issue 3, gov) -------------------------------------------
+# Confidence of a learned phrase or alias a reviewer approved.
+LEARNING_APPROVED_CONFIDENCE = env_float("LEARNING_APPROVED_CONFIDENCE", 1.0)
+# Corrections: the wrong mapping's confidence is multiplied by DECAY (never below FLOOR);
+# the right one gains BOOST (never above CAP). A user phrase created by a correction starts at START + BOOST.
+LEARNING_CORRECTION_DECAY = env_float("LEARNING_CORRECTION_DECAY", 0.7)
+LEARNING_CORRECTION_FLOOR = env_float("LEARNING_CORRECTION_FLOOR", 0.1)
+LEARNING_CORRECTION_BOOST = env_float("LEARNING_CORRECTION_BOOST", 0.2)
+LEARNING_CORRECTION_CAP = env_float("LEARNING_CORRECTION_CAP", 1.0)
+LEARNING_CORRECTION_START = env_float("LEARNING_CORRECTION_START", 0.8)
+# Bulk import limits.
+LEARNING_IMPORT_MAX_BYTES = env_int("LEARNING_IMPORT_MAX_BYTES", 5 * 1024 * 1024)
+LEARNING_IMPORT_MAX_ROWS = env_int("LEARNING_IMPORT_MAX_ROWS", 50_000)
+LEARNING_IMPORT_BATCH_SIZE = env_int("LEARNING_IMPORT_BATCH_SIZE", 256)
+# Top pending phrases shown by the stats API and the admin dashboard.
+LEARNING_STATS_TOP_PENDING = env_int("LEARNING_STATS_TOP_PENDING", 10)

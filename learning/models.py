@@ -6,6 +6,8 @@ is detected (``stale``) and re-embedded by ``backfill_embeddings``.
 ``user_id`` NULL means global; a value scopes the row to one end user.
 """
 
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -46,6 +48,12 @@ def hnsw_index(name: str) -> HnswIndex:
     return HnswIndex(name=name, fields=["embedding"], m=16, ef_construction=64, opclasses=["vector_cosine_ops"])
 
 
+def history_user(request=None, **kwargs):
+    """The Django user behind a change for the audit history; agents calling the API (not users) record none."""
+    user = getattr(request, "user", None)
+    return user if isinstance(user, AbstractBaseUser) and user.is_authenticated else None
+
+
 class Verb(models.Model):
     """An action the agent can run, such as ``cbu.create``."""
 
@@ -57,7 +65,7 @@ class Verb(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    history = HistoricalRecords()
+    history = HistoricalRecords(get_user=history_user)
 
     class Meta:
         ordering = ["name"]
@@ -100,7 +108,7 @@ class LearnedPhrase(Embedded):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    history = HistoricalRecords(excluded_fields=["embedding", "last_matched_at"])
+    history = HistoricalRecords(get_user=history_user, excluded_fields=["embedding", "last_matched_at"])
 
     class Meta:
         constraints = [
@@ -136,7 +144,7 @@ class EntityAlias(Embedded):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    history = HistoricalRecords(excluded_fields=["embedding"])
+    history = HistoricalRecords(get_user=history_user, excluded_fields=["embedding"])
 
     class Meta:
         verbose_name_plural = "entity aliases"
@@ -163,7 +171,7 @@ class PhraseBlock(Embedded):
     expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    history = HistoricalRecords(excluded_fields=["embedding"])
+    history = HistoricalRecords(get_user=history_user, excluded_fields=["embedding"])
 
     class Meta:
         verbose_name = "blocklist entry"
@@ -177,3 +185,80 @@ class PhraseBlock(Embedded):
 
     def __str__(self):
         return f"{self.phrase} ✗ {self.verb_id}"
+
+
+# --- Learning governance (issue 3, gov) -----------------------------------------
+
+
+class LearningCandidate(models.Model):
+    """A proposed learning waiting for (or past) review.
+
+    The same proposal (type, normalized input, suggested output, user scope)
+    is pending at most once: arriving again raises ``occurrence_count``.
+    """
+
+    class Type(models.TextChoices):
+        INVOCATION_PHRASE = "invocation_phrase", "invocation phrase"
+        ENTITY_ALIAS = "entity_alias", "entity alias"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        APPROVED = "approved", "approved"
+        REJECTED = "rejected", "rejected"
+        APPLIED = "applied", "applied"
+
+    class Risk(models.TextChoices):
+        LOW = "low", "low"
+        MEDIUM = "medium", "medium"
+        HIGH = "high", "high"
+
+    candidate_type = models.CharField(max_length=20, choices=Type.choices, default=Type.INVOCATION_PHRASE)
+    input_pattern = models.CharField(max_length=500)
+    normalized = models.CharField(max_length=500)
+    suggested_output = models.CharField(max_length=300, help_text="A verb name, or the canonical entity name for an alias")
+    previous_output = models.CharField(max_length=300, blank=True, default="")
+    occurrence_count = models.PositiveIntegerField(default=1)
+    confidence = models.FloatField(default=0.5)
+    source = models.CharField(max_length=40, default="feedback")
+    risk_level = models.CharField(max_length=10, choices=Risk.choices, default=Risk.LOW)
+    rejected_alternatives = models.JSONField(default=list, blank=True)
+    user_id = models.CharField(max_length=128, null=True, blank=True, validators=[user_id_validator])
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
+    explanation = models.TextField(blank=True, default="", help_text="The user's own explanation, if any")
+    review_reason = models.TextField(blank=True, default="")
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="reviewed_candidates"
+    )
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    last_seen_at = models.DateTimeField(auto_now_add=True)
+
+    history = HistoricalRecords(get_user=history_user)
+
+    class Meta:
+        ordering = ["-occurrence_count", "-last_seen_at"]
+        permissions = [("review_learningcandidate", "Can approve or reject learning candidates")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["candidate_type", "normalized", "suggested_output", "user_id"],
+                condition=Q(status="pending"),
+                nulls_distinct=False,
+                name="candidate_one_pending_per_proposal",
+            ),
+            models.CheckConstraint(
+                condition=Q(confidence__gte=0.0) & Q(confidence__lte=1.0), name="candidate_confidence_0_1"
+            ),
+            models.CheckConstraint(condition=Q(occurrence_count__gte=1), name="candidate_occurrences_positive"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "-occurrence_count", "-last_seen_at"], name="candidate_review_queue"),
+        ]
+
+    def __str__(self):
+        scope = self.user_id or "global"
+        return f"{self.input_pattern} → {self.suggested_output} ({scope}, {self.status})"
+
+
+# --- Memories (issue 5, mem): defined in learning/memory_models.py, imported so Django registers them.
+from learning import memory_models as _memory_models  # noqa: E402,F401

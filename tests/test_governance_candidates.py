@@ -1,0 +1,151 @@
+"""Learning candidates: recording, approval, rejection (issue 3)."""
+
+import threading
+
+import pytest
+from django.db import connection
+
+from config.api import ApplicationError, Conflict
+from learning.models import EntityAlias, LearnedPhrase, LearningCandidate, PhraseBlock
+from learning.resolution import resolve
+from learning.services import candidate_approve, candidate_record, candidate_reject
+
+
+def record(**kw):
+    args = {"input_pattern": "spin up a new client unit", "suggested_output": "cbu.create", "user_id": None, "source": "test", "confidence": 0.5}
+    args.update(kw)
+    return candidate_record(**args)
+
+
+def test_record_creates_pending(catalogue):
+    c = record(rejected_alternatives=["cbu.list"], explanation="I meant create")
+    assert c.status == "pending"
+    assert c.occurrence_count == 1
+    assert c.normalized == "spin up a new client unit"
+    assert c.rejected_alternatives == ["cbu.list"]
+
+
+def test_same_proposal_bumps_occurrence_with_noisy_or(catalogue):
+    first = record(confidence=0.5)
+    second = record(input_pattern="  Spin up a NEW client unit ", confidence=0.5, rejected_alternatives=["cbu.delete"], risk_level="high")
+    assert second.pk == first.pk
+    assert second.occurrence_count == 2
+    assert second.confidence == pytest.approx(0.75)
+    assert second.rejected_alternatives == ["cbu.delete"]
+    assert second.risk_level == "high"
+    assert LearningCandidate.objects.count() == 1
+    assert second.history.count() == 2
+
+
+def test_scopes_and_outputs_are_separate_proposals(catalogue):
+    a = record()
+    b = record(user_id="alice")
+    c = record(suggested_output="cbu.list")
+    assert len({a.pk, b.pk, c.pk}) == 3
+
+
+def test_record_rejects_bad_input(catalogue):
+    with pytest.raises(ApplicationError) as e:
+        record(input_pattern="   ")
+    assert e.value.field == "input_pattern"
+    with pytest.raises(ApplicationError):
+        record(confidence=1.5)
+    with pytest.raises(ApplicationError):
+        record(candidate_type="nonsense")
+
+
+def test_approve_applies_with_embedding_and_resolves_paraphrases(catalogue):
+    c = record(input_pattern="onboard a fresh legal entity", user_id=None)
+    before = resolve(text="onboard a fresh legal entity")
+    assert before.verb != "cbu.create" or before.candidates[0].source != "learned_exact"
+    done = candidate_approve(candidate=c)
+    assert done.status == "applied"
+    assert done.reviewed_at is not None
+    phrase = LearnedPhrase.objects.get(normalized="onboard a fresh legal entity", user_id=None)
+    assert phrase.verb.name == "cbu.create"
+    assert phrase.embedding is not None and phrase.embedding_model
+    assert resolve(text="onboard a fresh legal entity").verb == "cbu.create"
+    para = resolve(text="please onboard a new legal entity")
+    assert para.verb == "cbu.create"
+    assert para.candidates[0].source == "learned_semantic"
+
+
+def test_approve_without_applying_then_apply(catalogue):
+    c = record()
+    approved = candidate_approve(candidate=c, apply_immediately=False)
+    assert approved.status == "approved"
+    assert not LearnedPhrase.objects.exists()
+    applied = candidate_approve(candidate=approved)
+    assert applied.status == "applied"
+    assert LearnedPhrase.objects.filter(verb__name="cbu.create").count() == 1
+
+
+def test_approve_rejected_conflicts_with_status(catalogue):
+    c = candidate_reject(candidate=record(), reason="nope")
+    with pytest.raises(Conflict) as e:
+        candidate_approve(candidate=c)
+    assert e.value.extra == {"status": "rejected"}
+    assert not LearnedPhrase.objects.exists()
+
+
+def test_approve_unknown_verb_writes_nothing(catalogue):
+    c = record(suggested_output="cbu.unknown")
+    with pytest.raises(ApplicationError):
+        candidate_approve(candidate=c)
+    c.refresh_from_db()
+    assert c.status == "pending"
+    assert not LearnedPhrase.objects.exists()
+
+
+def test_entity_alias_candidate_applies_alias(catalogue):
+    c = record(candidate_type="entity_alias", input_pattern="big blue", suggested_output="IBM")
+    candidate_approve(candidate=c)
+    alias = EntityAlias.objects.get(normalized="big blue")
+    assert alias.canonical_name == "IBM"
+    assert alias.embedding is not None
+
+
+def test_reject_with_blocklist_stops_paraphrases(catalogue):
+    # "get rid of a cbu" resolves to cbu.delete via the catalogue; block it (and paraphrases) globally.
+    assert resolve(text="remove a client business unit").verb == "cbu.delete"
+    c = record(input_pattern="remove a client business unit", suggested_output="cbu.delete")
+    rejected = candidate_reject(candidate=c, reason="too dangerous", add_to_blocklist=True)
+    assert rejected.status == "rejected" and rejected.review_reason == "too dangerous"
+    block = PhraseBlock.objects.get(normalized="remove a client business unit")
+    assert block.embedding is not None
+    for text in ("remove a client business unit", "remove the client business unit"):
+        result = resolve(text=text)
+        assert "cbu.delete" not in [x.verb for x in result.candidates], text
+
+
+def test_next_occurrence_after_review_opens_a_new_pending_row(catalogue):
+    c = record()
+    candidate_reject(candidate=c, reason="no")
+    again = record()
+    assert again.pk != c.pk and again.status == "pending" and again.occurrence_count == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_records_make_one_row_with_exact_count(catalogue):
+    n = 20
+    errors = []
+    barrier = threading.Barrier(n)
+
+    def work():
+        try:
+            barrier.wait()
+            record(confidence=0.1)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    row = LearningCandidate.objects.get()
+    assert row.occurrence_count == n
+    assert row.confidence == pytest.approx(1 - 0.9**n, abs=1e-9)
