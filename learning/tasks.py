@@ -1,0 +1,23 @@
+"""Celery tasks of the learning app."""
+
+import logging
+
+from celery import shared_task
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(bind=True, max_retries=3, default_retry_delay=30, ignore_result=True)
+def memory_embed(self, memory_ids: list[int]) -> int:
+    """Embed new or changed memories. On a worker, retried when the embedder is down;
+    eager (the embedded default) it gives up quietly and the next retrieval embeds them lazily."""
+    from learning.memory_services import memories_embed
+
+    wanted = len(memory_ids)
+    done = memories_embed(memory_ids=memory_ids)
+    if done < wanted and not self.request.is_eager:
+        from learning.memory_models import Memory
+
+        if Memory.objects.filter(pk__in=memory_ids, embedding__isnull=True).exists():
+            raise self.retry()
+    return done
