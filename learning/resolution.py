@@ -130,6 +130,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     for row in exact:
         source = Source.USER_LEARNED_EXACT if row.user_id else Source.LEARNED_EXACT
         offer(row.verb.name, row.confidence, source, row.phrase)
+        best[row.verb.name].description = row.verb.description
 
     vector, model, reason = None, current_model_name(), ""
     if exact and exact[0].confidence >= p["resolve_threshold"]:
@@ -140,30 +141,32 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             return _finish(request_id, text, user_id, [candidate], p, limit, degraded_reason="", model=model)
 
     vector, model, reason = embed_query(normalized)
-    if vector is not None:
-        # Tiers 3-4: learned phrases as semantic anchors.
-        for hit in selectors.learned_nearest(vector=vector, model=model, user_id=user_id, domain=domain, k=max(limit * 4, 20)):
-            if hit.similarity >= p["learned_threshold"]:
-                source = Source.USER_LEARNED_SEMANTIC if hit.user_id else Source.LEARNED_SEMANTIC
-                offer(hit.verb, hit.similarity * hit.confidence, source, hit.text)
-
-    # Tier 5: the semantic blocklist.
-    blocked = selectors.blocked_verbs(
-        normalized=normalized, vector=vector, model=model, user_id=user_id, threshold=p["blocklist_threshold"]
+    # Tiers 3-7 come back from one query (see selectors.tier_rows).
+    rows = selectors.tier_rows(
+        normalized=normalized, vector=vector, model=model, user_id=user_id, domain=domain,
+        k_learned=max(limit * 4, 20), k_catalogue=max(limit * 6, 30), k_blocks=20,
+        block_threshold=p["blocklist_threshold"], learned=True,
     )
-
+    # Tiers 3-4: learned phrases as semantic anchors.
+    for hit in rows.learned:
+        if hit.similarity >= p["learned_threshold"]:
+            source = Source.USER_LEARNED_SEMANTIC if hit.user_id else Source.LEARNED_SEMANTIC
+            offer(hit.verb, hit.similarity * hit.confidence, source, hit.text)
+    # Tier 5: the semantic blocklist (blocked verbs are dropped below).
+    blocked = rows.blocked
     # Tier 6: catalogue phrases, exact then substring.
-    for verb, phrase, kind in selectors.catalogue_phrase_matches(normalized=normalized, domain=domain):
+    for verb, phrase, kind in rows.phrases:
         if kind == "exact":
             offer(verb, 1.0, Source.PHRASE_EXACT, phrase)
         else:
             offer(verb, _substring_score(phrase, normalized, p["substring_score"]), Source.PHRASE_SUBSTRING, phrase)
-
     # Tier 7: catalogue semantic (cold start).
-    if vector is not None:
-        for hit in selectors.catalogue_nearest(vector=vector, model=model, domain=domain, k=max(limit * 6, 30)):
-            if hit.similarity >= p["min_score"]:
-                offer(hit.verb, hit.similarity, Source.SEMANTIC, hit.text)
+    for hit in rows.catalogue:
+        if hit.similarity >= p["min_score"]:
+            offer(hit.verb, hit.similarity, Source.SEMANTIC, hit.text)
+    for verb, description in rows.descriptions.items():
+        if verb in best:
+            best[verb].description = description
 
     candidates = [c for v, c in best.items() if v not in blocked]
     candidates.sort(key=lambda c: (-c.score, c.verb))
@@ -172,10 +175,6 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
 
 def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason, model) -> Resolution:
     candidates = [c for c in candidates if c.score >= p["min_score"]][:limit]
-    details = selectors.verb_details([c.verb for c in candidates])
-    for c in candidates:
-        c.description = details.get(c.verb, {}).get("description", "")
-
     if not candidates:
         outcome, verb = Outcome.NO_MATCH, None
     elif candidates[0].score < p["resolve_threshold"]:
@@ -187,6 +186,7 @@ def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason,
 
     options = []
     if outcome == Outcome.AMBIGUOUS:
+        details = selectors.verb_details([c.verb for c in candidates[: settings.RESOLVE_MAX_OPTIONS]])
         floor = candidates[0].score - p["options_window"]
         for c in candidates[: settings.RESOLVE_MAX_OPTIONS]:
             if c is candidates[0] or c.score >= floor:
@@ -204,3 +204,4 @@ def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason,
         user_id=user_id,
         model=model,
     )
+

@@ -8,6 +8,7 @@ starve a search of results.
 from dataclasses import dataclass
 
 import numpy as np
+from django.db import connection
 from django.db.models import CharField, F, Func, Q, QuerySet
 from django.utils import timezone
 from pgvector.django import CosineDistance
@@ -49,6 +50,7 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     rows = list(
         LearnedPhrase.objects.filter(scope_q(user_id), _verb_filter("verb__", domain), normalized=normalized, is_active=True)
         .select_related("verb")
+        .defer("embedding")
     )
     rows.sort(key=lambda r: r.user_id is None)
     return rows
@@ -86,6 +88,86 @@ def catalogue_phrase_matches(*, normalized: str, domain: str | None, min_length:
             out.append((verb, text, "exact"))
         elif min(len(norm), len(normalized)) >= min_length:
             out.append((verb, text, "substring"))
+    return out
+
+
+def vector_literal(vector) -> str:
+    return "[" + ",".join(map(str, np.asarray(vector, dtype=np.float32).tolist())) + "]"
+
+
+@dataclass
+class TierRows:
+    learned: list[Hit]
+    blocked: set[str]
+    phrases: list[tuple[str, str, str]]
+    catalogue: list[Hit]
+    descriptions: dict[str, str]
+
+
+def tier_rows(
+    *, normalized: str, vector, model: str, user_id: str | None, domain: str | None,
+    k_learned: int, k_catalogue: int, k_blocks: int, block_threshold: float, learned: bool = True,
+) -> TierRows:
+    """Tiers 3-7 of resolution in ONE round trip: learned neighbours, blocked verbs, catalogue phrase
+    matches and catalogue neighbours. Each vector part orders by cosine distance so its HNSW index is used.
+    Without a vector, only the text parts run (degraded mode)."""
+    params: dict = {"n": normalized, "pat": f"%{normalized}%", "u": user_id, "m": model, "now": timezone.now()}
+    verbs = "SELECT id, name, description FROM learning_verb WHERE is_active"
+    if domain:
+        verbs += " AND domain = %(domain)s"
+        params["domain"] = domain
+    scope = "(t.user_id IS NULL OR t.user_id = %(u)s)"
+    # With a domain, filter inside the ordered scans (iterative index scans keep them from starving).
+    in_domain = " AND t.verb_id = ANY(ARRAY(SELECT id FROM v))" if domain else ""
+    parts = [
+        # blocklist, exact text
+        f"SELECT 'bx', v.name, 1.0::float8, t.phrase, NULL, 1.0::float8, '' FROM learning_phraseblock t "
+        f"JOIN v ON v.id = t.verb_id WHERE t.normalized = %(n)s AND {scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s)",
+        # catalogue phrases: equal to the text, contained in it, or containing it
+        "SELECT CASE WHEN t.normalized = %(n)s THEN 'px' ELSE 'ps' END, v.name, 1.0::float8, t.text, t.normalized, 1.0::float8, v.description "
+        "FROM learning_verbphrase t JOIN v ON v.id = t.verb_id "
+        "WHERE %(n)s LIKE '%%' || t.normalized || '%%' OR t.normalized LIKE %(pat)s",
+    ]
+    if vector is not None:
+        params.update(q=vector_literal(vector), kl=k_learned, kc=k_catalogue, kb=k_blocks)
+        if learned:
+            parts.append(
+                "SELECT 'ls', v.name, 1.0 - x.d, x.phrase, x.user_id, x.confidence, v.description FROM ("
+                f"SELECT t.verb_id, t.phrase, t.user_id, t.confidence, t.embedding <=> %(q)s::vector AS d "
+                f"FROM learning_learnedphrase t WHERE t.is_active AND {scope} AND t.embedding_model = %(m)s{in_domain} "
+                "ORDER BY d LIMIT %(kl)s) x JOIN v ON v.id = x.verb_id"
+            )
+        parts.append(
+            "SELECT 'bs', v.name, 1.0 - x.d, x.phrase, NULL, 1.0::float8, '' FROM ("
+            f"SELECT t.verb_id, t.phrase, t.embedding <=> %(q)s::vector AS d FROM learning_phraseblock t "
+            f"WHERE {scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s) AND t.embedding_model = %(m)s "
+            "ORDER BY d LIMIT %(kb)s) x JOIN v ON v.id = x.verb_id"
+        )
+        parts.append(
+            "SELECT 'cs', v.name, 1.0 - x.d, x.text, NULL, 1.0::float8, v.description FROM ("
+            "SELECT t.verb_id, t.text, t.embedding <=> %(q)s::vector AS d FROM learning_verbphrase t "
+            f"WHERE t.embedding_model = %(m)s{in_domain} ORDER BY d LIMIT %(kc)s) x JOIN v ON v.id = x.verb_id"
+        )
+    sql = f"WITH v AS MATERIALIZED ({verbs}) " + " UNION ALL ".join(f"({p})" for p in parts)
+    out = TierRows([], set(), [], [], {})
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    for tier, verb, score, text, extra, confidence, description in rows:
+        if description:
+            out.descriptions[verb] = description
+        if tier == "bx" or (tier == "bs" and score >= block_threshold):
+            out.blocked.add(verb)
+        elif tier == "ls":
+            out.learned.append(Hit(verb, float(score), text, extra, float(confidence)))
+        elif tier == "cs":
+            out.catalogue.append(Hit(verb, float(score), text, None))
+        elif tier == "px":
+            out.phrases.append((verb, text, "exact"))
+        elif tier == "ps" and min(len(extra), len(normalized)) >= 4:
+            out.phrases.append((verb, text, "substring"))
+    out.learned.sort(key=lambda h: -h.similarity)
+    out.catalogue.sort(key=lambda h: -h.similarity)
     return out
 
 
@@ -142,3 +224,4 @@ def embedding_rows_needing_work(model, *, current_model: str) -> QuerySet:
 
 
 EMBEDDED_MODELS = [VerbPhrase, LearnedPhrase, EntityAlias, PhraseBlock]
+
