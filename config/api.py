@@ -99,8 +99,9 @@ def exception_handler(exc, context):
     else:
         detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
         code = getattr(exc, "default_code", "error")
-        if isinstance(exc, exceptions.ParseError):
-            response.data = {"detail": str(detail), "code": "parse_error", "fields": {"body": [str(detail)]}}
+        if isinstance(exc, exceptions.ParseError) or code == "payload_too_large":
+            code = "parse_error" if isinstance(exc, exceptions.ParseError) else code
+            response.data = {"detail": str(detail), "code": code, "fields": {"body": [str(detail)]}}
         else:
             response.data = {"detail": str(detail), "code": code, "fields": {}}
     return response

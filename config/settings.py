@@ -126,6 +126,8 @@ else:
     }
 _db["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
 _db["CONN_HEALTH_CHECKS"] = True
+# Server-side parameter binding lets psycopg prepare repeated queries once per connection.
+_db["OPTIONS"]["server_side_binding"] = env_bool("DB_SERVER_SIDE_BINDING", False)
 _db["ATOMIC_REQUESTS"] = False
 if os.environ.get("TEST_DATABASE_NAME"):
     _db["TEST"] = {"NAME": os.environ["TEST_DATABASE_NAME"]}
@@ -147,13 +149,15 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 LOGIN_URL = "/admin/login/"
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 10 * 1024 * 1024)
+API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1024 * 1024)  # JSON bodies; imports have their own limit
+API_MAX_JSON_DEPTH = env_int("API_MAX_JSON_DEPTH", 20)
 FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
 
 # --- REST API -----------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["autonomy.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["config.parsers.LimitedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "config.api.exception_handler",
@@ -189,6 +193,8 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "max_retries": 1}
 CELERY_BEAT_SCHEDULE: dict = {}
+# Broker down: run the task inline (True) or leave the work for the periodic sweep (False).
+CELERY_FALLBACK_INLINE = env_bool("CELERY_FALLBACK_INLINE", True)
 
 # --- Embeddings ----------------------------------------------------------------
 EMBEDDING_BACKEND = os.environ.get("EMBEDDING_BACKEND", "local")  # local | openai
