@@ -1,0 +1,183 @@
+"""Load test of the API on loopback (issue: reliability).
+
+gunicorn serves the app on a benchmark database (demo catalogue). Several
+client processes send a fixed number of requests with a realistic mix:
+70% resolve, 15% feedback (corrections, and selections of ambiguous answers),
+10% memory (retrieve / observe), 5% proposals and their reviews. Every request
+is valid, so any non-2xx answer (other than a 409 the mix can legitimately
+cause) or a connection failure counts as an error; the target is 0.
+
+Last line: RESULT rps=.. p95_ms=.. errors=..
+"""
+
+import http.client
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from _common import ROOT, fresh_database, record, setup_django, table
+
+DB = "bench_load"
+TOTAL_REQUESTS = int(os.environ.get("LOAD_REQUESTS", "3000"))
+CLIENTS = int(os.environ.get("LOAD_CLIENTS", "4"))
+WORKERS = int(os.environ.get("LOAD_WORKERS", "3"))
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def client(port: int, key: str, n: int, seed: int, texts: list[str], verbs: list[str], out) -> None:
+    rng = random.Random(seed)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    lat: dict[str, list[float]] = defaultdict(list)
+    errors: list[str] = []
+    open_requests: list[tuple[str, list[str]]] = []
+    proposals: list[int] = []
+    user = f"load-user-{seed}"
+
+    def call(name, method, path, body=None, ok=(200, 201)):
+        nonlocal conn
+        started = time.perf_counter()
+        try:
+            conn.request(method, path, json.dumps(body) if body is not None else None, headers)
+            response = conn.getresponse()
+            payload = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            errors.append(f"{name}: {exc.__class__.__name__}")
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            return None
+        lat[name].append((time.perf_counter() - started) * 1000)
+        if response.status not in ok:
+            errors.append(f"{name}: HTTP {response.status} {payload[:200]!r}")
+            return None
+        return json.loads(payload) if payload else {}
+
+    for _ in range(n):
+        roll = rng.random()
+        text = rng.choice(texts)
+        if roll < 0.70:
+            body = call("resolve", "POST", "/api/v1/resolve", {"text": text, "user_id": user})
+            if body and body.get("outcome") == "ambiguous" and body.get("options"):
+                open_requests.append((body["request_id"], [o["verb"] for o in body["options"]]))
+        elif roll < 0.85:
+            if open_requests and rng.random() < 0.5:
+                request_id, options = open_requests.pop()
+                call("select", "POST", f"/api/v1/disambiguations/{request_id}/select", {"selected_verb": rng.choice(options)})
+            else:
+                wrong, right = rng.sample(verbs, 2)
+                call("correction", "POST", "/api/v1/feedback/correction",
+                     {"text": text, "wrong_verb": wrong, "correct_verb": right, "user_id": user})
+        elif roll < 0.95:
+            if rng.random() < 0.5:
+                call("memory_retrieve", "POST", "/api/v1/memories/retrieve", {"user_id": user, "query": text})
+            else:
+                call("memory_observe", "POST", "/api/v1/memories/observe", {
+                    "user_id": user,
+                    "user_message": f"How do I handle this: {text}",
+                    "assistant_message": f"Open the app, go to cards and choose the option for '{text[:40]}'; it takes a minute.",
+                    "meta": {},
+                }, ok=(200, 201))
+        else:
+            if proposals and rng.random() < 0.5:
+                pid = proposals.pop()
+                action = rng.choice(["approve", "reject"])
+                call(f"proposal_{action}", "POST", f"/api/v1/proposals/{pid}/{action}", {"review_notes": "load test"})
+            else:
+                body = call("proposal_create", "POST", "/api/v1/proposals", {
+                    "action": "card.freeze", "proposed_action": {"card": "1234", "reason": text[:50]},
+                    "reasoning": {"confidence": round(rng.uniform(0.5, 1.0), 2), "why": "load"},
+                })
+                if body and "id" in body:
+                    proposals.append(body["id"])
+    conn.close()
+    out.put((dict(lat), errors))
+
+
+def main():
+    setup_django(db_name=DB)
+    from autonomy.models import Scope
+    from autonomy.services import agent_key_create
+    from learning import datasets
+    from learning.management.commands.demo import banking_entries
+    from learning.services import verb_catalogue_load
+
+    fresh_database()
+    entries = banking_entries()
+    verb_catalogue_load(entries=entries)
+    _, key = agent_key_create(agent_name="load", scopes=[s.value for s in Scope])
+    texts = [e.text for e in datasets.load("test")]
+    verbs = [e.name for e in entries]
+
+    port = free_port()
+    env = dict(os.environ, EMBEDDED_DB_NAME=DB, LOG_LEVEL="WARNING", AUTH_FAILURE_RATE="100000/min")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(WORKERS), "--log-level", "warning"],
+        cwd=ROOT, env=env, start_new_session=True,
+    )
+    try:
+        for _ in range(150):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        # warm every worker (model load)
+        warm = mp.Queue()
+        for i in range(WORKERS * 2):
+            client(port, key, 3, 10_000 + i, texts[:50], verbs, warm)
+            warm.get()
+        queue = mp.Queue()
+        per_client = TOTAL_REQUESTS // CLIENTS
+        procs = [mp.Process(target=client, args=(port, key, per_client, i, texts, verbs, queue)) for i in range(CLIENTS)]
+        started = time.perf_counter()
+        for p in procs:
+            p.start()
+        results = [queue.get() for _ in procs]
+        for p in procs:
+            p.join()
+        elapsed = time.perf_counter() - started
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(10)
+
+    merged: dict[str, list[float]] = defaultdict(list)
+    errors: list[str] = []
+    for lat, errs in results:
+        for name, values in lat.items():
+            merged[name].extend(values)
+        errors.extend(errs)
+    done = sum(len(v) for v in merged.values())
+    rows = []
+    for name in sorted(merged):
+        v = np.array(merged[name])
+        rows.append([name, len(v), np.percentile(v, 50), np.percentile(v, 95), np.percentile(v, 99)])
+    every = np.concatenate([np.array(v) for v in merged.values()])
+    rows.append(["all", len(every), np.percentile(every, 50), np.percentile(every, 95), np.percentile(every, 99)])
+    body = table(["endpoint", "requests", "p50 ms", "p95 ms", "p99 ms"], rows)
+    rps = done / elapsed
+    body += (f"\n\n{done} requests from {CLIENTS} client processes in {elapsed:.1f} s against gunicorn "
+             f"({WORKERS} workers) on loopback: {rps:.1f} requests/s, {len(errors)} errors.")
+    if errors:
+        body += "\n\nFirst errors:\n" + "\n".join(f"- {e}" for e in errors[:10])
+    print(body)
+    record("load", body, f"RESULT rps={rps:.1f} p95_ms={np.percentile(every, 95):.1f} errors={len(errors)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The embedded server: started once when many processes start at once; survives kill -9 with committed data."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+
+from config import embedded_db
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def pgdata():
+    base = ROOT / "var" / f"test-embedded-{uuid.uuid4().hex[:8]}"
+    base.mkdir(parents=True)
+    path = base / "pgdata"
+    yield path
+    try:
+        embedded_db.stop_server(path)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def postmasters(pgdata: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(attrs=["name", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if proc.info["name"] == "postgres" and str(pgdata) in " ".join(cmd) and "-D" in cmd:
+            found.append(proc)
+    return found
+
+
+START = (
+    "import sys; sys.path.insert(0, {root!r}); from config import embedded_db; "
+    "s = embedded_db.ensure_server({pgdata!r}); embedded_db.ensure_database(s, 'racey'); print(s)"
+)
+
+
+def test_many_processes_starting_at_once_share_one_server(pgdata):
+    code = START.format(root=str(ROOT), pgdata=str(pgdata))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+    sockets = {out.strip() for out, _ in outputs}
+    assert len(sockets) == 1
+    assert len(postmasters(pgdata)) == 1
+    with psycopg.connect(host=sockets.pop(), dbname="racey", user="postgres") as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_killed_server_restarts_without_losing_committed_rows(pgdata):
+    socket_dir = embedded_db.ensure_server(pgdata)
+    embedded_db.ensure_database(socket_dir, "durable")
+    with psycopg.connect(host=socket_dir, dbname="durable", user="postgres", autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (v text)")
+        conn.execute("INSERT INTO t VALUES ('committed')")
+    (postmaster,) = postmasters(pgdata)
+    os.kill(postmaster.pid, signal.SIGKILL)
+    postmaster.wait(10)
+    time.sleep(0.5)
+    embedded_db._ready.clear()  # as a fresh process would
+    socket_dir = embedded_db.ensure_server(pgdata)
+    with psycopg.connect(host=socket_dir, dbname="durable", user="postgres") as conn:
+        assert conn.execute("SELECT v FROM t").fetchall() == [("committed",)]
