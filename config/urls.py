@@ -8,6 +8,16 @@ api_v1 = [
     path("resolve", learning_api.ResolveApi.as_view(), name="resolve"),
 ]
 
+# issue 5 (mem): memories
+from learning import memory_api  # noqa: E402
+
+api_v1 += [
+    path("memories/observe", memory_api.MemoryObserveApi.as_view(), name="memory-observe"),
+    path("memories/retrieve", memory_api.MemoryRetrieveApi.as_view(), name="memory-retrieve"),
+    path("memories/feedback", memory_api.MemoryFeedbackApi.as_view(), name="memory-feedback"),
+    path("memories/search", memory_api.MemorySearchApi.as_view(), name="memory-search"),
+]  # end issue 5 (mem)
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models import Q
 from simple_history.models import HistoricalRecords
 
-from learning.models import Embedded, hnsw_index, user_id_validator
+from learning.models import Embedded, history_user, hnsw_index, user_id_validator
 
 DEFAULT_NAMESPACE = "learning"
 
@@ -58,7 +58,7 @@ class Memory(Embedded):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
-    history = HistoricalRecords(excluded_fields=["embedding", "hits", "streak", "last_retrieved_at"])
+    history = HistoricalRecords(get_user=history_user, excluded_fields=["embedding", "hits", "streak", "last_retrieved_at"])
 
     embedded_field = "content"
 

@@ -286,3 +286,38 @@ def memory_search(
                 hits[m.pk] = SearchHit(m, sim if semantic else None, True)
     ranked = sorted(hits.values(), key=lambda h: (-h.score, _STATUS_RANK[h.memory.status], -h.memory.updated_at.timestamp(), h.memory.pk))
     return ranked[:limit]
+
+
+def memory_search_text(
+    *,
+    query: str,
+    user_id: str | None,
+    mode: str = "both",
+    limit: int = 10,
+    include_deprecated: bool = False,
+    filters: dict | None = None,
+    namespace: str | None = None,
+) -> tuple[list[SearchHit], str]:
+    """Embed the query (when semantic) and search; answers the hits and a degraded reason
+    ("embedder_unavailable" when only the substring search could run, "" otherwise)."""
+    from learning.embeddings import current_model_name
+    from learning.services import embeddings_compute
+
+    semantic = mode in ("both", "semantic")
+    substring = mode in ("both", "substring")
+    vector, model, reason = None, current_model_name(), ""
+    if semantic:
+        vectors, used = embeddings_compute([query])
+        if vectors is None:
+            reason = "embedder_unavailable"
+            if not substring:
+                return [], reason
+        else:
+            vector, model = vectors[0], used
+    filters = dict(filters or {})
+    namespace = filters.pop("namespace", None) or namespace
+    hits = memory_search(
+        query=query, user_id=user_id, vector=vector, model=model, semantic=semantic, substring=substring,
+        namespace=namespace, include_deprecated=include_deprecated, filters=filters, limit=limit,
+    )
+    return hits, reason

@@ -225,3 +225,8 @@ def embedding_rows_needing_work(model, *, current_model: str) -> QuerySet:
 
 EMBEDDED_MODELS = [VerbPhrase, LearnedPhrase, EntityAlias, PhraseBlock]
 
+
+# --- Memories (issue 5, mem): memories are embedded rows too.
+from learning.memory_models import Memory  # noqa: E402
+
+EMBEDDED_MODELS.append(Memory)

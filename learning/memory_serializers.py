@@ -1,0 +1,163 @@
+"""Request and response shapes of the memory API."""
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from learning.memory_models import MemoryStatus, MemoryType
+from learning.serializers import UserIdField
+
+NAMESPACE_RE = r"^[a-z][a-z0-9_.\-]{0,59}$"
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses keys it does not know, naming them, instead of silently dropping them."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({k: ["Unknown field."] for k in unknown})
+        return super().to_internal_value(data)
+
+
+class TagsField(serializers.ListField):
+    def __init__(self, **kwargs):
+        super().__init__(child=serializers.CharField(max_length=60), max_length=20, **kwargs)
+
+
+class FiltersSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=MemoryType.choices, required=False)
+    topic = serializers.CharField(max_length=200, required=False)
+    tags = TagsField(required=False)
+    metadata = serializers.DictField(required=False, help_text="Exact values the memory's metadata must contain")
+    namespace = serializers.RegexField(NAMESPACE_RE, required=False)
+
+
+class ObserveMetaSerializer(StrictSerializer):
+    session_id = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    message_id = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    type = serializers.ChoiceField(choices=MemoryType.choices, required=False, help_text="Overrides the extractor's type")
+    topic = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    tags = TagsField(required=False)
+    namespace = serializers.RegexField(NAMESPACE_RE, required=False)
+    filters = serializers.DictField(required=False, help_text="Saved into the memory's metadata; retrieve can filter on them")
+
+
+class ObserveRequestSerializer(StrictSerializer):
+    user_id = UserIdField()
+    user_message = serializers.CharField(max_length=settings.MEMORY_MAX_MESSAGE_CHARS)
+    assistant_message = serializers.CharField(max_length=settings.MEMORY_MAX_MESSAGE_CHARS)
+    meta = ObserveMetaSerializer(required=False)
+
+
+class ObserveResponseSerializer(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=["saved", "skipped", "merged", "new_version", "blocked"])
+    memory_id = serializers.IntegerField(allow_null=True)
+    evidence = serializers.DictField(help_text="Which rule decided and why; for blocked, the gate's reason (never the secret)")
+
+
+class RetrieveRequestSerializer(StrictSerializer):
+    user_id = UserIdField()
+    query = serializers.CharField(max_length=settings.RESOLVE_MAX_TEXT_LENGTH)
+    filters = FiltersSerializer(required=False)
+
+
+class MemoryItemSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="memory.pk")
+    type = serializers.CharField(source="memory.memory_type")
+    topic = serializers.CharField(source="memory.topic")
+    tags = serializers.ListField(child=serializers.CharField(), source="memory.tags")
+    content = serializers.CharField(source="memory.content")
+    status = serializers.ChoiceField(choices=MemoryStatus.choices, source="memory.status")
+    score = serializers.FloatField(allow_null=True, help_text="Cosine similarity; null in the fallback")
+    confidence = serializers.FloatField(source="memory.confidence")
+    hits = serializers.IntegerField(source="memory.hits")
+    streak = serializers.IntegerField(source="memory.streak")
+    version = serializers.IntegerField(source="memory.version")
+    updated_at = serializers.DateTimeField(source="memory.updated_at")
+
+
+class RetrieveResponseSerializer(serializers.Serializer):
+    items = MemoryItemSerializer(many=True)
+    block = serializers.CharField(allow_blank=True, help_text="<learning_memories> … </learning_memories>, empty when no item")
+    degraded = serializers.BooleanField()
+    degraded_reason = serializers.CharField(allow_blank=True, help_text="embedder_unavailable or no_embeddings")
+    retrieval_id = serializers.IntegerField()
+
+
+@extend_schema_field({"oneOf": [{"type": "array", "items": {"type": "integer", "minimum": 1}}, {"type": "string", "enum": ["last"]}]})
+class MemoryIdsField(serializers.Field):
+    default_error_messages = {
+        "invalid": 'Use a list of memory ids or "last".',
+        "empty": "Give at least one memory id.",
+        "too_many": "At most {max} memory ids.",
+    }
+
+    def to_internal_value(self, data):
+        if data == "last":
+            return "last"
+        if not isinstance(data, list):
+            self.fail("invalid")
+        if not data:
+            self.fail("empty")
+        if len(data) > settings.MEMORY_MAX_FEEDBACK_IDS:
+            self.fail("too_many", max=settings.MEMORY_MAX_FEEDBACK_IDS)
+        out = []
+        for item in data:
+            if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item < 2**63:
+                self.fail("invalid")
+            out.append(item)
+        return out
+
+    def to_representation(self, value):
+        return value
+
+
+class MemoryFeedbackRequestSerializer(StrictSerializer):
+    user_id = UserIdField()
+    memory_ids = MemoryIdsField()
+    outcome = serializers.ChoiceField(choices=["success", "failure"])
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    namespace = serializers.RegexField(NAMESPACE_RE, required=False)
+
+
+class MemoryStateSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="pk")
+    status = serializers.ChoiceField(choices=MemoryStatus.choices)
+    confidence = serializers.FloatField()
+    hits = serializers.IntegerField()
+    streak = serializers.IntegerField()
+    version = serializers.IntegerField()
+
+
+class MemoryFeedbackResponseSerializer(serializers.Serializer):
+    outcome = serializers.CharField()
+    memories = MemoryStateSerializer(many=True)
+
+
+class MemorySearchRequestSerializer(StrictSerializer):
+    user_id = UserIdField()
+    query = serializers.CharField(max_length=settings.RESOLVE_MAX_TEXT_LENGTH)
+    mode = serializers.ChoiceField(choices=["both", "semantic", "substring"], default="both")
+    limit = serializers.IntegerField(min_value=1, max_value=50, default=10)
+    include_deprecated = serializers.BooleanField(default=False)
+    filters = FiltersSerializer(required=False)
+
+
+class SearchHitSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="memory.pk")
+    type = serializers.CharField(source="memory.memory_type")
+    topic = serializers.CharField(source="memory.topic")
+    content = serializers.CharField(source="memory.content")
+    status = serializers.ChoiceField(choices=MemoryStatus.choices, source="memory.status")
+    score = serializers.FloatField(help_text="Cosine similarity + 0.25 for a literal match")
+    semantic_score = serializers.FloatField(source="semantic", allow_null=True)
+    matched_by = serializers.ChoiceField(choices=["semantic", "substring", "both"])
+    version = serializers.IntegerField(source="memory.version")
+
+
+class MemorySearchResponseSerializer(serializers.Serializer):
+    results = SearchHitSerializer(many=True)
+    degraded = serializers.BooleanField()
+    degraded_reason = serializers.CharField(allow_blank=True)

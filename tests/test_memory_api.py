@@ -1,0 +1,203 @@
+"""Memories through the API: observe, dedupe branches, retrieve, feedback, bad input."""
+
+import pytest
+from django.test import override_settings
+
+from learning.memory_models import Memory, MemoryQuarantine, MemoryRetrieval
+from learning.simhash import simhash_hex
+from learning.text import text_hash
+
+OBSERVE = "/api/v1/memories/observe"
+RETRIEVE = "/api/v1/memories/retrieve"
+FEEDBACK = "/api/v1/memories/feedback"
+SEARCH = "/api/v1/memories/search"
+
+LESSON_Q = "How do I rotate the application logs on the staging servers?"
+LESSON_A = "Run logrotate with the config in /etc/logrotate.d/app and restart the app service afterwards so it reopens its files."
+
+
+def observe(api, user="alice", user_message=LESSON_Q, assistant_message=LESSON_A, **meta):
+    body = {"user_id": user, "user_message": user_message, "assistant_message": assistant_message}
+    if meta:
+        body["meta"] = meta
+    return api.post(OBSERVE, body, format="json")
+
+
+def make_memory(user="alice", content="Always run the database migrations before deploying the web application.", **kw):
+    defaults = dict(
+        user_id=user, content=content, memory_type="pattern", topic=kw.pop("topic", "deploy"),
+        simhash=simhash_hex(content), content_sha256=text_hash(content),
+    )
+    defaults.update(kw)
+    return Memory.objects.create(**defaults)
+
+
+@pytest.mark.django_db
+class TestObserve:
+    def test_saved_as_candidate_with_embedding_fingerprints_and_metadata(self, api):
+        r = observe(api, session_id="s1", message_id="m1", tags=["ops"], filters={"project": "atlas"})
+        assert r.status_code == 200, r.json()
+        body = r.json()
+        assert body["decision"] == "saved" and body["evidence"]["rule"] == "new"
+        m = Memory.objects.get(pk=body["memory_id"])
+        assert m.status == "candidate" and m.user_id == "alice" and m.namespace == "learning"
+        assert m.memory_type == "faq" and m.content.startswith("Q: How do I rotate") and "A: Run logrotate" in m.content
+        assert m.tags == ["ops"] and m.metadata == {"project": "atlas"}
+        assert m.source_session_id == "s1" and m.source_message_id == "m1"
+        assert len(m.simhash) == 16 and m.content_sha256 == text_hash(m.content)
+        assert m.embedding is not None and m.embedding_model  # embedded by the (eager) Celery task
+        assert m.version == 1 and m.hits == 0 and m.streak == 0
+
+    def test_identical_turn_is_skipped(self, api):
+        first = observe(api).json()
+        second = observe(api).json()
+        assert second["decision"] == "skipped" and second["memory_id"] == first["memory_id"]
+        assert second["evidence"]["rule"] == "exact"
+        assert Memory.objects.count() == 1
+
+    def test_same_substance_different_case_and_punctuation_is_skipped(self, api):
+        first = observe(api).json()
+        second = observe(api, user_message=LESSON_Q.upper(), assistant_message=LESSON_A.replace(",", "").lower()).json()
+        assert second["decision"] == "skipped" and second["evidence"]["rule"] == "simhash_same_substance"
+        assert second["memory_id"] == first["memory_id"]
+        assert second["evidence"]["hamming"] <= 3
+
+    def test_near_identical_text_is_merged(self, api):
+        base = "Use the staging bastion host to reach the internal database, and keep the tunnel open while the migration scripts run against the replica in the eu region."
+        first = observe(api, user_message="remember this please", assistant_message=base, type="pattern").json()
+        changed = base.replace("internal database", "internal postgres database")
+        second = observe(api, user_message="remember this please", assistant_message=changed, type="pattern").json()
+        assert second["decision"] == "merged", second
+        assert second["evidence"]["rule"] == "simhash" and second["evidence"]["hamming"] <= 3
+        m = Memory.objects.get(pk=first["memory_id"])
+        assert second["memory_id"] == m.pk and m.version == 2 and m.hits == 1
+        assert m.content == changed  # the longer text wins
+        assert Memory.objects.count() == 1
+
+    def test_paraphrase_above_semantic_threshold_is_merged(self, api):
+        a = "Always run the database migrations before deploying the web application to production."
+        b = "Run the database migrations before you deploy the web application to production, always."
+        first = observe(api, user_message="note", assistant_message=a, type="pattern").json()
+        with override_settings(MEMORY_SEMANTIC_DUPLICATE_THRESHOLD=0.85):
+            second = observe(api, user_message="note", assistant_message=b, type="pattern").json()
+        assert second["decision"] == "merged", second
+        assert second["evidence"]["rule"] == "semantic" and second["evidence"]["similarity"] >= 0.85
+        assert second["memory_id"] == first["memory_id"]
+
+    def test_semantic_merge_needs_the_same_type(self, api):
+        a = "Always run the database migrations before deploying the web application to production."
+        b = "Run the database migrations before you deploy the web application to production, always."
+        observe(api, user_message="note", assistant_message=a, type="pattern")
+        with override_settings(MEMORY_SEMANTIC_DUPLICATE_THRESHOLD=0.85):
+            second = observe(api, user_message="note", assistant_message=b, type="procedure").json()
+        assert second["decision"] == "saved"
+
+    def test_contradiction_on_same_topic_makes_a_new_version(self, api):
+        old = observe(api, user_message="note", assistant_message="The payments API request timeout should be set to 30 seconds for batch jobs.", type="pattern", topic="payments timeout").json()
+        new = observe(api, user_message="note", assistant_message="The payments API request timeout should be set to 90 seconds for batch jobs.", type="pattern", topic="payments timeout").json()
+        assert new["decision"] == "new_version", new
+        assert new["evidence"]["rule"] == "contradiction" and new["evidence"]["deprecated_memory_id"] == old["memory_id"]
+        old_row, new_row = Memory.objects.get(pk=old["memory_id"]), Memory.objects.get(pk=new["memory_id"])
+        assert old_row.status == "deprecated" and old_row.deprecated_at is not None
+        assert new_row.status == "candidate" and new_row.supersedes_id == old_row.pk and new_row.version == 2
+
+    def test_negation_contradiction(self, api):
+        observe(api, user_message="note", assistant_message="Enable the query cache on the reporting database replicas for faster dashboards.", type="pattern", topic="reporting cache")
+        r = observe(api, user_message="note", assistant_message="Do not enable the query cache on the reporting database replicas for faster dashboards.", type="pattern", topic="reporting cache").json()
+        assert r["decision"] == "new_version"
+
+    def test_dedupe_is_per_user(self, api):
+        observe(api, user="alice")
+        r = observe(api, user="bob").json()
+        assert r["decision"] == "saved"
+        assert Memory.objects.filter(user_id="bob").count() == 1
+
+    def test_blocked_secret_goes_to_quarantine_redacted_and_is_not_echoed(self, api):
+        secret = "AKIAIOSFODNN7EXAMPLQ"
+        r = observe(api, user_message="How do I reach the S3 bucket?", assistant_message=f"Use the access key {secret} with the deploy role.")
+        body = r.json()
+        assert r.status_code == 200 and body["decision"] == "blocked" and body["memory_id"] is None
+        assert body["evidence"]["reason"] == "secret" and "aws_access_key" in body["evidence"]["kinds"]
+        assert secret not in r.content.decode()
+        q = MemoryQuarantine.objects.get(pk=body["evidence"]["quarantine_id"])
+        assert secret not in q.redacted_preview and "[REDACTED:aws_access_key]" in q.redacted_preview
+        assert q.reason == "secret" and q.status == "pending" and q.user_id == "alice"
+        assert Memory.objects.count() == 0
+
+    def test_secret_in_tags_or_filters_is_blocked_too(self, api):
+        r = observe(api, filters={"note": "password=Hunter2Hunter2"}).json()
+        assert r["decision"] == "blocked"
+        q = MemoryQuarantine.objects.get()
+        assert "Hunter2Hunter2" not in str(q.metadata)
+
+    def test_unstable_and_short_are_blocked(self, api):
+        r = observe(api, user_message="What is the EUR rate?", assistant_message="Right now the transfer fee is €4.50 per payment.").json()
+        assert r["decision"] == "blocked" and r["evidence"]["reason"] == "unstable"
+        r = observe(api, user_message="ok?", assistant_message="Yes.", type="pattern").json()
+        assert r["decision"] == "blocked" and r["evidence"]["reason"] == "too_short"
+
+
+@pytest.mark.django_db
+class TestBadInput:
+    @pytest.mark.parametrize(
+        "body, field",
+        [
+            ({"user_message": "q?", "assistant_message": "a"}, "user_id"),
+            ({"user_id": "alice", "user_message": "", "assistant_message": LESSON_A}, "user_message"),
+            ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": "   "}, "assistant_message"),
+            ({"user_id": "alice", "user_message": "x" * 1_000_000, "assistant_message": LESSON_A}, "user_message"),
+            ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A, "meta": {"tags": "ops"}}, "meta.tags"),
+            ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A, "meta": {"tags": [1, {"a": 2}]}}, "meta.tags"),
+            ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A, "meta": {"type": "poem"}}, "meta.type"),
+            ({"user_id": "bad id!", "user_message": LESSON_Q, "assistant_message": LESSON_A}, "user_id"),
+            ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A, "colour": "red"}, "colour"),
+        ],
+    )
+    def test_observe_refuses_with_field_and_stores_nothing(self, api, body, field):
+        r = api.post(OBSERVE, body, format="json")
+        assert r.status_code == 400, r.json()
+        assert any(k.startswith(field) for k in r.json()["fields"]), r.json()
+        assert Memory.objects.count() == 0 and MemoryQuarantine.objects.count() == 0
+
+    def test_retrieve_needs_user_and_query(self, api):
+        r = api.post(RETRIEVE, {"query": "logs"}, format="json")
+        assert r.status_code == 400 and "user_id" in r.json()["fields"]
+        r = api.post(RETRIEVE, {"user_id": "alice", "query": ""}, format="json")
+        assert r.status_code == 400 and "query" in r.json()["fields"]
+        r = api.post(RETRIEVE, {"user_id": "alice", "query": "x", "filters": {"tags": "ops"}}, format="json")
+        assert r.status_code == 400 and "filters.tags" in r.json()["fields"]
+        assert MemoryRetrieval.objects.count() == 0
+
+    def test_feedback_unknown_and_foreign_ids_answer_404_and_change_nothing(self, api):
+        mine = make_memory(user="alice")
+        theirs = make_memory(user="bob")
+        for ids in ([mine.pk, theirs.pk], [theirs.pk], [999999]):
+            r = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": ids, "outcome": "failure"}, format="json")
+            assert r.status_code == 404, r.json()
+            assert "memory_ids" in r.json()["fields"]
+        mine.refresh_from_db()
+        theirs.refresh_from_db()
+        assert mine.status == "candidate" and theirs.status == "candidate"
+        # a foreign id answers exactly like an unknown one: existence does not leak
+        a = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": [theirs.pk], "outcome": "success"}, format="json").json()
+        b = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": [888888], "outcome": "success"}, format="json").json()
+        assert a["code"] == b["code"] == "not_found"
+
+    @pytest.mark.parametrize("ids", ["first", [], ["1"], [0], [True], {"id": 1}])
+    def test_feedback_malformed_ids(self, api, ids):
+        r = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": ids, "outcome": "success"}, format="json")
+        assert r.status_code == 400 and "memory_ids" in r.json()["fields"]
+
+    def test_feedback_last_without_retrieval(self, api):
+        r = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": "last", "outcome": "success"}, format="json")
+        assert r.status_code == 404 and "memory_ids" in r.json()["fields"]
+
+    def test_scopes(self, db):
+        from tests.conftest import make_client
+
+        resolve_only = make_client(["resolve"], name="reader")
+        assert observe(resolve_only).status_code == 403
+        assert resolve_only.post(FEEDBACK, {"user_id": "a", "memory_ids": "last", "outcome": "success"}, format="json").status_code == 403
+        feedback_only = make_client(["feedback"], name="writer")
+        assert feedback_only.post(RETRIEVE, {"user_id": "a", "query": "x"}, format="json").status_code == 403
+        assert feedback_only.post(SEARCH, {"user_id": "a", "query": "x"}, format="json").status_code == 403
