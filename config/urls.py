@@ -25,3 +25,7 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("api/v1/", include(api_v1)),
 ]
+
+handler400 = "config.views.bad_request"
+handler404 = "config.views.not_found"
+handler500 = "config.views.server_error"
