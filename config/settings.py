@@ -195,6 +195,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "max_retries": 1
 CELERY_BEAT_SCHEDULE: dict = {}
 # Broker down: run the task inline (True) or leave the work for the periodic sweep (False).
 CELERY_FALLBACK_INLINE = env_bool("CELERY_FALLBACK_INLINE", True)
+CELERY_BEAT_SCHEDULE["embeddings-backfill"] = {
+    "task": "learning.tasks.embeddings_backfill_task",
+    "schedule": env_float("EMBEDDING_SWEEP_SECONDS", 300.0),
+}
 
 # --- Embeddings ----------------------------------------------------------------
 EMBEDDING_BACKEND = os.environ.get("EMBEDDING_BACKEND", "local")  # local | openai

@@ -352,3 +352,40 @@ def _phrase_block_put(
     block._history_user = history_user
     block.save()
     return block
+
+
+# --- Embedding backfill (foundation) -------------------------------------------
+
+
+def embeddings_backfill(*, batch_size: int = 128, progress=None) -> dict:
+    """Embed every row whose vector is missing or stale, one committed batch at a time (resumable).
+
+    ``progress(model, total)`` may return a callable ``update(n)`` for a progress bar.
+    Answers {"embedded": n, "failed": n, "model": name}; raises EmbeddingError if the embedder cannot load.
+    """
+    from learning.selectors import EMBEDDED_MODELS, embedding_rows_needing_work
+
+    model_name = get_embedder().model_name
+    totals = {"embedded": 0, "failed": 0, "model": model_name}
+    for model in EMBEDDED_MODELS:
+        pending = embedding_rows_needing_work(model, current_model=model_name)
+        total = pending.count()
+        if not total:
+            continue
+        update = progress(model, total) if progress else None
+        last_pk = 0
+        while True:
+            rows = list(pending.filter(pk__gt=last_pk)[:batch_size])
+            if not rows:
+                break
+            last_pk = rows[-1].pk
+            try:
+                done = embeddings_refresh(rows=rows)
+            except Exception:  # count and go on: one bad batch must not stop the rest
+                logger.exception("embedding batch of %s after pk %s failed", model.__name__, last_pk)
+                done = 0
+            totals["embedded"] += done
+            totals["failed"] += len(rows) - done
+            if update:
+                update(len(rows))
+    return totals

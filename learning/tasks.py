@@ -21,3 +21,19 @@ def memory_embed(self, memory_ids: list[int]) -> int:
         if Memory.objects.filter(pk__in=memory_ids, embedding__isnull=True).exists():
             raise self.retry()
     return done
+
+
+# --- Embedding backfill (foundation) -------------------------------------------
+
+
+@shared_task(ignore_result=True)
+def embeddings_backfill_task() -> dict:
+    """Periodic sweep: embed rows written while the embedder was down, or made by another model."""
+    from learning.embeddings import EmbeddingError
+    from learning.services import embeddings_backfill
+
+    try:
+        return embeddings_backfill()
+    except EmbeddingError as exc:
+        logger.warning("embedding sweep skipped: %s", exc)
+        return {"embedded": 0, "failed": 0, "model": ""}

@@ -167,3 +167,15 @@ def test_demo_with_banking77(settings):
     call_command("demo", "--no-admin", "--no-key", stdout=StringIO())
     assert Verb.objects.filter(domain="banking").count() == 77
     assert VerbPhrase.objects.count() == 77 * 5
+
+
+def test_periodic_sweep_embeds_rows_written_while_the_embedder_was_down(catalogue, failing_embedder):
+    from learning.tasks import embeddings_backfill_task
+
+    learned_phrase_upsert(phrase="written while down", verb=catalogue["cbu.list"])
+    down = embeddings_backfill_task.apply().get()
+    assert (down["embedded"], down["failed"]) == (0, 1)
+    set_embedder(None)
+    result = embeddings_backfill_task.apply().get()
+    assert result["embedded"] == 1 and result["failed"] == 0
+    assert LearnedPhrase.objects.get(normalized="written while down").embedding is not None

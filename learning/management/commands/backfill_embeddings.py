@@ -1,13 +1,8 @@
-import logging
-
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from learning.embeddings import EmbeddingError, get_embedder
-from learning.selectors import EMBEDDED_MODELS, embedding_rows_needing_work
-from learning.services import embeddings_refresh
-
-logger = logging.getLogger(__name__)
+from learning.embeddings import EmbeddingError
+from learning.services import embeddings_backfill
 
 
 class Command(BaseCommand):
@@ -23,31 +18,20 @@ class Command(BaseCommand):
     def handle(self, *args, batch_size, no_progress, **options):
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
+        bars = []
+
+        def progress(model, total):
+            bar = tqdm(total=total, desc=str(model._meta.verbose_name_plural), disable=no_progress, unit="row")
+            bars.append(bar)
+            return bar.update
+
         try:
-            model_name = get_embedder().model_name
+            totals = embeddings_backfill(batch_size=batch_size, progress=progress)
         except EmbeddingError as exc:
             raise CommandError(f"The embedder cannot load: {exc}") from exc
-        totals = {"embedded": 0, "failed": 0}
-        for model in EMBEDDED_MODELS:
-            pending = embedding_rows_needing_work(model, current_model=model_name)
-            total = pending.count()
-            if not total:
-                continue
-            last_pk = 0
-            with tqdm(total=total, desc=model._meta.verbose_name_plural, disable=no_progress, unit="row") as bar:
-                while True:
-                    rows = list(pending.filter(pk__gt=last_pk)[:batch_size])
-                    if not rows:
-                        break
-                    last_pk = rows[-1].pk
-                    try:
-                        done = embeddings_refresh(rows=rows)
-                    except Exception:  # count and go on: one bad batch must not stop the rest
-                        logger.exception("batch after pk %s failed", last_pk)
-                        done = 0
-                    totals["embedded"] += done
-                    totals["failed"] += len(rows) - done
-                    bar.update(len(rows))
-        self.stdout.write(f"embedded: {totals['embedded']}, failed: {totals['failed']}, model: {model_name}")
+        finally:
+            for bar in bars:
+                bar.close()
+        self.stdout.write(f"embedded: {totals['embedded']}, failed: {totals['failed']}, model: {totals['model']}")
         if totals["failed"]:
             raise CommandError(f"{totals['failed']} row(s) could not be embedded; run the command again later")
