@@ -66,3 +66,7 @@ class PhraseBlockAdmin(EmbeddingStatusMixin, SimpleHistoryAdmin):
     list_select_related = ["verb"]
     autocomplete_fields = ["verb"]
     readonly_fields = ["normalized", "created_at"]
+
+
+# --- Memories (issue 5, mem): reviewer screens live in learning/memory_admin.py.
+from learning import memory_admin  # noqa: E402,F401
