@@ -313,3 +313,6 @@ MEMORY_EXTRACTOR = os.environ.get("MEMORY_EXTRACTOR", "deterministic")
 MEMORY_LLM_MODEL = os.environ.get("MEMORY_LLM_MODEL", "")
 MEMORY_LLM_BASE_URL = os.environ.get("MEMORY_LLM_BASE_URL", "") or OPENAI_BASE_URL
 MEMORY_LLM_TIMEOUT_S = env_float("MEMORY_LLM_TIMEOUT_S", 15.0)
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {"MemoryStatusEnum": "learning.memory_models.MemoryStatus", "MemorySearchModeEnum": ["both", "semantic", "substring"]}
+)  # end mem settings
