@@ -273,12 +273,21 @@ LEARNING_CORRECTION_FLOOR = env_float("LEARNING_CORRECTION_FLOOR", 0.1)
 LEARNING_CORRECTION_BOOST = env_float("LEARNING_CORRECTION_BOOST", 0.2)
 LEARNING_CORRECTION_CAP = env_float("LEARNING_CORRECTION_CAP", 1.0)
 LEARNING_CORRECTION_START = env_float("LEARNING_CORRECTION_START", 0.8)
+# Confidence of the review candidate a global correction records.
+LEARNING_CORRECTION_CANDIDATE_CONFIDENCE = env_float("LEARNING_CORRECTION_CANDIDATE_CONFIDENCE", 0.5)
 # Bulk import limits.
 LEARNING_IMPORT_MAX_BYTES = env_int("LEARNING_IMPORT_MAX_BYTES", 5 * 1024 * 1024)
 LEARNING_IMPORT_MAX_ROWS = env_int("LEARNING_IMPORT_MAX_ROWS", 50_000)
 LEARNING_IMPORT_BATCH_SIZE = env_int("LEARNING_IMPORT_BATCH_SIZE", 256)
 # Top pending phrases shown by the stats API and the admin dashboard.
 LEARNING_STATS_TOP_PENDING = env_int("LEARNING_STATS_TOP_PENDING", 10)
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {
+        "LearningCandidateStatusEnum": "learning.models.LearningCandidate.Status",
+        "LearningCandidateTypeEnum": "learning.models.LearningCandidate.Type",
+        "LearningCandidateRiskEnum": "learning.models.LearningCandidate.Risk",
+    }
+)
 
 # --- Memories (issue 5, mem) -----------------------------------------------------
 # Dedupe rule (learning/memory_services.py): exact text -> skip; SimHash Hamming

@@ -354,6 +354,386 @@ def _phrase_block_put(
     return block
 
 
+def _verb_by_name(name: str, *, field: str) -> Verb:
+    verb = Verb.objects.filter(name=name, is_active=True).first()
+    if verb is None:
+        raise ApplicationError(f"Unknown or inactive verb {name!r}.", field=field, code="unknown_verb")
+    return verb
+
+
+def phrase_block_add(
+    *, phrase: str, verb_name: str, user_id: str | None = None, reason: str = "", expires_at=None, source: str = "api"
+) -> PhraseBlock:
+    """Block ``verb`` for ``phrase`` and its paraphrases, globally or for one user, until ``expires_at`` (or forever)."""
+    normalized = normalize_phrase(phrase)
+    if not normalized:
+        raise ApplicationError("The phrase is empty.", field="phrase")
+    verb = _verb_by_name(verb_name, field="verb")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ApplicationError("The expiry must lie in the future.", field="expires_in")
+    vectors, model = embeddings_compute([normalized])
+    with transaction.atomic():
+        return _phrase_block_put(
+            phrase=phrase, normalized=normalized, verb=verb, user_id=user_id, reason=reason, source=source,
+            expires_at=expires_at, vectors=vectors, model=model,
+        )
+
+
+def _phrase_block_locked(block_id: int) -> PhraseBlock:
+    block = PhraseBlock.objects.select_for_update().filter(pk=block_id).first()
+    if block is None:
+        raise NotFound(f"No blocklist entry {block_id}.", field="id")
+    return block
+
+
+def phrase_block_expire(*, block_id: int, reviewer=None) -> PhraseBlock:
+    """End a block now; the entry stays (expired) for the audit trail until purged."""
+    with transaction.atomic():
+        block = _phrase_block_locked(block_id)
+        now = timezone.now()
+        if block.expires_at is None or block.expires_at > now:
+            block.expires_at = now
+            block._history_user = reviewer
+            block.save()
+    return block
+
+
+def phrase_block_delete(*, block_id: int, reviewer=None) -> None:
+    """Remove a block (its history keeps the deletion)."""
+    with transaction.atomic():
+        block = _phrase_block_locked(block_id)
+        block._history_user = reviewer
+        block.delete()
+
+
+def phrase_blocks_purge_expired() -> int:
+    """Delete every expired block; answers how many went."""
+    with transaction.atomic():
+        deleted, _ = PhraseBlock.objects.filter(expires_at__lte=timezone.now()).delete()
+    return deleted
+
+
+def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, user_id: str | None) -> dict:
+    """Learn from "``text`` meant ``correct_verb``, not ``wrong_verb``".
+
+    With a user: the user's own phrase row for the text holds the correct verb afterwards (created at
+    START + BOOST, re-pointed from another verb likewise, or boosted by BOOST up to CAP when it already
+    holds it); the user's learned phrases for ``wrong_verb`` that the text matched (exact row before
+    re-pointing, and semantic anchors within the learned threshold) decay ×DECAY down to FLOOR.
+    Without a user (global data): occurrence counts move: the global row gains one when it holds the
+    correct verb, loses one (down to 0) when it holds the wrong one; a missing or wrong global mapping
+    becomes a pending LearningCandidate for reviewers. Global rows are never touched for a user.
+    """
+    normalized = normalize_phrase(text)
+    if not normalized:
+        raise ApplicationError("The text is empty.", field="text")
+    if wrong_verb == correct_verb:
+        raise ApplicationError("The wrong and the correct verb are the same.", field="correct_verb")
+    wrong = _verb_by_name(wrong_verb, field="wrong_verb")
+    correct = _verb_by_name(correct_verb, field="correct_verb")
+    from learning.selectors import active_blocks
+
+    if active_blocks(user_id=user_id).filter(normalized=normalized, verb=correct).exists():
+        raise Conflict(f"A blocklist entry forbids {text!r} → {correct.name}.", field="correct_verb", code="blocked")
+    if user_id is None:
+        return _correction_global(text=text, normalized=normalized, wrong=wrong, correct=correct)
+    return _correction_user(text=text, normalized=normalized, wrong=wrong, correct=correct, user_id=user_id)
+
+
+def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, user_id: str) -> dict:
+    from learning.resolution import profile
+    from learning.selectors import correction_decay_targets
+
+    vectors, model = embeddings_compute([normalized])
+    s = settings
+    anchors = []
+    if vectors is not None:
+        anchors = correction_decay_targets(
+            vector=vectors[0], model=model, user_id=user_id, verb=wrong, exclude_normalized=normalized,
+            threshold=profile(model)["learned_threshold"],
+        )
+    decay = Greatest(Value(s.LEARNING_CORRECTION_FLOOR), F("confidence") * Value(s.LEARNING_CORRECTION_DECAY))
+    fresh = min(s.LEARNING_CORRECTION_CAP, s.LEARNING_CORRECTION_START + s.LEARNING_CORRECTION_BOOST)
+    with transaction.atomic():
+        row, created = _user_phrase_lock_or_create(
+            text=text, normalized=normalized, verb=correct, user_id=user_id, confidence=fresh, vectors=vectors, model=model
+        )
+        decayed_ids = sorted(anchors)
+        if not created:
+            qs = LearnedPhrase.objects.filter(pk=row.pk)
+            if row.verb_id == correct.pk:
+                qs.update(
+                    confidence=Least(Value(s.LEARNING_CORRECTION_CAP), F("confidence") + Value(s.LEARNING_CORRECTION_BOOST)),
+                    occurrence_count=F("occurrence_count") + 1,
+                    is_active=True,
+                    updated_at=timezone.now(),
+                )
+            else:
+                # One verb per phrase per scope: the wrong mapping decays (kept in the history), then the row is
+                # re-pointed to the verb the user said is right.
+                was_wrong = row.verb_id == wrong.pk
+                if was_wrong:
+                    qs.update(confidence=decay, updated_at=timezone.now())
+                    row.refresh_from_db()
+                    LearnedPhrase.history.bulk_history_create([row], update=True, default_change_reason="correction: wrong mapping decayed")
+                qs.update(verb=correct, confidence=Value(fresh), occurrence_count=1, is_active=True, source="correction", updated_at=timezone.now())
+        if decayed_ids:
+            locked = list(
+                LearnedPhrase.objects.select_for_update().filter(pk__in=decayed_ids, user_id=user_id, verb=wrong).order_by("pk").values_list("pk", flat=True)
+            )
+            LearnedPhrase.objects.filter(pk__in=locked).update(confidence=decay, updated_at=timezone.now())
+            decayed_ids = locked
+        touched = list(LearnedPhrase.objects.filter(pk__in=[row.pk, *decayed_ids]).select_related("verb").order_by("pk"))
+        if touched and not created:
+            LearnedPhrase.history.bulk_history_create(touched, update=True, default_change_reason="correction")
+        elif len(touched) > 1:
+            LearnedPhrase.history.bulk_history_create([t for t in touched if t.pk != row.pk], update=True, default_change_reason="correction")
+    by_pk = {t.pk: t for t in touched}
+    phrase = by_pk[row.pk]
+    return {
+        "scope": "user",
+        "user_id": user_id,
+        "phrase": _phrase_state(phrase),
+        "created": created,
+        "decayed": [_phrase_state(by_pk[pk]) for pk in decayed_ids if pk in by_pk],
+        "candidate_id": None,
+    }
+
+
+def _user_phrase_lock_or_create(*, text, normalized, verb, user_id, confidence, vectors, model) -> tuple[LearnedPhrase, bool]:
+    """Lock the user's row for the phrase, creating it (race-safe) when absent."""
+    for _attempt in range(3):
+        row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id=user_id).first()
+        if row is not None:
+            return row, False
+        try:
+            with transaction.atomic():
+                row = LearnedPhrase(
+                    phrase=text.strip(), normalized=normalized, verb=verb, user_id=user_id, confidence=confidence,
+                    source="correction",
+                )
+                embedding_assign([row], vectors, model)
+                row.save()
+                return row, True
+        except IntegrityError:
+            continue  # created by a concurrent correction: lock that one
+    raise Conflict("The phrase changed meanwhile; retry.", field="text")
+
+
+def _correction_global(*, text: str, normalized: str, wrong: Verb, correct: Verb) -> dict:
+    candidate = None
+    with transaction.atomic():
+        row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id__isnull=True).first()
+        if row is not None and row.verb_id == correct.pk:
+            LearnedPhrase.objects.filter(pk=row.pk).update(occurrence_count=F("occurrence_count") + 1, updated_at=timezone.now())
+        elif row is not None and row.verb_id == wrong.pk:
+            LearnedPhrase.objects.filter(pk=row.pk).update(
+                occurrence_count=Case(When(occurrence_count__gt=0, then=F("occurrence_count") - 1), default=Value(0)),
+                updated_at=timezone.now(),
+            )
+        if row is not None:
+            row.refresh_from_db()
+            LearnedPhrase.history.bulk_history_create([row], update=True, default_change_reason="correction")
+        if row is None or row.verb_id != correct.pk:
+            candidate = candidate_record(
+                input_pattern=text, suggested_output=correct.name, user_id=None, source="correction",
+                confidence=settings.LEARNING_CORRECTION_CANDIDATE_CONFIDENCE, previous_output=wrong.name,
+                rejected_alternatives=[wrong.name],
+            )
+    return {
+        "scope": "global",
+        "user_id": None,
+        "phrase": _phrase_state(row) if row is not None else None,
+        "created": False,
+        "decayed": [],
+        "candidate_id": candidate.pk if candidate else None,
+    }
+
+
+def _phrase_state(row: LearnedPhrase) -> dict:
+    return {
+        "id": row.pk,
+        "phrase": row.phrase,
+        "verb": row.verb.name,
+        "user_id": row.user_id,
+        "confidence": round(row.confidence, 6),
+        "occurrence_count": row.occurrence_count,
+    }
+
+
+class ImportRejected(ApplicationError):
+    """An import with invalid rows: nothing was written; ``extra["errors"]`` names every bad row."""
+
+    code = "import_invalid"
+
+
+def _import_error(errors: list, row, field: str, reason: str) -> None:
+    errors.append({"row": row.number, "field": field, "reason": reason})
+
+
+def phrases_import(
+    *, rows: list, user_id: str | None = None, dry_run: bool = False, progress: bool = False, source: str = "import"
+) -> dict:
+    """Import ``ImportRow``s as learned phrases of one scope: all valid rows in one transaction, or nothing.
+
+    Rows are checked first (empty phrase or verb, unknown verb, one phrase mapped to two verbs, a mapping an
+    active blocklist entry forbids exactly or by paraphrase). A dry run reports what would change and writes
+    nothing. Vectors are computed in batches (``progress`` shows a tqdm bar) before the transaction opens.
+    """
+    import numpy as np
+    from simple_history.utils import bulk_create_with_history, bulk_update_with_history
+    from tqdm import tqdm
+
+    from learning import selectors
+    from learning.resolution import profile
+
+    errors: list[dict] = []
+    verbs = {v.name: v for v in Verb.objects.filter(name__in={r.verb for r in rows if r.verb}, is_active=True)}
+    plan: dict[str, tuple] = {}  # normalized -> (row, verb)
+    duplicates = 0
+    for row in rows:
+        normalized = normalize_phrase(row.phrase)
+        if not normalized:
+            _import_error(errors, row, "phrase", "The phrase is empty.")
+            continue
+        if len(row.phrase) > 500:
+            _import_error(errors, row, "phrase", "The phrase is longer than 500 characters.")
+            continue
+        if not row.verb:
+            _import_error(errors, row, "verb", "The verb is empty.")
+            continue
+        if row.verb not in verbs:
+            _import_error(errors, row, "verb", f"Unknown or inactive verb {row.verb!r}.")
+            continue
+        if normalized in plan:
+            first, verb = plan[normalized]
+            if verb.name != row.verb:
+                _import_error(
+                    errors, row, "verb",
+                    f"{row.phrase!r} is mapped to {row.verb} here and to {verb.name} in row {first.number}.",
+                )
+            else:
+                duplicates += 1
+            continue
+        plan[normalized] = (row, verbs[row.verb])
+
+    blocks = list(
+        selectors.active_blocks(user_id=user_id).filter(verb__name__in=list(verbs)).values_list("pk", "normalized", "verb__name", "embedding", "embedding_model")
+    )
+    exact_blocks = {(n, v): pk for pk, n, v, _, _ in blocks}
+    for normalized, (row, verb) in plan.items():
+        if (normalized, verb.name) in exact_blocks:
+            _import_error(errors, row, "verb", f"Blocklist entry {exact_blocks[(normalized, verb.name)]} forbids {row.phrase!r} → {verb.name}.")
+    exactly_blocked = {n for n, (_, verb) in plan.items() if (n, verb.name) in exact_blocks}
+
+    existing = selectors.import_existing(normalized=list(plan), user_id=user_id)
+    added, updated, unchanged = [], [], []
+    for normalized, (row, verb) in plan.items():
+        current = existing.get(normalized)
+        if current is None:
+            added.append(normalized)
+        elif current.verb_id == verb.pk and current.is_active and current.embedding_model:
+            unchanged.append(normalized)
+        else:
+            updated.append(normalized)
+
+    # Vectors: for rows to write (not in a dry run) and for rows whose verb has semantic blocks to check.
+    blocked_verbs = {v for _, _, v, e, _ in blocks if e is not None}
+    need_check = [n for n in plan if plan[n][1].name in blocked_verbs and n not in unchanged and n not in exactly_blocked]
+    to_write = [] if dry_run or errors else [n for n in added + updated if n not in existing or not existing[n].embedding_model]
+    to_embed = list(dict.fromkeys(need_check + to_write))
+    vectors: dict[str, list] = {}
+    model, unembedded = "", 0
+    batch = settings.LEARNING_IMPORT_BATCH_SIZE
+    with tqdm(total=len(to_embed), desc="embedding", unit="phrase", disable=not progress or not to_embed) as bar:
+        for start in range(0, len(to_embed), batch):
+            chunk = to_embed[start : start + batch]
+            out, model_name = embeddings_compute(chunk)
+            if out is None:
+                unembedded += len(chunk)
+            else:
+                model = model_name
+                vectors.update(zip(chunk, out))
+            bar.update(len(chunk))
+
+    if need_check and vectors:
+        threshold = profile(model or None)["blocklist_threshold"]
+        for verb_name in blocked_verbs:
+            block_rows = [(pk, np.asarray(e, dtype=np.float32)) for pk, _, v, e, m in blocks if v == verb_name and e is not None and m == model]
+            texts = [n for n in need_check if plan[n][1].name == verb_name and n in vectors]
+            if not block_rows or not texts:
+                continue
+            bm = np.stack([e / (np.linalg.norm(e) or 1.0) for _, e in block_rows])
+            tm = np.stack([np.asarray(vectors[n], dtype=np.float32) for n in texts])
+            tm = tm / np.maximum(np.linalg.norm(tm, axis=1, keepdims=True), 1e-12)
+            sims = tm @ bm.T
+            for i, n in enumerate(texts):
+                j = int(np.argmax(sims[i]))
+                if sims[i, j] >= threshold:
+                    row = plan[n][0]
+                    _import_error(errors, row, "verb", f"Blocklist entry {block_rows[j][0]} forbids {row.phrase!r} → {verb_name} (a paraphrase of a blocked phrase).")
+    if errors:
+        errors.sort(key=lambda e: e["row"])
+        _import_reject(errors)
+
+    result = {
+        "dry_run": dry_run,
+        "scope": "user" if user_id else "global",
+        "user_id": user_id,
+        "rows": len(rows),
+        "imported": len(added),
+        "updated": len(updated),
+        "unchanged": len(unchanged) + duplicates,
+        "rejected": 0,
+        "unembedded": 0,
+        "errors": [],
+    }
+    if dry_run:
+        result["would_add"] = [plan[n][0].phrase for n in added[:100]]
+        result["would_update"] = [plan[n][0].phrase for n in updated[:100]]
+        return result
+
+    now = timezone.now()
+    with transaction.atomic():
+        new_rows = []
+        for n in added:
+            row, verb = plan[n]
+            obj = LearnedPhrase(
+                phrase=row.phrase, normalized=n, verb=verb, user_id=user_id, source=source, confidence=1.0,
+                created_at=now, updated_at=now,
+            )
+            if n in vectors:
+                embedding_assign([obj], [vectors[n]], model)
+            new_rows.append(obj)
+        bulk_create_with_history(new_rows, LearnedPhrase, batch_size=1000, default_change_reason=f"import ({source})")
+        if updated:
+            locked = {r.normalized: r for r in LearnedPhrase.objects.select_for_update().filter(pk__in=[existing[n].pk for n in updated])}
+            changed = []
+            for n in updated:
+                obj = locked[n]
+                row, verb = plan[n]
+                obj.phrase, obj.verb, obj.source, obj.confidence, obj.is_active, obj.updated_at = row.phrase, verb, source, 1.0, True, now
+                if n in vectors:
+                    embedding_assign([obj], [vectors[n]], model)
+                changed.append(obj)
+            bulk_update_with_history(
+                changed, LearnedPhrase,
+                ["phrase", "verb", "source", "confidence", "is_active", "updated_at", "embedding", "embedding_model", "embedding_hash"],
+                batch_size=1000, default_change_reason=f"import ({source})",
+            )
+    result["unembedded"] = sum(1 for n in added + updated if n not in vectors and not (existing.get(n) and existing[n].embedding_model))
+    return result
+
+
+def _import_reject(errors: list[dict]) -> None:
+    first = errors[0]
+    raise ImportRejected(
+        f"{len(errors)} invalid row(s); nothing was imported. Row {first['row']}: {first['reason']}",
+        field="content",
+        extra={"errors": errors[:1000], "rejected": len(errors), "imported": 0, "updated": 0, "unchanged": 0},
+    )
+
+
 # --- Embedding backfill (foundation) -------------------------------------------
 
 

@@ -1,0 +1,188 @@
+"""Learning-governance API (issue 3): review candidates, stats, blocklist, corrections, bulk import.
+
+Thin views: validate, call a service or selector, shape the answer. Reviewing, blocking and importing
+need the ``governance`` scope; corrections are feedback (``feedback`` scope).
+"""
+
+from django.conf import settings
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from autonomy.authentication import ScopePermission
+from config.api import ApplicationError, error_response
+from config.schema import ERROR_RESPONSES, ErrorSerializer
+from learning import selectors, services
+from learning.governance_serializers import (
+    BlockCreateSerializer,
+    BlockSerializer,
+    CandidateApproveSerializer,
+    CandidateListQuerySerializer,
+    CandidatePageSerializer,
+    CandidateRejectSerializer,
+    CorrectionResultSerializer,
+    CorrectionSerializer,
+    ImportRequestSerializer,
+    ImportResultSerializer,
+    LearningCandidateSerializer,
+    StatsQuerySerializer,
+    StatsSerializer,
+)
+from learning.importing import ImportFormatError, check_size, parse
+
+ERRORS_404_409 = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
+
+
+class GovernanceApi(APIView):
+    permission_classes = [ScopePermission]
+    required_scopes = ["governance"]
+
+
+class CandidatePagination(LimitOffsetPagination):
+    default_limit = 50
+    max_limit = 200
+
+
+class CandidateListApi(GovernanceApi):
+    """Learning candidates, pending first, then by occurrences and recency."""
+
+    @extend_schema(parameters=[CandidateListQuerySerializer], responses={200: CandidatePageSerializer, **ERROR_RESPONSES})
+    def get(self, request):
+        query = CandidateListQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        qs = selectors.candidate_list(
+            status=q.get("status"), candidate_type=q.get("type"), min_occurrences=q.get("min_occurrences"),
+            risk_level=q.get("risk_level"), user_id=q.get("user_id"),
+        ).select_related("reviewed_by")
+        paginator = CandidatePagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response(LearningCandidateSerializer(page, many=True).data)
+
+
+class CandidateApproveApi(GovernanceApi):
+    """Approve a candidate; with ``apply_immediately`` (default) write the learned phrase or alias now."""
+
+    @extend_schema(request=CandidateApproveSerializer, responses={200: LearningCandidateSerializer, **ERRORS_404_409})
+    def post(self, request, candidate_id: int):
+        body = CandidateApproveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        candidate = services.candidate_get(candidate_id=candidate_id)
+        done = services.candidate_approve(candidate=candidate, apply_immediately=body.validated_data["apply_immediately"])
+        return Response(LearningCandidateSerializer(done).data)
+
+
+class CandidateRejectApi(GovernanceApi):
+    """Reject a candidate with a reason; optionally blocklist its phrase for the suggested verb."""
+
+    @extend_schema(request=CandidateRejectSerializer, responses={200: LearningCandidateSerializer, **ERRORS_404_409})
+    def post(self, request, candidate_id: int):
+        body = CandidateRejectSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        candidate = services.candidate_get(candidate_id=candidate_id)
+        done = services.candidate_reject(candidate=candidate, **body.validated_data)
+        return Response(LearningCandidateSerializer(done).data)
+
+
+class LearningStatsApi(GovernanceApi):
+    """Candidates by status within the time range, active learnings, top pending phrases."""
+
+    @extend_schema(parameters=[StatsQuerySerializer], responses={200: StatsSerializer, **ERROR_RESPONSES})
+    def get(self, request):
+        query = StatsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(StatsSerializer(selectors.learning_stats(**query.validated_data)).data)
+
+
+class BlockCreateApi(GovernanceApi):
+    """Block a verb for a phrase and its paraphrases, globally or for one user, optionally for a while."""
+
+    @extend_schema(request=BlockCreateSerializer, responses={201: BlockSerializer, **ERROR_RESPONSES})
+    def post(self, request):
+        body = BlockCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        expires_in = d.get("expires_in")
+        block = services.phrase_block_add(
+            phrase=d["phrase"], verb_name=d["verb"], reason=d["reason"],
+            user_id=d.get("user_id") if d["scope"] == "user" else None,
+            expires_at=timezone.now() + expires_in if expires_in else None,
+        )
+        return Response(BlockSerializer(block).data, status=status.HTTP_201_CREATED)
+
+
+class BlockDetailApi(GovernanceApi):
+    """Delete a blocklist entry."""
+
+    @extend_schema(request=None, responses={204: None, **ERRORS_404_409})
+    def delete(self, request, block_id: int):
+        services.phrase_block_delete(block_id=block_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class BlockExpireApi(GovernanceApi):
+    """Expire a blocklist entry now (it stays, expired, until ``purge_expired_blocks``)."""
+
+    @extend_schema(request=None, responses={200: BlockSerializer, **ERRORS_404_409})
+    def post(self, request, block_id: int):
+        return Response(BlockSerializer(services.phrase_block_expire(block_id=block_id)).data)
+
+
+class CorrectionApi(APIView):
+    """The agent resolved ``text`` to ``wrong_verb`` but the user meant ``correct_verb``."""
+
+    permission_classes = [ScopePermission]
+    required_scopes = ["feedback"]
+
+    @extend_schema(request=CorrectionSerializer, responses={200: CorrectionResultSerializer, **ERRORS_404_409})
+    def post(self, request):
+        body = CorrectionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        result = services.phrase_correction_apply(
+            text=d["text"], wrong_verb=d["wrong_verb"], correct_verb=d["correct_verb"], user_id=d.get("user_id")
+        )
+        return Response(CorrectionResultSerializer(result).data)
+
+
+class PhraseImportApi(GovernanceApi):
+    """Import learned phrases (YAML, JSON or CSV; inline ``content`` or an uploaded ``file``): all or nothing."""
+
+    parser_classes = [JSONParser, MultiPartParser, FormParser]
+
+    @extend_schema(
+        request={"application/json": ImportRequestSerializer, "multipart/form-data": ImportRequestSerializer},
+        responses={200: ImportResultSerializer, 413: ErrorSerializer, **ERROR_RESPONSES},
+    )
+    def post(self, request):
+        limit = settings.LEARNING_IMPORT_MAX_BYTES
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > limit + 64 * 1024:  # refuse before reading the body (allowance for the JSON/multipart envelope)
+            return error_response(
+                413, f"The import is {length} bytes; the limit is {limit} bytes.", "too_large",
+                {"content": [f"At most {limit} bytes."]},
+            )
+        body = ImportRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        field = "file" if d.get("file") else "content"
+        try:
+            if d.get("file"):
+                check_size(d["file"].size)
+                content = d["file"].read()
+            else:
+                content = d["content"]
+            rows = parse(content, d["format"])
+        except ImportFormatError as exc:
+            raise ApplicationError(str(exc), field=field, code="import_unreadable") from None
+        result = services.phrases_import(
+            rows=rows, user_id=d.get("user_id") if d["scope"] == "user" else None, dry_run=d["dry_run"], source="import-api"
+        )
+        return Response(ImportResultSerializer(result).data)

@@ -1,0 +1,144 @@
+"""Parsing of bulk phrase imports (YAML, JSON, CSV) into ``ImportRow``s.
+
+Pure functions, no database. Files are bounded in size and rows; YAML is read
+with a safe loader that refuses anchors and aliases, so a "billion laughs"
+document cannot expand. Every problem names the row it was found in.
+"""
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+
+import yaml
+from django.conf import settings
+
+FORMATS = ("yaml", "json", "csv")
+REQUIRED_COLUMNS = ("phrase", "verb")
+
+
+class ImportFormatError(ValueError):
+    """The file as a whole cannot be read (size, syntax, shape, missing column)."""
+
+
+@dataclass(frozen=True)
+class ImportRow:
+    number: int  # 1-based; for CSV the data row number (the header is not counted)
+    phrase: str
+    verb: str
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader without anchors/aliases: YAML bombs are refused before anything expands."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ImportFormatError(f"YAML aliases are not allowed (line {event.start_mark.line + 1}).")
+        event = self.peek_event()
+        if getattr(event, "anchor", None):
+            raise ImportFormatError(f"YAML anchors are not allowed (line {event.start_mark.line + 1}).")
+        return super().compose_node(parent, index)
+
+
+def check_size(size: int) -> None:
+    limit = settings.LEARNING_IMPORT_MAX_BYTES
+    if size > limit:
+        raise ImportFormatError(f"The import is {size} bytes; the limit is {limit} bytes.")
+
+
+def parse(content: str | bytes, fmt: str) -> list[ImportRow]:
+    """Rows of an import file. Raises ImportFormatError for a file that cannot be read as a whole."""
+    if fmt not in FORMATS:
+        raise ImportFormatError(f"Unknown format {fmt!r}; use one of {', '.join(FORMATS)}.")
+    if isinstance(content, bytes):
+        check_size(len(content))
+        try:
+            content = content.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ImportFormatError(f"The file is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
+    else:
+        check_size(len(content.encode("utf-8")))
+    if fmt == "csv":
+        rows = _parse_csv(content)
+    else:
+        rows = _records(_parse_yaml(content) if fmt == "yaml" else _parse_json(content))
+    if not rows:
+        raise ImportFormatError("The import holds no rows.")
+    if len(rows) > settings.LEARNING_IMPORT_MAX_ROWS:
+        raise ImportFormatError(f"The import holds {len(rows)} rows; the limit is {settings.LEARNING_IMPORT_MAX_ROWS}.")
+    return rows
+
+
+def _parse_json(content: str):
+    try:
+        return json.loads(content)
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(f"Invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}.") from None
+
+
+def _parse_yaml(content: str):
+    loader = _NoAliasLoader(content)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as exc:
+        raise ImportFormatError(f"Invalid YAML: {exc}".replace("\n", " ")) from None
+    finally:
+        loader.dispose()
+
+
+def _records(data) -> list[ImportRow]:
+    """Accepts a list of {phrase, verb} mappings, or {"phrases": [...]}, or {verb: [phrases]}."""
+    if isinstance(data, dict) and isinstance(data.get("phrases"), list):
+        data = data["phrases"]
+    if isinstance(data, dict):
+        rows, n = [], 0
+        for verb, phrases in data.items():
+            if not isinstance(phrases, list):
+                raise ImportFormatError(f"Under verb {verb!r} expected a list of phrases.")
+            for phrase in phrases:
+                n += 1
+                rows.append(ImportRow(n, _text(phrase, n, "phrase"), _text(verb, n, "verb")))
+        return rows
+    if not isinstance(data, list):
+        raise ImportFormatError("Expected a list of {phrase, verb} rows.")
+    rows = []
+    for n, item in enumerate(data, start=1):
+        if not isinstance(item, dict):
+            raise ImportFormatError(f"Row {n}: expected a mapping with 'phrase' and 'verb'.")
+        missing = [c for c in REQUIRED_COLUMNS if c not in item]
+        if missing:
+            raise ImportFormatError(f"Row {n}: missing {', '.join(missing)}.")
+        rows.append(ImportRow(n, _text(item["phrase"], n, "phrase"), _text(item["verb"], n, "verb")))
+    return rows
+
+
+def _text(value, n: int, name: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        raise ImportFormatError(f"Row {n}: {name} must be text.")
+    return str(value).strip()
+
+
+def _parse_csv(content: str) -> list[ImportRow]:
+    reader = csv.DictReader(io.StringIO(content, newline=""))
+    try:
+        header = [h.strip().lower() for h in (reader.fieldnames or [])]
+    except csv.Error as exc:
+        raise ImportFormatError(f"Invalid CSV header: {exc}.") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise ImportFormatError(f"CSV is missing the column(s): {', '.join(missing)} (header: {', '.join(header) or 'empty'}).")
+    reader.fieldnames = header
+    rows = []
+    try:
+        for n, record in enumerate(reader, start=1):
+            if None in record:
+                raise ImportFormatError(f"Row {n}: more fields than the header has columns.")
+            rows.append(ImportRow(n, (record.get("phrase") or "").strip(), (record.get("verb") or "").strip()))
+            if len(rows) > settings.LEARNING_IMPORT_MAX_ROWS:
+                break
+    except csv.Error as exc:
+        raise ImportFormatError(f"Invalid CSV at line {reader.line_num}: {exc}.") from None
+    return rows

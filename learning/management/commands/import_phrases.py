@@ -1,0 +1,66 @@
+"""Bulk-import learned phrases from a YAML, JSON or CSV file: every row valid, or nothing is written."""
+
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from config.api import ApplicationError
+from learning.importing import FORMATS, ImportFormatError, parse
+from learning.models import USER_ID_RE
+from learning.services import ImportRejected, phrases_import
+
+
+class Command(BaseCommand):
+    help = "Import learned phrases (phrase → verb) from FILE. Rows are all validated first; with any error nothing is imported."
+
+    def add_arguments(self, parser):
+        parser.add_argument("file", help="Path of the file to import")
+        parser.add_argument("--format", choices=FORMATS, help="File format (default: from the file extension)")
+        parser.add_argument("--scope", choices=["global", "user"], default="global")
+        parser.add_argument("--user-id", help="The user, for --scope user")
+        parser.add_argument("--dry-run", action="store_true", help="Report what would change; write nothing")
+        parser.add_argument("--no-progress", action="store_true", help="No progress bar")
+
+    def handle(self, *args, file, format, scope, user_id, dry_run, no_progress, **options):
+        import re
+
+        path = Path(file)
+        fmt = format or {".yml": "yaml", ".yaml": "yaml", ".json": "json", ".csv": "csv"}.get(path.suffix.lower())
+        if fmt is None:
+            raise CommandError(f"Cannot tell the format of {path.name}; pass --format {'|'.join(FORMATS)}.")
+        if scope == "user" and not user_id:
+            raise CommandError("--scope user needs --user-id.")
+        if scope == "global" and user_id:
+            raise CommandError("--user-id needs --scope user.")
+        if user_id and not re.match(USER_ID_RE, user_id):
+            raise CommandError(f"Malformed user id {user_id!r}.")
+        if not path.is_file():
+            raise CommandError(f"No such file: {path}")
+        size = path.stat().st_size
+        if size > settings.LEARNING_IMPORT_MAX_BYTES:
+            raise CommandError(f"{path.name} is {size} bytes; the limit is {settings.LEARNING_IMPORT_MAX_BYTES} bytes.")
+        try:
+            rows = parse(path.read_bytes(), fmt)
+        except ImportFormatError as exc:
+            raise CommandError(f"{path.name}: {exc}") from None
+        try:
+            result = phrases_import(rows=rows, user_id=user_id if scope == "user" else None, dry_run=dry_run, progress=not no_progress, source="import")
+        except ImportRejected as exc:
+            for error in exc.extra["errors"]:
+                self.stderr.write(f"row {error['row']}: {error['field']}: {error['reason']}")
+            raise CommandError(f"{exc.extra['rejected']} invalid row(s); nothing was imported.") from None
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from None
+        prefix = "dry run: would import" if dry_run else "imported"
+        self.stdout.write(
+            f"{prefix} {result['imported']}, updated {result['updated']}, unchanged {result['unchanged']}, "
+            f"rejected {result['rejected']} ({result['rows']} rows, scope {result['scope']})"
+        )
+        if dry_run:
+            for phrase in result.get("would_add", [])[:20]:
+                self.stdout.write(f"  + {phrase}")
+            for phrase in result.get("would_update", [])[:20]:
+                self.stdout.write(f"  ~ {phrase}")
+        if result["unembedded"]:
+            self.stderr.write(f"{result['unembedded']} phrase(s) stored without a vector (embedder unavailable); run backfill_embeddings.")

@@ -1,0 +1,227 @@
+"""Learning-governance API: candidates, stats, blocklist, scopes (issue 3)."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from autonomy.models import Scope
+from learning.models import LearnedPhrase, LearningCandidate, PhraseBlock
+from learning.resolution import resolve
+from learning.services import candidate_record, phrase_block_add
+from tests.conftest import make_client
+
+
+def cand(text="spin up a new client unit", verb="cbu.create", user_id=None, times=1, **kw):
+    row = None
+    for _ in range(times):
+        row = candidate_record(input_pattern=text, suggested_output=verb, user_id=user_id, source="test", confidence=0.5, **kw)
+    return row
+
+
+# --- scopes -----------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "method,url,body",
+    [
+        ("get", "/api/v1/learning/candidates", None),
+        ("post", "/api/v1/learning/candidates/1/approve", {}),
+        ("post", "/api/v1/learning/candidates/1/reject", {"reason": "x"}),
+        ("get", "/api/v1/learning/stats", None),
+        ("post", "/api/v1/blocklist", {"phrase": "x", "verb": "cbu.delete"}),
+        ("delete", "/api/v1/blocklist/1", None),
+        ("post", "/api/v1/blocklist/1/expire", None),
+        ("post", "/api/v1/learning/import", {"format": "json", "content": "[]"}),
+    ],
+)
+def test_agent_key_without_governance_gets_403(api, catalogue, method, url, body):
+    c = cand()
+    response = getattr(api, method)(url.replace("/1/", f"/{c.pk}/"), body, format="json")
+    assert response.status_code == 403
+    assert "governance" in response.json()["detail"]
+    c.refresh_from_db()
+    assert c.status == "pending"
+    assert not PhraseBlock.objects.exists() and not LearnedPhrase.objects.exists()
+
+
+def test_correction_needs_feedback_scope(db, catalogue):
+    client = make_client([Scope.RESOLVE], name="resolve-only")
+    response = client.post("/api/v1/feedback/correction", {"text": "x", "wrong_verb": "cbu.list", "correct_verb": "cbu.create"}, format="json")
+    assert response.status_code == 403
+    assert not LearnedPhrase.objects.exists()
+
+
+def test_unauthenticated_is_401(client, catalogue):
+    assert client.get("/api/v1/learning/candidates").status_code == 401
+
+
+# --- candidates ---------------------------------------------------------------------
+
+def test_list_pending_first_then_occurrences_and_filters(gov_api, catalogue):
+    a = cand("open a cbu please", times=1)
+    b = cand("make me a cbu", times=3)
+    done = cand("remove a cbu", verb="cbu.delete", times=5)
+    gov_api.post(f"/api/v1/learning/candidates/{done.pk}/reject", {"reason": "no"}, format="json")
+    body = gov_api.get("/api/v1/learning/candidates").json()
+    assert body["count"] == 3
+    assert [r["id"] for r in body["results"]] == [b.pk, a.pk, done.pk]
+    assert gov_api.get("/api/v1/learning/candidates?status=pending&min_occurrences=2").json()["results"][0]["id"] == b.pk
+    assert gov_api.get("/api/v1/learning/candidates?status=pending&min_occurrences=2").json()["count"] == 1
+    assert gov_api.get("/api/v1/learning/candidates?type=entity_alias").json()["count"] == 0
+    page = gov_api.get("/api/v1/learning/candidates?limit=1&offset=1").json()
+    assert [r["id"] for r in page["results"]] == [a.pk] and page["next"] and page["previous"] is not None
+    bad = gov_api.get("/api/v1/learning/candidates?status=maybe")
+    assert bad.status_code == 400 and "status" in bad.json()["fields"]
+
+
+def test_approve_via_api_applies_and_resolves(gov_api, catalogue):
+    c = cand("onboard a fresh legal entity")
+    response = gov_api.post(f"/api/v1/learning/candidates/{c.pk}/approve", {}, format="json")
+    assert response.status_code == 200
+    assert response.json()["status"] == "applied"
+    row = LearnedPhrase.objects.get(normalized="onboard a fresh legal entity")
+    assert row.embedding is not None
+    assert resolve(text="onboard a fresh legal entity").verb == "cbu.create"
+
+
+def test_approve_without_apply(gov_api, catalogue):
+    c = cand()
+    response = gov_api.post(f"/api/v1/learning/candidates/{c.pk}/approve", {"apply_immediately": False}, format="json")
+    assert response.json()["status"] == "approved"
+    assert not LearnedPhrase.objects.exists()
+
+
+def test_unknown_candidate_404(gov_api, catalogue):
+    response = gov_api.post("/api/v1/learning/candidates/999999/approve", {}, format="json")
+    assert response.status_code == 404
+    assert response.json()["fields"] == {"id": ["No learning candidate 999999."]}
+    assert gov_api.post("/api/v1/learning/candidates/999999/reject", {}, format="json").status_code == 404
+
+
+def test_approving_rejected_candidate_is_409_with_status(gov_api, catalogue):
+    c = cand()
+    assert gov_api.post(f"/api/v1/learning/candidates/{c.pk}/reject", {"reason": "wrong"}, format="json").status_code == 200
+    response = gov_api.post(f"/api/v1/learning/candidates/{c.pk}/approve", {}, format="json")
+    assert response.status_code == 409
+    assert response.json()["status"] == "rejected"
+    assert "status" in response.json()["fields"]
+    assert not LearnedPhrase.objects.exists()
+
+
+def test_reject_with_blocklist_via_api(gov_api, catalogue):
+    c = cand("remove a client business unit", verb="cbu.delete")
+    response = gov_api.post(f"/api/v1/learning/candidates/{c.pk}/reject", {"reason": "dangerous", "add_to_blocklist": True}, format="json")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "rejected" and body["review_reason"] == "dangerous"
+    assert PhraseBlock.objects.filter(normalized="remove a client business unit", verb__name="cbu.delete").exists()
+    assert "cbu.delete" not in [x.verb for x in resolve(text="remove the client business unit").candidates]
+
+
+# --- stats ------------------------------------------------------------------------------
+
+def test_stats(gov_api, catalogue):
+    cand("make me a cbu", times=4)
+    cand("open a cbu please", times=2)
+    applied = cand("onboard a fresh legal entity")
+    gov_api.post(f"/api/v1/learning/candidates/{applied.pk}/approve", {}, format="json")
+    phrase_block_add(phrase="delete everything", verb_name="cbu.delete")
+    expired = phrase_block_add(phrase="drop it", verb_name="cbu.delete")
+    PhraseBlock.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(hours=1))
+    old = cand("ancient phrase")
+    LearningCandidate.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=40))
+
+    week = gov_api.get("/api/v1/learning/stats?time_range=week").json()
+    assert week["candidates_by_status"] == {"pending": 2, "approved": 0, "rejected": 0, "applied": 1}
+    assert week["active_learned_phrases"] == 1
+    assert week["active_aliases"] == 0
+    assert week["active_blocklist_entries"] == 1
+    assert [t["input_pattern"] for t in week["top_pending"]][:2] == ["make me a cbu", "open a cbu please"]
+    assert week["top_pending"][0]["occurrence_count"] == 4
+    every = gov_api.get("/api/v1/learning/stats?time_range=all").json()
+    assert every["candidates_by_status"]["pending"] == 3
+    assert gov_api.get("/api/v1/learning/stats?time_range=year").status_code == 400
+
+
+# --- blocklist --------------------------------------------------------------------------
+
+def test_block_create_with_expiry(gov_api, catalogue):
+    response = gov_api.post(
+        "/api/v1/blocklist",
+        {"phrase": "Remove a client business unit", "verb": "cbu.delete", "reason": "too risky", "scope": "user", "user_id": "alice", "expires_in": "30d"},
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["scope"] == "user" and body["user_id"] == "alice" and body["embedded"] is True
+    block = PhraseBlock.objects.get(pk=body["id"])
+    assert timedelta(days=29, hours=23) < block.expires_at - timezone.now() <= timedelta(days=30)
+    assert "cbu.delete" not in [c.verb for c in resolve(text="remove the client business unit", user_id="alice").candidates]
+    assert resolve(text="remove a client business unit", user_id="bob").verb == "cbu.delete"
+
+
+@pytest.mark.parametrize("expiry,ok", [("1w", True), ("24h", True), ("90m", True), ("30x", False), ("-1d", False), ("0d", False), ("d", False), ("99999d", False)])
+def test_block_expiry_formats(gov_api, catalogue, expiry, ok):
+    response = gov_api.post("/api/v1/blocklist", {"phrase": "drop a cbu", "verb": "cbu.delete", "expires_in": expiry}, format="json")
+    if ok:
+        assert response.status_code == 201
+    else:
+        assert response.status_code == 400
+        assert "expires_in" in response.json()["fields"]
+        assert not PhraseBlock.objects.exists()
+
+
+def test_block_bad_input(gov_api, catalogue):
+    r = gov_api.post("/api/v1/blocklist", {"phrase": "drop a cbu", "verb": "cbu.nuke"}, format="json")
+    assert r.status_code == 400 and "verb" in r.json()["fields"]
+    r = gov_api.post("/api/v1/blocklist", {"phrase": "drop a cbu", "verb": "cbu.delete", "scope": "user"}, format="json")
+    assert r.status_code == 400 and "user_id" in r.json()["fields"]
+    r = gov_api.post("/api/v1/blocklist", {"phrase": "drop a cbu", "verb": "cbu.delete", "user_id": "alice"}, format="json")
+    assert r.status_code == 400 and "user_id" in r.json()["fields"]
+    r = gov_api.post("/api/v1/blocklist", {"phrase": "  ", "verb": "cbu.delete"}, format="json")
+    assert r.status_code == 400
+    assert not PhraseBlock.objects.exists()
+
+
+def test_block_expire_and_delete(gov_api, catalogue):
+    block = phrase_block_add(phrase="remove a client business unit", verb_name="cbu.delete")
+    assert resolve(text="remove a client business unit").verb != "cbu.delete"
+    r = gov_api.post(f"/api/v1/blocklist/{block.pk}/expire")
+    assert r.status_code == 200 and r.json()["expires_at"]
+    assert resolve(text="remove a client business unit").verb == "cbu.delete"  # expired blocks stop applying
+    assert PhraseBlock.objects.filter(pk=block.pk).exists()
+    assert gov_api.delete(f"/api/v1/blocklist/{block.pk}").status_code == 204
+    assert not PhraseBlock.objects.filter(pk=block.pk).exists()
+    assert block.history.filter(history_type="-").exists()
+    assert gov_api.delete(f"/api/v1/blocklist/{block.pk}").status_code == 404
+    assert gov_api.post(f"/api/v1/blocklist/{block.pk}/expire").status_code == 404
+
+
+def test_expired_block_stops_applying_and_purge(catalogue, capsys):
+    live = phrase_block_add(phrase="remove a client business unit", verb_name="cbu.delete", user_id="alice")
+    gone = phrase_block_add(phrase="delete a cbu", verb_name="cbu.delete", expires_at=timezone.now() + timedelta(minutes=1))
+    assert resolve(text="delete a cbu").verb != "cbu.delete"
+    PhraseBlock.objects.filter(pk=gone.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert resolve(text="delete a cbu").verb == "cbu.delete"
+    call_command("purge_expired_blocks")
+    assert "Purged 1 expired blocklist entry." in capsys.readouterr().out
+    assert list(PhraseBlock.objects.values_list("pk", flat=True)) == [live.pk]
+    call_command("purge_expired_blocks")
+    assert "Purged 0 expired blocklist entries." in capsys.readouterr().out
+
+
+def test_schema_has_no_warnings_about_governance_views(capsys, db, tmp_path):
+    out = tmp_path / "schema.yaml"
+    call_command("spectacular", "--validate", "--file", str(out))
+    err = capsys.readouterr().err
+    # The authenticator note is project-wide (foundation); everything else must be clean for these views.
+    ours = [
+        line for line in err.splitlines()
+        if ("governance" in line or "LearningCandidate" in line or "Correction" in line or "Import" in line or "Block" in line)
+        and "could not resolve authenticator" not in line
+    ]
+    assert ours == []
+    schema = out.read_text()
+    for path in ("/api/v1/learning/candidates:", "/api/v1/learning/stats:", "/api/v1/blocklist:", "/api/v1/feedback/correction:", "/api/v1/learning/import:"):
+        assert path in schema

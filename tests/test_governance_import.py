@@ -1,0 +1,166 @@
+"""Bulk import of learned phrases: command and API (issue 3)."""
+
+import json
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import CommandError, call_command
+
+from learning.importing import ImportFormatError, parse
+from learning.models import LearnedPhrase
+from learning.resolution import resolve
+from learning.services import learned_phrase_upsert, phrase_block_add
+
+GOOD = [
+    {"phrase": "spin up a client unit", "verb": "cbu.create"},
+    {"phrase": "show every client unit", "verb": "cbu.list"},
+    {"phrase": "look for a contract", "verb": "document.search"},
+]
+
+
+def post_json(client, **body):
+    body.setdefault("format", "json")
+    return client.post("/api/v1/learning/import", body, format="json")
+
+
+def test_json_import_writes_with_embeddings_and_resolves(gov_api, catalogue):
+    r = post_json(gov_api, content=json.dumps(GOOD))
+    assert r.status_code == 200, r.json()
+    body = r.json()
+    assert (body["imported"], body["updated"], body["unchanged"], body["rejected"]) == (3, 0, 0, 0)
+    assert LearnedPhrase.objects.filter(user_id__isnull=True, embedding__isnull=False).count() == 3
+    assert resolve(text="spin up a client unit").verb == "cbu.create"
+    assert LearnedPhrase.objects.get(normalized="look for a contract").history.count() == 1
+    again = post_json(gov_api, content=json.dumps(GOOD + [{"phrase": "show every client unit", "verb": "cbu.list"}])).json()
+    assert (again["imported"], again["updated"], again["unchanged"]) == (0, 0, 4)
+
+
+def test_import_updates_existing_mapping(gov_api, catalogue):
+    learned_phrase_upsert(phrase="show every client unit", verb=catalogue["cbu.delete"])
+    body = post_json(gov_api, content=json.dumps(GOOD)).json()
+    assert (body["imported"], body["updated"], body["unchanged"]) == (2, 1, 0)
+    assert LearnedPhrase.objects.get(normalized="show every client unit").verb.name == "cbu.list"
+
+
+def test_dry_run_writes_nothing(gov_api, catalogue):
+    learned_phrase_upsert(phrase="show every client unit", verb=catalogue["cbu.delete"])
+    body = post_json(gov_api, content=json.dumps(GOOD), dry_run=True).json()
+    assert body["dry_run"] is True
+    assert (body["imported"], body["updated"], body["unchanged"]) == (2, 1, 0)
+    assert sorted(body["would_add"]) == ["look for a contract", "spin up a client unit"]
+    assert LearnedPhrase.objects.count() == 1
+    assert LearnedPhrase.objects.get().verb.name == "cbu.delete"
+
+
+def test_one_bad_row_writes_nothing_and_names_rows(gov_api, catalogue):
+    phrase_block_add(phrase="wipe every client unit", verb_name="cbu.delete")
+    rows = GOOD + [
+        {"phrase": "", "verb": "cbu.list"},  # row 4
+        {"phrase": "do a thing", "verb": "cbu.nope"},  # row 5
+        {"phrase": "Spin up a client unit", "verb": "cbu.delete"},  # row 6: same phrase, another verb
+        {"phrase": "wipe every client unit", "verb": "cbu.delete"},  # row 7: blocked exactly
+        {"phrase": "wipe all the client units", "verb": "cbu.delete"},  # row 8: paraphrase of a block
+        {"phrase": "make a cbu", "verb": ""},  # row 9
+    ]
+    r = post_json(gov_api, content=json.dumps(rows))
+    assert r.status_code == 400
+    body = r.json()
+    assert body["code"] == "import_invalid" and body["imported"] == 0 and body["rejected"] == 6
+    by_row = {e["row"]: e for e in body["errors"]}
+    assert sorted(by_row) == [4, 5, 6, 7, 8, 9]
+    assert "empty" in by_row[4]["reason"]
+    assert "cbu.nope" in by_row[5]["reason"]
+    assert "row 1" in by_row[6]["reason"]
+    assert "Blocklist" in by_row[7]["reason"] and "paraphrase" in by_row[8]["reason"]
+    assert not LearnedPhrase.objects.exists()
+
+
+def test_csv_upload_with_quoted_commas(gov_api, catalogue):
+    content = b'phrase,verb\n"find the contract, the one from May",document.search\nlist units,cbu.list\n'
+    upload = SimpleUploadedFile("p.csv", content, content_type="text/csv")
+    r = gov_api.post("/api/v1/learning/import", {"format": "csv", "file": upload, "scope": "user", "user_id": "alice"}, format="multipart")
+    assert r.status_code == 200, r.json()
+    assert r.json()["imported"] == 2
+    row = LearnedPhrase.objects.get(user_id="alice", verb__name="document.search")
+    assert row.phrase == "find the contract, the one from May"
+
+
+def test_csv_missing_column(gov_api, catalogue):
+    r = post_json(gov_api, format="csv", content="phrase,action\nlist units,cbu.list\n")
+    assert r.status_code == 400
+    assert "verb" in r.json()["fields"]["content"][0]
+    assert not LearnedPhrase.objects.exists()
+
+
+def test_yaml_import_and_yaml_bomb_refused(gov_api, catalogue):
+    ok = post_json(gov_api, format="yaml", content="cbu.list:\n  - show all units\n  - units please\n")
+    assert ok.status_code == 200 and ok.json()["imported"] == 2
+    bomb = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n'
+    r = post_json(gov_api, format="yaml", content=bomb)
+    assert r.status_code == 400
+    assert "not allowed" in r.json()["detail"]
+    assert LearnedPhrase.objects.count() == 2
+
+
+def test_too_large_import_refused(gov_api, catalogue, settings):
+    big = "x" * (50 * 1024 * 1024)
+    r = gov_api.post("/api/v1/learning/import", {"format": "json", "content": big}, format="json")
+    assert r.status_code == 413
+    assert r.json()["code"] == "too_large"
+    settings.LEARNING_IMPORT_MAX_BYTES = 100
+    r = post_json(gov_api, content=json.dumps(GOOD * 3))
+    assert r.status_code == 400 and "limit" in r.json()["detail"]
+    upload = SimpleUploadedFile("p.json", json.dumps(GOOD * 3).encode(), content_type="application/json")
+    r = gov_api.post("/api/v1/learning/import", {"format": "json", "file": upload}, format="multipart")
+    assert r.status_code == 400 and "file" in r.json()["fields"]
+    assert not LearnedPhrase.objects.exists()
+
+
+def test_row_limit(gov_api, catalogue, settings):
+    settings.LEARNING_IMPORT_MAX_ROWS = 2
+    r = post_json(gov_api, content=json.dumps(GOOD))
+    assert r.status_code == 400 and "limit is 2" in r.json()["detail"]
+
+
+def test_import_request_validation(gov_api, catalogue):
+    assert post_json(gov_api, content=json.dumps(GOOD), scope="user").status_code == 400
+    assert post_json(gov_api, format="xml", content="<a/>").status_code == 400
+    assert post_json(gov_api, content="{not json").status_code == 400
+    assert gov_api.post("/api/v1/learning/import", {"format": "json"}, format="json").status_code == 400
+
+
+@pytest.mark.parametrize(
+    "content,fmt,message",
+    [
+        ("[1, 2]", "json", "Row 1"),
+        ('{"phrases": [{"phrase": "x"}]}', "json", "missing verb"),
+        ("just a string", "yaml", "Expected a list"),
+        ("phrase,verb\na,b,c\n", "csv", "more fields"),
+        ("", "csv", "missing the column"),
+    ],
+)
+def test_parse_errors(content, fmt, message):
+    with pytest.raises(ImportFormatError, match=message):
+        parse(content, fmt)
+
+
+def test_command_import_dry_run_and_errors(tmp_path, catalogue, capsys):
+    f = tmp_path / "phrases.yaml"
+    f.write_text("- phrase: spin up a client unit\n  verb: cbu.create\n- phrase: look for a contract\n  verb: document.search\n")
+    call_command("import_phrases", str(f), "--dry-run", "--no-progress")
+    assert "dry run: would import 2" in capsys.readouterr().out
+    assert not LearnedPhrase.objects.exists()
+    call_command("import_phrases", str(f), "--scope", "user", "--user-id", "alice", "--no-progress")
+    assert "imported 2, updated 0, unchanged 0, rejected 0" in capsys.readouterr().out
+    assert LearnedPhrase.objects.filter(user_id="alice").count() == 2
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("phrase,verb\nlist units,cbu.list\nzap it,cbu.zap\n")
+    with pytest.raises(CommandError, match="1 invalid row"):
+        call_command("import_phrases", str(bad), "--no-progress")
+    assert "row 2: verb: Unknown or inactive verb 'cbu.zap'" in capsys.readouterr().err
+    assert LearnedPhrase.objects.count() == 2
+    with pytest.raises(CommandError, match="needs --user-id"):
+        call_command("import_phrases", str(f), "--scope", "user")
+    with pytest.raises(CommandError, match="format"):
+        call_command("import_phrases", str(tmp_path / "x.txt"))
