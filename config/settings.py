@@ -263,32 +263,6 @@ LOGGING = {
     },
 }
 
-# --- Learning governance (issue 3, gov) -------------------------------------------
-# Confidence of a learned phrase or alias a reviewer approved.
-LEARNING_APPROVED_CONFIDENCE = env_float("LEARNING_APPROVED_CONFIDENCE", 1.0)
-# Corrections: the wrong mapping's confidence is multiplied by DECAY (never below FLOOR);
-# the right one gains BOOST (never above CAP). A user phrase created by a correction starts at START + BOOST.
-LEARNING_CORRECTION_DECAY = env_float("LEARNING_CORRECTION_DECAY", 0.7)
-LEARNING_CORRECTION_FLOOR = env_float("LEARNING_CORRECTION_FLOOR", 0.1)
-LEARNING_CORRECTION_BOOST = env_float("LEARNING_CORRECTION_BOOST", 0.2)
-LEARNING_CORRECTION_CAP = env_float("LEARNING_CORRECTION_CAP", 1.0)
-LEARNING_CORRECTION_START = env_float("LEARNING_CORRECTION_START", 0.8)
-# Confidence of the review candidate a global correction records.
-LEARNING_CORRECTION_CANDIDATE_CONFIDENCE = env_float("LEARNING_CORRECTION_CANDIDATE_CONFIDENCE", 0.5)
-# Bulk import limits.
-LEARNING_IMPORT_MAX_BYTES = env_int("LEARNING_IMPORT_MAX_BYTES", 5 * 1024 * 1024)
-LEARNING_IMPORT_MAX_ROWS = env_int("LEARNING_IMPORT_MAX_ROWS", 50_000)
-LEARNING_IMPORT_BATCH_SIZE = env_int("LEARNING_IMPORT_BATCH_SIZE", 256)
-# Top pending phrases shown by the stats API and the admin dashboard.
-LEARNING_STATS_TOP_PENDING = env_int("LEARNING_STATS_TOP_PENDING", 10)
-SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
-    {
-        "LearningCandidateStatusEnum": "learning.models.LearningCandidate.Status",
-        "LearningCandidateTypeEnum": "learning.models.LearningCandidate.Type",
-        "LearningCandidateRiskEnum": "learning.models.LearningCandidate.Risk",
-    }
-)
-
 # --- Memories (issue 5, mem) -----------------------------------------------------
 # Dedupe rule (learning/memory_services.py): exact text -> skip; SimHash Hamming
 # distance <= MEMORY_SIMHASH_MAX_DISTANCE -> skip (same substance) or merge;
@@ -325,3 +299,83 @@ MEMORY_LLM_TIMEOUT_S = env_float("MEMORY_LLM_TIMEOUT_S", 15.0)
 SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
     {"MemoryStatusEnum": "learning.memory_models.MemoryStatus", "MemorySearchModeEnum": ["both", "semantic", "substring"]}
 )  # end mem settings
+
+# --- Learning governance (issue 3, gov) -------------------------------------------
+# Confidence of a learned phrase or alias a reviewer approved.
+LEARNING_APPROVED_CONFIDENCE = env_float("LEARNING_APPROVED_CONFIDENCE", 1.0)
+# Corrections: the wrong mapping's confidence is multiplied by DECAY (never below FLOOR);
+# the right one gains BOOST (never above CAP). A user phrase created by a correction starts at START + BOOST.
+LEARNING_CORRECTION_DECAY = env_float("LEARNING_CORRECTION_DECAY", 0.7)
+LEARNING_CORRECTION_FLOOR = env_float("LEARNING_CORRECTION_FLOOR", 0.1)
+LEARNING_CORRECTION_BOOST = env_float("LEARNING_CORRECTION_BOOST", 0.2)
+LEARNING_CORRECTION_CAP = env_float("LEARNING_CORRECTION_CAP", 1.0)
+LEARNING_CORRECTION_START = env_float("LEARNING_CORRECTION_START", 0.8)
+# Confidence of the review candidate a global correction records.
+LEARNING_CORRECTION_CANDIDATE_CONFIDENCE = env_float("LEARNING_CORRECTION_CANDIDATE_CONFIDENCE", 0.5)
+# Bulk import limits.
+LEARNING_IMPORT_MAX_BYTES = env_int("LEARNING_IMPORT_MAX_BYTES", 5 * 1024 * 1024)
+LEARNING_IMPORT_MAX_ROWS = env_int("LEARNING_IMPORT_MAX_ROWS", 50_000)
+LEARNING_IMPORT_BATCH_SIZE = env_int("LEARNING_IMPORT_BATCH_SIZE", 256)
+# Top pending phrases shown by the stats API and the admin dashboard.
+LEARNING_STATS_TOP_PENDING = env_int("LEARNING_STATS_TOP_PENDING", 10)
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {
+        "LearningCandidateStatusEnum": "learning.models.LearningCandidate.Status",
+        "LearningCandidateTypeEnum": "learning.models.LearningCandidate.Type",
+        "LearningCandidateRiskEnum": "learning.models.LearningCandidate.Risk",
+    }
+)
+
+# --- out: outcomes, feedback, patterns, rules, calibration, autonomy, learning cycles (issues 6-7) ---
+MISTAKE_WINDOW_DAYS = env_int("MISTAKE_WINDOW_DAYS", 30)
+MISTAKE_MIN_COUNT = env_int("MISTAKE_MIN_COUNT", 3)
+CONSULT_PATTERN_PENALTY = env_float("CONSULT_PATTERN_PENALTY", 0.15)
+CONSULT_PATTERN_FLOOR = env_float("CONSULT_PATTERN_FLOOR", 0.3)
+CONSULT_APPROVAL_BELOW = env_float("CONSULT_APPROVAL_BELOW", 0.7)  # levels 2-3 still ask below this confidence
+CORRECTION_RULE_EXPIRY_DAYS = env_int("CORRECTION_RULE_EXPIRY_DAYS", 90)
+CORRECTION_RULES_REQUIRE_APPROVAL = env_bool("CORRECTION_RULES_REQUIRE_APPROVAL", False)
+CALIBRATION_WINDOW_DAYS = env_int("CALIBRATION_WINDOW_DAYS", 30)
+CALIBRATION_BUCKETS = [float(x) for x in os.environ.get("CALIBRATION_BUCKETS", "0.0,0.5,0.7,0.9,1.0").split(",")]
+CALIBRATION_MIN_BUCKET_SAMPLES = env_int("CALIBRATION_MIN_BUCKET_SAMPLES", 10)
+CALIBRATION_ECE_THRESHOLD = env_float("CALIBRATION_ECE_THRESHOLD", 0.1)
+CALIBRATION_MAX_ADJUSTMENT = env_float("CALIBRATION_MAX_ADJUSTMENT", 0.15)
+CALIBRATION_EMA_ALPHA = env_float("CALIBRATION_EMA_ALPHA", 0.3)
+AUTONOMY_WINDOW_DAYS = env_int("AUTONOMY_WINDOW_DAYS", 60)
+AUTONOMY_PROMOTE_MIN_SUCCESS = env_float("AUTONOMY_PROMOTE_MIN_SUCCESS", 0.95)  # success must be above
+AUTONOMY_PROMOTE_MAX_REJECTION = env_float("AUTONOMY_PROMOTE_MAX_REJECTION", 0.05)  # rejection must be below
+AUTONOMY_PROMOTE_MIN_SAMPLES = env_int("AUTONOMY_PROMOTE_MIN_SAMPLES", 20)  # samples must be more than
+AUTONOMY_DEMOTE_BELOW_SUCCESS = env_float("AUTONOMY_DEMOTE_BELOW_SUCCESS", 0.80)
+AUTONOMY_DEMOTE_ABOVE_REJECTION = env_float("AUTONOMY_DEMOTE_ABOVE_REJECTION", 0.20)
+AUTONOMY_DEMOTE_MIN_SAMPLES = env_int("AUTONOMY_DEMOTE_MIN_SAMPLES", 10)
+AUTONOMY_EVALUATION_INTERVAL_S = env_int("AUTONOMY_EVALUATION_INTERVAL_S", 300)  # one evaluation per action per interval
+LEARNING_CYCLE_INTERVAL_S = env_int("LEARNING_CYCLE_INTERVAL_S", 3600)
+CELERY_BEAT_SCHEDULE["learning-cycle-all-agents"] = {
+    "task": "autonomy.tasks.learning_cycle_all",
+    "schedule": float(LEARNING_CYCLE_INTERVAL_S),
+}
+
+# --- Disambiguation feedback loop (issue 4, dis) ---------------------------------
+FEEDBACK_DISAMBIGUATION_EXPIRY_S = env_int("FEEDBACK_DISAMBIGUATION_EXPIRY_S", 600)
+FEEDBACK_AUTO_PROMOTE_CONFIDENCE = env_float("FEEDBACK_AUTO_PROMOTE_CONFIDENCE", 0.90)
+FEEDBACK_ACCUMULATE_CONFIDENCE = env_float("FEEDBACK_ACCUMULATE_CONFIDENCE", 0.70)
+FEEDBACK_SIGNAL_CONFIDENCE = {
+    "selected": env_float("FEEDBACK_SELECTED_CONFIDENCE", 0.95),
+    "variant": env_float("FEEDBACK_VARIANT_CONFIDENCE", 0.85),
+    "rejected": env_float("FEEDBACK_REJECTED_CONFIDENCE", 0.70),
+    "abandoned": env_float("FEEDBACK_ABANDONED_CONFIDENCE", 0.30),
+}
+FEEDBACK_MAX_VARIANTS = env_int("FEEDBACK_MAX_VARIANTS", 12)
+# Negative evidence near the query lowers a verb's score: per verb, the sum over evidence
+# rows within FEEDBACK_EVIDENCE_SIMILARITY cosine of (negative - positive), weighted by how
+# close the row is, times FEEDBACK_PENALTY_PER_UNIT, capped at FEEDBACK_PENALTY_MAX.
+FEEDBACK_EVIDENCE_SIMILARITY = env_float("FEEDBACK_EVIDENCE_SIMILARITY", 0.75)
+FEEDBACK_PENALTY_PER_UNIT = env_float("FEEDBACK_PENALTY_PER_UNIT", 0.5)
+FEEDBACK_PENALTY_MAX = env_float("FEEDBACK_PENALTY_MAX", 0.3)
+FEEDBACK_EVIDENCE_K = env_int("FEEDBACK_EVIDENCE_K", 20)
+RESOLVE_USE_LEARNED_SEMANTIC = env_bool("RESOLVE_USE_LEARNED_SEMANTIC", True)
+RESOLVE_USE_FEEDBACK_PENALTY = env_bool("RESOLVE_USE_FEEDBACK_PENALTY", True)
+CONSOLE_TIMEOUT_S = env_int("CONSOLE_TIMEOUT_S", 30)
+CELERY_BEAT_SCHEDULE["feedback-disambiguations-expire"] = {
+    "task": "feedback.disambiguations_expire",
+    "schedule": env_float("FEEDBACK_EXPIRE_EVERY_S", 60.0),
+}

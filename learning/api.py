@@ -6,6 +6,7 @@ from rest_framework.views import APIView
 
 from autonomy.authentication import ScopePermission
 from config.schema import ERROR_RESPONSES
+from feedback.services import disambiguation_record
 from learning.resolution import resolve
 from learning.serializers import ResolveRequestSerializer, ResolveResponseSerializer
 
@@ -21,6 +22,7 @@ class ResolveApi(APIView):
         serializer = ResolveRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         result = resolve(**serializer.validated_data)
+        disambiguation_record(resolution=result, agent=request.user, domain=serializer.validated_data.get("domain"))
         body = result.as_dict()
         if result.outcome != "ambiguous":
             body.pop("options")

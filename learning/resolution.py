@@ -145,7 +145,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     rows = selectors.tier_rows(
         normalized=normalized, vector=vector, model=model, user_id=user_id, domain=domain,
         k_learned=max(limit * 4, 20), k_catalogue=max(limit * 6, 30), k_blocks=20,
-        block_threshold=p["blocklist_threshold"], learned=True,
+        block_threshold=p["blocklist_threshold"], learned=settings.RESOLVE_USE_LEARNED_SEMANTIC,
     )
     # Tiers 3-4: learned phrases as semantic anchors.
     for hit in rows.learned:
@@ -169,6 +169,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             best[verb].description = description
 
     candidates = [c for v, c in best.items() if v not in blocked]
+    _apply_feedback_penalties(candidates, vector=vector, model=model, user_id=user_id)
     candidates.sort(key=lambda c: (-c.score, c.verb))
     return _finish(request_id, text, user_id, candidates, p, limit, degraded_reason=reason, model=model)
 
@@ -205,3 +206,26 @@ def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason,
         model=model,
     )
 
+
+# --- Disambiguation feedback loop (issue 4, dis) ---------------------------------
+
+
+def _apply_feedback_penalties(candidates: list[Candidate], *, vector, model: str, user_id: str | None) -> None:
+    """Lower the score of verbs this user turned down for similar phrases (net of positive evidence)."""
+    if vector is None or not candidates or not settings.RESOLVE_USE_FEEDBACK_PENALTY:
+        return
+    from feedback.selectors import verb_penalties
+
+    penalties = verb_penalties(
+        vector=vector,
+        model=model,
+        user_id=user_id,
+        verbs=[c.verb for c in candidates],
+        similarity=settings.FEEDBACK_EVIDENCE_SIMILARITY,
+        per_unit=settings.FEEDBACK_PENALTY_PER_UNIT,
+        cap=settings.FEEDBACK_PENALTY_MAX,
+        k=settings.FEEDBACK_EVIDENCE_K,
+    )
+    for c in candidates:
+        if c.verb in penalties:
+            c.score = round(max(0.0, c.score - penalties[c.verb]), 4)

@@ -226,10 +226,10 @@ def embedding_rows_needing_work(model, *, current_model: str) -> QuerySet:
 EMBEDDED_MODELS = [VerbPhrase, LearnedPhrase, EntityAlias, PhraseBlock]
 
 
-# --- Memories (issue 5, mem): memories are embedded rows too.
-from learning.memory_models import Memory  # noqa: E402
+# --- Disambiguation feedback loop (issue 4, dis) ---------------------------------
+from feedback.models import PhraseEvidence  # noqa: E402
 
-EMBEDDED_MODELS.append(Memory)
+EMBEDDED_MODELS.append(PhraseEvidence)
 
 
 # --- Learning governance (issue 3, gov) -----------------------------------------
@@ -336,3 +336,9 @@ def import_existing(*, normalized: list[str], user_id: str | None) -> dict[str, 
     qs = LearnedPhrase.objects.filter(normalized__in=normalized)
     qs = qs.filter(user_id=user_id) if user_id else qs.filter(user_id__isnull=True)
     return {row.normalized: row for row in qs.only("pk", "normalized", "verb_id", "is_active", "confidence", "embedding_model")}
+
+
+# --- Memories (issue 5, mem): memories are embedded rows too.
+from learning.memory_models import Memory  # noqa: E402
+
+EMBEDDED_MODELS.append(Memory)

@@ -1,0 +1,170 @@
+"""Serializers of the feedback API (validation and answer shapes only)."""
+
+# --- Disambiguation feedback loop (issue 4, dis) ---------------------------------
+
+from rest_framework import serializers  # noqa: E402
+
+from feedback.models import AbandonEvent, DisambiguationRequest  # noqa: E402
+from learning.serializers import UserIdField  # noqa: E402
+
+
+class DisambiguationSelectSerializer(serializers.Serializer):
+    selected_verb = serializers.CharField(max_length=120)
+    args = serializers.DictField(required=False, default=dict, help_text="Arguments for the verb, passed back as given")
+    user_id = UserIdField(required=False, allow_null=True, help_text="If given, must be the user the options were shown to")
+
+
+class DisambiguationAbandonSerializer(serializers.Serializer):
+    reason = serializers.ChoiceField(choices=AbandonEvent.Reason.choices)
+    user_id = UserIdField(required=False, allow_null=True, help_text="If given, must be the user the options were shown to")
+
+
+class DisambiguationAnswerSerializer(serializers.Serializer):
+    request_id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=DisambiguationRequest.Status.choices)
+    selected_verb = serializers.CharField(allow_null=True)
+    args = serializers.DictField(required=False)
+    reason = serializers.CharField(required=False)
+
+
+class DisambiguationConflictSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    code = serializers.CharField()
+    fields = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
+    status = serializers.CharField()
+    selected_verb = serializers.CharField(allow_null=True)
+
+
+# --- out: proposals, executions, outcomes, corrections, feedback records, patterns (issues 6-7) ---
+
+from feedback.models import FeedbackType as _OutFeedbackType  # noqa: E402
+from feedback.models import PatternStatus as _OutPatternStatus  # noqa: E402
+from feedback.models import ProposalStatus as _OutProposalStatus  # noqa: E402
+from feedback.models import ReviewOutcome as _OutReviewOutcome  # noqa: E402
+
+_ACTION_HELP = "A lowercase dotted identifier such as email.send"
+
+
+class ProposalCreateSerializer(serializers.Serializer):
+    action = serializers.CharField(max_length=100, help_text=_ACTION_HELP)
+    proposed_action = serializers.DictField(help_text="The action the agent wants to run, as a JSON object")
+    reasoning = serializers.DictField(help_text="The agent's reasoning; must hold 'confidence' in [0, 1]")
+
+
+class ProposalSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    action = serializers.CharField(source="action.name")
+    status = serializers.CharField(help_text="pending, approved, rejected, modified, completed or failed")
+    proposed_action = serializers.JSONField()
+    reasoning = serializers.JSONField()
+    confidence = serializers.FloatField()
+    modified_action = serializers.JSONField(allow_null=True)
+    review_notes = serializers.CharField()
+    reviewed_at = serializers.DateTimeField(allow_null=True)
+    outcome_result = serializers.JSONField(allow_null=True)
+    outcome_error = serializers.CharField()
+    completed_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class ReviewSerializer(serializers.Serializer):
+    review_notes = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+    mistake_category = serializers.CharField(required=False, allow_blank=True, default="", max_length=60)
+
+
+class ModifySerializer(ReviewSerializer):
+    modified_action = serializers.DictField(help_text="The corrected action, as a JSON object")
+
+
+class ExecutionCreateSerializer(serializers.Serializer):
+    action = serializers.CharField(max_length=100, help_text=_ACTION_HELP)
+    params = serializers.DictField(required=False, default=dict)
+    reasoning = serializers.DictField(required=False, default=dict)
+    confidence = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0.0, max_value=1.0,
+                                        help_text="Defaults to reasoning.confidence")
+    success = serializers.BooleanField()
+    result = serializers.JSONField(required=False, allow_null=True, default=None)
+    error = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+    duration_ms = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=0)
+
+
+class ExecutionSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    action = serializers.CharField(source="action.name")
+    params = serializers.JSONField()
+    reasoning = serializers.JSONField()
+    confidence = serializers.FloatField()
+    success = serializers.BooleanField()
+    result = serializers.JSONField(allow_null=True)
+    error = serializers.CharField()
+    duration_ms = serializers.IntegerField(allow_null=True)
+    review_outcome = serializers.CharField(allow_null=True)
+    review_notes = serializers.CharField()
+    reviewed_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class ExecutionReviewSerializer(ReviewSerializer):
+    outcome = serializers.ChoiceField(choices=_OutReviewOutcome.choices)
+    corrected_action = serializers.DictField(required=False, allow_null=True, default=None)
+
+
+class OutcomeSerializer(serializers.Serializer):
+    proposal = serializers.IntegerField(min_value=1, help_text="Id of your approved or modified proposal")
+    success = serializers.BooleanField()
+    result = serializers.JSONField(required=False, allow_null=True, default=None)
+    error = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+    explanation = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+    mistake_category = serializers.CharField(required=False, allow_blank=True, default="", max_length=60)
+
+
+class ManualCorrectionSerializer(serializers.Serializer):
+    action = serializers.CharField(max_length=100, help_text=_ACTION_HELP)
+    original_action = serializers.DictField()
+    corrected_action = serializers.DictField()
+    explanation = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+    confidence = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0.0, max_value=1.0)
+    context = serializers.DictField(required=False, default=dict)
+    proposal = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
+    execution = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
+    mistake_category = serializers.CharField(required=False, allow_blank=True, default="", max_length=60)
+
+
+class FeedbackRecordSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    action = serializers.CharField(source="action.name")
+    feedback_type = serializers.CharField(help_text=", ".join(_OutFeedbackType.values))
+    proposal = serializers.IntegerField(source="proposal_id", allow_null=True)
+    execution = serializers.IntegerField(source="execution_id", allow_null=True)
+    original_action = serializers.JSONField(allow_null=True)
+    corrected_action = serializers.JSONField(allow_null=True)
+    correction_delta = serializers.JSONField(allow_null=True)
+    human_explanation = serializers.CharField()
+    agent_confidence = serializers.FloatField(allow_null=True)
+    action_context = serializers.JSONField()
+    mistake_category = serializers.CharField()
+    pattern = serializers.IntegerField(source="pattern_id", allow_null=True)
+    correction_rule = serializers.IntegerField(source="correction_rule_id", allow_null=True)
+    processed = serializers.BooleanField()
+    processed_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class MistakePatternSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    action = serializers.CharField(source="action.name")
+    category = serializers.CharField()
+    description = serializers.CharField()
+    occurrence_count = serializers.IntegerField()
+    first_seen = serializers.DateTimeField()
+    last_seen = serializers.DateTimeField()
+    status = serializers.CharField(help_text="active, mitigated, resolved or dismissed")
+    common_correction = serializers.JSONField(allow_null=True)
+
+
+class ListQuerySerializer(serializers.Serializer):
+    action = serializers.CharField(required=False, max_length=100)
+    feedback_type = serializers.CharField(required=False, max_length=60)
+    status = serializers.CharField(required=False, max_length=20)
+    limit = serializers.IntegerField(required=False, default=50, min_value=1, max_value=500)
+    offset = serializers.IntegerField(required=False, default=0, min_value=0)

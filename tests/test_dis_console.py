@@ -1,0 +1,209 @@
+"""The disambiguation console: session login, CSRF, the same services as the API, and a real browser."""
+
+import os
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from feedback.models import AbandonEvent, DisambiguationRequest, LearningSignal
+from learning.services import verb_catalogue_load
+from tests.test_dis_loop import CBU_CATALOGUE
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run",
+]
+
+
+@pytest.fixture
+def person(db):
+    return get_user_model().objects.create_user("alice", password="s3cret-pass")
+
+
+@pytest.fixture
+def cbus(db):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+
+
+def test_console_needs_a_session_login(client):
+    response = client.get("/console/")
+    assert response.status_code == 302 and response["Location"].startswith("/console/login/")
+    assert client.post("/console/api/resolve", {"text": "list all cbus"}, content_type="application/json").status_code == 403
+
+
+def test_console_page_renders_for_a_signed_in_person(client, person):
+    client.login(username="alice", password="s3cret-pass")
+    page = client.get("/console/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="text"' in html and "sendBeacon" in html and "typed_new_input" in html and "csrftoken" in page.cookies
+
+
+def test_console_endpoints_enforce_csrf_and_use_the_same_services(person, cbus, django_capture_on_commit_callbacks):
+    browser = Client(enforce_csrf_checks=True)
+    browser.login(username="alice", password="s3cret-pass")
+    page = browser.get("/console/")
+    token = page.cookies["csrftoken"].value
+    refused = browser.post("/console/api/resolve", {"text": "list all cbus"}, content_type="application/json")
+    assert refused.status_code == 403
+    body = browser.post(
+        "/console/api/resolve", {"text": "list all cbus"}, content_type="application/json", HTTP_X_CSRFTOKEN=token
+    ).json()
+    assert body["outcome"] == "ambiguous"
+    row = DisambiguationRequest.objects.get(request_id=body["request_id"])
+    assert (row.channel, row.user_id, row.agent) == ("console", "console:alice", None)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        chosen = browser.post(
+            f"/console/api/disambiguations/{row.request_id}/select", {"selected_verb": "cbu.list"},
+            content_type="application/json", HTTP_X_CSRFTOKEN=token,
+        )
+    assert chosen.status_code == 200 and chosen.json()["selected_verb"] == "cbu.list"
+    assert LearningSignal.objects.filter(request=row, outcome="selected_alt", verb="cbu.list", user_id="console:alice").exists()
+    again = browser.post(
+        f"/console/api/disambiguations/{row.request_id}/select", {"selected_verb": "cbu.show"},
+        content_type="application/json", HTTP_X_CSRFTOKEN=token,
+    )
+    assert again.status_code == 409 and again.json()["selected_verb"] == "cbu.list"
+
+
+def test_console_cannot_answer_an_agents_request(person, cbus, api):
+    body = api.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "console:alice"}, format="json").json()
+    browser = Client()
+    browser.login(username="alice", password="s3cret-pass")
+    response = browser.post(
+        f"/console/api/disambiguations/{body['request_id']}/abandon", {"reason": "timeout"}, content_type="application/json"
+    )
+    assert response.status_code == 404
+    assert DisambiguationRequest.objects.get(request_id=body["request_id"]).status == "open"
+
+
+def test_beacon_style_form_post_abandons(person, cbus):
+    browser = Client(enforce_csrf_checks=True)
+    browser.login(username="alice", password="s3cret-pass")
+    token = browser.get("/console/").cookies["csrftoken"].value
+    body = browser.post("/console/api/resolve", {"text": "list all cbus"}, content_type="application/json", HTTP_X_CSRFTOKEN=token).json()
+    response = browser.post(
+        f"/console/api/disambiguations/{body['request_id']}/abandon", {"reason": "closed_session", "csrfmiddlewaretoken": token}
+    )
+    assert response.status_code == 200
+    assert AbandonEvent.objects.get(request__request_id=body["request_id"]).reason == "closed_session"
+
+
+# --- a real browser ---------------------------------------------------------------
+
+
+@pytest.fixture
+def browser_page(monkeypatch):
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM reads are still synchronous.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    # The live server answers each request on a new thread: close its connection when the request ends.
+    from django.db import connections
+
+    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.set_default_timeout(20_000)
+        yield page
+        browser.close()
+
+
+def _sign_in(page, live_server, username):
+    get_user_model().objects.create_user(username, password="s3cret-pass")
+    page.goto(f"{live_server.url}/console/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", "s3cret-pass")
+    page.press("#id_password", "Enter")
+    page.wait_for_selector("#text")
+
+
+def _ask(page, text):
+    page.fill("#text", text)
+    page.press("#text", "Enter")
+
+
+def _wait_for(predicate, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_browser_click_and_typed_new_input(live_server, browser_page):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    page = browser_page
+    _sign_in(page, live_server, "alice")
+
+    # Options open for one request; typing a new input over them abandons it.
+    _ask(page, "get my cbus")
+    page.wait_for_selector("button.option")
+    first = DisambiguationRequest.objects.get(user_id="console:alice", normalized="get my cbus")
+    _ask(page, "list all cbus")
+    page.wait_for_selector("button.option[data-verb='cbu.list']")
+    assert _wait_for(lambda: AbandonEvent.objects.filter(request=first).exists())
+    assert AbandonEvent.objects.get(request=first).reason == "typed_new_input"
+    assert LearningSignal.objects.filter(request=first, outcome="abandoned").count() == len(first.options)
+
+    # A click records the gold label.
+    page.click("button.option[data-verb='cbu.list']")
+    page.wait_for_selector("#result.resolved")
+    assert "cbu.list" in page.text_content("#result")
+    second = DisambiguationRequest.objects.get(user_id="console:alice", normalized="list all cbus")
+    assert second.status == "selected" and second.selected_verb == "cbu.list"
+    signal = LearningSignal.objects.get(request=second, outcome="selected_alt")
+    assert (signal.verb, signal.confidence, signal.source) == ("cbu.list", 0.95, "user_disambiguation")
+
+    # The loop closed: the same input now resolves without options.
+    _ask(page, "list all cbus")
+    page.wait_for_function("document.querySelector('#result').textContent.includes('Resolved to cbu.list')")
+    assert page.locator("button.option").count() == 0
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_browser_keyboard_choice_timeout_and_closed_session(live_server, browser_page, settings):
+    settings.CONSOLE_TIMEOUT_S = 2
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    page = browser_page
+    _sign_in(page, live_server, "bob")
+
+    # Leaving the page with options open: the beacon abandons with "closed_session".
+    _ask(page, "list cbus")
+    page.wait_for_selector("button.option")
+    left = DisambiguationRequest.objects.get(user_id="console:bob", normalized="list cbus")
+    page.goto("about:blank")
+    assert _wait_for(lambda: AbandonEvent.objects.filter(request=left).exists(), timeout=10)
+    assert AbandonEvent.objects.get(request=left).reason == "closed_session"
+
+    # No choice within the timeout: abandoned with "timeout".
+    page.goto(f"{live_server.url}/console/")
+    _ask(page, "get my cbus")
+    page.wait_for_selector("button.option")
+    timed = DisambiguationRequest.objects.get(user_id="console:bob", normalized="get my cbus")
+    assert _wait_for(lambda: AbandonEvent.objects.filter(request=timed).exists(), timeout=10)
+    assert AbandonEvent.objects.get(request=timed).reason == "timeout"
+    page.wait_for_function("document.querySelectorAll('button.option').length === 0")
+
+    # Keyboard only: the first option has focus; "2" picks the second one.
+    _ask(page, "list all cbus")
+    page.wait_for_selector("button.option")
+    assert page.evaluate("document.activeElement.classList.contains('option')")
+    page.keyboard.press("ArrowDown")
+    second_verb = page.evaluate("document.activeElement.dataset.verb")
+    assert second_verb == page.locator("button.option").nth(1).get_attribute("data-verb")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#result.resolved")
+    row = DisambiguationRequest.objects.get(user_id="console:bob", normalized="list all cbus")
+    assert row.status == "selected" and row.selected_verb == second_verb

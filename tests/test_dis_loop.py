@@ -1,0 +1,250 @@
+"""Disambiguation feedback loop through the API: storing, selecting, abandoning, learning, ranking."""
+
+import uuid
+
+import pytest
+from django.test.utils import CaptureQueriesContext  # noqa: F401
+
+from autonomy.models import Scope
+from feedback.models import AbandonEvent, DisambiguationRequest, LearningSignal, PhraseEvidence
+from feedback.services import disambiguation_signals_process, disambiguations_expire
+from learning.catalogue import VerbEntry
+from learning.models import LearnedPhrase, LearningCandidate
+from learning.services import verb_catalogue_load
+from tests.conftest import make_client
+
+# "list all cbus" is NOT a catalogue phrase here, so it comes back ambiguous.
+CBU_CATALOGUE = [
+    VerbEntry("cbu.list", "cbu", "List CBUs", "List client business units.", ["cbu overview", "which client business units do I have"]),
+    VerbEntry("cbu.create", "cbu", "Create a CBU", "Open a new client business unit.", ["create a cbu", "open a new client business unit"]),
+    VerbEntry("cbu.delete", "cbu", "Delete a CBU", "Remove a client business unit.", ["delete a cbu", "remove a client business unit"]),
+    VerbEntry("cbu.show", "cbu", "Show a CBU", "Show one client business unit.", ["show cbu details", "open the cbu record"]),
+    VerbEntry("document.search", "document", "Search documents", "Find documents.", ["search documents", "find a document"]),
+    VerbEntry("email.send", "email", "Send an email", "Send an email.", ["send an email", "email my manager"]),
+]
+
+
+@pytest.fixture
+def cbus(db):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+
+
+@pytest.fixture
+def run_tasks(django_capture_on_commit_callbacks):
+    """Run on-commit callbacks (the eager Celery task) inside the test transaction."""
+
+    def _call(fn, *args, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args, **kwargs)
+
+    return _call
+
+
+def resolve(api, text, user_id="alice"):
+    response = api.post("/api/v1/resolve", {"text": text, "user_id": user_id}, format="json")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def select(api, request_id, verb, **extra):
+    return api.post(f"/api/v1/disambiguations/{request_id}/select", {"selected_verb": verb, **extra}, format="json")
+
+
+def abandon(api, request_id, reason, **extra):
+    return api.post(f"/api/v1/disambiguations/{request_id}/abandon", {"reason": reason, **extra}, format="json")
+
+
+def test_every_ambiguous_answer_is_stored_with_its_options(api, cbus):
+    body = resolve(api, "list all cbus")
+    assert body["outcome"] == "ambiguous"
+    row = DisambiguationRequest.objects.get(request_id=body["request_id"])
+    assert row.status == "open"
+    assert row.user_id == "alice" and row.agent == api.agent and row.text == "list all cbus"
+    assert [o["verb"] for o in row.options] == [o["verb"] for o in body["options"]]
+    assert all(isinstance(o["score"], float) for o in row.options)
+    resolved = resolve(api, "search documents")
+    assert resolved["outcome"] == "resolved"
+    assert DisambiguationRequest.objects.count() == 1
+
+
+def test_the_loop_closes_for_the_same_input_and_a_variant(api, cbus, run_tasks):
+    body = resolve(api, "list all cbus")
+    assert body["outcome"] == "ambiguous"
+    offered = [o["verb"] for o in body["options"]]
+    assert "cbu.list" in offered
+    assert resolve(api, "show me the cbus")["verb"] != "cbu.list"  # before learning
+
+    response = run_tasks(select, api, body["request_id"], "cbu.list", args={"limit": 5})
+    assert response.status_code == 200, response.content
+    assert response.json() == {"request_id": body["request_id"], "status": "selected", "selected_verb": "cbu.list", "args": {"limit": 5}}
+
+    gold = LearningSignal.objects.get(outcome="selected_alt")
+    assert (gold.verb, gold.confidence, gold.source) == ("cbu.list", 0.95, "user_disambiguation")
+    assert sorted(gold.rejected_alternatives) == sorted(v for v in offered if v != "cbu.list")
+    variants = LearningSignal.objects.filter(outcome="generated_variant")
+    assert variants.count() >= 3
+    assert {v.confidence for v in variants} == {0.85} and {v.source for v in variants} == {"generated_variant"}
+    assert "show cbus" in set(variants.values_list("normalized", flat=True))
+    negatives = LearningSignal.objects.filter(outcome="rejected_alt")
+    assert sorted(negatives.values_list("verb", flat=True)) == sorted(v for v in offered if v != "cbu.list")
+    assert {n.confidence for n in negatives} == {0.7} and all(n.is_negative for n in negatives)
+
+    # Promoted at once for alice; counted toward a global candidate for review.
+    learned = LearnedPhrase.objects.get(normalized="list all cbus", user_id="alice")
+    assert learned.verb.name == "cbu.list"
+    assert LearningCandidate.objects.filter(normalized="list all cbus", user_id=None, status="pending").exists()
+    assert LearnedPhrase.objects.filter(user_id=None).count() == 0
+    assert LearningCandidate.objects.filter(normalized="show cbus", user_id="alice", status="pending").exists()
+
+    again = resolve(api, "list all cbus")
+    assert (again["outcome"], again["verb"]) == ("resolved", "cbu.list")
+    variant = resolve(api, "show me the cbus")
+    assert (variant["outcome"], variant["verb"]) == ("resolved", "cbu.list"), variant["candidates"]
+    # Another user is unaffected.
+    assert resolve(api, "list all cbus", user_id="bob")["outcome"] == "ambiguous"
+
+
+def test_second_selection_changes_nothing_and_answers_409_with_the_first_choice(api, cbus, run_tasks):
+    body = resolve(api, "list all cbus")
+    first = run_tasks(select, api, body["request_id"], "cbu.list")
+    assert first.status_code == 200
+    signals = LearningSignal.objects.count()
+    other = next(o["verb"] for o in body["options"] if o["verb"] != "cbu.list")
+    second = run_tasks(select, api, body["request_id"], other)
+    assert second.status_code == 409
+    assert second.json()["selected_verb"] == "cbu.list" and second.json()["code"] == "already_answered"
+    assert LearningSignal.objects.count() == signals
+    assert DisambiguationRequest.objects.get(request_id=body["request_id"]).selected_verb == "cbu.list"
+    late_abandon = abandon(api, body["request_id"], "timeout")
+    assert late_abandon.status_code == 409 and not AbandonEvent.objects.exists()
+
+
+def test_signal_processing_is_idempotent_per_request(api, cbus, run_tasks):
+    body = resolve(api, "list all cbus")
+    run_tasks(select, api, body["request_id"], "cbu.list")
+    row = DisambiguationRequest.objects.get(request_id=body["request_id"])
+    assert row.processed_at is not None
+    before = {
+        "candidates": list(LearningCandidate.objects.order_by("pk").values_list("pk", "occurrence_count", "confidence")),
+        "evidence": list(PhraseEvidence.objects.order_by("pk").values_list("pk", "negative", "positive", "signal_count")),
+        "learned": LearnedPhrase.objects.count(),
+    }
+    again = disambiguation_signals_process(request_pk=row.pk)
+    assert again["already_processed"] is True
+    assert list(LearningCandidate.objects.order_by("pk").values_list("pk", "occurrence_count", "confidence")) == before["candidates"]
+    assert list(PhraseEvidence.objects.order_by("pk").values_list("pk", "negative", "positive", "signal_count")) == before["evidence"]
+    assert LearnedPhrase.objects.count() == before["learned"]
+    assert not LearningSignal.objects.filter(request=row, processed_at__isnull=True).exists()
+
+
+def test_selecting_a_verb_not_offered_is_400_and_records_nothing(api, cbus):
+    body = resolve(api, "list all cbus")
+    response = select(api, body["request_id"], "email.send")
+    assert response.status_code == 400
+    assert response.json()["fields"]["selected_verb"]
+    assert DisambiguationRequest.objects.get(request_id=body["request_id"]).status == "open"
+    assert not LearningSignal.objects.exists()
+    assert select(api, body["request_id"], "").status_code == 400
+
+
+@pytest.mark.parametrize("request_id", [str(uuid.uuid4()), "not-a-uuid"])
+def test_unknown_request_ids_are_404(api, cbus, request_id):
+    response = select(api, request_id, "cbu.list")
+    assert response.status_code == 404 and response.json()["fields"] == {"request_id": ["No such disambiguation request."]}
+    assert abandon(api, request_id, "timeout").status_code == 404
+
+
+def test_another_agents_or_users_request_is_404(api, cbus):
+    body = resolve(api, "list all cbus")
+    other_agent = make_client([Scope.RESOLVE, Scope.FEEDBACK], name="agent-b")
+    assert select(other_agent, body["request_id"], "cbu.list").status_code == 404
+    assert abandon(other_agent, body["request_id"], "timeout").status_code == 404
+    assert select(api, body["request_id"], "cbu.list", user_id="bob").status_code == 404
+    assert DisambiguationRequest.objects.get(request_id=body["request_id"]).status == "open"
+    assert not LearningSignal.objects.exists()
+
+
+def test_resolve_only_key_cannot_answer(cbus):
+    resolver = make_client([Scope.RESOLVE], name="resolve-only")
+    body = resolve(resolver, "list all cbus")
+    assert select(resolver, body["request_id"], "cbu.list").status_code == 403
+
+
+def test_abandon_records_weak_negatives_and_an_event(api, cbus, run_tasks):
+    body = resolve(api, "list all cbus")
+    response = run_tasks(abandon, api, body["request_id"], "typed_new_input")
+    assert response.status_code == 200
+    assert response.json()["status"] == "abandoned" and response.json()["reason"] == "typed_new_input"
+    row = DisambiguationRequest.objects.get(request_id=body["request_id"])
+    assert row.abandon_event.reason == "typed_new_input"
+    signals = LearningSignal.objects.filter(request=row)
+    assert sorted(signals.values_list("verb", flat=True)) == sorted(o["verb"] for o in body["options"])
+    assert {(s.confidence, s.is_negative, s.outcome) for s in signals} == {(0.3, True, "abandoned")}
+    assert not LearnedPhrase.objects.exists() and not LearningCandidate.objects.exists()
+    again = abandon(api, body["request_id"], "closed_session")
+    assert again.status_code == 409 and AbandonEvent.objects.count() == 1
+
+
+@pytest.mark.parametrize("reason", ["bored", "", None, 3])
+def test_malformed_abandon_reasons_are_400(api, cbus, reason):
+    body = resolve(api, "list all cbus")
+    response = abandon(api, body["request_id"], reason)
+    assert response.status_code == 400 and "reason" in response.json()["fields"]
+    assert DisambiguationRequest.objects.get(request_id=body["request_id"]).status == "open"
+    assert not AbandonEvent.objects.exists()
+
+
+def test_negative_signals_change_the_next_ranking_until_positive_evidence_outweighs(api, cbus, run_tasks):
+    first = resolve(api, "list all cbus")
+    shown = [o["verb"] for o in first["options"]]
+    run_tasks(abandon, api, first["request_id"], "timeout")
+    second = resolve(api, "list all cbus")
+    scores_before = {c["verb"]: c["score"] for c in first["candidates"]}
+    scores_after = {c["verb"]: c["score"] for c in second["candidates"]}
+    for verb in shown:
+        assert scores_after.get(verb, 0.0) < scores_before[verb]
+    # A similar phrase is affected too.
+    near = resolve(api, "list every cbu")
+    baseline = resolve(api, "list every cbu", user_id="bob")
+    near_scores = {c["verb"]: c["score"] for c in near["candidates"]}
+    for c in baseline["candidates"]:
+        if c["verb"] in shown:
+            assert near_scores.get(c["verb"], 0.0) < c["score"]
+    # The unrelated request is untouched.
+    assert resolve(api, "send an email")["verb"] == "email.send"
+
+    # Rejecting cbu.show twice more, then choosing it: positive evidence outweighs the negatives again.
+    if second["outcome"] == "ambiguous":
+        run_tasks(abandon, api, second["request_id"], "timeout")
+    evidence = PhraseEvidence.objects.get(normalized="list all cbus", verb="cbu.show", user_id="alice")
+    assert evidence.negative > 0
+    from feedback.models import PhraseEvidence as PE
+    from feedback.services import phrase_evidence_add
+    from learning.resolution import embed_query
+
+    vector, model, _ = embed_query("list all cbus")
+    phrase_evidence_add(user_id="alice", phrase="list all cbus", verb="cbu.show", positive=evidence.negative + 0.5, vector=vector, model=model)
+    restored = {c["verb"]: c["score"] for c in resolve(api, "list all cbus")["candidates"]}
+    assert restored["cbu.show"] == scores_before["cbu.show"]
+    assert PE.objects.get(pk=evidence.pk).positive > evidence.negative
+
+
+def test_open_requests_expire_after_the_setting(api, cbus, settings):
+    old = resolve(api, "list all cbus")
+    DisambiguationRequest.objects.filter(request_id=old["request_id"]).update(created_at="2000-01-01T00:00:00Z")
+    fresh = resolve(api, "list cbus")
+    assert disambiguations_expire() == 1
+    assert DisambiguationRequest.objects.get(request_id=old["request_id"]).status == "expired"
+    if fresh["outcome"] == "ambiguous":
+        assert DisambiguationRequest.objects.get(request_id=fresh["request_id"]).status == "open"
+    assert select(api, old["request_id"], "cbu.list").status_code == 409
+    settings.FEEDBACK_DISAMBIGUATION_EXPIRY_S = 0
+    assert disambiguations_expire() == (1 if fresh["outcome"] == "ambiguous" else 0)
+
+
+def test_expiry_runs_as_a_beat_task(settings):
+    from config.celery import app
+
+    entry = settings.CELERY_BEAT_SCHEDULE["feedback-disambiguations-expire"]
+    app.loader.import_default_modules()
+    assert entry["task"] in app.tasks and entry["schedule"] > 0
