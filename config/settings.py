@@ -298,7 +298,11 @@ MEMORY_LLM_BASE_URL = os.environ.get("MEMORY_LLM_BASE_URL", "") or OPENAI_BASE_U
 MEMORY_LLM_TIMEOUT_S = env_float("MEMORY_LLM_TIMEOUT_S", 15.0)
 SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
     {"MemoryStatusEnum": "learning.memory_models.MemoryStatus", "MemorySearchModeEnum": ["both", "semantic", "substring"]}
-)  # end mem settings
+)
+CELERY_BEAT_SCHEDULE["memory-purge-deprecated"] = {
+    "task": "learning.tasks.memory_purge_deprecated_task",
+    "schedule": env_float("MEMORY_PURGE_INTERVAL_S", 86400.0),
+}  # end mem settings
 
 # --- Learning governance (issue 3, gov) -------------------------------------------
 # Confidence of a learned phrase or alias a reviewer approved.

@@ -37,3 +37,20 @@ def embeddings_backfill_task() -> dict:
     except EmbeddingError as exc:
         logger.warning("embedding sweep skipped: %s", exc)
         return {"embedded": 0, "failed": 0, "model": ""}
+
+
+# --- Memories (issue 5, mem): periodic purge -----------------------------------
+
+
+@shared_task(ignore_result=True)
+def memory_purge_deprecated_task() -> dict:
+    """Periodic: delete deprecated memories and retrieval logs older than MEMORY_PURGE_DEFAULT_DAYS."""
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    from learning.memory_services import memories_purge_deprecated
+
+    counts = memories_purge_deprecated(older_than=timedelta(days=settings.MEMORY_PURGE_DEFAULT_DAYS))
+    logger.info("purged %(memories)d deprecated memories and %(retrievals)d retrieval logs", counts)
+    return counts  # end mem tasks

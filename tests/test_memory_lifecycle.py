@@ -177,6 +177,16 @@ class TestCommands:
         with pytest.raises(CommandError):
             run("purge_deprecated", "--older-than", "ninety days")
 
+    def test_periodic_purge_task(self):
+        from learning.tasks import memory_purge_deprecated_task
+
+        old = make_memory(content="Old deprecated lesson about the legacy build server setup.", status="deprecated")
+        Memory.objects.filter(pk=old.pk).update(deprecated_at=timezone.now() - datetime.timedelta(days=91))
+        MemoryRetrieval.objects.create(user_id="alice", query_sha256="0" * 64, memory_ids=[])
+        MemoryRetrieval.objects.update(created_at=timezone.now() - datetime.timedelta(days=91))
+        assert memory_purge_deprecated_task.delay().get() == {"memories": 1, "retrievals": 1}
+        assert not Memory.objects.exists() and not MemoryRetrieval.objects.exists()
+
     def test_embed_learnings(self):
         rows = [make_memory(content=t) for t in LOG_LESSONS[:3]]
         out, _ = run("embed_learnings", "--no-progress", "--batch-size", "2")
