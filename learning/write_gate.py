@@ -220,7 +220,7 @@ _UNSTABLE_PATTERNS: list[tuple[str, re.Pattern]] = [
     ),
     ("price", re.compile(r"(?:[€£¥₹]\s?\d[\d,]*(?:\.\d+)?|\$\s?\d{1,3}(?:,\d{3})+(?:\.\d+)?|\$\s?\d+\.\d{2}\b|\$\s?\d{2,}(?![\w]))")),
     ("price", re.compile(r"(?i)\b\d[\d,]*(?:\.\d+)?\s?(?:usd|eur|gbp|jpy|chf|dollars?|euros?|pounds sterling|bucks|cents)\b")),
-    ("price", re.compile(r"(?i)\b(?:price|costs?|priced at|fee|charge|rate)\s+(?:is|was|of|are|at|now|currently)?\s*(?:about|around|only)?\s*[$€£¥]?\d")),
+    ("price", re.compile(r"(?i)\b(?:price|costs?|priced at|fee)\s+(?:is|was|of|are|at|now|currently)?\s*(?:about|around|only)?\s*[$€£¥]?\d")),
     ("balance", re.compile(r"(?i)\b(?:balance|available funds|account total)\b[^.\n]{0,30}?(?:is|of|was|shows|at|:)\s*[$€£¥]?-?\d")),
 ]
 

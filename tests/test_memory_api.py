@@ -159,6 +159,11 @@ class TestBadInput:
         assert any(k.startswith(field) for k in r.json()["fields"]), r.json()
         assert Memory.objects.count() == 0 and MemoryQuarantine.objects.count() == 0
 
+    def test_body_over_the_api_limit_is_refused_before_parsing(self, api):
+        r = observe(api, assistant_message="y" * (2**20 + 10))
+        assert r.status_code == 413 and r.json()["code"] == "payload_too_large"
+        assert Memory.objects.count() == 0 and MemoryQuarantine.objects.count() == 0
+
     def test_retrieve_needs_user_and_query(self, api):
         r = api.post(RETRIEVE, {"query": "logs"}, format="json")
         assert r.status_code == 400 and "user_id" in r.json()["fields"]

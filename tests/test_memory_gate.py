@@ -124,6 +124,8 @@ CLEAN = [
     "The PIN can be changed at any ATM of the network after the card is activated.",
     "An API key identifies the calling agent; scopes on the key decide which endpoints it may use.",
     "Set the auth header name in settings; the default is Authorization.",
+    "Throttle retries at a rate of 5 per second per client to protect the ledger.",
+    "Load balance the API across 3 replicas and drain one before each deploy.",
 ]
 
 UNSTABLE = [
