@@ -329,6 +329,10 @@ SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
         "LearningCandidateRiskEnum": "learning.models.LearningCandidate.Risk",
     }
 )
+CELERY_BEAT_SCHEDULE["learning-purge-expired-blocks"] = {
+    "task": "learning.tasks.purge_expired_blocks_task",
+    "schedule": env_float("PURGE_EXPIRED_BLOCKS_SECONDS", 3600.0),
+}
 
 # --- out: outcomes, feedback, patterns, rules, calibration, autonomy, learning cycles (issues 6-7) ---
 MISTAKE_WINDOW_DAYS = env_int("MISTAKE_WINDOW_DAYS", 30)

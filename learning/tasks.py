@@ -39,6 +39,19 @@ def embeddings_backfill_task() -> dict:
         return {"embedded": 0, "failed": 0, "model": ""}
 
 
+# --- Learning governance (issue 3, gov) -----------------------------------------
+
+
+@shared_task(ignore_result=True)
+def purge_expired_blocks_task() -> int:
+    """Periodic: delete expired blocklist entries (they stopped applying at expiry already)."""
+    from learning.services import phrase_blocks_purge_expired
+
+    count = phrase_blocks_purge_expired()
+    logger.info("purged %d expired blocklist entries", count)
+    return count
+
+
 # --- Memories (issue 5, mem): periodic purge -----------------------------------
 
 

@@ -225,3 +225,13 @@ def test_schema_has_no_warnings_about_governance_views(capsys, db, tmp_path):
     schema = out.read_text()
     for path in ("/api/v1/learning/candidates:", "/api/v1/learning/stats:", "/api/v1/blocklist:", "/api/v1/feedback/correction:", "/api/v1/learning/import:"):
         assert path in schema
+
+
+def test_purge_task_is_scheduled_and_purges(catalogue, settings):
+    from learning.tasks import purge_expired_blocks_task
+
+    assert settings.CELERY_BEAT_SCHEDULE["learning-purge-expired-blocks"]["task"] == "learning.tasks.purge_expired_blocks_task"
+    block = phrase_block_add(phrase="drop a cbu", verb_name="cbu.delete")
+    PhraseBlock.objects.filter(pk=block.pk).update(expires_at=timezone.now() - timedelta(days=1))
+    assert purge_expired_blocks_task.delay().get() == 1
+    assert not PhraseBlock.objects.exists()
