@@ -82,6 +82,7 @@ class Memory(Embedded):
             hnsw_index("memory_embedding_hnsw"),
             models.Index(fields=["user_id", "namespace", "status", "-updated_at"], name="memory_user_status_recent"),
             models.Index(fields=["status", "deprecated_at"], name="memory_status_deprecated_at"),
+            models.Index(fields=["user_id", "namespace"], condition=Q(embedding__isnull=True), name="memory_unembedded"),
         ]
 
     def __str__(self):

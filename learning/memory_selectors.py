@@ -116,7 +116,9 @@ def memory_semantic_candidates(
     base = memories_of(user_id=user_id, namespace=namespace).filter(memory_filter_q(filters), embedding_model=model)
     out: list[RetrievedMemory] = []
     for status in LIVE:
-        rows = base.filter(status=status).annotate(distance=CosineDistance("embedding", vector)).order_by("distance")[:k]
+        rows = (
+            base.filter(status=status).defer("embedding").annotate(distance=CosineDistance("embedding", vector)).order_by("distance")[:k]
+        )
         out.extend(RetrievedMemory(m, 1.0 - float(m.distance)) for m in rows if 1.0 - float(m.distance) >= min_score)
     return out
 
@@ -133,6 +135,7 @@ def memory_recent_verified(*, user_id: str, namespace: str, filters: dict | None
     rows = (
         memories_of(user_id=user_id, namespace=namespace)
         .filter(memory_filter_q(filters), status=MemoryStatus.VERIFIED)
+        .defer("embedding")
         .order_by("-updated_at", "-hits", "-id")[:limit]
     )
     return [RetrievedMemory(m, None) for m in rows]

@@ -315,11 +315,13 @@ def _merge(*, memory_id: int, artifact: Artifact, sha: str, fingerprint: int, me
 # --- retrieve ------------------------------------------------------------------------
 
 
-def _lazy_embed(*, user_id: str, namespace: str, model: str) -> int:
+def _lazy_embed(*, user_id: str, namespace: str, model: str, other_models: bool = False) -> int:
+    """Embed (a batch of) the user's live memories without a vector; with ``other_models``, also those
+    embedded by another model. The first check is a partial-index lookup, so it costs nothing when all is embedded."""
+    missing = Q(embedding__isnull=True) | ~Q(embedding_model=model) if other_models else Q(embedding__isnull=True)
     rows = list(
         memories_of(user_id=user_id, namespace=namespace)
-        .filter(status__in=LIVE)
-        .filter(Q(embedding__isnull=True) | ~Q(embedding_model=model))
+        .filter(missing, status__in=LIVE)
         .order_by("-updated_at")[: settings.MEMORY_LAZY_EMBED_BATCH]
     )
     return embeddings_refresh(rows=rows) if rows else 0
@@ -341,18 +343,30 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None) ->
         degraded_reason = "embedder_unavailable"
     else:
         _lazy_embed(user_id=user_id, namespace=namespace, model=model)
-        items = memory_semantic_candidates(
-            user_id=user_id, namespace=namespace, vector=vectors[0], model=model, filters=filters,
-            k=settings.MEMORY_RETRIEVE_TOP_K, min_score=settings.MEMORY_RETRIEVE_MIN_SCORE,
-        )
+
+        def search():
+            return memory_semantic_candidates(
+                user_id=user_id, namespace=namespace, vector=vectors[0], model=model, filters=filters,
+                k=settings.MEMORY_RETRIEVE_TOP_K, min_score=settings.MEMORY_RETRIEVE_MIN_SCORE,
+            )
+
+        items = search()
         if not items and not memory_has_embedded(user_id=user_id, namespace=namespace, model=model, filters=filters):
-            degraded_reason = "no_embeddings"
+            # Perhaps every vector is from another model (the model changed): embed a batch now and search again.
+            if _lazy_embed(user_id=user_id, namespace=namespace, model=model, other_models=True):
+                items = search()
+            if not items and not memory_has_embedded(user_id=user_id, namespace=namespace, model=model, filters=filters):
+                degraded_reason = "no_embeddings"
     if degraded_reason:
         items = memory_recent_verified(user_id=user_id, namespace=namespace, filters=filters, limit=settings.MEMORY_RETRIEVE_MAX_ITEMS)
     items.sort(key=lambda i: rank_key(i, settings.MEMORY_SCORE_DECIMALS))
     kept, block = memory_block(items, max_items=settings.MEMORY_RETRIEVE_MAX_ITEMS, max_chars=settings.MEMORY_RETRIEVE_MAX_CHARS)
     ids = [i.memory.pk for i in kept]
     with transaction.atomic():
+        # Hits, streaks and the log are statistics: don't make the caller wait for the WAL flush.
+        # A crash may lose the last few hundred milliseconds of them, never a memory.
+        with connection.cursor() as cur:
+            cur.execute("SET LOCAL synchronous_commit = off")
         if ids:
             Memory.objects.filter(pk__in=ids).update(hits=F("hits") + 1, streak=F("streak") + 1, last_retrieved_at=timezone.now())
             _auto_promote(ids)
@@ -360,7 +374,7 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None) ->
             namespace=namespace, user_id=user_id, query_sha256=text_hash(query), memory_ids=ids, degraded=bool(degraded_reason)
         )
     if ids:
-        fresh = Memory.objects.in_bulk(ids)
+        fresh = Memory.objects.defer("embedding").in_bulk(ids)
         for item in kept:
             item.memory = fresh.get(item.memory.pk, item.memory)
     return RetrieveResult(kept, block, bool(degraded_reason), degraded_reason, retrieval.pk)
