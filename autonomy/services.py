@@ -32,3 +32,606 @@ def api_key_revoke(*, key: ApiKey) -> ApiKey:
         ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
         key.refresh_from_db()
     return key
+
+
+# --- out: actions, correction rules, calibration, autonomy transitions, learning cycles (issues 6-7) ---
+
+import contextlib  # noqa: E402
+import logging  # noqa: E402
+import re  # noqa: E402
+from datetime import timedelta  # noqa: E402
+
+from django.conf import settings  # noqa: E402
+from django.db import IntegrityError, connection  # noqa: E402
+from django.db.models import Count, Q  # noqa: E402
+from simple_history.utils import bulk_create_with_history  # noqa: E402
+
+from autonomy import calibration as calib  # noqa: E402
+from autonomy.models import (  # noqa: E402
+    ACTION_NAME_RE,
+    Action,
+    AutonomyLevel,
+    AutonomyTransition,
+    CalibrationRecord,
+    CorrectionRule,
+    CorrectionRuleStatus,
+    EpisodeEvent,
+    EpisodeStatus,
+    LearningEpisode,
+    TransitionStatus,
+)
+from config.api import Conflict, NotFound  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+_ACTION_RE = re.compile(ACTION_NAME_RE)
+LOCK_NAMESPACE_CYCLE = 61002
+
+
+def action_name_validate(name) -> str:
+    if not isinstance(name, str) or not _ACTION_RE.match(name.strip()) or len(name.strip()) > 100:
+        raise ApplicationError(
+            "Action names are lowercase dotted identifiers such as 'email.send' (at most 100 characters).", field="action"
+        )
+    return name.strip()
+
+
+def action_register(*, name: str, description: str = "") -> Action:
+    """The catalogue entry for ``name``; a new name is registered at level 1 (propose only)."""
+    name = action_name_validate(name)
+    with transaction.atomic():
+        action, _ = Action.objects.get_or_create(
+            name=name, defaults={"description": description, "autonomy_level": AutonomyLevel.PROPOSE, "auto_registered": True}
+        )
+    return action
+
+
+def action_create(*, name: str, description: str = "", autonomy_level: int = AutonomyLevel.PROPOSE) -> Action:
+    """Add an action to the catalogue at a chosen starting level (catalogue loading, admin)."""
+    name = action_name_validate(name)
+    if autonomy_level not in AutonomyLevel.values:
+        raise ApplicationError("autonomy_level must be 1, 2 or 3.", field="autonomy_level")
+    with transaction.atomic():
+        if Action.objects.filter(name=name).exists():
+            raise Conflict(f"Action {name} already exists.", field="name")
+        return Action.objects.create(name=name, description=description, autonomy_level=autonomy_level)
+
+
+# --- correction rules ---------------------------------------------------------------
+
+def _rule_precondition(pattern, explanations: list[tuple[str, int]]) -> str:
+    head = f"When {pattern.agent.name} is about to run {pattern.action.name}"
+    what = f"it has made this mistake {pattern.occurrence_count} times ({pattern.category})"
+    if not explanations:
+        return f"{head}: {what}. Ask for review."
+    said = "; ".join(f'"{text}"' + (f" ({n}×)" if n > 1 else "") for text, n in explanations)
+    return f"{head}: {what}. Reviewers said: {said}."
+
+
+def correction_rules_create(*, agent_id: int | None = None, pattern_ids: list[int] | None = None, user=None) -> list[CorrectionRule]:
+    """A rule for every active pattern without one (optionally only ``pattern_ids``); patterns become mitigated.
+
+    The precondition is built from the most common explanations, the correction is
+    the most common corrected action (or ``{"require_review": true}``). Rules are
+    active at once unless ``CORRECTION_RULES_REQUIRE_APPROVAL``; they expire after
+    ``CORRECTION_RULE_EXPIRY_DAYS``. Contributing records are linked to the rule.
+    """
+    from feedback.models import FeedbackRecord, MistakePattern, PatternStatus
+
+    now = timezone.now()
+    with transaction.atomic():
+        qs = (
+            MistakePattern.objects.select_for_update(of=("self",))
+            .select_related("agent", "action")
+            .filter(status=PatternStatus.ACTIVE, correction_rule__isnull=True)
+            .order_by("id")
+        )
+        if agent_id is not None:
+            qs = qs.filter(agent_id=agent_id)
+        if pattern_ids is not None:
+            qs = qs.filter(pk__in=pattern_ids)
+        patterns = list(qs)
+        if not patterns:
+            return []
+        top: dict[int, list[tuple[str, int]]] = {}
+        rows = (
+            FeedbackRecord.objects.filter(pattern_id__in=[p.pk for p in patterns])
+            .exclude(human_explanation="")
+            .values_list("pattern_id", "human_explanation")
+            .annotate(n=Count("id"))
+            .order_by("pattern_id", "-n", "human_explanation")
+        )
+        for pid, text, n in rows:
+            if len(top.setdefault(pid, [])) < 3:
+                top[pid].append((text[:300], n))
+        approval = settings.CORRECTION_RULES_REQUIRE_APPROVAL
+        expires = now + timedelta(days=settings.CORRECTION_RULE_EXPIRY_DAYS) if settings.CORRECTION_RULE_EXPIRY_DAYS > 0 else None
+        rules = [
+            CorrectionRule(
+                agent_id=p.agent_id, action_id=p.action_id, pattern=p,
+                precondition=_rule_precondition(p, top.get(p.pk, [])),
+                correction=p.common_correction if p.common_correction is not None else {"require_review": True},
+                require_review=p.common_correction is None,
+                status=CorrectionRuleStatus.PENDING if approval else CorrectionRuleStatus.ACTIVE,
+                expires_at=expires, created_at=now,
+            )
+            for p in patterns
+        ]
+        rules = bulk_create_with_history(rules, CorrectionRule, default_user=user, default_change_reason="created from pattern")
+        if any(r.pk is None for r in rules):  # older backends: fetch the ids
+            by_pattern = dict(CorrectionRule.objects.filter(pattern__in=patterns).values_list("pattern_id", "id"))
+            for r in rules:
+                r.pk = r.id = by_pattern[r.pattern_id]
+        MistakePattern.objects.filter(pk__in=[p.pk for p in patterns]).update(status=PatternStatus.MITIGATED, updated_at=now)
+        with connection.cursor() as cur:
+            cur.execute(
+                "UPDATE feedback_feedbackrecord fr SET correction_rule_id = r.id FROM autonomy_correctionrule r "
+                "WHERE r.pattern_id = fr.pattern_id AND r.id = ANY(%s)",
+                [[r.pk for r in rules]],
+            )
+    logger.info("created %s correction rule(s)", len(rules))
+    return rules
+
+
+def _rule_locked(rule) -> CorrectionRule:
+    pk = rule.pk if hasattr(rule, "pk") else int(rule)
+    obj = CorrectionRule.objects.select_for_update().filter(pk=pk).first()
+    if obj is None:
+        raise NotFound(f"Correction rule {pk} not found.", field="id")
+    return obj
+
+
+def correction_rule_approve(*, rule, user=None) -> CorrectionRule:
+    with transaction.atomic():
+        obj = _rule_locked(rule)
+        if obj.status != CorrectionRuleStatus.PENDING:
+            raise Conflict(f"Rule {obj.pk} is {obj.status}; only pending rules can be approved.", field="status",
+                           extra={"current_status": obj.status})
+        obj.status, obj.approved_by, obj.approved_at = CorrectionRuleStatus.ACTIVE, user, timezone.now()
+        obj._history_user = user
+        obj.save(update_fields=["status", "approved_by", "approved_at"])
+    return obj
+
+
+def correction_rule_deactivate(*, rule, user=None) -> CorrectionRule:
+    with transaction.atomic():
+        obj = _rule_locked(rule)
+        if obj.status in (CorrectionRuleStatus.INACTIVE, CorrectionRuleStatus.EXPIRED):
+            raise Conflict(f"Rule {obj.pk} is already {obj.status}.", field="status", extra={"current_status": obj.status})
+        obj.status, obj.deactivated_by, obj.deactivated_at = CorrectionRuleStatus.INACTIVE, user, timezone.now()
+        obj._history_user = user
+        obj.save(update_fields=["status", "deactivated_by", "deactivated_at"])
+    return obj
+
+
+def correction_rules_expire(*, agent_id: int | None = None) -> int:
+    """Mark rules past their expiry ``expired`` (with a history row each)."""
+    with transaction.atomic():
+        qs = CorrectionRule.objects.select_for_update().filter(
+            status__in=[CorrectionRuleStatus.ACTIVE, CorrectionRuleStatus.PENDING], expires_at__lte=timezone.now()
+        )
+        if agent_id is not None:
+            qs = qs.filter(agent_id=agent_id)
+        n = 0
+        for rule in qs:
+            rule.status = CorrectionRuleStatus.EXPIRED
+            rule._change_reason = "expired"
+            rule.save(update_fields=["status"])
+            n += 1
+    return n
+
+
+# --- calibration --------------------------------------------------------------------
+
+_CALIBRATION_SQL = """
+WITH s AS (
+    SELECT action_id, confidence, CASE WHEN status = 'completed' THEN 1.0 ELSE 0.0 END AS ok
+      FROM feedback_proposal
+     WHERE agent_id = %(agent)s AND created_at >= %(since)s AND status IN ('completed', 'rejected', 'failed')
+    UNION ALL
+    SELECT action_id, confidence,
+           CASE WHEN review_outcome = 'correct' THEN 1.0 WHEN review_outcome = 'incorrect' THEN 0.0
+                WHEN success THEN 1.0 ELSE 0.0 END
+      FROM feedback_execution
+     WHERE agent_id = %(agent)s AND created_at >= %(since)s
+)
+SELECT GROUPING(action_id) AS overall, action_id, width_bucket(confidence, %(inner)s::float8[]) AS bucket,
+       count(*), avg(confidence), avg(ok)
+  FROM s
+ GROUP BY GROUPING SETS ((action_id, width_bucket(confidence, %(inner)s::float8[])),
+                         (width_bucket(confidence, %(inner)s::float8[])))
+"""
+
+
+def _window(window_days, default: int) -> int:
+    days = default if window_days is None else window_days
+    if isinstance(days, bool) or not isinstance(days, int) or days <= 0:
+        raise ApplicationError("The window must be a positive number of days.", field="window_days")
+    return days
+
+
+def calibration_compute(*, agent_id: int, window_days: int | None = None, episode=None) -> list[CalibrationRecord]:
+    """Calibrate one agent overall and per action; one aggregate query, one insert.
+
+    Samples: proposals (completed = success; rejected or failed = failure) and
+    executions (reviewed correct = success; reviewed incorrect = failure;
+    unreviewed = its own success flag). The first record returned is the overall one.
+    """
+    from autonomy.models import Agent
+
+    days = _window(window_days, settings.CALIBRATION_WINDOW_DAYS)
+    if not Agent.objects.filter(pk=agent_id).exists():
+        raise NotFound(f"Agent {agent_id} not found.", field="agent")
+    edges = list(settings.CALIBRATION_BUCKETS)
+    with connection.cursor() as cur:
+        cur.execute(_CALIBRATION_SQL, {"agent": agent_id, "since": timezone.now() - timedelta(days=days), "inner": edges[1:-1]})
+        rows = cur.fetchall()
+    groups: dict[int | None, dict[int, tuple[int, float, float]]] = {}
+    for overall, action_id, bucket, n, conf, ok in rows:
+        key = None if overall else action_id
+        groups.setdefault(key, {})[min(int(bucket), len(edges) - 2)] = (n, float(conf), float(ok))
+    groups.setdefault(None, {})
+    previous = dict(
+        CalibrationRecord.objects.filter(agent_id=agent_id)
+        .order_by("action_id", "-computed_at", "-id")
+        .distinct("action_id")
+        .values_list("action_id", "recommended_adjustment")
+    )
+    records = []
+    for action_id in sorted(groups, key=lambda k: (k is not None, k or 0)):
+        buckets = calib.build_buckets(edges, groups[action_id], settings.CALIBRATION_MIN_BUCKET_SAMPLES)
+        s = calib.summarize(buckets, ece_threshold=settings.CALIBRATION_ECE_THRESHOLD, max_adjustment=settings.CALIBRATION_MAX_ADJUSTMENT)
+        records.append(
+            CalibrationRecord(
+                agent_id=agent_id, action_id=action_id, window_days=days, sample_count=s.sample_count,
+                total_samples=s.total_samples, buckets=[b.as_dict() for b in s.buckets],
+                mean_confidence=s.mean_confidence, mean_success=s.mean_success, ece=s.ece,
+                overconfidence_rate=s.overconfidence_rate, underconfidence_rate=s.underconfidence_rate,
+                raw_adjustment=round(s.raw_adjustment, 6),
+                recommended_adjustment=calib.ema(
+                    previous.get(action_id), s.raw_adjustment, alpha=settings.CALIBRATION_EMA_ALPHA,
+                    cap=settings.CALIBRATION_MAX_ADJUSTMENT,
+                ),
+                episode=episode,
+            )
+        )
+    with transaction.atomic():
+        CalibrationRecord.objects.bulk_create(records)
+    return records
+
+
+# --- autonomy evaluation and transitions ---------------------------------------------
+
+_AUTONOMY_SQL = """
+WITH s AS (
+    SELECT action_id,
+           (status = 'completed' AND modified_action IS NULL) AS ok,
+           (status = 'rejected' OR modified_action IS NOT NULL) AS rejected
+      FROM feedback_proposal
+     WHERE action_id = ANY(%(ids)s) AND created_at >= %(since)s AND status IN ('completed', 'rejected', 'failed')
+    UNION ALL
+    SELECT action_id,
+           (review_outcome = 'correct' OR (review_outcome IS NULL AND success)) AS ok,
+           (review_outcome = 'incorrect') AS rejected
+      FROM feedback_execution
+     WHERE action_id = ANY(%(ids)s) AND created_at >= %(since)s
+)
+SELECT action_id, count(*), count(*) FILTER (WHERE ok), count(*) FILTER (WHERE rejected)
+  FROM s GROUP BY action_id
+"""
+
+
+def autonomy_decision(*, level: int, samples: int, success_rate: float, rejection_rate: float) -> int | None:
+    """The level an action should move to, or None. Pure, so the threshold edges are easy to test."""
+    if (
+        level < AutonomyLevel.AUTONOMOUS
+        and samples > settings.AUTONOMY_PROMOTE_MIN_SAMPLES
+        and success_rate > settings.AUTONOMY_PROMOTE_MIN_SUCCESS
+        and rejection_rate < settings.AUTONOMY_PROMOTE_MAX_REJECTION
+    ):
+        return level + 1
+    if (
+        level > AutonomyLevel.PROPOSE
+        and samples >= max(1, settings.AUTONOMY_DEMOTE_MIN_SAMPLES)
+        and (success_rate < settings.AUTONOMY_DEMOTE_BELOW_SUCCESS or rejection_rate > settings.AUTONOMY_DEMOTE_ABOVE_REJECTION)
+    ):
+        return level - 1
+    return None
+
+
+def autonomy_evaluate(*, action_ids: list[int] | None = None, window_days: int | None = None, episode=None, force: bool = False) -> dict:
+    """Evaluate actions and PROPOSE transitions with evidence; never changes a level.
+
+    Proposals count as success when completed as proposed, as rejection when
+    rejected or modified by a reviewer; executions as success when reviewed
+    correct (or unreviewed and successful), as rejection when reviewed incorrect.
+    Each action is evaluated at most once per ``AUTONOMY_EVALUATION_INTERVAL_S``
+    (claimed atomically, so parallel cycles share the work) unless ``force``.
+    An action with an open transition gets no second one (partial unique index).
+    """
+    from feedback.models import MistakePattern, PatternStatus
+
+    days = _window(window_days, settings.AUTONOMY_WINDOW_DAYS)
+    now = timezone.now()
+    qs = Action.objects.all() if action_ids is None else Action.objects.filter(pk__in=action_ids)
+    if not force:
+        qs = qs.filter(
+            Q(last_evaluated_at__isnull=True)
+            | Q(last_evaluated_at__lt=now - timedelta(seconds=settings.AUTONOMY_EVALUATION_INTERVAL_S))
+        )
+    ids = list(qs.values_list("pk", flat=True))
+    if not ids:
+        return {"evaluated": [], "proposed": [], "skipped_open": []}
+    claimed = Action.objects.filter(pk__in=ids)
+    if not force:
+        claimed = claimed.filter(
+            Q(last_evaluated_at__isnull=True)
+            | Q(last_evaluated_at__lt=now - timedelta(seconds=settings.AUTONOMY_EVALUATION_INTERVAL_S))
+        )
+    # UPDATE … RETURNING claims the actions: a parallel cycle gets the rest or nothing.
+    with connection.cursor() as cur:
+        sql, params = claimed.values("pk").query.sql_with_params()
+        cur.execute(f"UPDATE autonomy_action SET last_evaluated_at = %s WHERE id IN ({sql}) RETURNING id", [now, *params])
+        ids = sorted(r[0] for r in cur.fetchall())
+        if not ids:
+            return {"evaluated": [], "proposed": [], "skipped_open": []}
+        cur.execute(_AUTONOMY_SQL, {"ids": ids, "since": now - timedelta(days=days)})
+        stats = {a: (n, ok, rej) for a, n, ok, rej in cur.fetchall()}
+    actions = {a.pk: a for a in Action.objects.filter(pk__in=ids)}
+    open_ids = set(AutonomyTransition.objects.filter(action_id__in=ids, status=TransitionStatus.PROPOSED).values_list("action_id", flat=True))
+    latest_ece = {
+        a: (ece, agent) for a, ece, agent in CalibrationRecord.objects.filter(action_id__in=ids, ece__isnull=False)
+        .order_by("action_id", "-computed_at", "-id").distinct("action_id").values_list("action_id", "ece", "agent__name")
+    }
+    evaluated, proposed, skipped = [], [], []
+    for action_id in ids:
+        action = actions[action_id]
+        n, ok, rej = stats.get(action_id, (0, 0, 0))
+        success_rate = ok / n if n else 0.0
+        rejection_rate = rej / n if n else 0.0
+        target = autonomy_decision(level=action.autonomy_level, samples=n, success_rate=success_rate, rejection_rate=rejection_rate)
+        row = {"action": action.name, "level": action.autonomy_level, "samples": n, "success_rate": round(success_rate, 4),
+               "rejection_rate": round(rejection_rate, 4), "target_level": target}
+        evaluated.append(row)
+        if target is None:
+            continue
+        if action_id in open_ids:
+            skipped.append(row)
+            continue
+        patterns = list(
+            MistakePattern.objects.filter(action_id=action_id, last_seen__gte=now - timedelta(days=days))
+            .exclude(status=PatternStatus.DISMISSED).order_by("-last_seen")
+            .values("id", "agent__name", "category", "occurrence_count", "status", "description")[:10]
+        )
+        ece = latest_ece.get(action_id)
+        evidence = {
+            "window_days": days, "sample_size": n, "successes": ok, "rejections": rej,
+            "success_rate": round(success_rate, 4), "rejection_rate": round(rejection_rate, 4),
+            "thresholds": {
+                "promote_success_above": settings.AUTONOMY_PROMOTE_MIN_SUCCESS,
+                "promote_rejection_below": settings.AUTONOMY_PROMOTE_MAX_REJECTION,
+                "promote_samples_above": settings.AUTONOMY_PROMOTE_MIN_SAMPLES,
+                "demote_success_below": settings.AUTONOMY_DEMOTE_BELOW_SUCCESS,
+                "demote_rejection_above": settings.AUTONOMY_DEMOTE_ABOVE_REJECTION,
+                "demote_samples_min": settings.AUTONOMY_DEMOTE_MIN_SAMPLES,
+            },
+            "recent_patterns": [{**p, "agent": p.pop("agent__name")} for p in patterns],
+            "latest_ece": None if ece is None else {"ece": round(ece[0], 4), "agent": ece[1]},
+            "evaluated_at": now.isoformat(),
+        }
+        direction = "promotion" if target > action.autonomy_level else "demotion"
+        reason = (
+            f"{direction} {action.autonomy_level}→{target}: success {success_rate:.1%}, "
+            f"rejection {rejection_rate:.1%} over {n} samples in {days} days"
+        )
+        try:
+            with transaction.atomic():
+                t = AutonomyTransition.objects.create(
+                    action=action, from_level=action.autonomy_level, to_level=target, evidence=evidence,
+                    reason=reason, episode=episode,
+                )
+        except IntegrityError:  # another evaluation opened one meanwhile
+            skipped.append(row)
+            continue
+        proposed.append(t)
+    return {"evaluated": evaluated, "proposed": proposed, "skipped_open": skipped}
+
+
+def _transition_locked(transition) -> AutonomyTransition:
+    pk = transition.pk if hasattr(transition, "pk") else int(transition)
+    obj = AutonomyTransition.objects.select_for_update().filter(pk=pk).first()
+    if obj is None:
+        raise NotFound(f"Transition {pk} not found.", field="id")
+    if obj.status != TransitionStatus.PROPOSED:
+        raise Conflict(
+            f"Transition {obj.pk} is {obj.status}; only proposed transitions can be decided.",
+            field="status", code="invalid_transition", extra={"current_status": obj.status},
+        )
+    return obj
+
+
+def autonomy_transition_approve(*, transition, user=None, key=None, notes: str = "") -> AutonomyTransition:
+    """Apply the new level and mark the transition applied, in one transaction, exactly once.
+
+    Both rows are locked (SELECT … FOR UPDATE), so of two concurrent approvals the
+    second sees ``applied`` and gets 409. Refused if the level changed since the proposal.
+    """
+    with transaction.atomic():
+        obj = _transition_locked(transition)
+        action = Action.objects.select_for_update().get(pk=obj.action_id)
+        if action.autonomy_level != obj.from_level:
+            raise Conflict(
+                f"The level of {action.name} changed since this transition was proposed "
+                f"(now {action.autonomy_level}, proposed from {obj.from_level}); reject it and evaluate again.",
+                field="from_level", code="level_changed", extra={"current_level": action.autonomy_level},
+            )
+        now = timezone.now()
+        obj.status, obj.decided_by, obj.decided_by_key, obj.decided_at = TransitionStatus.APPLIED, user, key, now
+        obj.decision_notes = (notes or "").strip()[:5000]
+        obj._history_user = user
+        obj.save(update_fields=["status", "decided_by", "decided_by_key", "decided_at", "decision_notes"])
+        action.autonomy_level = obj.to_level
+        action._history_user = user
+        action._change_reason = f"autonomy transition #{obj.pk} approved by {obj.decided_by_label}"
+        action.save(update_fields=["autonomy_level"])
+    logger.info("autonomy of %s: %s → %s (transition %s)", action.name, obj.from_level, obj.to_level, obj.pk)
+    return obj
+
+
+def autonomy_transition_reject(*, transition, user=None, key=None, notes: str = "") -> AutonomyTransition:
+    with transaction.atomic():
+        obj = _transition_locked(transition)
+        obj.status, obj.decided_by, obj.decided_by_key, obj.decided_at = TransitionStatus.REJECTED, user, key, timezone.now()
+        obj.decision_notes = (notes or "").strip()[:5000]
+        obj._history_user = user
+        obj.save(update_fields=["status", "decided_by", "decided_by_key", "decided_at", "decision_notes"])
+    return obj
+
+
+# --- learning episodes and cycles -----------------------------------------------------
+
+class EpisodeLog:
+    """Collects an episode's ordered events and writes them in batches."""
+
+    def __init__(self, episode: LearningEpisode):
+        self.episode = episode
+        self.seq = episode.events.count()
+        self._pending: list[EpisodeEvent] = []
+
+    def add(self, kind: str, message: str = "", **payload) -> None:
+        self.seq += 1
+        self._pending.append(EpisodeEvent(episode=self.episode, seq=self.seq, kind=kind, message=message, payload=payload))
+
+    def flush(self) -> None:
+        if self._pending:
+            EpisodeEvent.objects.bulk_create(self._pending)
+            self._pending = []
+
+
+def learning_episode_start(*, agent_id: int | None, kind: str = "learning_cycle", trigger: str = "command") -> LearningEpisode:
+    with transaction.atomic():
+        return LearningEpisode.objects.create(agent_id=agent_id, kind=kind, trigger=trigger)
+
+
+def learning_episode_finish(*, episode: LearningEpisode, summary: dict, status: str = EpisodeStatus.COMPLETED) -> LearningEpisode:
+    parts = [f"{k.replace('_', ' ')}: {v}" for k, v in summary.items() if not isinstance(v, (dict, list))]
+    with transaction.atomic():
+        episode.status, episode.finished_at, episode.summary = status, timezone.now(), summary
+        episode.summary_text = "; ".join(parts)
+        episode.save(update_fields=["status", "finished_at", "summary", "summary_text"])
+    return episode
+
+
+@contextlib.contextmanager
+def agent_cycle_lock(agent_id: int):
+    """A PostgreSQL session advisory lock per agent; yields whether it was acquired (never waits)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE_CYCLE, agent_id])
+        got = cur.fetchone()[0]
+    try:
+        yield got
+    finally:
+        if got:
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE_CYCLE, agent_id])
+
+
+def _agent_action_ids(agent_id: int, days: int) -> list[int]:
+    since = timezone.now() - timedelta(days=days)
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT DISTINCT action_id FROM feedback_proposal WHERE agent_id = %s AND created_at >= %s "
+            "UNION SELECT DISTINCT action_id FROM feedback_execution WHERE agent_id = %s AND created_at >= %s",
+            [agent_id, since, agent_id, since],
+        )
+        return [r[0] for r in cur.fetchall()]
+
+
+def learning_cycle_run(*, agent_id: int, trigger: str = "command", force_autonomy: bool = False) -> LearningEpisode | None:
+    """Detect mistakes, create rules for new patterns, calibrate, evaluate autonomy: one episode.
+
+    Returns None when another worker is running this agent's cycle (advisory lock).
+    """
+    from autonomy.models import Agent
+
+    if not Agent.objects.filter(pk=agent_id).exists():
+        raise NotFound(f"Agent {agent_id} not found.", field="agent")
+    with agent_cycle_lock(agent_id) as acquired:
+        if not acquired:
+            logger.info("learning cycle for agent %s already running elsewhere; skipped", agent_id)
+            return None
+        with connection.cursor() as cur:
+            # A cycle commits a dozen small transactions; not waiting for each WAL flush makes it
+            # several times faster. A crash can lose only the last moments of a cycle, and the
+            # next cycle redoes them (every step is idempotent); nothing can be half-written.
+            cur.execute("SET synchronous_commit TO off")
+        try:
+            return _learning_cycle_steps(agent_id=agent_id, trigger=trigger, force_autonomy=force_autonomy)
+        finally:
+            if connection.connection is not None:
+                with connection.cursor() as cur:
+                    cur.execute("RESET synchronous_commit")
+
+
+def _learning_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool) -> LearningEpisode:
+    from feedback.models import MistakePattern
+    from feedback.services import mistake_patterns_detect
+
+    episode = learning_episode_start(agent_id=agent_id, trigger=trigger)
+    log = EpisodeLog(episode)
+    summary: dict = {}
+    try:
+        detection = mistake_patterns_detect(agent_id=agent_id)
+        changed = MistakePattern.objects.filter(pk__in=detection.pattern_ids).select_related("action").order_by("id")
+        created = set(detection.created)
+        for p in changed:
+            log.add(
+                "pattern_detected" if p.pk in created else "pattern_updated", p.description,
+                pattern=p.pk, action=p.action.name, category=p.category, occurrences=p.occurrence_count, status=p.status,
+            )
+        log.add("mistake_detection", f"{len(detection.created)} new, {len(detection.updated)} updated patterns",
+                records_linked=detection.linked_records)
+        log.flush()
+        summary.update(patterns_new=len(detection.created), patterns_updated=len(detection.updated))
+
+        rules = correction_rules_create(agent_id=agent_id)
+        for r in rules:
+            log.add("rule_created", r.precondition, rule=r.pk, pattern=r.pattern_id, status=r.status,
+                    require_review=r.require_review)
+        expired = correction_rules_expire(agent_id=agent_id)
+        if expired:
+            log.add("rules_expired", f"{expired} rule(s) expired", count=expired)
+        log.flush()
+        summary.update(rules_created=len(rules), rules_expired=expired)
+
+        records = calibration_compute(agent_id=agent_id, episode=episode)
+        overall = records[0]
+        log.add(
+            "calibration", f"ECE {overall.ece if overall.ece is None else round(overall.ece, 4)} over {overall.sample_count} "
+            f"counted samples; adjustment {overall.recommended_adjustment:+.3f}",
+            record=overall.pk, ece=overall.ece, samples=overall.sample_count,
+            adjustment=overall.recommended_adjustment, per_action_records=len(records) - 1,
+        )
+        log.flush()
+        summary.update(ece=None if overall.ece is None else round(overall.ece, 4),
+                       calibration_adjustment=overall.recommended_adjustment)
+
+        evaluation = autonomy_evaluate(action_ids=_agent_action_ids(agent_id, settings.AUTONOMY_WINDOW_DAYS),
+                                       episode=episode, force=force_autonomy)
+        for t in evaluation["proposed"]:
+            log.add("transition_proposed", t.reason, transition=t.pk, action=t.action.name,
+                    from_level=t.from_level, to_level=t.to_level)
+        log.add("autonomy_evaluation", f"{len(evaluation['evaluated'])} action(s) evaluated, "
+                f"{len(evaluation['proposed'])} transition(s) proposed", evaluated=evaluation["evaluated"][:50],
+                open_already=[r["action"] for r in evaluation["skipped_open"]])
+        summary.update(actions_evaluated=len(evaluation["evaluated"]), transitions_proposed=len(evaluation["proposed"]))
+        log.add("summary", "cycle completed", **summary)
+        log.flush()
+        return learning_episode_finish(episode=episode, summary=summary)
+    except Exception as exc:
+        logger.exception("learning cycle for agent %s failed", agent_id)
+        log._pending = []
+        log.add("failed", f"{exc.__class__.__name__}: {exc}")
+        log.flush()
+        learning_episode_finish(episode=episode, summary={**summary, "error": str(exc)}, status=EpisodeStatus.FAILED)
+        raise

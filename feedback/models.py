@@ -171,16 +171,18 @@ PROPOSAL_TRANSITIONS = {
 class Proposal(models.Model):
     """An action an agent proposes and a human reviews before it runs."""
 
-    agent = models.ForeignKey("autonomy.Agent", on_delete=models.CASCADE, related_name="proposals")
-    action = models.ForeignKey("autonomy.Action", on_delete=models.PROTECT, related_name="proposals")
+    agent = models.ForeignKey("autonomy.Agent", on_delete=models.CASCADE, related_name="proposals", db_index=False)
+    action = models.ForeignKey("autonomy.Action", on_delete=models.PROTECT, related_name="proposals", db_index=False)
     proposed_action = models.JSONField()
     reasoning = models.JSONField(default=dict, help_text="The agent's reasoning; 'confidence' in [0, 1].")
     confidence = models.FloatField(help_text="The agent's stated confidence, from reasoning.confidence.")
     status = models.CharField(max_length=10, choices=ProposalStatus.choices, default=ProposalStatus.PENDING)
     modified_action = models.JSONField(null=True, blank=True)
     review_notes = models.TextField(blank=True)
-    reviewed_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    reviewed_by_key = models.ForeignKey("autonomy.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    reviewed_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                                    db_index=False)
+    reviewed_by_key = models.ForeignKey("autonomy.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                                        db_index=False)
     reviewed_at = models.DateTimeField(null=True, blank=True)
     outcome_result = models.JSONField(null=True, blank=True)
     outcome_error = models.TextField(blank=True)
@@ -210,8 +212,8 @@ class ReviewOutcome(models.TextChoices):
 class Execution(models.Model):
     """An action an agent ran on its own (autonomy level 2 or 3), reviewed afterwards."""
 
-    agent = models.ForeignKey("autonomy.Agent", on_delete=models.CASCADE, related_name="executions")
-    action = models.ForeignKey("autonomy.Action", on_delete=models.PROTECT, related_name="executions")
+    agent = models.ForeignKey("autonomy.Agent", on_delete=models.CASCADE, related_name="executions", db_index=False)
+    action = models.ForeignKey("autonomy.Action", on_delete=models.PROTECT, related_name="executions", db_index=False)
     params = models.JSONField(default=dict)
     reasoning = models.JSONField(default=dict)
     confidence = models.FloatField()
@@ -221,8 +223,10 @@ class Execution(models.Model):
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     review_outcome = models.CharField(max_length=10, choices=ReviewOutcome.choices, null=True, blank=True)
     review_notes = models.TextField(blank=True)
-    reviewed_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    reviewed_by_key = models.ForeignKey("autonomy.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    reviewed_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                                    db_index=False)
+    reviewed_by_key = models.ForeignKey("autonomy.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                                        db_index=False)
     reviewed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -261,10 +265,14 @@ NEGATIVE_FEEDBACK_TYPES = [
 class FeedbackRecord(models.Model):
     """Feedback a human (or an outcome) gave on an agent action; written with the change that caused it."""
 
-    agent = models.ForeignKey("autonomy.Agent", on_delete=models.CASCADE, related_name="feedback_records")
-    action = models.ForeignKey("autonomy.Action", on_delete=models.PROTECT, related_name="feedback_records")
-    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, null=True, blank=True, related_name="feedback_records")
-    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, null=True, blank=True, related_name="feedback_records")
+    # Single-column FK indexes are left out where a composite or partial index below covers the lookups:
+    # a million-row table pays for every index on each insert and on the pattern-linking update.
+    agent = models.ForeignKey("autonomy.Agent", on_delete=models.CASCADE, related_name="feedback_records", db_index=False)
+    action = models.ForeignKey("autonomy.Action", on_delete=models.PROTECT, related_name="feedback_records", db_index=False)
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, null=True, blank=True, related_name="feedback_records",
+                                 db_index=False)
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, null=True, blank=True, related_name="feedback_records",
+                                  db_index=False)
     feedback_type = models.CharField(max_length=20, choices=FeedbackType.choices)
     original_action = models.JSONField(null=True, blank=True)
     corrected_action = models.JSONField(null=True, blank=True)
@@ -273,14 +281,18 @@ class FeedbackRecord(models.Model):
     agent_confidence = models.FloatField(null=True, blank=True)
     action_context = models.JSONField(default=dict, blank=True)
     mistake_category = models.CharField(max_length=60, blank=True)
-    pattern = models.ForeignKey("MistakePattern", on_delete=models.SET_NULL, null=True, blank=True, related_name="records")
+    pattern = models.ForeignKey("MistakePattern", on_delete=models.SET_NULL, null=True, blank=True, related_name="records",
+                                db_index=False)
     processed = models.BooleanField(default=False)
     processed_at = models.DateTimeField(null=True, blank=True)
     correction_rule = models.ForeignKey(
-        "autonomy.CorrectionRule", on_delete=models.SET_NULL, null=True, blank=True, related_name="feedback_records"
+        "autonomy.CorrectionRule", on_delete=models.SET_NULL, null=True, blank=True, related_name="feedback_records",
+        db_index=False,
     )
-    created_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    created_by_key = models.ForeignKey("autonomy.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                                   db_index=False)
+    created_by_key = models.ForeignKey("autonomy.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+                                       db_index=False)
     source = models.CharField(max_length=20, default="api", help_text="api, admin, admin_bulk, command")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -288,7 +300,10 @@ class FeedbackRecord(models.Model):
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["agent", "created_at"], name="feedback_agent_created"),
-            models.Index(fields=["agent", "action", "feedback_type"], name="feedback_agent_action_type"),
+            models.Index(fields=["pattern"], name="fbrecord_pattern", condition=Q(pattern__isnull=False)),
+            models.Index(fields=["proposal"], name="fbrecord_proposal", condition=Q(proposal__isnull=False)),
+            models.Index(fields=["execution"], name="fbrecord_execution", condition=Q(execution__isnull=False)),
+            models.Index(fields=["correction_rule"], name="fbrecord_rule", condition=Q(correction_rule__isnull=False)),
         ]
 
     def __str__(self):

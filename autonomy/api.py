@@ -1,0 +1,83 @@
+"""Autonomy API: the action catalogue, consult-before-acting, and transition decisions."""
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from autonomy import selectors, services
+from autonomy.authentication import ScopePermission
+from autonomy.models import Action, AutonomyTransition
+from autonomy.serializers import (
+    ActionSerializer,
+    ConsultQuerySerializer,
+    ConsultSerializer,
+    TransitionDecisionSerializer,
+    TransitionSerializer,
+)
+from config.schema import ERROR_RESPONSES, ErrorSerializer
+
+_ERRORS = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
+
+
+class ActionListApi(APIView):
+    permission_classes = [ScopePermission]
+    required_scopes = ["resolve"]
+
+    @extend_schema(responses={200: ActionSerializer(many=True), **_ERRORS}, summary="The action catalogue and autonomy levels")
+    def get(self, request):
+        return Response(ActionSerializer(Action.objects.order_by("name"), many=True).data)
+
+
+class ActionConsultApi(APIView):
+    permission_classes = [ScopePermission]
+    required_scopes = ["resolve"]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("name", str, OpenApiParameter.PATH), OpenApiParameter("confidence", float, required=True)],
+        responses={200: ConsultSerializer, **_ERRORS},
+        summary="Consult before acting: adjusted confidence, warnings, active rules",
+    )
+    def get(self, request, name):
+        q = ConsultQuerySerializer(data=request.query_params)
+        q.is_valid(raise_exception=True)
+        answer = selectors.action_consult(agent=request.user, action_name=name, confidence=q.validated_data["confidence"])
+        return Response(ConsultSerializer(answer).data)
+
+
+class TransitionListApi(APIView):
+    permission_classes = [ScopePermission]
+    required_scopes = ["governance"]
+
+    @extend_schema(parameters=[OpenApiParameter("status", str)], responses={200: TransitionSerializer(many=True), **_ERRORS},
+                   summary="Autonomy transitions (governance)")
+    def get(self, request):
+        qs = AutonomyTransition.objects.select_related("action", "decided_by", "decided_by_key").order_by("-created_at")
+        if request.query_params.get("status"):
+            qs = qs.filter(status=request.query_params["status"])
+        return Response(TransitionSerializer(qs[:200], many=True).data)
+
+
+class _DecisionApi(APIView):
+    permission_classes = [ScopePermission]
+    required_scopes = ["governance"]
+    service = None
+
+    @extend_schema(parameters=[OpenApiParameter("pk", int, OpenApiParameter.PATH)], request=TransitionDecisionSerializer,
+                   responses={200: TransitionSerializer, **_ERRORS})
+    def post(self, request, pk):
+        s = TransitionDecisionSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        t = type(self).service(transition=pk, key=request.auth, notes=s.validated_data["notes"])
+        return Response(TransitionSerializer(t).data)
+
+
+class TransitionApproveApi(_DecisionApi):
+    """Approve: the new level is applied and the transition marked applied, once (governance)."""
+
+    service = staticmethod(services.autonomy_transition_approve)
+
+
+class TransitionRejectApi(_DecisionApi):
+    """Reject a proposed transition (governance)."""
+
+    service = staticmethod(services.autonomy_transition_reject)

@@ -1,0 +1,125 @@
+"""Reads for actions, consult, calibration and autonomy."""
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from autonomy.calibration import clamp
+from autonomy.models import (
+    Action,
+    Agent,
+    AutonomyLevel,
+    CalibrationRecord,
+    CorrectionRule,
+    CorrectionRuleStatus,
+)
+from config.api import ApplicationError, NotFound
+
+
+def active_rules_q() -> Q:
+    return Q(status=CorrectionRuleStatus.ACTIVE) & (Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+
+
+def action_get(*, name: str) -> Action:
+    from autonomy.services import action_name_validate
+
+    action = Action.objects.filter(name=action_name_validate(name)).first()
+    if action is None:
+        raise NotFound(f"Action {name} is not in the catalogue.", field="action")
+    return action
+
+
+def agent_get(*, ref) -> Agent:
+    """An agent by id or by name (commands take either)."""
+    ref = str(ref).strip()
+    agent = Agent.objects.filter(pk=int(ref)).first() if ref.isdigit() else Agent.objects.filter(name=ref).first()
+    if agent is None:
+        raise NotFound(f"Agent {ref} not found.", field="agent")
+    return agent
+
+
+def latest_calibration(*, agent_id: int, action_id: int | None) -> CalibrationRecord | None:
+    """The action's latest calibration for the agent, else the agent's latest overall one."""
+    qs = CalibrationRecord.objects.filter(agent_id=agent_id).order_by("-computed_at", "-id")
+    return (qs.filter(action_id=action_id).first() if action_id else None) or qs.filter(action__isnull=True).first()
+
+
+def action_consult(*, agent: Agent, action_name: str, confidence: float) -> dict:
+    """What the agent should know before acting: adjusted confidence, warnings, active rules.
+
+    An active mistake pattern for (agent, action) lowers confidence by
+    ``CONSULT_PATTERN_PENALTY`` (not below ``CONSULT_PATTERN_FLOOR``, and never
+    raising a confidence already below it); then the latest calibration
+    adjustment is added, the result kept within [0.1, 1.0]. Approval is required
+    at level 1, when a rule asks for review, or below ``CONSULT_APPROVAL_BELOW``.
+    """
+    from feedback.models import MistakePattern, PatternStatus
+    from feedback.services import confidence_validate
+
+    confidence = confidence_validate(confidence)
+    action = action_get(name=action_name)
+    warnings: list[str] = []
+    patterns = list(
+        MistakePattern.objects.filter(agent=agent, action=action, status=PatternStatus.ACTIVE).order_by("-last_seen")
+    )
+    rules = list(CorrectionRule.objects.filter(active_rules_q(), agent=agent, action=action).order_by("-created_at"))
+    adjusted = confidence
+    penalty = 0.0
+    if patterns:
+        floor = settings.CONSULT_PATTERN_FLOOR
+        adjusted = max(min(confidence, floor), confidence - settings.CONSULT_PATTERN_PENALTY)
+        penalty = round(adjusted - confidence, 6)
+        for p in patterns:
+            warnings.append(f"Repeated mistake ({p.occurrence_count}×, {p.category}): {p.description}")
+    calibration = latest_calibration(agent_id=agent.pk, action_id=action.pk)
+    adjustment = calibration.recommended_adjustment if calibration else 0.0
+    if adjustment:
+        adjusted = clamp(adjusted + adjustment, 0.1, 1.0)
+        warnings.append(f"Calibration adjusts your confidence by {adjustment:+.3f} (ECE {calibration.ece:.3f}).")
+    for r in rules:
+        warnings.append(f"Correction rule #{r.pk}: {r.precondition}")
+    reasons = []
+    if action.autonomy_level == AutonomyLevel.PROPOSE:
+        reasons.append("the action is at level 1 (propose only)")
+    if any(r.require_review for r in rules):
+        reasons.append("a correction rule requires review")
+    if adjusted < settings.CONSULT_APPROVAL_BELOW:
+        reasons.append(f"adjusted confidence is below {settings.CONSULT_APPROVAL_BELOW}")
+    return {
+        "action": action.name,
+        "autonomy_level": action.autonomy_level,
+        "stated_confidence": confidence,
+        "adjusted_confidence": round(adjusted, 6),
+        "pattern_penalty": penalty,
+        "calibration_adjustment": adjustment,
+        "require_approval": bool(reasons),
+        "approval_reasons": reasons,
+        "warnings": warnings,
+        "rules": [
+            {"id": r.pk, "precondition": r.precondition, "correction": r.correction, "require_review": r.require_review,
+             "expires_at": r.expires_at}
+            for r in rules
+        ],
+        "patterns": [
+            {"id": p.pk, "category": p.category, "description": p.description, "occurrence_count": p.occurrence_count,
+             "last_seen": p.last_seen}
+            for p in patterns
+        ],
+    }
+
+
+def calibration_history(*, agent_id: int, action_id: int | None, limit: int = 50) -> list[CalibrationRecord]:
+    """The agent's calibration records for one scope, oldest first (for the ECE trend)."""
+    qs = CalibrationRecord.objects.filter(agent_id=agent_id, ece__isnull=False)
+    qs = qs.filter(action_id=action_id) if action_id else qs.filter(action__isnull=True)
+    return list(reversed(qs.order_by("-computed_at", "-id")[:limit]))
+
+
+def positive_days(value, field: str = "window_days") -> int:
+    try:
+        days = int(value)
+    except (TypeError, ValueError):
+        raise ApplicationError("The window must be a whole number of days.", field=field) from None
+    if days <= 0:
+        raise ApplicationError("The window must be a positive number of days.", field=field)
+    return days

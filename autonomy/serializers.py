@@ -1,0 +1,63 @@
+"""Serializers of the autonomy API (validation and answer shapes only)."""
+
+from rest_framework import serializers
+
+
+class ActionSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+    autonomy_level = serializers.IntegerField(help_text="1 propose only, 2 act then be reviewed, 3 act alone")
+    auto_registered = serializers.BooleanField()
+
+
+class ConsultQuerySerializer(serializers.Serializer):
+    confidence = serializers.FloatField(min_value=0.0, max_value=1.0, help_text="Your stated confidence in [0, 1]")
+
+
+class ConsultRuleSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    precondition = serializers.CharField()
+    correction = serializers.JSONField()
+    require_review = serializers.BooleanField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+
+
+class ConsultPatternSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    category = serializers.CharField()
+    description = serializers.CharField()
+    occurrence_count = serializers.IntegerField()
+    last_seen = serializers.DateTimeField()
+
+
+class ConsultSerializer(serializers.Serializer):
+    action = serializers.CharField()
+    autonomy_level = serializers.IntegerField()
+    stated_confidence = serializers.FloatField()
+    adjusted_confidence = serializers.FloatField()
+    pattern_penalty = serializers.FloatField()
+    calibration_adjustment = serializers.FloatField()
+    require_approval = serializers.BooleanField()
+    approval_reasons = serializers.ListField(child=serializers.CharField())
+    warnings = serializers.ListField(child=serializers.CharField())
+    rules = ConsultRuleSerializer(many=True)
+    patterns = ConsultPatternSerializer(many=True)
+
+
+class TransitionDecisionSerializer(serializers.Serializer):
+    notes = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class TransitionSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    action = serializers.CharField(source="action.name")
+    from_level = serializers.IntegerField()
+    to_level = serializers.IntegerField()
+    direction = serializers.CharField()
+    status = serializers.CharField(help_text="proposed, applied or rejected")
+    reason = serializers.CharField()
+    evidence = serializers.JSONField()
+    created_at = serializers.DateTimeField()
+    decided_at = serializers.DateTimeField(allow_null=True)
+    decided_by = serializers.CharField(source="decided_by_label")
+    decision_notes = serializers.CharField()

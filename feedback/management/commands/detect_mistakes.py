@@ -1,0 +1,25 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from config.api import ApplicationError
+
+
+class Command(BaseCommand):
+    help = "Group negative feedback into repeated-mistake patterns (database-side; safe to run concurrently)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--agent", help="Agent id or name (default: all agents)")
+        parser.add_argument("--window-days", type=int, default=None, help="Look back this many days (default: MISTAKE_WINDOW_DAYS, 30)")
+        parser.add_argument("--min", type=int, default=None, dest="min_count", help="Records needed for a pattern (default 3)")
+
+    def handle(self, *args, agent, window_days, min_count, **options):
+        from autonomy.selectors import agent_get
+        from feedback.services import mistake_patterns_detect
+
+        try:
+            agent_id = agent_get(ref=agent).pk if agent else None
+            result = mistake_patterns_detect(agent_id=agent_id, window_days=window_days, min_count=min_count)
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from exc
+        self.stdout.write(
+            f"{len(result.created)} new pattern(s), {len(result.updated)} updated, {result.linked_records} record(s) linked."
+        )

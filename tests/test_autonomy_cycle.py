@@ -1,0 +1,186 @@
+"""Issue 7: learning cycles (episodes with ordered events), the per-agent lock, command views, a real Celery worker."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from io import StringIO
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+
+from autonomy.models import Action, Agent, CorrectionRule, LearningEpisode
+from autonomy.services import LOCK_NAMESPACE_CYCLE, learning_cycle_run
+from feedback import services as svc
+from feedback.models import MistakePattern, Proposal
+
+ROOT = Path(__file__).resolve().parent.parent
+REVIEWER = svc.Reviewer(source="command")
+
+
+def seed(agent_name="cycler"):
+    """Three rejections on email.send (a pattern) and 25 completed crm.update proposals (a promotion)."""
+    agent = Agent.objects.create(name=agent_name)
+    for _ in range(3):
+        p = svc.proposal_create(agent=agent, action="email.send", proposed_action={"to": "ceo"}, reasoning={"confidence": 0.95})
+        svc.proposal_reject(proposal=p, reviewer=REVIEWER, notes="never email the CEO")
+    crm = Action.objects.create(name="crm.update", autonomy_level=1)
+    Proposal.objects.bulk_create(
+        [Proposal(agent=agent, action=crm, proposed_action={}, reasoning={}, confidence=0.9, status="completed") for _ in range(25)]
+    )
+    return agent
+
+
+def check_episode(episode, agent):
+    assert episode.agent_id == agent.pk and episode.status == "completed" and episode.finished_at is not None
+    kinds = list(episode.events.order_by("seq").values_list("kind", flat=True))
+    assert kinds == ["pattern_detected", "mistake_detection", "rule_created", "calibration", "transition_proposed",
+                     "autonomy_evaluation", "summary"]
+    assert list(episode.events.order_by("seq").values_list("seq", flat=True)) == list(range(1, 8))
+    assert episode.summary["patterns_new"] == 1 and episode.summary["rules_created"] == 1
+    assert episode.summary["transitions_proposed"] == 1
+    assert MistakePattern.objects.get(agent=agent).status == "mitigated"
+    assert CorrectionRule.objects.filter(agent=agent, status="active").count() == 1
+    assert Action.objects.get(name="crm.update").autonomy_level == 1  # proposed, not applied
+
+
+@pytest.mark.django_db
+def test_cycle_records_one_episode_with_ordered_events():
+    agent = seed()
+    out = StringIO()
+    call_command("run_learning_cycle", "--agent", str(agent.pk), stdout=out)
+    episode = LearningEpisode.objects.get()
+    check_episode(episode, agent)
+    assert f"Episode #{episode.pk}" in out.getvalue()
+    # a second cycle finds nothing new and says so
+    second = learning_cycle_run(agent_id=agent.pk)
+    assert second.summary["patterns_new"] == 0 and second.summary["rules_created"] == 0
+    with pytest.raises(CommandError):
+        call_command("run_learning_cycle", "--agent", "nobody")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cycle_already_running_for_the_agent_is_skipped():
+    agent = Agent.objects.create(name="locked")
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE_CYCLE, agent.pk])
+            held.set()
+            release.wait(30)
+            cur.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE_CYCLE, agent.pk])
+        connection.close()
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert held.wait(10)
+        assert learning_cycle_run(agent_id=agent.pk) is None
+        assert LearningEpisode.objects.count() == 0
+    finally:
+        release.set()
+        t.join()
+    assert learning_cycle_run(agent_id=agent.pk).status == "completed"
+
+
+@pytest.mark.django_db
+def test_learning_command_views_print_tables():
+    agent = seed()
+    out = StringIO()
+    call_command("learning", "feedback", agent.name, stdout=out)
+    assert "action" in out.getvalue() and "rejection" in out.getvalue() and "never email the CEO" in out.getvalue()
+    out = StringIO()
+    call_command("learning", "mistakes", str(agent.pk), stdout=out)
+    assert "1 new" in out.getvalue() and "email.send" in out.getvalue() and "active" in out.getvalue()
+    out = StringIO()
+    call_command("learning", "calibrate", agent.name, stdout=out)
+    assert "bucket" in out.getvalue() and "0.9-1.0" in out.getvalue() and "ECE" in out.getvalue()
+    out = StringIO()
+    call_command("learning", "autonomy", "crm.update", stdout=out)
+    assert "Proposed transition" in out.getvalue() and "1→2" in out.getvalue()
+    out = StringIO()
+    call_command("learning", "full-cycle", agent.name, stdout=out)
+    assert "rule_created" in out.getvalue() and "Summary:" in out.getvalue()
+    with pytest.raises(CommandError):
+        call_command("learning", "calibrate", agent.name, "--window-days", "0")
+    with pytest.raises(CommandError):
+        call_command("learning", "autonomy", "no.such")
+
+
+def test_beat_schedule_runs_cycles_for_all_agents():
+    entry = settings.CELERY_BEAT_SCHEDULE["learning-cycle-all-agents"]
+    assert entry["task"] == "autonomy.tasks.learning_cycle_all" and entry["schedule"] > 0
+    from autonomy import tasks
+
+    assert tasks.learning_cycle_all.name == entry["task"]
+
+
+@pytest.mark.django_db
+def test_all_agents_task_runs_eagerly_without_a_broker():
+    seed("one")
+    Agent.objects.create(name="two")
+    from autonomy.tasks import learning_cycle_all
+
+    assert learning_cycle_all.apply().get() == 2
+    assert LearningEpisode.objects.filter(status="completed").count() == 2
+
+
+REDIS_URL = os.environ.get("CELERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+@pytest.mark.celery_worker
+@pytest.mark.django_db(transaction=True)
+def test_a_real_celery_worker_runs_a_cycle():
+    import redis
+    from celery import Celery
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"Redis is not reachable at {REDIS_URL} ({exc}); start it (redis-server --port 6379) — "
+                    "this test needs a real broker and must not be skipped.")
+    agent = seed()
+    db_name = connection.settings_dict["NAME"]
+    queue = f"out-test-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ, CELERY_BROKER_URL=REDIS_URL, CELERY_RESULT_BACKEND=REDIS_URL, EMBEDDED_DB_NAME=db_name,
+               DJANGO_SETTINGS_MODULE="config.settings", CELERY_TASK_ALWAYS_EAGER="0", LOG_LEVEL="INFO")
+    if os.environ.get("DATABASE_URL"):  # point the worker at the test database on the same server
+        u = urlparse(os.environ["DATABASE_URL"])
+        env["DATABASE_URL"] = urlunparse(u._replace(path="/" + db_name))
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-Q", queue, "-n", f"{queue}@%h",
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    client = Celery("out-test", broker=REDIS_URL, backend=REDIS_URL)
+    try:
+        result = client.send_task("autonomy.tasks.learning_cycle", args=[agent.pk, "celery"], queue=queue)
+        try:
+            answer = result.get(timeout=120)
+        except Exception:
+            log.seek(0)
+            pytest.fail(f"the worker did not run the cycle; its log:\n{log.read()[-4000:]}")
+        assert answer["skipped"] is False and answer["status"] == "completed"
+        episode = LearningEpisode.objects.get(pk=answer["episode"])
+        assert episode.trigger == "celery"
+        check_episode(episode, agent)
+        assert worker.poll() is None  # the worker is still up: it was a real separate process
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(5)
+        client.connection_for_write().default_channel.queue_delete(queue)
+        log.close()
+        os.unlink(log.name)

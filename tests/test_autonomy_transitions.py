@@ -1,0 +1,187 @@
+"""Issue 7: autonomy evaluation at the threshold edges, human approval exactly once, audit trail."""
+
+import threading
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+
+from autonomy.models import Action, Agent, AutonomyTransition
+from autonomy.services import autonomy_decision, autonomy_evaluate, autonomy_transition_approve, autonomy_transition_reject
+from config.api import ApplicationError, Conflict
+from feedback.models import Execution, Proposal
+from tests.conftest import make_client
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    "level, n, success, rejection, expected",
+    [
+        (1, 21, 0.96, 0.04, 2),      # promotion: all three conditions hold
+        (2, 21, 0.96, 0.04, 3),
+        (3, 500, 1.0, 0.0, None),    # never above 3
+        (1, 20, 0.96, 0.04, None),   # samples must be MORE than 20
+        (1, 21, 0.95, 0.04, None),   # success must be ABOVE 95%
+        (1, 21, 0.96, 0.05, None),   # rejection must be BELOW 5%
+        (2, 10, 0.79, 0.0, 1),       # demotion: success below 80%
+        (2, 10, 0.80, 0.20, None),   # exactly at the edges: keep
+        (3, 10, 0.85, 0.21, 2),      # demotion: rejection above 20%
+        (1, 50, 0.10, 0.90, None),   # never below 1
+        (2, 9, 0.10, 0.90, None),    # too few samples to demote (AUTONOMY_DEMOTE_MIN_SAMPLES=10)
+    ],
+)
+def test_thresholds_at_their_edges(level, n, success, rejection, expected):
+    assert autonomy_decision(level=level, samples=n, success_rate=success, rejection_rate=rejection) == expected
+
+
+def fill(action, agent, completed=0, rejected=0, modified_completed=0, exec_ok=0, exec_bad=0):
+    P = Proposal
+    rows = [P(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=0.9, status="completed")
+            for _ in range(completed)]
+    rows += [P(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=0.9, status="rejected") for _ in range(rejected)]
+    rows += [P(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=0.9, status="completed",
+               modified_action={"x": 1}) for _ in range(modified_completed)]
+    P.objects.bulk_create(rows)
+    Execution.objects.bulk_create(
+        [Execution(agent=agent, action=action, confidence=0.9, success=True) for _ in range(exec_ok)]
+        + [Execution(agent=agent, action=action, confidence=0.9, success=True, review_outcome="incorrect") for _ in range(exec_bad)]
+    )
+
+
+@pytest.fixture
+def agent(db):
+    return Agent.objects.create(name="ops")
+
+
+def test_evaluation_proposes_with_evidence_and_never_applies(agent):
+    send = Action.objects.create(name="email.send", autonomy_level=1)
+    fill(send, agent, completed=15, exec_ok=6)  # 21 samples, 100% success
+    crm = Action.objects.create(name="crm.update", autonomy_level=1)
+    fill(crm, agent, completed=20)               # only 20: no promotion
+    risky = Action.objects.create(name="db.drop", autonomy_level=3)
+    fill(risky, agent, completed=7, rejected=1, modified_completed=1, exec_bad=1)  # success 70%, rejection 30%
+    result = autonomy_evaluate()
+    by_action = {t.action.name: t for t in result["proposed"]}
+    assert set(by_action) == {"email.send", "db.drop"}
+    t = by_action["email.send"]
+    assert (t.from_level, t.to_level, t.status) == (1, 2, "proposed")
+    assert t.evidence["sample_size"] == 21 and t.evidence["success_rate"] == 1.0 and t.evidence["rejection_rate"] == 0.0
+    assert "recent_patterns" in t.evidence and "latest_ece" in t.evidence
+    d = by_action["db.drop"]
+    assert (d.from_level, d.to_level) == (3, 2) and d.evidence["rejection_rate"] == 0.3 and d.evidence["success_rate"] == 0.7
+    send.refresh_from_db()
+    risky.refresh_from_db()
+    assert send.autonomy_level == 1 and risky.autonomy_level == 3  # nothing applied
+    # evaluated recently: skipped; forced: still no second open transition
+    assert autonomy_evaluate()["evaluated"] == []
+    again = autonomy_evaluate(force=True)
+    assert again["proposed"] == [] and {r["action"] for r in again["skipped_open"]} == {"email.send", "db.drop"}
+    assert AutonomyTransition.objects.count() == 2
+    with pytest.raises(ApplicationError):
+        autonomy_evaluate(window_days=0, force=True)
+
+
+def test_approval_through_the_api_applies_once_and_decisions_are_final(agent):
+    send = Action.objects.create(name="email.send", autonomy_level=1)
+    fill(send, agent, completed=25)
+    (t,) = autonomy_evaluate()["proposed"]
+    plain = make_client(["resolve", "feedback"], name="plain-agent")
+    assert plain.post(f"/api/v1/autonomy/transitions/{t.pk}/approve", {}, format="json").status_code == 403
+    gov = make_client(["resolve", "feedback", "governance"], name="review-tool")
+    assert gov.post("/api/v1/autonomy/transitions/999999/approve", {}, format="json").status_code == 404
+    r = gov.post(f"/api/v1/autonomy/transitions/{t.pk}/approve", {"notes": "looks good"}, format="json")
+    assert r.status_code == 200 and r.data["status"] == "applied" and "review-tool" in r.data["decided_by"]
+    send.refresh_from_db()
+    assert send.autonomy_level == 2
+    r = gov.post(f"/api/v1/autonomy/transitions/{t.pk}/approve", {}, format="json")
+    assert r.status_code == 409 and r.data["current_status"] == "applied"
+    r = gov.post(f"/api/v1/autonomy/transitions/{t.pk}/reject", {}, format="json")
+    assert r.status_code == 409
+    send.refresh_from_db()
+    assert send.autonomy_level == 2
+    # audit trail: the level change in the action's history names the transition
+    latest = send.history.first()
+    assert latest.autonomy_level == 2 and f"transition #{t.pk}" in latest.history_change_reason
+    assert gov.get("/api/v1/autonomy/transitions?status=applied").data[0]["id"] == t.pk
+
+
+def test_rejected_transition_cannot_be_approved(agent):
+    send = Action.objects.create(name="email.send", autonomy_level=1)
+    fill(send, agent, completed=25)
+    (t,) = autonomy_evaluate()["proposed"]
+    autonomy_transition_reject(transition=t, notes="not yet")
+    with pytest.raises(Conflict):
+        autonomy_transition_approve(transition=t)
+    send.refresh_from_db()
+    assert send.autonomy_level == 1
+
+
+def test_approval_refused_when_the_level_changed_since(agent):
+    send = Action.objects.create(name="email.send", autonomy_level=1)
+    fill(send, agent, completed=25)
+    (t,) = autonomy_evaluate()["proposed"]
+    Action.objects.filter(pk=send.pk).update(autonomy_level=3)
+    with pytest.raises(Conflict) as exc:
+        autonomy_transition_approve(transition=t)
+    assert exc.value.code == "level_changed"
+    t.refresh_from_db()
+    send.refresh_from_db()
+    assert t.status == "proposed" and send.autonomy_level == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_approvals_apply_exactly_once():
+    agent = Agent.objects.create(name="ops")
+    send = Action.objects.create(name="email.send", autonomy_level=1)
+    fill(send, agent, completed=25)
+    (t,) = autonomy_evaluate()["proposed"]
+    users = [User.objects.create_user(f"rev{i}", password="pw-1234-xyz") for i in range(2)]
+    history_before = send.history.count()
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def approve(user):
+        try:
+            barrier.wait()
+            autonomy_transition_approve(transition=t.pk, user=user)
+            outcomes.append("applied")
+        except Conflict as exc:
+            outcomes.append(exc.code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=approve, args=(u,)) for u in users]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(outcomes) == ["applied", "invalid_transition"]
+    send.refresh_from_db()
+    t.refresh_from_db()
+    assert send.autonomy_level == 2 and t.status == "applied" and t.decided_by in users
+    assert send.history.count() == history_before + 1
+
+
+def test_admin_approval_and_bulk(agent, client):
+    send = Action.objects.create(name="email.send", autonomy_level=1)
+    fill(send, agent, completed=25)
+    crm = Action.objects.create(name="crm.update", autonomy_level=1)
+    fill(crm, agent, completed=25)
+    t1, t2 = sorted(autonomy_evaluate()["proposed"], key=lambda t: t.action.name)
+    admin = User.objects.create_superuser("boss", "b@example.com", "pw-1234-xyz")
+    client.force_login(admin)
+    page = client.get(f"/admin/autonomy/autonomytransition/{t1.pk}/change/")
+    assert page.status_code == 200 and "sample_size" in page.content.decode()
+    r = client.post(f"/admin/autonomy/autonomytransition/{t1.pk}/change/", {"decision": "approve", "notes": "ok"})
+    assert r.status_code == 302
+    t1.refresh_from_db()
+    assert t1.status == "applied" and t1.decided_by == admin
+    r = client.post("/admin/autonomy/autonomytransition/", {"action": "reject_selected", "_selected_action": [t1.pk, t2.pk]})
+    assert r.status_code == 302
+    t2.refresh_from_db()
+    t1.refresh_from_db()
+    assert t2.status == "rejected" and t1.status == "applied"
+    assert t1.action.name == "crm.update" and Action.objects.get(name="crm.update").autonomy_level == 2
+    assert Action.objects.get(name="email.send").autonomy_level == 1
+    assert Action.objects.get(name="crm.update").history.first().history_user == admin
