@@ -121,17 +121,17 @@ def candidate_change_preview(candidate: LearningCandidate) -> str:
 class LearningCandidateAdmin(SimpleHistoryAdmin):
     list_display = [
         "input_pattern", "suggested_output", "candidate_type", "status", "occurrence_count", "confidence_pct",
-        "risk_level", "user_id", "source", "last_seen_at", "reviewed_by", "reviewed_at",
+        "risk_level", "user_id", "source", "last_seen_at", "reviewed_by", "reviewed_by_agent", "reviewed_at",
     ]
     list_filter = ["status", "candidate_type", "risk_level", MinOccurrencesFilter, "source", ("user_id", admin.EmptyFieldListFilter)]
     search_fields = ["input_pattern", "normalized", "suggested_output", "previous_output", "explanation", "user_id"]
     ordering = [_selectors.pending_first().asc(), "-occurrence_count", "-last_seen_at"]
-    list_select_related = ["reviewed_by"]
+    list_select_related = ["reviewed_by", "reviewed_by_agent"]
     actions = ["approve_selected", "reject_selected"]
     readonly_fields = [
         "candidate_type", "input_pattern", "normalized", "suggested_output", "previous_output", "occurrence_count",
         "confidence", "source", "risk_level", "rejected_alternatives", "user_id", "status", "explanation",
-        "review_reason", "reviewed_by", "reviewed_at", "created_at", "updated_at", "last_seen_at",
+        "review_reason", "reviewed_by", "reviewed_by_agent", "reviewed_at", "created_at", "updated_at", "last_seen_at",
     ]
 
     @admin.display(description="confidence", ordering="confidence")

@@ -58,7 +58,7 @@ class CandidateListApi(GovernanceApi):
         qs = selectors.candidate_list(
             status=q.get("status"), candidate_type=q.get("type"), min_occurrences=q.get("min_occurrences"),
             risk_level=q.get("risk_level"), user_id=q.get("user_id"),
-        ).select_related("reviewed_by")
+        ).select_related("reviewed_by", "reviewed_by_agent")
         paginator = CandidatePagination()
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(LearningCandidateSerializer(page, many=True).data)
@@ -72,7 +72,9 @@ class CandidateApproveApi(GovernanceApi):
         body = CandidateApproveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         candidate = services.candidate_get(candidate_id=candidate_id)
-        done = services.candidate_approve(candidate=candidate, apply_immediately=body.validated_data["apply_immediately"])
+        done = services.candidate_approve(
+            candidate=candidate, apply_immediately=body.validated_data["apply_immediately"], agent=request.user
+        )
         return Response(LearningCandidateSerializer(done).data)
 
 
@@ -84,7 +86,7 @@ class CandidateRejectApi(GovernanceApi):
         body = CandidateRejectSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         candidate = services.candidate_get(candidate_id=candidate_id)
-        done = services.candidate_reject(candidate=candidate, **body.validated_data)
+        done = services.candidate_reject(candidate=candidate, agent=request.user, **body.validated_data)
         return Response(LearningCandidateSerializer(done).data)
 
 
@@ -111,6 +113,7 @@ class BlockCreateApi(GovernanceApi):
             phrase=d["phrase"], verb_name=d["verb"], reason=d["reason"],
             user_id=d.get("user_id") if d["scope"] == "user" else None,
             expires_at=timezone.now() + expires_in if expires_in else None,
+            source=f"api:{request.user.name}"[:40],
         )
         return Response(BlockSerializer(block).data, status=status.HTTP_201_CREATED)
 
@@ -120,7 +123,7 @@ class BlockDetailApi(GovernanceApi):
 
     @extend_schema(request=None, responses={204: None, **ERRORS_404_409})
     def delete(self, request, block_id: int):
-        services.phrase_block_delete(block_id=block_id)
+        services.phrase_block_delete(block_id=block_id, agent=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -129,7 +132,7 @@ class BlockExpireApi(GovernanceApi):
 
     @extend_schema(request=None, responses={200: BlockSerializer, **ERRORS_404_409})
     def post(self, request, block_id: int):
-        return Response(BlockSerializer(services.phrase_block_expire(block_id=block_id)).data)
+        return Response(BlockSerializer(services.phrase_block_expire(block_id=block_id, agent=request.user)).data)
 
 
 class CorrectionApi(APIView):
@@ -183,6 +186,7 @@ class PhraseImportApi(GovernanceApi):
         except ImportFormatError as exc:
             raise ApplicationError(str(exc), field=field, code="import_unreadable") from None
         result = services.phrases_import(
-            rows=rows, user_id=d.get("user_id") if d["scope"] == "user" else None, dry_run=d["dry_run"], source="import-api"
+            rows=rows, user_id=d.get("user_id") if d["scope"] == "user" else None, dry_run=d["dry_run"],
+            source=f"import:{request.user.name}"[:40],
         )
         return Response(ImportResultSerializer(result).data)

@@ -37,7 +37,17 @@ class ExpiryField(serializers.CharField):
             raise serializers.ValidationError(str(exc)) from None
 
 
-class CandidateListQuerySerializer(serializers.Serializer):
+class QuerySerializer(serializers.Serializer):
+    """Query parameters: a parameter given empty (``?status=``) is an error, not "not given"."""
+
+    def validate(self, attrs):
+        blank = {name: ["This parameter may not be empty."] for name in self.fields if self.initial_data.get(name, None) == ""}
+        if blank:
+            raise serializers.ValidationError(blank)
+        return attrs
+
+
+class CandidateListQuerySerializer(QuerySerializer):
     status = serializers.ChoiceField(choices=LearningCandidate.Status.choices, required=False)
     type = serializers.ChoiceField(choices=LearningCandidate.Type.choices, required=False)
     risk_level = serializers.ChoiceField(choices=LearningCandidate.Risk.choices, required=False)
@@ -50,13 +60,14 @@ class CandidateListQuerySerializer(serializers.Serializer):
 class LearningCandidateSerializer(serializers.ModelSerializer):
     type = serializers.CharField(source="candidate_type")
     reviewed_by = serializers.CharField(source="reviewed_by.get_username", allow_null=True, default=None)
+    reviewed_by_agent = serializers.CharField(source="reviewed_by_agent.name", allow_null=True, default=None)
 
     class Meta:
         model = LearningCandidate
         fields = [
             "id", "type", "input_pattern", "normalized", "suggested_output", "previous_output", "occurrence_count",
             "confidence", "source", "risk_level", "rejected_alternatives", "user_id", "status", "explanation",
-            "review_reason", "reviewed_by", "reviewed_at", "created_at", "last_seen_at",
+            "review_reason", "reviewed_by", "reviewed_by_agent", "reviewed_at", "created_at", "last_seen_at",
         ]
         read_only_fields = fields
 
@@ -77,7 +88,7 @@ class CandidateRejectSerializer(serializers.Serializer):
     add_to_blocklist = serializers.BooleanField(default=False)
 
 
-class StatsQuerySerializer(serializers.Serializer):
+class StatsQuerySerializer(QuerySerializer):
     time_range = serializers.ChoiceField(choices=list(STATS_RANGES), default="week")
 
 

@@ -229,6 +229,10 @@ class LearningCandidate(models.Model):
     reviewed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="reviewed_candidates"
     )
+    reviewed_by_agent = models.ForeignKey(
+        "autonomy.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="reviewed_candidates",
+        help_text="The agent whose governance key decided through the API",
+    )
     reviewed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

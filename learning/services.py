@@ -260,8 +260,22 @@ def candidate_record(
     return row
 
 
-def candidate_approve(*, candidate: LearningCandidate, reviewer=None, apply_immediately: bool = True) -> LearningCandidate:
-    """Approve a candidate; by default apply it at once (learned phrase or alias with its vector, status ``applied``)."""
+def _decided_by(row, *, reviewer, agent) -> None:
+    """Record who decided (a Django user in the admin, or the agent whose key called the API) and when."""
+    row.reviewed_by, row.reviewed_by_agent, row.reviewed_at = reviewer, agent, timezone.now()
+    row._history_user = reviewer
+    if agent is not None:
+        row._change_reason = f"API, agent {agent.name}"
+
+
+def candidate_approve(
+    *, candidate: LearningCandidate, reviewer=None, apply_immediately: bool = True, agent=None
+) -> LearningCandidate:
+    """Approve a candidate; by default apply it at once (learned phrase or alias with its vector, status ``applied``).
+
+    ``reviewer`` is the Django user (admin), ``agent`` the agent whose governance key called the API; both None
+    for automatic promotion.
+    """
     _candidate_check_open(candidate, allowed=(LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED))
     vectors, model = embeddings_compute([candidate.normalized]) if apply_immediately else (None, "")
     with transaction.atomic():
@@ -274,9 +288,7 @@ def candidate_approve(*, candidate: LearningCandidate, reviewer=None, apply_imme
             row.status = LearningCandidate.Status.APPLIED
         else:
             row.status = LearningCandidate.Status.APPROVED
-        if reviewer is not None or row.reviewed_at is None:
-            row.reviewed_by, row.reviewed_at = reviewer, timezone.now()
-        row._history_user = reviewer
+        _decided_by(row, reviewer=reviewer, agent=agent)
         row.save()
     return row
 
@@ -308,7 +320,7 @@ def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer) -
 
 
 def candidate_reject(
-    *, candidate: LearningCandidate, reviewer=None, reason: str = "", add_to_blocklist: bool = False
+    *, candidate: LearningCandidate, reviewer=None, reason: str = "", add_to_blocklist: bool = False, agent=None
 ) -> LearningCandidate:
     """Reject a candidate with a reason; optionally block its phrase → verb (and paraphrases) in its scope."""
     allowed = (LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED)
@@ -321,8 +333,7 @@ def candidate_reject(
         row = LearningCandidate.objects.select_for_update().get(pk=candidate.pk)
         _candidate_check_open(row, allowed=allowed)
         row.status, row.review_reason = LearningCandidate.Status.REJECTED, reason
-        row.reviewed_by, row.reviewed_at = reviewer, timezone.now()
-        row._history_user = reviewer
+        _decided_by(row, reviewer=reviewer, agent=agent)
         row.save()
         if verb is not None:
             _phrase_block_put(
@@ -386,7 +397,7 @@ def _phrase_block_locked(block_id: int) -> PhraseBlock:
     return block
 
 
-def phrase_block_expire(*, block_id: int, reviewer=None) -> PhraseBlock:
+def phrase_block_expire(*, block_id: int, reviewer=None, agent=None) -> PhraseBlock:
     """End a block now; the entry stays (expired) for the audit trail until purged."""
     with transaction.atomic():
         block = _phrase_block_locked(block_id)
@@ -394,15 +405,19 @@ def phrase_block_expire(*, block_id: int, reviewer=None) -> PhraseBlock:
         if block.expires_at is None or block.expires_at > now:
             block.expires_at = now
             block._history_user = reviewer
+            if agent is not None:
+                block._change_reason = f"expired via API, agent {agent.name}"
             block.save()
     return block
 
 
-def phrase_block_delete(*, block_id: int, reviewer=None) -> None:
+def phrase_block_delete(*, block_id: int, reviewer=None, agent=None) -> None:
     """Remove a block (its history keeps the deletion)."""
     with transaction.atomic():
         block = _phrase_block_locked(block_id)
         block._history_user = reviewer
+        if agent is not None:
+            block._change_reason = f"deleted via API, agent {agent.name}"
         block.delete()
 
 
@@ -641,7 +656,8 @@ def phrases_import(
     blocked_verbs = {v for _, _, v, e, _ in blocks if e is not None}
     need_check = [n for n in plan if plan[n][1].name in blocked_verbs and n not in unchanged and n not in exactly_blocked]
     to_write = [] if dry_run or errors else [n for n in added + updated if n not in existing or not existing[n].embedding_model]
-    to_embed = list(dict.fromkeys(need_check + to_write))
+    # Sorted by length so each model batch pads to similar lengths (much less wasted compute on long tails).
+    to_embed = sorted(dict.fromkeys(need_check + to_write), key=len)
     vectors: dict[str, list] = {}
     model, unembedded = "", 0
     batch = settings.LEARNING_IMPORT_BATCH_SIZE

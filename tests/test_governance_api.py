@@ -80,6 +80,9 @@ def test_approve_via_api_applies_and_resolves(gov_api, catalogue):
     response = gov_api.post(f"/api/v1/learning/candidates/{c.pk}/approve", {}, format="json")
     assert response.status_code == 200
     assert response.json()["status"] == "applied"
+    assert response.json()["reviewed_by_agent"] == "reviewer-tool" and response.json()["reviewed_at"]
+    c.refresh_from_db()
+    assert c.history.latest().history_change_reason == "API, agent reviewer-tool"
     row = LearnedPhrase.objects.get(normalized="onboard a fresh legal entity")
     assert row.embedding is not None
     assert resolve(text="onboard a fresh legal entity").verb == "cbu.create"
@@ -155,6 +158,7 @@ def test_block_create_with_expiry(gov_api, catalogue):
     assert response.status_code == 201, response.json()
     body = response.json()
     assert body["scope"] == "user" and body["user_id"] == "alice" and body["embedded"] is True
+    assert body["source"] == "api:reviewer-tool"
     block = PhraseBlock.objects.get(pk=body["id"])
     assert timedelta(days=29, hours=23) < block.expires_at - timezone.now() <= timedelta(days=30)
     assert "cbu.delete" not in [c.verb for c in resolve(text="remove the client business unit", user_id="alice").candidates]
@@ -235,3 +239,10 @@ def test_purge_task_is_scheduled_and_purges(catalogue, settings):
     PhraseBlock.objects.filter(pk=block.pk).update(expires_at=timezone.now() - timedelta(days=1))
     assert purge_expired_blocks_task.delay().get() == 1
     assert not PhraseBlock.objects.exists()
+
+
+def test_empty_query_parameters_are_errors(gov_api, catalogue):
+    r = gov_api.get("/api/v1/learning/candidates?user_id=")
+    assert r.status_code == 400 and "user_id" in r.json()["fields"]
+    r = gov_api.get("/api/v1/learning/stats?time_range=")
+    assert r.status_code == 400 and "time_range" in r.json()["fields"]

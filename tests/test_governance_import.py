@@ -164,3 +164,23 @@ def test_command_import_dry_run_and_errors(tmp_path, catalogue, capsys):
         call_command("import_phrases", str(f), "--scope", "user")
     with pytest.raises(CommandError, match="format"):
         call_command("import_phrases", str(tmp_path / "x.txt"))
+
+
+def test_command_refuses_big_file_and_yaml_bomb(tmp_path, catalogue, settings):
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text('a: &a ["x","x","x","x","x","x","x","x"]\nb: [*a,*a,*a,*a,*a,*a,*a,*a]\n')
+    with pytest.raises(CommandError, match="aliases are not allowed|anchors are not allowed"):
+        call_command("import_phrases", str(bomb), "--no-progress")
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(GOOD * 50))
+    settings.LEARNING_IMPORT_MAX_BYTES = 1000
+    with pytest.raises(CommandError, match="the limit is 1000 bytes"):
+        call_command("import_phrases", str(big), "--no-progress")
+    assert not LearnedPhrase.objects.exists()
+
+
+def test_import_history_records_source(gov_api, catalogue):
+    post_json(gov_api, content=json.dumps(GOOD[:1]))
+    row = LearnedPhrase.objects.get()
+    assert row.source == "import:reviewer-tool"
+    assert row.history.get().history_change_reason == "import (import:reviewer-tool)"
