@@ -1,6 +1,7 @@
 """Request and response shapes of the memory API."""
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -8,6 +9,51 @@ from learning.memory_models import MemoryStatus, MemoryType
 from learning.serializers import UserIdField
 
 NAMESPACE_RE = r"^[a-z][a-z0-9_.\-]{0,59}$"
+
+# In the schema too (drf-spectacular turns RegexValidators into patterns): text that is not all
+# whitespace (strings are trimmed), never a NUL character.
+TEXT = RegexValidator(r"^[^\x00]*[^\s\x00][^\x00]*$", "Must contain text, without NUL characters.")
+ANY_TEXT = RegexValidator(r"^[^\x00]*$", "Must not contain NUL characters.")
+
+
+class StrictTypeMixin:
+    """Refuse values of the wrong JSON type instead of coercing them (0 is not "0", "true" is not true)."""
+
+    json_types: tuple = (str,)
+    _NAMES = {str: "a string", int: "an integer", bool: "a boolean"}
+
+    def to_internal_value(self, data):
+        wrong_bool = isinstance(data, bool) and bool not in self.json_types  # True is an int in Python, not in JSON
+        if wrong_bool or not isinstance(data, self.json_types):
+            raise serializers.ValidationError(f"Expected {self._NAMES[self.json_types[0]]}.")
+        return super().to_internal_value(data)
+
+
+class TextField(StrictTypeMixin, serializers.CharField):
+    def __init__(self, **kwargs):
+        kwargs.setdefault("validators", [ANY_TEXT if kwargs.get("allow_blank") else TEXT])
+        super().__init__(**kwargs)
+
+
+class StrictUserIdField(StrictTypeMixin, UserIdField):
+    pass
+
+
+class StrictNamespaceField(StrictTypeMixin, serializers.RegexField):
+    def __init__(self, **kwargs):
+        super().__init__(NAMESPACE_RE, **kwargs)
+
+
+class StrictIntegerField(StrictTypeMixin, serializers.IntegerField):
+    json_types = (int,)
+
+
+class StrictBooleanField(StrictTypeMixin, serializers.BooleanField):
+    json_types = (bool,)
+
+
+class StrictChoiceField(StrictTypeMixin, serializers.ChoiceField):
+    pass
 
 
 class StrictSerializer(serializers.Serializer):
@@ -23,31 +69,31 @@ class StrictSerializer(serializers.Serializer):
 
 class TagsField(serializers.ListField):
     def __init__(self, **kwargs):
-        super().__init__(child=serializers.CharField(max_length=60), max_length=20, **kwargs)
+        super().__init__(child=TextField(max_length=60), max_length=20, **kwargs)
 
 
 class FiltersSerializer(StrictSerializer):
-    type = serializers.ChoiceField(choices=MemoryType.choices, required=False)
-    topic = serializers.CharField(max_length=200, required=False)
+    type = StrictChoiceField(choices=MemoryType.choices, required=False)
+    topic = TextField(max_length=200, required=False)
     tags = TagsField(required=False)
     metadata = serializers.DictField(required=False, help_text="Exact values the memory's metadata must contain")
-    namespace = serializers.RegexField(NAMESPACE_RE, required=False)
+    namespace = StrictNamespaceField(required=False)
 
 
 class ObserveMetaSerializer(StrictSerializer):
-    session_id = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    message_id = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    type = serializers.ChoiceField(choices=MemoryType.choices, required=False, help_text="Overrides the extractor's type")
-    topic = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    session_id = TextField(max_length=200, required=False, allow_blank=True)
+    message_id = TextField(max_length=200, required=False, allow_blank=True)
+    type = StrictChoiceField(choices=MemoryType.choices, required=False, help_text="Overrides the extractor's type")
+    topic = TextField(max_length=200, required=False, allow_blank=True)
     tags = TagsField(required=False)
-    namespace = serializers.RegexField(NAMESPACE_RE, required=False)
+    namespace = StrictNamespaceField(required=False)
     filters = serializers.DictField(required=False, help_text="Saved into the memory's metadata; retrieve can filter on them")
 
 
 class ObserveRequestSerializer(StrictSerializer):
-    user_id = UserIdField()
-    user_message = serializers.CharField(max_length=settings.MEMORY_MAX_MESSAGE_CHARS)
-    assistant_message = serializers.CharField(max_length=settings.MEMORY_MAX_MESSAGE_CHARS)
+    user_id = StrictUserIdField()
+    user_message = TextField(max_length=settings.MEMORY_MAX_MESSAGE_CHARS)
+    assistant_message = TextField(max_length=settings.MEMORY_MAX_MESSAGE_CHARS)
     meta = ObserveMetaSerializer(required=False)
 
 
@@ -58,8 +104,8 @@ class ObserveResponseSerializer(serializers.Serializer):
 
 
 class RetrieveRequestSerializer(StrictSerializer):
-    user_id = UserIdField()
-    query = serializers.CharField(max_length=settings.RESOLVE_MAX_TEXT_LENGTH)
+    user_id = StrictUserIdField()
+    query = TextField(max_length=settings.RESOLVE_MAX_TEXT_LENGTH)
     filters = FiltersSerializer(required=False)
 
 
@@ -86,7 +132,19 @@ class RetrieveResponseSerializer(serializers.Serializer):
     retrieval_id = serializers.IntegerField()
 
 
-@extend_schema_field({"oneOf": [{"type": "array", "items": {"type": "integer", "minimum": 1}}, {"type": "string", "enum": ["last"]}]})
+@extend_schema_field(
+    {
+        "oneOf": [
+            {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+                "minItems": 1,
+                "maxItems": settings.MEMORY_MAX_FEEDBACK_IDS,
+            },
+            {"type": "string", "enum": ["last"]},
+        ]
+    }
+)
 class MemoryIdsField(serializers.Field):
     default_error_messages = {
         "invalid": 'Use a list of memory ids or "last".',
@@ -115,11 +173,11 @@ class MemoryIdsField(serializers.Field):
 
 
 class MemoryFeedbackRequestSerializer(StrictSerializer):
-    user_id = UserIdField()
+    user_id = StrictUserIdField()
     memory_ids = MemoryIdsField()
-    outcome = serializers.ChoiceField(choices=["success", "failure"])
-    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
-    namespace = serializers.RegexField(NAMESPACE_RE, required=False)
+    outcome = StrictChoiceField(choices=["success", "failure"])
+    reason = TextField(max_length=500, required=False, allow_blank=True, default="")
+    namespace = StrictNamespaceField(required=False)
 
 
 class MemoryStateSerializer(serializers.Serializer):
@@ -137,11 +195,11 @@ class MemoryFeedbackResponseSerializer(serializers.Serializer):
 
 
 class MemorySearchRequestSerializer(StrictSerializer):
-    user_id = UserIdField()
-    query = serializers.CharField(max_length=settings.RESOLVE_MAX_TEXT_LENGTH)
-    mode = serializers.ChoiceField(choices=["both", "semantic", "substring"], default="both")
-    limit = serializers.IntegerField(min_value=1, max_value=50, default=10)
-    include_deprecated = serializers.BooleanField(default=False)
+    user_id = StrictUserIdField()
+    query = TextField(max_length=settings.RESOLVE_MAX_TEXT_LENGTH)
+    mode = StrictChoiceField(choices=["both", "semantic", "substring"], default="both")
+    limit = StrictIntegerField(min_value=1, max_value=50, default=10)
+    include_deprecated = StrictBooleanField(default=False)
     filters = FiltersSerializer(required=False)
 
 

@@ -150,6 +150,8 @@ class TestBadInput:
             ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A, "meta": {"tags": [1, {"a": 2}]}}, "meta.tags"),
             ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A, "meta": {"type": "poem"}}, "meta.type"),
             ({"user_id": "bad id!", "user_message": LESSON_Q, "assistant_message": LESSON_A}, "user_id"),
+            ({"user_id": 42, "user_message": LESSON_Q, "assistant_message": LESSON_A}, "user_id"),
+            ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": "ok\u0000ok is fine"}, "assistant_message"),
             ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A, "colour": "red"}, "colour"),
         ],
     )
@@ -192,6 +194,15 @@ class TestBadInput:
     def test_feedback_malformed_ids(self, api, ids):
         r = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": ids, "outcome": "success"}, format="json")
         assert r.status_code == 400 and "memory_ids" in r.json()["fields"]
+
+    def test_search_refuses_coerced_types(self, api):
+        for body, field in [
+            ({"user_id": "alice", "query": "x", "include_deprecated": "yes"}, "include_deprecated"),
+            ({"user_id": "alice", "query": "x", "limit": "5"}, "limit"),
+            ({"user_id": "alice", "query": "x", "mode": "fuzzy"}, "mode"),
+        ]:
+            r = api.post(SEARCH, body, format="json")
+            assert r.status_code == 400 and field in r.json()["fields"], r.json()
 
     def test_feedback_last_without_retrieval(self, api):
         r = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": "last", "outcome": "success"}, format="json")
