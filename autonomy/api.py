@@ -6,7 +6,7 @@ from rest_framework.views import APIView
 
 from autonomy import selectors, services
 from autonomy.authentication import ScopePermission
-from autonomy.models import Action, AutonomyTransition
+from autonomy.models import ACTION_NAME_RE, Action, AutonomyTransition
 from autonomy.serializers import (
     ActionSerializer,
     ConsultQuerySerializer,
@@ -33,7 +33,8 @@ class ActionConsultApi(APIView):
     required_scopes = ["resolve"]
 
     @extend_schema(
-        parameters=[OpenApiParameter("name", str, OpenApiParameter.PATH), OpenApiParameter("confidence", float, required=True)],
+        parameters=[OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=ACTION_NAME_RE,
+                                     description="Action name, e.g. email.send"), ConsultQuerySerializer],
         responses={200: ConsultSerializer, **_ERRORS},
         summary="Consult before acting: adjusted confidence, warnings, active rules",
     )
@@ -48,7 +49,8 @@ class TransitionListApi(APIView):
     permission_classes = [ScopePermission]
     required_scopes = ["governance"]
 
-    @extend_schema(parameters=[OpenApiParameter("status", str)], responses={200: TransitionSerializer(many=True), **_ERRORS},
+    @extend_schema(parameters=[OpenApiParameter("status", str, enum=["proposed", "applied", "rejected"])],
+                   responses={200: TransitionSerializer(many=True), **_ERRORS},
                    summary="Autonomy transitions (governance)")
     def get(self, request):
         qs = AutonomyTransition.objects.select_related("action", "decided_by", "decided_by_key").order_by("-created_at")

@@ -21,9 +21,11 @@ def active_rules_q() -> Q:
 
 
 def action_get(*, name: str) -> Action:
-    from autonomy.services import action_name_validate
+    from autonomy.services import _ACTION_RE
 
-    action = Action.objects.filter(name=action_name_validate(name)).first()
+    if not isinstance(name, str) or not _ACTION_RE.match(name.strip()):
+        raise ApplicationError("Action names are lowercase dotted identifiers such as 'email.send'.", field="action")
+    action = Action.objects.filter(name=name.strip()).first()
     if action is None:
         raise NotFound(f"Action {name} is not in the catalogue.", field="action")
     return action

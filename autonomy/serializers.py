@@ -1,5 +1,6 @@
 """Serializers of the autonomy API (validation and answer shapes only)."""
 
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 
@@ -45,7 +46,8 @@ class ConsultSerializer(serializers.Serializer):
 
 
 class TransitionDecisionSerializer(serializers.Serializer):
-    notes = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+    notes = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000,
+                                  validators=[RegexValidator(r"^[^\x00]*$", "Must not contain NUL characters.")])
 
 
 class TransitionSerializer(serializers.Serializer):

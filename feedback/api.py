@@ -98,12 +98,7 @@ def _out_list_schema(serializer_cls, name):
     return _out_inline(name=name, fields={"count": _out_serializers.IntegerField(), "results": serializer_cls(many=True)})
 
 
-_LIST_PARAMS = [
-    OpenApiParameter("action", str, description="Action name"),
-    OpenApiParameter("status", str),
-    OpenApiParameter("limit", int, description="1-500, default 50"),
-    OpenApiParameter("offset", int),
-]
+_LIST_PARAMS = [_out_ser.ListQuerySerializer]
 
 
 class _OutAgentApi(APIView):
@@ -236,7 +231,7 @@ class ManualCorrectionApi(_OutAgentApi):
 
 
 class FeedbackRecordListApi(_OutAgentApi):
-    @extend_schema(parameters=[*_LIST_PARAMS, OpenApiParameter("feedback_type", str)],
+    @extend_schema(parameters=_LIST_PARAMS,
                    responses={200: _out_list_schema(_out_ser.FeedbackRecordSerializer, "FeedbackRecordList"), **_OUT_ERRORS},
                    summary="Feedback on your actions (status filters the pattern status)")
     def get(self, request):
@@ -245,7 +240,7 @@ class FeedbackRecordListApi(_OutAgentApi):
 
 
 class MistakePatternListApi(_OutAgentApi):
-    @extend_schema(parameters=[*_LIST_PARAMS, OpenApiParameter("feedback_type", str, description="Pattern category")],
+    @extend_schema(parameters=_LIST_PARAMS,
                    responses={200: _out_list_schema(_out_ser.MistakePatternSerializer, "MistakePatternList"), **_OUT_ERRORS},
                    summary="Your repeated-mistake patterns")
     def get(self, request):

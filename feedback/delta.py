@@ -32,3 +32,14 @@ def _walk(a: Any, b: Any, path: str, delta: dict) -> None:
 
 def delta_is_empty(delta: dict) -> bool:
     return not (delta["added"] or delta["removed"] or delta["changed"])
+
+
+def json_clean(value):
+    """The value with NUL characters removed from every string and key (PostgreSQL jsonb cannot store them)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, dict):
+        return {str(k).replace("\x00", ""): json_clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_clean(v) for v in value]
+    return value

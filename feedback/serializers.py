@@ -42,13 +42,38 @@ from feedback.models import PatternStatus as _OutPatternStatus  # noqa: E402
 from feedback.models import ProposalStatus as _OutProposalStatus  # noqa: E402
 from feedback.models import ReviewOutcome as _OutReviewOutcome  # noqa: E402
 
+from autonomy.models import ACTION_NAME_RE as _OUT_ACTION_RE  # noqa: E402
+
+from django.core.validators import RegexValidator as _OutRegexValidator  # noqa: E402
+
 _ACTION_HELP = "A lowercase dotted identifier such as email.send"
+_NO_NUL = _OutRegexValidator(r"^[^\x00]*$", "Must not contain NUL characters.")
+
+
+def _text(**kwargs):
+    return serializers.CharField(validators=[_NO_NUL], **kwargs)
+
+
+def _action_field(**kwargs):
+    return serializers.RegexField(_OUT_ACTION_RE, max_length=100, help_text=_ACTION_HELP,
+                                  error_messages={"invalid": "Action names are lowercase dotted identifiers such as 'email.send'."},
+                                  **kwargs)
+
+
+class ReasoningSerializer(serializers.Serializer):
+    """The agent's reasoning: any JSON object holding its confidence; extra keys are kept."""
+
+    confidence = serializers.FloatField(min_value=0.0, max_value=1.0, help_text="The agent's stated confidence in [0, 1]")
+
+    def to_internal_value(self, data):
+        validated = super().to_internal_value(data)
+        return {**data, **validated}
 
 
 class ProposalCreateSerializer(serializers.Serializer):
-    action = serializers.CharField(max_length=100, help_text=_ACTION_HELP)
+    action = _action_field()
     proposed_action = serializers.DictField(help_text="The action the agent wants to run, as a JSON object")
-    reasoning = serializers.DictField(help_text="The agent's reasoning; must hold 'confidence' in [0, 1]")
+    reasoning = ReasoningSerializer()
 
 
 class ProposalSerializer(serializers.Serializer):
@@ -68,8 +93,8 @@ class ProposalSerializer(serializers.Serializer):
 
 
 class ReviewSerializer(serializers.Serializer):
-    review_notes = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
-    mistake_category = serializers.CharField(required=False, allow_blank=True, default="", max_length=60)
+    review_notes = _text(required=False, allow_blank=True, default="", max_length=5000)
+    mistake_category = _text(required=False, allow_blank=True, default="", max_length=60)
 
 
 class ModifySerializer(ReviewSerializer):
@@ -77,14 +102,13 @@ class ModifySerializer(ReviewSerializer):
 
 
 class ExecutionCreateSerializer(serializers.Serializer):
-    action = serializers.CharField(max_length=100, help_text=_ACTION_HELP)
+    action = _action_field()
     params = serializers.DictField(required=False, default=dict)
     reasoning = serializers.DictField(required=False, default=dict)
-    confidence = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0.0, max_value=1.0,
-                                        help_text="Defaults to reasoning.confidence")
+    confidence = serializers.FloatField(min_value=0.0, max_value=1.0, help_text="Your stated confidence in [0, 1]")
     success = serializers.BooleanField()
     result = serializers.JSONField(required=False, allow_null=True, default=None)
-    error = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+    error = _text(required=False, allow_blank=True, default="", max_length=5000)
     duration_ms = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=0)
 
 
@@ -113,21 +137,21 @@ class OutcomeSerializer(serializers.Serializer):
     proposal = serializers.IntegerField(min_value=1, help_text="Id of your approved or modified proposal")
     success = serializers.BooleanField()
     result = serializers.JSONField(required=False, allow_null=True, default=None)
-    error = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
-    explanation = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
-    mistake_category = serializers.CharField(required=False, allow_blank=True, default="", max_length=60)
+    error = _text(required=False, allow_blank=True, default="", max_length=5000)
+    explanation = _text(required=False, allow_blank=True, default="", max_length=5000)
+    mistake_category = _text(required=False, allow_blank=True, default="", max_length=60)
 
 
 class ManualCorrectionSerializer(serializers.Serializer):
-    action = serializers.CharField(max_length=100, help_text=_ACTION_HELP)
+    action = _action_field()
     original_action = serializers.DictField()
     corrected_action = serializers.DictField()
-    explanation = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+    explanation = _text(required=False, allow_blank=True, default="", max_length=5000)
     confidence = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0.0, max_value=1.0)
     context = serializers.DictField(required=False, default=dict)
     proposal = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
     execution = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
-    mistake_category = serializers.CharField(required=False, allow_blank=True, default="", max_length=60)
+    mistake_category = _text(required=False, allow_blank=True, default="", max_length=60)
 
 
 class FeedbackRecordSerializer(serializers.Serializer):
@@ -163,8 +187,10 @@ class MistakePatternSerializer(serializers.Serializer):
 
 
 class ListQuerySerializer(serializers.Serializer):
-    action = serializers.CharField(required=False, max_length=100)
-    feedback_type = serializers.CharField(required=False, max_length=60)
-    status = serializers.CharField(required=False, max_length=20)
+    action = _text(required=False, allow_blank=True, max_length=100, help_text="Action name")
+    feedback_type = _text(required=False, allow_blank=True, max_length=60,
+                          help_text="Feedback type (records) or pattern category (patterns)")
+    status = _text(required=False, allow_blank=True, max_length=20,
+                   help_text="Proposal status, review outcome (executions) or pattern status (records, patterns)")
     limit = serializers.IntegerField(required=False, default=50, min_value=1, max_value=500)
     offset = serializers.IntegerField(required=False, default=0, min_value=0)

@@ -168,30 +168,58 @@ def _vector_literal(vector) -> str:
 
 def phrase_evidence_add(*, user_id: str | None, phrase: str, verb: str, negative: float = 0.0, positive: float = 0.0,
                         vector=None, model: str = "") -> None:
-    """Add to the (phrase, verb, user) evidence row atomically (INSERT ... ON CONFLICT DO UPDATE)."""
-    normalized = normalize_phrase(phrase)
+    """Add to one (phrase, verb, user) evidence row atomically."""
+    phrase_evidence_add_many(
+        rows=[{"user_id": user_id, "phrase": phrase, "verb": verb, "negative": negative, "positive": positive, "vector": vector}],
+        model=model,
+    )
+
+
+def phrase_evidence_add_many(*, rows: list[dict], model: str) -> int:
+    """Add evidence rows ({user_id, phrase, verb, negative, positive, vector}) in one INSERT ... ON CONFLICT DO UPDATE.
+
+    Rows for the same (phrase, verb, user) are summed first; answers how many distinct rows were written.
+    """
+    merged: dict[tuple, dict] = {}
+    for r in rows:
+        normalized = normalize_phrase(r["phrase"])[:2000]
+        key = (r["user_id"], normalized, r["verb"])
+        m = merged.setdefault(key, {**r, "normalized": normalized, "negative": 0.0, "positive": 0.0, "count": 0})
+        m["negative"] += r.get("negative", 0.0)
+        m["positive"] += r.get("positive", 0.0)
+        m["count"] += 1
+        if m.get("vector") is None and r.get("vector") is not None:
+            m["vector"] = r["vector"]
+    if not merged:
+        return 0
     table = PhraseEvidence._meta.db_table
+    values, params = [], []
+    for (user_id, normalized, verb), m in merged.items():
+        vector = m.get("vector")
+        values.append("(%s, %s, %s, %s, %s, %s, %s, %s::vector, %s, %s, now(), now())")
+        params += [
+            user_id, m["phrase"][:2000], normalized, verb, round(m["negative"], 6), round(m["positive"], 6), m["count"],
+            _vector_literal(vector) if vector is not None else None,
+            model if vector is not None else "", text_hash(normalized) if vector is not None else "",
+        ]
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(
             f"""
             INSERT INTO {table} (user_id, phrase, normalized, verb, negative, positive, signal_count,
                                  embedding, embedding_model, embedding_hash, created_at, updated_at)
-            VALUES (%s, %s, %s, %s, %s, %s, 1, %s::vector, %s, %s, now(), now())
+            VALUES {", ".join(values)}
             ON CONFLICT ON CONSTRAINT phraseevidence_unique_per_scope DO UPDATE SET
                 negative = {table}.negative + EXCLUDED.negative,
                 positive = {table}.positive + EXCLUDED.positive,
-                signal_count = {table}.signal_count + 1,
+                signal_count = {table}.signal_count + EXCLUDED.signal_count,
                 embedding = COALESCE(EXCLUDED.embedding, {table}.embedding),
                 embedding_model = CASE WHEN EXCLUDED.embedding IS NULL THEN {table}.embedding_model ELSE EXCLUDED.embedding_model END,
                 embedding_hash = CASE WHEN EXCLUDED.embedding IS NULL THEN {table}.embedding_hash ELSE EXCLUDED.embedding_hash END,
                 updated_at = now()
             """,
-            [
-                user_id, phrase[:2000], normalized[:2000], verb, negative, positive,
-                _vector_literal(vector) if vector is not None else None,
-                model if vector is not None else "", text_hash(normalized) if vector is not None else "",
-            ],
+            params,
         )
+    return len(merged)
 
 
 def disambiguation_signals_process(*, request_pk: int) -> dict:
@@ -214,20 +242,23 @@ def disambiguation_signals_process(*, request_pk: int) -> dict:
             return counts
         now = timezone.now()
         rejected_confidence = settings.FEEDBACK_SIGNAL_CONFIDENCE["rejected"]
+        evidence = []
         for s in pending:
             vector = vector_of.get(s.normalized)
-            phrase_evidence_add(
-                user_id=s.user_id, phrase=s.phrase, verb=s.verb, vector=vector, model=model,
-                **({"negative": s.confidence} if s.is_negative else {"positive": s.confidence}),
-            )
+            evidence.append({
+                "user_id": s.user_id, "phrase": s.phrase, "verb": s.verb, "vector": vector,
+                "negative": s.confidence if s.is_negative else 0.0, "positive": 0.0 if s.is_negative else s.confidence,
+            })
             if s.outcome == LearningSignal.Outcome.GENERATED_VARIANT:
                 # A paraphrase of a phrase whose alternatives the user turned down: the
                 # rejection carries over, discounted by the variant's own confidence.
-                for alternative in s.rejected_alternatives:
-                    phrase_evidence_add(
-                        user_id=s.user_id, phrase=s.phrase, verb=alternative, vector=vector, model=model,
-                        negative=round(s.confidence * rejected_confidence, 4),
-                    )
+                evidence.extend(
+                    {"user_id": s.user_id, "phrase": s.phrase, "verb": alternative, "vector": vector,
+                     "negative": round(s.confidence * rejected_confidence, 4), "positive": 0.0}
+                    for alternative in s.rejected_alternatives
+                )
+        phrase_evidence_add_many(rows=evidence, model=model)
+        for s in pending:
             if s.is_negative:
                 s.result = LearningSignal.Result.EVIDENCE
             elif s.confidence < accumulate:
@@ -277,7 +308,7 @@ from django.utils import timezone as _out_timezone  # noqa: E402
 from rest_framework import status as _out_status  # noqa: E402
 
 from config.api import ApplicationError, Conflict, NotFound  # noqa: E402
-from feedback.delta import delta_is_empty, json_delta  # noqa: E402
+from feedback.delta import delta_is_empty, json_clean, json_delta  # noqa: E402
 from feedback.models import (  # noqa: E402
     NEGATIVE_FEEDBACK_TYPES,
     PROPOSAL_TRANSITIONS,
@@ -322,7 +353,7 @@ def confidence_validate(value, *, field: str = "confidence") -> float:
 def _json_object(value, *, field: str) -> dict:
     if not isinstance(value, dict):
         raise ApplicationError("Must be a JSON object.", field=field)
-    return value
+    return json_clean(value)
 
 
 def _category(value: str) -> str:
@@ -458,6 +489,7 @@ def proposal_outcome_record(
         obj = _locked(Proposal, proposal_id, agent=agent)
         target = ProposalStatus.COMPLETED if success else ProposalStatus.FAILED
         _check_transition(obj, target)
+        result = json_clean(result)
         obj.status, obj.outcome_result, obj.outcome_error, obj.completed_at = target, result, error, _out_timezone.now()
         obj.save(update_fields=["status", "outcome_result", "outcome_error", "completed_at"])
         if not success:
@@ -501,7 +533,7 @@ def execution_create(
     with _out_transaction.atomic():
         return Execution.objects.create(
             agent=agent, action=action_obj, params=params, reasoning=reasoning, confidence=confidence,
-            success=success, result=result, error=_explanation(error, "error"), duration_ms=duration_ms,
+            success=success, result=json_clean(result), error=_explanation(error, "error"), duration_ms=duration_ms,
         )
 
 
@@ -555,13 +587,13 @@ def manual_override_record(
     if confidence is not None:
         confidence = confidence_validate(confidence)
     explanation, category = _explanation(explanation, "explanation"), _category(mistake_category)
-    delta = json_delta(original_action, corrected_action)
-    if delta_is_empty(delta):
-        raise ApplicationError("The corrected action is the same as the original one.", field="corrected_action")
     reviewer = reviewer or Reviewer(source="api")
     action_obj = Action.objects.filter(name=name).first()
     if action_obj is None:
         raise NotFound(f"Action {name} is not in the catalogue.", field="action")
+    delta = json_delta(original_action, corrected_action)
+    if delta_is_empty(delta):
+        raise ApplicationError("The corrected action is the same as the original one.", field="corrected_action")
     with _out_transaction.atomic():
         proposal = execution = None
         if proposal_id is not None:

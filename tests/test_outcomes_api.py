@@ -146,7 +146,8 @@ def test_outcomes_complete_or_fail_approved_proposals(agent_a, reviewer):
 
 
 def test_executions_need_level_2_and_are_reviewed_once(agent_a, reviewer):
-    body = {"action": "email.send", "params": {"to": "x@example.com"}, "reasoning": {"confidence": 0.7}, "success": True}
+    body = {"action": "email.send", "params": {"to": "x@example.com"}, "reasoning": {"why": "asked"}, "confidence": 0.7,
+            "success": True}
     r = agent_a.post("/api/v1/executions", body, format="json")
     assert r.status_code == 409 and r.data["fields"] == {"action": [r.data["detail"]]}
     assert Action.objects.count() == 0 and Execution.objects.count() == 0
