@@ -9,6 +9,7 @@ import logging
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from autonomy.models import ApiKey, hash_key
@@ -83,3 +84,13 @@ class ScopePermission:
 
     def has_object_permission(self, request, view, obj):
         return True
+
+
+class ApiKeyScheme(OpenApiAuthenticationExtension):
+    """Describes API key authentication in the OpenAPI schema."""
+
+    target_class = "autonomy.authentication.ApiKeyAuthentication"
+    name = "ApiKey"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "Agent API key: `Authorization: Bearer <key>`"}

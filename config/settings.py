@@ -175,10 +175,6 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "APPEND_COMPONENTS": {
-        "securitySchemes": {"ApiKey": {"type": "http", "scheme": "bearer", "description": "Agent API key"}}
-    },
-    "SECURITY": [{"ApiKey": []}],
 }
 
 # --- Celery -------------------------------------------------------------------
