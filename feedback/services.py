@@ -673,7 +673,7 @@ UPDATE feedback_feedbackrecord fr
  WHERE p.agent_id = fr.agent_id AND p.action_id = fr.action_id
    AND p.category = COALESCE(NULLIF(fr.mistake_category, ''), fr.feedback_type)
    AND fr.feedback_type = ANY(%(types)s) AND fr.created_at >= %(since)s
-   AND fr.pattern_id IS DISTINCT FROM p.id {agent_filter}
+   AND fr.pattern_id IS NULL {agent_filter}
 """
 
 
@@ -681,7 +681,8 @@ def mistake_patterns_detect(*, agent_id: int | None = None, window_days: int | N
     """Group negative feedback by (agent, action, category) in the database; 3+ make or update a pattern.
 
     One INSERT … ON CONFLICT DO UPDATE aggregates with GROUP BY (no Python loop over
-    records) and one UPDATE links every contributing record. The unique constraint
+    records) and one UPDATE links every contributing record not linked yet (a record's
+    agent, action and category never change, so a linked record stays linked right). The unique constraint
     makes a pattern impossible to duplicate; an advisory lock serialises runs that
     overlap (a run for all agents takes it exclusively, runs for one agent share it
     and take their agent's key), so two runs at once wait instead of deadlocking.

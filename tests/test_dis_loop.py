@@ -248,3 +248,122 @@ def test_expiry_runs_as_a_beat_task(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["feedback-disambiguations-expire"]
     app.loader.import_default_modules()
     assert entry["task"] in app.tasks and entry["schedule"] > 0
+
+
+def _in_thread(fn):
+    from django.db import connection
+
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connection.close()
+
+    return run
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_selections_one_wins_the_other_gets_409():
+    import threading
+
+    from feedback.services import disambiguation_record, disambiguation_select
+    from learning.resolution import resolve as pipeline
+    from config.api import Conflict
+
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    result = pipeline(text="list all cbus", user_id="carol")
+    assert result.outcome == "ambiguous"
+    row = disambiguation_record(resolution=result)
+    verbs = [o.verb for o in result.options][:2]
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    @_in_thread
+    def pick(verb):
+        barrier.wait()
+        try:
+            disambiguation_select(request_id=row.request_id, selected_verb=verb, agent_id=None)
+            outcomes.append(("ok", verb))
+        except Conflict as exc:
+            outcomes.append(("conflict", exc.extra["selected_verb"]))
+
+    threads = [threading.Thread(target=pick, args=(v,)) for v in verbs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winner = [v for kind, v in outcomes if kind == "ok"]
+    assert len(winner) == 1
+    assert [v for kind, v in outcomes if kind == "conflict"] == winner
+    row.refresh_from_db()
+    assert row.selected_verb == winner[0] and row.processed_at is not None
+    assert LearningSignal.objects.filter(request=row, outcome="selected_alt").count() == 1
+    assert LearnedPhrase.objects.filter(user_id="carol", normalized="list all cbus").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_signal_processing_learns_once(settings):
+    import threading
+
+    from feedback.services import disambiguation_record, disambiguation_select
+    from learning.resolution import resolve as pipeline
+
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    result = pipeline(text="list all cbus", user_id="dave")
+    row = disambiguation_record(resolution=result)
+    # Record the choice without its processing, then process it from two connections at once.
+    from unittest import mock
+
+    with mock.patch("feedback.services._signals_enqueue"):
+        disambiguation_select(request_id=row.request_id, selected_verb="cbu.list", agent_id=None)
+    barrier = threading.Barrier(2)
+    results = []
+
+    @_in_thread
+    def process():
+        barrier.wait()
+        results.append(disambiguation_signals_process(request_pk=row.pk))
+
+    threads = [threading.Thread(target=process) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r["already_processed"] for r in results) == [False, True]
+    candidate = LearningCandidate.objects.get(normalized="list all cbus", user_id=None)
+    assert candidate.occurrence_count == 1
+    evidence = PhraseEvidence.objects.get(normalized="list all cbus", verb="cbu.list", user_id="dave")
+    assert evidence.positive == pytest.approx(0.95) and evidence.signal_count == 1
+
+
+def test_global_requests_never_auto_promote(api, cbus, run_tasks):
+    response = api.post("/api/v1/resolve", {"text": "list all cbus"}, format="json").json()
+    assert response["outcome"] == "ambiguous"
+    assert run_tasks(select, api, response["request_id"], "cbu.list").status_code == 200
+    assert not LearnedPhrase.objects.exists()
+    candidate = LearningCandidate.objects.get(normalized="list all cbus", user_id=None)
+    assert candidate.status == "pending"
+
+
+def test_admin_screens(admin_client, api, cbus, run_tasks):
+    first = resolve(api, "list all cbus")
+    run_tasks(select, api, first["request_id"], "cbu.list")
+    second = resolve(api, "get my cbus", user_id="erin")
+    run_tasks(abandon, api, second["request_id"], "timeout")
+    row = DisambiguationRequest.objects.get(request_id=first["request_id"])
+    assert admin_client.get("/admin/feedback/disambiguationrequest/").status_code == 200
+    detail = admin_client.get(f"/admin/feedback/disambiguationrequest/{row.pk}/change/").content.decode()
+    assert "cbu.list" in detail and "selected alternative" in detail and "list all cbus" in detail
+    outcomes = admin_client.get("/admin/feedback/disambiguationrequest/outcomes/")
+    assert outcomes.status_code == 200
+    rows = {r["verb"]: r for r in outcomes.context["rows"]}
+    assert rows["cbu.list"]["chosen"] == 1
+    shown_in_both = set(rows)
+    assert all(rows[v]["shown"] >= 1 for v in shown_in_both)
+    assert sum(r["abandoned"] for r in rows.values()) == len(second["options"])
+    per_phrase = admin_client.get("/admin/feedback/learningsignal/per-phrase/?q=list all")
+    assert per_phrase.status_code == 200
+    grouped = {(r["normalized"], r["verb"]): r for r in per_phrase.context["rows"]}
+    assert grouped[("list all cbus", "cbu.list")]["positive"] == 1
+    assert admin_client.get("/admin/feedback/learningsignal/").status_code == 200
+    assert admin_client.get("/admin/feedback/phraseevidence/").status_code == 200
