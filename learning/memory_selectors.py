@@ -304,19 +304,17 @@ def memory_search_text(
     """Embed the query (when semantic) and search; answers the hits and a degraded reason
     ("embedder_unavailable" when only the substring search could run, "" otherwise)."""
     from learning.embeddings import current_model_name
-    from learning.services import embeddings_compute
+    from learning.resolution import embed_query
 
     semantic = mode in ("both", "semantic")
     substring = mode in ("both", "substring")
     vector, model, reason = None, current_model_name(), ""
     if semantic:
-        vectors, used = embeddings_compute([query])
-        if vectors is None:
+        vector, model, _ = embed_query(query)  # bounded; None when the embedder is down
+        if vector is None:
             reason = "embedder_unavailable"
             if not substring:
                 return [], reason
-        else:
-            vector, model = vectors[0], used
     filters = dict(filters or {})
     namespace = filters.pop("namespace", None) or namespace
     hits = memory_search(

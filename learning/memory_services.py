@@ -36,7 +36,8 @@ from learning.memory_selectors import (
     memory_semantic_candidates,
     rank_key,
 )
-from learning.services import embeddings_compute, embeddings_refresh
+from learning.resolution import embed_query
+from learning.services import embeddings_refresh
 from learning.simhash import simhash, to_hex
 from learning.text import text_hash
 
@@ -216,9 +217,7 @@ def memory_store(
     content = artifact.content
     sha = text_hash(content)
     fingerprint = simhash(content)
-    vectors, model = embeddings_compute([content])
-    vector = vectors[0] if vectors else None
-    model = model or current_model_name()
+    vector, model, _ = embed_query(content)  # bounded by RESOLVE_EMBED_TIMEOUT_S; None when the embedder is down
     try:
         with transaction.atomic():
             _lock_user(namespace, user_id)
@@ -336,17 +335,17 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None) ->
     """
     filters = dict(filters or {})
     namespace = _namespace(filters.pop("namespace", None))
-    vectors, model = embeddings_compute([query])
+    vector, model, _ = embed_query(query)  # bounded by RESOLVE_EMBED_TIMEOUT_S; None when the embedder is down
     degraded_reason = ""
     items: list[RetrievedMemory] = []
-    if vectors is None:
+    if vector is None:
         degraded_reason = "embedder_unavailable"
     else:
         _lazy_embed(user_id=user_id, namespace=namespace, model=model)
 
         def search():
             return memory_semantic_candidates(
-                user_id=user_id, namespace=namespace, vector=vectors[0], model=model, filters=filters,
+                user_id=user_id, namespace=namespace, vector=vector, model=model, filters=filters,
                 k=settings.MEMORY_RETRIEVE_TOP_K, min_score=settings.MEMORY_RETRIEVE_MIN_SCORE,
             )
 
