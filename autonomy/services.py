@@ -339,6 +339,12 @@ def autonomy_decision(*, level: int, samples: int, success_rate: float, rejectio
     return None
 
 
+def _evaluation_due_q(now) -> Q:
+    return Q(last_evaluated_at__isnull=True) | Q(
+        last_evaluated_at__lt=now - timedelta(seconds=settings.AUTONOMY_EVALUATION_INTERVAL_S)
+    )
+
+
 def autonomy_evaluate(*, action_ids: list[int] | None = None, window_days: int | None = None, episode=None, force: bool = False) -> dict:
     """Evaluate actions and PROPOSE transitions with evidence; never changes a level.
 
@@ -355,19 +361,13 @@ def autonomy_evaluate(*, action_ids: list[int] | None = None, window_days: int |
     now = timezone.now()
     qs = Action.objects.all() if action_ids is None else Action.objects.filter(pk__in=action_ids)
     if not force:
-        qs = qs.filter(
-            Q(last_evaluated_at__isnull=True)
-            | Q(last_evaluated_at__lt=now - timedelta(seconds=settings.AUTONOMY_EVALUATION_INTERVAL_S))
-        )
+        qs = qs.filter(_evaluation_due_q(now))
     ids = list(qs.values_list("pk", flat=True))
     if not ids:
         return {"evaluated": [], "proposed": [], "skipped_open": []}
     claimed = Action.objects.filter(pk__in=ids)
     if not force:
-        claimed = claimed.filter(
-            Q(last_evaluated_at__isnull=True)
-            | Q(last_evaluated_at__lt=now - timedelta(seconds=settings.AUTONOMY_EVALUATION_INTERVAL_S))
-        )
+        claimed = claimed.filter(_evaluation_due_q(now))
     # UPDATE … RETURNING claims the actions: a parallel cycle gets the rest or nothing.
     with connection.cursor() as cur:
         sql, params = claimed.values("pk").query.sql_with_params()
@@ -493,9 +493,9 @@ def autonomy_transition_reject(*, transition, user=None, key=None, notes: str = 
 class EpisodeLog:
     """Collects an episode's ordered events and writes them in batches."""
 
-    def __init__(self, episode: LearningEpisode):
+    def __init__(self, episode: LearningEpisode, seq: int | None = None):
         self.episode = episode
-        self.seq = episode.events.count()
+        self.seq = episode.events.count() if seq is None else seq
         self._pending: list[EpisodeEvent] = []
 
     def add(self, kind: str, message: str = "", **payload) -> None:
@@ -578,7 +578,7 @@ def _learning_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool) 
     from feedback.services import mistake_patterns_detect
 
     episode = learning_episode_start(agent_id=agent_id, trigger=trigger)
-    log = EpisodeLog(episode)
+    log = EpisodeLog(episode, seq=0)
     summary: dict = {}
     try:
         detection = mistake_patterns_detect(agent_id=agent_id)
@@ -591,7 +591,6 @@ def _learning_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool) 
             )
         log.add("mistake_detection", f"{len(detection.created)} new, {len(detection.updated)} updated patterns",
                 records_linked=detection.linked_records)
-        log.flush()
         summary.update(patterns_new=len(detection.created), patterns_updated=len(detection.updated))
 
         rules = correction_rules_create(agent_id=agent_id)
@@ -612,17 +611,23 @@ def _learning_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool) 
             record=overall.pk, ece=overall.ece, samples=overall.sample_count,
             adjustment=overall.recommended_adjustment, per_action_records=len(records) - 1,
         )
-        log.flush()
         summary.update(ece=None if overall.ece is None else round(overall.ece, 4),
                        calibration_adjustment=overall.recommended_adjustment)
 
-        evaluation = autonomy_evaluate(action_ids=_agent_action_ids(agent_id, settings.AUTONOMY_WINDOW_DAYS),
-                                       episode=episode, force=force_autonomy)
+        due = force_autonomy or Action.objects.filter(_evaluation_due_q(timezone.now())).exists()
+        evaluation = (
+            autonomy_evaluate(action_ids=_agent_action_ids(agent_id, settings.AUTONOMY_WINDOW_DAYS), episode=episode,
+                              force=force_autonomy)
+            if due else {"evaluated": [], "proposed": [], "skipped_open": []}
+        )
         for t in evaluation["proposed"]:
             log.add("transition_proposed", t.reason, transition=t.pk, action=t.action.name,
                     from_level=t.from_level, to_level=t.to_level)
-        log.add("autonomy_evaluation", f"{len(evaluation['evaluated'])} action(s) evaluated, "
-                f"{len(evaluation['proposed'])} transition(s) proposed", evaluated=evaluation["evaluated"][:50],
+        message = (
+            f"{len(evaluation['evaluated'])} action(s) evaluated, {len(evaluation['proposed'])} transition(s) proposed"
+            if due else f"skipped: every action was evaluated in the last {settings.AUTONOMY_EVALUATION_INTERVAL_S} s"
+        )
+        log.add("autonomy_evaluation", message, evaluated=evaluation["evaluated"][:50],
                 open_already=[r["action"] for r in evaluation["skipped_open"]])
         summary.update(actions_evaluated=len(evaluation["evaluated"]), transitions_proposed=len(evaluation["proposed"]))
         log.add("summary", "cycle completed", **summary)
