@@ -383,3 +383,8 @@ CELERY_BEAT_SCHEDULE["feedback-disambiguations-expire"] = {
     "task": "feedback.disambiguations_expire",
     "schedule": env_float("FEEDBACK_EXPIRE_EVERY_S", 60.0),
 }
+# Fitting resolve threshold and margin on gold labels (issue 4, dis); live only after a reviewer activates it.
+FEEDBACK_FIT_HELD_OUT_SHARE = env_float("FEEDBACK_FIT_HELD_OUT_SHARE", 0.25)
+FEEDBACK_FIT_MAX_WRONG_PCT = env_float("FEEDBACK_FIT_MAX_WRONG_PCT", 3.0)
+FEEDBACK_FIT_MIN_EXAMPLES = env_int("FEEDBACK_FIT_MIN_EXAMPLES", 20)
+FEEDBACK_FIT_MAX_EXAMPLES = env_int("FEEDBACK_FIT_MAX_EXAMPLES", 5000)

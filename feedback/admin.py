@@ -432,3 +432,84 @@ class MistakePatternAdmin(admin.ModelAdmin):
 
         rules = correction_rules_create(pattern_ids=list(queryset.values_list("pk", flat=True)), user=request.user)
         self.message_user(request, f"Created {len(rules)} correction rule(s) (only active patterns without one get a rule).")
+
+
+# --- Disambiguation feedback loop (issue 4, dis): fitted resolution profiles ---------------
+
+from django.contrib import messages  # noqa: E402
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect  # noqa: E402
+from django.urls import reverse  # noqa: E402
+
+from config.api import ApplicationError as _ApplicationError  # noqa: E402
+from feedback.models import FittedResolutionProfile  # noqa: E402
+
+
+@admin.register(FittedResolutionProfile)
+class FittedResolutionProfileAdmin(admin.ModelAdmin):
+    """Fitted thresholds with their measured effect on held-out gold labels; a reviewer activates one to put it live."""
+
+    list_display = [
+        "created_at", "embedding_model", "status", "resolve_threshold", "margin", "baseline_values", "gold_count",
+        "held_out_count", "held_out_now", "held_out_after",
+    ]
+    list_filter = ["status", "embedding_model"]
+    readonly_fields = [f.name for f in FittedResolutionProfile._meta.fields]
+    actions = ["activate", "retire"]
+    change_list_template = "admin/feedback/fittedresolutionprofile/change_list.html"
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.display(description="in force when fitted")
+    def baseline_values(self, obj):
+        return f"threshold {obj.baseline.get('resolve_threshold')}, margin {obj.baseline.get('margin')}"
+
+    @staticmethod
+    def _figures(f: dict) -> str:
+        return f"{f.get('correct')}% right · {f.get('wrong')}% wrong · {f.get('asked')}% asked" if f else "—"
+
+    @admin.display(description="held-out, profile in force")
+    def held_out_now(self, obj):
+        return self._figures(obj.held_out_current)
+
+    @admin.display(description="held-out, fitted")
+    def held_out_after(self, obj):
+        return self._figures(obj.held_out_fitted)
+
+    @admin.action(description="Activate the selected profile (put it live)", permissions=["change"])
+    def activate(self, request, queryset):
+        from feedback.services import resolution_profile_activate
+
+        if queryset.count() != 1:
+            self.message_user(request, "Select exactly one profile to activate.", messages.ERROR)
+            return
+        row = resolution_profile_activate(fitted=queryset.get(), reviewer=request.user)
+        self.message_user(request, f"Live: {row}.", messages.SUCCESS)
+
+    @admin.action(description="Retire the selected profiles", permissions=["change"])
+    def retire(self, request, queryset):
+        from feedback.services import resolution_profile_retire
+
+        for row in queryset:
+            resolution_profile_retire(fitted=row)
+        self.message_user(request, f"Retired {queryset.count()} profile(s).", messages.SUCCESS)
+
+    def get_urls(self):
+        extra = [path("fit/", self.admin_site.admin_view(self.fit_view), name="feedback_fittedresolutionprofile_fit")]
+        return extra + super().get_urls()
+
+    def fit_view(self, request):
+        from feedback.services import resolution_profile_fit
+
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            from django.core.exceptions import PermissionDenied
+
+            raise PermissionDenied
+        try:
+            row = resolution_profile_fit()
+            self.message_user(request, f"Proposed: {row}. Compare the held-out figures, then activate it.", messages.SUCCESS)
+        except _ApplicationError as exc:
+            self.message_user(request, exc.message, messages.ERROR)
+        return HttpResponseRedirect(reverse("admin:feedback_fittedresolutionprofile_changelist"))

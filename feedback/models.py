@@ -344,3 +344,42 @@ class MistakePattern(models.Model):
 
     def __str__(self):
         return f"{self.agent_id and self.agent.name} · {self.action_id and self.action.name} · {self.category}"
+
+
+# --- Disambiguation feedback loop (issue 4, dis): fitted resolution profiles -------------
+
+
+class FittedResolutionProfile(models.Model):
+    """Resolve threshold and margin fitted on gold labels (clicks, corrections); live only once a reviewer activates it."""
+
+    class Status(models.TextChoices):
+        PROPOSED = "proposed", "proposed"
+        ACTIVE = "active", "active"
+        RETIRED = "retired", "retired"
+
+    embedding_model = models.CharField(max_length=100)
+    resolve_threshold = models.FloatField()
+    margin = models.FloatField()
+    max_wrong_pct = models.FloatField(help_text="The fit keeps wrong auto-resolutions on the training share at or under this")
+    gold_count = models.PositiveIntegerField()
+    train_count = models.PositiveIntegerField()
+    held_out_count = models.PositiveIntegerField()
+    baseline = models.JSONField(default=dict, help_text="The profile in force when fitted: {resolve_threshold, margin}")
+    held_out_current = models.JSONField(default=dict, help_text="correct/wrong/asked % on the held-out share with the profile in force")
+    held_out_fitted = models.JSONField(default=dict, help_text="correct/wrong/asked % on the held-out share with the fitted values")
+    train_fitted = models.JSONField(default=dict)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PROPOSED)
+    created_at = models.DateTimeField(auto_now_add=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    activated_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="activated_resolution_profiles"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["embedding_model"], condition=Q(status="active"), name="fittedprofile_one_active_per_model")
+        ]
+
+    def __str__(self):
+        return f"{self.embedding_model}: threshold {self.resolve_threshold:.2f}, margin {self.margin:.2f} ({self.status})"

@@ -128,3 +128,80 @@ def feedback_record_list(*, agent, filters: dict):
 def mistake_pattern_list(*, agent, filters: dict):
     qs = _OutMistakePattern.objects.select_related("action").filter(agent=agent)
     return _out_filter(qs, filters, {"action": "action__name", "feedback_type": "category", "status": "status"})
+
+
+# --- Disambiguation feedback loop (issue 4, dis): gold labels and fitted profiles -------
+
+import time as _time  # noqa: E402
+
+from feedback.models import FittedResolutionProfile  # noqa: E402
+
+_ACTIVE_PROFILE_TTL_S = 10.0
+_active_profile_cache: dict[str, tuple[float, dict]] = {}
+
+
+def active_profile_values(model_name: str) -> dict:
+    """{resolve_threshold, margin} of the active fitted profile for the model ({} if none); cached for a few seconds."""
+    now = _time.monotonic()
+    hit = _active_profile_cache.get(model_name)
+    if hit and hit[0] > now:
+        return hit[1]
+    row = (
+        FittedResolutionProfile.objects.filter(embedding_model=model_name, status=FittedResolutionProfile.Status.ACTIVE)
+        .values("resolve_threshold", "margin")
+        .first()
+    )
+    values = dict(row) if row else {}
+    _active_profile_cache[model_name] = (now + _ACTIVE_PROFILE_TTL_S, values)
+    return values
+
+
+def active_profile_cache_clear() -> None:
+    _active_profile_cache.clear()
+
+
+def gold_labels(*, limit: int) -> list[tuple[str, str | None, str]]:
+    """(normalized text, user_id, right verb): the users' clicks and corrections, newest first, one per (text, user)."""
+    from learning.models import LearnedPhrase
+
+    seen: dict[tuple[str, str | None], str] = {}
+    clicks = (
+        DisambiguationRequest.objects.filter(status=DisambiguationRequest.Status.SELECTED)
+        .order_by("-answered_at")
+        .values_list("normalized", "user_id", "selected_verb")[:limit]
+    )
+    corrections = (
+        LearnedPhrase.objects.filter(source="correction", user_id__isnull=False)
+        .order_by("-updated_at")
+        .values_list("normalized", "user_id", "verb__name")[:limit]
+    )
+    for normalized, user_id, verb in list(clicks) + list(corrections):
+        seen.setdefault((normalized, user_id), verb)
+    return [(n, u, v) for (n, u), v in list(seen.items())[:limit]]
+
+
+def leave_one_out_scores(*, normalized: str, user_id: str | None, vector, model: str, p: dict, k: int = 20) -> list[tuple[str, float]]:
+    """Per-verb scores from the semantic tiers (learned phrases x confidence, catalogue phrases), without the text's own learned rows."""
+    from learning.models import LearnedPhrase, VerbPhrase
+    from learning.selectors import scope_q
+
+    best: dict[str, float] = {}
+    learned = (
+        LearnedPhrase.objects.filter(scope_q(user_id), is_active=True, verb__is_active=True, embedding_model=model)
+        .exclude(normalized=normalized)
+        .annotate(distance=CosineDistance("embedding", vector))
+        .order_by("distance")
+        .values_list("verb__name", "distance", "confidence")[:k]
+    )
+    for verb, distance, confidence in learned:
+        if 1.0 - distance >= p["learned_threshold"]:
+            best[verb] = max(best.get(verb, 0.0), (1.0 - distance) * confidence)
+    catalogue = (
+        VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model)
+        .annotate(distance=CosineDistance("embedding", vector))
+        .order_by("distance")
+        .values_list("verb__name", "distance")[:k]
+    )
+    for verb, distance in catalogue:
+        best[verb] = max(best.get(verb, 0.0), 1.0 - distance)
+    return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))

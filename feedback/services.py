@@ -766,8 +766,7 @@ def resolution_profile_fit(*, held_out_share: float | None = None, max_wrong_pct
     vectors, model = embeddings_compute([n for n, _, _ in gold])
     if vectors is None:
         raise ApplicationError("The embedder is unavailable; try again later.", field="embedder", code="embedder_unavailable")
-    p = profile(model)
-    # The profile in force, without any fitted profile's values: the baseline the fit is compared with.
+    p = profile(model)  # the profile in force (an active fitted profile included): the baseline
     scores = []
     for (normalized, user_id, verb), vector in zip(gold, vectors):
         ranked = feedback_selectors.leave_one_out_scores(normalized=normalized, user_id=user_id, vector=vector, model=model, p=p)

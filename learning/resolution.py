@@ -83,6 +83,7 @@ def profile(model_name: str | None = None) -> dict:
     model_name = model_name or current_model_name()
     values = dict(settings.RESOLUTION_PROFILES["default"])
     values.update(settings.RESOLUTION_PROFILES.get(model_name, {}))
+    values.update(_fitted_profile_values(model_name))  # issue 4 (dis): a reviewer-activated fit
     values.update(settings.RESOLUTION_OVERRIDES)
     return values
 
@@ -229,3 +230,10 @@ def _apply_feedback_penalties(candidates: list[Candidate], *, vector, model: str
     for c in candidates:
         if c.verb in penalties:
             c.score = round(max(0.0, c.score - penalties[c.verb]), 4)
+
+
+def _fitted_profile_values(model_name: str) -> dict:
+    """Threshold and margin of the fitted profile a reviewer activated for this model (cached briefly; {} if none)."""
+    from feedback.selectors import active_profile_values
+
+    return active_profile_values(model_name)
