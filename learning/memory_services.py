@@ -192,9 +192,8 @@ def memory_store(
     gate = write_gate.check(artifact.content)
     side_secrets = write_gate.secret_findings("\n".join([artifact.topic, " ".join(artifact.tags), _metadata_text(metadata)]))
     if not gate.allowed or side_secrets:
-        if gate.allowed:
-            kinds = sorted({f.kind for f in side_secrets})
-            gate = write_gate.GateResult(False, write_gate.SECRET, write_gate._MESSAGES[write_gate.SECRET].format(kinds=", ".join(kinds)), tuple(side_secrets))
+        if gate.allowed:  # the lesson is clean but its topic, tags or filters hold a secret
+            gate = write_gate.blocked(side_secrets)
         evidence = {"reason": gate.reason, "kinds": gate.kinds, "message": gate.message, "extractor": extractor}
         if quarantine_on_block:
             item = MemoryQuarantine.objects.create(
@@ -468,36 +467,40 @@ def memory_deprecate(*, memory: Memory, actor: str, reason: str) -> Memory:
 def quarantine_release(*, item: MemoryQuarantine, actor: str, content: str | None = None) -> ObserveResult:
     """Store a quarantined lesson after a reviewer edited out what the gate caught.
 
-    The (edited) preview must pass the write-gate now and hold no ``[REDACTED`` marker;
-    then it goes through the normal dedupe and is saved as a candidate.
+    The (edited) preview must pass the write-gate now and hold no ``[REDACTED`` marker; then it
+    goes through the normal dedupe and is saved as a candidate. All or nothing: the item is
+    locked, so two reviewers cannot release it twice.
     """
     text = (content if content is not None else item.redacted_preview).strip()
-    if item.status != QuarantineStatus.PENDING:
-        raise ApplicationError(f"This item is already {item.status}.", field="status")
     if "[REDACTED" in text:
         raise ApplicationError("Edit out the [REDACTED:…] markers before releasing.", field="redacted_preview")
     gate = write_gate.check(text)
     if not gate.allowed:
         raise ApplicationError(f"Still blocked: {gate.message}", field="redacted_preview")
-    artifact = Artifact(memory_type=item.memory_type, topic=item.topic, content=text, tags=list(item.tags), extractor="reviewer")
-    result = memory_store(
-        user_id=item.user_id, namespace=item.namespace, artifact=artifact, metadata=item.metadata,
-        source_session_id=item.source_session_id, source_message_id=item.source_message_id,
-        extractor="reviewer", quarantine_on_block=False,
-    )
-    if result.decision == BLOCKED:
-        raise ApplicationError(f"Still blocked: {result.evidence.get('message', '')}", field="redacted_preview")
     with transaction.atomic():
-        updated = MemoryQuarantine.objects.filter(pk=item.pk, status=QuarantineStatus.PENDING).update(
-            status=QuarantineStatus.RELEASED, redacted_preview=text, released_memory_id=result.memory_id,
-            reviewed_by=actor, reviewed_at=timezone.now(),
+        locked = MemoryQuarantine.objects.select_for_update().get(pk=item.pk)
+        if locked.status != QuarantineStatus.PENDING:
+            raise ApplicationError(f"This item is already {locked.status}.", field="status")
+        artifact = Artifact(memory_type=locked.memory_type, topic=locked.topic, content=text, tags=list(locked.tags), extractor="reviewer")
+        result = memory_store(
+            user_id=locked.user_id, namespace=locked.namespace, artifact=artifact, metadata=locked.metadata,
+            source_session_id=locked.source_session_id, source_message_id=locked.source_message_id,
+            extractor="reviewer", quarantine_on_block=False,
         )
-    if not updated:
-        raise ApplicationError("Another reviewer handled this item meanwhile.", field="status")
+        if result.decision == BLOCKED:  # the topic, tags or filters still hold a secret
+            raise ApplicationError(f"Still blocked: {result.evidence.get('message', '')}", field="redacted_preview")
+        locked.status = QuarantineStatus.RELEASED
+        locked.redacted_preview = text
+        locked.released_memory_id = result.memory_id
+        locked.reviewed_by = actor
+        locked.reviewed_at = timezone.now()
+        locked.save(update_fields=["status", "redacted_preview", "released_memory", "reviewed_by", "reviewed_at"])
+    item.refresh_from_db()
     return result
 
 
 def quarantine_discard(*, item: MemoryQuarantine, actor: str) -> None:
+    """A reviewer drops a quarantined lesson (it stays listed as discarded)."""
     with transaction.atomic():
         updated = MemoryQuarantine.objects.filter(pk=item.pk, status=QuarantineStatus.PENDING).update(
             status=QuarantineStatus.DISCARDED, reviewed_by=actor, reviewed_at=timezone.now()

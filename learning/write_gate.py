@@ -280,6 +280,13 @@ def _setting(name: str, default):
         return default
 
 
+def blocked(findings: list[Finding]) -> GateResult:
+    """The refusal for these findings (all of one family, the first one's)."""
+    family = findings[0].family
+    kinds = ", ".join(sorted({f.kind for f in findings}))
+    return GateResult(False, family, _MESSAGES[family].format(kinds=kinds), tuple(findings))
+
+
 def check(text: str) -> GateResult:
     """Run every check on ``text``; the first failing family is the reason."""
     text = text or ""
@@ -295,7 +302,5 @@ def check(text: str) -> GateResult:
     ]
     for findings in families:
         if findings:
-            family = findings[0].family
-            kinds = ", ".join(sorted({f.kind for f in findings}))
-            return GateResult(False, family, _MESSAGES[family].format(kinds=kinds), tuple(findings))
+            return blocked(findings)
     return GateResult(True)
