@@ -1,0 +1,239 @@
+"""Latency of POST /api/v1/memories/retrieve with 100,000 memories over 1,000 users (issue 5).
+
+The benchmark database gets 100 memories per user (1,000 users) by COPY, with
+vectors: contents are distinct BANKING77 utterances (train plus the test
+utterances not used as queries), each embedded once in batches and reused; per
+user the 100 contents are distinct. Status mix 25 % verified, 65 % candidate,
+10 % deprecated; types, hits and update times vary. The HNSW index is rebuilt
+after the load. Queries are 400 distinct held-out test utterances (never a
+memory's text, so the embedder's cache never answers), each for a random user,
+over HTTP (gunicorn, 1 worker, loopback, keep-alive). Every retrieval also
+writes (hits, streaks, retrieval log), as in production.
+
+Compared in the same run: the embedding call alone, the raw pgvector filtered
+top-6 query, and the result quality of the filtered index search against an
+exact per-user scan (recall@6, and how many searches came back short).
+Last line: RESULT p50_ms=.. p95_ms=..
+"""
+
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from _common import ROOT, fresh_database, record, setup_django, table
+
+DB = "bench_memory_retrieve"
+setup_django(db_name=DB)
+
+from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from autonomy.services import agent_key_create  # noqa: E402
+from learning import datasets  # noqa: E402
+from learning.embeddings import get_embedder  # noqa: E402
+from learning.memory_extraction import derive_topic  # noqa: E402
+from learning.memory_selectors import memory_semantic_candidates  # noqa: E402
+from learning.simhash import simhash_hex  # noqa: E402
+from learning.text import text_hash  # noqa: E402
+
+USERS = 1000
+PER_USER = 100
+QUERIES = 400
+WARMUP = 20
+TYPES = ["faq", "pattern", "snippet", "decision", "procedure"]
+
+
+def pct(values, q):
+    return float(np.percentile(np.array(values), q))
+
+
+def literal(vec) -> str:
+    return "[" + ",".join(f"{x:.6f}" for x in vec) + "]"
+
+
+def load_memories(texts: list[str], vectors: np.ndarray, model: str, rng: random.Random) -> None:
+    literals = [literal(v) for v in tqdm(vectors, desc="vector literals", unit="text")]
+    meta = [(simhash_hex(t), text_hash(t), derive_topic(t)) for t in tqdm(texts, desc="fingerprints", unit="text")]
+    with connection.cursor() as cur:
+        cur.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_embedding_hnsw'")
+        indexdef = cur.fetchone()[0]
+        cur.execute("DROP INDEX memory_embedding_hnsw")
+    now = time.time()
+    with connection.cursor() as cur, tqdm(total=USERS * PER_USER, desc="memories", unit="row") as bar:
+        with cur.connection.cursor().copy(
+            "COPY learning_memory (namespace, user_id, memory_type, topic, tags, content, status, confidence, hits, streak, "
+            "version, simhash, content_sha256, source_session_id, source_message_id, metadata, status_reason, "
+            "status_changed_by, created_at, updated_at, embedding, embedding_model, embedding_hash) FROM STDIN"
+        ) as copy:
+            for u in range(USERS):
+                for j in rng.sample(range(len(texts)), PER_USER):
+                    r = rng.random()
+                    status = "verified" if r < 0.25 else "candidate" if r < 0.90 else "deprecated"
+                    sh, sha, topic = meta[j]
+                    stamp = time.strftime("%Y-%m-%d %H:%M:%S+00", time.gmtime(now - rng.uniform(0, 180 * 86400)))
+                    copy.write_row([
+                        "learning", f"user{u}", rng.choice(TYPES), topic, "[]", texts[j], status,
+                        0.9 if status == "verified" else 0.5, rng.randrange(5), 0, 1, sh, sha, "", "", "{}", "", "",
+                        stamp, stamp, literals[j], model, sha,
+                    ])
+                    bar.update(1)
+    started = time.perf_counter()
+    with connection.cursor() as cur:
+        cur.execute("SET maintenance_work_mem = '512MB'")
+        cur.execute(indexdef)
+        cur.execute("ANALYZE learning_memory")
+    print(f"HNSW index rebuilt in {time.perf_counter() - started:.1f} s")
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start_server(port: int) -> subprocess.Popen:
+    env = dict(os.environ, EMBEDDED_DB_NAME=DB, DJANGO_SETTINGS_MODULE="config.settings", LOG_LEVEL="WARNING")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "1", "--threads", "1", "--log-level", "warning"],
+        cwd=ROOT, env=env, start_new_session=True,
+    )
+    for _ in range(150):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("gunicorn did not start")
+
+
+def http_latencies(port: int, key: str, queries: list[str], users: list[str]) -> tuple[list[float], list[dict]]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    out, bodies = [], []
+    for text, user in zip(queries, users):
+        started = time.perf_counter()
+        conn.request("POST", "/api/v1/memories/retrieve", json.dumps({"user_id": user, "query": text}), headers)
+        response = conn.getresponse()
+        payload = response.read()
+        out.append((time.perf_counter() - started) * 1000)
+        if response.status != 200:
+            raise SystemExit(f"HTTP {response.status}: {payload[:300]!r}")
+        bodies.append(json.loads(payload))
+    conn.close()
+    return out, bodies
+
+
+def raw_pgvector_ms(vectors, users) -> list[float]:
+    sql = (
+        "SELECT id, embedding <=> %s::vector AS d FROM learning_memory WHERE user_id = %s AND namespace = 'learning' "
+        "AND status = 'candidate' AND embedding_model = %s ORDER BY d LIMIT 6"
+    )
+    model = get_embedder().model_name
+    out = []
+    with connection.cursor() as cur:
+        for vec, user in zip(vectors, users):
+            started = time.perf_counter()
+            cur.execute(sql, [literal(vec), user, model])
+            cur.fetchall()
+            out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def index_quality(vectors, users) -> tuple[float, int]:
+    """Recall@k of the filtered search (per status, as retrieve runs it) against an exact scan of the user's rows."""
+    model = get_embedder().model_name
+    k = settings.MEMORY_RETRIEVE_TOP_K
+    found = wanted = short = 0
+    for vec, user in zip(vectors, users):
+        got = {i.memory.pk for i in memory_semantic_candidates(user_id=user, namespace="learning", vector=vec, model=model, filters=None, k=k, min_score=-1.0)}
+        with connection.cursor() as cur:
+            cur.execute("SET enable_indexscan = off")  # no HNSW: an exact scan of the user's rows
+            exact = set()
+            for status in ("verified", "candidate"):
+                cur.execute(
+                    "SELECT id FROM learning_memory WHERE user_id = %s AND status = %s ORDER BY embedding <=> %s::vector, id LIMIT %s",
+                    [user, status, literal(vec), k],
+                )
+                exact.update(r[0] for r in cur.fetchall())
+            cur.execute("RESET enable_indexscan")
+        found += len(got & exact)
+        wanted += len(exact)
+        short += len(got) < len(exact)
+    return 100.0 * found / wanted, short
+
+
+def main():
+    if not datasets.available():
+        raise SystemExit(f"BANKING77 not found under {datasets.banking77_dir()}")
+    fresh_database()
+    rng = random.Random(11)
+    test = list(dict.fromkeys(e.text for e in datasets.load("test")))
+    rng.shuffle(test)
+    queries = test[: WARMUP + QUERIES]
+    held_out = set(queries)
+    contents = sorted({e.text for e in datasets.load("train")} | {t for t in test if t not in held_out})
+    embedder = get_embedder()
+    started = time.perf_counter()
+    vectors = np.array(embedder.embed_batch(contents))
+    embed_all_s = time.perf_counter() - started
+    load_memories(contents, vectors, embedder.model_name, rng)
+    _, raw = agent_key_create(agent_name="bench-memory", scopes=["resolve", "feedback"])
+    users = [f"user{rng.randrange(USERS)}" for _ in queries]
+
+    # The embedding call alone, on texts the process has not seen.
+    embed_ms = []
+    for t in queries[WARMUP:]:
+        started = time.perf_counter()
+        embedder.inner.embed(f"{t} (probe)")
+        embed_ms.append((time.perf_counter() - started) * 1000)
+    qvecs = embedder.inner.embed_batch(queries[WARMUP:])
+    pg_ms = raw_pgvector_ms(qvecs, users[WARMUP:])
+    recall, short = index_quality(qvecs[:200], users[WARMUP : WARMUP + 200])
+
+    port = free_port()
+    server = start_server(port)
+    try:
+        http_latencies(port, raw, queries[:WARMUP], users[:WARMUP])
+        lat, bodies = http_latencies(port, raw, queries[WARMUP:], users[WARMUP:])
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(10)
+    items = [len(b["items"]) for b in bodies]
+    chars = [len(b["block"]) for b in bodies]
+    degraded = sum(1 for b in bodies if b["degraded"])
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*), count(DISTINCT user_id) FROM learning_memory")
+        total, distinct_users = cur.fetchone()
+
+    rows = [
+        ["retrieve over HTTP", pct(lat, 50), pct(lat, 95)],
+        ["embedding alone (baseline)", pct(embed_ms, 50), pct(embed_ms, 95)],
+        ["raw pgvector filtered top-6 (baseline)", pct(pg_ms, 50), pct(pg_ms, 95)],
+        ["app overhead (retrieve - embed)", pct(lat, 50) - pct(embed_ms, 50), pct(lat, 95) - pct(embed_ms, 95)],
+    ]
+    body = table(["step", "p50 ms", "p95 ms"], rows)
+    body += (
+        f"\n\n{total:,} memories over {distinct_users:,} users ({len(contents):,} distinct BANKING77 texts embedded once in "
+        f"{embed_all_s:.0f} s); {QUERIES} held-out test utterances for random users. Items per retrieval: mean "
+        f"{np.mean(items):.1f}, block chars: mean {np.mean(chars):.0f}, max {max(chars)} (limit {settings.MEMORY_RETRIEVE_MAX_CHARS}); "
+        f"degraded answers: {degraded}. Filtered search vs exact per-user scan (200 queries): recall@{settings.MEMORY_RETRIEVE_TOP_K} "
+        f"{recall:.1f} %, short results: {short}."
+    )
+    print(body)
+    record("memory_retrieve", body, f"RESULT p50_ms={pct(lat, 50):.1f} p95_ms={pct(lat, 95):.1f}")
+
+
+if __name__ == "__main__":
+    main()
