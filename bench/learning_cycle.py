@@ -115,6 +115,8 @@ def main():
          f"{agents1000_s:.2f} s ({agents1000_s / N_AGENTS * 1000:.0f} ms per cycle wall)", "60 s total (aim)"],
     ]
     body = table(["run", "work", "time", "baseline"], rows)
+    body += ("\n\nAn action with an open transition gets no second one, so the 1,000-agent run proposes none for "
+             "actions the 10,000-action run already opened a transition for.")
     print(body)
     record("learning_cycle (issue 7)", body, f"RESULT agent10k_s={agent10k_s:.2f} agents1000_s={agents1000_s:.2f}")
 
