@@ -45,7 +45,6 @@ class ApiKeyAdmin(SimpleHistoryAdmin):
 
 # --- out: actions, correction rules, calibration (reliability diagram), transitions, episodes (issues 6-7) ---
 
-import json  # noqa: E402
 
 from django import forms  # noqa: E402
 from django.core.exceptions import PermissionDenied  # noqa: E402

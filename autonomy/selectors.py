@@ -116,12 +116,3 @@ def calibration_history(*, agent_id: int, action_id: int | None, limit: int = 50
     qs = qs.filter(action_id=action_id) if action_id else qs.filter(action__isnull=True)
     return list(reversed(qs.order_by("-computed_at", "-id")[:limit]))
 
-
-def positive_days(value, field: str = "window_days") -> int:
-    try:
-        days = int(value)
-    except (TypeError, ValueError):
-        raise ApplicationError("The window must be a whole number of days.", field=field) from None
-    if days <= 0:
-        raise ApplicationError("The window must be a positive number of days.", field=field)
-    return days

@@ -232,3 +232,29 @@ def test_rule_approval_setting_and_expiry(agent):
     rule.refresh_from_db()
     assert rule.status == "expired"
     assert list(rule.history.values_list("status", flat=True)) == ["expired", "active", "pending_approval"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_rejections_write_one_record():
+    agent = Agent.objects.create(name="racer")
+    p = proposal(agent)
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def reject():
+        try:
+            barrier.wait()
+            svc.proposal_reject(proposal=p.pk, reviewer=REVIEWER, notes="no")
+            outcomes.append("rejected")
+        except ApplicationError as exc:
+            outcomes.append(exc.code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=reject) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["invalid_transition", "rejected"]
+    assert FeedbackRecord.objects.filter(proposal=p).count() == 1
