@@ -143,3 +143,32 @@ def test_vendored_chartjs_is_there_with_its_licence():
     js = (base / "chart-4.6.1.umd.min.js").read_text()
     assert js.startswith("/*!\n * Chart.js v4.6.1") and len(js) > 100_000
     assert "MIT License" in (base / "chart.js-LICENSE.md").read_text()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_reliability_diagram_draws_in_a_browser(live_server, browser_page):
+    """Chart.js (vendored) really draws both charts from the page's data, with no script errors."""
+    agent = Agent.objects.create(name="cal-browser")
+    send = Action.objects.create(name="email.send")
+    add_proposals(agent, send, 0.95, 8, 12)
+    add_proposals(agent, send, 0.8, 8, 2)
+    record = calibration_compute(agent_id=agent.pk)[0]
+    calibration_compute(agent_id=agent.pk)
+    User.objects.create_superuser("boss", "boss@example.com", "pw-1234-xyz")
+    page = browser_page
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/autonomy/calibrationrecord/{record.pk}/change/")
+    page.fill("#id_username", "boss")
+    page.fill("#id_password", "pw-1234-xyz")
+    page.press("#id_password", "Enter")
+    page.wait_for_selector("#reliability-diagram")
+    page.wait_for_function("window.Chart && Chart.getChart(document.getElementById('ece-trend'))")
+    points = page.evaluate("Chart.getChart(document.getElementById('reliability-diagram')).data.datasets[1].data.length")
+    trend = page.evaluate("Chart.getChart(document.getElementById('ece-trend')).data.datasets[0].data")
+    assert points == 2 and len(trend) == 2 and trend[0] == pytest.approx(record.ece, abs=1e-4)
+    assert errors == []
+
+
+from tests.test_dis_console import browser_page  # noqa: E402,F401  (the shared headless Chromium fixture)
