@@ -33,7 +33,7 @@ from tqdm import tqdm  # noqa: E402
 
 from learning import datasets  # noqa: E402
 from learning.embeddings import get_embedder  # noqa: E402
-from learning.memory_dedupe import MERGE, NEW_VERSION, SKIP, decide  # noqa: E402
+from learning.memory_dedupe import MERGE, NEW_VERSION, SKIP, decide, semantic_duplicate_threshold  # noqa: E402
 from learning.memory_extraction import derive_topic  # noqa: E402
 from learning.memory_selectors import memory_neighbours  # noqa: E402
 from learning.simhash import simhash, to_hex  # noqa: E402
@@ -126,7 +126,7 @@ def main():
             )
         return out
 
-    default_t = settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLD
+    default_t = semantic_duplicate_threshold(get_embedder().model_name)
     default_d = settings.MEMORY_SIMHASH_MAX_DISTANCE
     configs = [
         ("exact text only (baseline)", run(0, 0, exact_only=True)),

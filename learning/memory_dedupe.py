@@ -13,7 +13,7 @@ vector. The first rule that applies decides (thresholds are settings):
    different numbers for the same statement, opposite words, or an explicit
    correction such as "no longer" / "instead of"). A near-duplicate that contradicts is never merged.
 4. ``merge`` (simhash): Hamming distance <= MEMORY_SIMHASH_MAX_DISTANCE.
-5. ``merge`` (semantic): same type and cosine >= MEMORY_SEMANTIC_DUPLICATE_THRESHOLD.
+5. ``merge`` (semantic): same type and cosine >= the model's threshold (``semantic_duplicate_threshold``).
 6. ``save``: nothing matched.
 
 Among several neighbours a rule picks the nearest (lowest Hamming distance, then
@@ -139,3 +139,13 @@ def decide(
         best = max(semantic, key=lambda n: (n.similarity, -n.id))
         return evidence(MERGE, "semantic", best)
     return Decision(SAVE, "new")
+
+
+def semantic_duplicate_threshold(model_name: str) -> float:
+    """The cosine above which two memories of one user and type are the same lesson, for this model."""
+    from django.conf import settings
+
+    if settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLD:
+        return settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLD
+    table = settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLDS
+    return table.get(model_name, table["default"])

@@ -21,7 +21,7 @@ from django.utils import timezone
 from config.api import ApplicationError, NotFound
 from learning import write_gate
 from learning.embeddings import current_model_name
-from learning.memory_dedupe import MERGE, NEW_VERSION, SAVE, SKIP, decide
+from learning.memory_dedupe import MERGE, NEW_VERSION, SAVE, SKIP, decide, semantic_duplicate_threshold
 from learning.memory_extraction import Artifact, extract
 from learning.memory_models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryStatus, MemoryType, QuarantineStatus
 from learning.memory_selectors import (
@@ -227,7 +227,7 @@ def memory_store(
             decision = decide(
                 content=content, content_sha256=sha, memory_type=artifact.memory_type, topic=artifact.topic,
                 neighbours=neighbours, simhash_max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
-                semantic_threshold=settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLD,
+                semantic_threshold=semantic_duplicate_threshold(model),
                 topic_threshold=settings.MEMORY_TOPIC_SIMILARITY_THRESHOLD,
             )
             to_embed: list[int] = []
@@ -274,7 +274,7 @@ def memory_store(
         "semantic_checked": vector is not None,
         "thresholds": {
             "simhash_max_distance": settings.MEMORY_SIMHASH_MAX_DISTANCE,
-            "semantic_duplicate": settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLD,
+            "semantic_duplicate": semantic_duplicate_threshold(model),
             "topic_similarity": settings.MEMORY_TOPIC_SIMILARITY_THRESHOLD,
         },
         "type": artifact.memory_type,
