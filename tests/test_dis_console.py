@@ -114,6 +114,9 @@ def browser_page(monkeypatch):
         page.set_default_timeout(20_000)
         yield page
         browser.close()
+        # ORM calls made while Playwright's loop runs may have opened a connection in another context: close it.
+        connections.close_all()
+    connections.close_all()
 
 
 def _sign_in(page, live_server, username):
