@@ -68,10 +68,6 @@ class PhraseBlockAdmin(EmbeddingStatusMixin, SimpleHistoryAdmin):
     readonly_fields = ["normalized", "created_at"]
 
 
-# --- Memories (issue 5, mem): reviewer screens live in learning/memory_admin.py.
-from learning import memory_admin  # noqa: E402,F401
-
-
 # --- Learning governance (issue 3, gov): candidate review --------------------------
 
 from django.contrib import messages  # noqa: E402
@@ -216,3 +212,7 @@ def _reject_preview(candidate: LearningCandidate) -> str:
     if candidate.candidate_type == LearningCandidate.Type.ENTITY_ALIAS:
         return f"rejected (aliases are not blocklisted) ({scope})"
     return f"rejected; with “add to blocklist”: {candidate.suggested_output} blocked for “{candidate.input_pattern}” and paraphrases ({scope})"
+
+
+# --- Memories (issue 5, mem): reviewer screens live in learning/memory_admin.py.
+from learning import memory_admin  # noqa: E402,F401
