@@ -40,21 +40,23 @@ def free_port() -> int:
     return port
 
 
-def client(port: int, key: str, n: int, seed: int, texts: list[str], verbs: list[str], out) -> None:
+def client(port: int, key: str, reviewer_key: str, n: int, seed: int, texts: list[str], verbs: list[str], out) -> None:
     rng = random.Random(seed)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    # Reviews come from a separate review tool: an agent may not review its own proposals.
+    reviewer_headers = {"Authorization": f"Bearer {reviewer_key}", "Content-Type": "application/json"}
     lat: dict[str, list[float]] = defaultdict(list)
     errors: list[str] = []
     open_requests: list[tuple[str, list[str]]] = []
     proposals: list[int] = []
     user = f"load-user-{seed}"
 
-    def call(name, method, path, body=None, ok=(200, 201)):
+    def call(name, method, path, body=None, ok=(200, 201), as_reviewer=False):
         nonlocal conn
         started = time.perf_counter()
         try:
-            conn.request(method, path, json.dumps(body) if body is not None else None, headers)
+            conn.request(method, path, json.dumps(body) if body is not None else None, reviewer_headers if as_reviewer else headers)
             response = conn.getresponse()
             payload = response.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -97,7 +99,7 @@ def client(port: int, key: str, n: int, seed: int, texts: list[str], verbs: list
             if proposals and rng.random() < 0.5:
                 pid = proposals.pop()
                 action = rng.choice(["approve", "reject"])
-                call(f"proposal_{action}", "POST", f"/api/v1/proposals/{pid}/{action}", {"review_notes": "load test"})
+                call(f"proposal_{action}", "POST", f"/api/v1/proposals/{pid}/{action}", {"review_notes": "load test"}, as_reviewer=True)
             else:
                 body = call("proposal_create", "POST", "/api/v1/proposals", {
                     "action": "card.freeze", "proposed_action": {"card": "1234", "reason": text[:50]},
@@ -120,7 +122,8 @@ def main():
     fresh_database()
     entries = banking_entries()
     verb_catalogue_load(entries=entries)
-    _, key = agent_key_create(agent_name="load", scopes=[s.value for s in Scope])
+    _, key = agent_key_create(agent_name="load", scopes=[Scope.RESOLVE.value, Scope.FEEDBACK.value])
+    _, reviewer_key = agent_key_create(agent_name="load-review-tool", scopes=[s.value for s in Scope])
     texts = [e.text for e in datasets.load("test")]
     verbs = [e.name for e in entries]
 
@@ -140,11 +143,11 @@ def main():
         # warm every worker (model load)
         warm = mp.Queue()
         for i in range(WORKERS * 2):
-            client(port, key, 3, 10_000 + i, texts[:50], verbs, warm)
+            client(port, key, reviewer_key, 3, 10_000 + i, texts[:50], verbs, warm)
             warm.get()
         queue = mp.Queue()
         per_client = TOTAL_REQUESTS // CLIENTS
-        procs = [mp.Process(target=client, args=(port, key, per_client, i, texts, verbs, queue)) for i in range(CLIENTS)]
+        procs = [mp.Process(target=client, args=(port, key, reviewer_key, per_client, i, texts, verbs, queue)) for i in range(CLIENTS)]
         started = time.perf_counter()
         for p in procs:
             p.start()

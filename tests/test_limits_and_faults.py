@@ -69,3 +69,41 @@ def test_enqueue_eager_without_broker():
     assert app.conf.task_always_eager
     assert enqueue(record_call, 3) is True
     assert RAN == [3]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_connection_dropped_mid_request_fails_cleanly_and_a_retry_succeeds():
+    import psycopg
+    from django.db import close_old_connections, connection
+
+    from learning.models import LearnedPhrase
+    from learning.services import verb_catalogue_load
+    from tests.conftest import CATALOGUE, make_client
+
+    verb_catalogue_load(entries=CATALOGUE)
+    client = make_client(["resolve", "feedback"])
+    body = {"text": "tidy up the units", "wrong_verb": "cbu.list", "correct_verb": "cbu.delete", "user_id": "alice"}
+    params = connection.get_connection_params()
+    killed = []
+
+    def kill_after_first_insert(execute, sql, params_, many, context):
+        result = execute(sql, params_, many, context)
+        if not killed and sql.lstrip().upper().startswith("INSERT"):
+            pid = context["connection"].connection.info.backend_pid
+            with psycopg.connect(host=params["host"], dbname="postgres", user=params["user"], autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+            killed.append(pid)
+        return result
+
+    with connection.execute_wrapper(kill_after_first_insert):
+        response = client.post("/api/v1/feedback/correction", body, format="json")
+    assert killed, "the request wrote nothing before the connection dropped"
+    assert response.status_code == 503
+    assert response.json()["code"] == "database_unavailable"
+    close_old_connections()  # what the end of a real request does with a broken connection
+    connection.close()
+    assert LearnedPhrase.objects.filter(normalized="tidy up the units").count() == 0
+
+    retry = client.post("/api/v1/feedback/correction", body, format="json")
+    assert retry.status_code == 200, retry.content
+    assert LearnedPhrase.objects.get(normalized="tidy up the units", user_id="alice").verb.name == "cbu.delete"

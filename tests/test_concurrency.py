@@ -1,0 +1,128 @@
+"""Fifty concurrent writers, each on its own database connection, on one object of each kind.
+
+Counts come out exact, each request is answered once, nothing deadlocks, and no
+unique-constraint race surfaces as an error.
+"""
+
+import threading
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from rest_framework.test import APIClient
+
+from autonomy.models import Action, Agent
+from autonomy.services import autonomy_evaluate, autonomy_transition_approve
+from config.api import ApplicationError
+from feedback import services as feedback_services
+from feedback.models import DisambiguationRequest, LearningSignal, MistakePattern
+from learning.models import LearnedPhrase, LearningCandidate
+from learning.services import candidate_record, learned_phrase_upsert, verb_catalogue_load
+from tests.conftest import make_client
+from tests.test_autonomy_transitions import fill
+from tests.test_isolation import VERBS
+from tests.test_outcomes_patterns import reject_n
+
+pytestmark = pytest.mark.django_db(transaction=True)
+WRITERS = 50
+
+
+def run_concurrently(fn, n=WRITERS):
+    """Run fn(i) in n threads released together; answer (results, errors, seconds)."""
+    barrier = threading.Barrier(n)
+    results, errors = [None] * n, []
+
+    def worker(i):
+        try:
+            barrier.wait()
+            results[i] = fn(i)
+        except Exception as exc:  # reported by the caller's assertions
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results, errors, time.monotonic() - started
+
+
+def test_fifty_writers_on_one_learned_phrase(db):
+    verb_catalogue_load(entries=VERBS)
+    from learning.models import Verb
+
+    verbs = list(Verb.objects.order_by("name"))
+    _, errors, seconds = run_concurrently(
+        lambda i: learned_phrase_upsert(phrase="Show me my units", verb=verbs[i % len(verbs)], user_id="alice")
+    )
+    assert errors == []
+    assert LearnedPhrase.objects.filter(normalized="show me my units", user_id="alice").count() == 1
+    assert seconds < 30
+
+
+def test_fifty_writers_on_one_candidate(db):
+    verb_catalogue_load(entries=VERBS)
+    _, errors, _ = run_concurrently(
+        lambda i: candidate_record(input_pattern="units please", suggested_output="cbu.list", user_id=None, source="test", confidence=0.1)
+    )
+    assert errors == []
+    (row,) = LearningCandidate.objects.filter(normalized="units please", suggested_output="cbu.list")
+    assert row.occurrence_count == WRITERS
+    assert abs(row.confidence - (1 - 0.9 ** WRITERS)) < 1e-6
+
+
+def test_fifty_answers_to_one_disambiguation_request(db):
+    verb_catalogue_load(entries=VERBS)
+    agent = make_client(["resolve", "feedback"], name="agent-a")
+    body = agent.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "alice"}, format="json").json()
+    assert body["outcome"] == "ambiguous"
+    auth = agent._credentials["HTTP_AUTHORIZATION"]
+    verbs = [o["verb"] for o in body["options"]]
+
+    def answer(i):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=auth)
+        return client.post(f"/api/v1/disambiguations/{body['request_id']}/select", {"selected_verb": verbs[i % len(verbs)]}, format="json").status_code
+
+    codes, errors, _ = run_concurrently(answer)
+    assert errors == []
+    assert sorted(codes) == [200] + [409] * (WRITERS - 1)
+    row = DisambiguationRequest.objects.get(request_id=body["request_id"])
+    assert row.status == "selected"
+    assert LearningSignal.objects.filter(request=row, outcome="selected_alt").count() == 1
+
+
+def test_fifty_concurrent_detection_runs_on_one_pattern(db):
+    agent = Agent.objects.create(name="ops")
+    reject_n(agent, 4)
+    _, errors, _ = run_concurrently(lambda i: feedback_services.mistake_patterns_detect(agent_id=agent.pk if i % 2 else None))
+    assert errors == []
+    (pattern,) = MistakePattern.objects.all()
+    assert pattern.occurrence_count == 4
+    assert pattern.records.count() == 4
+
+
+def test_fifty_approvals_of_one_transition_apply_once(db):
+    agent = Agent.objects.create(name="ops")
+    send = Action.objects.create(name="email.send", autonomy_level=1)
+    fill(send, agent, completed=25)
+    (transition,) = autonomy_evaluate()["proposed"]
+    reviewers = [get_user_model().objects.create_user(f"rev{i}", password="pw-1234-xyz") for i in range(WRITERS)]
+
+    def approve(i):
+        try:
+            autonomy_transition_approve(transition=transition.pk, user=reviewers[i])
+            return "applied"
+        except ApplicationError as exc:
+            return exc.code
+
+    outcomes, errors, _ = run_concurrently(approve)
+    assert errors == []
+    assert outcomes.count("applied") == 1
+    assert len(outcomes) == WRITERS
+    send.refresh_from_db()
+    assert send.autonomy_level == 2
