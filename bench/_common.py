@@ -63,3 +63,45 @@ def record(name: str, body: str, result_line: str) -> None:
     with open(RESULTS, "a", encoding="utf-8") as fh:
         fh.write(f"\n## {name} — {stamp} — {machine()}\n\n{body}\n\n`{result_line}`\n")
     print(result_line)
+
+
+def free_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start_gunicorn(db_name: str, *, workers: int = 1, threads: int = 1, extra_env: dict | None = None):
+    """gunicorn serving the app on a free loopback port and the given database; answers (process, port).
+    Stop it with ``stop_gunicorn``."""
+    import socket
+    import subprocess
+    import time
+
+    port = free_port()
+    env = dict(os.environ, EMBEDDED_DB_NAME=db_name, DJANGO_SETTINGS_MODULE="config.settings", LOG_LEVEL="WARNING")
+    env.update(extra_env or {})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers),
+         "--threads", str(threads), "--log-level", "warning"],
+        cwd=ROOT, env=env, start_new_session=True,
+    )
+    for _ in range(150):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("gunicorn did not start")
+
+
+def stop_gunicorn(proc) -> None:
+    import signal
+
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(10)

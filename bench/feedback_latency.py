@@ -14,15 +14,11 @@ Last line: RESULT p50_ms=.. p99_ms=..
 
 import http.client
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
 
-from _common import ROOT, fresh_database, record, setup_django, table
+from _common import fresh_database, record, setup_django, start_gunicorn, stop_gunicorn, table
 
 DB = "bench_feedback_latency"
 setup_django(db_name=DB)
@@ -37,29 +33,7 @@ N = 1000
 WARMUP = 50
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
-
-def start_server(port: int) -> subprocess.Popen:
-    env = dict(os.environ, EMBEDDED_DB_NAME=DB, DJANGO_SETTINGS_MODULE="config.settings", LOG_LEVEL="WARNING")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "1", "--threads", "1",
-         "--log-level", "warning"],
-        cwd=ROOT, env=env, start_new_session=True,
-    )
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("gunicorn did not start")
 
 
 def call(conn, method, path, key, body=None):
@@ -78,8 +52,7 @@ def main():
     feedback_records(100_000, 1000, first)
     agent_key, agent_raw = agent_key_create(agent_name="bench-proposer", scopes=["resolve", "feedback"])
     _, gov_raw = agent_key_create(agent_name="bench-reviewer", scopes=["resolve", "feedback", "governance"])
-    port = free_port()
-    server = start_server(port)
+    server, port = start_gunicorn(DB)
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         ids = [call(conn, "POST", "/api/v1/proposals", agent_raw,
@@ -96,8 +69,7 @@ def main():
                 latencies.append(elapsed)
         conn.close()
     finally:
-        server.terminate()
-        server.wait(10)
+        stop_gunicorn(server)
     made = FeedbackRecord.objects.filter(proposal_id__in=ids, feedback_type="rejection").count()
     assert made == len(ids), f"{made} records for {len(ids)} rejections"
     # the service alone, in-process

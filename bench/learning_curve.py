@@ -46,7 +46,6 @@ import os
 import random
 import time
 from collections import Counter
-from pathlib import Path
 
 os.environ.setdefault("EMBEDDING_CACHE_SIZE", "200000")
 os.environ.setdefault("LOG_LEVEL", "WARNING")

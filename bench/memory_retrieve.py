@@ -18,17 +18,12 @@ Last line: RESULT p50_ms=.. p95_ms=..
 
 import http.client
 import json
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
 
-from _common import ROOT, fresh_database, record, setup_django, table
+from _common import fresh_database, record, setup_django, start_gunicorn, stop_gunicorn, table
 
 DB = "bench_memory_retrieve"
 setup_django(db_name=DB)
@@ -94,28 +89,7 @@ def load_memories(texts: list[str], vectors: np.ndarray, model: str, rng: random
     print(f"HNSW index rebuilt in {time.perf_counter() - started:.1f} s")
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
-
-def start_server(port: int) -> subprocess.Popen:
-    env = dict(os.environ, EMBEDDED_DB_NAME=DB, DJANGO_SETTINGS_MODULE="config.settings", LOG_LEVEL="WARNING")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "1", "--threads", "1", "--log-level", "warning"],
-        cwd=ROOT, env=env, start_new_session=True,
-    )
-    for _ in range(150):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("gunicorn did not start")
 
 
 def http_latencies(port: int, key: str, queries: list[str], users: list[str]) -> tuple[list[float], list[dict]]:
@@ -215,14 +189,12 @@ def main():
         ("HNSW forced, iterative scans off (control)", *index_quality(*sample, force_hnsw=True, iterative="off")),
     ]
 
-    port = free_port()
-    server = start_server(port)
+    server, port = start_gunicorn(DB)
     try:
         http_latencies(port, raw, queries[:WARMUP], users[:WARMUP])
         lat, bodies = http_latencies(port, raw, queries[WARMUP:], users[WARMUP:])
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(10)
+        stop_gunicorn(server)
     items = [len(b["items"]) for b in bodies]
     chars = [len(b["block"]) for b in bodies]
     degraded = sum(1 for b in bodies if b["degraded"])

@@ -14,17 +14,12 @@ Last line (100,000 phrases): RESULT p50_ms=.. p95_ms=.. embed_ms=.. pgvector_ms=
 
 import http.client
 import json
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
 
-from _common import ROOT, fresh_database, record, setup_django, table
+from _common import fresh_database, record, setup_django, start_gunicorn, stop_gunicorn, table
 
 DB = "bench_resolve_latency"
 setup_django(db_name=DB)
@@ -80,28 +75,7 @@ def load_phrases(target: int, base_vecs, base: list, verb_ids: dict, rng: random
         cur.execute("ANALYZE learning_learnedphrase")
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
-
-def start_server(port: int) -> subprocess.Popen:
-    env = dict(os.environ, EMBEDDED_DB_NAME=DB, DJANGO_SETTINGS_MODULE="config.settings", LOG_LEVEL="WARNING")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "1", "--threads", "1", "--log-level", "warning"],
-        cwd=ROOT, env=env, start_new_session=True,
-    )
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("gunicorn did not start")
 
 
 def http_latencies(port: int, key: str, texts: list[str], users: list[str | None]) -> list[float]:
@@ -168,14 +142,12 @@ def main():
             embed_ms.append((time.perf_counter() - started) * 1000)
         vectors = embedder.inner.embed_batch([normalize_phrase(t) for t in queries[WARMUP:]])
         pg_ms = raw_pgvector_ms(vectors, users[WARMUP:])
-        port = free_port()
-        server = start_server(port)
+        server, port = start_gunicorn(DB)
         try:
             http_latencies(port, raw, queries[:WARMUP], users[:WARMUP])
             lat = http_latencies(port, raw, queries[WARMUP:], users[WARMUP:])
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(10)
+            stop_gunicorn(server)
         results.append((size, pct(lat, 50), pct(lat, 95), pct(embed_ms, 50), pct(pg_ms, 50), pct(pg_ms, 95)))
 
     rows = [[f"{s:,}", p50, p95, e50, g50, g95, p50 - e50] for s, p50, p95, e50, g50, g95 in results]

@@ -38,8 +38,6 @@ class DisambiguationConflictSerializer(serializers.Serializer):
 # --- out: proposals, executions, outcomes, corrections, feedback records, patterns (issues 6-7) ---
 
 from feedback.models import FeedbackType as _OutFeedbackType  # noqa: E402
-from feedback.models import PatternStatus as _OutPatternStatus  # noqa: E402
-from feedback.models import ProposalStatus as _OutProposalStatus  # noqa: E402
 from feedback.models import ReviewOutcome as _OutReviewOutcome  # noqa: E402
 
 from autonomy.models import ACTION_NAME_RE as _OUT_ACTION_RE  # noqa: E402

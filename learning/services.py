@@ -134,7 +134,7 @@ def phrase_block_create(
 
 from django.conf import settings  # noqa: E402
 from django.db import IntegrityError  # noqa: E402
-from django.db.models import Case, F, Q, Value, When  # noqa: E402
+from django.db.models import Case, F, Value, When  # noqa: E402
 from django.db.models.functions import Greatest, Least  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
