@@ -2,19 +2,20 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from autonomy import api as autonomy_api
 from feedback import api as feedback_api
 from learning import api as learning_api
+from learning import governance_api as gov_api
+from learning import memory_api
 
 api_v1 = [
     path("resolve", learning_api.ResolveApi.as_view(), name="resolve"),
-    # issue 4 (dis): disambiguation feedback
+    # Disambiguation feedback
     path("disambiguations/<str:request_id>/select", feedback_api.DisambiguationSelectApi.as_view(), name="disambiguation-select"),
     path("disambiguations/<str:request_id>/abandon", feedback_api.DisambiguationAbandonApi.as_view(), name="disambiguation-abandon"),
 ]
 
-# issue 3 (gov): learning governance
-from learning import governance_api as gov_api  # noqa: E402
-
+# Learning governance
 api_v1 += [
     path("learning/candidates", gov_api.CandidateListApi.as_view(), name="candidate-list"),
     path("learning/candidates/<int:candidate_id>/approve", gov_api.CandidateApproveApi.as_view(), name="candidate-approve"),
@@ -27,19 +28,15 @@ api_v1 += [
     path("feedback/correction", gov_api.CorrectionApi.as_view(), name="feedback-correction"),
 ]
 
-# issue 5 (mem): memories
-from learning import memory_api  # noqa: E402
-
+# Memories
 api_v1 += [
     path("memories/observe", memory_api.MemoryObserveApi.as_view(), name="memory-observe"),
     path("memories/retrieve", memory_api.MemoryRetrieveApi.as_view(), name="memory-retrieve"),
     path("memories/feedback", memory_api.MemoryFeedbackApi.as_view(), name="memory-feedback"),
     path("memories/search", memory_api.MemorySearchApi.as_view(), name="memory-search"),
-]  # end issue 5 (mem)
+]
 
-# issues 6-7 (out): outcomes, feedback records, patterns, consult, autonomy transitions
-from autonomy import api as autonomy_api  # noqa: E402
-
+# Outcomes, feedback records, patterns, consult, autonomy transitions
 api_v1 += [
     path("proposals", feedback_api.ProposalListCreateApi.as_view(), name="proposal-list"),
     path("proposals/<int:pk>", feedback_api.ProposalDetailApi.as_view(), name="proposal-detail"),
@@ -62,7 +59,7 @@ api_v1 += [
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("console/", include("feedback.console")),  # issue 4 (dis)
+    path("console/", include("feedback.console")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
