@@ -30,10 +30,6 @@ def scope_q(user_id: str | None) -> Q:
     return Q(user_id__isnull=True) | Q(user_id=user_id) if user_id else Q(user_id__isnull=True)
 
 
-def verb_domains() -> list[str]:
-    return list(Verb.objects.filter(is_active=True).values_list("domain", flat=True).distinct().order_by("domain"))
-
-
 def domain_exists(domain: str) -> bool:
     return Verb.objects.filter(is_active=True, domain=domain).exists()
 
@@ -54,41 +50,6 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     )
     rows.sort(key=lambda r: r.user_id is None)
     return rows
-
-
-def learned_nearest(*, vector: np.ndarray, model: str, user_id: str | None, domain: str | None, k: int) -> list[Hit]:
-    rows = (
-        LearnedPhrase.objects.filter(scope_q(user_id), _verb_filter("verb__", domain), is_active=True, embedding_model=model)
-        .annotate(distance=CosineDistance("embedding", vector))
-        .order_by("distance")
-        .values_list("verb__name", "distance", "phrase", "user_id", "confidence")[:k]
-    )
-    return [Hit(v, 1.0 - d, t, u, c) for v, d, t, u, c in rows]
-
-
-def catalogue_nearest(*, vector: np.ndarray, model: str, domain: str | None, k: int) -> list[Hit]:
-    rows = (
-        VerbPhrase.objects.filter(_verb_filter("verb__", domain), embedding_model=model)
-        .annotate(distance=CosineDistance("embedding", vector))
-        .order_by("distance")
-        .values_list("verb__name", "distance", "text")[:k]
-    )
-    return [Hit(v, 1.0 - d, t, None) for v, d, t in rows]
-
-
-def catalogue_phrase_matches(*, normalized: str, domain: str | None, min_length: int = 4) -> list[tuple[str, str, str]]:
-    """Catalogue phrases equal to the text, contained in it, or containing it: (verb, phrase, kind)."""
-    qs = VerbPhrase.objects.filter(_verb_filter("verb__", domain)).extra(
-        where=["(%s LIKE '%%' || learning_verbphrase.normalized || '%%' OR learning_verbphrase.normalized LIKE %s)"],
-        params=[normalized, f"%{normalized}%"],
-    )
-    out = []
-    for verb, text, norm in qs.values_list("verb__name", "text", "normalized"):
-        if norm == normalized:
-            out.append((verb, text, "exact"))
-        elif min(len(norm), len(normalized)) >= min_length:
-            out.append((verb, text, "substring"))
-    return out
 
 
 def vector_literal(vector) -> str:
@@ -171,24 +132,14 @@ def tier_rows(
     return out
 
 
+def unexpired_blocks() -> QuerySet[PhraseBlock]:
+    """Blocks in force now, in every scope."""
+    return PhraseBlock.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+
+
 def active_blocks(*, user_id: str | None) -> QuerySet[PhraseBlock]:
-    now = timezone.now()
-    return PhraseBlock.objects.filter(scope_q(user_id)).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-
-
-def blocked_verbs(*, normalized: str, vector: np.ndarray | None, model: str, user_id: str | None, threshold: float, k: int = 50) -> set[str]:
-    """Verbs blocked for this text: an exact blocked phrase, or one within ``threshold`` cosine."""
-    blocks = active_blocks(user_id=user_id)
-    verbs = set(blocks.filter(normalized=normalized).values_list("verb__name", flat=True))
-    if vector is not None:
-        near = (
-            blocks.filter(embedding_model=model)
-            .annotate(distance=CosineDistance("embedding", vector))
-            .order_by("distance")
-            .values_list("verb__name", "distance")[:k]
-        )
-        verbs.update(v for v, d in near if 1.0 - d >= threshold)
-    return verbs
+    """Blocks in force now for this user: global ones and the user's own."""
+    return unexpired_blocks().filter(scope_q(user_id))
 
 
 def has_active_blocks(*, verb_names: list[str], user_id: str | None) -> bool:
@@ -281,11 +232,6 @@ def pending_first():
     from django.db.models import Case, IntegerField, Value, When
 
     return Case(When(status=LearningCandidate.Status.PENDING, then=Value(0)), default=Value(1), output_field=IntegerField())
-
-
-def unexpired_blocks() -> QuerySet[PhraseBlock]:
-    """Blocks in force now, in every scope."""
-    return PhraseBlock.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
 
 
 def top_pending_candidates(limit: int | None = None) -> list[LearningCandidate]:
