@@ -5,7 +5,7 @@ Start: the demo catalogue (77 verbs, 5 training phrases each, fixed seed, as
 shuffled order, through the REST API (Django test client, one agent key, one
 simulated end user), as users would react:
 
-* resolved right            -> accept (nothing sent)
+* resolved right            -> accept: POST /api/v1/feedback/confirmation (the agent ran the verb, the user kept it)
 * resolved wrong            -> POST /api/v1/feedback/correction
 * ambiguous, right offered  -> POST /api/v1/disambiguations/{id}/select
 * ambiguous, not offered    -> POST .../abandon (typed_new_input) + correction (wrong verb: the top option)
@@ -155,6 +155,7 @@ def interact(client, ex, stats: Counter) -> None:
     if r["outcome"] == "resolved":
         if r["verb"] == ex.verb:
             stats["accepted"] += 1
+            _post(client, "/api/v1/feedback/confirmation", {"text": ex.text[:500], "verb": ex.verb, "user_id": USER}, ok=(200, 409))
         else:
             stats["corrected"] += 1
             _post(client, "/api/v1/feedback/correction", {**correction, "wrong_verb": r["verb"]}, ok=(200, 409))

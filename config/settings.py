@@ -221,13 +221,15 @@ RESOLUTION_PROFILES = {
         "min_score": 0.50,
         "substring_score": 0.85,
         "options_window": 0.15,
+        # A verb's semantic score: the weighted mean of its best anchors, best first (learning.resolution.verb_anchor_scores).
+        "anchor_weights": (1.0, 0.5, 0.25),
     },
     # all-MiniLM-L6-v2 (int8 ONNX), fitted on BANKING77 train by bench/fit_thresholds.py.
     "all-MiniLM-L6-v2-onnx-int8": {
         "learned_threshold": 0.50,
         "blocklist_threshold": 0.73,
-        "resolve_threshold": 0.64,
-        "margin": 0.08,
+        "resolve_threshold": 0.70,
+        "margin": 0.04,
         "min_score": 0.30,
     },
 }
@@ -236,6 +238,8 @@ RESOLUTION_OVERRIDES = {
     for k in ("learned_threshold", "blocklist_threshold", "resolve_threshold", "margin", "min_score", "options_window")
     if os.environ.get(f"RESOLVE_{k.upper()}")
 }
+# Learned phrases at or above this confidence count their full similarity; below it, in proportion.
+RESOLVE_TRUSTED_CONFIDENCE = env_float("RESOLVE_TRUSTED_CONFIDENCE", 0.90)
 RESOLVE_MAX_TEXT_LENGTH = env_int("RESOLVE_MAX_TEXT_LENGTH", 2000)
 RESOLVE_DEFAULT_LIMIT = 5
 RESOLVE_MAX_OPTIONS = env_int("RESOLVE_MAX_OPTIONS", 4)
@@ -315,6 +319,10 @@ LEARNING_CORRECTION_FLOOR = env_float("LEARNING_CORRECTION_FLOOR", 0.1)
 LEARNING_CORRECTION_BOOST = env_float("LEARNING_CORRECTION_BOOST", 0.2)
 LEARNING_CORRECTION_CAP = env_float("LEARNING_CORRECTION_CAP", 1.0)
 LEARNING_CORRECTION_START = env_float("LEARNING_CORRECTION_START", 0.8)
+# An accepted resolution (POST /api/v1/feedback/confirmation) becomes the user's own phrase at CONFIDENCE;
+# a repeat raises it by BOOST (never above LEARNING_CORRECTION_CAP).
+LEARNING_CONFIRMATION_CONFIDENCE = env_float("LEARNING_CONFIRMATION_CONFIDENCE", 0.95)
+LEARNING_CONFIRMATION_BOOST = env_float("LEARNING_CONFIRMATION_BOOST", 0.05)
 # Confidence of the review candidate a global correction records.
 LEARNING_CORRECTION_CANDIDATE_CONFIDENCE = env_float("LEARNING_CORRECTION_CANDIDATE_CONFIDENCE", 0.5)
 # Bulk import limits.

@@ -26,6 +26,7 @@ api_v1 += [
     path("blocklist/<int:block_id>", gov_api.BlockDetailApi.as_view(), name="blocklist-detail"),
     path("blocklist/<int:block_id>/expire", gov_api.BlockExpireApi.as_view(), name="blocklist-expire"),
     path("feedback/correction", gov_api.CorrectionApi.as_view(), name="feedback-correction"),
+    path("feedback/confirmation", gov_api.ConfirmationApi.as_view(), name="feedback-confirmation"),
 ]
 
 # Memories

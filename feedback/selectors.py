@@ -180,28 +180,36 @@ def gold_labels(*, limit: int) -> list[tuple[str, str | None, str]]:
     return [(n, u, v) for (n, u), v in list(seen.items())[:limit]]
 
 
-def leave_one_out_scores(*, normalized: str, user_id: str | None, vector, model: str, p: dict, k: int = 20) -> list[tuple[str, float]]:
-    """Per-verb scores from the semantic tiers (learned phrases x confidence, catalogue phrases), without the text's own learned rows."""
+def leave_one_out_scores(
+    *, normalized: str, user_id: str | None, vector, model: str, p: dict, k_learned: int = 20, k_catalogue: int = 30
+) -> list[tuple[str, float]]:
+    """Per-verb scores from the semantic tiers, scored as the resolver scores them
+    (learning.resolution.verb_anchor_scores), without the text's own learned rows."""
     from learning.models import LearnedPhrase, VerbPhrase
+    from learning.resolution import anchor_trust, verb_anchor_scores
     from learning.selectors import scope_q
 
-    best: dict[str, float] = {}
-    learned = (
+    learned = list(
         LearnedPhrase.objects.filter(scope_q(user_id), is_active=True, verb__is_active=True, embedding_model=model)
         .exclude(normalized=normalized)
         .annotate(distance=CosineDistance("embedding", vector))
         .order_by("distance")
-        .values_list("verb__name", "distance", "confidence")[:k]
+        .values_list("verb__name", "distance", "confidence")[:k_learned]
     )
-    for verb, distance, confidence in learned:
-        if 1.0 - distance >= p["learned_threshold"]:
-            best[verb] = max(best.get(verb, 0.0), (1.0 - distance) * confidence)
-    catalogue = (
+    catalogue = list(
         VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model)
         .annotate(distance=CosineDistance("embedding", vector))
         .order_by("distance")
-        .values_list("verb__name", "distance")[:k]
+        .values_list("verb__name", "distance")[:k_catalogue]
     )
+    anchors: dict[str, list[tuple[float, str, str]]] = {}
+    for verb, distance, confidence in learned:
+        if 1.0 - distance >= p["learned_threshold"]:
+            anchors.setdefault(verb, []).append(((1.0 - distance) * anchor_trust(confidence), "", ""))
     for verb, distance in catalogue:
-        best[verb] = max(best.get(verb, 0.0), 1.0 - distance)
+        if 1.0 - distance >= p["min_score"]:
+            anchors.setdefault(verb, []).append((1.0 - distance, "", ""))
+    unseen = [1.0 - rows[-1][1] for rows, k in ((learned, k_learned), (catalogue, k_catalogue)) if rows and len(rows) >= k]
+    scored = verb_anchor_scores(anchors, weights=p["anchor_weights"], unseen=max(unseen, default=None))
+    best = {verb: score for verb, (score, _, _) in scored.items()}
     return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -24,6 +24,8 @@ from learning.governance_serializers import (
     CandidateListQuerySerializer,
     CandidatePageSerializer,
     CandidateRejectSerializer,
+    ConfirmationResultSerializer,
+    ConfirmationSerializer,
     CorrectionResultSerializer,
     CorrectionSerializer,
     ImportRequestSerializer,
@@ -150,6 +152,21 @@ class CorrectionApi(APIView):
             text=d["text"], wrong_verb=d["wrong_verb"], correct_verb=d["correct_verb"], user_id=d.get("user_id")
         )
         return Response(CorrectionResultSerializer(result).data)
+
+
+class ConfirmationApi(APIView):
+    """The agent resolved ``text`` to ``verb``, ran it, and the user accepted it: the user's phrase is learned."""
+
+    permission_classes = [ScopePermission]
+    required_scopes = ["feedback"]
+
+    @extend_schema(request=ConfirmationSerializer, responses={200: ConfirmationResultSerializer, **ERRORS_404_409})
+    def post(self, request):
+        body = ConfirmationSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        result = services.phrase_confirmation_apply(text=d["text"], verb=d["verb"], user_id=d["user_id"])
+        return Response(ConfirmationResultSerializer(result).data)
 
 
 class PhraseImportApi(GovernanceApi):

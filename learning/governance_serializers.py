@@ -168,6 +168,18 @@ class CorrectionResultSerializer(serializers.Serializer):
     candidate_id = serializers.IntegerField(allow_null=True, help_text="Global corrections: the review candidate recorded.")
 
 
+class ConfirmationSerializer(serializers.Serializer):
+    text = serializers.CharField(max_length=500)
+    verb = serializers.CharField(max_length=120, help_text="The verb the agent resolved and ran, which the user accepted.")
+    user_id = UserIdField(help_text="The user who accepted it; only that user's phrases change.")
+
+
+class ConfirmationResultSerializer(serializers.Serializer):
+    user_id = serializers.CharField()
+    phrase = PhraseStateSerializer(help_text="The user's phrase row for the text, after the confirmation.")
+    created = serializers.BooleanField()
+
+
 class ImportRequestSerializer(serializers.Serializer):
     format = serializers.ChoiceField(choices=list(FORMATS))
     content = serializers.CharField(required=False, trim_whitespace=False, help_text="The file's text (JSON requests).")

@@ -143,28 +143,32 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
 
     vector, model, reason = embed_query(normalized)
     # Tiers 3-7 come back from one query (see selectors.tier_rows).
+    k_learned, k_catalogue = max(limit * 4, 20), max(limit * 6, 30)
     rows = selectors.tier_rows(
         normalized=normalized, vector=vector, model=model, user_id=user_id, domain=domain,
-        k_learned=max(limit * 4, 20), k_catalogue=max(limit * 6, 30), k_blocks=20,
+        k_learned=k_learned, k_catalogue=k_catalogue, k_blocks=20,
         block_threshold=p["blocklist_threshold"], learned=settings.RESOLVE_USE_LEARNED_SEMANTIC,
     )
-    # Tiers 3-4: learned phrases as semantic anchors.
-    for hit in rows.learned:
-        if hit.similarity >= p["learned_threshold"]:
-            source = Source.USER_LEARNED_SEMANTIC if hit.user_id else Source.LEARNED_SEMANTIC
-            offer(hit.verb, hit.similarity * hit.confidence, source, hit.text)
     # Tier 5: the semantic blocklist (blocked verbs are dropped below).
     blocked = rows.blocked
-    # Tier 6: catalogue phrases, exact then substring.
+    # Tier 6: catalogue phrases, exact then substring (first, so they win ties with the anchors below).
     for verb, phrase, kind in rows.phrases:
         if kind == "exact":
             offer(verb, 1.0, Source.PHRASE_EXACT, phrase)
         else:
             offer(verb, _substring_score(phrase, normalized, p["substring_score"]), Source.PHRASE_SUBSTRING, phrase)
-    # Tier 7: catalogue semantic (cold start).
+    # Tiers 3-4 and 7: learned and catalogue phrases are semantic anchors (see verb_anchor_scores).
+    anchors: dict[str, list[tuple[float, str, str]]] = {}
+    for hit in rows.learned:
+        if hit.similarity >= p["learned_threshold"]:
+            source = Source.USER_LEARNED_SEMANTIC if hit.user_id else Source.LEARNED_SEMANTIC
+            anchors.setdefault(hit.verb, []).append((hit.similarity * anchor_trust(hit.confidence), source, hit.text))
     for hit in rows.catalogue:
         if hit.similarity >= p["min_score"]:
-            offer(hit.verb, hit.similarity, Source.SEMANTIC, hit.text)
+            anchors.setdefault(hit.verb, []).append((hit.similarity, Source.SEMANTIC, hit.text))
+    unseen = [tier[-1].similarity for tier, k in ((rows.learned, k_learned), (rows.catalogue, k_catalogue)) if tier and len(tier) >= k]
+    for verb, (score, source, matched) in verb_anchor_scores(anchors, weights=p["anchor_weights"], unseen=max(unseen, default=None)).items():
+        offer(verb, score, source, matched)
     for verb, description in rows.descriptions.items():
         if verb in best:
             best[verb].description = description
@@ -173,6 +177,36 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     _apply_feedback_penalties(candidates, vector=vector, model=model, user_id=user_id)
     candidates.sort(key=lambda c: (-c.score, c.verb))
     return _finish(request_id, text, user_id, candidates, p, limit, degraded_reason=reason, model=model)
+
+
+def anchor_trust(confidence: float) -> float:
+    """How much of its similarity a learned anchor counts: in full at or above RESOLVE_TRUSTED_CONFIDENCE
+    (a click, a correction, a review, a confirmation), in proportion below it (decayed by corrections)."""
+    return min(1.0, confidence / settings.RESOLVE_TRUSTED_CONFIDENCE)
+
+
+def verb_anchor_scores(
+    anchors: dict[str, list[tuple[float, str, str]]], *, weights, unseen: float | None
+) -> dict[str, tuple[float, str, str]]:
+    """Each verb's semantic score: the weighted mean of its best anchor scores (``weights``, best first),
+    with the source and text of the best anchor.
+
+    One close phrase is some evidence, several are more: on BANKING77 a weighted mean of a verb's best
+    three similarities (1, 0.5, 0.25) ranks verbs better than the single best one, and its top-two gap
+    separates right answers from wrong ones better (docs/thresholds.md). The vector queries return a
+    bounded number of neighbours, so a verb may show fewer anchors than weights: each missing slot counts
+    as ``unseen`` (the lowest similarity of a tier that hit its limit, which bounds every anchor not
+    returned); when every tier was exhausted the verb has no more anchors and the mean is over those it has.
+    """
+    out = {}
+    for verb, items in anchors.items():
+        items = sorted(items, key=lambda a: -a[0])
+        top = [a[0] for a in items[: len(weights)]]
+        if unseen is not None and len(top) < len(weights):
+            top += [min(unseen, top[-1])] * (len(weights) - len(top))
+        used = weights[: len(top)]
+        out[verb] = (sum(w * x for w, x in zip(used, top)) / sum(used), items[0][1], items[0][2])
+    return out
 
 
 def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason, model) -> Resolution:

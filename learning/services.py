@@ -515,7 +515,9 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
     }
 
 
-def _user_phrase_lock_or_create(*, text, normalized, verb, user_id, confidence, vectors, model) -> tuple[LearnedPhrase, bool]:
+def _user_phrase_lock_or_create(
+    *, text, normalized, verb, user_id, confidence, vectors, model, source: str = "correction"
+) -> tuple[LearnedPhrase, bool]:
     """Lock the user's row for the phrase, creating it (race-safe) when absent."""
     for _attempt in range(3):
         row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id=user_id).first()
@@ -525,7 +527,7 @@ def _user_phrase_lock_or_create(*, text, normalized, verb, user_id, confidence, 
             with transaction.atomic():
                 row = LearnedPhrase(
                     phrase=text.strip(), normalized=normalized, verb=verb, user_id=user_id, confidence=confidence,
-                    source="correction",
+                    source=source,
                 )
                 embedding_assign([row], vectors, model)
                 row.save()
@@ -533,6 +535,51 @@ def _user_phrase_lock_or_create(*, text, normalized, verb, user_id, confidence, 
         except IntegrityError:
             continue  # created by a concurrent correction: lock that one
     raise Conflict("The phrase changed meanwhile; retry.", field="text")
+
+
+def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
+    """Learn from "the user accepted ``verb`` for ``text``" (the agent ran it and the user did not correct it).
+
+    The user's own phrase row for the text holds the verb afterwards: created at
+    LEARNING_CONFIRMATION_CONFIDENCE, or, when it already holds the verb, counted once more and raised
+    by LEARNING_CONFIRMATION_BOOST up to LEARNING_CORRECTION_CAP. A confirmation never overrides what
+    a correction, a click or a reviewer decided: a row holding another verb, or switched off, answers
+    409 and stays as it is. Global rows are never touched (they change through review only).
+    """
+    normalized = normalize_phrase(text)
+    if not normalized:
+        raise ApplicationError("The text is empty.", field="text")
+    if not user_id:
+        raise ApplicationError("A confirmation needs the user_id of the user who accepted the verb.", field="user_id")
+    target = _verb_by_name(verb, field="verb")
+    from learning.selectors import active_blocks
+
+    if active_blocks(user_id=user_id).filter(normalized=normalized, verb=target).exists():
+        raise Conflict(f"A blocklist entry forbids {text!r} → {target.name}.", field="verb", code="blocked")
+    vectors, model = embeddings_compute([normalized])
+    s = settings
+    with transaction.atomic():
+        row, created = _user_phrase_lock_or_create(
+            text=text, normalized=normalized, verb=target, user_id=user_id, confidence=s.LEARNING_CONFIRMATION_CONFIDENCE,
+            vectors=vectors, model=model, source="confirmation",
+        )
+        if not created:
+            if row.verb_id != target.pk:
+                raise Conflict(
+                    f"The user's phrase {row.phrase!r} maps to {row.verb.name}; send a correction to change it.",
+                    field="verb", code="conflicting_phrase",
+                )
+            if not row.is_active:
+                raise Conflict(f"The user's phrase {row.phrase!r} was switched off; a confirmation does not restore it.",
+                               field="text", code="inactive_phrase")
+            LearnedPhrase.objects.filter(pk=row.pk).update(
+                confidence=Least(Value(s.LEARNING_CORRECTION_CAP), F("confidence") + Value(s.LEARNING_CONFIRMATION_BOOST)),
+                occurrence_count=F("occurrence_count") + 1,
+                updated_at=timezone.now(),
+            )
+            row.refresh_from_db()
+            LearnedPhrase.history.bulk_history_create([row], update=True, default_change_reason="confirmation")
+    return {"user_id": user_id, "phrase": _phrase_state(row), "created": created}
 
 
 def _correction_global(*, text: str, normalized: str, wrong: Verb, correct: Verb) -> dict:

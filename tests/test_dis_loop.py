@@ -99,7 +99,7 @@ def test_the_loop_closes_for_the_same_input_and_a_variant(api, cbus, run_tasks):
     again = resolve(api, "list all cbus")
     assert (again["outcome"], again["verb"]) == ("resolved", "cbu.list")
     variant = resolve(api, "show me the cbus")
-    assert (variant["outcome"], variant["verb"]) == ("resolved", "cbu.list"), variant["candidates"]
+    assert (variant["outcome"], variant["verb"]) == ("resolved", "cbu.list"), [(c["verb"], c["score"], c["matched_phrase"]) for c in variant["candidates"]]
     # Another user is unaffected.
     assert resolve(api, "list all cbus", user_id="bob")["outcome"] == "ambiguous"
 
@@ -348,7 +348,8 @@ def test_global_requests_never_auto_promote(api, cbus, run_tasks):
 def test_admin_screens(admin_client, api, cbus, run_tasks):
     first = resolve(api, "list all cbus")
     run_tasks(select, api, first["request_id"], "cbu.list")
-    second = resolve(api, "get my cbus", user_id="erin")
+    second = resolve(api, "list all cbus", user_id="erin")
+    assert second["outcome"] == "ambiguous"
     run_tasks(abandon, api, second["request_id"], "timeout")
     row = DisambiguationRequest.objects.get(request_id=first["request_id"])
     assert admin_client.get("/admin/feedback/disambiguationrequest/").status_code == 200
@@ -363,7 +364,8 @@ def test_admin_screens(admin_client, api, cbus, run_tasks):
     assert sum(r["abandoned"] for r in rows.values()) == len(second["options"])
     per_phrase = admin_client.get("/admin/feedback/learningsignal/per-phrase/?q=list all")
     assert per_phrase.status_code == 200
-    grouped = {(r["normalized"], r["verb"]): r for r in per_phrase.context["rows"]}
-    assert grouped[("list all cbus", "cbu.list")]["positive"] == 1
+    grouped = {(r["normalized"], r["user_id"], r["verb"]): r for r in per_phrase.context["rows"]}
+    assert grouped[("list all cbus", "alice", "cbu.list")]["positive"] == 1
+    assert grouped[("list all cbus", "erin", "cbu.list")]["negative"] == 1
     assert admin_client.get("/admin/feedback/learningsignal/").status_code == 200
     assert admin_client.get("/admin/feedback/phraseevidence/").status_code == 200

@@ -188,3 +188,32 @@ def test_vectors_record_model_and_text_hash(catalogue):
     assert row.embedding is not None and len(row.embedding) == 384
     assert row.embedding_model == current_model_name()
     assert row.embedding_hash == text_hash("archive the cbu")
+
+
+def test_verb_anchor_scores_weigh_the_best_anchors_and_bound_the_unseen():
+    from learning.resolution import verb_anchor_scores
+
+    w = (1.0, 0.5, 0.25)
+    anchors = {
+        "a.many": [(0.6, "semantic", "a3"), (0.9, "user_learned_semantic", "a1"), (0.8, "semantic", "a2"), (0.1, "semantic", "a4")],
+        "b.one": [(0.95, "semantic", "b1")],
+    }
+    # Every tier exhausted: a verb's score is over the anchors it has.
+    scores = verb_anchor_scores(anchors, weights=w, unseen=None)
+    assert scores["a.many"] == (pytest.approx((0.9 + 0.5 * 0.8 + 0.25 * 0.6) / 1.75), "user_learned_semantic", "a1")
+    assert scores["b.one"][0] == pytest.approx(0.95)
+    # A tier that hit its limit bounds the anchors not returned: b.one's missing slots count at most 0.5.
+    bounded = verb_anchor_scores(anchors, weights=w, unseen=0.5)
+    assert bounded["b.one"][0] == pytest.approx((0.95 + 0.5 * 0.5 + 0.25 * 0.5) / 1.75)
+    assert bounded["a.many"] == scores["a.many"]
+
+
+def test_several_close_anchors_outweigh_one(catalogue):
+    """A verb supported by several close learned phrases beats one with a single, slightly closer phrase."""
+    for phrase in ("show business unit", "show the business unit", "list business units please"):
+        learned_phrase_upsert(phrase=phrase, verb=catalogue["cbu.list"], user_id="carol", confidence=1.0)
+    single = learned_phrase_upsert(phrase="show my business units", verb=catalogue["cbu.create"], user_id="carol", confidence=1.0)
+    r = resolve(text="show business units", user_id="carol")
+    scores = {c.verb: c for c in r.candidates}
+    assert scores["cbu.create"].matched_phrase == single.phrase  # the single closest phrase...
+    assert r.candidates[0].verb == "cbu.list", [(c.verb, c.score) for c in r.candidates]  # ...loses to several close ones
