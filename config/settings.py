@@ -240,6 +240,8 @@ RESOLUTION_OVERRIDES = {
 }
 # Learned phrases at or above this confidence count their full similarity; below it, in proportion.
 RESOLVE_TRUSTED_CONFIDENCE = env_float("RESOLVE_TRUSTED_CONFIDENCE", 0.90)
+# Display names and examples shown with ambiguity options are cached per process this long.
+VERB_DETAILS_CACHE_S = env_float("VERB_DETAILS_CACHE_S", 30.0)
 RESOLVE_MAX_TEXT_LENGTH = env_int("RESOLVE_MAX_TEXT_LENGTH", 2000)
 RESOLVE_DEFAULT_LIMIT = 5
 RESOLVE_MAX_OPTIONS = env_int("RESOLVE_MAX_OPTIONS", 4)

@@ -12,30 +12,21 @@ from feedback.models import DisambiguationRequest, LearningSignal, PhraseEvidenc
 
 
 def verb_penalties(
-    *, vector, model: str, user_id: str | None, verbs: list[str], similarity: float, per_unit: float, cap: float, k: int = 20
+    evidence: list[tuple[str, float, float]], *, verbs: list[str], similarity: float, per_unit: float, cap: float
 ) -> dict[str, float]:
-    """Score penalty per verb from the user's negative evidence near ``vector``, net of positive evidence.
+    """Score penalty per verb from the user's feedback evidence near the query, net of positive evidence.
 
-    One indexed query: the ``k`` evidence rows of this scope nearest the query
-    for the candidate verbs. A row at cosine ``s >= similarity`` weighs
-    ``(s - similarity) / (1 - similarity)``; per verb the weighted
-    ``negative - positive`` (never below 0) times ``per_unit`` is the penalty.
+    ``evidence`` is (verb, cosine to the query, negative - positive) for the evidence rows of this
+    scope nearest the query (learning.selectors.tier_rows reads them in the resolver's one query).
+    A row at cosine ``s >= similarity`` weighs ``(s - similarity) / (1 - similarity)``; per verb the
+    weighted net times ``per_unit`` is the penalty (never below 0, at most ``cap``).
     """
-    if not verbs or vector is None:
-        return {}
-    scope = Q(user_id=user_id) if user_id else Q(user_id__isnull=True)
-    rows = (
-        PhraseEvidence.objects.filter(scope, verb__in=verbs, embedding_model=model)
-        .annotate(distance=CosineDistance("embedding", vector))
-        .filter(distance__lte=1.0 - similarity)
-        .order_by("distance")
-        .values_list("verb", "distance", "negative", "positive")[:k]
-    )
+    wanted = set(verbs)
     net: dict[str, float] = defaultdict(float)
     span = max(1.0 - similarity, 1e-6)
-    for verb, distance, negative, positive in rows:
-        weight = min(1.0, max(0.0, (1.0 - distance - similarity) / span))
-        net[verb] += weight * (negative - positive)
+    for verb, cosine, balance in evidence:
+        if verb in wanted and cosine >= similarity:
+            net[verb] += min(1.0, (cosine - similarity) / span) * balance
     return {v: round(min(cap, per_unit * n), 4) for v, n in net.items() if n > 0}
 
 

@@ -26,10 +26,17 @@ logger = logging.getLogger(__name__)
 
 
 def disambiguation_record(*, resolution, agent=None, domain: str | None = None, channel: str = "api") -> DisambiguationRequest | None:
-    """Store an ``ambiguous`` resolution with the options shown (None for other outcomes)."""
+    """Store an ``ambiguous`` resolution with the options shown (None for other outcomes).
+
+    The commit does not wait for the write-ahead log to reach disk (``synchronous_commit = off`` for
+    this transaction only): it sits on the resolve path, and a database crash can at worst lose the
+    last fraction of a second of open requests, whose select or abandon then answers 404; it never
+    corrupts anything. Every other write keeps the server's setting."""
     if resolution.outcome != "ambiguous":
         return None
     with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute("SET LOCAL synchronous_commit TO OFF")
         return DisambiguationRequest.objects.create(
             request_id=uuid.UUID(resolution.request_id),
             agent=agent,

@@ -148,6 +148,8 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
         normalized=normalized, vector=vector, model=model, user_id=user_id, domain=domain,
         k_learned=k_learned, k_catalogue=k_catalogue, k_blocks=20,
         block_threshold=p["blocklist_threshold"], learned=settings.RESOLVE_USE_LEARNED_SEMANTIC,
+        k_evidence=settings.FEEDBACK_EVIDENCE_K if settings.RESOLVE_USE_FEEDBACK_PENALTY else 0,
+        evidence_similarity=settings.FEEDBACK_EVIDENCE_SIMILARITY,
     )
     # Tier 5: the semantic blocklist (blocked verbs are dropped below).
     blocked = rows.blocked
@@ -174,7 +176,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             best[verb].description = description
 
     candidates = [c for v, c in best.items() if v not in blocked]
-    _apply_feedback_penalties(candidates, vector=vector, model=model, user_id=user_id)
+    _apply_feedback_penalties(candidates, rows.evidence)
     candidates.sort(key=lambda c: (-c.score, c.verb))
     return _finish(request_id, text, user_id, candidates, p, limit, degraded_reason=reason, model=model)
 
@@ -245,21 +247,18 @@ def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason,
 # --- Disambiguation feedback loop (issue 4, dis) ---------------------------------
 
 
-def _apply_feedback_penalties(candidates: list[Candidate], *, vector, model: str, user_id: str | None) -> None:
+def _apply_feedback_penalties(candidates: list[Candidate], evidence) -> None:
     """Lower the score of verbs this user turned down for similar phrases (net of positive evidence)."""
-    if vector is None or not candidates or not settings.RESOLVE_USE_FEEDBACK_PENALTY:
+    if not evidence or not candidates or not settings.RESOLVE_USE_FEEDBACK_PENALTY:
         return
     from feedback.selectors import verb_penalties
 
     penalties = verb_penalties(
-        vector=vector,
-        model=model,
-        user_id=user_id,
+        evidence,
         verbs=[c.verb for c in candidates],
         similarity=settings.FEEDBACK_EVIDENCE_SIMILARITY,
         per_unit=settings.FEEDBACK_PENALTY_PER_UNIT,
         cap=settings.FEEDBACK_PENALTY_MAX,
-        k=settings.FEEDBACK_EVIDENCE_K,
     )
     for c in candidates:
         if c.verb in penalties:

@@ -5,9 +5,11 @@ connections run with ``hnsw.iterative_scan`` so user and domain filters never
 starve a search of results.
 """
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
+from django.conf import settings
 from django.db import connection
 from django.db.models import CharField, F, Func, Q, QuerySet
 from django.utils import timezone
@@ -63,15 +65,18 @@ class TierRows:
     phrases: list[tuple[str, str, str]]
     catalogue: list[Hit]
     descriptions: dict[str, str]
+    evidence: list[tuple[str, float, float]]  # (verb, similarity, negative - positive) near the query
 
 
 def tier_rows(
     *, normalized: str, vector, model: str, user_id: str | None, domain: str | None,
     k_learned: int, k_catalogue: int, k_blocks: int, block_threshold: float, learned: bool = True,
+    k_evidence: int = 0, evidence_similarity: float = 1.0,
 ) -> TierRows:
     """Tiers 3-7 of resolution in ONE round trip: learned neighbours, blocked verbs, catalogue phrase
-    matches and catalogue neighbours. Each vector part orders by cosine distance so its HNSW index is used.
-    Without a vector, only the text parts run (degraded mode)."""
+    matches and catalogue neighbours, and (``k_evidence`` > 0) the user's feedback evidence within
+    ``evidence_similarity`` of the query. Each vector part orders by cosine distance so its HNSW index
+    is used. Without a vector, only the text parts run (degraded mode)."""
     params: dict = {"n": normalized, "pat": f"%{normalized}%", "u": user_id, "m": model, "now": timezone.now()}
     verbs = "SELECT id, name, description FROM learning_verb WHERE is_active"
     if domain:
@@ -104,13 +109,22 @@ def tier_rows(
             f"WHERE {scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s) AND t.embedding_model = %(m)s "
             "ORDER BY d LIMIT %(kb)s) x JOIN v ON v.id = x.verb_id"
         )
+        if k_evidence:
+            # Evidence is kept per scope: the user's own, or global rows for global resolution.
+            own = "t.user_id = %(u)s" if user_id else "t.user_id IS NULL"
+            params.update(ke=k_evidence, de=1.0 - evidence_similarity)
+            parts.append(
+                "SELECT 'ev', x.verb, 1.0 - x.d, '', NULL, x.net, '' FROM ("
+                f"SELECT t.verb, t.negative - t.positive AS net, t.embedding <=> %(q)s::vector AS d FROM {PhraseEvidence._meta.db_table} t "
+                f"WHERE {own} AND t.embedding_model = %(m)s ORDER BY d LIMIT %(ke)s) x WHERE x.d <= %(de)s"
+            )
         parts.append(
             "SELECT 'cs', v.name, 1.0 - x.d, x.text, NULL, 1.0::float8, v.description FROM ("
             "SELECT t.verb_id, t.text, t.embedding <=> %(q)s::vector AS d FROM learning_verbphrase t "
             f"WHERE t.embedding_model = %(m)s{in_domain} ORDER BY d LIMIT %(kc)s) x JOIN v ON v.id = x.verb_id"
         )
     sql = f"WITH v AS MATERIALIZED ({verbs}) " + " UNION ALL ".join(f"({p})" for p in parts)
-    out = TierRows([], set(), [], [], {})
+    out = TierRows([], set(), [], [], {}, [])
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -123,6 +137,8 @@ def tier_rows(
             out.learned.append(Hit(verb, float(score), text, extra, float(confidence)))
         elif tier == "cs":
             out.catalogue.append(Hit(verb, float(score), text, None))
+        elif tier == "ev":
+            out.evidence.append((verb, float(score), float(confidence)))
         elif tier == "px":
             out.phrases.append((verb, text, "exact"))
         elif tier == "ps" and min(len(extra), len(normalized)) >= 4:
@@ -146,16 +162,33 @@ def has_active_blocks(*, verb_names: list[str], user_id: str | None) -> bool:
     return active_blocks(user_id=user_id).filter(verb__name__in=verb_names).exists()
 
 
+_VERB_DETAILS: dict[str, tuple[float, dict]] = {}
+
+
 def verb_details(names: list[str]) -> dict[str, dict]:
-    """Description, display name and one example phrase per verb, in two queries."""
-    verbs = {v.name: v for v in Verb.objects.filter(name__in=names)}
-    examples: dict[str, str] = {}
-    for verb, text in VerbPhrase.objects.filter(verb__name__in=names).order_by("verb__name", "id").values_list("verb__name", "text"):
-        examples.setdefault(verb, text)
-    return {
-        n: {"description": v.description, "display_name": v.label, "example": examples.get(n, "")}
-        for n, v in verbs.items()
-    }
+    """Description, display name and one example phrase per verb (for ambiguity options).
+
+    Kept per process for VERB_DETAILS_CACHE_S seconds: options are shown on many answers and the
+    catalogue changes rarely, so an edit shows up in options within that time."""
+    now = time.monotonic()
+    out = {n: hit[1] for n in names if (hit := _VERB_DETAILS.get(n)) and hit[0] > now}
+    missing = [n for n in names if n not in out]
+    if missing:
+        verbs = {v.name: v for v in Verb.objects.filter(name__in=missing)}
+        examples: dict[str, str] = {}
+        rows = VerbPhrase.objects.filter(verb__name__in=missing).order_by("verb__name", "id").values_list("verb__name", "text")
+        for verb, text in rows:
+            examples.setdefault(verb, text)
+        expires = now + settings.VERB_DETAILS_CACHE_S
+        for n, v in verbs.items():
+            out[n] = {"description": v.description, "display_name": v.label, "example": examples.get(n, "")}
+            _VERB_DETAILS[n] = (expires, out[n])
+    return out
+
+
+def verb_details_forget() -> None:
+    """Drop this process's cached verb details (after the catalogue changed)."""
+    _VERB_DETAILS.clear()
 
 
 class Sha256Hex(Func):
@@ -187,7 +220,6 @@ EMBEDDED_MODELS.append(PhraseEvidence)
 
 from datetime import timedelta  # noqa: E402
 
-from django.conf import settings  # noqa: E402
 from django.db.models import Count  # noqa: E402
 
 from learning.models import LearningCandidate  # noqa: E402

@@ -14,6 +14,7 @@ from django.db.models import Model
 from learning.catalogue import VerbEntry
 from learning.embeddings import EmbeddingError, get_embedder
 from learning.models import LearnedPhrase, PhraseBlock, Verb, VerbPhrase
+from learning.selectors import verb_details_forget
 from learning.text import normalize_phrase, text_hash
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry]) -> dict:
         rows = [VerbPhrase(verb=verbs[name], text=text, normalized=norm) for name, text, norm in new_phrases]
         embedding_assign(rows, vectors, model)
         VerbPhrase.objects.bulk_create(rows, ignore_conflicts=True)
+        transaction.on_commit(verb_details_forget)
     if vectors is None:
         counts["unembedded"] = len(rows)
     return counts

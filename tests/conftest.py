@@ -19,6 +19,14 @@ CATALOGUE = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_verb_details():
+    """Each test starts without the per-process verb details cache (tests roll the catalogue back)."""
+    from learning.selectors import verb_details_forget
+
+    verb_details_forget()
+
+
 @pytest.fixture
 def catalogue(db):
     verb_catalogue_load(entries=CATALOGUE)
