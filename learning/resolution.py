@@ -92,9 +92,12 @@ _executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
 
 
 def embed_query(text: str) -> tuple[np.ndarray | None, str, str]:
-    """(vector or None, model name, reason when None). Never raises; bounded by RESOLVE_EMBED_TIMEOUT_S."""
+    """(vector or None, model name, reason when None). Never raises. An embedder that waits on I/O
+    (a remote server) runs on a thread and is bounded by RESOLVE_EMBED_TIMEOUT_S; the local model runs inline."""
     try:
         embedder = get_embedder()
+        if embedder.in_process:  # local compute cannot hang on I/O: no thread hand-off needed
+            return embedder.embed(text), embedder.model_name, ""
         future = _executor.submit(embedder.embed, text)
         return future.result(timeout=settings.RESOLVE_EMBED_TIMEOUT_S), embedder.model_name, ""
     except FutureTimeout:
