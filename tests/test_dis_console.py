@@ -150,9 +150,9 @@ def test_browser_click_and_typed_new_input(live_server, browser_page):
     _sign_in(page, live_server, "alice")
 
     # Options open for one request; typing a new input over them abandons it.
-    _ask(page, "get my cbus")
+    _ask(page, "my cbus please")
     page.wait_for_selector("button.option")
-    first = DisambiguationRequest.objects.get(user_id="console:alice", normalized="get my cbus")
+    first = DisambiguationRequest.objects.get(user_id="console:alice", normalized="my cbus please")
     _ask(page, "list all cbus")
     page.wait_for_selector("button.option[data-verb='cbu.list']")
     assert _wait_for(lambda: AbandonEvent.objects.filter(request=first).exists())
@@ -192,9 +192,9 @@ def test_browser_keyboard_choice_timeout_and_closed_session(live_server, browser
 
     # No choice within the timeout: abandoned with "timeout".
     page.goto(f"{live_server.url}/console/")
-    _ask(page, "get my cbus")
+    _ask(page, "my cbus please")
     page.wait_for_selector("button.option")
-    timed = DisambiguationRequest.objects.get(user_id="console:bob", normalized="get my cbus")
+    timed = DisambiguationRequest.objects.get(user_id="console:bob", normalized="my cbus please")
     assert _wait_for(lambda: AbandonEvent.objects.filter(request=timed).exists(), timeout=10)
     assert AbandonEvent.objects.get(request=timed).reason == "timeout"
     page.wait_for_function("document.querySelectorAll('button.option').length === 0")
