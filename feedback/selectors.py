@@ -177,7 +177,7 @@ def leave_one_out_scores(
     """Per-verb scores from the semantic tiers, scored as the resolver scores them
     (learning.resolution.verb_anchor_scores), without the text's own learned rows."""
     from learning.models import LearnedPhrase, VerbPhrase
-    from learning.resolution import anchor_trust, verb_anchor_scores
+    from learning.resolution import anchor_trust, unseen_bound, verb_anchor_scores
     from learning.selectors import scope_q
 
     learned = list(
@@ -200,7 +200,7 @@ def leave_one_out_scores(
     for verb, distance in catalogue:
         if 1.0 - distance >= p["min_score"]:
             anchors.setdefault(verb, []).append((1.0 - distance, "", ""))
-    unseen = [1.0 - rows[-1][1] for rows, k in ((learned, k_learned), (catalogue, k_catalogue)) if rows and len(rows) >= k]
-    scored = verb_anchor_scores(anchors, weights=p["anchor_weights"], unseen=max(unseen, default=None))
+    unseen = unseen_bound(([1.0 - r[1] for r in learned], k_learned), ([1.0 - r[1] for r in catalogue], k_catalogue))
+    scored = verb_anchor_scores(anchors, weights=p["anchor_weights"], unseen=unseen)
     best = {verb: score for verb, (score, _, _) in scored.items()}
     return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))

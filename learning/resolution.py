@@ -171,8 +171,8 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     for hit in rows.catalogue:
         if hit.similarity >= p["min_score"]:
             anchors.setdefault(hit.verb, []).append((hit.similarity, Source.SEMANTIC, hit.text))
-    unseen = [tier[-1].similarity for tier, k in ((rows.learned, k_learned), (rows.catalogue, k_catalogue)) if tier and len(tier) >= k]
-    for verb, (score, source, matched) in verb_anchor_scores(anchors, weights=p["anchor_weights"], unseen=max(unseen, default=None)).items():
+    unseen = unseen_bound(([h.similarity for h in rows.learned], k_learned), ([h.similarity for h in rows.catalogue], k_catalogue))
+    for verb, (score, source, matched) in verb_anchor_scores(anchors, weights=p["anchor_weights"], unseen=unseen).items():
         offer(verb, score, source, matched)
     for verb, description in rows.descriptions.items():
         if verb in best:
@@ -188,6 +188,13 @@ def anchor_trust(confidence: float) -> float:
     """How much of its similarity a learned anchor counts: in full at or above RESOLVE_TRUSTED_CONFIDENCE
     (a click, a correction, a review, a confirmation), in proportion below it (decayed by corrections)."""
     return min(1.0, confidence / settings.RESOLVE_TRUSTED_CONFIDENCE)
+
+
+def unseen_bound(*tiers: tuple[list[float], int]) -> float | None:
+    """Upper bound on the similarity of any anchor a vector query did not return: per tier (its
+    similarities, best first, and its row limit) that hit its limit, its lowest similarity; None when
+    every tier returned all it had."""
+    return max((sims[-1] for sims, limit in tiers if sims and len(sims) >= limit), default=None)
 
 
 def verb_anchor_scores(
