@@ -133,15 +133,15 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     exact = selectors.learned_exact(normalized=normalized, user_id=user_id, domain=domain)
     for row in exact:
         source = Source.USER_LEARNED_EXACT if row.user_id else Source.LEARNED_EXACT
-        offer(row.verb.name, row.confidence, source, row.phrase)
-        best[row.verb.name].description = row.verb.description
+        offer(row.verb, row.confidence, source, row.phrase)
+        best[row.verb].description = row.description
 
     vector, model, reason = None, current_model_name(), ""
     if exact and exact[0].confidence >= p["resolve_threshold"]:
         # Fast path: a confident exact match wins, unless a block could apply to it.
         top = exact[0]
-        if not selectors.has_active_blocks(verb_names=[top.verb.name], user_id=user_id):
-            candidate = best[top.verb.name]
+        if not top.blocked:
+            candidate = best[top.verb]
             return _finish(request_id, text, user_id, [candidate], p, limit, degraded_reason="", model=model)
 
     vector, model, reason = embed_query(normalized)

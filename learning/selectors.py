@@ -43,15 +43,32 @@ def _verb_filter(prefix: str, domain: str | None) -> Q:
     return q
 
 
-def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -> list[LearnedPhrase]:
-    """Exact learned matches, the user's first, then global."""
-    rows = list(
-        LearnedPhrase.objects.filter(scope_q(user_id), _verb_filter("verb__", domain), normalized=normalized, is_active=True)
-        .select_related("verb")
-        .defer("embedding")
-    )
-    rows.sort(key=lambda r: r.user_id is None)
-    return rows
+@dataclass(frozen=True)
+class ExactHit:
+    verb: str
+    description: str
+    confidence: float
+    user_id: str | None
+    phrase: str
+    blocked: bool  # a block in force (this scope) names the verb, for any phrase
+
+
+def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -> list[ExactHit]:
+    """Exact learned matches, the user's first, then global; in one query, on the resolve hot path."""
+    params = {"n": normalized, "u": user_id, "now": timezone.now(), "d": domain}
+    sql = f"""
+        SELECT v.name, v.description, t.confidence, t.user_id, t.phrase,
+               EXISTS (SELECT 1 FROM {PhraseBlock._meta.db_table} b
+                       WHERE b.verb_id = t.verb_id AND (b.user_id IS NULL OR b.user_id = %(u)s)
+                         AND (b.expires_at IS NULL OR b.expires_at > %(now)s))
+        FROM {LearnedPhrase._meta.db_table} t JOIN {Verb._meta.db_table} v ON v.id = t.verb_id
+        WHERE t.normalized = %(n)s AND t.is_active AND v.is_active
+          AND (t.user_id IS NULL OR t.user_id = %(u)s){" AND v.domain = %(d)s" if domain else ""}
+        ORDER BY t.user_id IS NULL, t.id
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [ExactHit(*row) for row in cursor.fetchall()]
 
 
 def vector_literal(vector) -> str:
@@ -156,10 +173,6 @@ def unexpired_blocks() -> QuerySet[PhraseBlock]:
 def active_blocks(*, user_id: str | None) -> QuerySet[PhraseBlock]:
     """Blocks in force now for this user: global ones and the user's own."""
     return unexpired_blocks().filter(scope_q(user_id))
-
-
-def has_active_blocks(*, verb_names: list[str], user_id: str | None) -> bool:
-    return active_blocks(user_id=user_id).filter(verb__name__in=verb_names).exists()
 
 
 _VERB_DETAILS: dict[str, tuple[float, dict]] = {}
