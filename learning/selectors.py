@@ -112,17 +112,19 @@ def tier_rows(
         "WHERE %(n)s LIKE '%%' || t.normalized || '%%' OR t.normalized LIKE %(pat)s",
     ]
     if vector is not None:
+        # The vector travels once, as an InitPlan parameter ((SELECT v FROM q)): the HNSW scans still use it as
+        # their ordering key, and the server parses 384 floats once instead of once per tier.
         params.update(q=vector_literal(vector), kl=k_learned, kc=k_catalogue, kb=k_blocks)
         if learned:
             parts.append(
                 "SELECT 'ls', v.name, 1.0 - x.d, x.phrase, x.user_id, x.confidence, v.description FROM ("
-                f"SELECT t.verb_id, t.phrase, t.user_id, t.confidence, t.embedding <=> %(q)s::vector AS d "
+                f"SELECT t.verb_id, t.phrase, t.user_id, t.confidence, t.embedding <=> (SELECT v FROM q) AS d "
                 f"FROM learning_learnedphrase t WHERE t.is_active AND {scope} AND t.embedding_model = %(m)s{in_domain} "
                 "ORDER BY d LIMIT %(kl)s) x JOIN v ON v.id = x.verb_id"
             )
         parts.append(
             "SELECT 'bs', v.name, 1.0 - x.d, x.phrase, NULL, 1.0::float8, '' FROM ("
-            f"SELECT t.verb_id, t.phrase, t.embedding <=> %(q)s::vector AS d FROM learning_phraseblock t "
+            f"SELECT t.verb_id, t.phrase, t.embedding <=> (SELECT v FROM q) AS d FROM learning_phraseblock t "
             f"WHERE {scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s) AND t.embedding_model = %(m)s "
             "ORDER BY d LIMIT %(kb)s) x JOIN v ON v.id = x.verb_id"
         )
@@ -132,15 +134,16 @@ def tier_rows(
             params.update(ke=k_evidence, de=1.0 - evidence_similarity)
             parts.append(
                 "SELECT 'ev', x.verb, 1.0 - x.d, '', NULL, x.net, '' FROM ("
-                f"SELECT t.verb, t.negative - t.positive AS net, t.embedding <=> %(q)s::vector AS d FROM {PhraseEvidence._meta.db_table} t "
+                f"SELECT t.verb, t.negative - t.positive AS net, t.embedding <=> (SELECT v FROM q) AS d FROM {PhraseEvidence._meta.db_table} t "
                 f"WHERE {own} AND t.embedding_model = %(m)s ORDER BY d LIMIT %(ke)s) x WHERE x.d <= %(de)s"
             )
         parts.append(
             "SELECT 'cs', v.name, 1.0 - x.d, x.text, NULL, 1.0::float8, v.description FROM ("
-            "SELECT t.verb_id, t.text, t.embedding <=> %(q)s::vector AS d FROM learning_verbphrase t "
+            "SELECT t.verb_id, t.text, t.embedding <=> (SELECT v FROM q) AS d FROM learning_verbphrase t "
             f"WHERE t.embedding_model = %(m)s{in_domain} ORDER BY d LIMIT %(kc)s) x JOIN v ON v.id = x.verb_id"
         )
-    sql = f"WITH v AS MATERIALIZED ({verbs}) " + " UNION ALL ".join(f"({p})" for p in parts)
+    ctes = f"v AS MATERIALIZED ({verbs})" + (", q AS (SELECT %(q)s::vector AS v)" if vector is not None else "")
+    sql = f"WITH {ctes} " + " UNION ALL ".join(f"({p})" for p in parts)
     out = TierRows([], set(), [], [], {}, [])
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
