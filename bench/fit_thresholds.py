@@ -12,7 +12,9 @@ resolve_threshold and margin are chosen for two states of the same product:
   queried with the remaining 20%.
 
 Among all pairs on a grid whose wrong-resolution rate is at most 4.5% at cold start
-and at most 3% when learned, the one with the most right answers when learned.
+and at most 2.5% when learned, the one with the most right answers when learned.
+(The product's targets on unseen text are under 5% and under 3%; the fit keeps half
+a point in hand so that the gap between fitted and unseen text does not cross them.)
 Also: learned_threshold, the lowest cosine at which a single nearest learned phrase
 names the right verb at least 90% of the time (leave-one-out over train);
 blocklist_threshold, the lowest cosine at which two utterances share an intent at
@@ -39,7 +41,7 @@ def embed(texts):
 
 
 WEIGHTS = np.array([1.0, 0.5, 0.25])
-COLD_MAX_WRONG, LEARNED_MAX_WRONG = 4.5, 3.0
+COLD_MAX_WRONG, LEARNED_MAX_WRONG = 4.5, 2.5
 
 
 def verb_scores(query_vecs, anchor_vecs, anchor_verbs, verbs):
@@ -120,7 +122,7 @@ def main():
     block = next(t for t in np.arange(0.5, 0.99, 0.01) if pair_same[pair_sims >= t].mean() >= 0.75)
     print(table(["learned_threshold", "nn precision", "blocklist_threshold", "pair precision"],
                 [[f"{learned:.2f}", nn_right[nn_sim >= learned].mean() * 100, f"{block:.2f}", pair_same[pair_sims >= block].mean() * 100]]))
-    print(f"FITTED model={get_embedder().model_name} resolve_threshold={best[0]:.2f} margin={best[1]:.2f} "
+    print(f"FITTED model={get_embedder().model_name} resolve_threshold={best[0]:.2f} margin={best[1]:.3f} "
           f"learned_threshold={learned:.2f} blocklist_threshold={block:.2f}")
 
 

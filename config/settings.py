@@ -154,6 +154,9 @@ API_MAX_JSON_DEPTH = env_int("API_MAX_JSON_DEPTH", 20)
 FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
 
 # --- REST API -----------------------------------------------------------------
+# A verified API key is remembered per process this long (0: look it up on every request); a revocation
+# takes effect at once in the process that made it, within this time in every other process.
+API_KEY_CACHE_S = env_float("API_KEY_CACHE_S", 5.0)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["autonomy.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -221,6 +224,9 @@ RESOLUTION_PROFILES = {
         "min_score": 0.50,
         "substring_score": 0.85,
         "options_window": 0.15,
+        # A correction decays the user's anchors for the wrong verb that are this close to the corrected text
+        # (near-paraphrases that conflict with it); farther anchors are other examples of that verb and stay.
+        "correction_decay_threshold": 0.90,
         # A verb's semantic score: the weighted mean of its best anchors, best first (learning.resolution.verb_anchor_scores).
         "anchor_weights": (1.0, 0.5, 0.25),
     },
@@ -228,14 +234,16 @@ RESOLUTION_PROFILES = {
     "all-MiniLM-L6-v2-onnx-int8": {
         "learned_threshold": 0.50,
         "blocklist_threshold": 0.73,
-        "resolve_threshold": 0.70,
-        "margin": 0.04,
+        "resolve_threshold": 0.69,
+        "margin": 0.045,
         "min_score": 0.30,
+        "correction_decay_threshold": 0.85,
     },
 }
 RESOLUTION_OVERRIDES = {
     k: env_float(f"RESOLVE_{k.upper()}", 0.0)
-    for k in ("learned_threshold", "blocklist_threshold", "resolve_threshold", "margin", "min_score", "options_window")
+    for k in ("learned_threshold", "blocklist_threshold", "resolve_threshold", "margin", "min_score", "options_window",
+              "correction_decay_threshold")
     if os.environ.get(f"RESOLVE_{k.upper()}")
 }
 # Learned phrases at or above this confidence count their full similarity; below it, in proportion.
@@ -388,6 +396,9 @@ FEEDBACK_MAX_VARIANTS = env_int("FEEDBACK_MAX_VARIANTS", 12)
 # rows within FEEDBACK_EVIDENCE_SIMILARITY cosine of (negative - positive), weighted by how
 # close the row is, times FEEDBACK_PENALTY_PER_UNIT, capped at FEEDBACK_PENALTY_MAX.
 FEEDBACK_EVIDENCE_SIMILARITY = env_float("FEEDBACK_EVIDENCE_SIMILARITY", 0.75)
+# Penalties reorder and demote; they let a verb resolve that its own evidence would not have chosen only
+# when this user chose that verb for a near-paraphrase of the query (net positive evidence this close).
+FEEDBACK_DECIDE_SIMILARITY = env_float("FEEDBACK_DECIDE_SIMILARITY", 0.90)
 FEEDBACK_PENALTY_PER_UNIT = env_float("FEEDBACK_PENALTY_PER_UNIT", 0.5)
 FEEDBACK_PENALTY_MAX = env_float("FEEDBACK_PENALTY_MAX", 0.3)
 FEEDBACK_EVIDENCE_K = env_int("FEEDBACK_EVIDENCE_K", 20)

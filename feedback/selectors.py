@@ -11,15 +11,13 @@ from pgvector.django import CosineDistance
 from feedback.models import DisambiguationRequest, LearningSignal, PhraseEvidence
 
 
-def verb_penalties(
-    evidence: list[tuple[str, float, float]], *, verbs: list[str], similarity: float, per_unit: float, cap: float
-) -> dict[str, float]:
-    """Score penalty per verb from the user's feedback evidence near the query, net of positive evidence.
+def verb_evidence_balance(evidence: list[tuple[str, float, float]], *, verbs: list[str], similarity: float) -> dict[str, float]:
+    """Per verb, the user's feedback evidence near the query: weighted negative minus positive.
 
     ``evidence`` is (verb, cosine to the query, negative - positive) for the evidence rows of this
     scope nearest the query (learning.selectors.tier_rows reads them in the resolver's one query).
-    A row at cosine ``s >= similarity`` weighs ``(s - similarity) / (1 - similarity)``; per verb the
-    weighted net times ``per_unit`` is the penalty (never below 0, at most ``cap``).
+    A row at cosine ``s >= similarity`` weighs ``(s - similarity) / (1 - similarity)``. Above 0 the verb
+    was turned down near here (the resolver lowers it); below 0 the user chose it near here.
     """
     wanted = set(verbs)
     net: dict[str, float] = defaultdict(float)
@@ -27,7 +25,7 @@ def verb_penalties(
     for verb, cosine, balance in evidence:
         if verb in wanted and cosine >= similarity:
             net[verb] += min(1.0, (cosine - similarity) / span) * balance
-    return {v: round(min(cap, per_unit * n), 4) for v, n in net.items() if n > 0}
+    return dict(net)
 
 
 def disambiguation_outcomes_per_verb() -> list[dict]:

@@ -179,9 +179,13 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             best[verb].description = description
 
     candidates = [c for v, c in best.items() if v not in blocked]
-    _apply_feedback_penalties(candidates, rows.evidence)
     candidates.sort(key=lambda c: (-c.score, c.verb))
-    return _finish(request_id, text, user_id, candidates, p, limit, degraded_reason=reason, model=model)
+    unpenalized = _decide([c for c in candidates if c.score >= p["min_score"]], p)
+    endorsed = _apply_feedback_penalties(candidates, rows.evidence)
+    if endorsed is not None:
+        candidates.sort(key=lambda c: (-c.score, c.verb))
+    return _finish(request_id, text, user_id, candidates, p, limit, degraded_reason=reason, model=model,
+                   unpenalized=unpenalized, endorsed=endorsed)
 
 
 def anchor_trust(confidence: float) -> float:
@@ -221,16 +225,27 @@ def verb_anchor_scores(
     return out
 
 
-def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason, model) -> Resolution:
-    candidates = [c for c in candidates if c.score >= p["min_score"]][:limit]
+def _decide(candidates: list[Candidate], p: dict) -> tuple[str, str | None]:
+    """(outcome, verb) for candidates ranked best first: resolved when the top score reaches the resolve
+    threshold and leads the next by at least the margin."""
     if not candidates:
-        outcome, verb = Outcome.NO_MATCH, None
-    elif candidates[0].score < p["resolve_threshold"]:
+        return Outcome.NO_MATCH, None
+    if candidates[0].score < p["resolve_threshold"]:
+        return Outcome.AMBIGUOUS, None
+    if len(candidates) > 1 and candidates[0].score - candidates[1].score < p["margin"]:
+        return Outcome.AMBIGUOUS, None
+    return Outcome.RESOLVED, candidates[0].verb
+
+
+def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason, model, unpenalized=None,
+            endorsed=None) -> Resolution:
+    candidates = [c for c in candidates if c.score >= p["min_score"]][:limit]
+    outcome, verb = _decide(candidates, p)
+    if outcome == Outcome.RESOLVED and endorsed is not None and unpenalized != (outcome, verb) and verb not in endorsed:
+        # Negative evidence reorders and demotes options, but it decides an auto-resolution only for a verb
+        # this user chose for a near-paraphrase of the text ("B, not A" for nearly these words is a reason to
+        # run B). Otherwise a verb runs without asking only when its own evidence would have chosen it.
         outcome, verb = Outcome.AMBIGUOUS, None
-    elif len(candidates) > 1 and candidates[0].score - candidates[1].score < p["margin"]:
-        outcome, verb = Outcome.AMBIGUOUS, None
-    else:
-        outcome, verb = Outcome.RESOLVED, candidates[0].verb
 
     options = []
     if outcome == Outcome.AMBIGUOUS:
@@ -257,22 +272,28 @@ def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason,
 # --- Disambiguation feedback loop (issue 4, dis) ---------------------------------
 
 
-def _apply_feedback_penalties(candidates: list[Candidate], evidence) -> None:
-    """Lower the score of verbs this user turned down for similar phrases (net of positive evidence)."""
-    if not evidence or not candidates or not settings.RESOLVE_USE_FEEDBACK_PENALTY:
-        return
-    from feedback.selectors import verb_penalties
+def _apply_feedback_penalties(candidates: list[Candidate], evidence) -> set[str] | None:
+    """Lower the score of verbs this user turned down for similar phrases (net of positive evidence within
+    FEEDBACK_EVIDENCE_SIMILARITY).
 
-    penalties = verb_penalties(
-        evidence,
-        verbs=[c.verb for c in candidates],
-        similarity=settings.FEEDBACK_EVIDENCE_SIMILARITY,
-        per_unit=settings.FEEDBACK_PENALTY_PER_UNIT,
-        cap=settings.FEEDBACK_PENALTY_MAX,
-    )
+    Answers None when no score changed, else the verbs this user chose for near-paraphrases of the query
+    (net positive evidence within FEEDBACK_DECIDE_SIMILARITY): the only ones a penalty may let resolve."""
+    if not evidence or not candidates or not settings.RESOLVE_USE_FEEDBACK_PENALTY:
+        return None
+    from feedback.selectors import verb_evidence_balance
+
+    verbs = [c.verb for c in candidates]
+    balance = verb_evidence_balance(evidence, verbs=verbs, similarity=settings.FEEDBACK_EVIDENCE_SIMILARITY)
+    changed = False
     for c in candidates:
-        if c.verb in penalties:
-            c.score = round(max(0.0, c.score - penalties[c.verb]), 4)
+        net = balance.get(c.verb, 0.0)
+        if net > 0.0:
+            c.score = round(max(0.0, c.score - min(settings.FEEDBACK_PENALTY_MAX, settings.FEEDBACK_PENALTY_PER_UNIT * net)), 4)
+            changed = True
+    if not changed:
+        return None
+    close = verb_evidence_balance(evidence, verbs=verbs, similarity=settings.FEEDBACK_DECIDE_SIMILARITY)
+    return {v for v, net in close.items() if net < 0.0}
 
 
 def _fitted_profile_values(model_name: str) -> dict:

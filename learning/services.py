@@ -467,7 +467,7 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
     if vectors is not None:
         anchors = correction_decay_targets(
             vector=vectors[0], model=model, user_id=user_id, verb=wrong, exclude_normalized=normalized,
-            threshold=profile(model)["learned_threshold"],
+            threshold=profile(model)["correction_decay_threshold"],
         )
     decay = Greatest(Value(s.LEARNING_CORRECTION_FLOOR), F("confidence") * Value(s.LEARNING_CORRECTION_DECAY))
     fresh = min(s.LEARNING_CORRECTION_CAP, s.LEARNING_CORRECTION_START + s.LEARNING_CORRECTION_BOOST)
@@ -505,6 +505,7 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
             LearnedPhrase.history.bulk_history_create(touched, update=True, default_change_reason="correction")
         elif len(touched) > 1:
             LearnedPhrase.history.bulk_history_create([t for t in touched if t.pk != row.pk], update=True, default_change_reason="correction")
+        _positive_evidence_add(user_id=user_id, text=text, verb=correct, vectors=vectors, model=model, weight=fresh)
     by_pk = {t.pk: t for t in touched}
     phrase = by_pk[row.pk]
     return {
@@ -581,7 +582,18 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
             )
             row.refresh_from_db()
             LearnedPhrase.history.bulk_history_create([row], update=True, default_change_reason="confirmation")
+        _positive_evidence_add(user_id=user_id, text=text, verb=target, vectors=vectors, model=model,
+                               weight=s.LEARNING_CONFIRMATION_CONFIDENCE)
     return {"user_id": user_id, "phrase": _phrase_state(row), "created": created}
+
+
+def _positive_evidence_add(*, user_id: str, text: str, verb: Verb, vectors, model: str, weight: float) -> None:
+    """The user accepted ``verb`` for ``text``: positive feedback evidence, which offsets the negative evidence of
+    options this user passed over for similar phrases (feedback.selectors.verb_evidence_balance)."""
+    from feedback.services import phrase_evidence_add
+
+    phrase_evidence_add(user_id=user_id, phrase=text, verb=verb.name, positive=weight,
+                        vector=vectors[0] if vectors is not None else None, model=model if vectors is not None else "")
 
 
 def _correction_global(*, text: str, normalized: str, wrong: Verb, correct: Verb) -> dict:

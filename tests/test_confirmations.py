@@ -35,6 +35,23 @@ def test_confirmation_creates_the_users_phrase_and_counts_repeats(api, catalogue
     assert resolve(text="show me every client business unit", user_id="bob").candidates[0].source != "user_learned_exact"
 
 
+def test_confirmation_is_positive_evidence_that_offsets_earlier_negatives(api, catalogue):
+    """Passing a verb over for a phrase lowers it nearby; accepting it for the phrase later restores it."""
+    from feedback.models import PhraseEvidence
+    from feedback.services import phrase_evidence_add
+    from learning.resolution import embed_query
+
+    text = "show me every client business unit"
+    before = {c.verb: c.score for c in resolve(text=text, user_id="alice").candidates}["cbu.list"]
+    vector, model, _ = embed_query(text)
+    phrase_evidence_add(user_id="alice", phrase=text, verb="cbu.list", negative=0.9, vector=vector, model=model)
+    assert {c.verb: c.score for c in resolve(text=text + " now", user_id="alice").candidates}["cbu.list"] < before
+    assert confirm(api, text, "cbu.list").status_code == 200
+    row = PhraseEvidence.objects.get(user_id="alice", normalized=text, verb="cbu.list")
+    assert row.positive == pytest.approx(0.95) and row.negative == pytest.approx(0.9) and row.signal_count == 2
+    assert PhraseEvidence.objects.filter(user_id__isnull=True).count() == 0
+
+
 def test_confirmation_never_overrides_a_correction_a_block_or_a_switched_off_phrase(api, catalogue):
     learned_phrase_upsert(phrase="units please", verb=catalogue["cbu.delete"], user_id="alice", confidence=1.0)
     r = confirm(api, "units please", "cbu.list")

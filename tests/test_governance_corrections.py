@@ -66,6 +66,28 @@ def test_decay_multiplies_and_floors_semantic_anchors(api, catalogue):
     assert anchor.history.filter(history_change_reason="correction").count() >= 3
 
 
+def test_decay_spares_other_examples_of_the_wrong_verb(api, catalogue, embed):
+    """Only near-paraphrases of the corrected text conflict with it; other phrases of the wrong verb are its own examples."""
+    near = learned_phrase_upsert(phrase="get rid of the business unit", verb=catalogue["cbu.list"], user_id="alice", confidence=1.0)
+    other = learned_phrase_upsert(phrase="show my business units", verb=catalogue["cbu.list"], user_id="alice", confidence=1.0)
+    text = "get rid of that business unit"
+    similarity = float(embed(text) @ embed("show my business units"))
+    assert 0.5 < similarity < 0.85  # within the old neighbourhood (the learned threshold), outside the decay one
+    body = correct(api, text, "cbu.list", "cbu.delete", user_id="alice").json()
+    assert [d["id"] for d in body["decayed"]] == [near.pk]
+    other.refresh_from_db()
+    assert other.confidence == pytest.approx(1.0) and other.verb.name == "cbu.list"
+
+
+def test_correction_is_positive_evidence_for_the_right_verb(api, catalogue):
+    from feedback.models import PhraseEvidence
+
+    correct(api, "wipe out this client unit", "cbu.list", "cbu.delete", user_id="alice")
+    row = PhraseEvidence.objects.get(user_id="alice", normalized="wipe out this client unit")
+    assert (row.verb, row.positive, row.negative) == ("cbu.delete", pytest.approx(1.0), 0.0)
+    assert row.embedding is not None
+
+
 def test_exact_wrong_user_row_decays_then_is_repointed(api, catalogue):
     row = learned_phrase_upsert(phrase="drop the unit", verb=catalogue["cbu.list"], user_id="alice", confidence=1.0)
     body = correct(api, "drop the unit", "cbu.list", "cbu.delete", user_id="alice").json()

@@ -217,3 +217,41 @@ def test_several_close_anchors_outweigh_one(catalogue):
     scores = {c.verb: c for c in r.candidates}
     assert scores["cbu.create"].matched_phrase == single.phrase  # the single closest phrase...
     assert r.candidates[0].verb == "cbu.list", [(c.verb, c.score) for c in r.candidates]  # ...loses to several close ones
+
+
+def test_negative_evidence_never_makes_an_auto_resolution(catalogue, settings):
+    """Penalties reorder and demote options; they never let a verb run that its own evidence would not have chosen."""
+    from feedback.services import phrase_evidence_add
+    from learning.resolution import embed_query
+
+    text = "business unit for the client"
+    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": 0.0}
+    clear = resolve(text=text, user_id="alice")
+    first, second = clear.candidates[0], clear.candidates[1]
+    gap = first.score - second.score
+    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": gap + 0.01}
+    assert resolve(text=text, user_id="alice").outcome == "ambiguous"
+    # Alice turned the top verb down for this very text: it drops below the runner-up by more than the margin.
+    vector, model, _ = embed_query(text)
+    phrase_evidence_add(user_id="alice", phrase=text, verb=first.verb, negative=10.0, vector=vector, model=model)
+    r = resolve(text=text, user_id="alice")
+    scores = {c.verb: c.score for c in r.candidates}
+    assert scores[second.verb] - scores[first.verb] >= gap + 0.01  # the penalty alone would resolve the runner-up ...
+    assert (r.outcome, r.verb) == ("ambiguous", None)  # ... but it asks, with the runner-up first
+    assert r.options[0].verb == second.verb
+    # With a margin the penalised winner would clear on its own, the penalty flips the order: still a question ...
+    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": 0.01}
+    r = resolve(text=text, user_id="alice")
+    assert r.candidates[0].verb != first.verb and (r.outcome, r.verb) == ("ambiguous", None)
+    # ... until Alice has chosen the new leader for (nearly) these words: "this, not that" decides, it resolves.
+    leader = r.candidates[0].verb
+    phrase_evidence_add(user_id="alice", phrase=text + " please", verb=leader, positive=1.0, vector=embed_query(text + " please")[0], model=model)
+    assert (resolve(text=text, user_id="alice").outcome, resolve(text=text, user_id="alice").verb) == ("resolved", leader)
+    # A verb that resolves on its own evidence still resolves when a penalty only hits the others.
+    phrase_evidence_add(user_id="bob", phrase=text, verb=second.verb, negative=10.0, vector=vector, model=model)
+    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": 0.0}
+    assert (resolve(text=text, user_id="bob").outcome, resolve(text=text, user_id="bob").verb) == ("resolved", first.verb)
+    # And a penalty on a verb that would have resolved turns the answer into a question.
+    phrase_evidence_add(user_id="carol", phrase=text, verb=first.verb, negative=10.0, vector=vector, model=model)
+    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": 0.0001}
+    assert resolve(text=text, user_id="carol").outcome == "ambiguous"
