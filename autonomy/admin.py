@@ -1,6 +1,7 @@
 from django.contrib import admin, messages
 from simple_history.admin import SimpleHistoryAdmin
 
+from autonomy.authentication import verified_keys_forget
 from autonomy.models import Agent, ApiKey
 from autonomy.services import api_key_revoke
 
@@ -16,8 +17,24 @@ class ApiKeyInline(admin.TabularInline):
         return False  # keys are created with `manage.py create_agent_key`, which shows the secret once
 
 
+class ForgetVerifiedKeysMixin:
+    """An edited agent or key (switched off, scopes changed) takes effect at once in this process."""
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        verified_keys_forget()
+
+    def delete_model(self, request, obj):
+        super().delete_model(request, obj)
+        verified_keys_forget()
+
+    def delete_queryset(self, request, queryset):
+        super().delete_queryset(request, queryset)
+        verified_keys_forget()
+
+
 @admin.register(Agent)
-class AgentAdmin(SimpleHistoryAdmin):
+class AgentAdmin(ForgetVerifiedKeysMixin, SimpleHistoryAdmin):
     list_display = ["name", "is_active", "created_at"]
     list_filter = ["is_active"]
     search_fields = ["name", "description"]
@@ -25,7 +42,7 @@ class AgentAdmin(SimpleHistoryAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(SimpleHistoryAdmin):
+class ApiKeyAdmin(ForgetVerifiedKeysMixin, SimpleHistoryAdmin):
     list_display = ["name", "agent", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), "agent"]
     search_fields = ["name", "prefix", "agent__name"]

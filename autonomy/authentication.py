@@ -1,10 +1,16 @@
 """API key authentication: ``Authorization: Bearer <key>``.
 
 Failed attempts are counted per client address in the cache; past the limit
-the client is throttled before any key is checked.
+the client is throttled before any key is checked. A key that checked out is
+remembered by this process for ``API_KEY_CACHE_S`` seconds (by its hash), so a
+busy agent costs no key query per request; revoking a key, or editing it or its
+agent in the admin, forgets it at once in that process, and every other process
+stops accepting it within ``API_KEY_CACHE_S``. Failures are never remembered.
 """
 
 import logging
+import threading
+import time
 
 from django.conf import settings
 from django.core.cache import cache
@@ -44,12 +50,13 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         ip_key = f"auth-fail:{_client_ip(request)}"
         if cache.get(ip_key, 0) >= limit:
             raise exceptions.Throttled(wait=period, detail="Too many failed authentications; wait and retry.")
-        key = ApiKey.objects.select_related("agent").filter(key_hash=hash_key(parts[1])).first()
-        if key is None or not key.is_active:
+        key = _active_key(hash_key(parts[1]))
+        if key is None:
             self._fail(request, "Invalid or revoked API key.")
         now = timezone.now()
         if key.last_used_at is None or (now - key.last_used_at).total_seconds() > LAST_USED_RESOLUTION_S:
             ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+            key.last_used_at = now
         return key.agent, key
 
     def _fail(self, request, message: str):
@@ -65,6 +72,37 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return self.keyword
+
+
+_verified: dict[str, tuple[float, ApiKey]] = {}  # key hash -> (monotonic expiry, the key with its agent)
+_verified_lock = threading.Lock()
+
+
+def _active_key(digest: str) -> ApiKey | None:
+    """The active key with this hash (and its agent), or None; remembered for API_KEY_CACHE_S when active."""
+    ttl = settings.API_KEY_CACHE_S
+    now = time.monotonic()
+    if ttl > 0:
+        hit = _verified.get(digest)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+    key = ApiKey.objects.select_related("agent").filter(key_hash=digest).first()
+    if key is None or not key.is_active:
+        with _verified_lock:
+            _verified.pop(digest, None)
+        return None
+    if ttl > 0:
+        with _verified_lock:
+            if len(_verified) >= 10_000:  # bounded: drop the lot rather than grow without end
+                _verified.clear()
+            _verified[digest] = (now + ttl, key)
+    return key
+
+
+def verified_keys_forget() -> None:
+    """Forget every remembered key in this process (after a revocation or an edit of a key or an agent)."""
+    with _verified_lock:
+        _verified.clear()
 
 
 class ScopePermission:

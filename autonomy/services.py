@@ -28,9 +28,14 @@ def agent_key_create(*, agent_name: str, scopes: list[str], key_name: str = "def
 
 
 def api_key_revoke(*, key: ApiKey) -> ApiKey:
+    """Revoke a key: refused from now on in this process, within API_KEY_CACHE_S everywhere else."""
+    from autonomy.authentication import verified_keys_forget
+
     with transaction.atomic():
         ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
         key.refresh_from_db()
+        transaction.on_commit(verified_keys_forget)
+    verified_keys_forget()
     return key
 
 

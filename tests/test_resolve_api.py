@@ -86,6 +86,45 @@ def test_revoked_key_is_refused(api, catalogue):
     assert api.post(URL, {"text": "list all cbus"}, format="json").status_code == 401
 
 
+def test_verified_keys_are_remembered_briefly_and_revocation_elsewhere_lands_within_the_ttl(api, catalogue, settings, django_assert_num_queries):
+    """A verified key costs no query for API_KEY_CACHE_S; a revocation written by another process (straight to
+    the database here) is honoured once that time has passed; with 0 every request looks the key up."""
+    import time
+
+    from autonomy.models import ApiKey
+    from django.utils import timezone
+
+    settings.API_KEY_CACHE_S = 0.3
+    body = {"text": "list all cbus"}  # an exact catalogue phrase: the resolver's own queries are fixed
+    assert api.post(URL, body, format="json").status_code == 200
+    with django_assert_num_queries(2):  # the resolver's two; no key lookup
+        assert api.post(URL, body, format="json").status_code == 200
+    ApiKey.objects.filter(pk=api.key.pk).update(revoked_at=timezone.now())  # as another process would
+    assert api.post(URL, body, format="json").status_code == 200  # still remembered here ...
+    time.sleep(0.35)
+    assert api.post(URL, body, format="json").status_code == 401  # ... not past the TTL
+    assert api.post(URL, body, format="json").status_code == 401  # and a failure is never remembered as a success
+
+    other = make_client(["resolve"], name="uncached")
+    settings.API_KEY_CACHE_S = 0
+    assert other.post(URL, body, format="json").status_code == 200
+    ApiKey.objects.filter(pk=other.key.pk).update(revoked_at=timezone.now())
+    assert other.post(URL, body, format="json").status_code == 401
+
+
+def test_admin_edit_of_an_agent_takes_effect_at_once(api, catalogue, admin_client):
+    body = {"text": "list all cbus"}
+    assert api.post(URL, body, format="json").status_code == 200
+    agent = api.agent
+    r = admin_client.post(f"/admin/autonomy/agent/{agent.pk}/change/", {
+        "name": agent.name, "description": agent.description, "is_active": "",
+        "keys-TOTAL_FORMS": "1", "keys-INITIAL_FORMS": "1", "keys-MIN_NUM_FORMS": "0", "keys-MAX_NUM_FORMS": "1000",
+        "keys-0-id": str(api.key.pk), "keys-0-agent": str(agent.pk),
+    })
+    assert r.status_code == 302, r.content[:2000]
+    assert api.post(URL, body, format="json").status_code == 401
+
+
 def test_key_without_resolve_scope_is_forbidden(db, catalogue):
     client = make_client(["feedback"], name="feedback-only")
     r = client.post(URL, {"text": "list all cbus"}, format="json")
