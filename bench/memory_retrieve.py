@@ -7,7 +7,7 @@ user the 100 contents are distinct. Status mix 25 % verified, 65 % candidate,
 10 % deprecated; types, hits and update times vary. The HNSW index is rebuilt
 after the load. Queries are 400 distinct held-out test utterances (never a
 memory's text, so the embedder's cache never answers), each for a random user,
-over HTTP (gunicorn, 1 worker, loopback, keep-alive). Every retrieval also
+over HTTP (gunicorn, 1 sync worker, loopback, a new connection per request). Every retrieval also
 writes (hits, streaks, retrieval log), as in production.
 
 Compared in the same run: the embedding call alone, the raw pgvector filtered

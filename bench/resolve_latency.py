@@ -152,7 +152,7 @@ def main():
 
     rows = [[f"{s:,}", p50, p95, e50, g50, g95, p50 - e50] for s, p50, p95, e50, g50, g95 in results]
     body = table(["learned phrases", "resolve p50 ms", "resolve p95 ms", "embed p50 ms", "pgvector top-5 p50 ms", "pgvector p95 ms", "app overhead p50 ms"], rows)
-    body += f"\n\n{QUERIES} distinct test utterances per size over HTTP (gunicorn, 1 worker, loopback, keep-alive), half with a user id. Target: p50 <= embed + 10 ms."
+    body += f"\n\n{QUERIES} distinct test utterances per size over HTTP (gunicorn, 1 sync worker, loopback; the sync worker closes each connection, so every request includes a TCP connect), half with a user id. Target: p50 <= embed + 10 ms."
     print(body)
     s, p50, p95, e50, g50, _ = results[-1]
     record("resolve_latency", body, f"RESULT p50_ms={p50:.1f} p95_ms={p95:.1f} embed_ms={e50:.1f} pgvector_ms={g50:.2f}")
