@@ -239,8 +239,9 @@ def _decide(candidates: list[Candidate], p: dict) -> tuple[str, str | None]:
 
 def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason, model, unpenalized=None,
             endorsed=None) -> Resolution:
-    candidates = [c for c in candidates if c.score >= p["min_score"]][:limit]
-    outcome, verb = _decide(candidates, p)
+    # Decided and offered on every ranked candidate: how many the caller wants listed (limit) changes neither.
+    ranked = [c for c in candidates if c.score >= p["min_score"]]
+    outcome, verb = _decide(ranked, p)
     if outcome == Outcome.RESOLVED and endorsed is not None and unpenalized != (outcome, verb) and verb not in endorsed:
         # Negative evidence reorders and demotes options, but it decides an auto-resolution only for a verb
         # this user chose for a near-paraphrase of the text ("B, not A" for nearly these words is a reason to
@@ -249,10 +250,11 @@ def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason,
 
     options = []
     if outcome == Outcome.AMBIGUOUS:
-        details = selectors.verb_details([c.verb for c in candidates[: settings.RESOLVE_MAX_OPTIONS]])
-        floor = candidates[0].score - p["options_window"]
-        for c in candidates[: settings.RESOLVE_MAX_OPTIONS]:
-            if c is candidates[0] or c.score >= floor:
+        shown = ranked[: settings.RESOLVE_MAX_OPTIONS]
+        details = selectors.verb_details([c.verb for c in shown])
+        floor = shown[0].score - p["options_window"]
+        for c in shown:
+            if c is shown[0] or c.score >= floor:
                 d = details.get(c.verb, {})
                 options.append(Option(c.verb, d.get("display_name", c.verb), d.get("example") or c.matched_phrase, c.score))
     return Resolution(
@@ -260,7 +262,7 @@ def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason,
         text=text,
         outcome=outcome,
         verb=verb,
-        candidates=candidates,
+        candidates=ranked[:limit],
         degraded=bool(degraded_reason),
         degraded_reason=degraded_reason,
         options=options,

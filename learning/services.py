@@ -593,7 +593,7 @@ def _positive_evidence_add(*, user_id: str, text: str, verb: Verb, vectors, mode
     from feedback.services import phrase_evidence_add
 
     phrase_evidence_add(user_id=user_id, phrase=text, verb=verb.name, positive=weight,
-                        vector=vectors[0] if vectors is not None else None, model=model if vectors is not None else "")
+                        vector=vectors[0] if vectors is not None else None, model=model)
 
 
 def _correction_global(*, text: str, normalized: str, wrong: Verb, correct: Verb) -> dict:

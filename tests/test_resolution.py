@@ -102,6 +102,17 @@ def test_ambiguous_when_top_two_within_margin(catalogue, settings):
     assert all(o.display_name and o.example and o.score > 0 for o in r.options)
 
 
+def test_limit_shapes_the_answer_not_the_decision(catalogue, settings):
+    """A caller asking for one candidate still gets the margin check: limit trims what is shown, nothing else."""
+    text = "business unit for the client"
+    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": 0.0}
+    clear = resolve(text=text)
+    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": clear.candidates[0].score - clear.candidates[1].score + 0.01}
+    one = resolve(text=text, limit=1)
+    assert (one.outcome, one.verb, len(one.candidates)) == ("ambiguous", None, 1)
+    assert [o.verb for o in one.options[:2]] == [c.verb for c in clear.candidates[:2]]  # still a choice to make
+
+
 def test_confident_user_exact_wins_without_asking(catalogue):
     learned_phrase_upsert(phrase="handle the unit", verb=catalogue["cbu.create"], user_id="alice", confidence=0.9)
     learned_phrase_upsert(phrase="handle the unit", verb=catalogue["cbu.delete"], confidence=1.0)
