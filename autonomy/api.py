@@ -4,9 +4,10 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from actions.models import ACTION_NAME_RE, Action
+from agents.authentication import ScopePermission
 from autonomy import selectors, services
-from autonomy.authentication import ScopePermission
-from autonomy.models import ACTION_NAME_RE, Action, AutonomyTransition
+from autonomy.models import AutonomyTransition
 from autonomy.serializers import (
     ActionSerializer,
     ConsultQuerySerializer,
@@ -14,7 +15,7 @@ from autonomy.serializers import (
     TransitionDecisionSerializer,
     TransitionSerializer,
 )
-from config.schema import ERROR_RESPONSES, ErrorSerializer
+from common.schema import ERROR_RESPONSES, ErrorSerializer
 
 _ERRORS = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
 

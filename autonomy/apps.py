@@ -3,4 +3,4 @@ from django.apps import AppConfig
 
 class AutonomyConfig(AppConfig):
     name = "autonomy"
-    verbose_name = "Agents and autonomy"
+    verbose_name = "Autonomy"

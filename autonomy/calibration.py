@@ -2,7 +2,6 @@
 
 from dataclasses import dataclass
 
-
 GAP_EPSILON = 1e-9  # database averages of equal floats can differ in the last bit
 
 

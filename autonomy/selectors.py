@@ -1,43 +1,14 @@
-"""Reads for actions, consult, calibration and autonomy."""
+"""Reads for consult, calibration and autonomy."""
 
 from django.conf import settings
-from django.db.models import Q
-from django.utils import timezone
 
+from actions.models import AutonomyLevel
+from actions.selectors import action_get
+from agents.models import Agent
 from autonomy.calibration import clamp
-from autonomy.models import (
-    Action,
-    Agent,
-    AutonomyLevel,
-    CalibrationRecord,
-    CorrectionRule,
-    CorrectionRuleStatus,
-)
-from config.api import ApplicationError, NotFound
-
-
-def active_rules_q() -> Q:
-    return Q(status=CorrectionRuleStatus.ACTIVE) & (Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
-
-
-def action_get(*, name: str) -> Action:
-    from autonomy.services import _ACTION_RE
-
-    if not isinstance(name, str) or not _ACTION_RE.match(name.strip()):
-        raise ApplicationError("Action names are lowercase dotted identifiers such as 'email.send'.", field="action")
-    action = Action.objects.filter(name=name.strip()).first()
-    if action is None:
-        raise NotFound(f"Action {name} is not in the catalogue.", field="action")
-    return action
-
-
-def agent_get(*, ref) -> Agent:
-    """An agent by id or by name (commands take either)."""
-    ref = str(ref).strip()
-    agent = Agent.objects.filter(pk=int(ref)).first() if ref.isdigit() else Agent.objects.filter(name=ref).first()
-    if agent is None:
-        raise NotFound(f"Agent {ref} not found.", field="agent")
-    return agent
+from autonomy.models import CalibrationRecord
+from feedback.models import CorrectionRule
+from feedback.selectors import active_rules_q
 
 
 def latest_calibration(*, agent_id: int, action_id: int | None) -> CalibrationRecord | None:
@@ -56,7 +27,7 @@ def action_consult(*, agent: Agent, action_name: str, confidence: float) -> dict
     at level 1, when a rule asks for review, or below ``CONSULT_APPROVAL_BELOW``.
     """
     from feedback.models import MistakePattern, PatternStatus
-    from feedback.services import confidence_validate
+    from feedback.services.reviews import confidence_validate
 
     confidence = confidence_validate(confidence)
     action = action_get(name=action_name)
@@ -115,4 +86,3 @@ def calibration_history(*, agent_id: int, action_id: int | None, limit: int = 50
     qs = CalibrationRecord.objects.filter(agent_id=agent_id, ece__isnull=False)
     qs = qs.filter(action_id=action_id) if action_id else qs.filter(action__isnull=True)
     return list(reversed(qs.order_by("-computed_at", "-id")[:limit]))
-

@@ -1,232 +1,26 @@
-"""Writes for agents and API keys."""
+"""Calibration, autonomy evaluation and transitions, and the autonomy cycle."""
 
-from django.db import transaction
+import contextlib
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from config.api import ApplicationError
-from autonomy.models import Agent, ApiKey, Scope, generate_key, hash_key
+from actions.models import Action, AutonomyLevel
+from agents.models import Agent
+from autonomy import calibration as calib
+from autonomy.models import AutonomyTransition, CalibrationRecord, EpisodeEvent, EpisodeStatus, LearningEpisode, TransitionStatus
+from common.api import ApplicationError, Conflict, NotFound
+from feedback.services.rules import correction_rules_create, correction_rules_expire
 
-
-def agent_key_create(*, agent_name: str, scopes: list[str], key_name: str = "default") -> tuple[ApiKey, str]:
-    """Create the agent if needed and a new key for it; return (key, raw key shown once)."""
-    valid = {s.value for s in Scope}
-    unknown = sorted(set(scopes) - valid)
-    if unknown:
-        raise ApplicationError(f"Unknown scope(s): {', '.join(unknown)}. Valid: {', '.join(sorted(valid))}.", field="scopes")
-    if not scopes:
-        raise ApplicationError("At least one scope is needed.", field="scopes")
-    name = agent_name.strip()
-    if not name or len(name) > 100:
-        raise ApplicationError("Agent name must be 1 to 100 characters.", field="name")
-    with transaction.atomic():
-        agent, _ = Agent.objects.get_or_create(name=name)
-        raw, prefix = generate_key()
-        key = ApiKey.objects.create(
-            agent=agent, name=key_name, prefix=prefix, key_hash=hash_key(raw), scopes=sorted(set(scopes))
-        )
-    return key, raw
-
-
-def api_key_revoke(*, key: ApiKey) -> ApiKey:
-    """Revoke a key: refused from now on in this process, within API_KEY_CACHE_S everywhere else."""
-    from autonomy.authentication import verified_keys_forget
-
-    with transaction.atomic():
-        ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
-        key.refresh_from_db()
-        transaction.on_commit(verified_keys_forget)
-    verified_keys_forget()
-    return key
-
-
-# --- out: actions, correction rules, calibration, autonomy transitions, learning cycles (issues 6-7) ---
-
-import contextlib  # noqa: E402
-import logging  # noqa: E402
-import re  # noqa: E402
-from datetime import timedelta  # noqa: E402
-
-from django.conf import settings  # noqa: E402
-from django.db import IntegrityError, connection  # noqa: E402
-from django.db.models import Count, Q  # noqa: E402
-from simple_history.utils import bulk_create_with_history  # noqa: E402
-
-from autonomy import calibration as calib  # noqa: E402
-from autonomy.models import (  # noqa: E402
-    ACTION_NAME_RE,
-    Action,
-    AutonomyLevel,
-    AutonomyTransition,
-    CalibrationRecord,
-    CorrectionRule,
-    CorrectionRuleStatus,
-    EpisodeEvent,
-    EpisodeStatus,
-    LearningEpisode,
-    TransitionStatus,
-)
-from config.api import Conflict, NotFound  # noqa: E402
+# --- calibration --------------------------------------------------------------------
 
 logger = logging.getLogger(__name__)
 
-_ACTION_RE = re.compile(ACTION_NAME_RE)
 LOCK_NAMESPACE_CYCLE = 61002
-
-
-def action_name_validate(name) -> str:
-    if not isinstance(name, str) or not _ACTION_RE.match(name.strip()) or len(name.strip()) > 100:
-        raise ApplicationError(
-            "Action names are lowercase dotted identifiers such as 'email.send' (at most 100 characters).", field="action"
-        )
-    return name.strip()
-
-
-def action_register(*, name: str, description: str = "") -> Action:
-    """The catalogue entry for ``name``; a new name is registered at level 1 (propose only)."""
-    name = action_name_validate(name)
-    with transaction.atomic():
-        action, _ = Action.objects.get_or_create(
-            name=name, defaults={"description": description, "autonomy_level": AutonomyLevel.PROPOSE, "auto_registered": True}
-        )
-    return action
-
-
-def action_create(*, name: str, description: str = "", autonomy_level: int = AutonomyLevel.PROPOSE) -> Action:
-    """Add an action to the catalogue at a chosen starting level (catalogue loading, admin)."""
-    name = action_name_validate(name)
-    if autonomy_level not in AutonomyLevel.values:
-        raise ApplicationError("autonomy_level must be 1, 2 or 3.", field="autonomy_level")
-    with transaction.atomic():
-        if Action.objects.filter(name=name).exists():
-            raise Conflict(f"Action {name} already exists.", field="name")
-        return Action.objects.create(name=name, description=description, autonomy_level=autonomy_level)
-
-
-# --- correction rules ---------------------------------------------------------------
-
-def _rule_precondition(pattern, explanations: list[tuple[str, int]]) -> str:
-    head = f"When {pattern.agent.name} is about to run {pattern.action.name}"
-    what = f"it has made this mistake {pattern.occurrence_count} times ({pattern.category})"
-    if not explanations:
-        return f"{head}: {what}. Ask for review."
-    said = "; ".join(f'"{text}"' + (f" ({n}×)" if n > 1 else "") for text, n in explanations)
-    return f"{head}: {what}. Reviewers said: {said}."
-
-
-def correction_rules_create(*, agent_id: int | None = None, pattern_ids: list[int] | None = None, user=None) -> list[CorrectionRule]:
-    """A rule for every active pattern without one (optionally only ``pattern_ids``); patterns become mitigated.
-
-    The precondition is built from the most common explanations, the correction is
-    the most common corrected action (or ``{"require_review": true}``). Rules are
-    active at once unless ``CORRECTION_RULES_REQUIRE_APPROVAL``; they expire after
-    ``CORRECTION_RULE_EXPIRY_DAYS``. Contributing records are linked to the rule.
-    """
-    from feedback.models import FeedbackRecord, MistakePattern, PatternStatus
-
-    now = timezone.now()
-    with transaction.atomic():
-        qs = (
-            MistakePattern.objects.select_for_update(of=("self",))
-            .select_related("agent", "action")
-            .filter(status=PatternStatus.ACTIVE, correction_rule__isnull=True)
-            .order_by("id")
-        )
-        if agent_id is not None:
-            qs = qs.filter(agent_id=agent_id)
-        if pattern_ids is not None:
-            qs = qs.filter(pk__in=pattern_ids)
-        patterns = list(qs)
-        if not patterns:
-            return []
-        top: dict[int, list[tuple[str, int]]] = {}
-        rows = (
-            FeedbackRecord.objects.filter(pattern_id__in=[p.pk for p in patterns])
-            .exclude(human_explanation="")
-            .values_list("pattern_id", "human_explanation")
-            .annotate(n=Count("id"))
-            .order_by("pattern_id", "-n", "human_explanation")
-        )
-        for pid, text, n in rows:
-            if len(top.setdefault(pid, [])) < 3:
-                top[pid].append((text[:300], n))
-        approval = settings.CORRECTION_RULES_REQUIRE_APPROVAL
-        expires = now + timedelta(days=settings.CORRECTION_RULE_EXPIRY_DAYS) if settings.CORRECTION_RULE_EXPIRY_DAYS > 0 else None
-        rules = [
-            CorrectionRule(
-                agent_id=p.agent_id, action_id=p.action_id, pattern=p,
-                precondition=_rule_precondition(p, top.get(p.pk, [])),
-                correction=p.common_correction if p.common_correction is not None else {"require_review": True},
-                require_review=p.common_correction is None,
-                status=CorrectionRuleStatus.PENDING if approval else CorrectionRuleStatus.ACTIVE,
-                expires_at=expires, created_at=now,
-            )
-            for p in patterns
-        ]
-        rules = bulk_create_with_history(rules, CorrectionRule, default_user=user, default_change_reason="created from pattern")
-        if any(r.pk is None for r in rules):  # older backends: fetch the ids
-            by_pattern = dict(CorrectionRule.objects.filter(pattern__in=patterns).values_list("pattern_id", "id"))
-            for r in rules:
-                r.pk = r.id = by_pattern[r.pattern_id]
-        MistakePattern.objects.filter(pk__in=[p.pk for p in patterns]).update(status=PatternStatus.MITIGATED, updated_at=now)
-        with connection.cursor() as cur:
-            cur.execute(
-                "UPDATE feedback_feedbackrecord fr SET correction_rule_id = r.id FROM autonomy_correctionrule r "
-                "WHERE r.pattern_id = fr.pattern_id AND r.id = ANY(%s)",
-                [[r.pk for r in rules]],
-            )
-    logger.info("created %s correction rule(s)", len(rules))
-    return rules
-
-
-def _rule_locked(rule) -> CorrectionRule:
-    pk = rule.pk if hasattr(rule, "pk") else int(rule)
-    obj = CorrectionRule.objects.select_for_update().filter(pk=pk).first()
-    if obj is None:
-        raise NotFound(f"Correction rule {pk} not found.", field="id")
-    return obj
-
-
-def correction_rule_approve(*, rule, user=None) -> CorrectionRule:
-    with transaction.atomic():
-        obj = _rule_locked(rule)
-        if obj.status != CorrectionRuleStatus.PENDING:
-            raise Conflict(f"Rule {obj.pk} is {obj.status}; only pending rules can be approved.", field="status",
-                           extra={"current_status": obj.status})
-        obj.status, obj.approved_by, obj.approved_at = CorrectionRuleStatus.ACTIVE, user, timezone.now()
-        obj._history_user = user
-        obj.save(update_fields=["status", "approved_by", "approved_at"])
-    return obj
-
-
-def correction_rule_deactivate(*, rule, user=None) -> CorrectionRule:
-    with transaction.atomic():
-        obj = _rule_locked(rule)
-        if obj.status in (CorrectionRuleStatus.INACTIVE, CorrectionRuleStatus.EXPIRED):
-            raise Conflict(f"Rule {obj.pk} is already {obj.status}.", field="status", extra={"current_status": obj.status})
-        obj.status, obj.deactivated_by, obj.deactivated_at = CorrectionRuleStatus.INACTIVE, user, timezone.now()
-        obj._history_user = user
-        obj.save(update_fields=["status", "deactivated_by", "deactivated_at"])
-    return obj
-
-
-def correction_rules_expire(*, agent_id: int | None = None) -> int:
-    """Mark rules past their expiry ``expired`` (with a history row each)."""
-    with transaction.atomic():
-        qs = CorrectionRule.objects.select_for_update().filter(
-            status__in=[CorrectionRuleStatus.ACTIVE, CorrectionRuleStatus.PENDING], expires_at__lte=timezone.now()
-        )
-        if agent_id is not None:
-            qs = qs.filter(agent_id=agent_id)
-        n = 0
-        for rule in qs:
-            rule.status = CorrectionRuleStatus.EXPIRED
-            rule._change_reason = "expired"
-            rule.save(update_fields=["status"])
-            n += 1
-    return n
-
-
-# --- calibration --------------------------------------------------------------------
 
 _CALIBRATION_SQL = """
 WITH s AS (
@@ -262,7 +56,6 @@ def calibration_compute(*, agent_id: int, window_days: int | None = None, episod
     executions (reviewed correct = success; reviewed incorrect = failure;
     unreviewed = its own success flag). The first record returned is the overall one.
     """
-    from autonomy.models import Agent
 
     days = _window(window_days, settings.CALIBRATION_WINDOW_DAYS)
     if not Agent.objects.filter(pk=agent_id).exists():
@@ -376,7 +169,7 @@ def autonomy_evaluate(*, action_ids: list[int] | None = None, window_days: int |
     # UPDATE … RETURNING claims the actions: a parallel cycle gets the rest or nothing.
     with connection.cursor() as cur:
         sql, params = claimed.values("pk").query.sql_with_params()
-        cur.execute(f"UPDATE autonomy_action SET last_evaluated_at = %s WHERE id IN ({sql}) RETURNING id", [now, *params])
+        cur.execute(f"UPDATE actions_action SET last_evaluated_at = %s WHERE id IN ({sql}) RETURNING id", [now, *params])
         ids = sorted(r[0] for r in cur.fetchall())
         if not ids:
             return {"evaluated": [], "proposed": [], "skipped_open": []}
@@ -557,7 +350,6 @@ def learning_cycle_run(*, agent_id: int, trigger: str = "command", force_autonom
 
     Returns None when another worker is running this agent's cycle (advisory lock).
     """
-    from autonomy.models import Agent
 
     if not Agent.objects.filter(pk=agent_id).exists():
         raise NotFound(f"Agent {agent_id} not found.", field="agent")
@@ -580,7 +372,7 @@ def learning_cycle_run(*, agent_id: int, trigger: str = "command", force_autonom
 
 def _learning_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool) -> LearningEpisode:
     from feedback.models import MistakePattern
-    from feedback.services import mistake_patterns_detect
+    from feedback.services.mistakes import mistake_patterns_detect
 
     episode = learning_episode_start(agent_id=agent_id, trigger=trigger)
     log = EpisodeLog(episode, seq=0)

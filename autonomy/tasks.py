@@ -22,7 +22,7 @@ def learning_cycle(agent_id: int, trigger: str = "celery", force_autonomy: bool 
 @shared_task(name="autonomy.tasks.learning_cycle_all", ignore_result=True)
 def learning_cycle_all(trigger: str = "beat") -> int:
     """Queue one cycle per active agent (beat runs this every ``LEARNING_CYCLE_INTERVAL_S``)."""
-    from autonomy.models import Agent
+    from agents.models import Agent
 
     ids = list(Agent.objects.filter(is_active=True).order_by("pk").values_list("pk", flat=True))
     for agent_id in ids:

@@ -8,16 +8,16 @@ CATEGORIES = "ARRAY['recipient','tone','timing']"
 
 
 def make_agents_and_actions(n_agents: int) -> None:
-    from autonomy.models import Action
+    from actions.models import Action
 
     Action.objects.bulk_create([Action(name=f"bench.action_{i:02d}", autonomy_level=1 + i % 3) for i in range(ACTIONS)])
     with connection.cursor() as cur:
         cur.execute(
-            "INSERT INTO autonomy_agent (name, description, is_active, created_at) "
+            "INSERT INTO agents_agent (name, description, is_active, created_at) "
             "SELECT 'bench-agent-' || g, '', true, now() FROM generate_series(1, %s) g",
             [n_agents],
         )
-        cur.execute("SELECT min(id) FROM autonomy_agent WHERE name LIKE 'bench-agent-%%'")
+        cur.execute("SELECT min(id) FROM agents_agent WHERE name LIKE 'bench-agent-%%'")
         return cur.fetchone()[0]
 
 
@@ -36,7 +36,7 @@ def feedback_records(n: int, n_agents: int, first_agent: int, days: int = 25) ->
                    CASE WHEN random() < 0.5 THEN '' ELSE ({CATEGORIES})[1 + floor(random() * 3)::int] END,
                    CASE WHEN random() < 0.3 THEN jsonb_build_object('to', 'user' || floor(random() * 3)::int) END,
                    false, 'api', now() - random() * interval '{days} days'
-              FROM generate_series(0, %(n)s - 1) g, (SELECT min(id) AS first FROM autonomy_action) a
+              FROM generate_series(0, %(n)s - 1) g, (SELECT min(id) AS first FROM actions_action) a
             """,
             {"a0": first_agent, "na": n_agents, "n": n},
         )
@@ -57,7 +57,7 @@ def outcomes(per_agent: int, n_agents: int, first_agent: int, days: int = 25) ->
                         WHEN r < 0.95 THEN 'approved' ELSE 'pending' END,
                    '', '', now() - random() * interval '{days} days'
               FROM (SELECT g, 0.3 + random() * 0.7 AS c, random() AS r FROM generate_series(0, %(n)s - 1) g) s,
-                   (SELECT min(id) AS first FROM autonomy_action) a
+                   (SELECT min(id) AS first FROM actions_action) a
             """,
             {"a0": first_agent, "na": n_agents, "n": half * n_agents},
         )
@@ -70,7 +70,7 @@ def outcomes(per_agent: int, n_agents: int, first_agent: int, days: int = 25) ->
                    CASE WHEN r < 0.3 THEN 'correct' WHEN r < 0.4 THEN 'incorrect' END, '',
                    now() - random() * interval '{days} days'
               FROM (SELECT g, random() AS r FROM generate_series(0, %(n)s - 1) g) s,
-                   (SELECT min(id) AS first FROM autonomy_action) a
+                   (SELECT min(id) AS first FROM actions_action) a
             """,
             {"a0": first_agent, "na": n_agents, "n": (per_agent - half) * n_agents},
         )

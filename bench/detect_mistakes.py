@@ -19,12 +19,12 @@ from _common import fresh_database, record, setup_django, table
 
 setup_django(db_name="bench_detect_mistakes")
 
-from _outcomes_data import feedback_records, make_agents_and_actions  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.utils import timezone  # noqa: E402
+from _outcomes_data import feedback_records, make_agents_and_actions
+from django.db import connection
+from django.utils import timezone
 
-from feedback.models import NEGATIVE_FEEDBACK_TYPES, FeedbackRecord, MistakePattern  # noqa: E402
-from feedback.services import mistake_patterns_detect  # noqa: E402
+from feedback.models import NEGATIVE_FEEDBACK_TYPES, FeedbackRecord, MistakePattern
+from feedback.services.mistakes import mistake_patterns_detect
 
 N_RECORDS = 1_000_000
 N_AGENTS = 1_000

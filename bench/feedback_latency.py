@@ -17,17 +17,16 @@ import json
 import time
 
 import numpy as np
-
 from _common import fresh_database, record, setup_django, start_gunicorn, stop_gunicorn, table
 
 DB = "bench_feedback_latency"
 setup_django(db_name=DB)
 
-from _outcomes_data import feedback_records, make_agents_and_actions  # noqa: E402
+from _outcomes_data import feedback_records, make_agents_and_actions
 
-from autonomy.services import agent_key_create  # noqa: E402
-from feedback import services as svc  # noqa: E402
-from feedback.models import FeedbackRecord, Proposal  # noqa: E402
+from agents.services import agent_key_create
+from feedback.models import FeedbackRecord, Proposal
+from feedback.services.reviews import Reviewer, proposal_create, proposal_reject
 
 N = 1000
 WARMUP = 50
@@ -75,9 +74,9 @@ def main():
     # the service alone, in-process
     service_ms = []
     for i in range(300):
-        p = svc.proposal_create(agent=agent_key.agent, action="email.send", proposed_action={"to": "x"}, reasoning={"confidence": 0.5})
+        p = proposal_create(agent=agent_key.agent, action="email.send", proposed_action={"to": "x"}, reasoning={"confidence": 0.5})
         started = time.perf_counter()
-        svc.proposal_reject(proposal=p, reviewer=svc.Reviewer(source="command"), notes="wrong recipient")
+        proposal_reject(proposal=p, reviewer=Reviewer(source="command"), notes="wrong recipient")
         service_ms.append((time.perf_counter() - started) * 1000)
     lat = np.array(latencies)
     p50, p95, p99 = (float(np.percentile(lat, q)) for q in (50, 95, 99))

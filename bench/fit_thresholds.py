@@ -26,14 +26,13 @@ Prints the fitted values for config/settings.py RESOLUTION_PROFILES.
 import random
 
 import numpy as np
-
 from _common import setup_django, table
 
 setup_django()
 
-from learning import datasets  # noqa: E402
-from learning.embeddings import get_embedder  # noqa: E402
-from learning.text import normalize_phrase  # noqa: E402
+from common.text import normalize_phrase
+from embeddings.embedders import get_embedder
+from learning import datasets
 
 
 def embed(texts):

@@ -23,15 +23,17 @@ from _common import fresh_database, record, setup_django, table
 
 setup_django(db_name="bench_import_coverage")
 
-from learning import datasets  # noqa: E402
-from learning.catalogue import VerbEntry  # noqa: E402
-from learning.embeddings import current_model_name  # noqa: E402
-from learning.importing import parse  # noqa: E402
-from learning.models import LearnedPhrase  # noqa: E402
-from learning.resolution import resolve  # noqa: E402
-from learning.services import phrases_import, verb_catalogue_load  # noqa: E402
-from learning.text import normalize_phrase  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm
+
+from common.text import normalize_phrase
+from embeddings.embedders import current_model_name
+from learning import datasets
+from learning.catalogue import VerbEntry
+from learning.importing import parse
+from learning.models import LearnedPhrase
+from learning.resolution import resolve
+from learning.services.catalogue import verb_catalogue_load
+from learning.services.imports import phrases_import
 
 SEED = 3
 SAMPLE = 50

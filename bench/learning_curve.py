@@ -5,8 +5,8 @@ Start: the demo catalogue (77 verbs, 5 training phrases each, fixed seed, as
 shuffled order, through the REST API (Django test client, one agent key, one
 simulated end user), as users would react:
 
-* resolved right            -> accept: POST /api/v1/feedback/confirmation (the agent ran the verb, the user kept it)
-* resolved wrong            -> POST /api/v1/feedback/correction
+* resolved right            -> accept: POST /api/v1/resolutions/confirm (the agent ran the verb, the user kept it)
+* resolved wrong            -> POST /api/v1/resolutions/correct
 * ambiguous, right offered  -> POST /api/v1/disambiguations/{id}/select
 * ambiguous, not offered    -> POST .../abandon (typed_new_input) + correction (wrong verb: the top option)
 * no match                  -> nothing can be sent (the correction needs the verb that was wrong)
@@ -50,27 +50,27 @@ from collections import Counter
 os.environ.setdefault("EMBEDDING_CACHE_SIZE", "200000")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
-from _common import ROOT, fresh_database, record, setup_django, table  # noqa: E402
+from _common import ROOT, fresh_database, record, setup_django, table
 
 setup_django(db_name="bench_learning_curve")
 
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor
 
-from django.conf import settings  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.db.models import Q  # noqa: E402
-from rest_framework.test import APIClient  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from django.conf import settings
+from django.db import connection
+from django.db.models import Q
+from rest_framework.test import APIClient
+from tqdm import tqdm
 
-from autonomy.models import Scope  # noqa: E402
-from autonomy.services import agent_key_create  # noqa: E402
-from learning import datasets  # noqa: E402
-from learning.embeddings import get_embedder  # noqa: E402
-from learning.management.commands.demo import banking_entries  # noqa: E402
-from learning.models import LearnedPhrase  # noqa: E402
-from learning.resolution import resolve  # noqa: E402
-from learning.services import verb_catalogue_load  # noqa: E402
-from learning.text import normalize_phrase  # noqa: E402
+from agents.models import Scope
+from agents.services import agent_key_create
+from common.text import normalize_phrase
+from embeddings.embedders import get_embedder
+from learning import datasets
+from learning.management.commands.demo import banking_entries
+from learning.models import LearnedPhrase
+from learning.resolution import resolve
+from learning.services.catalogue import verb_catalogue_load
 
 USER = "bench-user"
 SEED = 2024
@@ -155,10 +155,10 @@ def interact(client, ex, stats: Counter) -> None:
     if r["outcome"] == "resolved":
         if r["verb"] == ex.verb:
             stats["accepted"] += 1
-            _post(client, "/api/v1/feedback/confirmation", {"text": ex.text[:500], "verb": ex.verb, "user_id": USER}, ok=(200, 409))
+            _post(client, "/api/v1/resolutions/confirm", {"text": ex.text[:500], "verb": ex.verb, "user_id": USER}, ok=(200, 409))
         else:
             stats["corrected"] += 1
-            _post(client, "/api/v1/feedback/correction", {**correction, "wrong_verb": r["verb"]}, ok=(200, 409))
+            _post(client, "/api/v1/resolutions/correct", {**correction, "wrong_verb": r["verb"]}, ok=(200, 409))
     elif r["outcome"] == "ambiguous":
         offered = [o["verb"] for o in r["options"]]
         if ex.verb in offered:
@@ -167,7 +167,7 @@ def interact(client, ex, stats: Counter) -> None:
         else:
             stats["abandoned+corrected"] += 1
             _post(client, f"/api/v1/disambiguations/{r['request_id']}/abandon", {"reason": "typed_new_input"})
-            _post(client, "/api/v1/feedback/correction", {**correction, "wrong_verb": offered[0]}, ok=(200, 409))
+            _post(client, "/api/v1/resolutions/correct", {**correction, "wrong_verb": offered[0]}, ok=(200, 409))
     else:
         stats["no_match"] += 1
 
@@ -196,7 +196,7 @@ def run(mode: str, stream, test, static_results: list[str]) -> tuple[list[dict],
 
 def fitted_point(test) -> dict:
     """Fit threshold and margin on the stream's gold labels (clicks, corrections), activate, measure the test set, retire."""
-    from feedback.services import resolution_profile_activate, resolution_profile_fit, resolution_profile_retire
+    from learning.services.profiles import resolution_profile_activate, resolution_profile_fit, resolution_profile_retire
 
     configure("full")
     row = resolution_profile_fit()

@@ -30,11 +30,12 @@ from _common import ROOT, fresh_database, record, setup_django, table
 DB = "bench_learning_cycle"
 setup_django(db_name=DB)
 
-from _outcomes_data import make_agents_and_actions, outcomes  # noqa: E402
-from django.db import connection  # noqa: E402
+from _outcomes_data import make_agents_and_actions, outcomes
+from django.db import connection
 
-from autonomy.models import Action, LearningEpisode  # noqa: E402
-from autonomy.services import learning_cycle_run  # noqa: E402
+from actions.models import Action
+from autonomy.models import LearningEpisode
+from autonomy.services import learning_cycle_run
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 N_AGENTS = 1000

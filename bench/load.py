@@ -23,7 +23,6 @@ import time
 from collections import defaultdict
 
 import numpy as np
-
 from _common import ROOT, fresh_database, record, setup_django, table
 
 DB = "bench_load"
@@ -83,7 +82,7 @@ def client(port: int, key: str, reviewer_key: str, n: int, seed: int, texts: lis
                 call("select", "POST", f"/api/v1/disambiguations/{request_id}/select", {"selected_verb": rng.choice(options)})
             else:
                 wrong, right = rng.sample(verbs, 2)
-                call("correction", "POST", "/api/v1/feedback/correction",
+                call("correction", "POST", "/api/v1/resolutions/correct",
                      {"text": text, "wrong_verb": wrong, "correct_verb": right, "user_id": user})
         elif roll < 0.95:
             if rng.random() < 0.5:
@@ -113,11 +112,11 @@ def client(port: int, key: str, reviewer_key: str, n: int, seed: int, texts: lis
 
 def main():
     setup_django(db_name=DB)
-    from autonomy.models import Scope
-    from autonomy.services import agent_key_create
+    from agents.models import Scope
+    from agents.services import agent_key_create
     from learning import datasets
     from learning.management.commands.demo import banking_entries
-    from learning.services import verb_catalogue_load
+    from learning.services.catalogue import verb_catalogue_load
 
     fresh_database()
     entries = banking_entries()

@@ -22,22 +22,21 @@ import random
 import time
 
 import numpy as np
-
 from _common import fresh_database, record, setup_django, table
 
 setup_django(db_name="bench_memory_dedupe")
 
-from django.conf import settings  # noqa: E402
-from django.db import connection  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from django.conf import settings
+from django.db import connection
+from tqdm import tqdm
 
-from learning import datasets  # noqa: E402
-from learning.embeddings import get_embedder  # noqa: E402
-from learning.memory_dedupe import MERGE, NEW_VERSION, SKIP, decide, semantic_duplicate_threshold  # noqa: E402
-from learning.memory_extraction import derive_topic  # noqa: E402
-from learning.memory_selectors import memory_neighbours  # noqa: E402
-from learning.simhash import simhash, to_hex  # noqa: E402
-from learning.text import text_hash  # noqa: E402
+from common.text import text_hash
+from embeddings.embedders import get_embedder
+from learning import datasets
+from memories.dedupe import MERGE, NEW_VERSION, SKIP, decide, semantic_duplicate_threshold
+from memories.extraction import derive_topic
+from memories.selectors import memory_neighbours
+from memories.simhash import simhash, to_hex
 
 PAIRS_EACH = 1000
 TYPE = "pattern"
@@ -62,7 +61,7 @@ def make_pairs(rng: random.Random) -> list[tuple[str, str, bool]]:
 
 def insert_firsts(pairs, vectors: dict[str, np.ndarray], model: str) -> None:
     with connection.cursor() as cur, cur.connection.cursor().copy(
-        "COPY learning_memory (namespace, user_id, memory_type, topic, tags, content, status, confidence, hits, streak, "
+        "COPY memories_memory (namespace, user_id, memory_type, topic, tags, content, status, confidence, hits, streak, "
         "version, simhash, content_sha256, source_session_id, source_message_id, metadata, status_reason, "
         "status_changed_by, created_at, updated_at, embedding, embedding_model, embedding_hash) FROM STDIN"
     ) as copy:
@@ -73,7 +72,7 @@ def insert_firsts(pairs, vectors: dict[str, np.ndarray], model: str) -> None:
                 text_hash(a), "", "", "{}", "", "", "now", "now", "[" + ",".join(f"{x:.6f}" for x in vec) + "]", model, text_hash(a),
             ])
     with connection.cursor() as cur:
-        cur.execute("ANALYZE learning_memory")
+        cur.execute("ANALYZE memories_memory")
 
 
 def prf(decisions, labels):

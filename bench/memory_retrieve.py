@@ -22,23 +22,22 @@ import random
 import time
 
 import numpy as np
-
 from _common import fresh_database, record, setup_django, start_gunicorn, stop_gunicorn, table
 
 DB = "bench_memory_retrieve"
 setup_django(db_name=DB)
 
-from django.conf import settings  # noqa: E402
-from django.db import connection, transaction  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from django.conf import settings
+from django.db import connection, transaction
+from tqdm import tqdm
 
-from autonomy.services import agent_key_create  # noqa: E402
-from learning import datasets  # noqa: E402
-from learning.embeddings import get_embedder  # noqa: E402
-from learning.memory_extraction import derive_topic  # noqa: E402
-from learning.memory_selectors import memory_semantic_candidates  # noqa: E402
-from learning.simhash import simhash_hex  # noqa: E402
-from learning.text import text_hash  # noqa: E402
+from agents.services import agent_key_create
+from common.text import text_hash
+from embeddings.embedders import get_embedder
+from learning import datasets
+from memories.extraction import derive_topic
+from memories.selectors import memory_semantic_candidates
+from memories.simhash import simhash_hex
 
 USERS = 1000
 PER_USER = 100
@@ -65,7 +64,7 @@ def load_memories(texts: list[str], vectors: np.ndarray, model: str, rng: random
     now = time.time()
     with connection.cursor() as cur, tqdm(total=USERS * PER_USER, desc="memories", unit="row") as bar:
         with cur.connection.cursor().copy(
-            "COPY learning_memory (namespace, user_id, memory_type, topic, tags, content, status, confidence, hits, streak, "
+            "COPY memories_memory (namespace, user_id, memory_type, topic, tags, content, status, confidence, hits, streak, "
             "version, simhash, content_sha256, source_session_id, source_message_id, metadata, status_reason, "
             "status_changed_by, created_at, updated_at, embedding, embedding_model, embedding_hash) FROM STDIN"
         ) as copy:
@@ -85,7 +84,7 @@ def load_memories(texts: list[str], vectors: np.ndarray, model: str, rng: random
     with connection.cursor() as cur:
         cur.execute("SET maintenance_work_mem = '512MB'")
         cur.execute(indexdef)
-        cur.execute("ANALYZE learning_memory")
+        cur.execute("ANALYZE memories_memory")
     print(f"HNSW index rebuilt in {time.perf_counter() - started:.1f} s")
 
 
@@ -111,7 +110,7 @@ def http_latencies(port: int, key: str, queries: list[str], users: list[str]) ->
 
 def raw_pgvector_ms(vectors, users) -> list[float]:
     sql = (
-        "SELECT id, embedding <=> %s::vector AS d FROM learning_memory WHERE user_id = %s AND namespace = 'learning' "
+        "SELECT id, embedding <=> %s::vector AS d FROM memories_memory WHERE user_id = %s AND namespace = 'learning' "
         "AND status = 'candidate' AND embedding_model = %s ORDER BY d LIMIT 6"
     )
     model = get_embedder().model_name
@@ -146,7 +145,7 @@ def index_quality(vectors, users, *, force_hnsw: bool = False, iterative: str = 
             exact = set()
             for status in ("verified", "candidate"):
                 cur.execute(
-                    "SELECT id FROM learning_memory WHERE user_id = %s AND status = %s ORDER BY embedding <=> %s::vector, id LIMIT %s",
+                    "SELECT id FROM memories_memory WHERE user_id = %s AND status = %s ORDER BY embedding <=> %s::vector, id LIMIT %s",
                     [user, status, literal(vec), k],
                 )
                 exact.update(r[0] for r in cur.fetchall())
@@ -199,7 +198,7 @@ def main():
     chars = [len(b["block"]) for b in bodies]
     degraded = sum(1 for b in bodies if b["degraded"])
     with connection.cursor() as cur:
-        cur.execute("SELECT count(*), count(DISTINCT user_id) FROM learning_memory")
+        cur.execute("SELECT count(*), count(DISTINCT user_id) FROM memories_memory")
         total, distinct_users = cur.fetchone()
 
     rows = [

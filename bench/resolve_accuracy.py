@@ -17,12 +17,13 @@ from _common import fresh_database, record, setup_django, table
 
 setup_django(db_name="bench_resolve_accuracy")
 
-from learning import datasets  # noqa: E402
-from learning.management.commands.demo import banking_entries  # noqa: E402
-from learning.resolution import resolve  # noqa: E402
-from learning.services import verb_catalogue_load  # noqa: E402
-from learning.text import normalize_phrase  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm
+
+from common.text import normalize_phrase
+from learning import datasets
+from learning.management.commands.demo import banking_entries
+from learning.resolution import resolve
+from learning.services.catalogue import verb_catalogue_load
 
 
 def main():

@@ -18,22 +18,21 @@ import random
 import time
 
 import numpy as np
-
 from _common import fresh_database, record, setup_django, start_gunicorn, stop_gunicorn, table
 
 DB = "bench_resolve_latency"
 setup_django(db_name=DB)
 
-from django.db import connection  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from django.db import connection
+from tqdm import tqdm
 
-from autonomy.services import agent_key_create  # noqa: E402
-from learning import datasets  # noqa: E402
-from learning.embeddings import get_embedder  # noqa: E402
-from learning.management.commands.demo import banking_entries  # noqa: E402
-from learning.models import Verb  # noqa: E402
-from learning.services import verb_catalogue_load  # noqa: E402
-from learning.text import normalize_phrase, text_hash  # noqa: E402
+from agents.services import agent_key_create
+from common.text import normalize_phrase, text_hash
+from embeddings.embedders import get_embedder
+from learning import datasets
+from learning.management.commands.demo import banking_entries
+from learning.models import Verb
+from learning.services.catalogue import verb_catalogue_load
 
 QUERIES = 400
 WARMUP = 20

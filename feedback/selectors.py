@@ -1,83 +1,13 @@
-"""Reads for the feedback app."""
+"""Reads for proposals, executions, feedback records, mistake patterns and correction rules."""
 
-# --- Disambiguation feedback loop (issue 4, dis) ---------------------------------
+from django.db.models import Q
+from django.utils import timezone
 
-from collections import defaultdict
-
-from django.db import connection
-from django.db.models import Count, Q, Sum
-from pgvector.django import CosineDistance
-
-from feedback.models import DisambiguationRequest, LearningSignal, PhraseEvidence
+from common.api import NotFound
+from feedback.models import CorrectionRuleStatus, Execution, FeedbackRecord, MistakePattern, Proposal
 
 
-def verb_evidence_balance(evidence: list[tuple[str, float, float]], *, verbs: list[str], similarity: float) -> dict[str, float]:
-    """Per verb, the user's feedback evidence near the query: weighted negative minus positive.
-
-    ``evidence`` is (verb, cosine to the query, negative - positive) for the evidence rows of this
-    scope nearest the query (learning.selectors.tier_rows reads them in the resolver's one query).
-    A row at cosine ``s >= similarity`` weighs ``(s - similarity) / (1 - similarity)``. Above 0 the verb
-    was turned down near here (the resolver lowers it); below 0 the user chose it near here.
-    """
-    wanted = set(verbs)
-    net: dict[str, float] = defaultdict(float)
-    span = max(1.0 - similarity, 1e-6)
-    for verb, cosine, balance in evidence:
-        if verb in wanted and cosine >= similarity:
-            net[verb] += min(1.0, (cosine - similarity) / span) * balance
-    return dict(net)
-
-
-def disambiguation_outcomes_per_verb() -> list[dict]:
-    """Per verb offered as an option: how many requests showed it, and the shares selected (it / another), abandoned, expired, open."""
-    sql = f"""
-        SELECT o->>'verb' AS verb, COUNT(*) AS shown,
-               COUNT(*) FILTER (WHERE r.status = 'selected' AND r.selected_verb = o->>'verb') AS chosen,
-               COUNT(*) FILTER (WHERE r.status = 'selected') AS selected,
-               COUNT(*) FILTER (WHERE r.status = 'abandoned') AS abandoned,
-               COUNT(*) FILTER (WHERE r.status = 'expired') AS expired,
-               COUNT(*) FILTER (WHERE r.status = 'open') AS open
-        FROM {DisambiguationRequest._meta.db_table} r, jsonb_array_elements(r.options) o
-        GROUP BY 1 ORDER BY shown DESC, verb
-    """
-    with connection.cursor() as cur:
-        cur.execute(sql)
-        cols = [c[0] for c in cur.description]
-        rows = [dict(zip(cols, r)) for r in cur.fetchall()]
-    for r in rows:
-        for key in ("chosen", "selected", "abandoned", "expired", "open"):
-            r[f"{key}_pct"] = round(100.0 * r[key] / r["shown"], 1) if r["shown"] else 0.0
-    return rows
-
-
-def signals_per_phrase(*, search: str = "", limit: int = 200) -> list[dict]:
-    """Signals grouped by (phrase, user, verb): positive and negative counts and confidence sums."""
-    qs = LearningSignal.objects.all()
-    if search:
-        qs = qs.filter(normalized__icontains=search.casefold())
-    return list(
-        qs.values("normalized", "user_id", "verb")
-        .annotate(
-            positive=Count("id", filter=Q(is_negative=False)),
-            negative=Count("id", filter=Q(is_negative=True)),
-            positive_confidence=Sum("confidence", filter=Q(is_negative=False)),
-            negative_confidence=Sum("confidence", filter=Q(is_negative=True)),
-        )
-        .order_by("normalized", "user_id", "verb")[:limit]
-    )
-
-
-# --- out: proposals, executions, feedback records, mistake patterns (issues 6-7) ---
-# Every read is scoped to the calling agent: another agent's objects are simply not found (404).
-
-from config.api import NotFound as _OutNotFound  # noqa: E402
-from feedback.models import Execution as _OutExecution  # noqa: E402
-from feedback.models import FeedbackRecord as _OutFeedbackRecord  # noqa: E402
-from feedback.models import MistakePattern as _OutMistakePattern  # noqa: E402
-from feedback.models import Proposal as _OutProposal  # noqa: E402
-
-
-def _out_filter(qs, filters: dict, allowed: dict):
+def _filter(qs, filters: dict, allowed: dict):
     for key, lookup in allowed.items():
         value = filters.get(key)
         if value not in (None, ""):
@@ -85,120 +15,39 @@ def _out_filter(qs, filters: dict, allowed: dict):
     return qs
 
 
-def proposal_get(*, agent, pk: int) -> _OutProposal:
-    obj = _OutProposal.objects.select_related("action").filter(agent=agent, pk=pk).first()
+def proposal_get(*, agent, pk: int) -> Proposal:
+    obj = Proposal.objects.select_related("action").filter(agent=agent, pk=pk).first()
     if obj is None:
-        raise _OutNotFound(f"Proposal {pk} not found.", field="id")
+        raise NotFound(f"Proposal {pk} not found.", field="id")
     return obj
 
 
 def proposal_list(*, agent, filters: dict):
-    qs = _OutProposal.objects.select_related("action").filter(agent=agent)
-    return _out_filter(qs, filters, {"action": "action__name", "status": "status"})
+    qs = Proposal.objects.select_related("action").filter(agent=agent)
+    return _filter(qs, filters, {"action": "action__name", "status": "status"})
 
 
-def execution_get(*, agent, pk: int) -> _OutExecution:
-    obj = _OutExecution.objects.select_related("action").filter(agent=agent, pk=pk).first()
+def execution_get(*, agent, pk: int) -> Execution:
+    obj = Execution.objects.select_related("action").filter(agent=agent, pk=pk).first()
     if obj is None:
-        raise _OutNotFound(f"Execution {pk} not found.", field="id")
+        raise NotFound(f"Execution {pk} not found.", field="id")
     return obj
 
 
 def execution_list(*, agent, filters: dict):
-    qs = _OutExecution.objects.select_related("action").filter(agent=agent)
-    return _out_filter(qs, filters, {"action": "action__name", "status": "review_outcome"})
+    qs = Execution.objects.select_related("action").filter(agent=agent)
+    return _filter(qs, filters, {"action": "action__name", "status": "review_outcome"})
 
 
 def feedback_record_list(*, agent, filters: dict):
-    qs = _OutFeedbackRecord.objects.select_related("action").filter(agent=agent)
-    return _out_filter(qs, filters, {"action": "action__name", "feedback_type": "feedback_type", "status": "pattern__status"})
+    qs = FeedbackRecord.objects.select_related("action").filter(agent=agent)
+    return _filter(qs, filters, {"action": "action__name", "feedback_type": "feedback_type", "status": "pattern__status"})
 
 
 def mistake_pattern_list(*, agent, filters: dict):
-    qs = _OutMistakePattern.objects.select_related("action").filter(agent=agent)
-    return _out_filter(qs, filters, {"action": "action__name", "feedback_type": "category", "status": "status"})
+    qs = MistakePattern.objects.select_related("action").filter(agent=agent)
+    return _filter(qs, filters, {"action": "action__name", "feedback_type": "category", "status": "status"})
 
 
-# --- Disambiguation feedback loop (issue 4, dis): gold labels and fitted profiles -------
-
-import time as _time  # noqa: E402
-
-from feedback.models import FittedResolutionProfile  # noqa: E402
-
-_ACTIVE_PROFILE_TTL_S = 10.0
-_active_profile_cache: dict[str, tuple[float, dict]] = {}
-
-
-def active_profile_values(model_name: str) -> dict:
-    """{resolve_threshold, margin} of the active fitted profile for the model ({} if none); cached for a few seconds."""
-    now = _time.monotonic()
-    hit = _active_profile_cache.get(model_name)
-    if hit and hit[0] > now:
-        return hit[1]
-    row = (
-        FittedResolutionProfile.objects.filter(embedding_model=model_name, status=FittedResolutionProfile.Status.ACTIVE)
-        .values("resolve_threshold", "margin")
-        .first()
-    )
-    values = dict(row) if row else {}
-    _active_profile_cache[model_name] = (now + _ACTIVE_PROFILE_TTL_S, values)
-    return values
-
-
-def active_profile_cache_clear() -> None:
-    _active_profile_cache.clear()
-
-
-def gold_labels(*, limit: int) -> list[tuple[str, str | None, str]]:
-    """(normalized text, user_id, right verb): the users' clicks and corrections, newest first, one per (text, user)."""
-    from learning.models import LearnedPhrase
-
-    seen: dict[tuple[str, str | None], str] = {}
-    clicks = (
-        DisambiguationRequest.objects.filter(status=DisambiguationRequest.Status.SELECTED)
-        .order_by("-answered_at")
-        .values_list("normalized", "user_id", "selected_verb")[:limit]
-    )
-    corrections = (
-        LearnedPhrase.objects.filter(source="correction", user_id__isnull=False)
-        .order_by("-updated_at")
-        .values_list("normalized", "user_id", "verb__name")[:limit]
-    )
-    for normalized, user_id, verb in list(clicks) + list(corrections):
-        seen.setdefault((normalized, user_id), verb)
-    return [(n, u, v) for (n, u), v in list(seen.items())[:limit]]
-
-
-def leave_one_out_scores(
-    *, normalized: str, user_id: str | None, vector, model: str, p: dict, k_learned: int = 20, k_catalogue: int = 30
-) -> list[tuple[str, float]]:
-    """Per-verb scores from the semantic tiers, scored as the resolver scores them
-    (learning.resolution.verb_anchor_scores), without the text's own learned rows."""
-    from learning.models import LearnedPhrase, VerbPhrase
-    from learning.resolution import anchor_trust, unseen_bound, verb_anchor_scores
-    from learning.selectors import scope_q
-
-    learned = list(
-        LearnedPhrase.objects.filter(scope_q(user_id), is_active=True, verb__is_active=True, embedding_model=model)
-        .exclude(normalized=normalized)
-        .annotate(distance=CosineDistance("embedding", vector))
-        .order_by("distance")
-        .values_list("verb__name", "distance", "confidence")[:k_learned]
-    )
-    catalogue = list(
-        VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model)
-        .annotate(distance=CosineDistance("embedding", vector))
-        .order_by("distance")
-        .values_list("verb__name", "distance")[:k_catalogue]
-    )
-    anchors: dict[str, list[tuple[float, str, str]]] = {}
-    for verb, distance, confidence in learned:
-        if 1.0 - distance >= p["learned_threshold"]:
-            anchors.setdefault(verb, []).append(((1.0 - distance) * anchor_trust(confidence), "", ""))
-    for verb, distance in catalogue:
-        if 1.0 - distance >= p["min_score"]:
-            anchors.setdefault(verb, []).append((1.0 - distance, "", ""))
-    unseen = unseen_bound(([1.0 - r[1] for r in learned], k_learned), ([1.0 - r[1] for r in catalogue], k_catalogue))
-    scored = verb_anchor_scores(anchors, weights=p["anchor_weights"], unseen=unseen)
-    best = {verb: score for verb, (score, _, _) in scored.items()}
-    return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))
+def active_rules_q() -> Q:
+    return Q(status=CorrectionRuleStatus.ACTIVE) & (Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))

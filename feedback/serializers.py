@@ -1,51 +1,13 @@
-"""Serializers of the feedback API (validation and answer shapes only)."""
+"""Serializers of the feedback API."""
 
-# --- Disambiguation feedback loop (issue 4, dis) ---------------------------------
+from django.core.validators import RegexValidator
+from rest_framework import serializers
 
-from rest_framework import serializers  # noqa: E402
-
-from feedback.models import AbandonEvent, DisambiguationRequest  # noqa: E402
-from learning.serializers import UserIdField  # noqa: E402
-
-
-class DisambiguationSelectSerializer(serializers.Serializer):
-    selected_verb = serializers.CharField(max_length=120)
-    args = serializers.DictField(required=False, default=dict, help_text="Arguments for the verb, passed back as given")
-    user_id = UserIdField(required=False, allow_null=True, help_text="If given, must be the user the options were shown to")
-
-
-class DisambiguationAbandonSerializer(serializers.Serializer):
-    reason = serializers.ChoiceField(choices=AbandonEvent.Reason.choices)
-    user_id = UserIdField(required=False, allow_null=True, help_text="If given, must be the user the options were shown to")
-
-
-class DisambiguationAnswerSerializer(serializers.Serializer):
-    request_id = serializers.UUIDField()
-    status = serializers.ChoiceField(choices=DisambiguationRequest.Status.choices)
-    selected_verb = serializers.CharField(allow_null=True)
-    args = serializers.DictField(required=False)
-    reason = serializers.CharField(required=False)
-
-
-class DisambiguationConflictSerializer(serializers.Serializer):
-    detail = serializers.CharField()
-    code = serializers.CharField()
-    fields = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
-    status = serializers.CharField()
-    selected_verb = serializers.CharField(allow_null=True)
-
-
-# --- out: proposals, executions, outcomes, corrections, feedback records, patterns (issues 6-7) ---
-
-from feedback.models import FeedbackType as _OutFeedbackType  # noqa: E402
-from feedback.models import ReviewOutcome as _OutReviewOutcome  # noqa: E402
-
-from autonomy.models import ACTION_NAME_RE as _OUT_ACTION_RE  # noqa: E402
-
-from django.core.validators import RegexValidator as _OutRegexValidator  # noqa: E402
+from actions.models import ACTION_NAME_RE as _OUT_ACTION_RE
+from feedback.models import FeedbackType, ReviewOutcome
 
 _ACTION_HELP = "A lowercase dotted identifier such as email.send"
-_NO_NUL = _OutRegexValidator(r"^[^\x00]*$", "Must not contain NUL characters.")
+_NO_NUL = RegexValidator(r"^[^\x00]*$", "Must not contain NUL characters.")
 
 
 def _text(**kwargs):
@@ -127,7 +89,7 @@ class ExecutionSerializer(serializers.Serializer):
 
 
 class ExecutionReviewSerializer(ReviewSerializer):
-    outcome = serializers.ChoiceField(choices=_OutReviewOutcome.choices)
+    outcome = serializers.ChoiceField(choices=ReviewOutcome.choices)
     corrected_action = serializers.DictField(required=False, allow_null=True, default=None)
 
 
@@ -140,7 +102,7 @@ class OutcomeSerializer(serializers.Serializer):
     mistake_category = _text(required=False, allow_blank=True, default="", max_length=60)
 
 
-class ManualCorrectionSerializer(serializers.Serializer):
+class OverrideSerializer(serializers.Serializer):
     action = _action_field()
     original_action = serializers.DictField()
     corrected_action = serializers.DictField()
@@ -155,7 +117,7 @@ class ManualCorrectionSerializer(serializers.Serializer):
 class FeedbackRecordSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     action = serializers.CharField(source="action.name")
-    feedback_type = serializers.CharField(help_text=", ".join(_OutFeedbackType.values))
+    feedback_type = serializers.CharField(help_text=", ".join(FeedbackType.values))
     proposal = serializers.IntegerField(source="proposal_id", allow_null=True)
     execution = serializers.IntegerField(source="execution_id", allow_null=True)
     original_action = serializers.JSONField(allow_null=True)

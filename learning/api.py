@@ -1,14 +1,53 @@
-"""Learning API: resolve what a user typed."""
+"""The learning API: resolve, answers to ambiguous resolutions, corrections and confirmations, and
+governance of what is learned (candidates, stats, import, blocklist). Thin: validate, call a service, shape the answer."""
 
-from drf_spectacular.utils import extend_schema
+from django.conf import settings
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from autonomy.authentication import ScopePermission
-from config.schema import ERROR_RESPONSES
-from feedback.services import disambiguation_record
+from agents.authentication import ScopePermission
+from common.api import ApplicationError, error_response
+from common.schema import ERROR_RESPONSES, ErrorSerializer
+from learning import selectors
+from learning.importing import ImportFormatError, check_size, parse
 from learning.resolution import resolve
-from learning.serializers import ResolveRequestSerializer, ResolveResponseSerializer
+from learning.serializers import (
+    BlockCreateSerializer,
+    BlockSerializer,
+    CandidateApproveSerializer,
+    CandidateListQuerySerializer,
+    CandidatePageSerializer,
+    CandidateRejectSerializer,
+    ConfirmationResultSerializer,
+    ConfirmationSerializer,
+    CorrectionResultSerializer,
+    CorrectionSerializer,
+    DisambiguationAbandonSerializer,
+    DisambiguationAnswerSerializer,
+    DisambiguationConflictSerializer,
+    DisambiguationSelectSerializer,
+    ImportRequestSerializer,
+    ImportResultSerializer,
+    LearningCandidateSerializer,
+    ResolveRequestSerializer,
+    ResolveResponseSerializer,
+    StatsQuerySerializer,
+    StatsSerializer,
+)
+from learning.services.blocks import phrase_block_add, phrase_block_delete, phrase_block_expire
+from learning.services.candidates import candidate_approve, candidate_get, candidate_reject
+from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
+from learning.services.disambiguations import disambiguation_abandon, disambiguation_record, disambiguation_select
+from learning.services.imports import phrases_import
+
+"""Learning API: resolve what a user typed."""
+
+
 
 
 class ResolveApi(APIView):
@@ -29,3 +68,237 @@ class ResolveApi(APIView):
         for key in ("text", "user_id", "model"):
             body.pop(key)
         return Response(body)
+
+
+_REQUEST_ID = OpenApiParameter("request_id", str, OpenApiParameter.PATH, description="The request_id of an ambiguous resolve answer")
+_DISAMBIGUATION_ERRORS = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: DisambiguationConflictSerializer}
+
+
+def selection_answer(row) -> dict:
+    return {"request_id": str(row.request_id), "status": row.status, "selected_verb": row.selected_verb, "args": row.selected_args}
+
+
+def abandon_answer(row) -> dict:
+    return {"request_id": str(row.request_id), "status": row.status, "selected_verb": None, "reason": row.abandon_event.reason}
+
+
+class DisambiguationSelectApi(APIView):
+    """The user picked one of the options: answers the verb to run and learns from the choice."""
+
+    permission_classes = [ScopePermission]
+    required_scopes = ["feedback"]
+
+    @extend_schema(
+        parameters=[_REQUEST_ID], request=DisambiguationSelectSerializer,
+        responses={200: DisambiguationAnswerSerializer, **_DISAMBIGUATION_ERRORS},
+    )
+    def post(self, request, request_id):
+        serializer = DisambiguationSelectSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        row = disambiguation_select(
+            request_id=request_id, selected_verb=data["selected_verb"], args=data.get("args"),
+            agent_id=request.user.pk, user_id=data.get("user_id"),
+        )
+        return Response(selection_answer(row))
+
+
+class DisambiguationAbandonApi(APIView):
+    """The user left the options unanswered (typed something else, closed the session, timed out)."""
+
+    permission_classes = [ScopePermission]
+    required_scopes = ["feedback"]
+
+    @extend_schema(
+        parameters=[_REQUEST_ID], request=DisambiguationAbandonSerializer,
+        responses={200: DisambiguationAnswerSerializer, **_DISAMBIGUATION_ERRORS},
+    )
+    def post(self, request, request_id):
+        serializer = DisambiguationAbandonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        row = disambiguation_abandon(
+            request_id=request_id, reason=serializer.validated_data["reason"], agent_id=request.user.pk,
+            user_id=serializer.validated_data.get("user_id"),
+        )
+        return Response(abandon_answer(row))
+
+
+"""Learning-governance API (issue 3): review candidates, stats, blocklist, corrections, bulk import.
+
+Thin views: validate, call a service or selector, shape the answer. Reviewing, blocking and importing
+need the ``governance`` scope; corrections are feedback (``feedback`` scope).
+"""
+
+
+
+ERRORS_404_409 = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
+
+
+class GovernanceApi(APIView):
+    permission_classes = [ScopePermission]
+    required_scopes = ["governance"]
+
+
+class CandidatePagination(LimitOffsetPagination):
+    default_limit = 50
+    max_limit = 200
+
+
+class CandidateListApi(GovernanceApi):
+    """Learning candidates, pending first, then by occurrences and recency."""
+
+    @extend_schema(parameters=[CandidateListQuerySerializer], responses={200: CandidatePageSerializer, **ERROR_RESPONSES})
+    def get(self, request):
+        query = CandidateListQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        qs = selectors.candidate_list(
+            status=q.get("status"), candidate_type=q.get("type"), min_occurrences=q.get("min_occurrences"),
+            risk_level=q.get("risk_level"), user_id=q.get("user_id"),
+        ).select_related("reviewed_by", "reviewed_by_agent")
+        paginator = CandidatePagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response(LearningCandidateSerializer(page, many=True).data)
+
+
+class CandidateApproveApi(GovernanceApi):
+    """Approve a candidate; with ``apply_immediately`` (default) write the learned phrase or alias now."""
+
+    @extend_schema(request=CandidateApproveSerializer, responses={200: LearningCandidateSerializer, **ERRORS_404_409})
+    def post(self, request, candidate_id: int):
+        body = CandidateApproveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        candidate = candidate_get(candidate_id=candidate_id)
+        done = candidate_approve(
+            candidate=candidate, apply_immediately=body.validated_data["apply_immediately"], agent=request.user
+        )
+        return Response(LearningCandidateSerializer(done).data)
+
+
+class CandidateRejectApi(GovernanceApi):
+    """Reject a candidate with a reason; optionally blocklist its phrase for the suggested verb."""
+
+    @extend_schema(request=CandidateRejectSerializer, responses={200: LearningCandidateSerializer, **ERRORS_404_409})
+    def post(self, request, candidate_id: int):
+        body = CandidateRejectSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        candidate = candidate_get(candidate_id=candidate_id)
+        done = candidate_reject(candidate=candidate, agent=request.user, **body.validated_data)
+        return Response(LearningCandidateSerializer(done).data)
+
+
+class LearningStatsApi(GovernanceApi):
+    """Candidates by status within the time range, active learnings, top pending phrases."""
+
+    @extend_schema(parameters=[StatsQuerySerializer], responses={200: StatsSerializer, **ERROR_RESPONSES})
+    def get(self, request):
+        query = StatsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(StatsSerializer(selectors.learning_stats(**query.validated_data)).data)
+
+
+class BlockCreateApi(GovernanceApi):
+    """Block a verb for a phrase and its paraphrases, globally or for one user, optionally for a while."""
+
+    @extend_schema(request=BlockCreateSerializer, responses={201: BlockSerializer, **ERROR_RESPONSES})
+    def post(self, request):
+        body = BlockCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        expires_in = d.get("expires_in")
+        block = phrase_block_add(
+            phrase=d["phrase"], verb_name=d["verb"], reason=d["reason"],
+            user_id=d.get("user_id") if d["scope"] == "user" else None,
+            expires_at=timezone.now() + expires_in if expires_in else None,
+            source=f"api:{request.user.name}"[:40],
+        )
+        return Response(BlockSerializer(block).data, status=status.HTTP_201_CREATED)
+
+
+class BlockDetailApi(GovernanceApi):
+    """Delete a blocklist entry."""
+
+    @extend_schema(request=None, responses={204: None, **ERRORS_404_409})
+    def delete(self, request, block_id: int):
+        phrase_block_delete(block_id=block_id, agent=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class BlockExpireApi(GovernanceApi):
+    """Expire a blocklist entry now (it stays, expired, until ``purge_expired_blocks``)."""
+
+    @extend_schema(request=None, responses={200: BlockSerializer, **ERRORS_404_409})
+    def post(self, request, block_id: int):
+        return Response(BlockSerializer(phrase_block_expire(block_id=block_id, agent=request.user)).data)
+
+
+class ResolutionCorrectApi(APIView):
+    """The agent resolved ``text`` to ``wrong_verb`` but the user meant ``correct_verb``."""
+
+    permission_classes = [ScopePermission]
+    required_scopes = ["feedback"]
+
+    @extend_schema(request=CorrectionSerializer, responses={200: CorrectionResultSerializer, **ERRORS_404_409})
+    def post(self, request):
+        body = CorrectionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        result = phrase_correction_apply(
+            text=d["text"], wrong_verb=d["wrong_verb"], correct_verb=d["correct_verb"], user_id=d.get("user_id")
+        )
+        return Response(CorrectionResultSerializer(result).data)
+
+
+class ResolutionConfirmApi(APIView):
+    """The agent resolved ``text`` to ``verb``, ran it, and the user accepted it: the user's phrase is learned."""
+
+    permission_classes = [ScopePermission]
+    required_scopes = ["feedback"]
+
+    @extend_schema(request=ConfirmationSerializer, responses={200: ConfirmationResultSerializer, **ERRORS_404_409})
+    def post(self, request):
+        body = ConfirmationSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        result = phrase_confirmation_apply(text=d["text"], verb=d["verb"], user_id=d["user_id"])
+        return Response(ConfirmationResultSerializer(result).data)
+
+
+class PhraseImportApi(GovernanceApi):
+    """Import learned phrases (YAML, JSON or CSV; inline ``content`` or an uploaded ``file``): all or nothing."""
+
+    parser_classes = [JSONParser, MultiPartParser, FormParser]
+
+    @extend_schema(
+        request={"application/json": ImportRequestSerializer, "multipart/form-data": ImportRequestSerializer},
+        responses={200: ImportResultSerializer, 413: ErrorSerializer, **ERROR_RESPONSES},
+    )
+    def post(self, request):
+        limit = settings.LEARNING_IMPORT_MAX_BYTES
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > limit + 64 * 1024:  # refuse before reading the body (allowance for the JSON/multipart envelope)
+            return error_response(
+                413, f"The import is {length} bytes; the limit is {limit} bytes.", "too_large",
+                {"content": [f"At most {limit} bytes."]},
+            )
+        body = ImportRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        d = body.validated_data
+        field = "file" if d.get("file") else "content"
+        try:
+            if d.get("file"):
+                check_size(d["file"].size)
+                content = d["file"].read()
+            else:
+                content = d["content"]
+            rows = parse(content, d["format"])
+        except ImportFormatError as exc:
+            raise ApplicationError(str(exc), field=field, code="import_unreadable") from None
+        result = phrases_import(
+            rows=rows, user_id=d.get("user_id") if d["scope"] == "user" else None, dry_run=d["dry_run"],
+            source=f"import:{request.user.name}"[:40],
+        )
+        return Response(ImportResultSerializer(result).data)

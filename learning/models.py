@@ -1,4 +1,6 @@
-"""Verbs, learned phrases, entity aliases and the phrase blocklist.
+"""The verb catalogue, learned phrases, entity aliases, the phrase blocklist, learning candidates, and the
+questions the resolver asks (disambiguation requests), the signals their answers give, phrase evidence and
+fitted resolution profiles.
 
 Every text that is matched semantically carries its vector, the model that
 made it and the hash of the text it was made from, so a model or text change
@@ -7,51 +9,18 @@ is detected (``stale``) and re-embedded by ``backfill_embeddings``.
 """
 
 from django.conf import settings
-from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
-from pgvector.django import HnswIndex, VectorField
 from simple_history.models import HistoricalRecords
 
-from learning.embeddings import DIMENSION
+from common.history import history_user
+from common.validators import user_id_validator
+from embeddings.models import Embedded, hnsw_index
 
 VERB_NAME_RE = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
 verb_name_validator = RegexValidator(VERB_NAME_RE, "Use a dotted lowercase name such as cbu.create.")
-USER_ID_RE = r"^[A-Za-z0-9][A-Za-z0-9_.:@\-]{0,127}$"
-user_id_validator = RegexValidator(USER_ID_RE, "Use 1-128 letters, digits or _ . : @ -, starting with a letter or digit.")
 
-
-class Embedded(models.Model):
-    """A row whose text has a vector."""
-
-    embedding = VectorField(dimensions=DIMENSION, null=True, blank=True)
-    embedding_model = models.CharField(max_length=100, blank=True, default="")
-    embedding_hash = models.CharField(max_length=64, blank=True, default="", help_text="SHA-256 of the embedded text")
-
-    #: The field holding the text the vector is computed from.
-    embedded_field = "normalized"
-
-    class Meta:
-        abstract = True
-
-    @property
-    def embedding_text(self) -> str:
-        return getattr(self, self.embedded_field)
-
-    @property
-    def has_embedding(self) -> bool:
-        return self.embedding is not None
-
-
-def hnsw_index(name: str) -> HnswIndex:
-    return HnswIndex(name=name, fields=["embedding"], m=16, ef_construction=64, opclasses=["vector_cosine_ops"])
-
-
-def history_user(request=None, **kwargs):
-    """The Django user behind a change for the audit history; agents calling the API (not users) record none."""
-    user = getattr(request, "user", None)
-    return user if isinstance(user, AbstractBaseUser) and user.is_authenticated else None
 
 
 class Verb(models.Model):
@@ -230,7 +199,7 @@ class LearningCandidate(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="reviewed_candidates"
     )
     reviewed_by_agent = models.ForeignKey(
-        "autonomy.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="reviewed_candidates",
+        "agents.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="reviewed_candidates",
         help_text="The agent whose governance key decided through the API",
     )
     reviewed_at = models.DateTimeField(null=True, blank=True)
@@ -264,5 +233,179 @@ class LearningCandidate(models.Model):
         return f"{self.input_pattern} → {self.suggested_output} ({scope}, {self.status})"
 
 
-# --- Memories (issue 5, mem): defined in learning/memory_models.py, imported so Django registers them.
-from learning import memory_models as _memory_models  # noqa: E402,F401
+
+
+
+class DisambiguationRequest(models.Model):
+    """One ``ambiguous`` answer of the resolver: the options a user was shown and what became of them."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "open"
+        SELECTED = "selected", "selected"
+        ABANDONED = "abandoned", "abandoned"
+        EXPIRED = "expired", "expired"
+
+    class Channel(models.TextChoices):
+        API = "api", "API"
+        CONSOLE = "console", "console"
+
+    request_id = models.UUIDField(unique=True, editable=False)
+    agent = models.ForeignKey(
+        "agents.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="disambiguations",
+        help_text="The agent whose key asked; empty for the console",
+    )
+    channel = models.CharField(max_length=10, choices=Channel.choices, default=Channel.API)
+    user_id = models.CharField(max_length=128, null=True, blank=True, validators=[user_id_validator], db_index=True)
+    text = models.CharField(max_length=2000)
+    normalized = models.CharField(max_length=2000)
+    domain = models.CharField(max_length=60, blank=True, default="")
+    options = models.JSONField(default=list, help_text="[{verb, display_name, example, score}] as shown")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    selected_verb = models.CharField(max_length=120, blank=True, default="")
+    selected_args = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    processed_at = models.DateTimeField(null=True, blank=True, help_text="When its signals were learned from")
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "created_at"], name="disamb_status_created")]
+
+    def __str__(self):
+        return f"{self.text!r} ({self.status})"
+
+    @property
+    def option_verbs(self) -> list[str]:
+        return [o["verb"] for o in self.options]
+
+
+class AbandonEvent(models.Model):
+    """A user walked away from the options: typed something else, closed the session, or let it time out."""
+
+    class Reason(models.TextChoices):
+        TYPED_NEW_INPUT = "typed_new_input", "typed new input"
+        CLOSED_SESSION = "closed_session", "closed session"
+        TIMEOUT = "timeout", "timeout"
+
+    request = models.OneToOneField(DisambiguationRequest, on_delete=models.CASCADE, related_name="abandon_event")
+    reason = models.CharField(max_length=20, choices=Reason.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return f"{self.request_id}: {self.reason}"
+
+
+class LearningSignal(models.Model):
+    """Evidence from one disambiguation: a (phrase, verb) pair, positive or negative, with a confidence."""
+
+    class Outcome(models.TextChoices):
+        SELECTED_ALT = "selected_alt", "selected alternative"
+        GENERATED_VARIANT = "generated_variant", "generated variant"
+        REJECTED_ALT = "rejected_alt", "rejected alternative"
+        ABANDONED = "abandoned", "abandoned"
+
+    class Source(models.TextChoices):
+        USER_DISAMBIGUATION = "user_disambiguation", "user disambiguation"
+        GENERATED_VARIANT = "generated_variant", "generated variant"
+        USER_ABANDONMENT = "user_abandonment", "user abandonment"
+
+    class Result(models.TextChoices):
+        PENDING = "", "pending"
+        PROMOTED = "promoted", "promoted to a learned phrase"
+        ACCUMULATED = "accumulated", "accumulated in a candidate"
+        EVIDENCE = "evidence", "negative evidence"
+        IGNORED = "ignored", "below the accumulate threshold"
+
+    request = models.ForeignKey(DisambiguationRequest, on_delete=models.CASCADE, related_name="signals")
+    user_id = models.CharField(max_length=128, null=True, blank=True, validators=[user_id_validator])
+    phrase = models.CharField(max_length=2000)
+    normalized = models.CharField(max_length=2000, db_index=True)
+    verb = models.CharField(max_length=120, db_index=True)
+    outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    source = models.CharField(max_length=20, choices=Source.choices)
+    is_negative = models.BooleanField(default=False)
+    confidence = models.FloatField()
+    rejected_alternatives = models.JSONField(default=list, blank=True)
+    result = models.CharField(max_length=12, choices=Result.choices, blank=True, default="")
+    candidate_id = models.BigIntegerField(null=True, blank=True, help_text="The learning candidate it fed, if any")
+    created_at = models.DateTimeField(auto_now_add=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["request", "normalized", "verb", "outcome"], name="signal_once_per_request"),
+            models.CheckConstraint(condition=Q(confidence__gte=0.0) & Q(confidence__lte=1.0), name="signal_confidence_0_1"),
+        ]
+
+    def __str__(self):
+        sign = "✗" if self.is_negative else "→"
+        return f"{self.phrase} {sign} {self.verb} ({self.confidence:.2f})"
+
+
+class PhraseEvidence(Embedded):
+    """Aggregated evidence for one (phrase, verb) pair in one user's scope; the resolver reads it near the query."""
+
+    user_id = models.CharField(max_length=128, null=True, blank=True, validators=[user_id_validator])
+    phrase = models.CharField(max_length=2000)
+    normalized = models.CharField(max_length=2000)
+    verb = models.CharField(max_length=120)
+    negative = models.FloatField(default=0.0, help_text="Sum of negative signal confidences")
+    positive = models.FloatField(default=0.0, help_text="Sum of positive signal confidences")
+    signal_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "phrase evidence"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["normalized", "verb", "user_id"], name="phraseevidence_unique_per_scope", nulls_distinct=False
+            )
+        ]
+        indexes = [hnsw_index("phraseevidence_embedding_hnsw"), models.Index(fields=["user_id"], name="phraseevidence_user")]
+
+    def __str__(self):
+        return f"{self.phrase} / {self.verb}: -{self.negative:.2f} +{self.positive:.2f}"
+
+    @property
+    def net(self) -> float:
+        return self.negative - self.positive
+
+
+
+
+class FittedResolutionProfile(models.Model):
+    """Resolve threshold and margin fitted on gold labels (clicks, corrections); live only once a reviewer activates it."""
+
+    class Status(models.TextChoices):
+        PROPOSED = "proposed", "proposed"
+        ACTIVE = "active", "active"
+        RETIRED = "retired", "retired"
+
+    embedding_model = models.CharField(max_length=100)
+    resolve_threshold = models.FloatField()
+    margin = models.FloatField()
+    max_wrong_pct = models.FloatField(help_text="The fit keeps wrong auto-resolutions on the training share at or under this")
+    gold_count = models.PositiveIntegerField()
+    train_count = models.PositiveIntegerField()
+    held_out_count = models.PositiveIntegerField()
+    baseline = models.JSONField(default=dict, help_text="The profile in force when fitted: {resolve_threshold, margin}")
+    held_out_current = models.JSONField(default=dict, help_text="correct/wrong/asked % on the held-out share with the profile in force")
+    held_out_fitted = models.JSONField(default=dict, help_text="correct/wrong/asked % on the held-out share with the fitted values")
+    train_fitted = models.JSONField(default=dict)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PROPOSED)
+    created_at = models.DateTimeField(auto_now_add=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    activated_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="activated_resolution_profiles"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["embedding_model"], condition=Q(status="active"), name="fittedprofile_one_active_per_model")
+        ]
+
+    def __str__(self):
+        return f"{self.embedding_model}: threshold {self.resolve_threshold:.2f}, margin {self.margin:.2f} ({self.status})"

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from django.conf import settings
 
+from common.text import normalize_phrase
+from embeddings.embedders import EmbeddingError, current_model_name, get_embedder
 from learning import selectors
-from learning.embeddings import EmbeddingError, current_model_name, get_embedder
-from learning.text import normalize_phrase
 
 logger = logging.getLogger(__name__)
 
@@ -282,7 +282,7 @@ def _apply_feedback_penalties(candidates: list[Candidate], evidence) -> set[str]
     (net positive evidence within FEEDBACK_DECIDE_SIMILARITY): the only ones a penalty may let resolve."""
     if not evidence or not candidates or not settings.RESOLVE_USE_FEEDBACK_PENALTY:
         return None
-    from feedback.selectors import verb_evidence_balance
+    from learning.selectors import verb_evidence_balance
 
     verbs = [c.verb for c in candidates]
     balance = verb_evidence_balance(evidence, verbs=verbs, similarity=settings.FEEDBACK_EVIDENCE_SIMILARITY)
@@ -300,6 +300,6 @@ def _apply_feedback_penalties(candidates: list[Candidate], evidence) -> set[str]
 
 def _fitted_profile_values(model_name: str) -> dict:
     """Threshold and margin of the fitted profile a reviewer activated for this model (cached briefly; {} if none)."""
-    from feedback.selectors import active_profile_values
+    from learning.selectors import active_profile_values
 
     return active_profile_values(model_name)

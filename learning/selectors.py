@@ -1,4 +1,5 @@
-"""Reads for the learning app: catalogue, learned phrases, blocklist, vector searches.
+"""Reads for the learning app: catalogue, learned phrases, blocklist, vector searches, candidates,
+disambiguations, evidence and fitted profiles.
 
 Vector searches order by pgvector's cosine distance so the HNSW index is used;
 connections run with ``hnsw.iterative_scan`` so user and domain filters never
@@ -6,16 +7,30 @@ starve a search of results.
 """
 
 import time
+import time as _time
+from collections import defaultdict
 from dataclasses import dataclass
+from datetime import timedelta
 
 import numpy as np
 from django.conf import settings
 from django.db import connection
-from django.db.models import CharField, F, Func, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from learning.models import EntityAlias, LearnedPhrase, PhraseBlock, Verb, VerbPhrase
+from learning.models import (
+    DisambiguationRequest,
+    EntityAlias,
+    FittedResolutionProfile,
+    LearnedPhrase,
+    LearningCandidate,
+    LearningSignal,
+    PhraseBlock,
+    PhraseEvidence,
+    Verb,
+    VerbPhrase,
+)
 
 
 @dataclass(frozen=True)
@@ -207,39 +222,6 @@ def verb_details_forget() -> None:
     _VERB_DETAILS.clear()
 
 
-class Sha256Hex(Func):
-    """PostgreSQL's built-in sha256 as hex (no pgcrypto needed)."""
-
-    template = "ENCODE(SHA256(CONVERT_TO(%(expressions)s, 'UTF8')), 'hex')"
-    output_field = CharField()
-
-
-def embedding_rows_needing_work(model, *, current_model: str) -> QuerySet:
-    """Rows whose vector is missing, made by another model, or made from other text."""
-    return (
-        model.objects.annotate(current_hash=Sha256Hex(model.embedded_field))
-        .filter(Q(embedding__isnull=True) | ~Q(embedding_model=current_model) | ~Q(embedding_hash=F("current_hash")))
-        .order_by("pk")
-    )
-
-
-EMBEDDED_MODELS = [VerbPhrase, LearnedPhrase, EntityAlias, PhraseBlock]
-
-
-# --- Disambiguation feedback loop (issue 4, dis) ---------------------------------
-from feedback.models import PhraseEvidence  # noqa: E402
-
-EMBEDDED_MODELS.append(PhraseEvidence)
-
-
-# --- Learning governance (issue 3, gov) -----------------------------------------
-
-from datetime import timedelta  # noqa: E402
-
-from django.db.models import Count  # noqa: E402
-
-from learning.models import LearningCandidate  # noqa: E402
-
 STATS_RANGES = {"day": timedelta(days=1), "week": timedelta(weeks=1), "month": timedelta(days=30), "all": None}
 
 
@@ -332,7 +314,136 @@ def import_existing(*, normalized: list[str], user_id: str | None) -> dict[str, 
     return {row.normalized: row for row in qs.only("pk", "normalized", "verb_id", "is_active", "confidence", "embedding_model")}
 
 
-# --- Memories (issue 5, mem): memories are embedded rows too.
-from learning.memory_models import Memory  # noqa: E402
+def verb_evidence_balance(evidence: list[tuple[str, float, float]], *, verbs: list[str], similarity: float) -> dict[str, float]:
+    """Per verb, the user's feedback evidence near the query: weighted negative minus positive.
 
-EMBEDDED_MODELS.append(Memory)
+    ``evidence`` is (verb, cosine to the query, negative - positive) for the evidence rows of this
+    scope nearest the query (learning.selectors.tier_rows reads them in the resolver's one query).
+    A row at cosine ``s >= similarity`` weighs ``(s - similarity) / (1 - similarity)``. Above 0 the verb
+    was turned down near here (the resolver lowers it); below 0 the user chose it near here.
+    """
+    wanted = set(verbs)
+    net: dict[str, float] = defaultdict(float)
+    span = max(1.0 - similarity, 1e-6)
+    for verb, cosine, balance in evidence:
+        if verb in wanted and cosine >= similarity:
+            net[verb] += min(1.0, (cosine - similarity) / span) * balance
+    return dict(net)
+
+
+def disambiguation_outcomes_per_verb() -> list[dict]:
+    """Per verb offered as an option: how many requests showed it, and the shares selected (it / another), abandoned, expired, open."""
+    sql = f"""
+        SELECT o->>'verb' AS verb, COUNT(*) AS shown,
+               COUNT(*) FILTER (WHERE r.status = 'selected' AND r.selected_verb = o->>'verb') AS chosen,
+               COUNT(*) FILTER (WHERE r.status = 'selected') AS selected,
+               COUNT(*) FILTER (WHERE r.status = 'abandoned') AS abandoned,
+               COUNT(*) FILTER (WHERE r.status = 'expired') AS expired,
+               COUNT(*) FILTER (WHERE r.status = 'open') AS open
+        FROM {DisambiguationRequest._meta.db_table} r, jsonb_array_elements(r.options) o
+        GROUP BY 1 ORDER BY shown DESC, verb
+    """
+    with connection.cursor() as cur:
+        cur.execute(sql)
+        cols = [c[0] for c in cur.description]
+        rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+    for r in rows:
+        for key in ("chosen", "selected", "abandoned", "expired", "open"):
+            r[f"{key}_pct"] = round(100.0 * r[key] / r["shown"], 1) if r["shown"] else 0.0
+    return rows
+
+
+def signals_per_phrase(*, search: str = "", limit: int = 200) -> list[dict]:
+    """Signals grouped by (phrase, user, verb): positive and negative counts and confidence sums."""
+    qs = LearningSignal.objects.all()
+    if search:
+        qs = qs.filter(normalized__icontains=search.casefold())
+    return list(
+        qs.values("normalized", "user_id", "verb")
+        .annotate(
+            positive=Count("id", filter=Q(is_negative=False)),
+            negative=Count("id", filter=Q(is_negative=True)),
+            positive_confidence=Sum("confidence", filter=Q(is_negative=False)),
+            negative_confidence=Sum("confidence", filter=Q(is_negative=True)),
+        )
+        .order_by("normalized", "user_id", "verb")[:limit]
+    )
+
+
+_ACTIVE_PROFILE_TTL_S = 10.0
+_active_profile_cache: dict[str, tuple[float, dict]] = {}
+
+
+def active_profile_values(model_name: str) -> dict:
+    """{resolve_threshold, margin} of the active fitted profile for the model ({} if none); cached for a few seconds."""
+    now = _time.monotonic()
+    hit = _active_profile_cache.get(model_name)
+    if hit and hit[0] > now:
+        return hit[1]
+    row = (
+        FittedResolutionProfile.objects.filter(embedding_model=model_name, status=FittedResolutionProfile.Status.ACTIVE)
+        .values("resolve_threshold", "margin")
+        .first()
+    )
+    values = dict(row) if row else {}
+    _active_profile_cache[model_name] = (now + _ACTIVE_PROFILE_TTL_S, values)
+    return values
+
+
+def active_profile_cache_clear() -> None:
+    _active_profile_cache.clear()
+
+
+def gold_labels(*, limit: int) -> list[tuple[str, str | None, str]]:
+    """(normalized text, user_id, right verb): the users' clicks and corrections, newest first, one per (text, user)."""
+    from learning.models import LearnedPhrase
+
+    seen: dict[tuple[str, str | None], str] = {}
+    clicks = (
+        DisambiguationRequest.objects.filter(status=DisambiguationRequest.Status.SELECTED)
+        .order_by("-answered_at")
+        .values_list("normalized", "user_id", "selected_verb")[:limit]
+    )
+    corrections = (
+        LearnedPhrase.objects.filter(source="correction", user_id__isnull=False)
+        .order_by("-updated_at")
+        .values_list("normalized", "user_id", "verb__name")[:limit]
+    )
+    for normalized, user_id, verb in list(clicks) + list(corrections):
+        seen.setdefault((normalized, user_id), verb)
+    return [(n, u, v) for (n, u), v in list(seen.items())[:limit]]
+
+
+def leave_one_out_scores(
+    *, normalized: str, user_id: str | None, vector, model: str, p: dict, k_learned: int = 20, k_catalogue: int = 30
+) -> list[tuple[str, float]]:
+    """Per-verb scores from the semantic tiers, scored as the resolver scores them
+    (learning.resolution.verb_anchor_scores), without the text's own learned rows."""
+    from learning.models import LearnedPhrase, VerbPhrase
+    from learning.resolution import anchor_trust, unseen_bound, verb_anchor_scores
+    from learning.selectors import scope_q
+
+    learned = list(
+        LearnedPhrase.objects.filter(scope_q(user_id), is_active=True, verb__is_active=True, embedding_model=model)
+        .exclude(normalized=normalized)
+        .annotate(distance=CosineDistance("embedding", vector))
+        .order_by("distance")
+        .values_list("verb__name", "distance", "confidence")[:k_learned]
+    )
+    catalogue = list(
+        VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model)
+        .annotate(distance=CosineDistance("embedding", vector))
+        .order_by("distance")
+        .values_list("verb__name", "distance")[:k_catalogue]
+    )
+    anchors: dict[str, list[tuple[float, str, str]]] = {}
+    for verb, distance, confidence in learned:
+        if 1.0 - distance >= p["learned_threshold"]:
+            anchors.setdefault(verb, []).append(((1.0 - distance) * anchor_trust(confidence), "", ""))
+    for verb, distance in catalogue:
+        if 1.0 - distance >= p["min_score"]:
+            anchors.setdefault(verb, []).append((1.0 - distance, "", ""))
+    unseen = unseen_bound(([1.0 - r[1] for r in learned], k_learned), ([1.0 - r[1] for r in catalogue], k_catalogue))
+    scored = verb_anchor_scores(anchors, weights=p["anchor_weights"], unseen=unseen)
+    best = {verb: score for verb, (score, _, _) in scored.items()}
+    return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))

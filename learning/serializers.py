@@ -1,8 +1,16 @@
+"""Serializers of the learning API."""
+
+import re
+from datetime import timedelta
+
 from django.conf import settings
 from rest_framework import serializers
 
+from common.validators import USER_ID_RE
 from learning import selectors
-from learning.models import USER_ID_RE
+from learning.importing import FORMATS
+from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, PhraseBlock
+from learning.selectors import STATS_RANGES
 
 
 class UserIdField(serializers.RegexField):
@@ -52,3 +60,244 @@ class ResolveResponseSerializer(serializers.Serializer):
     options = OptionSerializer(many=True, required=False, help_text="Present when the outcome is ambiguous.")
     degraded = serializers.BooleanField()
     degraded_reason = serializers.CharField(allow_blank=True, required=False)
+
+
+class DisambiguationSelectSerializer(serializers.Serializer):
+    selected_verb = serializers.CharField(max_length=120)
+    args = serializers.DictField(required=False, default=dict, help_text="Arguments for the verb, passed back as given")
+    user_id = UserIdField(required=False, allow_null=True, help_text="If given, must be the user the options were shown to")
+
+
+class DisambiguationAbandonSerializer(serializers.Serializer):
+    reason = serializers.ChoiceField(choices=AbandonEvent.Reason.choices)
+    user_id = UserIdField(required=False, allow_null=True, help_text="If given, must be the user the options were shown to")
+
+
+class DisambiguationAnswerSerializer(serializers.Serializer):
+    request_id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=DisambiguationRequest.Status.choices)
+    selected_verb = serializers.CharField(allow_null=True)
+    args = serializers.DictField(required=False)
+    reason = serializers.CharField(required=False)
+
+
+class DisambiguationConflictSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    code = serializers.CharField()
+    fields = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
+    status = serializers.CharField()
+    selected_verb = serializers.CharField(allow_null=True)
+
+
+"""Serializers of the learning-governance API (issue 3): candidates, stats, blocklist, corrections, imports."""
+
+
+
+
+EXPIRY_RE = re.compile(r"^(\d{1,6})([mhdw])$")
+EXPIRY_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+MAX_EXPIRY = timedelta(days=3650)
+
+
+def parse_expiry(value: str) -> timedelta:
+    """``30d``, ``1w``, ``24h``, ``90m`` → timedelta. Raises ValueError for anything else (``30x``, ``-1d``, ``0d``)."""
+    match = EXPIRY_RE.match(value.strip().lower())
+    if not match:
+        raise ValueError(f"Invalid expiry {value!r}: use a positive number and a unit m, h, d or w, such as 30d, 1w or 24h.")
+    delta = timedelta(**{EXPIRY_UNITS[match.group(2)]: int(match.group(1))})
+    if delta <= timedelta(0):
+        raise ValueError(f"Invalid expiry {value!r}: it must be longer than zero.")
+    if delta > MAX_EXPIRY:
+        raise ValueError(f"Invalid expiry {value!r}: at most 3650 days; omit it for a permanent block.")
+    return delta
+
+
+class ExpiryField(serializers.CharField):
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        try:
+            return parse_expiry(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+
+class QuerySerializer(serializers.Serializer):
+    """Query parameters: a parameter given empty (``?status=``) is an error, not "not given"."""
+
+    def validate(self, attrs):
+        blank = {name: ["This parameter may not be empty."] for name in self.fields if self.initial_data.get(name, None) == ""}
+        if blank:
+            raise serializers.ValidationError(blank)
+        return attrs
+
+
+class CandidateListQuerySerializer(QuerySerializer):
+    status = serializers.ChoiceField(choices=LearningCandidate.Status.choices, required=False)
+    type = serializers.ChoiceField(choices=LearningCandidate.Type.choices, required=False)
+    risk_level = serializers.ChoiceField(choices=LearningCandidate.Risk.choices, required=False)
+    min_occurrences = serializers.IntegerField(required=False, min_value=1)
+    user_id = UserIdField(required=False)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=200)
+    offset = serializers.IntegerField(required=False, min_value=0)
+
+
+class LearningCandidateSerializer(serializers.ModelSerializer):
+    type = serializers.CharField(source="candidate_type")
+    reviewed_by = serializers.CharField(source="reviewed_by.get_username", allow_null=True, default=None)
+    reviewed_by_agent = serializers.CharField(source="reviewed_by_agent.name", allow_null=True, default=None)
+
+    class Meta:
+        model = LearningCandidate
+        fields = [
+            "id", "type", "input_pattern", "normalized", "suggested_output", "previous_output", "occurrence_count",
+            "confidence", "source", "risk_level", "rejected_alternatives", "user_id", "status", "explanation",
+            "review_reason", "reviewed_by", "reviewed_by_agent", "reviewed_at", "created_at", "last_seen_at",
+        ]
+        read_only_fields = fields
+
+
+class CandidatePageSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    next = serializers.CharField(allow_null=True)
+    previous = serializers.CharField(allow_null=True)
+    results = LearningCandidateSerializer(many=True)
+
+
+class CandidateApproveSerializer(serializers.Serializer):
+    apply_immediately = serializers.BooleanField(default=True)
+
+
+class CandidateRejectSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+    add_to_blocklist = serializers.BooleanField(default=False)
+
+
+class StatsQuerySerializer(QuerySerializer):
+    time_range = serializers.ChoiceField(choices=list(STATS_RANGES), default="week")
+
+
+class TopPendingSerializer(serializers.ModelSerializer):
+    type = serializers.CharField(source="candidate_type")
+
+    class Meta:
+        model = LearningCandidate
+        fields = ["id", "type", "input_pattern", "suggested_output", "user_id", "occurrence_count", "confidence"]
+
+
+class StatsSerializer(serializers.Serializer):
+    time_range = serializers.CharField()
+    since = serializers.DateTimeField(allow_null=True)
+    candidates_by_status = serializers.DictField(child=serializers.IntegerField())
+    candidates_total = serializers.IntegerField()
+    active_learned_phrases = serializers.IntegerField()
+    active_aliases = serializers.IntegerField()
+    active_blocklist_entries = serializers.IntegerField()
+    top_pending = TopPendingSerializer(many=True)
+
+
+class BlockCreateSerializer(serializers.Serializer):
+    phrase = serializers.CharField(max_length=500)
+    verb = serializers.CharField(max_length=120)
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+    scope = serializers.ChoiceField(choices=["global", "user"], default="global")
+    user_id = UserIdField(required=False, allow_null=True)
+    expires_in = ExpiryField(required=False, allow_null=True, help_text="How long the block lasts: 30d, 1w, 24h, 90m. Omit for a permanent block.")
+
+    def validate(self, attrs):
+        if attrs["scope"] == "user" and not attrs.get("user_id"):
+            raise serializers.ValidationError({"user_id": "A user-scoped block needs a user_id."})
+        if attrs["scope"] == "global" and attrs.get("user_id"):
+            raise serializers.ValidationError({"user_id": "A global block takes no user_id; use scope 'user'."})
+        return attrs
+
+
+class BlockSerializer(serializers.ModelSerializer):
+    verb = serializers.CharField(source="verb.name")
+    scope = serializers.SerializerMethodField()
+    embedded = serializers.SerializerMethodField()
+
+    class Meta:
+        model = PhraseBlock
+        fields = ["id", "phrase", "normalized", "verb", "scope", "user_id", "reason", "source", "expires_at", "created_at", "embedded"]
+
+    def get_scope(self, obj) -> str:
+        return "user" if obj.user_id else "global"
+
+    def get_embedded(self, obj) -> bool:
+        return obj.embedding is not None
+
+
+class CorrectionSerializer(serializers.Serializer):
+    text = serializers.CharField(max_length=500)
+    wrong_verb = serializers.CharField(max_length=120)
+    correct_verb = serializers.CharField(max_length=120)
+    user_id = UserIdField(required=False, allow_null=True)
+
+
+class PhraseStateSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    phrase = serializers.CharField()
+    verb = serializers.CharField()
+    user_id = serializers.CharField(allow_null=True)
+    confidence = serializers.FloatField()
+    occurrence_count = serializers.IntegerField()
+
+
+class CorrectionResultSerializer(serializers.Serializer):
+    scope = serializers.ChoiceField(choices=["user", "global"])
+    user_id = serializers.CharField(allow_null=True)
+    phrase = PhraseStateSerializer(allow_null=True, help_text="The phrase row for the text in the scope, after the correction.")
+    created = serializers.BooleanField()
+    decayed = PhraseStateSerializer(many=True, help_text="The user's phrases for the wrong verb whose confidence decayed.")
+    candidate_id = serializers.IntegerField(allow_null=True, help_text="Global corrections: the review candidate recorded.")
+
+
+class ConfirmationSerializer(serializers.Serializer):
+    text = serializers.CharField(max_length=500)
+    verb = serializers.CharField(max_length=120, help_text="The verb the agent resolved and ran, which the user accepted.")
+    user_id = UserIdField(help_text="The user who accepted it; only that user's phrases change.")
+
+
+class ConfirmationResultSerializer(serializers.Serializer):
+    user_id = serializers.CharField()
+    phrase = PhraseStateSerializer(help_text="The user's phrase row for the text, after the confirmation.")
+    created = serializers.BooleanField()
+
+
+class ImportRequestSerializer(serializers.Serializer):
+    format = serializers.ChoiceField(choices=list(FORMATS))
+    content = serializers.CharField(required=False, trim_whitespace=False, help_text="The file's text (JSON requests).")
+    file = serializers.FileField(required=False, help_text="The file (multipart uploads).")
+    scope = serializers.ChoiceField(choices=["global", "user"], default="global")
+    user_id = UserIdField(required=False, allow_null=True)
+    dry_run = serializers.BooleanField(default=False)
+
+    def validate(self, attrs):
+        if bool(attrs.get("content")) == bool(attrs.get("file")):
+            raise serializers.ValidationError({"content": "Give either content or an uploaded file."})
+        if attrs["scope"] == "user" and not attrs.get("user_id"):
+            raise serializers.ValidationError({"user_id": "A user-scoped import needs a user_id."})
+        if attrs["scope"] == "global" and attrs.get("user_id"):
+            raise serializers.ValidationError({"user_id": "A global import takes no user_id; use scope 'user'."})
+        return attrs
+
+
+class ImportErrorRowSerializer(serializers.Serializer):
+    row = serializers.IntegerField()
+    field = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class ImportResultSerializer(serializers.Serializer):
+    dry_run = serializers.BooleanField()
+    scope = serializers.CharField()
+    user_id = serializers.CharField(allow_null=True)
+    rows = serializers.IntegerField()
+    imported = serializers.IntegerField()
+    updated = serializers.IntegerField()
+    unchanged = serializers.IntegerField()
+    rejected = serializers.IntegerField()
+    unembedded = serializers.IntegerField()
+    errors = ImportErrorRowSerializer(many=True)
+    would_add = serializers.ListField(child=serializers.CharField(), required=False)
+    would_update = serializers.ListField(child=serializers.CharField(), required=False)

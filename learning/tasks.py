@@ -7,63 +7,33 @@ from celery import shared_task
 logger = logging.getLogger(__name__)
 
 
-@shared_task(bind=True, max_retries=3, default_retry_delay=30, ignore_result=True)
-def memory_embed(self, memory_ids: list[int]) -> int:
-    """Embed new or changed memories. On a worker, retried when the embedder is down;
-    eager (the embedded default) it gives up quietly and the next retrieval embeds them lazily."""
-    from learning.memory_services import memories_embed
-
-    wanted = len(memory_ids)
-    done = memories_embed(memory_ids=memory_ids)
-    if done < wanted and not self.request.is_eager:
-        from learning.memory_models import Memory
-
-        if Memory.objects.filter(pk__in=memory_ids, embedding__isnull=True).exists():
-            raise self.retry()
-    return done
-
-
-# --- Embedding backfill (foundation) -------------------------------------------
-
-
-@shared_task(ignore_result=True)
-def embeddings_backfill_task() -> dict:
-    """Periodic sweep: embed rows written while the embedder was down, or made by another model."""
-    from learning.embeddings import EmbeddingError
-    from learning.services import embeddings_backfill
-
-    try:
-        return embeddings_backfill()
-    except EmbeddingError as exc:
-        logger.warning("embedding sweep skipped: %s", exc)
-        return {"embedded": 0, "failed": 0, "model": ""}
-
-
-# --- Learning governance (issue 3, gov) -----------------------------------------
-
-
 @shared_task(ignore_result=True)
 def purge_expired_blocks_task() -> int:
     """Periodic: delete expired blocklist entries (they stopped applying at expiry already)."""
-    from learning.services import phrase_blocks_purge_expired
+    from learning.services.blocks import phrase_blocks_purge_expired
 
     count = phrase_blocks_purge_expired()
     logger.info("purged %d expired blocklist entries", count)
     return count
 
 
-# --- Memories (issue 5, mem): periodic purge -----------------------------------
+"""Celery tasks of the feedback app."""
 
 
-@shared_task(ignore_result=True)
-def memory_purge_deprecated_task() -> dict:
-    """Periodic: delete deprecated memories and retrieval logs older than MEMORY_PURGE_DEFAULT_DAYS."""
-    from datetime import timedelta
+# --- Disambiguation feedback loop (issue 4, dis) ---------------------------------
 
-    from django.conf import settings
 
-    from learning.memory_services import memories_purge_deprecated
+@shared_task(name="learning.disambiguation_signals_process", acks_late=True, ignore_result=True, autoretry_for=(ConnectionError,), max_retries=3)
+def disambiguation_signals_process_task(request_pk: int) -> dict:
+    """Learn from one disambiguation's signals (idempotent: a second run does nothing)."""
+    from learning.services.disambiguations import disambiguation_signals_process
 
-    counts = memories_purge_deprecated(older_than=timedelta(days=settings.MEMORY_PURGE_DEFAULT_DAYS))
-    logger.info("purged %(memories)d deprecated memories and %(retrievals)d retrieval logs", counts)
-    return counts  # end mem tasks
+    return disambiguation_signals_process(request_pk=request_pk)
+
+
+@shared_task(name="learning.disambiguations_expire", ignore_result=True)
+def disambiguations_expire_task() -> int:
+    """Mark stale open disambiguation requests ``expired`` (beat: every minute)."""
+    from learning.services.disambiguations import disambiguations_expire
+
+    return disambiguations_expire()

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from rest_framework.test import APIClient
 
-from autonomy.models import Scope
-from autonomy.services import agent_key_create
+from agents.models import Scope
+from agents.services import agent_key_create
+from embeddings.embedders import EmbeddingError, get_embedder, set_embedder
 from learning.catalogue import VerbEntry
-from learning.embeddings import EmbeddingError, get_embedder, set_embedder
-from learning.services import verb_catalogue_load
+from learning.services.catalogue import verb_catalogue_load
 
 CATALOGUE = [
     VerbEntry("cbu.list", "cbu", "List CBUs", "List client business units.", ["list all cbus", "show my client business units"]),
@@ -77,7 +77,7 @@ def failing_embedder():
 @pytest.fixture
 def embed():
     def _embed(text: str) -> np.ndarray:
-        from learning.text import normalize_phrase
+        from common.text import normalize_phrase
 
         return get_embedder().embed(normalize_phrase(text))
 

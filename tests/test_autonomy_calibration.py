@@ -9,10 +9,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from actions.models import Action
+from agents.models import Agent
 from autonomy.calibration import ema
-from autonomy.models import Action, Agent, CalibrationRecord
 from autonomy.services import calibration_compute
-from config.api import ApplicationError, NotFound
+from common.api import ApplicationError, NotFound
 from feedback.models import Execution, Proposal
 
 pytestmark = pytest.mark.django_db
@@ -171,4 +172,4 @@ def test_reliability_diagram_draws_in_a_browser(live_server, browser_page):
     assert errors == []
 
 
-from tests.test_dis_console import browser_page  # noqa: E402,F401  (the shared headless Chromium fixture)
+from tests.test_dis_console import browser_page  # noqa: F401 (the shared headless Chromium fixture)

@@ -16,21 +16,23 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from autonomy.models import Action, Agent, CorrectionRule, LearningEpisode
+from actions.models import Action
+from agents.models import Agent
+from autonomy.models import LearningEpisode
 from autonomy.services import LOCK_NAMESPACE_CYCLE, learning_cycle_run
-from feedback import services as svc
-from feedback.models import MistakePattern, Proposal
+from feedback.models import CorrectionRule, MistakePattern, Proposal
+from feedback.services.reviews import Reviewer, proposal_create, proposal_reject
 
 ROOT = Path(__file__).resolve().parent.parent
-REVIEWER = svc.Reviewer(source="command")
+REVIEWER = Reviewer(source="command")
 
 
 def seed(agent_name="cycler"):
     """Three rejections on email.send (a pattern) and 25 completed crm.update proposals (a promotion)."""
     agent = Agent.objects.create(name=agent_name)
     for _ in range(3):
-        p = svc.proposal_create(agent=agent, action="email.send", proposed_action={"to": "ceo"}, reasoning={"confidence": 0.95})
-        svc.proposal_reject(proposal=p, reviewer=REVIEWER, notes="never email the CEO")
+        p = proposal_create(agent=agent, action="email.send", proposed_action={"to": "ceo"}, reasoning={"confidence": 0.95})
+        proposal_reject(proposal=p, reviewer=REVIEWER, notes="never email the CEO")
     crm = Action.objects.create(name="crm.update", autonomy_level=1)
     Proposal.objects.bulk_create(
         [Proposal(agent=agent, action=crm, proposed_action={}, reasoning={}, confidence=0.9, status="completed") for _ in range(25)]

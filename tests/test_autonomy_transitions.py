@@ -6,9 +6,11 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
-from autonomy.models import Action, Agent, AutonomyTransition
+from actions.models import Action
+from agents.models import Agent
+from autonomy.models import AutonomyTransition
 from autonomy.services import autonomy_decision, autonomy_evaluate, autonomy_transition_approve, autonomy_transition_reject
-from config.api import ApplicationError, Conflict
+from common.api import ApplicationError, Conflict
 from feedback.models import Execution, Proposal
 from tests.conftest import make_client
 

@@ -6,11 +6,11 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from autonomy.models import ApiKey
-from learning.embeddings import current_model_name, set_embedder
+from agents.models import ApiKey
+from common.text import text_hash
+from embeddings.embedders import current_model_name, set_embedder
 from learning.models import LearnedPhrase, Verb, VerbPhrase
-from learning.services import learned_phrase_upsert
-from learning.text import text_hash
+from learning.services.phrases import learned_phrase_upsert
 
 pytestmark = pytest.mark.django_db
 
@@ -170,7 +170,7 @@ def test_demo_with_banking77(settings):
 
 
 def test_periodic_sweep_embeds_rows_written_while_the_embedder_was_down(catalogue, failing_embedder):
-    from learning.tasks import embeddings_backfill_task
+    from embeddings.tasks import embeddings_backfill_task
 
     learned_phrase_upsert(phrase="written while down", verb=catalogue["cbu.list"])
     down = embeddings_backfill_task.apply().get()

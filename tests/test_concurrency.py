@@ -12,13 +12,16 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from rest_framework.test import APIClient
 
-from autonomy.models import Action, Agent
+from actions.models import Action
+from agents.models import Agent
 from autonomy.services import autonomy_evaluate, autonomy_transition_approve
-from config.api import ApplicationError
-from feedback import services as feedback_services
-from feedback.models import DisambiguationRequest, LearningSignal, MistakePattern
-from learning.models import LearnedPhrase, LearningCandidate
-from learning.services import candidate_record, learned_phrase_upsert, verb_catalogue_load
+from common.api import ApplicationError
+from feedback.models import MistakePattern
+from feedback.services.mistakes import mistake_patterns_detect
+from learning.models import DisambiguationRequest, LearnedPhrase, LearningCandidate, LearningSignal
+from learning.services.candidates import candidate_record
+from learning.services.catalogue import verb_catalogue_load
+from learning.services.phrases import learned_phrase_upsert
 from tests.conftest import make_client
 from tests.test_autonomy_transitions import fill
 from tests.test_isolation import VERBS
@@ -99,7 +102,7 @@ def test_fifty_answers_to_one_disambiguation_request(db):
 def test_fifty_concurrent_detection_runs_on_one_pattern(db):
     agent = Agent.objects.create(name="ops")
     reject_n(agent, 4)
-    _, errors, _ = run_concurrently(lambda i: feedback_services.mistake_patterns_detect(agent_id=agent.pk if i % 2 else None))
+    _, errors, _ = run_concurrently(lambda i: mistake_patterns_detect(agent_id=agent.pk if i % 2 else None))
     assert errors == []
     (pattern,) = MistakePattern.objects.all()
     assert pattern.occurrence_count == 4

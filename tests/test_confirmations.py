@@ -1,12 +1,13 @@
-"""Accepted resolutions teach the user's phrases (POST /api/v1/feedback/confirmation)."""
+"""Accepted resolutions teach the user's phrases (POST /api/v1/resolutions/confirm)."""
 
 import pytest
 
 from learning.models import LearnedPhrase
 from learning.resolution import resolve
-from learning.services import learned_phrase_upsert, phrase_block_add
+from learning.services.blocks import phrase_block_add
+from learning.services.phrases import learned_phrase_upsert
 
-URL = "/api/v1/feedback/confirmation"
+URL = "/api/v1/resolutions/confirm"
 
 
 def confirm(client, text, verb, user_id="alice"):
@@ -37,9 +38,9 @@ def test_confirmation_creates_the_users_phrase_and_counts_repeats(api, catalogue
 
 def test_confirmation_is_positive_evidence_that_offsets_earlier_negatives(api, catalogue):
     """Passing a verb over for a phrase lowers it nearby; accepting it for the phrase later restores it."""
-    from feedback.models import PhraseEvidence
-    from feedback.services import phrase_evidence_add
+    from learning.models import PhraseEvidence
     from learning.resolution import embed_query
+    from learning.services.evidence import phrase_evidence_add
 
     text = "show me every client business unit"
     before = {c.verb: c.score for c in resolve(text=text, user_id="alice").candidates}["cbu.list"]
@@ -88,7 +89,7 @@ def test_bad_confirmations_answer_400_and_store_nothing(api, catalogue, body, fi
 
 
 def test_confirmation_needs_the_feedback_scope(catalogue):
-    from autonomy.models import Scope
+    from agents.models import Scope
     from tests.conftest import make_client
 
     resolve_only = make_client([Scope.RESOLVE], name="resolve-only")

@@ -7,8 +7,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from feedback.models import AbandonEvent, DisambiguationRequest, LearningSignal
-from learning.services import verb_catalogue_load
+from learning.models import AbandonEvent, DisambiguationRequest, LearningSignal
+from learning.services.catalogue import verb_catalogue_load
 from tests.test_dis_loop import CBU_CATALOGUE
 
 CHROMIUM = "/usr/bin/chromium"

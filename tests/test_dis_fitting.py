@@ -2,14 +2,14 @@
 
 import pytest
 
-from config.api import ApplicationError
-from feedback import fitting
-from feedback.models import FittedResolutionProfile
-from feedback.selectors import active_profile_cache_clear
-from feedback.services import resolution_profile_activate, resolution_profile_fit
-from learning.models import Verb
+from common.api import ApplicationError
+from learning import fitting
+from learning.models import FittedResolutionProfile, Verb
 from learning.resolution import profile
-from learning.services import learned_phrase_upsert, verb_catalogue_load
+from learning.selectors import active_profile_cache_clear
+from learning.services.catalogue import verb_catalogue_load
+from learning.services.phrases import learned_phrase_upsert
+from learning.services.profiles import resolution_profile_activate, resolution_profile_fit
 from tests.test_dis_loop import CBU_CATALOGUE
 
 GOLD = {
@@ -94,15 +94,15 @@ def test_too_few_gold_labels_is_refused(db):
 
 
 def test_admin_fit_and_activate(gold, admin_client):
-    listing = admin_client.get("/admin/feedback/fittedresolutionprofile/")
+    listing = admin_client.get("/admin/learning/fittedresolutionprofile/")
     assert listing.status_code == 200 and "Fit on gold labels now" in listing.content.decode()
-    response = admin_client.post("/admin/feedback/fittedresolutionprofile/fit/")
+    response = admin_client.post("/admin/learning/fittedresolutionprofile/fit/")
     assert response.status_code == 302
     row = FittedResolutionProfile.objects.get()
-    page = admin_client.get("/admin/feedback/fittedresolutionprofile/").content.decode()
+    page = admin_client.get("/admin/learning/fittedresolutionprofile/").content.decode()
     assert "% right" in page and "proposed" in page
     admin_client.post(
-        "/admin/feedback/fittedresolutionprofile/", {"action": "activate", "_selected_action": [row.pk]}
+        "/admin/learning/fittedresolutionprofile/", {"action": "activate", "_selected_action": [row.pk]}
     )
     row.refresh_from_db()
     assert row.status == "active"

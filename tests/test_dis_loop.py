@@ -5,12 +5,11 @@ import uuid
 import pytest
 from django.test.utils import CaptureQueriesContext  # noqa: F401
 
-from autonomy.models import Scope
-from feedback.models import AbandonEvent, DisambiguationRequest, LearningSignal, PhraseEvidence
-from feedback.services import disambiguation_signals_process, disambiguations_expire
+from agents.models import Scope
 from learning.catalogue import VerbEntry
-from learning.models import LearnedPhrase, LearningCandidate
-from learning.services import verb_catalogue_load
+from learning.models import AbandonEvent, DisambiguationRequest, LearnedPhrase, LearningCandidate, LearningSignal, PhraseEvidence
+from learning.services.catalogue import verb_catalogue_load
+from learning.services.disambiguations import disambiguation_signals_process, disambiguations_expire
 from tests.conftest import make_client
 
 # "list all cbus" is NOT a catalogue phrase here, so it comes back ambiguous.
@@ -218,9 +217,9 @@ def test_negative_signals_change_the_next_ranking_until_positive_evidence_outwei
         run_tasks(abandon, api, second["request_id"], "timeout")
     evidence = PhraseEvidence.objects.get(normalized="list all cbus", verb="cbu.show", user_id="alice")
     assert evidence.negative > 0
-    from feedback.models import PhraseEvidence as PE
-    from feedback.services import phrase_evidence_add
+    from learning.models import PhraseEvidence as PE
     from learning.resolution import embed_query
+    from learning.services.evidence import phrase_evidence_add
 
     vector, model, _ = embed_query("list all cbus")
     phrase_evidence_add(user_id="alice", phrase="list all cbus", verb="cbu.show", positive=evidence.negative + 0.5, vector=vector, model=model)
@@ -266,9 +265,9 @@ def _in_thread(fn):
 def test_concurrent_selections_one_wins_the_other_gets_409():
     import threading
 
-    from feedback.services import disambiguation_record, disambiguation_select
+    from common.api import Conflict
     from learning.resolution import resolve as pipeline
-    from config.api import Conflict
+    from learning.services.disambiguations import disambiguation_record, disambiguation_select
 
     verb_catalogue_load(entries=CBU_CATALOGUE)
     result = pipeline(text="list all cbus", user_id="carol")
@@ -305,8 +304,8 @@ def test_concurrent_selections_one_wins_the_other_gets_409():
 def test_concurrent_signal_processing_learns_once(settings):
     import threading
 
-    from feedback.services import disambiguation_record, disambiguation_select
     from learning.resolution import resolve as pipeline
+    from learning.services.disambiguations import disambiguation_record, disambiguation_select
 
     verb_catalogue_load(entries=CBU_CATALOGUE)
     result = pipeline(text="list all cbus", user_id="dave")
@@ -314,7 +313,7 @@ def test_concurrent_signal_processing_learns_once(settings):
     # Record the choice without its processing, then process it from two connections at once.
     from unittest import mock
 
-    with mock.patch("feedback.services._signals_enqueue"):
+    with mock.patch("learning.services.disambiguations._signals_enqueue"):
         disambiguation_select(request_id=row.request_id, selected_verb="cbu.list", agent_id=None)
     barrier = threading.Barrier(2)
     results = []
@@ -352,20 +351,20 @@ def test_admin_screens(admin_client, api, cbus, run_tasks):
     assert second["outcome"] == "ambiguous"
     run_tasks(abandon, api, second["request_id"], "timeout")
     row = DisambiguationRequest.objects.get(request_id=first["request_id"])
-    assert admin_client.get("/admin/feedback/disambiguationrequest/").status_code == 200
-    detail = admin_client.get(f"/admin/feedback/disambiguationrequest/{row.pk}/change/").content.decode()
+    assert admin_client.get("/admin/learning/disambiguationrequest/").status_code == 200
+    detail = admin_client.get(f"/admin/learning/disambiguationrequest/{row.pk}/change/").content.decode()
     assert "cbu.list" in detail and "selected alternative" in detail and "list all cbus" in detail
-    outcomes = admin_client.get("/admin/feedback/disambiguationrequest/outcomes/")
+    outcomes = admin_client.get("/admin/learning/disambiguationrequest/outcomes/")
     assert outcomes.status_code == 200
     rows = {r["verb"]: r for r in outcomes.context["rows"]}
     assert rows["cbu.list"]["chosen"] == 1
     shown_in_both = set(rows)
     assert all(rows[v]["shown"] >= 1 for v in shown_in_both)
     assert sum(r["abandoned"] for r in rows.values()) == len(second["options"])
-    per_phrase = admin_client.get("/admin/feedback/learningsignal/per-phrase/?q=list all")
+    per_phrase = admin_client.get("/admin/learning/learningsignal/per-phrase/?q=list all")
     assert per_phrase.status_code == 200
     grouped = {(r["normalized"], r["user_id"], r["verb"]): r for r in per_phrase.context["rows"]}
     assert grouped[("list all cbus", "alice", "cbu.list")]["positive"] == 1
     assert grouped[("list all cbus", "erin", "cbu.list")]["negative"] == 1
-    assert admin_client.get("/admin/feedback/learningsignal/").status_code == 200
-    assert admin_client.get("/admin/feedback/phraseevidence/").status_code == 200
+    assert admin_client.get("/admin/learning/learningsignal/").status_code == 200
+    assert admin_client.get("/admin/learning/phraseevidence/").status_code == 200

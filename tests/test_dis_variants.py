@@ -3,15 +3,7 @@
 import pytest
 import yaml
 
-from feedback.variants import (
-    RULES_PATH,
-    drop_fillers,
-    flip_number,
-    phrase_variants,
-    rules_load,
-    rules_parse,
-    swap_verbs,
-)
+from learning.variants import RULES_PATH, drop_fillers, flip_number, phrase_variants, rules_load, rules_parse, swap_verbs
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import numpy as np
 import pytest
 
-from learning.embeddings import CachedEmbedder, EmbeddingError, LocalMiniLMEmbedder, OpenAIEmbedder, get_embedder
+from embeddings.embedders import CachedEmbedder, EmbeddingError, LocalMiniLMEmbedder, OpenAIEmbedder, get_embedder
 
 
 def test_local_model_gives_normalised_384_vectors_and_sensible_similarity():

@@ -8,16 +8,16 @@ shape with a reason (and the field, for validation errors).
 
 import pytest
 import schemathesis
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import CheckContext
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from autonomy.models import Scope
-from autonomy.services import agent_key_create
+from agents.models import Scope
+from agents.services import agent_key_create
 from config.wsgi import application
-from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
-from learning.services import verb_catalogue_load
+from learning.services.catalogue import verb_catalogue_load
 from tests.conftest import CATALOGUE
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/", application)

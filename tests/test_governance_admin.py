@@ -5,7 +5,7 @@ from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
 from learning.models import LearnedPhrase, LearningCandidate, PhraseBlock
-from learning.services import candidate_record
+from learning.services.candidates import candidate_record
 
 CHANGELIST = "/admin/learning/learningcandidate/"
 

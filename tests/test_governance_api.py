@@ -6,10 +6,11 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from autonomy.models import Scope
+from agents.models import Scope
 from learning.models import LearnedPhrase, LearningCandidate, PhraseBlock
 from learning.resolution import resolve
-from learning.services import candidate_record, phrase_block_add
+from learning.services.blocks import phrase_block_add
+from learning.services.candidates import candidate_record
 from tests.conftest import make_client
 
 
@@ -47,7 +48,7 @@ def test_agent_key_without_governance_gets_403(api, catalogue, method, url, body
 
 def test_correction_needs_feedback_scope(db, catalogue):
     client = make_client([Scope.RESOLVE], name="resolve-only")
-    response = client.post("/api/v1/feedback/correction", {"text": "x", "wrong_verb": "cbu.list", "correct_verb": "cbu.create"}, format="json")
+    response = client.post("/api/v1/resolutions/correct", {"text": "x", "wrong_verb": "cbu.list", "correct_verb": "cbu.create"}, format="json")
     assert response.status_code == 403
     assert not LearnedPhrase.objects.exists()
 
@@ -227,7 +228,7 @@ def test_schema_has_no_warnings_about_governance_views(capsys, db, tmp_path):
     ]
     assert ours == []
     schema = out.read_text()
-    for path in ("/api/v1/learning/candidates:", "/api/v1/learning/stats:", "/api/v1/blocklist:", "/api/v1/feedback/correction:", "/api/v1/learning/import:"):
+    for path in ("/api/v1/learning/candidates:", "/api/v1/learning/stats:", "/api/v1/blocklist:", "/api/v1/resolutions/correct:", "/api/v1/learning/import:"):
         assert path in schema
 
 

@@ -5,10 +5,10 @@ import threading
 import pytest
 from django.db import connection
 
-from config.api import ApplicationError, Conflict
+from common.api import ApplicationError, Conflict
 from learning.models import EntityAlias, LearnedPhrase, LearningCandidate, PhraseBlock
 from learning.resolution import resolve
-from learning.services import candidate_approve, candidate_record, candidate_reject
+from learning.services.candidates import candidate_approve, candidate_record, candidate_reject
 
 
 def record(**kw):

@@ -7,14 +7,15 @@ from django.db import connection
 
 from learning.models import LearnedPhrase, LearningCandidate, Verb
 from learning.resolution import resolve
-from learning.services import learned_phrase_upsert, phrase_correction_apply
+from learning.services.corrections import phrase_correction_apply
+from learning.services.phrases import learned_phrase_upsert
 
 
 def correct(client, text, wrong, right, user_id=None):
     body = {"text": text, "wrong_verb": wrong, "correct_verb": right}
     if user_id:
         body["user_id"] = user_id
-    return client.post("/api/v1/feedback/correction", body, format="json")
+    return client.post("/api/v1/resolutions/correct", body, format="json")
 
 
 def test_user_correction_creates_user_phrase_and_resolves_next_time(api, catalogue):
@@ -80,7 +81,7 @@ def test_decay_spares_other_examples_of_the_wrong_verb(api, catalogue, embed):
 
 
 def test_correction_is_positive_evidence_for_the_right_verb(api, catalogue):
-    from feedback.models import PhraseEvidence
+    from learning.models import PhraseEvidence
 
     correct(api, "wipe out this client unit", "cbu.list", "cbu.delete", user_id="alice")
     row = PhraseEvidence.objects.get(user_id="alice", normalized="wipe out this client unit")

@@ -9,7 +9,8 @@ from django.core.management import CommandError, call_command
 from learning.importing import ImportFormatError, parse
 from learning.models import LearnedPhrase
 from learning.resolution import resolve
-from learning.services import learned_phrase_upsert, phrase_block_add
+from learning.services.blocks import phrase_block_add
+from learning.services.phrases import learned_phrase_upsert
 
 GOOD = [
     {"phrase": "spin up a client unit", "verb": "cbu.create"},

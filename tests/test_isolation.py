@@ -6,10 +6,11 @@ objects (404, not 403); keys without the governance scope cannot govern.
 
 import pytest
 
-from autonomy.models import Action
-from feedback.models import DisambiguationRequest, FeedbackRecord, Proposal
+from actions.models import Action
+from feedback.models import FeedbackRecord, Proposal
 from learning.catalogue import VerbEntry
-from learning.services import verb_catalogue_load
+from learning.models import DisambiguationRequest
+from learning.services.catalogue import verb_catalogue_load
 from tests.conftest import make_client
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +38,7 @@ def world(db):
     proposal = a.post("/api/v1/proposals", {"action": "email.send", "proposed_action": {"to": "x@example.com"}, "reasoning": {"confidence": 0.9}}, format="json").json()
     execution = a.post("/api/v1/executions", {"action": "email.send", "params": {"to": "x@example.com"}, "reasoning": {"why": "asked"}, "confidence": 0.9, "success": True}, format="json")
     assert execution.status_code == 201, execution.content
-    override = a.post("/api/v1/corrections", {"action": "email.send", "original_action": {"to": "x"}, "corrected_action": {"to": "y"}, "explanation": "wrong address"}, format="json")
+    override = a.post("/api/v1/overrides", {"action": "email.send", "original_action": {"to": "x"}, "corrected_action": {"to": "y"}, "explanation": "wrong address"}, format="json")
     assert override.status_code in (200, 201), override.content
     resolved = a.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "alice"}, format="json").json()
     assert resolved["outcome"] == "ambiguous", resolved
@@ -88,7 +89,7 @@ def test_user_bob_sees_none_of_alice_memories(world):
     r = a.post("/api/v1/memories/search", {"user_id": "bob", "query": "vault rotate"}, format="json")
     assert r.status_code == 200
     assert all(item["id"] != world["memory"] for item in r.json().get("items", r.json().get("results", [])))
-    r = a.post("/api/v1/memories/feedback", {"user_id": "bob", "memory_ids": [world["memory"]], "outcome": "success"}, format="json")
+    r = a.post("/api/v1/memories/outcome", {"user_id": "bob", "memory_ids": [world["memory"]], "outcome": "success"}, format="json")
     assert r.status_code == 404
     r = a.post("/api/v1/memories/retrieve", {"user_id": "alice", "query": "rotate staging database credentials"}, format="json")
     assert [i["id"] for i in r.json()["items"]] == [world["memory"]]

@@ -77,7 +77,7 @@ def test_connection_dropped_mid_request_fails_cleanly_and_a_retry_succeeds():
     from django.db import close_old_connections, connection
 
     from learning.models import LearnedPhrase
-    from learning.services import verb_catalogue_load
+    from learning.services.catalogue import verb_catalogue_load
     from tests.conftest import CATALOGUE, make_client
 
     verb_catalogue_load(entries=CATALOGUE)
@@ -96,7 +96,7 @@ def test_connection_dropped_mid_request_fails_cleanly_and_a_retry_succeeds():
         return result
 
     with connection.execute_wrapper(kill_after_first_insert):
-        response = client.post("/api/v1/feedback/correction", body, format="json")
+        response = client.post("/api/v1/resolutions/correct", body, format="json")
     assert killed, "the request wrote nothing before the connection dropped"
     assert response.status_code == 503
     assert response.json()["code"] == "database_unavailable"
@@ -104,6 +104,6 @@ def test_connection_dropped_mid_request_fails_cleanly_and_a_retry_succeeds():
     connection.close()
     assert LearnedPhrase.objects.filter(normalized="tidy up the units").count() == 0
 
-    retry = client.post("/api/v1/feedback/correction", body, format="json")
+    retry = client.post("/api/v1/resolutions/correct", body, format="json")
     assert retry.status_code == 200, retry.content
     assert LearnedPhrase.objects.get(normalized="tidy up the units", user_id="alice").verb.name == "cbu.delete"

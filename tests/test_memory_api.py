@@ -3,13 +3,13 @@
 import pytest
 from django.test import override_settings
 
-from learning.memory_models import Memory, MemoryQuarantine, MemoryRetrieval
-from learning.simhash import simhash_hex
-from learning.text import text_hash
+from common.text import text_hash
+from memories.models import Memory, MemoryQuarantine, MemoryRetrieval
+from memories.simhash import simhash_hex
 
 OBSERVE = "/api/v1/memories/observe"
 RETRIEVE = "/api/v1/memories/retrieve"
-FEEDBACK = "/api/v1/memories/feedback"
+FEEDBACK = "/api/v1/memories/outcome"
 SEARCH = "/api/v1/memories/search"
 
 LESSON_Q = "How do I rotate the application logs on the staging servers?"

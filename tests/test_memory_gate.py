@@ -2,9 +2,9 @@
 
 import pytest
 
-from learning import write_gate
-from learning.memory_models import Memory, MemoryQuarantine
-from learning.simhash import hamming, simhash, simhash_hex
+from memories import write_gate
+from memories.models import Memory, MemoryQuarantine
+from memories.simhash import hamming, simhash, simhash_hex
 
 # (lesson, a substring that is the secret and must never be stored)
 SECRETS = [

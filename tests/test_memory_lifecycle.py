@@ -10,14 +10,14 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
-from pgvector.django import CosineDistance
 from django.test import override_settings
 from django.utils import timezone
+from pgvector.django import CosineDistance
 
-from learning.memory_extraction import derive_topic, detect_type, extract, extract_deterministic
-from learning.memory_models import Memory, MemoryQuarantine, MemoryRetrieval
-from learning.memory_services import memories_embed, memory_observe, memory_retrieve, quarantine_discard, quarantine_release
-from config.api import ApplicationError
+from common.api import ApplicationError
+from memories.extraction import derive_topic, detect_type, extract, extract_deterministic
+from memories.models import Memory, MemoryQuarantine, MemoryRetrieval
+from memories.services import memories_embed, memory_observe, memory_retrieve, quarantine_discard, quarantine_release
 from tests.test_memory_api import FEEDBACK, OBSERVE, RETRIEVE, SEARCH, make_memory
 from tests.test_memory_retrieve import LOG_LESSONS, seed
 
@@ -170,16 +170,16 @@ class TestCommands:
         Memory.objects.filter(pk=old.pk).update(deprecated_at=timezone.now() - datetime.timedelta(days=120))
         Memory.objects.filter(pk=young.pk).update(deprecated_at=timezone.now() - datetime.timedelta(days=10))
         Memory.objects.filter(pk=live.pk).update(updated_at=timezone.now() - datetime.timedelta(days=400))
-        out, _ = run("purge_deprecated", "--older-than", "90d", "--dry-run")
+        out, _ = run("purge_deprecated_memories", "--older-than", "90d", "--dry-run")
         assert "would delete 1 deprecated" in out and Memory.objects.count() == 3
-        out, _ = run("purge_deprecated", "--older-than", "90d")
+        out, _ = run("purge_deprecated_memories", "--older-than", "90d")
         assert "deleted 1 deprecated" in out
         assert set(Memory.objects.values_list("pk", flat=True)) == {young.pk, live.pk}
         with pytest.raises(CommandError):
-            run("purge_deprecated", "--older-than", "ninety days")
+            run("purge_deprecated_memories", "--older-than", "ninety days")
 
     def test_periodic_purge_task(self):
-        from learning.tasks import memory_purge_deprecated_task
+        from memories.tasks import memory_purge_deprecated_task
 
         old = make_memory(content="Old deprecated lesson about the legacy build server setup.", status="deprecated")
         Memory.objects.filter(pk=old.pk).update(deprecated_at=timezone.now() - datetime.timedelta(days=91))
@@ -188,36 +188,36 @@ class TestCommands:
         assert memory_purge_deprecated_task.delay().get() == {"memories": 1, "retrievals": 1}
         assert not Memory.objects.exists() and not MemoryRetrieval.objects.exists()
 
-    def test_embed_learnings(self):
+    def test_embed_memories(self):
         rows = [make_memory(content=t) for t in LOG_LESSONS[:3]]
-        out, _ = run("embed_learnings", "--no-progress", "--batch-size", "2")
+        out, _ = run("embed_memories", "--no-progress", "--batch-size", "2")
         assert "embedded: 3, failed: 0" in out
         assert all(Memory.objects.get(pk=r.pk).embedding is not None for r in rows)
-        out, _ = run("embed_learnings", "--no-progress")
+        out, _ = run("embed_memories", "--no-progress")
         assert "embedded: 0, failed: 0" in out
 
-    def test_search_learnings_both_semantic_substring(self):
+    def test_search_memories_both_semantic_substring(self):
         seed()
-        out, _ = run("search_learnings", "logrotate", "--user", "alice")
+        out, _ = run("search_memories", "logrotate", "--user", "alice")
         assert "both" in out and "logrotate" in out
         first = out.splitlines()[1]
         assert "logrotate" in first  # literal matches rank first
-        out, _ = run("search_learnings", "how are logs shipped to a central server", "--semantic", "--user", "alice")
+        out, _ = run("search_memories", "how are logs shipped to a central server", "--semantic", "--user", "alice")
         assert "semantic" in out and "rsyslog" in out.splitlines()[1]
-        out, _ = run("search_learnings", "rsyslog", "--substring")
+        out, _ = run("search_memories", "rsyslog", "--substring")
         assert "substring" in out and "alice" in out and len(out.splitlines()) == 2
 
-    def test_search_learnings_without_model_warns_and_uses_substring(self, failing_embedder):
+    def test_search_memories_without_model_warns_and_uses_substring(self, failing_embedder):
         make_memory(content="Use logrotate for every application log file on the servers.")
-        out, err = run("search_learnings", "logrotate", "--user", "alice")
+        out, err = run("search_memories", "logrotate", "--user", "alice")
         assert "substring search only" in err and "logrotate" in out
         with pytest.raises(CommandError):
-            run("search_learnings", "logrotate", "--semantic")
+            run("search_memories", "logrotate", "--semantic")
 
     def test_backfill_embeddings_covers_memories(self):
-        from learning.selectors import EMBEDDED_MODELS
+        from embeddings.selectors import embedded_models
 
-        assert Memory in EMBEDDED_MODELS
+        assert Memory in embedded_models()
 
 
 # --- admin -----------------------------------------------------------------------------------
@@ -235,16 +235,16 @@ class TestAdmin:
         old = api.post(OBSERVE, {"user_id": "alice", "user_message": "n", "assistant_message": "The payments API request timeout should be set to 30 seconds for batch jobs.", "meta": {"type": "pattern", "topic": "payments"}}, format="json").json()
         new = api.post(OBSERVE, {"user_id": "alice", "user_message": "n", "assistant_message": "The payments API request timeout should be set to 90 seconds for batch jobs.", "meta": {"type": "pattern", "topic": "payments"}}, format="json").json()
         assert new["decision"] == "new_version"
-        for url in ["/admin/learning/memory/", "/admin/learning/memory/?status=deprecated", "/admin/learning/memory/?user_id=alice&memory_type=pattern&topic=payments", "/admin/learning/memoryquarantine/", "/admin/learning/memoryretrieval/"]:
+        for url in ["/admin/memories/memory/", "/admin/memories/memory/?status=deprecated", "/admin/memories/memory/?user_id=alice&memory_type=pattern&topic=payments", "/admin/memories/memoryquarantine/", "/admin/memories/memoryretrieval/"]:
             assert admin_client.get(url).status_code == 200, url
-        page = admin_client.get(f"/admin/learning/memory/{new['memory_id']}/change/").content.decode()
+        page = admin_client.get(f"/admin/memories/memory/{new['memory_id']}/change/").content.decode()
         assert f"#{old['memory_id']} v1" in page and f"#{new['memory_id']} v2" in page
-        listing = admin_client.get("/admin/learning/memory/?user_id=bob").content.decode()
+        listing = admin_client.get("/admin/memories/memory/?user_id=bob").content.decode()
         assert "payments API" not in listing
 
     def test_promote_deprecate_purge_actions(self, admin_client):
         m = make_memory(content=LOG_LESSONS[0])
-        url = "/admin/learning/memory/"
+        url = "/admin/memories/memory/"
         admin_client.post(url, {"action": "promote", "_selected_action": [m.pk], "reason": "", "days": ""})
         m.refresh_from_db()
         assert m.status == "verified" and m.status_changed_by == "admin:rev"
@@ -260,11 +260,11 @@ class TestAdmin:
     def test_quarantine_edit_then_release(self, admin_client):
         r = memory_observe(user_id="alice", user_message="How do I log in to grafana?", assistant_message="Use the admin account with password: CorrectHorse9 on the staging console.")
         item = MemoryQuarantine.objects.get(pk=r.evidence["quarantine_id"])
-        page = admin_client.get(f"/admin/learning/memoryquarantine/{item.pk}/change/").content.decode()
+        page = admin_client.get(f"/admin/memories/memoryquarantine/{item.pk}/change/").content.decode()
         assert "CorrectHorse9" not in page and "[REDACTED:" in page
         item.redacted_preview = "Use the admin account on the staging grafana console; the credentials are in the team vault."
         item.save(update_fields=["redacted_preview"])
-        admin_client.post("/admin/learning/memoryquarantine/", {"action": "release", "_selected_action": [item.pk]})
+        admin_client.post("/admin/memories/memoryquarantine/", {"action": "release", "_selected_action": [item.pk]})
         item.refresh_from_db()
         assert item.status == "released" and Memory.objects.filter(pk=item.released_memory_id, user_id="alice").exists()
 
@@ -299,9 +299,9 @@ def test_user_b_sees_nothing_of_user_a(api):
     body = api.post(RETRIEVE, {"user_id": "bob", "query": LOG_LESSONS[0]}, format="json").json()
     assert [i["id"] for i in body["items"]] == [r["memory_id"]]
     # commands scoped with --user
-    out, _ = run("search_learnings", "logrotate", "--user", "bob")
+    out, _ = run("search_memories", "logrotate", "--user", "bob")
     assert not any(str(pk) in out.split() for pk in a_ids) and "alice" not in out
-    out, _ = run("search_learnings", "application logs", "--user", "carol")
+    out, _ = run("search_memories", "application logs", "--user", "carol")
     assert out.strip() == "No memories found."
     # hits of A's memories were not touched by B's calls
     assert all(m.hits <= 1 for m in Memory.objects.filter(pk__in=a_ids))
@@ -317,8 +317,8 @@ def test_many_users_filtered_vector_search_is_never_short():
     would get fewer.
     """
     from learning import datasets
-    from learning.memory_selectors import memory_semantic_candidates
     from learning.resolution import embed_query
+    from memories.selectors import memory_semantic_candidates
 
     if not datasets.available():
         pytest.fail(f"BANKING77 is expected at {datasets.banking77_dir()}")

@@ -6,9 +6,9 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from learning.memory_models import Memory, MemoryRetrieval
-from learning.memory_selectors import OPEN, CLOSE, RetrievedMemory, memory_block, rank_key
-from learning.memory_services import memories_embed, memory_retrieve
+from memories.models import Memory, MemoryRetrieval
+from memories.selectors import CLOSE, OPEN, RetrievedMemory, memory_block, rank_key
+from memories.services import memories_embed, memory_retrieve
 from tests.test_memory_api import FEEDBACK, OBSERVE, RETRIEVE, make_memory
 
 LOG_LESSONS = [
@@ -220,7 +220,7 @@ class TestFallbackAndLazyEmbedding:
         assert body["degraded"] is True and body["degraded_reason"] == "no_embeddings" and body["items"] == []
 
     def test_memory_saved_while_embedder_down_is_embedded_at_first_search(self, api, failing_embedder):
-        from learning.embeddings import set_embedder
+        from embeddings.embedders import set_embedder
 
         r = api.post(OBSERVE, {"user_id": "alice", "user_message": "note", "assistant_message": LOG_LESSONS[0], "meta": {"type": "pattern"}}, format="json").json()
         assert r["decision"] == "saved" and r["evidence"]["semantic_checked"] is False

@@ -11,7 +11,7 @@ from urllib.parse import urlparse, urlunparse
 import pytest
 from django.db import connection
 
-from learning.memory_models import Memory
+from memories.models import Memory
 from tests.test_memory_api import make_memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,7 +48,7 @@ def test_a_real_worker_embeds_new_memories():
     )
     client = Celery("mem-test", broker=REDIS_URL, backend=REDIS_URL)
     try:
-        client.send_task("learning.tasks.memory_embed", args=[[r.pk for r in rows]], queue=queue)
+        client.send_task("memories.tasks.memory_embed", args=[[r.pk for r in rows]], queue=queue)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if not Memory.objects.filter(pk__in=[r.pk for r in rows], embedding__isnull=True).exists():

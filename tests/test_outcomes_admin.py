@@ -3,10 +3,13 @@
 import pytest
 from django.contrib.auth.models import User
 
-from autonomy.models import Action, Agent, AutonomyLevel, CorrectionRule, LearningEpisode
-from autonomy.services import correction_rules_create, learning_cycle_run
-from feedback import services as svc
-from feedback.models import FeedbackRecord, MistakePattern, Proposal
+from actions.models import Action, AutonomyLevel
+from agents.models import Agent
+from autonomy.models import LearningEpisode
+from autonomy.services import learning_cycle_run
+from feedback.models import CorrectionRule, FeedbackRecord, MistakePattern, Proposal
+from feedback.services.reviews import Reviewer, execution_create, proposal_approve, proposal_create, proposal_reject
+from feedback.services.rules import correction_rules_create
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +28,7 @@ def agent(db):
 
 
 def propose(agent, **action):
-    return svc.proposal_create(agent=agent, action="email.send", proposed_action=action or {"to": "ceo"},
+    return proposal_create(agent=agent, action="email.send", proposed_action=action or {"to": "ceo"},
                                reasoning={"confidence": 0.9})
 
 
@@ -59,7 +62,7 @@ def test_proposal_queue_reject_with_notes_and_modify_with_validation(admin_clien
 
 def test_bulk_actions_write_one_record_each(admin_client, agent):
     ps = [propose(agent) for _ in range(3)]
-    svc.proposal_approve(proposal=ps[0], reviewer=svc.Reviewer())
+    proposal_approve(proposal=ps[0], reviewer=Reviewer())
     r = admin_client.post("/admin/feedback/proposal/", {"action": "reject_selected", "_selected_action": [p.pk for p in ps]})
     assert r.status_code == 302
     assert FeedbackRecord.objects.filter(source="admin_bulk", feedback_type="rejection").count() == 2
@@ -68,7 +71,7 @@ def test_bulk_actions_write_one_record_each(admin_client, agent):
 
 def test_execution_review_queue(admin_client, agent):
     Action.objects.create(name="email.send", autonomy_level=AutonomyLevel.AUTONOMOUS)
-    es = [svc.execution_create(agent=agent, action="email.send", params={"to": "x"}, reasoning={"confidence": 0.8}, success=True)
+    es = [execution_create(agent=agent, action="email.send", params={"to": "x"}, reasoning={"confidence": 0.8}, success=True)
           for _ in range(3)]
     assert admin_client.get("/admin/feedback/execution/?review_outcome__isempty=1").status_code == 200
     r = admin_client.post(f"/admin/feedback/execution/{es[0].pk}/change/", {"outcome": "incorrect", "notes": "wrong person",
@@ -82,7 +85,7 @@ def test_execution_review_queue(admin_client, agent):
 
 def test_records_patterns_rules_and_episodes_screens(admin_client, agent):
     for _ in range(3):
-        svc.proposal_reject(proposal=propose(agent), reviewer=svc.Reviewer(), notes="never email the CEO")
+        proposal_reject(proposal=propose(agent), reviewer=Reviewer(), notes="never email the CEO")
     episode = learning_cycle_run(agent_id=agent.pk)
     r = admin_client.get(f"/admin/feedback/feedbackrecord/?agent__id__exact={agent.pk}&feedback_type__exact=rejection")
     assert r.status_code == 200 and r.context["cl"].result_count == 3
@@ -95,16 +98,16 @@ def test_records_patterns_rules_and_episodes_screens(admin_client, agent):
     pattern.refresh_from_db()
     assert pattern.status == "dismissed" and pattern.resolved_by == admin_client.user
     rule = CorrectionRule.objects.get()
-    listing = admin_client.get("/admin/autonomy/correctionrule/")
+    listing = admin_client.get("/admin/feedback/correctionrule/")
     assert listing.status_code == 200 and "Deactivate" in listing.content.decode()
-    r = admin_client.post(f"/admin/autonomy/correctionrule/{rule.pk}/deactivate/")
+    r = admin_client.post(f"/admin/feedback/correctionrule/{rule.pk}/deactivate/")
     assert r.status_code == 302
     rule.refresh_from_db()
     assert rule.status == "inactive" and rule.deactivated_by == admin_client.user
-    assert admin_client.get(f"/admin/autonomy/correctionrule/{rule.pk}/history/").status_code == 200
+    assert admin_client.get(f"/admin/feedback/correctionrule/{rule.pk}/history/").status_code == 200
     page = admin_client.get(f"/admin/autonomy/learningepisode/{episode.pk}/change/")
     assert page.status_code == 200 and "rule_created" in page.content.decode()
     assert admin_client.get("/admin/autonomy/learningepisode/").status_code == 200
-    assert admin_client.get("/admin/autonomy/action/").status_code == 200
+    assert admin_client.get("/admin/actions/action/").status_code == 200
     assert correction_rules_create() == []
     assert LearningEpisode.objects.count() == 1

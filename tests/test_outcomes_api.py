@@ -2,7 +2,8 @@
 
 import pytest
 
-from autonomy.models import Action, AutonomyLevel, CalibrationRecord
+from actions.models import Action, AutonomyLevel
+from autonomy.models import CalibrationRecord
 from feedback.models import Execution, FeedbackRecord, FeedbackType, MistakePattern, Proposal
 from tests.conftest import make_client
 
@@ -77,7 +78,7 @@ def test_agent_a_cannot_read_or_change_agent_b_objects(agent_a, agent_b, reviewe
     reviewer.post(f"/api/v1/proposals/{pid}/approve", {}, format="json")
     r = agent_a.post("/api/v1/outcomes", {"proposal": pid, "success": True}, format="json")
     assert r.status_code == 404
-    assert agent_a.post("/api/v1/corrections", {"action": "email.send", "original_action": {"a": 1}, "corrected_action": {"a": 2},
+    assert agent_a.post("/api/v1/overrides", {"action": "email.send", "original_action": {"a": 1}, "corrected_action": {"a": 2},
                                                   "proposal": pid}, format="json").status_code == 404
     assert Proposal.objects.get(pk=pid).status == "approved"
     assert FeedbackRecord.objects.count() == 0
@@ -172,11 +173,11 @@ def test_executions_need_level_2_and_are_reviewed_once(agent_a, reviewer):
 
 def test_manual_override_and_listing_filters(agent_a, agent_b, reviewer):
     Action.objects.create(name="email.send")
-    r = agent_a.post("/api/v1/corrections", {"action": "email.send", "original_action": {"to": "a"}, "corrected_action": {"to": "b"},
+    r = agent_a.post("/api/v1/overrides", {"action": "email.send", "original_action": {"to": "a"}, "corrected_action": {"to": "b"},
                                              "explanation": "user changed it", "confidence": 0.6}, format="json")
     assert r.status_code == 201 and r.data["feedback_type"] == "manual_override"
     assert r.data["correction_delta"]["changed"] == {"to": {"from": "a", "to": "b"}}
-    assert agent_a.post("/api/v1/corrections", {"action": "nope.missing", "original_action": {}, "corrected_action": {"a": 1}},
+    assert agent_a.post("/api/v1/overrides", {"action": "nope.missing", "original_action": {}, "corrected_action": {"a": 1}},
                         format="json").status_code == 404
     pid = propose(agent_a).data["id"]
     reviewer.post(f"/api/v1/proposals/{pid}/reject", {"review_notes": "no"}, format="json")
@@ -188,8 +189,8 @@ def test_manual_override_and_listing_filters(agent_a, agent_b, reviewer):
 
 
 def test_consult_reflects_patterns_rules_calibration_and_level(agent_a, agent_b, reviewer):
-    from autonomy.services import correction_rules_create
-    from feedback.services import mistake_patterns_detect
+    from feedback.services.mistakes import mistake_patterns_detect
+    from feedback.services.rules import correction_rules_create
 
     r = agent_a.get("/api/v1/actions/email.send/consult?confidence=0.8")
     assert r.status_code == 404 and "action" in r.data["fields"]

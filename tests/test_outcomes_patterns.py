@@ -10,15 +10,33 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from autonomy.models import Action, Agent, AutonomyLevel, CorrectionRule
-from autonomy.services import correction_rule_approve, correction_rule_deactivate, correction_rules_create, correction_rules_expire
-from config.api import ApplicationError
-from feedback import services as svc
-from feedback.models import Execution, FeedbackRecord, MistakePattern, Proposal
+from actions.models import Action, AutonomyLevel
+from agents.models import Agent
+from common.api import ApplicationError
+from feedback.models import CorrectionRule, Execution, FeedbackRecord, MistakePattern, Proposal
+from feedback.services import reviews as svc
+from feedback.services.mistakes import mistake_pattern_set_status, mistake_patterns_detect
+from feedback.services.reviews import (
+    Reviewer,
+    execution_create,
+    execution_review,
+    manual_override_record,
+    proposal_approve,
+    proposal_create,
+    proposal_modify,
+    proposal_outcome_record,
+    proposal_reject,
+)
+from feedback.services.rules import (
+    correction_rule_approve,
+    correction_rule_deactivate,
+    correction_rules_create,
+    correction_rules_expire,
+)
 
 pytestmark = pytest.mark.django_db
 
-REVIEWER = svc.Reviewer(source="command")
+REVIEWER = Reviewer(source="command")
 
 
 @pytest.fixture
@@ -27,13 +45,13 @@ def agent(db):
 
 
 def proposal(agent, action="email.send", confidence=0.9, **body):
-    return svc.proposal_create(agent=agent, action=action, proposed_action=body or {"to": "ceo@example.com"},
+    return proposal_create(agent=agent, action=action, proposed_action=body or {"to": "ceo@example.com"},
                                reasoning={"confidence": confidence})
 
 
 def execution(agent, action="email.send"):
     Action.objects.get_or_create(name=action, defaults={"autonomy_level": AutonomyLevel.ACT_REVIEWED})
-    return svc.execution_create(agent=agent, action=action, params={"to": "x"}, reasoning={"confidence": 0.8}, success=True)
+    return execution_create(agent=agent, action=action, params={"to": "x"}, reasoning={"confidence": 0.8}, success=True)
 
 
 class Rollback(Exception):
@@ -41,13 +59,13 @@ class Rollback(Exception):
 
 
 PATHS = {
-    "reject": lambda a: svc.proposal_reject(proposal=proposal(a), reviewer=REVIEWER, notes="no"),
-    "modify": lambda a: svc.proposal_modify(proposal=proposal(a), reviewer=REVIEWER, modified_action={"to": "cfo@example.com"}),
-    "review_incorrect": lambda a: svc.execution_review(execution=execution(a), reviewer=REVIEWER, outcome="incorrect"),
-    "review_correct": lambda a: svc.execution_review(execution=execution(a), reviewer=REVIEWER, outcome="correct"),
-    "outcome_failure": lambda a: svc.proposal_outcome_record(
-        agent=a, proposal_id=svc.proposal_approve(proposal=proposal(a), reviewer=REVIEWER).pk, success=False, error="bounced"),
-    "manual_override": lambda a: (Action.objects.get_or_create(name="email.send"), svc.manual_override_record(
+    "reject": lambda a: proposal_reject(proposal=proposal(a), reviewer=REVIEWER, notes="no"),
+    "modify": lambda a: proposal_modify(proposal=proposal(a), reviewer=REVIEWER, modified_action={"to": "cfo@example.com"}),
+    "review_incorrect": lambda a: execution_review(execution=execution(a), reviewer=REVIEWER, outcome="incorrect"),
+    "review_correct": lambda a: execution_review(execution=execution(a), reviewer=REVIEWER, outcome="correct"),
+    "outcome_failure": lambda a: proposal_outcome_record(
+        agent=a, proposal_id=proposal_approve(proposal=proposal(a), reviewer=REVIEWER).pk, success=False, error="bounced"),
+    "manual_override": lambda a: (Action.objects.get_or_create(name="email.send"), manual_override_record(
         agent=a, action="email.send", original_action={"to": "a"}, corrected_action={"to": "b"}))[1],
 }
 
@@ -76,7 +94,7 @@ def test_a_failing_record_write_rolls_back_the_status_change(agent, monkeypatch)
 
     monkeypatch.setattr(svc, "_feedback_create", boom)
     with pytest.raises(RuntimeError):
-        svc.proposal_reject(proposal=p, reviewer=REVIEWER, notes="no")
+        proposal_reject(proposal=p, reviewer=REVIEWER, notes="no")
     p.refresh_from_db()
     assert p.status == "pending"
 
@@ -93,17 +111,17 @@ def reject_n(agent, n, action="email.send", notes="never email the CEO", categor
     for _ in range(n):
         p = proposal(agent, action=action)
         if corrected:
-            svc.proposal_modify(proposal=p, reviewer=REVIEWER, modified_action=corrected, notes=notes, mistake_category=category)
+            proposal_modify(proposal=p, reviewer=REVIEWER, modified_action=corrected, notes=notes, mistake_category=category)
         else:
-            svc.proposal_reject(proposal=p, reviewer=REVIEWER, notes=notes, mistake_category=category)
+            proposal_reject(proposal=p, reviewer=REVIEWER, notes=notes, mistake_category=category)
 
 
 def test_three_rejections_make_a_pattern_and_a_fourth_updates_it(agent):
     reject_n(agent, 2)
-    assert svc.mistake_patterns_detect().created == []
+    assert mistake_patterns_detect().created == []
     reject_n(agent, 1)
     proposal(agent, action="email.send")  # pending ones are not mistakes
-    r = svc.mistake_patterns_detect()
+    r = mistake_patterns_detect()
     assert len(r.created) == 1 and r.linked_records == 3
     p = MistakePattern.objects.get()
     assert (p.category, p.occurrence_count, p.status) == ("rejection", 3, "active")
@@ -111,9 +129,9 @@ def test_three_rejections_make_a_pattern_and_a_fourth_updates_it(agent):
     assert set(p.records.values_list("pk", flat=True)) == set(FeedbackRecord.objects.values_list("pk", flat=True))
     assert FeedbackRecord.objects.filter(processed=True).count() == 3
     first_seen = p.first_seen
-    assert svc.mistake_patterns_detect().pattern_ids == []  # nothing changed: no update
+    assert mistake_patterns_detect().pattern_ids == []  # nothing changed: no update
     reject_n(agent, 1, notes="wrong person")
-    r = svc.mistake_patterns_detect()
+    r = mistake_patterns_detect()
     assert r.created == [] and r.updated == [p.pk]
     p.refresh_from_db()
     assert p.occurrence_count == 4 and p.first_seen == first_seen and p.records.count() == 4
@@ -125,29 +143,29 @@ def test_grouping_by_category_then_type_and_window(agent):
     reject_n(agent, 3, corrected={"to": "cfo@example.com"})
     old = FeedbackRecord.objects.filter(mistake_category="tone")
     old.update(created_at=timezone.now() - timedelta(days=40))
-    svc.mistake_patterns_detect(window_days=30)
+    mistake_patterns_detect(window_days=30)
     assert list(MistakePattern.objects.values_list("category", flat=True)) == ["correction"]
-    svc.mistake_patterns_detect(window_days=60)
+    mistake_patterns_detect(window_days=60)
     assert sorted(MistakePattern.objects.values_list("category", flat=True)) == ["correction", "tone"]
     assert MistakePattern.objects.get(category="correction").common_correction == {"to": "cfo@example.com"}
     with pytest.raises(ApplicationError):
-        svc.mistake_patterns_detect(window_days=0)
+        mistake_patterns_detect(window_days=0)
     with pytest.raises(ApplicationError):
-        svc.mistake_patterns_detect(window_days=-3)
+        mistake_patterns_detect(window_days=-3)
 
 
 def test_resolved_pattern_reopens_on_new_mistakes_dismissed_stays(agent):
     reject_n(agent, 3)
-    svc.mistake_patterns_detect()
+    mistake_patterns_detect()
     p = MistakePattern.objects.get()
-    svc.mistake_pattern_set_status(pattern=p, status="resolved", notes="fixed the prompt")
+    mistake_pattern_set_status(pattern=p, status="resolved", notes="fixed the prompt")
     reject_n(agent, 1)
-    svc.mistake_patterns_detect()
+    mistake_patterns_detect()
     p.refresh_from_db()
     assert p.status == "active" and p.occurrence_count == 4
-    svc.mistake_pattern_set_status(pattern=p, status="dismissed", notes="not a mistake")
+    mistake_pattern_set_status(pattern=p, status="dismissed", notes="not a mistake")
     reject_n(agent, 1)
-    svc.mistake_patterns_detect()
+    mistake_patterns_detect()
     p.refresh_from_db()
     assert p.status == "dismissed" and p.occurrence_count == 5
 
@@ -177,7 +195,7 @@ def test_concurrent_detection_runs_do_not_duplicate():
     def run(agent_id):
         try:
             barrier.wait()
-            svc.mistake_patterns_detect(agent_id=agent_id)
+            mistake_patterns_detect(agent_id=agent_id)
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
         finally:
@@ -196,7 +214,7 @@ def test_concurrent_detection_runs_do_not_duplicate():
 def test_rules_from_patterns(agent):
     reject_n(agent, 3, corrected={"to": "cfo@example.com"}, notes="send it to the CFO")
     reject_n(agent, 3, action="crm.update", notes="")
-    svc.mistake_patterns_detect()
+    mistake_patterns_detect()
     rules = correction_rules_create(agent_id=agent.pk)
     assert len(rules) == 2
     email = CorrectionRule.objects.get(action__name="email.send")
@@ -218,7 +236,7 @@ def test_rules_from_patterns(agent):
 @override_settings(CORRECTION_RULES_REQUIRE_APPROVAL=True, CORRECTION_RULE_EXPIRY_DAYS=7)
 def test_rule_approval_setting_and_expiry(agent):
     reject_n(agent, 3)
-    svc.mistake_patterns_detect()
+    mistake_patterns_detect()
     (rule,) = correction_rules_create()
     assert rule.status == "pending_approval"
     assert abs((rule.expires_at - timezone.now()) - timedelta(days=7)) < timedelta(minutes=1)
@@ -244,7 +262,7 @@ def test_two_concurrent_rejections_write_one_record():
     def reject():
         try:
             barrier.wait()
-            svc.proposal_reject(proposal=p.pk, reviewer=REVIEWER, notes="no")
+            proposal_reject(proposal=p.pk, reviewer=REVIEWER, notes="no")
             outcomes.append("rejected")
         except ApplicationError as exc:
             outcomes.append(exc.code)

@@ -7,7 +7,8 @@ from django.utils import timezone
 
 from learning.models import LearnedPhrase
 from learning.resolution import resolve
-from learning.services import learned_phrase_upsert, phrase_block_create
+from learning.services.blocks import phrase_block_create
+from learning.services.phrases import learned_phrase_upsert
 
 pytestmark = pytest.mark.django_db
 
@@ -166,7 +167,7 @@ def test_degraded_mode_answers_from_exact_and_phrase_tiers(catalogue, failing_em
 def test_hanging_embedder_times_out_degraded(catalogue, settings):
     import time
 
-    from learning.embeddings import set_embedder
+    from embeddings.embedders import set_embedder
 
     class Slow:
         model_name = "slow"
@@ -192,8 +193,8 @@ def test_hanging_embedder_times_out_degraded(catalogue, settings):
 
 
 def test_vectors_record_model_and_text_hash(catalogue):
-    from learning.embeddings import current_model_name
-    from learning.text import text_hash
+    from common.text import text_hash
+    from embeddings.embedders import current_model_name
 
     row = learned_phrase_upsert(phrase="Archive the CBU", verb=catalogue["cbu.delete"], user_id="alice")
     assert row.embedding is not None and len(row.embedding) == 384
@@ -232,8 +233,8 @@ def test_several_close_anchors_outweigh_one(catalogue):
 
 def test_negative_evidence_never_makes_an_auto_resolution(catalogue, settings):
     """Penalties reorder and demote options; they never let a verb run that its own evidence would not have chosen."""
-    from feedback.services import phrase_evidence_add
     from learning.resolution import embed_query
+    from learning.services.evidence import phrase_evidence_add
 
     text = "business unit for the client"
     settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": 0.0}

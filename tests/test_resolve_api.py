@@ -80,7 +80,7 @@ def test_missing_and_wrong_keys(client, catalogue):
 
 
 def test_revoked_key_is_refused(api, catalogue):
-    from autonomy.services import api_key_revoke
+    from agents.services import api_key_revoke
 
     api_key_revoke(key=api.key)
     assert api.post(URL, {"text": "list all cbus"}, format="json").status_code == 401
@@ -91,8 +91,9 @@ def test_verified_keys_are_remembered_briefly_and_revocation_elsewhere_lands_wit
     the database here) is honoured once that time has passed; with 0 every request looks the key up."""
     import time
 
-    from autonomy.models import ApiKey
     from django.utils import timezone
+
+    from agents.models import ApiKey
 
     settings.API_KEY_CACHE_S = 0.3
     body = {"text": "list all cbus"}  # an exact catalogue phrase: the resolver's own queries are fixed
@@ -116,7 +117,7 @@ def test_admin_edit_of_an_agent_takes_effect_at_once(api, catalogue, admin_clien
     body = {"text": "list all cbus"}
     assert api.post(URL, body, format="json").status_code == 200
     agent = api.agent
-    r = admin_client.post(f"/admin/autonomy/agent/{agent.pk}/change/", {
+    r = admin_client.post(f"/admin/agents/agent/{agent.pk}/change/", {
         "name": agent.name, "description": agent.description, "is_active": "",
         "keys-TOTAL_FORMS": "1", "keys-INITIAL_FORMS": "1", "keys-MIN_NUM_FORMS": "0", "keys-MAX_NUM_FORMS": "1000",
         "keys-0-id": str(api.key.pk), "keys-0-agent": str(agent.pk),
@@ -147,7 +148,7 @@ def test_failed_authentications_are_throttled(client, catalogue, settings):
 
 
 def test_only_key_hash_is_stored(api):
-    from autonomy.models import ApiKey
+    from agents.models import ApiKey
 
     key = ApiKey.objects.get(pk=api.key.pk)
     raw = api._credentials["HTTP_AUTHORIZATION"].split()[1]

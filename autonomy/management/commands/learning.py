@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count
 
-from config.api import ApplicationError
+from common.api import ApplicationError
 
 
 def render_table(headers: list[str], rows: list[list]) -> str:
@@ -51,7 +51,7 @@ class Command(BaseCommand):
         self.stdout.write(text)
 
     def view_feedback(self, agent, limit, **_):
-        from autonomy.selectors import agent_get
+        from agents.selectors import agent_get
         from feedback.models import FeedbackRecord
 
         a = agent_get(ref=agent)
@@ -68,9 +68,9 @@ class Command(BaseCommand):
         self.out(render_table(["id", "when", "action", "type", "conf", "category", "explanation"], rows))
 
     def view_mistakes(self, agent, window_days, no_detect, **_):
-        from autonomy.selectors import agent_get
+        from agents.selectors import agent_get
         from feedback.models import MistakePattern
-        from feedback.services import mistake_patterns_detect
+        from feedback.services.mistakes import mistake_patterns_detect
 
         a = agent_get(ref=agent)
         if not no_detect:
@@ -84,7 +84,7 @@ class Command(BaseCommand):
         self.out(render_table(["id", "action", "category", "count", "status", "last seen", "description"], rows))
 
     def view_calibrate(self, agent, window_days, **_):
-        from autonomy.selectors import agent_get
+        from agents.selectors import agent_get
         from autonomy.services import calibration_compute
 
         a = agent_get(ref=agent)
@@ -107,8 +107,8 @@ class Command(BaseCommand):
                                   [[r.action.name, r.sample_count, r.ece, r.recommended_adjustment] for r in records[1:]]))
 
     def view_autonomy(self, action, window_days, **_):
+        from actions.selectors import action_get
         from autonomy.models import AutonomyTransition, TransitionStatus
-        from autonomy.selectors import action_get
         from autonomy.services import autonomy_evaluate
 
         act = action_get(name=action)
@@ -124,7 +124,7 @@ class Command(BaseCommand):
             self.out(f"\nTransition #{open_t.pk} ({open_t.from_level}→{open_t.to_level}) is already awaiting a decision.")
 
     def view_full_cycle(self, agent, **_):
-        from autonomy.selectors import agent_get
+        from agents.selectors import agent_get
         from autonomy.services import learning_cycle_run
 
         a = agent_get(ref=agent)

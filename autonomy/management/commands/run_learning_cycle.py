@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from config.api import ApplicationError
+from common.api import ApplicationError
 
 
 class Command(BaseCommand):
@@ -14,8 +14,8 @@ class Command(BaseCommand):
         parser.add_argument("--queue", action="store_true", help="Send the cycles to Celery workers instead of running them here")
 
     def handle(self, *args, agent, all, queue, **options):
-        from autonomy.models import Agent
-        from autonomy.selectors import agent_get
+        from agents.models import Agent
+        from agents.selectors import agent_get
         from autonomy.services import learning_cycle_run
         from autonomy.tasks import learning_cycle
 

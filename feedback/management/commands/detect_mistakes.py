@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from config.api import ApplicationError
+from common.api import ApplicationError
 
 
 class Command(BaseCommand):
@@ -12,8 +12,8 @@ class Command(BaseCommand):
         parser.add_argument("--min", type=int, default=None, dest="min_count", help="Records needed for a pattern (default 3)")
 
     def handle(self, *args, agent, window_days, min_count, **options):
-        from autonomy.selectors import agent_get
-        from feedback.services import mistake_patterns_detect
+        from agents.selectors import agent_get
+        from feedback.services.mistakes import mistake_patterns_detect
 
         try:
             agent_id = agent_get(ref=agent).pk if agent else None

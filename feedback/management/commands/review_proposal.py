@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from config.api import ApplicationError
+from common.api import ApplicationError
 
 
 class Command(BaseCommand):
@@ -16,14 +16,14 @@ class Command(BaseCommand):
         parser.add_argument("--modified-action", default=None, help="JSON object (for modify)")
 
     def handle(self, *args, proposal, decision, notes, category, modified_action, **options):
-        from feedback import services
+        from feedback.services.reviews import Reviewer, proposal_approve, proposal_modify, proposal_reject
 
-        reviewer = services.Reviewer(source="command")
+        reviewer = Reviewer(source="command")
         try:
             if decision == "approve":
-                p = services.proposal_approve(proposal=proposal, reviewer=reviewer, notes=notes)
+                p = proposal_approve(proposal=proposal, reviewer=reviewer, notes=notes)
             elif decision == "reject":
-                p = services.proposal_reject(proposal=proposal, reviewer=reviewer, notes=notes, mistake_category=category)
+                p = proposal_reject(proposal=proposal, reviewer=reviewer, notes=notes, mistake_category=category)
             else:
                 if modified_action is None:
                     raise CommandError("--modified-action is required for modify.")
@@ -31,7 +31,7 @@ class Command(BaseCommand):
                     new = json.loads(modified_action)
                 except json.JSONDecodeError as exc:
                     raise CommandError(f"--modified-action is not valid JSON: {exc}") from exc
-                p = services.proposal_modify(proposal=proposal, reviewer=reviewer, modified_action=new, notes=notes,
+                p = proposal_modify(proposal=proposal, reviewer=reviewer, modified_action=new, notes=notes,
                                              mistake_category=category)
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc

@@ -4,11 +4,11 @@ import os
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from autonomy.models import Agent, Scope
-from autonomy.services import agent_key_create
+from agents.models import Agent, Scope
+from agents.services import agent_key_create
 from learning import datasets
 from learning.catalogue import VerbEntry, parse_path
-from learning.services import verb_catalogue_load
+from learning.services.catalogue import verb_catalogue_load
 
 logger = logging.getLogger(__name__)
 BUILT_IN = datasets.Path(__file__).resolve().parents[2] / "fixtures" / "demo_catalogue.yaml"

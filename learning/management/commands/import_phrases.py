@@ -5,10 +5,10 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from config.api import ApplicationError
+from common.api import ApplicationError
+from common.validators import USER_ID_RE
 from learning.importing import FORMATS, ImportFormatError, parse
-from learning.models import USER_ID_RE
-from learning.services import ImportRejected, phrases_import
+from learning.services.imports import ImportRejected, phrases_import
 
 
 class Command(BaseCommand):

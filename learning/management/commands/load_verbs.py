@@ -3,7 +3,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from learning.catalogue import CatalogueError, parse_path
-from learning.services import verb_catalogue_load
+from learning.services.catalogue import verb_catalogue_load
 
 
 class Command(BaseCommand):

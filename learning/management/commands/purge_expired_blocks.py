@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from learning.services import phrase_blocks_purge_expired
+from learning.services.blocks import phrase_blocks_purge_expired
 
 
 class Command(BaseCommand):

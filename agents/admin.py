@@ -1,0 +1,62 @@
+"""Admin screens for agents and their API keys."""
+
+from django.contrib import admin, messages
+from simple_history.admin import SimpleHistoryAdmin
+
+from agents.authentication import verified_keys_forget
+from agents.models import Agent, ApiKey
+from agents.services import api_key_revoke
+
+
+class ApiKeyInline(admin.TabularInline):
+    model = ApiKey
+    extra = 0
+    fields = ["name", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False  # keys are created with `manage.py create_agent_key`, which shows the secret once
+
+
+class ForgetVerifiedKeysMixin:
+    """An edited agent or key (switched off, scopes changed) takes effect at once in this process."""
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        verified_keys_forget()
+
+    def delete_model(self, request, obj):
+        super().delete_model(request, obj)
+        verified_keys_forget()
+
+    def delete_queryset(self, request, queryset):
+        super().delete_queryset(request, queryset)
+        verified_keys_forget()
+
+
+@admin.register(Agent)
+class AgentAdmin(ForgetVerifiedKeysMixin, SimpleHistoryAdmin):
+    list_display = ["name", "is_active", "created_at"]
+    list_filter = ["is_active"]
+    search_fields = ["name", "description"]
+    inlines = [ApiKeyInline]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(ForgetVerifiedKeysMixin, SimpleHistoryAdmin):
+    list_display = ["name", "agent", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), "agent"]
+    search_fields = ["name", "prefix", "agent__name"]
+    readonly_fields = ["agent", "prefix", "created_at", "last_used_at", "revoked_at"]
+    fields = ["agent", "name", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Revoke selected keys", permissions=["change"])
+    def revoke(self, request, queryset):
+        for key in queryset:
+            api_key_revoke(key=key)
+        self.message_user(request, f"Revoked {queryset.count()} key(s).", messages.SUCCESS)

@@ -1,0 +1,77 @@
+"""Agents and their API keys with scopes."""
+
+import hashlib
+import secrets
+
+from django.db import models
+from simple_history.models import HistoricalRecords
+
+
+class Scope(models.TextChoices):
+    RESOLVE = "resolve", "Resolve"
+    FEEDBACK = "feedback", "Feedback"
+    GOVERNANCE = "governance", "Governance"
+
+
+DEFAULT_SCOPES = [Scope.RESOLVE.value, Scope.FEEDBACK.value]
+
+
+class Agent(models.Model):
+    """An AI agent that calls the API with one or more keys."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    # DRF treats request.user as authenticated through this attribute.
+    is_authenticated = True
+    is_anonymous = False
+
+
+def hash_key(raw_key: str) -> str:
+    """Keys are 256-bit random secrets, so one SHA-256 is enough to store them."""
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+def generate_key() -> tuple[str, str]:
+    """A new key: (raw key shown once, its prefix for display)."""
+    prefix = secrets.token_hex(4)
+    return f"alg_{prefix}_{secrets.token_urlsafe(32)}", prefix
+
+
+class ApiKey(models.Model):
+    """An agent's API key; only its hash is stored."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, db_index=True, help_text="Shown to tell keys apart; not secret.")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    history = HistoricalRecords(excluded_fields=["last_used_at"])
+
+    class Meta:
+        verbose_name = "API key"
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.name} (alg_{self.prefix}_…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None and self.agent.is_active
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes

@@ -1,0 +1,40 @@
+"""Writes for agents and API keys."""
+
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import Agent, ApiKey, Scope, generate_key, hash_key
+from common.api import ApplicationError
+
+
+def agent_key_create(*, agent_name: str, scopes: list[str], key_name: str = "default") -> tuple[ApiKey, str]:
+    """Create the agent if needed and a new key for it; return (key, raw key shown once)."""
+    valid = {s.value for s in Scope}
+    unknown = sorted(set(scopes) - valid)
+    if unknown:
+        raise ApplicationError(f"Unknown scope(s): {', '.join(unknown)}. Valid: {', '.join(sorted(valid))}.", field="scopes")
+    if not scopes:
+        raise ApplicationError("At least one scope is needed.", field="scopes")
+    name = agent_name.strip()
+    if not name or len(name) > 100:
+        raise ApplicationError("Agent name must be 1 to 100 characters.", field="name")
+    with transaction.atomic():
+        agent, _ = Agent.objects.get_or_create(name=name)
+        raw, prefix = generate_key()
+        key = ApiKey.objects.create(
+            agent=agent, name=key_name, prefix=prefix, key_hash=hash_key(raw), scopes=sorted(set(scopes))
+        )
+    return key, raw
+
+
+def api_key_revoke(*, key: ApiKey) -> ApiKey:
+    """Revoke a key: refused from now on in this process, within API_KEY_CACHE_S everywhere else."""
+    from agents.authentication import verified_keys_forget
+
+    with transaction.atomic():
+        ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        key.refresh_from_db()
+        transaction.on_commit(verified_keys_forget)
+    verified_keys_forget()
+    return key

@@ -1,0 +1,46 @@
+"""Small helpers shared by the outcomes/autonomy admin screens."""
+
+import json
+
+from django import forms
+from django.contrib import messages
+from django.utils.html import format_html
+
+from common.api import ApplicationError
+
+
+def pretty_json(value) -> str:
+    if value is None:
+        return "—"
+    return format_html(
+        '<pre style="white-space:pre-wrap;max-width:60em;margin:0">{}</pre>',
+        json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str),
+    )
+
+
+class JsonObjectField(forms.JSONField):
+    """A JSON text area that must hold an object."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("widget", forms.Textarea(attrs={"rows": 8, "cols": 80, "style": "font-family:monospace"}))
+        super().__init__(**kwargs)
+
+    def validate(self, value):
+        super().validate(value)
+        if value is not None and not isinstance(value, dict):
+            raise forms.ValidationError("Enter a JSON object, e.g. {\"to\": \"a@example.com\"}.")
+
+
+def run_bulk(modeladmin, request, queryset, fn, done: str) -> None:
+    """Call a service for each selected row; report successes and refusals separately."""
+    ok, refused = 0, []
+    for obj in queryset:
+        try:
+            fn(obj)
+            ok += 1
+        except ApplicationError as exc:
+            refused.append(f"#{obj.pk}: {exc.message}")
+    if ok:
+        modeladmin.message_user(request, f"{done}: {ok}.", messages.SUCCESS)
+    if refused:
+        modeladmin.message_user(request, "Refused — " + "; ".join(refused[:10]), messages.WARNING)

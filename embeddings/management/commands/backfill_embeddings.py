@@ -1,0 +1,37 @@
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from embeddings.embedders import EmbeddingError
+from embeddings.services import embeddings_backfill
+
+
+class Command(BaseCommand):
+    help = (
+        "Embed every row whose vector is missing or stale (another model, or other text). "
+        "Works in batches and commits each, so an interrupted run resumes where it stopped."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--batch-size", type=int, default=128)
+        parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar")
+
+    def handle(self, *args, batch_size, no_progress, **options):
+        if batch_size < 1:
+            raise CommandError("--batch-size must be at least 1")
+        bars = []
+
+        def progress(model, total):
+            bar = tqdm(total=total, desc=str(model._meta.verbose_name_plural), disable=no_progress, unit="row")
+            bars.append(bar)
+            return bar.update
+
+        try:
+            totals = embeddings_backfill(batch_size=batch_size, progress=progress)
+        except EmbeddingError as exc:
+            raise CommandError(f"The embedder cannot load: {exc}") from exc
+        finally:
+            for bar in bars:
+                bar.close()
+        self.stdout.write(f"embedded: {totals['embedded']}, failed: {totals['failed']}, model: {totals['model']}")
+        if totals["failed"]:
+            raise CommandError(f"{totals['failed']} row(s) could not be embedded; run the command again later")

@@ -1,0 +1,80 @@
+"""Writes of vectors: compute, assign, refresh, and the backfill of missing or stale ones."""
+
+import logging
+from typing import Sequence
+
+from django.db import transaction
+from django.db.models import Model
+
+from common.text import text_hash
+from embeddings.embedders import EmbeddingError, get_embedder
+from embeddings.selectors import embedded_models, embedding_rows_needing_work
+
+logger = logging.getLogger(__name__)
+
+
+def embeddings_compute(texts: Sequence[str]) -> tuple[list | None, str]:
+    """Vectors for ``texts`` (None if the embedder fails) and the model name."""
+    if not texts:
+        return [], ""
+    try:
+        embedder = get_embedder()
+        return embedder.embed_batch(list(texts)), embedder.model_name
+    except EmbeddingError as exc:
+        logger.warning("embedding %d texts failed, rows stay unembedded: %s", len(texts), exc)
+        return None, ""
+
+
+def embedding_assign(rows: Sequence[Model], vectors: list | None, model: str) -> None:
+    """Set vector, model and text hash on unsaved rows (no-op without vectors)."""
+    if vectors is None:
+        return
+    for row, vector in zip(rows, vectors):
+        row.embedding = vector
+        row.embedding_model = model
+        row.embedding_hash = text_hash(row.embedding_text)
+
+
+def embeddings_refresh(*, rows: Sequence[Model]) -> int:
+    """Embed ``rows`` (all of one model) and save only their vector fields; answer how many were embedded."""
+    if not rows:
+        return 0
+    vectors, model = embeddings_compute([r.embedding_text for r in rows])
+    if vectors is None:
+        return 0
+    embedding_assign(rows, vectors, model)
+    with transaction.atomic():
+        type(rows[0]).objects.bulk_update(rows, ["embedding", "embedding_model", "embedding_hash"])
+    return len(rows)
+
+
+def embeddings_backfill(*, batch_size: int = 128, progress=None) -> dict:
+    """Embed every row whose vector is missing or stale, one committed batch at a time (resumable).
+
+    ``progress(model, total)`` may return a callable ``update(n)`` for a progress bar.
+    Answers {"embedded": n, "failed": n, "model": name}; raises EmbeddingError if the embedder cannot load.
+    """
+    model_name = get_embedder().model_name
+    totals = {"embedded": 0, "failed": 0, "model": model_name}
+    for model in embedded_models():
+        pending = embedding_rows_needing_work(model, current_model=model_name)
+        total = pending.count()
+        if not total:
+            continue
+        update = progress(model, total) if progress else None
+        last_pk = 0
+        while True:
+            rows = list(pending.filter(pk__gt=last_pk)[:batch_size])
+            if not rows:
+                break
+            last_pk = rows[-1].pk
+            try:
+                done = embeddings_refresh(rows=rows)
+            except Exception:  # count and go on: one bad batch must not stop the rest
+                logger.exception("embedding batch of %s after pk %s failed", model.__name__, last_pk)
+                done = 0
+            totals["embedded"] += done
+            totals["failed"] += len(rows) - done
+            if update:
+                update(len(rows))
+    return totals

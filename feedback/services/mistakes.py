@@ -1,0 +1,136 @@
+"""Mistake pattern detection and review."""
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from common.api import ApplicationError, NotFound
+from feedback.models import NEGATIVE_FEEDBACK_TYPES, MistakePattern, PatternStatus
+from feedback.services.reviews import _explanation, _pk
+
+logger = logging.getLogger(__name__)
+
+# Advisory lock keys (two int4 keys: namespace, agent id or 0).
+LOCK_NAMESPACE_DETECT = 61001
+
+
+@dataclass
+class DetectionResult:
+    created: list[int] = field(default_factory=list)
+    updated: list[int] = field(default_factory=list)
+    reopened: list[int] = field(default_factory=list)
+    linked_records: int = 0
+
+    @property
+    def pattern_ids(self) -> list[int]:
+        return self.created + self.updated
+
+
+_DETECT_SQL = """
+WITH grp AS (
+    SELECT fr.agent_id, fr.action_id,
+           COALESCE(NULLIF(fr.mistake_category, ''), fr.feedback_type) AS category,
+           count(*) AS n, min(fr.created_at) AS first_seen, max(fr.created_at) AS last_seen,
+           mode() WITHIN GROUP (ORDER BY fr.human_explanation) FILTER (WHERE fr.human_explanation <> '') AS explanation,
+           mode() WITHIN GROUP (ORDER BY fr.corrected_action::text) FILTER (WHERE fr.corrected_action IS NOT NULL) AS correction
+      FROM feedback_feedbackrecord fr
+     WHERE fr.feedback_type = ANY(%(types)s) AND fr.created_at >= %(since)s {agent_filter}
+     GROUP BY 1, 2, 3
+    HAVING count(*) >= %(min)s
+)
+INSERT INTO feedback_mistakepattern AS p
+       (agent_id, action_id, category, description, common_explanation, common_correction, occurrence_count,
+        first_seen, last_seen, status, resolution_notes, created_at, updated_at)
+SELECT g.agent_id, g.action_id, g.category,
+       format('%%s × %%s on %%s in %%s days%%s', g.n, g.category, a.name, %(window)s,
+              CASE WHEN g.explanation IS NULL THEN '' ELSE format('; most common explanation: "%%s"', g.explanation) END),
+       COALESCE(g.explanation, ''), g.correction::jsonb, g.n, g.first_seen, g.last_seen, 'active', '', now(), now()
+  FROM grp g JOIN actions_action a ON a.id = g.action_id
+ ORDER BY g.agent_id, g.action_id, g.category
+ON CONFLICT (agent_id, action_id, category) DO UPDATE
+   SET description = EXCLUDED.description,
+       common_explanation = EXCLUDED.common_explanation,
+       common_correction = EXCLUDED.common_correction,
+       occurrence_count = EXCLUDED.occurrence_count,
+       first_seen = LEAST(p.first_seen, EXCLUDED.first_seen),
+       last_seen = GREATEST(p.last_seen, EXCLUDED.last_seen),
+       status = CASE WHEN p.status = 'resolved' AND EXCLUDED.last_seen > p.resolved_at THEN 'active' ELSE p.status END,
+       updated_at = now()
+ WHERE (p.occurrence_count, p.last_seen, p.description, p.status)
+       IS DISTINCT FROM (EXCLUDED.occurrence_count, GREATEST(p.last_seen, EXCLUDED.last_seen), EXCLUDED.description,
+                         CASE WHEN p.status = 'resolved' AND EXCLUDED.last_seen > p.resolved_at THEN 'active' ELSE p.status END)
+RETURNING p.id, (xmax = 0) AS inserted, p.status
+"""
+
+_LINK_SQL = """
+UPDATE feedback_feedbackrecord fr
+   SET pattern_id = p.id, processed = true, processed_at = now()
+  FROM feedback_mistakepattern p
+ WHERE p.agent_id = fr.agent_id AND p.action_id = fr.action_id
+   AND p.category = COALESCE(NULLIF(fr.mistake_category, ''), fr.feedback_type)
+   AND fr.feedback_type = ANY(%(types)s) AND fr.created_at >= %(since)s
+   AND fr.pattern_id IS NULL {agent_filter}
+"""
+
+
+def mistake_patterns_detect(*, agent_id: int | None = None, window_days: int | None = None, min_count: int | None = None) -> DetectionResult:
+    """Group negative feedback by (agent, action, category) in the database; 3+ make or update a pattern.
+
+    One INSERT … ON CONFLICT DO UPDATE aggregates with GROUP BY (no Python loop over
+    records) and one UPDATE links every contributing record not linked yet (a record's
+    agent, action and category never change, so a linked record stays linked right). The unique constraint
+    makes a pattern impossible to duplicate; an advisory lock serialises runs that
+    overlap (a run for all agents takes it exclusively, runs for one agent share it
+    and take their agent's key), so two runs at once wait instead of deadlocking.
+    """
+    window_days = settings.MISTAKE_WINDOW_DAYS if window_days is None else window_days
+    min_count = settings.MISTAKE_MIN_COUNT if min_count is None else min_count
+    if not isinstance(window_days, int) or window_days <= 0:
+        raise ApplicationError("The window must be a positive number of days.", field="window_days")
+    if not isinstance(min_count, int) or min_count < 1:
+        raise ApplicationError("The minimum must be at least 1.", field="min")
+    params = {
+        "types": list(NEGATIVE_FEEDBACK_TYPES),
+        "since": timezone.now() - timedelta(days=window_days),
+        "min": min_count,
+        "window": window_days,
+        "agent": agent_id,
+    }
+    agent_filter = "AND fr.agent_id = %(agent)s" if agent_id is not None else ""
+    result = DetectionResult()
+    with transaction.atomic(), connection.cursor() as cur:
+        if agent_id is None:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", [LOCK_NAMESPACE_DETECT])
+        else:
+            cur.execute("SELECT pg_advisory_xact_lock_shared(%s, 0)", [LOCK_NAMESPACE_DETECT])
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_NAMESPACE_DETECT, agent_id])
+        cur.execute(_DETECT_SQL.format(agent_filter=agent_filter), params)
+        for pk, inserted, _status in cur.fetchall():
+            (result.created if inserted else result.updated).append(pk)
+        cur.execute(_LINK_SQL.format(agent_filter=agent_filter), params)
+        result.linked_records = cur.rowcount
+    logger.info(
+        "mistake detection (agent=%s, %s days, min %s): %s new, %s updated patterns, %s records linked",
+        agent_id, window_days, min_count, len(result.created), len(result.updated), result.linked_records,
+    )
+    return result
+
+
+def mistake_pattern_set_status(*, pattern, status: str, notes: str = "", user=None) -> MistakePattern:
+    """Reviewers dismiss, resolve or reactivate a pattern, with notes."""
+    if status not in PatternStatus.values:
+        raise ApplicationError(f"status must be one of {', '.join(PatternStatus.values)}.", field="status")
+    notes = _explanation(notes, "notes")
+    with transaction.atomic():
+        obj = MistakePattern.objects.select_for_update().filter(pk=_pk(pattern)).first()
+        if obj is None:
+            raise NotFound(f"Mistake pattern {_pk(pattern)} not found.", field="id")
+        obj.status, obj.resolution_notes = status, notes
+        if status in (PatternStatus.RESOLVED, PatternStatus.DISMISSED):
+            obj.resolved_by, obj.resolved_at = user, timezone.now()
+        obj.save(update_fields=["status", "resolution_notes", "resolved_by", "resolved_at", "updated_at"])
+    return obj

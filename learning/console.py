@@ -1,0 +1,103 @@
+"""The disambiguation console: a page where a signed-in person types requests and clicks options.
+
+The page posts (session cookie + CSRF token) to the console endpoints below,
+which call the same services as the agent API; the console's end-user id is
+``console:<username>``.
+"""
+
+import re
+
+from django.conf import settings
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import render
+from django.urls import path, reverse_lazy
+from django.views.decorators.csrf import ensure_csrf_cookie
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from common.schema import ERROR_RESPONSES
+from common.validators import USER_ID_RE
+from learning.api import abandon_answer, selection_answer
+from learning.models import DisambiguationRequest
+from learning.resolution import resolve
+from learning.serializers import (
+    DisambiguationAbandonSerializer,
+    DisambiguationAnswerSerializer,
+    DisambiguationSelectSerializer,
+    ResolveResponseSerializer,
+)
+from learning.services.disambiguations import disambiguation_abandon, disambiguation_record, disambiguation_select
+
+CONSOLE = DisambiguationRequest.Channel.CONSOLE
+
+
+def console_user_id(user) -> str:
+    """The end-user id the console acts as for a signed-in person."""
+    candidate = f"console:{user.get_username()}"
+    return candidate if re.match(USER_ID_RE, candidate) else f"console:{user.pk}"
+
+
+@ensure_csrf_cookie
+@login_required(login_url=reverse_lazy("console-login"))
+def console_page(request):
+    return render(request, "console/index.html", {"timeout_s": settings.CONSOLE_TIMEOUT_S, "user_id": console_user_id(request.user)})
+
+
+class ConsoleApi(APIView):
+    authentication_classes = [SessionAuthentication]  # enforces CSRF
+    permission_classes = [IsAuthenticated]
+    parser_classes = [JSONParser, FormParser, MultiPartParser]  # sendBeacon posts form data
+
+
+class ConsoleResolveSerializer(serializers.Serializer):
+    text = serializers.CharField(max_length=settings.RESOLVE_MAX_TEXT_LENGTH, trim_whitespace=True)
+
+
+class ConsoleResolveApi(ConsoleApi):
+    @extend_schema(exclude=True)
+    def post(self, request):
+        serializer = ConsoleResolveSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        result = resolve(text=serializer.validated_data["text"], user_id=console_user_id(request.user))
+        disambiguation_record(resolution=result, channel=CONSOLE)
+        return Response(ResolveResponseSerializer(result).data)
+
+
+class ConsoleSelectApi(ConsoleApi):
+    @extend_schema(exclude=True, request=DisambiguationSelectSerializer, responses={200: DisambiguationAnswerSerializer, **ERROR_RESPONSES})
+    def post(self, request, request_id):
+        serializer = DisambiguationSelectSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        row = disambiguation_select(
+            request_id=request_id, selected_verb=serializer.validated_data["selected_verb"],
+            args=serializer.validated_data.get("args"), user_id=console_user_id(request.user), channel=CONSOLE,
+        )
+        return Response(selection_answer(row))
+
+
+class ConsoleAbandonApi(ConsoleApi):
+    @extend_schema(exclude=True)
+    def post(self, request, request_id):
+        serializer = DisambiguationAbandonSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        row = disambiguation_abandon(
+            request_id=request_id, reason=serializer.validated_data["reason"], user_id=console_user_id(request.user),
+            channel=CONSOLE,
+        )
+        return Response(abandon_answer(row))
+
+
+urlpatterns = [
+    path("", console_page, name="console"),
+    path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="console-login"),
+    path("logout/", auth_views.LogoutView.as_view(next_page=reverse_lazy("console-login")), name="console-logout"),
+    path("api/resolve", ConsoleResolveApi.as_view(), name="console-resolve"),
+    path("api/disambiguations/<str:request_id>/select", ConsoleSelectApi.as_view(), name="console-select"),
+    path("api/disambiguations/<str:request_id>/abandon", ConsoleAbandonApi.as_view(), name="console-abandon"),
+]

@@ -1,0 +1,112 @@
+"""Writes of the phrase blocklist."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from common.api import ApplicationError, NotFound
+from common.text import normalize_phrase
+from embeddings.services import embedding_assign, embeddings_compute
+from learning.models import PhraseBlock, Verb
+
+
+def phrase_block_create(
+    *, phrase: str, verb: Verb, user_id: str | None = None, reason: str = "", source: str = "manual", expires_at=None
+) -> PhraseBlock:
+    """Block ``verb`` for ``phrase`` and its paraphrases (globally or for one user)."""
+    normalized = normalize_phrase(phrase)
+    vectors, model = embeddings_compute([normalized])
+    with transaction.atomic():
+        block, _ = PhraseBlock.objects.select_for_update().get_or_create(
+            normalized=normalized,
+            verb=verb,
+            user_id=user_id,
+            defaults={"phrase": phrase.strip(), "reason": reason, "source": source, "expires_at": expires_at},
+        )
+        block.reason, block.source, block.expires_at = reason, source, expires_at
+        embedding_assign([block], vectors, model)
+        block.save()
+    return block
+
+
+# --- Learning governance (issue 3, gov): candidates, blocklist, corrections -------
+
+
+
+_RISK_ORDER = {"low": 0, "medium": 1, "high": 2}
+
+
+def _phrase_block_put(
+    *, phrase: str, normalized: str, verb: Verb, user_id: str | None, reason: str, source: str, expires_at,
+    vectors, model: str, history_user=None,
+) -> PhraseBlock:
+    """Inside a transaction: create or refresh the block of ``verb`` for the phrase in its scope."""
+    block = PhraseBlock.objects.select_for_update().filter(normalized=normalized, verb=verb, user_id=user_id).first()
+    block = block or PhraseBlock(normalized=normalized, verb=verb, user_id=user_id)
+    block.phrase, block.reason, block.source, block.expires_at = phrase.strip(), reason, source, expires_at
+    embedding_assign([block], vectors, model)
+    block._history_user = history_user
+    block.save()
+    return block
+
+
+def _verb_by_name(name: str, *, field: str) -> Verb:
+    verb = Verb.objects.filter(name=name, is_active=True).first()
+    if verb is None:
+        raise ApplicationError(f"Unknown or inactive verb {name!r}.", field=field, code="unknown_verb")
+    return verb
+
+
+def phrase_block_add(
+    *, phrase: str, verb_name: str, user_id: str | None = None, reason: str = "", expires_at=None, source: str = "api"
+) -> PhraseBlock:
+    """Block ``verb`` for ``phrase`` and its paraphrases, globally or for one user, until ``expires_at`` (or forever)."""
+    normalized = normalize_phrase(phrase)
+    if not normalized:
+        raise ApplicationError("The phrase is empty.", field="phrase")
+    verb = _verb_by_name(verb_name, field="verb")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ApplicationError("The expiry must lie in the future.", field="expires_in")
+    vectors, model = embeddings_compute([normalized])
+    with transaction.atomic():
+        return _phrase_block_put(
+            phrase=phrase, normalized=normalized, verb=verb, user_id=user_id, reason=reason, source=source,
+            expires_at=expires_at, vectors=vectors, model=model,
+        )
+
+
+def _phrase_block_locked(block_id: int) -> PhraseBlock:
+    block = PhraseBlock.objects.select_for_update().filter(pk=block_id).first()
+    if block is None:
+        raise NotFound(f"No blocklist entry {block_id}.", field="id")
+    return block
+
+
+def phrase_block_expire(*, block_id: int, reviewer=None, agent=None) -> PhraseBlock:
+    """End a block now; the entry stays (expired) for the audit trail until purged."""
+    with transaction.atomic():
+        block = _phrase_block_locked(block_id)
+        now = timezone.now()
+        if block.expires_at is None or block.expires_at > now:
+            block.expires_at = now
+            block._history_user = reviewer
+            if agent is not None:
+                block._change_reason = f"expired via API, agent {agent.name}"
+            block.save()
+    return block
+
+
+def phrase_block_delete(*, block_id: int, reviewer=None, agent=None) -> None:
+    """Remove a block (its history keeps the deletion)."""
+    with transaction.atomic():
+        block = _phrase_block_locked(block_id)
+        block._history_user = reviewer
+        if agent is not None:
+            block._change_reason = f"deleted via API, agent {agent.name}"
+        block.delete()
+
+
+def phrase_blocks_purge_expired() -> int:
+    """Delete every expired block; answers how many went."""
+    with transaction.atomic():
+        deleted, _ = PhraseBlock.objects.filter(expires_at__lte=timezone.now()).delete()
+    return deleted

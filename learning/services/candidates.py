@@ -1,0 +1,206 @@
+"""Writes of learning candidates: record, approve, reject."""
+
+import logging
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Least
+from django.utils import timezone
+
+from common.api import ApplicationError, Conflict, NotFound
+from common.text import normalize_phrase
+from embeddings.services import embedding_assign, embeddings_compute
+from learning.models import EntityAlias, LearningCandidate, Verb
+from learning.services.blocks import _RISK_ORDER, _phrase_block_put
+from learning.services.phrases import _learned_phrase_put
+
+logger = logging.getLogger(__name__)
+
+
+def _candidate_check_open(candidate: LearningCandidate, *, allowed: tuple[str, ...]) -> None:
+    if candidate.status not in allowed:
+        raise Conflict(
+            f"Candidate {candidate.pk} is already {candidate.status}.",
+            field="status",
+            code="invalid_status",
+            extra={"status": candidate.status},
+        )
+
+
+def _candidate_verb(candidate: LearningCandidate) -> Verb:
+    verb = Verb.objects.filter(name=candidate.suggested_output, is_active=True).first()
+    if verb is None:
+        raise ApplicationError(f"Unknown or inactive verb {candidate.suggested_output!r}.", field="suggested_output", code="unknown_verb")
+    return verb
+
+
+def candidate_record(
+    *,
+    candidate_type: str = LearningCandidate.Type.INVOCATION_PHRASE,
+    input_pattern: str,
+    suggested_output: str,
+    user_id: str | None,
+    source: str,
+    confidence: float,
+    previous_output: str = "",
+    rejected_alternatives: list[str] | None = None,
+    risk_level: str = LearningCandidate.Risk.LOW,
+    explanation: str = "",
+) -> LearningCandidate:
+    """Create the pending candidate or, for a proposal already pending, raise its occurrences atomically.
+
+    Confidences of repeated proposals combine as a noisy-OR: ``1 - (1 - old) * (1 - new)``.
+    """
+    if candidate_type not in LearningCandidate.Type.values:
+        raise ApplicationError(f"Unknown candidate type {candidate_type!r}.", field="candidate_type")
+    if risk_level not in LearningCandidate.Risk.values:
+        raise ApplicationError(f"Unknown risk level {risk_level!r}.", field="risk_level")
+    if not 0.0 <= confidence <= 1.0:
+        raise ApplicationError("Confidence must be between 0 and 1.", field="confidence")
+    normalized = normalize_phrase(input_pattern)
+    suggested_output = suggested_output.strip()
+    if not normalized:
+        raise ApplicationError("The input pattern is empty.", field="input_pattern")
+    if not suggested_output:
+        raise ApplicationError("The suggested output is empty.", field="suggested_output")
+    alternatives = [str(a) for a in (rejected_alternatives or [])]
+    key = {"candidate_type": candidate_type, "normalized": normalized, "suggested_output": suggested_output, "user_id": user_id}
+    pending = LearningCandidate.objects.filter(status=LearningCandidate.Status.PENDING, **key)
+
+    with transaction.atomic():
+        for _attempt in range(3):
+            row = pending.select_for_update().first()
+            if row is not None:
+                break
+            try:
+                with transaction.atomic():
+                    return LearningCandidate.objects.create(
+                        **key,
+                        input_pattern=input_pattern.strip(),
+                        previous_output=previous_output,
+                        confidence=confidence,
+                        source=source,
+                        risk_level=risk_level,
+                        rejected_alternatives=alternatives,
+                        explanation=explanation,
+                    )
+            except IntegrityError:
+                continue  # another connection created it meanwhile: bump that row instead
+        else:
+            raise Conflict("The candidate changed meanwhile; retry.", field="input_pattern")
+        LearningCandidate.objects.filter(pk=row.pk).update(
+            occurrence_count=F("occurrence_count") + 1,
+            confidence=Least(Value(1.0), Value(1.0) - (Value(1.0) - F("confidence")) * Value(1.0 - confidence)),
+            last_seen_at=timezone.now(),
+            updated_at=timezone.now(),
+        )
+        row.refresh_from_db()
+        # The row is locked until commit, so merging the small text fields here is safe.
+        changed = []
+        merged = row.rejected_alternatives + [a for a in alternatives if a not in row.rejected_alternatives]
+        if merged != row.rejected_alternatives:
+            row.rejected_alternatives = merged
+            changed.append("rejected_alternatives")
+        if _RISK_ORDER[risk_level] > _RISK_ORDER.get(row.risk_level, 0):
+            row.risk_level = risk_level
+            changed.append("risk_level")
+        if explanation and explanation != row.explanation:
+            row.explanation = explanation
+            changed.append("explanation")
+        if previous_output and not row.previous_output:
+            row.previous_output = previous_output
+            changed.append("previous_output")
+        row.save(update_fields=changed or None)  # also writes the history record of the bump
+    return row
+
+
+def _decided_by(row, *, reviewer, agent) -> None:
+    """Record who decided (a Django user in the admin, or the agent whose key called the API) and when."""
+    row.reviewed_by, row.reviewed_by_agent, row.reviewed_at = reviewer, agent, timezone.now()
+    row._history_user = reviewer
+    if agent is not None:
+        row._change_reason = f"API, agent {agent.name}"
+
+
+def candidate_approve(
+    *, candidate: LearningCandidate, reviewer=None, apply_immediately: bool = True, agent=None
+) -> LearningCandidate:
+    """Approve a candidate; by default apply it at once (learned phrase or alias with its vector, status ``applied``).
+
+    ``reviewer`` is the Django user (admin), ``agent`` the agent whose governance key called the API; both None
+    for automatic promotion.
+    """
+    _candidate_check_open(candidate, allowed=(LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED))
+    vectors, model = embeddings_compute([candidate.normalized]) if apply_immediately else (None, "")
+    with transaction.atomic():
+        row = LearningCandidate.objects.select_for_update().get(pk=candidate.pk)
+        _candidate_check_open(row, allowed=(LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED))
+        if row.status == LearningCandidate.Status.APPROVED and not apply_immediately:
+            return row
+        if apply_immediately:
+            _candidate_apply(row, vectors=vectors, model=model, reviewer=reviewer)
+            row.status = LearningCandidate.Status.APPLIED
+        else:
+            row.status = LearningCandidate.Status.APPROVED
+        _decided_by(row, reviewer=reviewer, agent=agent)
+        row.save()
+    return row
+
+
+def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer) -> None:
+    if row.candidate_type == LearningCandidate.Type.ENTITY_ALIAS:
+        alias = EntityAlias.objects.select_for_update().filter(normalized=row.normalized, entity_type="entity", user_id=row.user_id).first()
+        alias = alias or EntityAlias(normalized=row.normalized, entity_type="entity", user_id=row.user_id)
+        alias.alias, alias.canonical_name, alias.source = row.input_pattern, row.suggested_output, "candidate"
+        alias.confidence, alias.occurrence_count, alias.is_active = settings.LEARNING_APPROVED_CONFIDENCE, row.occurrence_count, True
+        embedding_assign([alias], vectors, model)
+        alias._history_user = reviewer
+        alias.save()
+        return
+    verb = _candidate_verb(row)
+    from learning.selectors import active_blocks
+
+    if active_blocks(user_id=row.user_id).filter(normalized=row.normalized, verb=verb).exists():
+        raise Conflict(
+            f"A blocklist entry forbids {row.input_pattern!r} → {verb.name}; remove the block first.",
+            field="suggested_output",
+            code="blocked",
+        )
+    _learned_phrase_put(
+        phrase=row.input_pattern, normalized=row.normalized, verb=verb, user_id=row.user_id, source="candidate",
+        confidence=settings.LEARNING_APPROVED_CONFIDENCE, vectors=vectors, model=model,
+        occurrence_count=row.occurrence_count, history_user=reviewer,
+    )
+
+
+def candidate_reject(
+    *, candidate: LearningCandidate, reviewer=None, reason: str = "", add_to_blocklist: bool = False, agent=None
+) -> LearningCandidate:
+    """Reject a candidate with a reason; optionally block its phrase → verb (and paraphrases) in its scope."""
+    allowed = (LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED)
+    _candidate_check_open(candidate, allowed=allowed)
+    if add_to_blocklist and candidate.candidate_type != LearningCandidate.Type.INVOCATION_PHRASE:
+        raise ApplicationError("Only invocation phrases can be blocklisted.", field="add_to_blocklist")
+    verb = _candidate_verb(candidate) if add_to_blocklist else None
+    vectors, model = embeddings_compute([candidate.normalized]) if add_to_blocklist else (None, "")
+    with transaction.atomic():
+        row = LearningCandidate.objects.select_for_update().get(pk=candidate.pk)
+        _candidate_check_open(row, allowed=allowed)
+        row.status, row.review_reason = LearningCandidate.Status.REJECTED, reason
+        _decided_by(row, reviewer=reviewer, agent=agent)
+        row.save()
+        if verb is not None:
+            _phrase_block_put(
+                phrase=row.input_pattern, normalized=row.normalized, verb=verb, user_id=row.user_id,
+                reason=reason or f"rejected candidate {row.pk}", source="candidate", expires_at=None,
+                vectors=vectors, model=model, history_user=reviewer,
+            )
+    return row
+
+
+def candidate_get(*, candidate_id: int) -> LearningCandidate:
+    row = LearningCandidate.objects.filter(pk=candidate_id).first()
+    if row is None:
+        raise NotFound(f"No learning candidate {candidate_id}.", field="id")
+    return row

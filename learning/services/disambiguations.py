@@ -1,0 +1,241 @@
+"""Writes of disambiguation requests: record an ambiguous answer, select, abandon, expire, and learn from the signals."""
+
+import logging
+import uuid
+from dataclasses import asdict
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from common.api import ApplicationError, Conflict, NotFound
+from common.text import normalize_phrase
+from learning.models import AbandonEvent, DisambiguationRequest, LearningSignal
+from learning.services.evidence import phrase_evidence_add_many
+from learning.variants import phrase_variants
+
+# Flow: learning.api.ResolveApi -> disambiguation_record (every ambiguous answer);
+# select/abandon endpoints -> disambiguation_select / disambiguation_abandon (status +
+# learning signals, one transaction) -> feedback.tasks.disambiguation_signals_process_task
+# (on commit; eager by default) -> disambiguation_signals_process: positive signals
+# become learning candidates (>= accumulate) and are promoted at once (>= auto-promote,
+# user scope only); every signal adds to PhraseEvidence, which the resolver reads to
+# penalise verbs users turned down for similar phrases.
+
+
+
+
+logger = logging.getLogger(__name__)
+
+
+def disambiguation_record(*, resolution, agent=None, domain: str | None = None, channel: str = "api") -> DisambiguationRequest | None:
+    """Store an ``ambiguous`` resolution with the options shown (None for other outcomes).
+
+    The commit does not wait for the write-ahead log to reach disk (``synchronous_commit = off`` for
+    this transaction only): it sits on the resolve path, and a database crash can at worst lose the
+    last fraction of a second of open requests, whose select or abandon then answers 404; it never
+    corrupts anything. Every other write keeps the server's setting."""
+    if resolution.outcome != "ambiguous":
+        return None
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute("SET LOCAL synchronous_commit TO OFF")
+        return DisambiguationRequest.objects.create(
+            request_id=uuid.UUID(resolution.request_id),
+            agent=agent,
+            channel=channel,
+            user_id=resolution.user_id,
+            text=resolution.text[:2000],
+            normalized=normalize_phrase(resolution.text)[:2000],
+            domain=domain or "",
+            options=[asdict(o) for o in resolution.options],
+        )
+
+
+def _locked_request(request_id, *, agent_id: int | None, user_id: str | None, channel: str) -> DisambiguationRequest:
+    """The caller's own request, locked; 404 for unknown, malformed or someone else's ids."""
+    try:
+        key = uuid.UUID(str(request_id))
+    except ValueError:
+        raise NotFound("No such disambiguation request.", field="request_id") from None
+    row = DisambiguationRequest.objects.select_for_update().filter(request_id=key).first()
+    foreign = row is None or (
+        (row.agent_id != agent_id if channel == DisambiguationRequest.Channel.API else row.channel != channel)
+        or (user_id is not None and row.user_id != user_id)
+        or (channel == DisambiguationRequest.Channel.CONSOLE and row.user_id != user_id)
+    )
+    if foreign:
+        raise NotFound("No such disambiguation request.", field="request_id")
+    return row
+
+
+def _answered(row: DisambiguationRequest) -> Conflict:
+    if row.status == DisambiguationRequest.Status.SELECTED:
+        message = f"This request was answered already: {row.selected_verb} was selected."
+    else:
+        message = f"This request is {row.status} already."
+    return Conflict(
+        message, field="request_id", code="already_answered",
+        extra={"status": row.status, "selected_verb": row.selected_verb or None},
+    )
+
+
+def _signals_enqueue(request_pk: int) -> None:
+    from learning.tasks import disambiguation_signals_process_task
+
+    transaction.on_commit(lambda: disambiguation_signals_process_task.delay(request_pk), robust=True)
+
+
+def disambiguation_select(
+    *, request_id, selected_verb: str, args: dict | None = None, agent_id: int | None = None,
+    user_id: str | None = None, channel: str = "api",
+) -> DisambiguationRequest:
+    """Record the user's pick among the options: a gold label, its variants, and a rejection of the rest."""
+    c = settings.FEEDBACK_SIGNAL_CONFIDENCE
+    with transaction.atomic():
+        row = _locked_request(request_id, agent_id=agent_id, user_id=user_id, channel=channel)
+        if row.status != DisambiguationRequest.Status.OPEN:
+            raise _answered(row)
+        offered = row.option_verbs
+        if selected_verb not in offered:
+            raise ApplicationError(
+                f"{selected_verb!r} was not one of the options offered: {', '.join(offered)}.", field="selected_verb",
+                code="not_offered",
+            )
+        rejected = [v for v in offered if v != selected_verb]
+        row.status = DisambiguationRequest.Status.SELECTED
+        row.selected_verb = selected_verb
+        row.selected_args = args or {}
+        row.answered_at = timezone.now()
+        row.save(update_fields=["status", "selected_verb", "selected_args", "answered_at"])
+
+        def signal(phrase, verb, outcome, source, confidence, negative=False, alternatives=()):
+            return LearningSignal(
+                request=row, user_id=row.user_id, phrase=phrase, normalized=normalize_phrase(phrase), verb=verb,
+                outcome=outcome, source=source, confidence=confidence, is_negative=negative,
+                rejected_alternatives=list(alternatives),
+            )
+
+        O, S = LearningSignal.Outcome, LearningSignal.Source
+        signals = [signal(row.text, selected_verb, O.SELECTED_ALT, S.USER_DISAMBIGUATION, c["selected"], alternatives=rejected)]
+        signals += [
+            signal(v, selected_verb, O.GENERATED_VARIANT, S.GENERATED_VARIANT, c["variant"], alternatives=rejected)
+            for v in phrase_variants(row.normalized, limit=settings.FEEDBACK_MAX_VARIANTS)
+        ]
+        signals += [signal(row.text, v, O.REJECTED_ALT, S.USER_DISAMBIGUATION, c["rejected"], negative=True) for v in rejected]
+        LearningSignal.objects.bulk_create(signals, ignore_conflicts=True)
+        _signals_enqueue(row.pk)
+    logger.info("disambiguation %s: %s selected (%d signals)", row.request_id, selected_verb, len(signals))
+    return row
+
+
+def disambiguation_abandon(
+    *, request_id, reason: str, agent_id: int | None = None, user_id: str | None = None, channel: str = "api"
+) -> DisambiguationRequest:
+    """Record that the user walked away from the options: a weak negative signal for each of them."""
+    if reason not in AbandonEvent.Reason.values:
+        raise ApplicationError(f"Unknown reason {reason!r}; use one of {', '.join(AbandonEvent.Reason.values)}.", field="reason")
+    with transaction.atomic():
+        row = _locked_request(request_id, agent_id=agent_id, user_id=user_id, channel=channel)
+        if row.status != DisambiguationRequest.Status.OPEN:
+            raise _answered(row)
+        row.status = DisambiguationRequest.Status.ABANDONED
+        row.answered_at = timezone.now()
+        row.save(update_fields=["status", "answered_at"])
+        AbandonEvent.objects.create(request=row, reason=reason)
+        LearningSignal.objects.bulk_create(
+            [
+                LearningSignal(
+                    request=row, user_id=row.user_id, phrase=row.text, normalized=row.normalized, verb=verb,
+                    outcome=LearningSignal.Outcome.ABANDONED, source=LearningSignal.Source.USER_ABANDONMENT,
+                    confidence=settings.FEEDBACK_SIGNAL_CONFIDENCE["abandoned"], is_negative=True,
+                )
+                for verb in row.option_verbs
+            ],
+            ignore_conflicts=True,
+        )
+        _signals_enqueue(row.pk)
+    logger.info("disambiguation %s abandoned (%s)", row.request_id, reason)
+    return row
+
+
+def disambiguations_expire(*, older_than_s: float | None = None) -> int:
+    """Mark open requests older than the expiry setting ``expired``; answers how many."""
+    age = settings.FEEDBACK_DISAMBIGUATION_EXPIRY_S if older_than_s is None else older_than_s
+    cutoff = timezone.now() - timezone.timedelta(seconds=age)
+    with transaction.atomic():
+        count = DisambiguationRequest.objects.filter(status=DisambiguationRequest.Status.OPEN, created_at__lt=cutoff).update(
+            status=DisambiguationRequest.Status.EXPIRED, answered_at=timezone.now()
+        )
+    if count:
+        logger.info("expired %d open disambiguation requests", count)
+    return count
+
+
+def disambiguation_signals_process(*, request_pk: int) -> dict:
+    """Learn from one request's signals, once (idempotent per request; safe to run twice or concurrently)."""
+    from embeddings.services import embeddings_compute
+    from learning.models import LearningCandidate
+    from learning.services.candidates import candidate_approve, candidate_record
+
+    pending = list(LearningSignal.objects.filter(request_id=request_pk, processed_at__isnull=True).order_by("id"))
+    counts = {"promoted": 0, "accumulated": 0, "evidence": 0, "ignored": 0, "already_processed": False}
+    # Vectors first, outside the transaction (the embedder's cache serves the nested services too).
+    evidence_texts = sorted({s.normalized for s in pending})
+    vectors, model = embeddings_compute(evidence_texts)
+    vector_of = dict(zip(evidence_texts, vectors)) if vectors else {}
+    auto, accumulate = settings.FEEDBACK_AUTO_PROMOTE_CONFIDENCE, settings.FEEDBACK_ACCUMULATE_CONFIDENCE
+
+    with transaction.atomic():
+        row = DisambiguationRequest.objects.select_for_update().filter(pk=request_pk).first()
+        if row is None or row.processed_at is not None:
+            counts["already_processed"] = row is not None
+            return counts
+        now = timezone.now()
+        rejected_confidence = settings.FEEDBACK_SIGNAL_CONFIDENCE["rejected"]
+        evidence = []
+        for s in pending:
+            vector = vector_of.get(s.normalized)
+            evidence.append({
+                "user_id": s.user_id, "phrase": s.phrase, "verb": s.verb, "vector": vector,
+                "negative": s.confidence if s.is_negative else 0.0, "positive": 0.0 if s.is_negative else s.confidence,
+            })
+            if s.outcome == LearningSignal.Outcome.GENERATED_VARIANT:
+                # A paraphrase of a phrase whose alternatives the user turned down: the
+                # rejection carries over, discounted by the variant's own confidence.
+                evidence.extend(
+                    {"user_id": s.user_id, "phrase": s.phrase, "verb": alternative, "vector": vector,
+                     "negative": round(s.confidence * rejected_confidence, 4), "positive": 0.0}
+                    for alternative in s.rejected_alternatives
+                )
+        phrase_evidence_add_many(rows=evidence, model=model)
+        for s in pending:
+            if s.is_negative:
+                s.result = LearningSignal.Result.EVIDENCE
+            elif s.confidence < accumulate:
+                s.result = LearningSignal.Result.IGNORED
+            else:
+                # Gold labels count toward a global candidate a reviewer decides on.
+                if s.outcome == LearningSignal.Outcome.SELECTED_ALT and s.user_id:
+                    candidate_record(
+                        input_pattern=s.phrase, suggested_output=s.verb, user_id=None, source=s.source,
+                        confidence=s.confidence, rejected_alternatives=s.rejected_alternatives,
+                    )
+                candidate = candidate_record(
+                    input_pattern=s.phrase, suggested_output=s.verb, user_id=s.user_id, source=s.source,
+                    confidence=s.confidence, rejected_alternatives=s.rejected_alternatives,
+                )
+                s.candidate_id = candidate.pk
+                # Only a user's own scope is changed without review.
+                if s.user_id and candidate.confidence >= auto and candidate.status == LearningCandidate.Status.PENDING:
+                    candidate_approve(candidate=candidate)
+                    s.result = LearningSignal.Result.PROMOTED
+                else:
+                    s.result = LearningSignal.Result.ACCUMULATED
+            s.processed_at = now
+            counts[s.result] += 1
+        LearningSignal.objects.bulk_update(pending, ["result", "candidate_id", "processed_at"])
+        row.processed_at = now
+        row.save(update_fields=["processed_at"])
+    logger.info("disambiguation %s learned from: %s", row.request_id, counts)
+    return counts

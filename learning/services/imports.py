@@ -1,0 +1,191 @@
+"""Bulk import of learned phrases: every row validated first, then all rows in one transaction or none."""
+
+import logging
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from common.api import ApplicationError
+from common.text import normalize_phrase
+from embeddings.services import embedding_assign, embeddings_compute
+from learning.models import LearnedPhrase, Verb
+
+logger = logging.getLogger(__name__)
+
+
+class ImportRejected(ApplicationError):
+    """An import with invalid rows: nothing was written; ``extra["errors"]`` names every bad row."""
+
+    code = "import_invalid"
+
+
+def _import_error(errors: list, row, field: str, reason: str) -> None:
+    errors.append({"row": row.number, "field": field, "reason": reason})
+
+
+def phrases_import(
+    *, rows: list, user_id: str | None = None, dry_run: bool = False, progress: bool = False, source: str = "import"
+) -> dict:
+    """Import ``ImportRow``s as learned phrases of one scope: all valid rows in one transaction, or nothing.
+
+    Rows are checked first (empty phrase or verb, unknown verb, one phrase mapped to two verbs, a mapping an
+    active blocklist entry forbids exactly or by paraphrase). A dry run reports what would change and writes
+    nothing. Vectors are computed in batches (``progress`` shows a tqdm bar) before the transaction opens.
+    """
+    import numpy as np
+    from simple_history.utils import bulk_create_with_history, bulk_update_with_history
+    from tqdm import tqdm
+
+    from learning import selectors
+    from learning.resolution import profile
+
+    errors: list[dict] = []
+    verbs = {v.name: v for v in Verb.objects.filter(name__in={r.verb for r in rows if r.verb}, is_active=True)}
+    plan: dict[str, tuple] = {}  # normalized -> (row, verb)
+    duplicates = 0
+    for row in rows:
+        normalized = normalize_phrase(row.phrase)
+        if not normalized:
+            _import_error(errors, row, "phrase", "The phrase is empty.")
+            continue
+        if len(row.phrase) > 500:
+            _import_error(errors, row, "phrase", "The phrase is longer than 500 characters.")
+            continue
+        if not row.verb:
+            _import_error(errors, row, "verb", "The verb is empty.")
+            continue
+        if row.verb not in verbs:
+            _import_error(errors, row, "verb", f"Unknown or inactive verb {row.verb!r}.")
+            continue
+        if normalized in plan:
+            first, verb = plan[normalized]
+            if verb.name != row.verb:
+                _import_error(
+                    errors, row, "verb",
+                    f"{row.phrase!r} is mapped to {row.verb} here and to {verb.name} in row {first.number}.",
+                )
+            else:
+                duplicates += 1
+            continue
+        plan[normalized] = (row, verbs[row.verb])
+
+    blocks = list(
+        selectors.active_blocks(user_id=user_id).filter(verb__name__in=list(verbs)).values_list("pk", "normalized", "verb__name", "embedding", "embedding_model")
+    )
+    exact_blocks = {(n, v): pk for pk, n, v, _, _ in blocks}
+    for normalized, (row, verb) in plan.items():
+        if (normalized, verb.name) in exact_blocks:
+            _import_error(errors, row, "verb", f"Blocklist entry {exact_blocks[(normalized, verb.name)]} forbids {row.phrase!r} → {verb.name}.")
+    exactly_blocked = {n for n, (_, verb) in plan.items() if (n, verb.name) in exact_blocks}
+
+    existing = selectors.import_existing(normalized=list(plan), user_id=user_id)
+    added, updated, unchanged = [], [], []
+    for normalized, (row, verb) in plan.items():
+        current = existing.get(normalized)
+        if current is None:
+            added.append(normalized)
+        elif current.verb_id == verb.pk and current.is_active and current.embedding_model:
+            unchanged.append(normalized)
+        else:
+            updated.append(normalized)
+
+    # Vectors: for rows to write (not in a dry run) and for rows whose verb has semantic blocks to check.
+    blocked_verbs = {v for _, _, v, e, _ in blocks if e is not None}
+    need_check = [n for n in plan if plan[n][1].name in blocked_verbs and n not in unchanged and n not in exactly_blocked]
+    to_write = [] if dry_run or errors else [n for n in added + updated if n not in existing or not existing[n].embedding_model]
+    # Sorted by length so each model batch pads to similar lengths (much less wasted compute on long tails).
+    to_embed = sorted(dict.fromkeys(need_check + to_write), key=len)
+    vectors: dict[str, list] = {}
+    model, unembedded = "", 0
+    batch = settings.LEARNING_IMPORT_BATCH_SIZE
+    with tqdm(total=len(to_embed), desc="embedding", unit="phrase", disable=not progress or not to_embed) as bar:
+        for start in range(0, len(to_embed), batch):
+            chunk = to_embed[start : start + batch]
+            out, model_name = embeddings_compute(chunk)
+            if out is None:
+                unembedded += len(chunk)
+            else:
+                model = model_name
+                vectors.update(zip(chunk, out))
+            bar.update(len(chunk))
+
+    if need_check and vectors:
+        threshold = profile(model or None)["blocklist_threshold"]
+        for verb_name in blocked_verbs:
+            block_rows = [(pk, np.asarray(e, dtype=np.float32)) for pk, _, v, e, m in blocks if v == verb_name and e is not None and m == model]
+            texts = [n for n in need_check if plan[n][1].name == verb_name and n in vectors]
+            if not block_rows or not texts:
+                continue
+            bm = np.stack([e / (np.linalg.norm(e) or 1.0) for _, e in block_rows])
+            tm = np.stack([np.asarray(vectors[n], dtype=np.float32) for n in texts])
+            tm = tm / np.maximum(np.linalg.norm(tm, axis=1, keepdims=True), 1e-12)
+            sims = tm @ bm.T
+            for i, n in enumerate(texts):
+                j = int(np.argmax(sims[i]))
+                if sims[i, j] >= threshold:
+                    row = plan[n][0]
+                    _import_error(errors, row, "verb", f"Blocklist entry {block_rows[j][0]} forbids {row.phrase!r} → {verb_name} (a paraphrase of a blocked phrase).")
+    if errors:
+        errors.sort(key=lambda e: e["row"])
+        _import_reject(errors)
+
+    result = {
+        "dry_run": dry_run,
+        "scope": "user" if user_id else "global",
+        "user_id": user_id,
+        "rows": len(rows),
+        "imported": len(added),
+        "updated": len(updated),
+        "unchanged": len(unchanged) + duplicates,
+        "rejected": 0,
+        "unembedded": 0,
+        "errors": [],
+    }
+    if dry_run:
+        result["would_add"] = [plan[n][0].phrase for n in added[:100]]
+        result["would_update"] = [plan[n][0].phrase for n in updated[:100]]
+        return result
+
+    now = timezone.now()
+    with transaction.atomic():
+        new_rows = []
+        for n in added:
+            row, verb = plan[n]
+            obj = LearnedPhrase(
+                phrase=row.phrase, normalized=n, verb=verb, user_id=user_id, source=source, confidence=1.0,
+                created_at=now, updated_at=now,
+            )
+            if n in vectors:
+                embedding_assign([obj], [vectors[n]], model)
+            new_rows.append(obj)
+        bulk_create_with_history(new_rows, LearnedPhrase, batch_size=1000, default_change_reason=f"import ({source})")
+        if updated:
+            locked = {r.normalized: r for r in LearnedPhrase.objects.select_for_update().filter(pk__in=[existing[n].pk for n in updated])}
+            changed = []
+            for n in updated:
+                obj = locked[n]
+                row, verb = plan[n]
+                obj.phrase, obj.verb, obj.source, obj.confidence, obj.is_active, obj.updated_at = row.phrase, verb, source, 1.0, True, now
+                if n in vectors:
+                    embedding_assign([obj], [vectors[n]], model)
+                changed.append(obj)
+            bulk_update_with_history(
+                changed, LearnedPhrase,
+                ["phrase", "verb", "source", "confidence", "is_active", "updated_at", "embedding", "embedding_model", "embedding_hash"],
+                batch_size=1000, default_change_reason=f"import ({source})",
+            )
+    result["unembedded"] = sum(1 for n in added + updated if n not in vectors and not (existing.get(n) and existing[n].embedding_model))
+    return result
+
+
+def _import_reject(errors: list[dict]) -> None:
+    first = errors[0]
+    raise ImportRejected(
+        f"{len(errors)} invalid row(s); nothing was imported. Row {first['row']}: {first['reason']}",
+        field="content",
+        extra={"errors": errors[:1000], "rejected": len(errors), "imported": 0, "updated": 0, "unchanged": 0},
+    )
+
+
+# --- Embedding backfill (foundation) -------------------------------------------

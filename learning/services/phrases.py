@@ -1,0 +1,53 @@
+"""Writes of learned phrases: upserts. Each service is one transaction."""
+
+import logging
+
+from django.db import transaction
+
+from common.text import normalize_phrase
+from embeddings.services import embedding_assign, embeddings_compute
+from learning.models import LearnedPhrase, Verb
+
+logger = logging.getLogger(__name__)
+
+
+def learned_phrase_upsert(
+    *, phrase: str, verb: Verb, user_id: str | None = None, source: str = "manual", confidence: float = 1.0
+) -> LearnedPhrase:
+    """Teach ``phrase`` → ``verb`` for the user (or globally). A phrase already mapped in that scope is re-pointed."""
+    normalized = normalize_phrase(phrase)
+    vectors, model = embeddings_compute([normalized])
+    with transaction.atomic():
+        row, created = LearnedPhrase.objects.select_for_update().get_or_create(
+            normalized=normalized,
+            user_id=user_id,
+            defaults={"phrase": phrase.strip(), "verb": verb, "source": source, "confidence": confidence},
+        )
+        if not created:
+            row.verb = verb
+            row.phrase = phrase.strip()
+            row.source = source
+            row.confidence = confidence
+            row.is_active = True
+        embedding_assign([row], vectors, model)
+        row.save()
+    return row
+
+
+def _learned_phrase_put(
+    *, phrase: str, normalized: str, verb: Verb, user_id: str | None, source: str, confidence: float,
+    vectors: list | None, model: str, occurrence_count: int = 1, history_user=None,
+) -> tuple[LearnedPhrase, str]:
+    """Inside a transaction: create or re-point the phrase in its scope. Answers (row, "added"|"updated"|"unchanged")."""
+    row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id=user_id).first()
+    outcome = "updated"
+    if row is None:
+        row = LearnedPhrase(normalized=normalized, user_id=user_id, occurrence_count=occurrence_count)
+        outcome = "added"
+    elif row.verb_id == verb.pk and row.is_active and row.confidence == confidence and row.embedding is not None:
+        return row, "unchanged"
+    row.phrase, row.verb, row.source, row.confidence, row.is_active = phrase.strip(), verb, source, confidence, True
+    embedding_assign([row], vectors, model)
+    row._history_user = history_user
+    row.save()
+    return row, outcome

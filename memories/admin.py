@@ -1,0 +1,204 @@
+"""Reviewer screens for memories and the quarantine queue (imported by learning/admin.py).
+
+Memories: browse by user, status, type and topic; promote; deprecate with a reason;
+see the version chain; purge deprecated memories older than N days. Quarantine:
+edit the redacted preview, then release it (it must pass the write-gate) or discard it.
+"""
+
+from datetime import timedelta
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ActionForm
+from django.db.models import Count
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from simple_history.admin import SimpleHistoryAdmin
+
+from common.api import ApplicationError
+from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, QuarantineStatus
+from memories.selectors import memory_version_chain
+from memories.services import memories_purge_deprecated, memory_deprecate, memory_promote, quarantine_discard, quarantine_release
+
+
+def _actor(request) -> str:
+    return f"admin:{request.user.get_username()}"
+
+
+class TopValuesFilter(admin.SimpleListFilter):
+    """The most frequent values of a field as choices; any value works through the URL."""
+
+    field = ""
+    limit = 30
+
+    def lookups(self, request, model_admin):
+        rows = (
+            model_admin.get_queryset(request).exclude(**{self.field: ""}).values(self.field)
+            .annotate(n=Count("id")).order_by("-n", self.field)[: self.limit]
+        )
+        values = [(r[self.field], f"{r[self.field]} ({r['n']})") for r in rows]
+        current = self.value()
+        if current and current not in {v for v, _ in values}:
+            values.append((current, current))
+        return values
+
+    def queryset(self, request, queryset):
+        return queryset.filter(**{self.field: self.value()}) if self.value() else queryset
+
+
+class UserFilter(TopValuesFilter):
+    title = "user"
+    parameter_name = "user_id"
+    field = "user_id"
+
+
+class TopicFilter(TopValuesFilter):
+    title = "topic"
+    parameter_name = "topic"
+    field = "topic"
+
+
+class MemoryActionForm(ActionForm):
+    reason = forms.CharField(required=False, max_length=500, help_text="Required to deprecate")
+    days = forms.IntegerField(required=False, min_value=0, initial=90, help_text="Purge: deprecated for at least this many days")
+
+
+@admin.register(Memory)
+class MemoryAdmin(SimpleHistoryAdmin):
+    list_display = ["id", "short_content", "user_id", "status", "memory_type", "topic", "confidence", "hits", "streak", "version", "embedded", "updated_at"]
+    list_filter = ["status", "memory_type", "namespace", UserFilter, TopicFilter, ("embedding", admin.EmptyFieldListFilter)]
+    search_fields = ["content", "topic", "user_id"]
+    ordering = ["-updated_at"]
+    action_form = MemoryActionForm
+    actions = ["promote", "deprecate", "purge_deprecated"]
+    readonly_fields = [
+        "namespace", "user_id", "memory_type", "topic", "tags", "content", "status", "status_reason", "status_changed_by",
+        "confidence", "hits", "streak", "version", "simhash", "content_sha256", "embedding_model", "embedded",
+        "source_session_id", "source_message_id", "metadata", "supersedes", "version_chain",
+        "verified_at", "deprecated_at", "last_retrieved_at", "created_at", "updated_at",
+    ]
+    exclude = ["embedding", "embedding_hash"]
+
+    def has_add_permission(self, request):
+        return False  # memories come from observe and from quarantine release
+
+    @admin.display(description="content")
+    def short_content(self, obj):
+        return obj.content if len(obj.content) <= 90 else obj.content[:89] + "…"
+
+    @admin.display(boolean=True)
+    def embedded(self, obj):
+        return obj.embedding is not None
+
+    @admin.display(description="version chain")
+    def version_chain(self, obj):
+        chain = memory_version_chain(memory=obj)
+        if len(chain) == 1:
+            return "—"
+        return format_html(
+            "<ol>{}</ol>",
+            format_html_join(
+                "",
+                '<li><a href="{}">#{} v{}</a> [{}] {}</li>',
+                (
+                    (reverse("admin:memories_memory_change", args=[m.pk]), m.pk, m.version, m.status, m.content[:80])
+                    for m in chain
+                ),
+            ),
+        )
+
+    @admin.action(description="Promote to verified")
+    def promote(self, request, queryset):
+        reason = request.POST.get("reason", "")
+        for m in queryset:
+            memory_promote(memory=m, actor=_actor(request), reason=reason)
+        self.message_user(request, f"{queryset.count()} memories promoted.", messages.SUCCESS)
+
+    @admin.action(description="Deprecate (give a reason)")
+    def deprecate(self, request, queryset):
+        reason = request.POST.get("reason", "").strip()
+        if not reason:
+            self.message_user(request, "Give a reason to deprecate.", messages.ERROR)
+            return
+        n = 0
+        for m in queryset:
+            memory_deprecate(memory=m, actor=_actor(request), reason=reason)
+            n += 1
+        self.message_user(request, f"{n} memories deprecated.", messages.SUCCESS)
+
+    @admin.action(description="Purge deprecated memories older than N days (all users)")
+    def purge_deprecated(self, request, queryset):
+        raw = request.POST.get("days") or "90"
+        try:
+            days = int(raw)
+            if days < 0:
+                raise ValueError
+        except ValueError:
+            self.message_user(request, "Days must be a whole number, 0 or more.", messages.ERROR)
+            return
+        counts = memories_purge_deprecated(older_than=timedelta(days=days))
+        self.message_user(request, f"Purged {counts['memories']} deprecated memories older than {days} days.", messages.SUCCESS)
+
+
+@admin.register(MemoryQuarantine)
+class MemoryQuarantineAdmin(admin.ModelAdmin):
+    list_display = ["id", "user_id", "reason", "kinds", "short_preview", "status", "created_at", "reviewed_by"]
+    list_filter = ["status", "reason", "memory_type", UserFilter]
+    search_fields = ["redacted_preview", "user_id", "topic"]
+    ordering = ["-created_at"]
+    actions = ["release", "discard"]
+    fields = [
+        "status", "reason", "reason_detail", "finding_kinds", "redacted_preview", "user_id", "namespace", "memory_type",
+        "topic", "tags", "metadata", "source_session_id", "source_message_id", "released_memory", "reviewed_by",
+        "reviewed_at", "created_at",
+    ]
+
+    def has_add_permission(self, request):
+        return False
+
+    def get_readonly_fields(self, request, obj=None):
+        editable = {"redacted_preview"} if obj is not None and obj.status == QuarantineStatus.PENDING else set()
+        return [f for f in self.fields if f not in editable]
+
+    @admin.display(description="kinds")
+    def kinds(self, obj):
+        return ", ".join(obj.finding_kinds)
+
+    @admin.display(description="preview")
+    def short_preview(self, obj):
+        return obj.redacted_preview if len(obj.redacted_preview) <= 90 else obj.redacted_preview[:89] + "…"
+
+    @admin.action(description="Release (the edited preview must pass the write-gate)")
+    def release(self, request, queryset):
+        for item in queryset:
+            try:
+                result = quarantine_release(item=item, actor=_actor(request))
+            except ApplicationError as exc:
+                self.message_user(request, f"#{item.pk} not released: {exc.message}", messages.ERROR)
+                continue
+            self.message_user(request, f"#{item.pk} released: {result.decision}, memory {result.memory_id}.", messages.SUCCESS)
+
+    @admin.action(description="Discard")
+    def discard(self, request, queryset):
+        n = 0
+        for item in queryset:
+            try:
+                quarantine_discard(item=item, actor=_actor(request))
+                n += 1
+            except ApplicationError as exc:
+                self.message_user(request, f"#{item.pk}: {exc.message}", messages.ERROR)
+        self.message_user(request, f"{n} discarded.", messages.SUCCESS)
+
+
+@admin.register(MemoryRetrieval)
+class MemoryRetrievalAdmin(admin.ModelAdmin):
+    list_display = ["id", "user_id", "namespace", "memory_ids", "degraded", "created_at"]
+    list_filter = ["degraded", UserFilter]
+    search_fields = ["user_id"]
+    readonly_fields = ["namespace", "user_id", "query_sha256", "memory_ids", "degraded", "created_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

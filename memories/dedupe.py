@@ -1,0 +1,151 @@
+"""The deterministic deduplication rule for a new memory against one user's memories.
+
+Neighbours are the user's live (not deprecated) memories in the same namespace:
+the exact-text match, those within the SimHash distance, and the nearest by
+vector. The first rule that applies decides (thresholds are settings):
+
+1. ``skip``  (exact): a neighbour has the same SHA-256 of content.
+2. ``skip``  (simhash_same_substance): Hamming distance <= MEMORY_SIMHASH_MAX_DISTANCE and
+   the same content words in the same order (case, punctuation, stop words ignored).
+3. ``new_version`` (contradiction): a neighbour on a similar topic (same type, and
+   the same non-empty topic, or cosine >= MEMORY_TOPIC_SIMILARITY_THRESHOLD, or within
+   the SimHash distance) whose content contradicts the new one (opposite polarity,
+   different numbers for the same statement, opposite words, or an explicit
+   correction such as "no longer" / "instead of"). A near-duplicate that contradicts is never merged.
+4. ``merge`` (simhash): Hamming distance <= MEMORY_SIMHASH_MAX_DISTANCE.
+5. ``merge`` (semantic): same type and cosine >= the model's threshold (``semantic_duplicate_threshold``).
+6. ``save``: nothing matched.
+
+Among several neighbours a rule picks the nearest (lowest Hamming distance, then
+highest cosine, then lowest id), so the outcome never depends on row order.
+"""
+
+import re
+from dataclasses import dataclass
+
+from memories.extraction import STOPWORDS
+from memories.simhash import tokens
+
+SKIP, MERGE, NEW_VERSION, SAVE = "skip", "merge", "new_version", "save"
+
+_NEGATORS = {"not", "never", "no", "don't", "doesn't", "isn't", "aren't", "can't", "cannot", "won't", "shouldn't",
+             "mustn't", "didn't", "wasn't", "weren't", "without", "avoid", "stop", "disable", "disabled", "nor"}
+_OPPOSITES = [("always", "never"), ("enable", "disable"), ("enabled", "disabled"), ("true", "false"), ("allow", "deny"),
+              ("allowed", "denied"), ("before", "after"), ("on", "off"), ("increase", "decrease"), ("use", "avoid"),
+              ("required", "optional"), ("sync", "async"), ("tabs", "spaces"), ("yes", "no"), ("include", "exclude")]
+_CORRECTION = re.compile(r"(?i)\b(?:no longer|not anymore|instead of|replaced by|replaces|deprecated|is now|are now|actually|changed to|switched to)\b")
+_NUMBER = re.compile(r"\b\d+(?:[.,]\d+)?\b")
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    id: int
+    content: str
+    memory_type: str
+    topic: str
+    content_sha256: str
+    hamming: int
+    similarity: float | None  # None when no vector comparison was possible
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # skip | merge | new_version | save
+    rule: str
+    target_id: int | None = None
+    hamming: int | None = None
+    similarity: float | None = None
+
+
+def content_words(text: str) -> list[str]:
+    return [t for t in tokens(text) if t not in STOPWORDS and t not in _NEGATORS]
+
+
+def same_substance(a: str, b: str) -> bool:
+    return content_words(a) == content_words(b) and _polarity(a) == _polarity(b) and _numbers(a) == _numbers(b)
+
+
+def _polarity(text: str) -> int:
+    words = tokens(text)
+    return sum(1 for w in words if w in _NEGATORS or w.endswith("n't")) % 2
+
+
+def _numbers(text: str) -> list[str]:
+    return _NUMBER.findall(text)
+
+
+def _jaccard(a: set, b: set) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+def contradicts(new: str, old: str) -> bool:
+    """Deterministic contradiction test between two statements on the same topic."""
+    wn, wo = set(content_words(new)), set(content_words(old))
+    overlap = _jaccard({w for w in wn if not w[0].isdigit()}, {w for w in wo if not w[0].isdigit()})
+    if _polarity(new) != _polarity(old) and overlap >= 0.5:
+        return True
+    nn, no = _numbers(new), _numbers(old)
+    if nn and no and set(nn) != set(no) and overlap >= 0.6:
+        return True
+    tn, to = set(tokens(new)), set(tokens(old))
+    for x, y in _OPPOSITES:
+        if ((x in tn and y in to and x not in to) or (y in tn and x in to and y not in to)) and overlap >= 0.4:
+            return True
+    return bool(_CORRECTION.search(new)) and not _CORRECTION.search(old) and overlap >= 0.3
+
+
+def _nearest(neighbours: list[Neighbour]) -> Neighbour:
+    return min(neighbours, key=lambda n: (n.hamming, -(n.similarity or 0.0), n.id))
+
+
+def decide(
+    *,
+    content: str,
+    content_sha256: str,
+    memory_type: str,
+    topic: str,
+    neighbours: list[Neighbour],
+    simhash_max_distance: int,
+    semantic_threshold: float,
+    topic_threshold: float,
+) -> Decision:
+    def evidence(action, rule, n):
+        return Decision(action, rule, n.id, n.hamming, None if n.similarity is None else round(n.similarity, 4))
+
+    exact = [n for n in neighbours if n.content_sha256 == content_sha256]
+    if exact:
+        return evidence(SKIP, "exact", _nearest(exact))
+    near = [n for n in neighbours if n.hamming <= simhash_max_distance]
+    same = [n for n in near if same_substance(content, n.content)]
+    if same:
+        return evidence(SKIP, "simhash_same_substance", _nearest(same))
+    norm_topic = topic.strip().casefold()
+    on_topic = [
+        n for n in neighbours
+        if n.memory_type == memory_type
+        and (
+            (norm_topic and n.topic.strip().casefold() == norm_topic)
+            or (n.similarity is not None and n.similarity >= topic_threshold)
+            or n.hamming <= simhash_max_distance
+        )
+    ]
+    contradicting = [n for n in on_topic if contradicts(content, n.content)]
+    if contradicting:
+        return evidence(NEW_VERSION, "contradiction", _nearest(contradicting))
+    if near:
+        return evidence(MERGE, "simhash", _nearest(near))
+    semantic = [n for n in neighbours if n.memory_type == memory_type and n.similarity is not None and n.similarity >= semantic_threshold]
+    if semantic:
+        best = max(semantic, key=lambda n: (n.similarity, -n.id))
+        return evidence(MERGE, "semantic", best)
+    return Decision(SAVE, "new")
+
+
+def semantic_duplicate_threshold(model_name: str) -> float:
+    """The cosine above which two memories of one user and type are the same lesson, for this model."""
+    from django.conf import settings
+
+    if settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLD:
+        return settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLD
+    table = settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLDS
+    return table.get(model_name, table["default"])

@@ -1,0 +1,206 @@
+"""Turn one conversation turn into a canonical memory artifact.
+
+* :func:`extract_deterministic` (default): rules only, same input → same artifact.
+  Type: ``snippet`` when the answer holds code, ``procedure`` for numbered or
+  sequenced steps, ``decision`` for "we decided / from now on", ``pattern`` for
+  "always / never / prefer / avoid", else ``faq``. Content: ``Q: … A: …`` for an
+  faq, otherwise the lesson text (the assistant's answer, or the user's statement
+  when the answer is a mere acknowledgement). Topic: the three most frequent
+  content words. Hints in ``meta`` (type, topic, tags) win over the rules.
+* :func:`extract_llm`: an OpenAI-compatible chat model (``openai`` package), used
+  only when ``MEMORY_EXTRACTOR=llm`` and ``MEMORY_LLM_MODEL`` are set; on any
+  failure the deterministic extractor answers instead.
+"""
+
+import json
+import logging
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from memories.models import MemoryType
+
+logger = logging.getLogger(__name__)
+
+STOPWORDS = set(
+    """
+    a an the and or but if then else of to in on at by for with from into onto over under about as is are was were be been
+    being it its this that these those there here i you he she we they me my your our their his her them us do does did
+    doing done have has had having can could should would will shall may might must not no yes so than too very just
+    also only what which who whom whose when where why how all any each every some such own same other more most less
+    least few many much one two get got use using used need needs please thanks thank ok okay sure hi hello
+    """.split()
+)
+
+_ACK = re.compile(
+    r"^(?:ok(?:ay)?|sure|got it|noted|understood|will do|thanks?|thank you|great|done|yes|right|alright|of course|perfect)"
+    r"[\s,.!]*(?:i(?:'ll| will) remember(?: that)?|noted|will do|thanks?)?[\s.!]*$",
+    re.IGNORECASE,
+)
+_QUESTION_START = re.compile(r"(?i)^(?:how|what|why|when|where|which|who|can|could|should|is|are|do|does|did|will|would)\b")
+_CODE_FENCE = re.compile(r"```(\w+)?")
+_STEPS = re.compile(r"(?m)^\s*(?:\d+[.)]|step\s+\d+[:.)]?)\s+\S")
+_SEQUENCE = re.compile(r"(?i)\bfirst\b.*\bthen\b")
+_DECISION = re.compile(
+    r"(?i)\b(?:we|i|the team|team)\s+(?:have\s+)?(?:decided|chose|agreed|settled on|will use|are going with|go with)\b|"
+    r"\bdecision\b|\bgoing forward\b|\bfrom now on\b"
+)
+_PATTERN = re.compile(r"(?i)\b(?:always|never|prefer|avoid|whenever|make sure|don't|do not|should|must)\b")
+_SPACE = re.compile(r"[ \t]+")
+
+
+@dataclass(frozen=True)
+class Artifact:
+    memory_type: str
+    topic: str
+    content: str
+    tags: list[str] = field(default_factory=list)
+    extractor: str = "deterministic"
+
+
+def _clean(text: str) -> str:
+    """Trim and collapse runs of spaces; keep line breaks (code and steps need them)."""
+    lines = [_SPACE.sub(" ", line).rstrip() for line in (text or "").strip().splitlines()]
+    out, blank = [], False
+    for line in lines:
+        if not line.strip():
+            if not blank and out:
+                out.append("")
+            blank = True
+            continue
+        out.append(line)
+        blank = False
+    return "\n".join(out).strip()
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    stop = max(cut.rfind(". "), cut.rfind(".\n"), cut.rfind("\n"))
+    if stop >= limit // 2:
+        return cut[: stop + 1].rstrip()
+    return cut.rstrip() + "…"
+
+
+def _is_question(text: str) -> bool:
+    t = text.strip()
+    return t.endswith("?") or bool(_QUESTION_START.match(t))
+
+
+def _first_question(text: str) -> str:
+    sentences = re.split(r"(?<=[?.!])\s+", _clean(text).replace("\n", " "))
+    for s in sentences:
+        if s.endswith("?"):
+            return s
+    return sentences[0] if sentences else ""
+
+
+def detect_type(user_message: str, assistant_message: str) -> str:
+    if _CODE_FENCE.search(assistant_message) or re.search(r"(?m)^\s*\$ \S", assistant_message):
+        return MemoryType.SNIPPET
+    if len(_STEPS.findall(assistant_message)) >= 2 or _SEQUENCE.search(assistant_message):
+        return MemoryType.PROCEDURE
+    if _DECISION.search(assistant_message) or _DECISION.search(user_message):
+        return MemoryType.DECISION
+    if _is_question(user_message):
+        return MemoryType.FAQ
+    if _PATTERN.search(assistant_message) or _PATTERN.search(user_message):
+        return MemoryType.PATTERN
+    return MemoryType.FAQ
+
+
+def derive_topic(text: str, words: int = 3) -> str:
+    """The ``words`` most frequent content words (ties: first seen), in order of first appearance."""
+    prose = re.sub(r"```[\s\S]*?```", " ", text)
+    tokens = [t for t in re.findall(r"[a-z][a-z0-9_\-]{2,}", prose.lower()) if t not in STOPWORDS]
+    counts = Counter(tokens)
+    first = {}
+    for i, t in enumerate(tokens):
+        first.setdefault(t, i)
+    top = sorted(counts, key=lambda t: (-counts[t], first[t]))[:words]
+    return " ".join(sorted(top, key=lambda t: first[t]))
+
+
+def _code_tags(text: str) -> list[str]:
+    return sorted({m.group(1).lower() for m in _CODE_FENCE.finditer(text) if m.group(1)})
+
+
+def extract_deterministic(*, user_message: str, assistant_message: str, hints: dict | None = None) -> Artifact:
+    hints = hints or {}
+    user, answer = _clean(user_message), _clean(assistant_message)
+    memory_type = hints.get("type") or detect_type(user, answer)
+    if _ACK.match(answer) or not answer:
+        lesson = user
+    elif memory_type == MemoryType.FAQ and _is_question(user):
+        lesson = f"Q: {_first_question(user)}\nA: {answer}"
+    else:
+        lesson = answer
+    content = _truncate(lesson, settings.MEMORY_MAX_CONTENT_CHARS)
+    topic = (hints.get("topic") or derive_topic(content)).strip()[:200]
+    tags = list(hints["tags"]) if hints.get("tags") is not None else _code_tags(answer)
+    return Artifact(memory_type=memory_type, topic=topic, content=content, tags=tags, extractor="deterministic")
+
+
+_LLM_PROMPT = """You turn one conversation turn into at most one reusable lesson for an AI assistant's memory.
+Answer only JSON: {"type": one of ["faq","pattern","snippet","decision","procedure"], "topic": "<3-6 words>",
+"tags": ["<tag>", ...], "content": "<the lesson, self-contained, no names of people, no secrets>"}.
+If the turn holds nothing reusable answer {"skip": true}."""
+
+
+def llm_configured() -> bool:
+    return settings.MEMORY_EXTRACTOR == "llm" and bool(settings.MEMORY_LLM_MODEL)
+
+
+def extract_llm(*, user_message: str, assistant_message: str, hints: dict | None = None) -> Artifact | None:
+    """Ask the configured chat model; None when it finds nothing reusable. Raises on transport or format errors."""
+    from openai import OpenAI
+
+    hints = hints or {}
+    client = OpenAI(
+        base_url=settings.MEMORY_LLM_BASE_URL,
+        api_key=settings.OPENAI_API_KEY or "unused",
+        timeout=settings.MEMORY_LLM_TIMEOUT_S,
+        max_retries=1,
+    )
+    limit = settings.MEMORY_MAX_CONTENT_CHARS * 4
+    response = client.chat.completions.create(
+        model=settings.MEMORY_LLM_MODEL,
+        temperature=0,
+        messages=[
+            {"role": "system", "content": _LLM_PROMPT},
+            {"role": "user", "content": f"USER:\n{user_message[:limit]}\n\nASSISTANT:\n{assistant_message[:limit]}"},
+        ],
+    )
+    raw = (response.choices[0].message.content or "").strip()
+    raw = re.sub(r"^```(?:json)?\s*|\s*```$", "", raw)
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("the model did not answer a JSON object")
+    if data.get("skip"):
+        return None
+    memory_type = hints.get("type") or data.get("type")
+    if memory_type not in MemoryType.values:
+        raise ValueError(f"the model answered an unknown type {memory_type!r}")
+    content = _truncate(_clean(str(data.get("content", ""))), settings.MEMORY_MAX_CONTENT_CHARS)
+    if not content:
+        raise ValueError("the model answered no content")
+    tags = hints.get("tags") if hints.get("tags") is not None else data.get("tags", [])
+    if not isinstance(tags, list):
+        raise ValueError("the model answered tags that are not a list")
+    topic = str(hints.get("topic") or data.get("topic") or derive_topic(content)).strip()[:200]
+    return Artifact(memory_type=memory_type, topic=topic, content=content, tags=[str(t)[:60] for t in tags][:20], extractor="llm")
+
+
+def extract(*, user_message: str, assistant_message: str, hints: dict | None = None) -> tuple[Artifact | None, str]:
+    """The artifact (None: nothing reusable) and a note on which extractor answered."""
+    if llm_configured():
+        try:
+            return extract_llm(user_message=user_message, assistant_message=assistant_message, hints=hints), "llm"
+        except Exception as exc:  # any model or format failure: fall back, never fail the observe
+            logger.warning("LLM extractor failed, using the deterministic one: %s: %s", exc.__class__.__name__, exc)
+            artifact = extract_deterministic(user_message=user_message, assistant_message=assistant_message, hints=hints)
+            return artifact, f"deterministic (llm failed: {exc.__class__.__name__})"
+    return extract_deterministic(user_message=user_message, assistant_message=assistant_message, hints=hints), "deterministic"

@@ -1,0 +1,324 @@
+"""Reads for memories. Every read is scoped to one user (the commands may search all users).
+
+Vector searches order by pgvector's cosine distance with the user (and other)
+filters in the WHERE clause; connections run with ``hnsw.iterative_scan`` on, so
+the HNSW scan keeps going until it has found the user's rows instead of coming
+back short because of other users' rows.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+from django.conf import settings
+from django.db.models import Q, QuerySet
+from pgvector.django import CosineDistance
+
+from memories.dedupe import Neighbour
+from memories.models import Memory, MemoryRetrieval, MemoryStatus
+from memories.simhash import to_hex
+
+LIVE = [MemoryStatus.VERIFIED, MemoryStatus.CANDIDATE]
+_STATUS_RANK = {MemoryStatus.VERIFIED: 0, MemoryStatus.CANDIDATE: 1, MemoryStatus.DEPRECATED: 2}
+
+
+def memories_of(*, user_id: str, namespace: str | None = None) -> QuerySet[Memory]:
+    return Memory.objects.filter(user_id=user_id, namespace=namespace or settings.MEMORY_DEFAULT_NAMESPACE)
+
+
+def memory_get(*, user_id: str, memory_id: int) -> Memory | None:
+    """The user's memory, or None (also when it belongs to someone else)."""
+    return Memory.objects.filter(user_id=user_id, pk=memory_id).first()
+
+
+def memory_filter_q(filters: dict | None) -> Q:
+    """Request filters: type, topic, tags (all must be present), metadata (containment)."""
+    q = Q()
+    filters = filters or {}
+    if filters.get("type"):
+        q &= Q(memory_type=filters["type"])
+    if filters.get("topic"):
+        q &= Q(topic__iexact=filters["topic"])
+    if filters.get("tags"):
+        q &= Q(tags__contains=list(filters["tags"]))
+    if filters.get("metadata"):
+        q &= Q(metadata__contains=dict(filters["metadata"]))
+    return q
+
+
+# --- dedupe neighbours -----------------------------------------------------------
+
+
+def memory_neighbours(
+    *, user_id: str, namespace: str, content_sha256: str, simhash: int, vector: np.ndarray | None, model: str, k: int, max_distance: int
+) -> list[Neighbour]:
+    """The user's live memories that may duplicate a new one: same text, SimHash-near, or nearest by vector."""
+    live = memories_of(user_id=user_id, namespace=namespace).filter(status__in=LIVE)
+    hex_ = to_hex(simhash)
+    fields = ["id", "content", "memory_type", "topic", "content_sha256", "simhash"]
+    rows: dict[int, dict] = {}
+    for r in live.filter(content_sha256=content_sha256).values(*fields):
+        rows[r["id"]] = r
+    near = live.extra(
+        where=["bit_count(('x' || memories_memory.simhash)::bit(64) # ('x' || %s)::bit(64)) <= %s"],
+        params=[hex_, max_distance],
+    ).values(*fields)[:50]
+    for r in near:
+        rows[r["id"]] = r
+    similarities: dict[int, float] = {}
+    if vector is not None:
+        nearest = (
+            live.filter(embedding_model=model)
+            .annotate(distance=CosineDistance("embedding", vector))
+            .order_by("distance")
+            .values(*fields, "distance")[:k]
+        )
+        for r in nearest:
+            similarities[r["id"]] = 1.0 - float(r.pop("distance"))
+            rows.setdefault(r["id"], r)
+        missing = [i for i in rows if i not in similarities]
+        if missing:  # exact/SimHash neighbours beyond the k nearest still get their cosine
+            for pk, distance in (
+                live.filter(pk__in=missing, embedding_model=model)
+                .annotate(distance=CosineDistance("embedding", vector))
+                .values_list("pk", "distance")
+            ):
+                similarities[pk] = 1.0 - float(distance)
+    from memories.simhash import hamming
+
+    return [
+        Neighbour(
+            id=r["id"],
+            content=r["content"],
+            memory_type=r["memory_type"],
+            topic=r["topic"],
+            content_sha256=r["content_sha256"],
+            hamming=hamming(r["simhash"], hex_),
+            similarity=similarities.get(r["id"]),
+        )
+        for r in rows.values()
+    ]
+
+
+# --- retrieval -------------------------------------------------------------------
+
+
+@dataclass
+class RetrievedMemory:
+    memory: Memory
+    score: float | None  # cosine similarity; None in the fallback
+
+
+def memory_semantic_candidates(
+    *, user_id: str, namespace: str, vector: np.ndarray, model: str, filters: dict | None, k: int, min_score: float
+) -> list[RetrievedMemory]:
+    """The k nearest verified and the k nearest candidate memories (so a verified one is never crowded out)."""
+    base = memories_of(user_id=user_id, namespace=namespace).filter(memory_filter_q(filters), embedding_model=model)
+    out: list[RetrievedMemory] = []
+    for status in LIVE:
+        rows = (
+            base.filter(status=status).defer("embedding").annotate(distance=CosineDistance("embedding", vector)).order_by("distance")[:k]
+        )
+        out.extend(RetrievedMemory(m, 1.0 - float(m.distance)) for m in rows if 1.0 - float(m.distance) >= min_score)
+    return out
+
+
+def memory_has_embedded(*, user_id: str, namespace: str, model: str, filters: dict | None) -> bool:
+    return (
+        memories_of(user_id=user_id, namespace=namespace)
+        .filter(memory_filter_q(filters), status__in=LIVE, embedding_model=model)
+        .exists()
+    )
+
+
+def memory_recent_verified(*, user_id: str, namespace: str, filters: dict | None, limit: int) -> list[RetrievedMemory]:
+    rows = (
+        memories_of(user_id=user_id, namespace=namespace)
+        .filter(memory_filter_q(filters), status=MemoryStatus.VERIFIED)
+        .defer("embedding")
+        .order_by("-updated_at", "-hits", "-id")[:limit]
+    )
+    return [RetrievedMemory(m, None) for m in rows]
+
+
+def rank_key(item: RetrievedMemory, decimals: int) -> tuple:
+    """status (verified first) > semantic score (rounded, higher first) > recency > hits > id."""
+    m = item.memory
+    score = round(item.score, decimals) if item.score is not None else 0.0
+    updated: datetime = m.updated_at
+    return (_STATUS_RANK[m.status], -score, -updated.timestamp(), -m.hits, m.id)
+
+
+def bullet(item: RetrievedMemory) -> str:
+    m = item.memory
+    text = " ".join(m.content.split())
+    text = text.replace("<learning_memories>", "(learning_memories)").replace("</learning_memories>", "(/learning_memories)")
+    return f"- [{m.status}/{m.memory_type}] {text}"
+
+
+OPEN, CLOSE = "<learning_memories>", "</learning_memories>"
+
+
+def memory_block(items: list[RetrievedMemory], *, max_items: int, max_chars: int) -> tuple[list[RetrievedMemory], str]:
+    """Keep ranked items while the whole block (tags included) fits ``max_chars``; answer the kept items and the block.
+
+    An item that does not fit is left out and smaller ones after it may still fit; when even
+    the first item does not fit alone it is cut with an ellipsis. No items: an empty block.
+    """
+    kept, lines = [], []
+    budget = max_chars - len(OPEN) - len(CLOSE) - 2  # two line breaks around the bullets
+    used = 0
+    for item in items:
+        if len(kept) >= max_items:
+            break
+        line = bullet(item)
+        cost = len(line) + (1 if lines else 0)
+        if used + cost <= budget:
+            kept.append(item)
+            lines.append(line)
+            used += cost
+        elif not kept and budget > 10:
+            lines.append(line[: budget - 1] + "…")
+            kept.append(item)
+            used = budget
+    if not kept:
+        return [], ""
+    return kept, OPEN + "\n" + "\n".join(lines) + "\n" + CLOSE
+
+
+def memory_last_retrieval(*, user_id: str, namespace: str) -> MemoryRetrieval | None:
+    return (
+        MemoryRetrieval.objects.filter(user_id=user_id, namespace=namespace).order_by("-created_at", "-id").first()
+    )
+
+
+def memories_needing_embedding(*, model: str, user_id: str | None = None, namespace: str | None = None) -> QuerySet[Memory]:
+    """Memories whose vector is missing, from another model, or from other text."""
+    from embeddings.selectors import embedding_rows_needing_work
+
+    qs = embedding_rows_needing_work(Memory, current_model=model)
+    if user_id:
+        qs = qs.filter(user_id=user_id)
+    if namespace:
+        qs = qs.filter(namespace=namespace)
+    return qs
+
+
+def memory_version_chain(*, memory: Memory) -> list[Memory]:
+    """Oldest first: the versions this memory superseded, itself, and the versions that superseded it."""
+    chain = [memory]
+    seen = {memory.pk}
+    older = memory.supersedes
+    while older is not None and older.pk not in seen:
+        chain.insert(0, older)
+        seen.add(older.pk)
+        older = older.supersedes
+    newer = Memory.objects.filter(supersedes=memory, user_id=memory.user_id).order_by("id").first()
+    while newer is not None and newer.pk not in seen:
+        chain.append(newer)
+        seen.add(newer.pk)
+        newer = Memory.objects.filter(supersedes=newer, user_id=memory.user_id).order_by("id").first()
+    return chain
+
+
+# --- search (API and the search_memories command) --------------------------------
+
+
+@dataclass
+class SearchHit:
+    memory: Memory
+    semantic: float | None
+    substring: bool
+
+    @property
+    def score(self) -> float:
+        """Cosine similarity, plus 0.25 when the query appears literally in the content or topic."""
+        return (self.semantic or 0.0) + (0.25 if self.substring else 0.0)
+
+    @property
+    def matched_by(self) -> str:
+        if self.semantic is not None and self.substring:
+            return "both"
+        return "substring" if self.substring else "semantic"
+
+
+def memory_search(
+    *,
+    query: str,
+    user_id: str | None,
+    vector: np.ndarray | None,
+    model: str,
+    semantic: bool,
+    substring: bool,
+    namespace: str | None = None,
+    include_deprecated: bool = False,
+    filters: dict | None = None,
+    limit: int = 20,
+    min_score: float = 0.0,
+) -> list[SearchHit]:
+    """Semantic and/or substring search, deduplicated by memory, ranked by :attr:`SearchHit.score`.
+
+    ``user_id`` None searches every user (operator commands only; the API always passes one).
+    """
+    qs = Memory.objects.filter(memory_filter_q(filters))
+    if user_id is not None:
+        qs = qs.filter(user_id=user_id)
+    if namespace:
+        qs = qs.filter(namespace=namespace)
+    if not include_deprecated:
+        qs = qs.filter(status__in=LIVE)
+    hits: dict[int, SearchHit] = {}
+    if semantic and vector is not None:
+        rows = qs.filter(embedding_model=model).annotate(distance=CosineDistance("embedding", vector)).order_by("distance")[:limit]
+        for m in rows:
+            sim = 1.0 - float(m.distance)
+            if sim >= min_score:
+                hits[m.pk] = SearchHit(m, sim, False)
+    if substring:
+        needle = query.strip()
+        rows = qs.filter(Q(content__icontains=needle) | Q(topic__icontains=needle))
+        if vector is not None:
+            rows = rows.annotate(distance=CosineDistance("embedding", vector))
+        rows = rows.order_by("-updated_at", "-id")[:limit]
+        for m in rows:
+            if m.pk in hits:
+                hits[m.pk].substring = True
+            else:
+                distance = getattr(m, "distance", None)
+                sim = None if distance is None or m.embedding_model != model else 1.0 - float(distance)
+                hits[m.pk] = SearchHit(m, sim if semantic else None, True)
+    ranked = sorted(hits.values(), key=lambda h: (-h.score, _STATUS_RANK[h.memory.status], -h.memory.updated_at.timestamp(), h.memory.pk))
+    return ranked[:limit]
+
+
+def memory_search_text(
+    *,
+    query: str,
+    user_id: str | None,
+    mode: str = "both",
+    limit: int = 10,
+    include_deprecated: bool = False,
+    filters: dict | None = None,
+    namespace: str | None = None,
+) -> tuple[list[SearchHit], str]:
+    """Embed the query (when semantic) and search; answers the hits and a degraded reason
+    ("embedder_unavailable" when only the substring search could run, "" otherwise)."""
+    from embeddings.embedders import current_model_name
+    from learning.resolution import embed_query
+
+    semantic = mode in ("both", "semantic")
+    substring = mode in ("both", "substring")
+    vector, model, reason = None, current_model_name(), ""
+    if semantic:
+        vector, model, _ = embed_query(query)  # bounded; None when the embedder is down
+        if vector is None:
+            reason = "embedder_unavailable"
+            if not substring:
+                return [], reason
+    filters = dict(filters or {})
+    namespace = filters.pop("namespace", None) or namespace
+    hits = memory_search(
+        query=query, user_id=user_id, vector=vector, model=model, semantic=semantic, substring=substring,
+        namespace=namespace, include_deprecated=include_deprecated, filters=filters, limit=limit,
+    )
+    return hits, reason
