@@ -1,6 +1,5 @@
 """Reads for the action catalogue."""
 
-
 from actions.models import ACTION_NAME_PATTERN, Action
 from common.api import ApplicationError, NotFound
 

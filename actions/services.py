@@ -1,7 +1,6 @@
 """Writes for the action catalogue."""
 
-
-from django.db import transaction
+from django.db import connection, transaction
 
 from actions.models import ACTION_NAME_PATTERN, Action, AutonomyLevel
 from common.api import ApplicationError, Conflict
@@ -34,3 +33,13 @@ def action_create(*, name: str, description: str = "", autonomy_level: int = Aut
         if Action.objects.filter(name=name).exists():
             raise Conflict(f"Action {name} already exists.", field="name")
         return Action.objects.create(name=name, description=description, autonomy_level=autonomy_level)
+
+
+def actions_claim_for_evaluation(*, actions, now) -> list[int]:
+    """Stamp ``last_evaluated_at`` on the actions of this queryset that are still due and answer their ids.
+
+    One UPDATE … RETURNING, so of two cycles evaluating at once each action goes to exactly one."""
+    with connection.cursor() as cur:
+        sql, params = actions.values("pk").query.sql_with_params()
+        cur.execute(f"UPDATE {Action._meta.db_table} SET last_evaluated_at = %s WHERE id IN ({sql}) RETURNING id", [now, *params])
+        return sorted(r[0] for r in cur.fetchall())

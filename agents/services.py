@@ -1,9 +1,9 @@
 """Writes for agents and API keys."""
 
-
 from django.db import transaction
 from django.utils import timezone
 
+from agents.authentication import verified_keys_forget
 from agents.models import Agent, ApiKey, Scope, generate_key, hash_key
 from common.api import ApplicationError
 
@@ -22,15 +22,12 @@ def agent_key_create(*, agent_name: str, scopes: list[str], key_name: str = "def
     with transaction.atomic():
         agent, _ = Agent.objects.get_or_create(name=name)
         raw, prefix = generate_key()
-        key = ApiKey.objects.create(
-            agent=agent, name=key_name, prefix=prefix, key_hash=hash_key(raw), scopes=sorted(set(scopes))
-        )
+        key = ApiKey.objects.create(agent=agent, name=key_name, prefix=prefix, key_hash=hash_key(raw), scopes=sorted(set(scopes)))
     return key, raw
 
 
 def api_key_revoke(*, key: ApiKey) -> ApiKey:
     """Revoke a key: refused from now on in this process, within API_KEY_CACHE_S everywhere else."""
-    from agents.authentication import verified_keys_forget
 
     with transaction.atomic():
         ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())

@@ -6,7 +6,7 @@ from simple_history.admin import SimpleHistoryAdmin
 
 from autonomy import selectors as autonomy_selectors
 from autonomy import services as autonomy_services
-from autonomy.models import AutonomyTransition, CalibrationRecord, EpisodeEvent, LearningEpisode, TransitionStatus
+from autonomy.models import AutonomyTransition, CalibrationRecord, Episode, EpisodeEvent, TransitionStatus
 from common.admin import pretty_json, run_bulk
 from common.api import ApplicationError
 
@@ -19,9 +19,23 @@ class CalibrationRecordAdmin(admin.ModelAdmin):
     list_display = ["id", "agent", "scope", "computed_at", "sample_count", "ece", "recommended_adjustment"]
     list_filter = ["agent", ("action", admin.EmptyFieldListFilter)]
     list_select_related = ["agent", "action"]
-    readonly_fields = ["agent", "action", "window_days", "computed_at", "sample_count", "total_samples", "buckets_json",
-                       "mean_confidence", "mean_success", "ece", "overconfidence_rate", "underconfidence_rate",
-                       "raw_adjustment", "recommended_adjustment", "episode"]
+    readonly_fields = [
+        "agent",
+        "action",
+        "window_days",
+        "computed_at",
+        "sample_count",
+        "total_samples",
+        "buckets_json",
+        "mean_confidence",
+        "mean_success",
+        "ece",
+        "overconfidence_rate",
+        "underconfidence_rate",
+        "raw_adjustment",
+        "recommended_adjustment",
+        "episode",
+    ]
     fields = readonly_fields
 
     @admin.display(description="Scope")
@@ -45,9 +59,15 @@ class CalibrationRecordAdmin(admin.ModelAdmin):
             trend = autonomy_selectors.calibration_history(agent_id=record.agent_id, action_id=record.action_id)
             extra_context["chart_data"] = {
                 "buckets": [
-                    {"label": f"{b['low']:.1f}–{b['high']:.1f}", "x": b["mean_confidence"], "y": b["success_rate"],
-                     "count": b["count"], "counted": b["counted"]}
-                    for b in record.buckets if b["count"]
+                    {
+                        "label": f"{b['low']:.1f}–{b['high']:.1f}",
+                        "x": b["mean_confidence"],
+                        "y": b["success_rate"],
+                        "count": b["count"],
+                        "counted": b["counted"],
+                    }
+                    for b in record.buckets
+                    if b["count"]
                 ],
                 "trend": [{"x": r.computed_at.strftime("%Y-%m-%d %H:%M"), "y": round(r.ece, 4)} for r in trend],
                 "scope": self.scope(record),
@@ -56,8 +76,9 @@ class CalibrationRecordAdmin(admin.ModelAdmin):
 
 
 class TransitionDecisionForm(forms.ModelForm):
-    decision = forms.ChoiceField(choices=[("", "— no decision —"), ("approve", "Approve and apply"), ("reject", "Reject")],
-                                 required=False)
+    decision = forms.ChoiceField(
+        choices=[("", "— no decision —"), ("approve", "Approve and apply"), ("reject", "Reject")], required=False
+    )
     notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), required=False, max_length=5000)
 
     class Meta:
@@ -79,13 +100,27 @@ class AutonomyTransitionAdmin(SimpleHistoryAdmin):
     list_display = ["id", "action", "from_level", "to_level", "status", "created_at", "decided_at", "decided_by"]
     list_filter = ["status", "action"]
     list_select_related = ["action", "decided_by"]
-    readonly_fields = ["action", "from_level", "to_level", "status", "reason", "evidence_json", "episode", "created_at",
-                       "decided_by", "decided_by_key", "decided_at", "decision_notes"]
+    readonly_fields = [
+        "action",
+        "from_level",
+        "to_level",
+        "status",
+        "reason",
+        "evidence_json",
+        "episode",
+        "created_at",
+        "decided_by",
+        "decided_by_key",
+        "decided_at",
+        "decision_notes",
+    ]
     actions = ["approve_selected", "reject_selected"]
 
     def get_fieldsets(self, request, obj=None):
-        info = ("Proposal and evidence", {"fields": ["action", "from_level", "to_level", "status", "reason", "evidence_json",
-                                                     "episode", "created_at"]})
+        info = (
+            "Proposal and evidence",
+            {"fields": ["action", "from_level", "to_level", "status", "reason", "evidence_json", "episode", "created_at"]},
+        )
         if obj is not None and obj.status == TransitionStatus.PROPOSED:
             return [info, ("Decision", {"fields": ["decision", "notes"]})]
         return [info, ("Decision", {"fields": ["decided_by", "decided_by_key", "decided_at", "decision_notes"]})]
@@ -115,13 +150,23 @@ class AutonomyTransitionAdmin(SimpleHistoryAdmin):
 
     @admin.action(description="Approve and apply selected transitions", permissions=["change"])
     def approve_selected(self, request, queryset):
-        run_bulk(self, request, queryset, lambda t: autonomy_services.autonomy_transition_approve(transition=t.pk, user=request.user),
-                 "Applied")
+        run_bulk(
+            self,
+            request,
+            queryset,
+            lambda t: autonomy_services.autonomy_transition_approve(transition=t.pk, user=request.user),
+            "Applied",
+        )
 
     @admin.action(description="Reject selected transitions", permissions=["change"])
     def reject_selected(self, request, queryset):
-        run_bulk(self, request, queryset, lambda t: autonomy_services.autonomy_transition_reject(transition=t.pk, user=request.user),
-                 "Rejected")
+        run_bulk(
+            self,
+            request,
+            queryset,
+            lambda t: autonomy_services.autonomy_transition_reject(transition=t.pk, user=request.user),
+            "Rejected",
+        )
 
 
 class EpisodeEventInline(admin.TabularInline):
@@ -140,8 +185,8 @@ class EpisodeEventInline(admin.TabularInline):
         return False
 
 
-@admin.register(LearningEpisode)
-class LearningEpisodeAdmin(admin.ModelAdmin):
+@admin.register(Episode)
+class EpisodeAdmin(admin.ModelAdmin):
     """Episodic memory: each learning run and its ordered events."""
 
     list_display = ["id", "agent", "kind", "trigger", "status", "started_at", "finished_at", "summary_text"]

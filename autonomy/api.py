@@ -34,8 +34,12 @@ class ActionConsultApi(APIView):
     required_scopes = ["resolve"]
 
     @extend_schema(
-        parameters=[OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=ACTION_NAME_RE,
-                                     description="Action name, e.g. email.send"), ConsultQuerySerializer],
+        parameters=[
+            OpenApiParameter(
+                "name", str, OpenApiParameter.PATH, pattern=ACTION_NAME_RE, description="Action name, e.g. email.send"
+            ),
+            ConsultQuerySerializer,
+        ],
         responses={200: ConsultSerializer, **_ERRORS},
         summary="Consult before acting: adjusted confidence, warnings, active rules",
     )
@@ -50,9 +54,11 @@ class TransitionListApi(APIView):
     permission_classes = [ScopePermission]
     required_scopes = ["governance"]
 
-    @extend_schema(parameters=[OpenApiParameter("status", str, enum=["proposed", "applied", "rejected"])],
-                   responses={200: TransitionSerializer(many=True), **_ERRORS},
-                   summary="Autonomy transitions (governance)")
+    @extend_schema(
+        parameters=[OpenApiParameter("status", str, enum=["proposed", "applied", "rejected"])],
+        responses={200: TransitionSerializer(many=True), **_ERRORS},
+        summary="Autonomy transitions (governance)",
+    )
     def get(self, request):
         qs = AutonomyTransition.objects.select_related("action", "decided_by", "decided_by_key").order_by("-created_at")
         if request.query_params.get("status"):
@@ -65,8 +71,11 @@ class _DecisionApi(APIView):
     required_scopes = ["governance"]
     service = None
 
-    @extend_schema(parameters=[OpenApiParameter("pk", int, OpenApiParameter.PATH)], request=TransitionDecisionSerializer,
-                   responses={200: TransitionSerializer, **_ERRORS})
+    @extend_schema(
+        parameters=[OpenApiParameter("pk", int, OpenApiParameter.PATH)],
+        request=TransitionDecisionSerializer,
+        responses={200: TransitionSerializer, **_ERRORS},
+    )
     def post(self, request, pk):
         s = TransitionDecisionSerializer(data=request.data)
         s.is_valid(raise_exception=True)

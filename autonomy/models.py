@@ -25,7 +25,7 @@ class CalibrationRecord(models.Model):
     underconfidence_rate = models.FloatField(default=0.0)
     raw_adjustment = models.FloatField(default=0.0, help_text="This run's adjustment before smoothing.")
     recommended_adjustment = models.FloatField(default=0.0, help_text="EMA-smoothed, capped; negative = overconfident.")
-    episode = models.ForeignKey("LearningEpisode", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    episode = models.ForeignKey("Episode", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
 
     class Meta:
         ordering = ["-computed_at", "-id"]
@@ -52,7 +52,7 @@ class AutonomyTransition(models.Model):
     evidence = models.JSONField(help_text="Rates, sample size, recent patterns and latest ECE at proposal time.")
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    episode = models.ForeignKey("LearningEpisode", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    episode = models.ForeignKey("Episode", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     decided_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     decided_by_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)
@@ -90,11 +90,11 @@ class EpisodeStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
-class LearningEpisode(models.Model):
+class Episode(models.Model):
     """Episodic memory: one learning run and what happened in it, in order."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, null=True, blank=True, related_name="episodes")
-    kind = models.CharField(max_length=30, default="learning_cycle")
+    kind = models.CharField(max_length=30, default="autonomy_cycle")
     trigger = models.CharField(max_length=30, default="command", help_text="command, celery, beat, api, admin")
     status = models.CharField(max_length=10, choices=EpisodeStatus.choices, default=EpisodeStatus.RUNNING)
     started_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -112,7 +112,7 @@ class LearningEpisode(models.Model):
 class EpisodeEvent(models.Model):
     """One ordered step of an episode: pattern detected, rule created, calibration, autonomy evaluation…"""
 
-    episode = models.ForeignKey(LearningEpisode, on_delete=models.CASCADE, related_name="events")
+    episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=40)
     message = models.TextField(blank=True)

@@ -7,8 +7,8 @@ from actions.selectors import action_get
 from agents.models import Agent
 from autonomy.calibration import clamp
 from autonomy.models import CalibrationRecord
-from feedback.models import CorrectionRule
-from feedback.selectors import active_rules_q
+from common.validation import confidence_validate
+from feedback.selectors import active_patterns, active_rules
 
 
 def latest_calibration(*, agent_id: int, action_id: int | None) -> CalibrationRecord | None:
@@ -26,16 +26,11 @@ def action_consult(*, agent: Agent, action_name: str, confidence: float) -> dict
     adjustment is added, the result kept within [0.1, 1.0]. Approval is required
     at level 1, when a rule asks for review, or below ``CONSULT_APPROVAL_BELOW``.
     """
-    from feedback.models import MistakePattern, PatternStatus
-    from feedback.services.reviews import confidence_validate
-
     confidence = confidence_validate(confidence)
     action = action_get(name=action_name)
     warnings: list[str] = []
-    patterns = list(
-        MistakePattern.objects.filter(agent=agent, action=action, status=PatternStatus.ACTIVE).order_by("-last_seen")
-    )
-    rules = list(CorrectionRule.objects.filter(active_rules_q(), agent=agent, action=action).order_by("-created_at"))
+    patterns = active_patterns(agent=agent, action=action)
+    rules = active_rules(agent=agent, action=action)
     adjusted = confidence
     penalty = 0.0
     if patterns:
@@ -69,13 +64,23 @@ def action_consult(*, agent: Agent, action_name: str, confidence: float) -> dict
         "approval_reasons": reasons,
         "warnings": warnings,
         "rules": [
-            {"id": r.pk, "precondition": r.precondition, "correction": r.correction, "require_review": r.require_review,
-             "expires_at": r.expires_at}
+            {
+                "id": r.pk,
+                "precondition": r.precondition,
+                "correction": r.correction,
+                "require_review": r.require_review,
+                "expires_at": r.expires_at,
+            }
             for r in rules
         ],
         "patterns": [
-            {"id": p.pk, "category": p.category, "description": p.description, "occurrence_count": p.occurrence_count,
-             "last_seen": p.last_seen}
+            {
+                "id": p.pk,
+                "category": p.category,
+                "description": p.description,
+                "occurrence_count": p.occurrence_count,
+                "last_seen": p.last_seen,
+            }
             for p in patterns
         ],
     }

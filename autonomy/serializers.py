@@ -46,8 +46,13 @@ class ConsultSerializer(serializers.Serializer):
 
 
 class TransitionDecisionSerializer(serializers.Serializer):
-    notes = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000,
-                                  validators=[RegexValidator(r"^[^\x00]*$", "Must not contain NUL characters.")])
+    notes = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=5000,
+        validators=[RegexValidator(r"^[^\x00]*$", "Must not contain NUL characters.")],
+    )
 
 
 class TransitionSerializer(serializers.Serializer):

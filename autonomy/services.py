@@ -10,36 +10,20 @@ from django.db.models import Q
 from django.utils import timezone
 
 from actions.models import Action, AutonomyLevel
+from actions.services import actions_claim_for_evaluation
 from agents.models import Agent
 from autonomy import calibration as calib
-from autonomy.models import AutonomyTransition, CalibrationRecord, EpisodeEvent, EpisodeStatus, LearningEpisode, TransitionStatus
+from autonomy.models import AutonomyTransition, CalibrationRecord, Episode, EpisodeEvent, EpisodeStatus, TransitionStatus
 from common.api import ApplicationError, Conflict, NotFound
+from feedback.selectors import agent_action_ids, outcome_confidence_buckets, outcome_rates, patterns_by_ids, recent_patterns
+from feedback.services.mistakes import mistake_patterns_detect
 from feedback.services.rules import correction_rules_create, correction_rules_expire
 
-# --- calibration --------------------------------------------------------------------
+# --- Calibration ---
 
 logger = logging.getLogger(__name__)
 
 LOCK_NAMESPACE_CYCLE = 61002
-
-_CALIBRATION_SQL = """
-WITH s AS (
-    SELECT action_id, confidence, CASE WHEN status = 'completed' THEN 1.0 ELSE 0.0 END AS ok
-      FROM feedback_proposal
-     WHERE agent_id = %(agent)s AND created_at >= %(since)s AND status IN ('completed', 'rejected', 'failed')
-    UNION ALL
-    SELECT action_id, confidence,
-           CASE WHEN review_outcome = 'correct' THEN 1.0 WHEN review_outcome = 'incorrect' THEN 0.0
-                WHEN success THEN 1.0 ELSE 0.0 END
-      FROM feedback_execution
-     WHERE agent_id = %(agent)s AND created_at >= %(since)s
-)
-SELECT GROUPING(action_id) AS overall, action_id, width_bucket(confidence, %(inner)s::float8[]) AS bucket,
-       count(*), avg(confidence), avg(ok)
-  FROM s
- GROUP BY GROUPING SETS ((action_id, width_bucket(confidence, %(inner)s::float8[])),
-                         (width_bucket(confidence, %(inner)s::float8[])))
-"""
 
 
 def _window(window_days, default: int) -> int:
@@ -61,9 +45,7 @@ def calibration_compute(*, agent_id: int, window_days: int | None = None, episod
     if not Agent.objects.filter(pk=agent_id).exists():
         raise NotFound(f"Agent {agent_id} not found.", field="agent")
     edges = list(settings.CALIBRATION_BUCKETS)
-    with connection.cursor() as cur:
-        cur.execute(_CALIBRATION_SQL, {"agent": agent_id, "since": timezone.now() - timedelta(days=days), "inner": edges[1:-1]})
-        rows = cur.fetchall()
+    rows = outcome_confidence_buckets(agent_id=agent_id, since=timezone.now() - timedelta(days=days), inner_edges=edges[1:-1])
     groups: dict[int | None, dict[int, tuple[int, float, float]]] = {}
     for overall, action_id, bucket, n, conf, ok in rows:
         key = None if overall else action_id
@@ -78,16 +60,27 @@ def calibration_compute(*, agent_id: int, window_days: int | None = None, episod
     records = []
     for action_id in sorted(groups, key=lambda k: (k is not None, k or 0)):
         buckets = calib.build_buckets(edges, groups[action_id], settings.CALIBRATION_MIN_BUCKET_SAMPLES)
-        s = calib.summarize(buckets, ece_threshold=settings.CALIBRATION_ECE_THRESHOLD, max_adjustment=settings.CALIBRATION_MAX_ADJUSTMENT)
+        s = calib.summarize(
+            buckets, ece_threshold=settings.CALIBRATION_ECE_THRESHOLD, max_adjustment=settings.CALIBRATION_MAX_ADJUSTMENT
+        )
         records.append(
             CalibrationRecord(
-                agent_id=agent_id, action_id=action_id, window_days=days, sample_count=s.sample_count,
-                total_samples=s.total_samples, buckets=[b.as_dict() for b in s.buckets],
-                mean_confidence=s.mean_confidence, mean_success=s.mean_success, ece=s.ece,
-                overconfidence_rate=s.overconfidence_rate, underconfidence_rate=s.underconfidence_rate,
+                agent_id=agent_id,
+                action_id=action_id,
+                window_days=days,
+                sample_count=s.sample_count,
+                total_samples=s.total_samples,
+                buckets=[b.as_dict() for b in s.buckets],
+                mean_confidence=s.mean_confidence,
+                mean_success=s.mean_success,
+                ece=s.ece,
+                overconfidence_rate=s.overconfidence_rate,
+                underconfidence_rate=s.underconfidence_rate,
                 raw_adjustment=round(s.raw_adjustment, 6),
                 recommended_adjustment=calib.ema(
-                    previous.get(action_id), s.raw_adjustment, alpha=settings.CALIBRATION_EMA_ALPHA,
+                    previous.get(action_id),
+                    s.raw_adjustment,
+                    alpha=settings.CALIBRATION_EMA_ALPHA,
                     cap=settings.CALIBRATION_MAX_ADJUSTMENT,
                 ),
                 episode=episode,
@@ -98,25 +91,7 @@ def calibration_compute(*, agent_id: int, window_days: int | None = None, episod
     return records
 
 
-# --- autonomy evaluation and transitions ---------------------------------------------
-
-_AUTONOMY_SQL = """
-WITH s AS (
-    SELECT action_id,
-           (status = 'completed' AND modified_action IS NULL) AS ok,
-           (status = 'rejected' OR modified_action IS NOT NULL) AS rejected
-      FROM feedback_proposal
-     WHERE action_id = ANY(%(ids)s) AND created_at >= %(since)s AND status IN ('completed', 'rejected', 'failed')
-    UNION ALL
-    SELECT action_id,
-           (review_outcome = 'correct' OR (review_outcome IS NULL AND success)) AS ok,
-           (review_outcome = 'incorrect') AS rejected
-      FROM feedback_execution
-     WHERE action_id = ANY(%(ids)s) AND created_at >= %(since)s
-)
-SELECT action_id, count(*), count(*) FILTER (WHERE ok), count(*) FILTER (WHERE rejected)
-  FROM s GROUP BY action_id
-"""
+# --- Autonomy evaluation and transitions ---
 
 
 def autonomy_decision(*, level: int, samples: int, success_rate: float, rejection_rate: float) -> int | None:
@@ -143,7 +118,9 @@ def _evaluation_due_q(now) -> Q:
     )
 
 
-def autonomy_evaluate(*, action_ids: list[int] | None = None, window_days: int | None = None, episode=None, force: bool = False) -> dict:
+def autonomy_evaluate(
+    *, action_ids: list[int] | None = None, window_days: int | None = None, episode=None, force: bool = False
+) -> dict:
     """Evaluate actions and PROPOSE transitions with evidence; never changes a level.
 
     Proposals count as success when completed as proposed, as rejection when
@@ -153,8 +130,6 @@ def autonomy_evaluate(*, action_ids: list[int] | None = None, window_days: int |
     (claimed atomically, so parallel cycles share the work) unless ``force``.
     An action with an open transition gets no second one (partial unique index).
     """
-    from feedback.models import MistakePattern, PatternStatus
-
     days = _window(window_days, settings.AUTONOMY_WINDOW_DAYS)
     now = timezone.now()
     qs = Action.objects.all() if action_ids is None else Action.objects.filter(pk__in=action_ids)
@@ -166,20 +141,20 @@ def autonomy_evaluate(*, action_ids: list[int] | None = None, window_days: int |
     claimed = Action.objects.filter(pk__in=ids)
     if not force:
         claimed = claimed.filter(_evaluation_due_q(now))
-    # UPDATE … RETURNING claims the actions: a parallel cycle gets the rest or nothing.
-    with connection.cursor() as cur:
-        sql, params = claimed.values("pk").query.sql_with_params()
-        cur.execute(f"UPDATE actions_action SET last_evaluated_at = %s WHERE id IN ({sql}) RETURNING id", [now, *params])
-        ids = sorted(r[0] for r in cur.fetchall())
-        if not ids:
-            return {"evaluated": [], "proposed": [], "skipped_open": []}
-        cur.execute(_AUTONOMY_SQL, {"ids": ids, "since": now - timedelta(days=days)})
-        stats = {a: (n, ok, rej) for a, n, ok, rej in cur.fetchall()}
+    ids = actions_claim_for_evaluation(actions=claimed, now=now)  # a parallel cycle gets the rest or nothing
+    if not ids:
+        return {"evaluated": [], "proposed": [], "skipped_open": []}
+    stats = outcome_rates(action_ids=ids, since=now - timedelta(days=days))
     actions = {a.pk: a for a in Action.objects.filter(pk__in=ids)}
-    open_ids = set(AutonomyTransition.objects.filter(action_id__in=ids, status=TransitionStatus.PROPOSED).values_list("action_id", flat=True))
+    open_ids = set(
+        AutonomyTransition.objects.filter(action_id__in=ids, status=TransitionStatus.PROPOSED).values_list("action_id", flat=True)
+    )
     latest_ece = {
-        a: (ece, agent) for a, ece, agent in CalibrationRecord.objects.filter(action_id__in=ids, ece__isnull=False)
-        .order_by("action_id", "-computed_at", "-id").distinct("action_id").values_list("action_id", "ece", "agent__name")
+        a: (ece, agent)
+        for a, ece, agent in CalibrationRecord.objects.filter(action_id__in=ids, ece__isnull=False)
+        .order_by("action_id", "-computed_at", "-id")
+        .distinct("action_id")
+        .values_list("action_id", "ece", "agent__name")
     }
     evaluated, proposed, skipped = [], [], []
     for action_id in ids:
@@ -187,24 +162,32 @@ def autonomy_evaluate(*, action_ids: list[int] | None = None, window_days: int |
         n, ok, rej = stats.get(action_id, (0, 0, 0))
         success_rate = ok / n if n else 0.0
         rejection_rate = rej / n if n else 0.0
-        target = autonomy_decision(level=action.autonomy_level, samples=n, success_rate=success_rate, rejection_rate=rejection_rate)
-        row = {"action": action.name, "level": action.autonomy_level, "samples": n, "success_rate": round(success_rate, 4),
-               "rejection_rate": round(rejection_rate, 4), "target_level": target}
+        target = autonomy_decision(
+            level=action.autonomy_level, samples=n, success_rate=success_rate, rejection_rate=rejection_rate
+        )
+        row = {
+            "action": action.name,
+            "level": action.autonomy_level,
+            "samples": n,
+            "success_rate": round(success_rate, 4),
+            "rejection_rate": round(rejection_rate, 4),
+            "target_level": target,
+        }
         evaluated.append(row)
         if target is None:
             continue
         if action_id in open_ids:
             skipped.append(row)
             continue
-        patterns = list(
-            MistakePattern.objects.filter(action_id=action_id, last_seen__gte=now - timedelta(days=days))
-            .exclude(status=PatternStatus.DISMISSED).order_by("-last_seen")
-            .values("id", "agent__name", "category", "occurrence_count", "status", "description")[:10]
-        )
+        patterns = recent_patterns(action_id=action_id, since=now - timedelta(days=days))
         ece = latest_ece.get(action_id)
         evidence = {
-            "window_days": days, "sample_size": n, "successes": ok, "rejections": rej,
-            "success_rate": round(success_rate, 4), "rejection_rate": round(rejection_rate, 4),
+            "window_days": days,
+            "sample_size": n,
+            "successes": ok,
+            "rejections": rej,
+            "success_rate": round(success_rate, 4),
+            "rejection_rate": round(rejection_rate, 4),
             "thresholds": {
                 "promote_success_above": settings.AUTONOMY_PROMOTE_MIN_SUCCESS,
                 "promote_rejection_below": settings.AUTONOMY_PROMOTE_MAX_REJECTION,
@@ -225,8 +208,12 @@ def autonomy_evaluate(*, action_ids: list[int] | None = None, window_days: int |
         try:
             with transaction.atomic():
                 t = AutonomyTransition.objects.create(
-                    action=action, from_level=action.autonomy_level, to_level=target, evidence=evidence,
-                    reason=reason, episode=episode,
+                    action=action,
+                    from_level=action.autonomy_level,
+                    to_level=target,
+                    evidence=evidence,
+                    reason=reason,
+                    episode=episode,
                 )
         except IntegrityError:  # another evaluation opened one meanwhile
             skipped.append(row)
@@ -243,7 +230,9 @@ def _transition_locked(transition) -> AutonomyTransition:
     if obj.status != TransitionStatus.PROPOSED:
         raise Conflict(
             f"Transition {obj.pk} is {obj.status}; only proposed transitions can be decided.",
-            field="status", code="invalid_transition", extra={"current_status": obj.status},
+            field="status",
+            code="invalid_transition",
+            extra={"current_status": obj.status},
         )
     return obj
 
@@ -261,7 +250,9 @@ def autonomy_transition_approve(*, transition, user=None, key=None, notes: str =
             raise Conflict(
                 f"The level of {action.name} changed since this transition was proposed "
                 f"(now {action.autonomy_level}, proposed from {obj.from_level}); reject it and evaluate again.",
-                field="from_level", code="level_changed", extra={"current_level": action.autonomy_level},
+                field="from_level",
+                code="level_changed",
+                extra={"current_level": action.autonomy_level},
             )
         now = timezone.now()
         obj.status, obj.decided_by, obj.decided_by_key, obj.decided_at = TransitionStatus.APPLIED, user, key, now
@@ -286,12 +277,13 @@ def autonomy_transition_reject(*, transition, user=None, key=None, notes: str = 
     return obj
 
 
-# --- learning episodes and cycles -----------------------------------------------------
+# --- Cycle episodes and cycles ---
+
 
 class EpisodeLog:
     """Collects an episode's ordered events and writes them in batches."""
 
-    def __init__(self, episode: LearningEpisode, seq: int | None = None):
+    def __init__(self, episode: Episode, seq: int | None = None):
         self.episode = episode
         self.seq = episode.events.count() if seq is None else seq
         self._pending: list[EpisodeEvent] = []
@@ -306,12 +298,12 @@ class EpisodeLog:
             self._pending = []
 
 
-def learning_episode_start(*, agent_id: int | None, kind: str = "learning_cycle", trigger: str = "command") -> LearningEpisode:
+def episode_start(*, agent_id: int | None, kind: str = "autonomy_cycle", trigger: str = "command") -> Episode:
     with transaction.atomic():
-        return LearningEpisode.objects.create(agent_id=agent_id, kind=kind, trigger=trigger)
+        return Episode.objects.create(agent_id=agent_id, kind=kind, trigger=trigger)
 
 
-def learning_episode_finish(*, episode: LearningEpisode, summary: dict, status: str = EpisodeStatus.COMPLETED) -> LearningEpisode:
+def episode_finish(*, episode: Episode, summary: dict, status: str = EpisodeStatus.COMPLETED) -> Episode:
     parts = [f"{k.replace('_', ' ')}: {v}" for k, v in summary.items() if not isinstance(v, (dict, list))]
     with transaction.atomic():
         episode.status, episode.finished_at, episode.summary = status, timezone.now(), summary
@@ -334,18 +326,7 @@ def agent_cycle_lock(agent_id: int):
                 cur.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE_CYCLE, agent_id])
 
 
-def _agent_action_ids(agent_id: int, days: int) -> list[int]:
-    since = timezone.now() - timedelta(days=days)
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT DISTINCT action_id FROM feedback_proposal WHERE agent_id = %s AND created_at >= %s "
-            "UNION SELECT DISTINCT action_id FROM feedback_execution WHERE agent_id = %s AND created_at >= %s",
-            [agent_id, since, agent_id, since],
-        )
-        return [r[0] for r in cur.fetchall()]
-
-
-def learning_cycle_run(*, agent_id: int, trigger: str = "command", force_autonomy: bool = False) -> LearningEpisode | None:
+def autonomy_cycle_run(*, agent_id: int, trigger: str = "command", force_autonomy: bool = False) -> Episode | None:
     """Detect mistakes, create rules for new patterns, calibrate, evaluate autonomy: one episode.
 
     Returns None when another worker is running this agent's cycle (advisory lock).
@@ -355,7 +336,7 @@ def learning_cycle_run(*, agent_id: int, trigger: str = "command", force_autonom
         raise NotFound(f"Agent {agent_id} not found.", field="agent")
     with agent_cycle_lock(agent_id) as acquired:
         if not acquired:
-            logger.info("learning cycle for agent %s already running elsewhere; skipped", agent_id)
+            logger.info("autonomy cycle for agent %s already running elsewhere; skipped", agent_id)
             return None
         with connection.cursor() as cur:
             # A cycle commits a dozen small transactions; not waiting for each WAL flush makes it
@@ -363,37 +344,43 @@ def learning_cycle_run(*, agent_id: int, trigger: str = "command", force_autonom
             # next cycle redoes them (every step is idempotent); nothing can be half-written.
             cur.execute("SET synchronous_commit TO off")
         try:
-            return _learning_cycle_steps(agent_id=agent_id, trigger=trigger, force_autonomy=force_autonomy)
+            return _autonomy_cycle_steps(agent_id=agent_id, trigger=trigger, force_autonomy=force_autonomy)
         finally:
             if connection.connection is not None:
                 with connection.cursor() as cur:
                     cur.execute("RESET synchronous_commit")
 
 
-def _learning_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool) -> LearningEpisode:
-    from feedback.models import MistakePattern
-    from feedback.services.mistakes import mistake_patterns_detect
-
-    episode = learning_episode_start(agent_id=agent_id, trigger=trigger)
+def _autonomy_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool) -> Episode:
+    episode = episode_start(agent_id=agent_id, trigger=trigger)
     log = EpisodeLog(episode, seq=0)
     summary: dict = {}
     try:
         detection = mistake_patterns_detect(agent_id=agent_id)
-        changed = MistakePattern.objects.filter(pk__in=detection.pattern_ids).select_related("action").order_by("id")
+        changed = patterns_by_ids(ids=detection.pattern_ids)
         created = set(detection.created)
         for p in changed:
             log.add(
-                "pattern_detected" if p.pk in created else "pattern_updated", p.description,
-                pattern=p.pk, action=p.action.name, category=p.category, occurrences=p.occurrence_count, status=p.status,
+                "pattern_detected" if p.pk in created else "pattern_updated",
+                p.description,
+                pattern=p.pk,
+                action=p.action.name,
+                category=p.category,
+                occurrences=p.occurrence_count,
+                status=p.status,
             )
-        log.add("mistake_detection", f"{len(detection.created)} new, {len(detection.updated)} updated patterns",
-                records_linked=detection.linked_records)
+        log.add(
+            "mistake_detection",
+            f"{len(detection.created)} new, {len(detection.updated)} updated patterns",
+            records_linked=detection.linked_records,
+        )
         summary.update(patterns_new=len(detection.created), patterns_updated=len(detection.updated))
 
         rules = correction_rules_create(agent_id=agent_id)
         for r in rules:
-            log.add("rule_created", r.precondition, rule=r.pk, pattern=r.pattern_id, status=r.status,
-                    require_review=r.require_review)
+            log.add(
+                "rule_created", r.precondition, rule=r.pk, pattern=r.pattern_id, status=r.status, require_review=r.require_review
+            )
         expired = correction_rules_expire(agent_id=agent_id)
         if expired:
             log.add("rules_expired", f"{expired} rule(s) expired", count=expired)
@@ -403,37 +390,59 @@ def _learning_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool) 
         records = calibration_compute(agent_id=agent_id, episode=episode)
         overall = records[0]
         log.add(
-            "calibration", f"ECE {overall.ece if overall.ece is None else round(overall.ece, 4)} over {overall.sample_count} "
+            "calibration",
+            f"ECE {overall.ece if overall.ece is None else round(overall.ece, 4)} over {overall.sample_count} "
             f"counted samples; adjustment {overall.recommended_adjustment:+.3f}",
-            record=overall.pk, ece=overall.ece, samples=overall.sample_count,
-            adjustment=overall.recommended_adjustment, per_action_records=len(records) - 1,
+            record=overall.pk,
+            ece=overall.ece,
+            samples=overall.sample_count,
+            adjustment=overall.recommended_adjustment,
+            per_action_records=len(records) - 1,
         )
-        summary.update(ece=None if overall.ece is None else round(overall.ece, 4),
-                       calibration_adjustment=overall.recommended_adjustment)
+        summary.update(
+            ece=None if overall.ece is None else round(overall.ece, 4), calibration_adjustment=overall.recommended_adjustment
+        )
 
         due = force_autonomy or Action.objects.filter(_evaluation_due_q(timezone.now())).exists()
         evaluation = (
-            autonomy_evaluate(action_ids=_agent_action_ids(agent_id, settings.AUTONOMY_WINDOW_DAYS), episode=episode,
-                              force=force_autonomy)
-            if due else {"evaluated": [], "proposed": [], "skipped_open": []}
+            autonomy_evaluate(
+                action_ids=agent_action_ids(
+                    agent_id=agent_id, since=timezone.now() - timedelta(days=settings.AUTONOMY_WINDOW_DAYS)
+                ),
+                episode=episode,
+                force=force_autonomy,
+            )
+            if due
+            else {"evaluated": [], "proposed": [], "skipped_open": []}
         )
         for t in evaluation["proposed"]:
-            log.add("transition_proposed", t.reason, transition=t.pk, action=t.action.name,
-                    from_level=t.from_level, to_level=t.to_level)
+            log.add(
+                "transition_proposed",
+                t.reason,
+                transition=t.pk,
+                action=t.action.name,
+                from_level=t.from_level,
+                to_level=t.to_level,
+            )
         message = (
             f"{len(evaluation['evaluated'])} action(s) evaluated, {len(evaluation['proposed'])} transition(s) proposed"
-            if due else f"skipped: every action was evaluated in the last {settings.AUTONOMY_EVALUATION_INTERVAL_S} s"
+            if due
+            else f"skipped: every action was evaluated in the last {settings.AUTONOMY_EVALUATION_INTERVAL_S} s"
         )
-        log.add("autonomy_evaluation", message, evaluated=evaluation["evaluated"][:50],
-                open_already=[r["action"] for r in evaluation["skipped_open"]])
+        log.add(
+            "autonomy_evaluation",
+            message,
+            evaluated=evaluation["evaluated"][:50],
+            open_already=[r["action"] for r in evaluation["skipped_open"]],
+        )
         summary.update(actions_evaluated=len(evaluation["evaluated"]), transitions_proposed=len(evaluation["proposed"]))
         log.add("summary", "cycle completed", **summary)
         log.flush()
-        return learning_episode_finish(episode=episode, summary=summary)
+        return episode_finish(episode=episode, summary=summary)
     except Exception as exc:
-        logger.exception("learning cycle for agent %s failed", agent_id)
+        logger.exception("autonomy cycle for agent %s failed", agent_id)
         log._pending = []
         log.add("failed", f"{exc.__class__.__name__}: {exc}")
         log.flush()
-        learning_episode_finish(episode=episode, summary={**summary, "error": str(exc)}, status=EpisodeStatus.FAILED)
+        episode_finish(episode=episode, summary={**summary, "error": str(exc)}, status=EpisodeStatus.FAILED)
         raise

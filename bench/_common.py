@@ -21,16 +21,20 @@ def setup_django(db_name: str | None = None) -> None:
     django.setup()
 
 
+# The project's apps: fresh_database empties their tables (Django's own, such as users, are kept).
+APPS = ("common", "agents", "embeddings", "learning", "memories", "actions", "feedback", "autonomy")
+
+
 def fresh_database() -> None:
-    """Migrate the benchmark database and empty the learning tables."""
+    """Migrate the benchmark database and empty the project's tables."""
     from django.core.management import call_command
     from django.db import connection
 
     call_command("migrate", verbosity=0)
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname='public' AND "
-            "(tablename LIKE 'learning_%%' OR tablename LIKE 'feedback_%%' OR tablename LIKE 'autonomy_%%')"
+            "SELECT tablename FROM pg_tables WHERE schemaname='public' AND tablename LIKE ANY(%s)",
+            [[f"{app}\\_%" for app in APPS]],
         )
         tables = [r[0] for r in cur.fetchall()]
         if tables:
@@ -52,7 +56,7 @@ def machine() -> str:
 def table(headers: list[str], rows: list[list]) -> str:
     cells = [[str(h) for h in headers]] + [[f"{c:.2f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
 
@@ -86,9 +90,23 @@ def start_gunicorn(db_name: str, *, workers: int = 1, threads: int = 1, extra_en
     env = dict(os.environ, EMBEDDED_DB_NAME=db_name, DJANGO_SETTINGS_MODULE="config.settings", LOG_LEVEL="WARNING")
     env.update(extra_env or {})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers),
-         "--threads", str(threads), "--log-level", "warning"],
-        cwd=ROOT, env=env, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "config.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(workers),
+            "--threads",
+            str(threads),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
     )
     for _ in range(150):
         try:

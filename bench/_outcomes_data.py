@@ -1,4 +1,4 @@
-"""Synthetic agent outcomes for the issue 6-7 benchmarks, bulk-inserted with generate_series (no Python row loops)."""
+"""Synthetic agent outcomes for the feedback and learning-cycle benchmarks, bulk-inserted with generate_series (no Python row loops)."""
 
 from django.db import connection
 

@@ -28,14 +28,11 @@ import random
 import numpy as np
 from _common import setup_django, table
 
-setup_django()
-
-from common.text import normalize_phrase
-from embeddings.embedders import get_embedder
-from learning import datasets
-
 
 def embed(texts):
+    from common.text import normalize_phrase
+    from embeddings.embedders import get_embedder
+
     return np.array(get_embedder().embed_batch([normalize_phrase(t) for t in texts]))
 
 
@@ -66,11 +63,19 @@ def rates(scores, truth, thresholds, margins):
     for i, t in enumerate(thresholds):
         for j, m in enumerate(margins):
             resolved = (top1 >= t) & ((top1 - top2) >= m)
-            out[i, j] = [(resolved & right_top).mean(), (resolved & ~right_top).mean(), ((resolved & right_top) | (~resolved & right_in4)).mean()]
+            out[i, j] = [
+                (resolved & right_top).mean(),
+                (resolved & ~right_top).mean(),
+                ((resolved & right_top) | (~resolved & right_in4)).mean(),
+            ]
     return out * 100
 
 
 def main():
+    setup_django()
+    from embeddings.embedders import get_embedder
+    from learning import datasets
+
     train = datasets.load("train")
     all_vecs = embed([e.text for e in train])
     vec_of = {e.text: all_vecs[i] for i, e in enumerate(train)}
@@ -83,7 +88,9 @@ def main():
     for seed in (1, 2, 3):
         chosen, rest = datasets.catalogue_split(per_verb=5, seed=seed)
         cat = [(v, t) for v, ts in chosen.items() for t in ts]
-        scores = verb_scores(np.array([vec_of[e.text] for e in rest]), np.array([vec_of[t] for _, t in cat]), [v for v, _ in cat], verbs)
+        scores = verb_scores(
+            np.array([vec_of[e.text] for e in rest]), np.array([vec_of[t] for _, t in cat]), [v for v, _ in cat], verbs
+        )
         cold += rates(scores, np.array([index[e.verb] for e in rest]), thresholds, margins) / 3
 
     chosen, rest = datasets.catalogue_split(per_verb=5, seed=77)
@@ -91,21 +98,33 @@ def main():
     cut = int(len(rest) * 0.8)
     anchors = [(v, t) for v, ts in chosen.items() for t in ts] + [(e.verb, e.text) for e in rest[:cut]]
     queries = rest[cut:]
-    scores = verb_scores(np.array([vec_of[e.text] for e in queries]), np.array([vec_of[t] for _, t in anchors]), [v for v, _ in anchors], verbs)
+    scores = verb_scores(
+        np.array([vec_of[e.text] for e in queries]), np.array([vec_of[t] for _, t in anchors]), [v for v, _ in anchors], verbs
+    )
     learned_state = rates(scores, np.array([index[e.verb] for e in queries]), thresholds, margins)
 
     best = None
-    for i, t in enumerate(thresholds):
-        for j, m in enumerate(margins):
+    for i in range(len(thresholds)):
+        for j in range(len(margins)):
             if cold[i, j, 1] <= COLD_MAX_WRONG and learned_state[i, j, 1] <= LEARNED_MAX_WRONG:
                 if best is None or learned_state[i, j, 0] > learned_state[best[0], best[1], 0]:
                     best = (i, j)
     i, j = best
-    print(table(
-        ["resolve_threshold", "margin", "cold start correct %", "cold start wrong %", "cold start covered %",
-         "learned correct %", "learned wrong %", "learned covered %"],
-        [[f"{thresholds[i]:.2f}", f"{margins[j]:.3f}", *cold[i, j], *learned_state[i, j]]],
-    ))
+    print(
+        table(
+            [
+                "resolve_threshold",
+                "margin",
+                "cold start correct %",
+                "cold start wrong %",
+                "cold start covered %",
+                "learned correct %",
+                "learned wrong %",
+                "learned covered %",
+            ],
+            [[f"{thresholds[i]:.2f}", f"{margins[j]:.3f}", *cold[i, j], *learned_state[i, j]]],
+        )
+    )
     best = (thresholds[i], margins[j])
 
     # Leave-one-out nearest neighbour over train for learned/blocklist thresholds.
@@ -119,10 +138,23 @@ def main():
     iu = np.triu_indices(len(train), 1)
     pair_sims, pair_same = sims[iu], labels[iu[0]] == labels[iu[1]]
     block = next(t for t in np.arange(0.5, 0.99, 0.01) if pair_same[pair_sims >= t].mean() >= 0.75)
-    print(table(["learned_threshold", "nn precision", "blocklist_threshold", "pair precision"],
-                [[f"{learned:.2f}", nn_right[nn_sim >= learned].mean() * 100, f"{block:.2f}", pair_same[pair_sims >= block].mean() * 100]]))
-    print(f"FITTED model={get_embedder().model_name} resolve_threshold={best[0]:.2f} margin={best[1]:.3f} "
-          f"learned_threshold={learned:.2f} blocklist_threshold={block:.2f}")
+    print(
+        table(
+            ["learned_threshold", "nn precision", "blocklist_threshold", "pair precision"],
+            [
+                [
+                    f"{learned:.2f}",
+                    nn_right[nn_sim >= learned].mean() * 100,
+                    f"{block:.2f}",
+                    pair_same[pair_sims >= block].mean() * 100,
+                ]
+            ],
+        )
+    )
+    print(
+        f"FITTED model={get_embedder().model_name} resolve_threshold={best[0]:.2f} margin={best[1]:.3f} "
+        f"learned_threshold={learned:.2f} blocklist_threshold={block:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Bulk-import coverage and speed on BANKING77 (issue 3).
+"""Bulk-import coverage and speed on BANKING77.
 
 The 77 intents are loaded as verbs WITHOUT catalogue phrases, so everything that
 resolves does so through learned phrases. Part 1 imports 50 training phrases
@@ -20,20 +20,7 @@ import time
 from collections import Counter
 
 from _common import fresh_database, record, setup_django, table
-
-setup_django(db_name="bench_import_coverage")
-
 from tqdm import tqdm
-
-from common.text import normalize_phrase
-from embeddings.embedders import current_model_name
-from learning import datasets
-from learning.catalogue import VerbEntry
-from learning.importing import parse
-from learning.models import LearnedPhrase
-from learning.resolution import resolve
-from learning.services.catalogue import verb_catalogue_load
-from learning.services.imports import phrases_import
 
 SEED = 3
 SAMPLE = 50
@@ -41,15 +28,18 @@ LEARNED = {"learned_exact", "learned_semantic", "user_learned_exact", "user_lear
 
 
 def to_csv(examples) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
     writer.writerow(["phrase", "verb"])
     for ex in examples:
         writer.writerow([ex.text, ex.verb])
-    return out.getvalue()
+    return buffer.getvalue()
 
 
 def import_examples(examples, progress: bool) -> tuple[dict, float]:
+    from learning.importing import parse
+    from learning.services.imports import phrases_import
+
     started = time.perf_counter()
     rows = parse(to_csv(examples), "csv")
     result = phrases_import(rows=rows, progress=progress, source="bench")
@@ -57,6 +47,8 @@ def import_examples(examples, progress: bool) -> tuple[dict, float]:
 
 
 def measure(test, label: str) -> Counter:
+    from learning.resolution import resolve
+
     counts = Counter()
     for ex in tqdm(test, desc=f"resolving ({label})", unit="q"):
         r = resolve(text=ex.text)
@@ -72,13 +64,26 @@ def measure(test, label: str) -> Counter:
 
 
 def main():
+    setup_django(db_name="bench_import_coverage")
+    from common.text import normalize_phrase
+    from embeddings.embedders import current_model_name
+    from learning import datasets
+    from learning.catalogue import VerbEntry
+    from learning.models import LearnedPhrase
+    from learning.services.catalogue import verb_catalogue_load
+
     if not datasets.available():
         raise SystemExit(f"BANKING77 not found under {datasets.banking77_dir()}")
     fresh_database()
     train, test = datasets.load("train"), datasets.load("test")
     verbs = sorted({ex.verb for ex in train})
     verb_catalogue_load(
-        entries=[VerbEntry(v, datasets.DOMAIN, v.split(".", 1)[1].replace("_", " ").capitalize(), datasets.describe(v.split(".", 1)[1]), []) for v in verbs]
+        entries=[
+            VerbEntry(
+                v, datasets.DOMAIN, v.split(".", 1)[1].replace("_", " ").capitalize(), datasets.describe(v.split(".", 1)[1]), []
+            )
+            for v in verbs
+        ]
     )
 
     # Part 1: 50 phrases.
@@ -97,11 +102,46 @@ def main():
 
     n = len(test)
     rows = [
-        [f"{SAMPLE} imported phrases (seed {SEED})", c50["covered"], c50["wrong"], c50["asked_right"], c50["asked_wrong"], c50["no_match"], f"{100 * c50['covered'] / n:.1f}"],
-        [f"exact matching of the same {SAMPLE} (baseline)", exact_covered, 0, 0, 0, n - exact_covered, f"{100 * exact_covered / n:.1f}"],
-        [f"all {len(train)} training phrases imported", c_all["covered"], c_all["wrong"], c_all["asked_right"], c_all["asked_wrong"], c_all["no_match"], f"{100 * c_all['covered'] / n:.1f}"],
+        [
+            f"{SAMPLE} imported phrases (seed {SEED})",
+            c50["covered"],
+            c50["wrong"],
+            c50["asked_right"],
+            c50["asked_wrong"],
+            c50["no_match"],
+            f"{100 * c50['covered'] / n:.1f}",
+        ],
+        [
+            f"exact matching of the same {SAMPLE} (baseline)",
+            exact_covered,
+            0,
+            0,
+            0,
+            n - exact_covered,
+            f"{100 * exact_covered / n:.1f}",
+        ],
+        [
+            f"all {len(train)} training phrases imported",
+            c_all["covered"],
+            c_all["wrong"],
+            c_all["asked_right"],
+            c_all["asked_wrong"],
+            c_all["no_match"],
+            f"{100 * c_all['covered'] / n:.1f}",
+        ],
     ]
-    body = table(["learned phrases", "resolved right via learned", "resolved wrong", "asked, right offered", "asked, not offered", "no match", "covered %"], rows)
+    body = table(
+        [
+            "learned phrases",
+            "resolved right via learned",
+            "resolved wrong",
+            "asked, right offered",
+            "asked, not offered",
+            "no match",
+            "covered %",
+        ],
+        rows,
+    )
     body += (
         f"\n\n{n} BANKING77 test utterances; verbs without catalogue phrases, so only learned phrases resolve. "
         f"Model {current_model_name()}. Import of {SAMPLE}: {seconds_50:.2f} s. Import of all {len(train)} rows "

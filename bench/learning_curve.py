@@ -1,4 +1,4 @@
-"""Learning curve on BANKING77 (issue 4): does the agent learn from its users' clicks and corrections?
+"""Learning curve on BANKING77: does the agent learn from its users' clicks and corrections?
 
 Start: the demo catalogue (77 verbs, 5 training phrases each, fixed seed, as
 ``manage.py demo``). Stream: the remaining training utterances in a fixed
@@ -27,7 +27,7 @@ static answers for the rest; after its stream every test utterance is resolved
 once more and both figures are printed, as a check of that shortcut.
 
 After the learning run, a resolution profile is fitted on the stream's gold
-labels (feedback.services.resolution_profile_fit: leave-one-out scores, hashed
+labels (learning.services.profiles.resolution_profile_fit: leave-one-out scores, hashed
 held-out share), activated, the test set measured once more, and the profile
 retired; these figures are printed next to the table (the RESULT line reports
 the product defaults). LEARNING_CURVE_FIT_ONLY=1 runs only that step on the
@@ -46,31 +46,16 @@ import os
 import random
 import time
 from collections import Counter
-
-os.environ.setdefault("EMBEDDING_CACHE_SIZE", "200000")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
-
-from _common import ROOT, fresh_database, record, setup_django, table
-
-setup_django(db_name="bench_learning_curve")
-
 from concurrent.futures import ThreadPoolExecutor
 
+from _common import ROOT, fresh_database, record, setup_django, table
 from django.conf import settings
 from django.db import connection
 from django.db.models import Q
-from rest_framework.test import APIClient
 from tqdm import tqdm
 
-from agents.models import Scope
-from agents.services import agent_key_create
-from common.text import normalize_phrase
-from embeddings.embedders import get_embedder
-from learning import datasets
-from learning.management.commands.demo import banking_entries
-from learning.models import LearnedPhrase
-from learning.resolution import resolve
-from learning.services.catalogue import verb_catalogue_load
+os.environ.setdefault("EMBEDDING_CACHE_SIZE", "200000")
+os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 USER = "bench-user"
 SEED = 2024
@@ -81,7 +66,8 @@ OUT_JSON = ROOT / "bench" / "learning_curve.json"
 OUT_PNG = ROOT / "bench" / "learning_curve.png"
 
 
-CONFIGURED = {"semantic": settings.RESOLVE_USE_LEARNED_SEMANTIC, "penalty": settings.RESOLVE_USE_FEEDBACK_PENALTY}
+# The resolver's settings as configured, read in main() once Django is set up; configure() switches from them.
+CONFIGURED = {}
 
 
 def configure(mode: str) -> None:
@@ -90,7 +76,14 @@ def configure(mode: str) -> None:
     settings.RESOLVE_USE_FEEDBACK_PENALTY = mode == "full" and CONFIGURED["penalty"]
 
 
-def fresh_start() -> APIClient:
+def fresh_start():
+    from rest_framework.test import APIClient
+
+    from agents.models import Scope
+    from agents.services import agent_key_create
+    from learning.management.commands.demo import banking_entries
+    from learning.services.catalogue import verb_catalogue_load
+
     fresh_database()
     verb_catalogue_load(entries=banking_entries(per_verb=5, seed=77))
     _, raw = agent_key_create(agent_name="learning-curve", scopes=[Scope.RESOLVE, Scope.FEEDBACK])
@@ -109,6 +102,7 @@ def _outcome(ex, r) -> str:
 
 def outcomes(test, threads: int = 3) -> list[str]:
     """Each test utterance resolved for the simulated user (a few threads: the time is spent waiting on the database)."""
+    from learning.resolution import resolve
 
     def work(chunk):
         try:
@@ -133,10 +127,17 @@ def summary(results: list[str]) -> dict:
 
 def exact_outcomes(test, static_results: list[str]) -> list[str]:
     """Exact-only learning can change an answer only where the text equals a learned phrase: re-resolve just those."""
-    learned = set(LearnedPhrase.objects.filter(Q(user_id=USER) | Q(user_id__isnull=True), is_active=True).values_list("normalized", flat=True))
+    from common.text import normalize_phrase
+    from learning.models import LearnedPhrase
+
+    learned = set(
+        LearnedPhrase.objects.filter(Q(user_id=USER) | Q(user_id__isnull=True), is_active=True).values_list(
+            "normalized", flat=True
+        )
+    )
     changed = [i for i, ex in enumerate(test) if normalize_phrase(ex.text) in learned]
     results = list(static_results)
-    for i, o in zip(changed, outcomes([test[i] for i in changed], threads=1) if changed else []):
+    for i, o in zip(changed, outcomes([test[i] for i in changed], threads=1) if changed else [], strict=True):
         results[i] = o
     return results
 
@@ -206,15 +207,20 @@ def fitted_point(test) -> dict:
     finally:
         resolution_profile_retire(fitted=row)
     return {
-        "resolve_threshold": row.resolve_threshold, "margin": row.margin, "baseline": row.baseline,
-        "gold": row.gold_count, "held_out": row.held_out_count, "held_out_in_force": row.held_out_current,
-        "held_out_fitted": row.held_out_fitted, "test": figures,
+        "resolve_threshold": row.resolve_threshold,
+        "margin": row.margin,
+        "baseline": row.baseline,
+        "gold": row.gold_count,
+        "held_out": row.held_out_count,
+        "held_out_in_force": row.held_out_current,
+        "held_out_fitted": row.held_out_fitted,
+        "test": figures,
     }
 
 
 def describe_fitted(f: dict) -> str:
     return (
-        f"Fitted profile on the stream's {f['gold']} gold labels ({f['held_out']} held out): threshold {f['resolve_threshold']}, "
+        f"Fitted profile on the stream's {f['gold']} gold labels ({f['held_out']} of them held out to check the fit): threshold {f['resolve_threshold']}, "
         f"margin {f['margin']} (in force: {f['baseline']}). Held-out gold labels, profile in force: {f['held_out_in_force']}; "
         f"fitted: {f['held_out_fitted']}. Test set after the stream with the fitted profile activated: {f['test']}."
     )
@@ -231,7 +237,13 @@ def plot(full, exact, static) -> None:
     ax.plot(x, [p["correct"] for p in full], "o-", color="tab:green", label="learning: correct")
     ax.plot(x, [p["wrong"] for p in full], "o-", color="tab:red", label="learning: wrong")
     ax.plot(x, [p["asked"] for p in full], "o-", color="tab:blue", label="learning: asked")
-    ax.plot([p["interactions"] for p in exact], [p["correct"] for p in exact], "s--", color="tab:olive", label="exact-match learning: correct")
+    ax.plot(
+        [p["interactions"] for p in exact],
+        [p["correct"] for p in exact],
+        "s--",
+        color="tab:olive",
+        label="exact-match learning: correct",
+    )
     ax.axhline(static["correct"], color="grey", linestyle=":", label="learning off: correct")
     ax.axhline(85, color="tab:green", linewidth=0.6, alpha=0.5)
     ax.axhline(3, color="tab:red", linewidth=0.6, alpha=0.5)
@@ -247,6 +259,12 @@ def plot(full, exact, static) -> None:
 
 
 def main():
+    setup_django(db_name="bench_learning_curve")
+    from common.text import normalize_phrase
+    from embeddings.embedders import get_embedder
+    from learning import datasets
+
+    CONFIGURED.update(semantic=settings.RESOLVE_USE_LEARNED_SEMANTIC, penalty=settings.RESOLVE_USE_FEEDBACK_PENALTY)
     if not datasets.available():
         raise SystemExit(f"BANKING77 not found under {datasets.banking77_dir()}")
     if os.environ.get("LEARNING_CURVE_FIT_ONLY"):
@@ -291,11 +309,31 @@ def main():
 
     final, exact_final = full_curve[-1], exact_curve[-1]
     rows = [
-        [p["interactions"], p["correct"], p["wrong"], p["asked"], p["asked_right_offered"], p["no_match"], e["correct"], e["wrong"], static["correct"]]
-        for p, e in zip(full_curve, exact_curve)
+        [
+            p["interactions"],
+            p["correct"],
+            p["wrong"],
+            p["asked"],
+            p["asked_right_offered"],
+            p["no_match"],
+            e["correct"],
+            e["wrong"],
+            static["correct"],
+        ]
+        for p, e in zip(full_curve, exact_curve, strict=False)  # LEARNING_CURVE_SKIP_EXACT: a two-point exact curve
     ]
     body = table(
-        ["interactions", "correct %", "wrong %", "asked %", "asked, right offered %", "no match %", "exact-only correct %", "exact-only wrong %", "static correct %"],
+        [
+            "interactions",
+            "correct %",
+            "wrong %",
+            "asked %",
+            "asked, right offered %",
+            "no match %",
+            "exact-only correct %",
+            "exact-only wrong %",
+            "static correct %",
+        ],
         rows,
     )
     body += (
@@ -319,8 +357,18 @@ def main():
         return
     OUT_JSON.write_text(
         json.dumps(
-            {"stream": len(stream), "test": len(test), "seed": SEED, "static": static, "exact": exact_curve, "learning": full_curve,
-             "learning_stats": full_stats, "exact_stats": exact_stats, "fitted": fitted, "seconds": round(total_s, 1)},
+            {
+                "stream": len(stream),
+                "test": len(test),
+                "seed": SEED,
+                "static": static,
+                "exact": exact_curve,
+                "learning": full_curve,
+                "learning_stats": full_stats,
+                "exact_stats": exact_stats,
+                "fitted": fitted,
+                "seconds": round(total_s, 1),
+            },
             indent=2,
         )
     )

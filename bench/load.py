@@ -1,4 +1,4 @@
-"""Load test of the API on loopback (issue: reliability).
+"""Load test of the API on loopback.
 
 gunicorn serves the app on a benchmark database (demo catalogue). Several
 client processes send a fixed number of requests with a realistic mix:
@@ -39,7 +39,7 @@ def free_port() -> int:
     return port
 
 
-def client(port: int, key: str, reviewer_key: str, n: int, seed: int, texts: list[str], verbs: list[str], out) -> None:
+def client(port: int, key: str, reviewer_key: str, n: int, seed: int, texts: list[str], verbs: list[str], results_queue) -> None:
     rng = random.Random(seed)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
@@ -55,7 +55,9 @@ def client(port: int, key: str, reviewer_key: str, n: int, seed: int, texts: lis
         nonlocal conn
         started = time.perf_counter()
         try:
-            conn.request(method, path, json.dumps(body) if body is not None else None, reviewer_headers if as_reviewer else headers)
+            conn.request(
+                method, path, json.dumps(body) if body is not None else None, reviewer_headers if as_reviewer else headers
+            )
             response = conn.getresponse()
             payload = response.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -82,32 +84,54 @@ def client(port: int, key: str, reviewer_key: str, n: int, seed: int, texts: lis
                 call("select", "POST", f"/api/v1/disambiguations/{request_id}/select", {"selected_verb": rng.choice(options)})
             else:
                 wrong, right = rng.sample(verbs, 2)
-                call("correction", "POST", "/api/v1/resolutions/correct",
-                     {"text": text, "wrong_verb": wrong, "correct_verb": right, "user_id": user})
+                call(
+                    "correction",
+                    "POST",
+                    "/api/v1/resolutions/correct",
+                    {"text": text, "wrong_verb": wrong, "correct_verb": right, "user_id": user},
+                )
         elif roll < 0.95:
             if rng.random() < 0.5:
                 call("memory_retrieve", "POST", "/api/v1/memories/retrieve", {"user_id": user, "query": text})
             else:
-                call("memory_observe", "POST", "/api/v1/memories/observe", {
-                    "user_id": user,
-                    "user_message": f"How do I handle this: {text}",
-                    "assistant_message": f"Open the app, go to cards and choose the option for '{text[:40]}'; it takes a minute.",
-                    "meta": {},
-                }, ok=(200, 201))
+                call(
+                    "memory_observe",
+                    "POST",
+                    "/api/v1/memories/observe",
+                    {
+                        "user_id": user,
+                        "user_message": f"How do I handle this: {text}",
+                        "assistant_message": f"Open the app, go to cards and choose the option for '{text[:40]}'; it takes a minute.",
+                        "meta": {},
+                    },
+                    ok=(200, 201),
+                )
         else:
             if proposals and rng.random() < 0.5:
                 pid = proposals.pop()
                 action = rng.choice(["approve", "reject"])
-                call(f"proposal_{action}", "POST", f"/api/v1/proposals/{pid}/{action}", {"review_notes": "load test"}, as_reviewer=True)
+                call(
+                    f"proposal_{action}",
+                    "POST",
+                    f"/api/v1/proposals/{pid}/{action}",
+                    {"review_notes": "load test"},
+                    as_reviewer=True,
+                )
             else:
-                body = call("proposal_create", "POST", "/api/v1/proposals", {
-                    "action": "card.freeze", "proposed_action": {"card": "1234", "reason": text[:50]},
-                    "reasoning": {"confidence": round(rng.uniform(0.5, 1.0), 2), "why": "load"},
-                })
+                body = call(
+                    "proposal_create",
+                    "POST",
+                    "/api/v1/proposals",
+                    {
+                        "action": "card.freeze",
+                        "proposed_action": {"card": "1234", "reason": text[:50]},
+                        "reasoning": {"confidence": round(rng.uniform(0.5, 1.0), 2), "why": "load"},
+                    },
+                )
                 if body and "id" in body:
                     proposals.append(body["id"])
     conn.close()
-    out.put((dict(lat), errors))
+    results_queue.put((dict(lat), errors))
 
 
 def main():
@@ -129,8 +153,21 @@ def main():
     port = free_port()
     env = dict(os.environ, EMBEDDED_DB_NAME=DB, LOG_LEVEL="WARNING", AUTH_FAILURE_RATE="100000/min")
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(WORKERS), "--log-level", "warning"],
-        cwd=ROOT, env=env, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "config.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(WORKERS),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
     )
     try:
         for _ in range(150):
@@ -146,7 +183,9 @@ def main():
             warm.get()
         queue = mp.Queue()
         per_client = TOTAL_REQUESTS // CLIENTS
-        procs = [mp.Process(target=client, args=(port, key, reviewer_key, per_client, i, texts, verbs, queue)) for i in range(CLIENTS)]
+        procs = [
+            mp.Process(target=client, args=(port, key, reviewer_key, per_client, i, texts, verbs, queue)) for i in range(CLIENTS)
+        ]
         started = time.perf_counter()
         for p in procs:
             p.start()
@@ -173,8 +212,10 @@ def main():
     rows.append(["all", len(every), np.percentile(every, 50), np.percentile(every, 95), np.percentile(every, 99)])
     body = table(["endpoint", "requests", "p50 ms", "p95 ms", "p99 ms"], rows)
     rps = done / elapsed
-    body += (f"\n\n{done} requests from {CLIENTS} client processes in {elapsed:.1f} s against gunicorn "
-             f"({WORKERS} workers) on loopback: {rps:.1f} requests/s, {len(errors)} errors.")
+    body += (
+        f"\n\n{done} requests from {CLIENTS} client processes in {elapsed:.1f} s against gunicorn "
+        f"({WORKERS} workers) on loopback: {rps:.1f} requests/s, {len(errors)} errors."
+    )
     if errors:
         body += "\n\nFirst errors:\n" + "\n".join(f"- {e}" for e in errors[:10])
     print(body)

@@ -1,4 +1,4 @@
-"""Precision and recall of the memory merge decision on BANKING77 pairs (issue 5).
+"""Precision and recall of the memory merge decision on BANKING77 pairs.
 
 Pairs come from BANKING77 test.csv (measuring only): 1,000 pairs of two
 utterances of the same intent (near-duplicate candidates: should merge) and
@@ -23,26 +23,17 @@ import time
 
 import numpy as np
 from _common import fresh_database, record, setup_django, table
-
-setup_django(db_name="bench_memory_dedupe")
-
 from django.conf import settings
 from django.db import connection
 from tqdm import tqdm
-
-from common.text import text_hash
-from embeddings.embedders import get_embedder
-from learning import datasets
-from memories.dedupe import MERGE, NEW_VERSION, SKIP, decide, semantic_duplicate_threshold
-from memories.extraction import derive_topic
-from memories.selectors import memory_neighbours
-from memories.simhash import simhash, to_hex
 
 PAIRS_EACH = 1000
 TYPE = "pattern"
 
 
 def make_pairs(rng: random.Random) -> list[tuple[str, str, bool]]:
+    from learning import datasets
+
     grouped = datasets.by_verb(datasets.load("test"))
     intents = sorted(grouped)
     pos, seen = [], set()
@@ -60,31 +51,72 @@ def make_pairs(rng: random.Random) -> list[tuple[str, str, bool]]:
 
 
 def insert_firsts(pairs, vectors: dict[str, np.ndarray], model: str) -> None:
-    with connection.cursor() as cur, cur.connection.cursor().copy(
-        "COPY memories_memory (namespace, user_id, memory_type, topic, tags, content, status, confidence, hits, streak, "
-        "version, simhash, content_sha256, source_session_id, source_message_id, metadata, status_reason, "
-        "status_changed_by, created_at, updated_at, embedding, embedding_model, embedding_hash) FROM STDIN"
-    ) as copy:
+    from common.text import text_hash
+    from memories.extraction import derive_topic
+    from memories.simhash import simhash, to_hex
+
+    with (
+        connection.cursor() as cur,
+        cur.connection.cursor().copy(
+            "COPY memories_memory (namespace, user_id, memory_type, topic, tags, content, status, confidence, hits, streak, "
+            "version, simhash, content_sha256, source_session_id, source_message_id, metadata, status_reason, "
+            "status_changed_by, created_at, updated_at, embedding, embedding_model, embedding_hash) FROM STDIN"
+        ) as copy,
+    ):
         for i, (a, _, _) in enumerate(pairs):
             vec = vectors[a]
-            copy.write_row([
-                "learning", f"pair{i}", TYPE, derive_topic(a), "[]", a, "candidate", 0.5, 0, 0, 1, to_hex(simhash(a)),
-                text_hash(a), "", "", "{}", "", "", "now", "now", "[" + ",".join(f"{x:.6f}" for x in vec) + "]", model, text_hash(a),
-            ])
+            copy.write_row(
+                [
+                    "learning",
+                    f"pair{i}",
+                    TYPE,
+                    derive_topic(a),
+                    "[]",
+                    a,
+                    "candidate",
+                    0.5,
+                    0,
+                    0,
+                    1,
+                    to_hex(simhash(a)),
+                    text_hash(a),
+                    "",
+                    "",
+                    "{}",
+                    "",
+                    "",
+                    "now",
+                    "now",
+                    "[" + ",".join(f"{x:.6f}" for x in vec) + "]",
+                    model,
+                    text_hash(a),
+                ]
+            )
     with connection.cursor() as cur:
         cur.execute("ANALYZE memories_memory")
 
 
 def prf(decisions, labels):
-    tp = sum(1 for d, y in zip(decisions, labels) if d in (SKIP, MERGE) and y)
-    fp = sum(1 for d, y in zip(decisions, labels) if d in (SKIP, MERGE) and not y)
-    fn = sum(1 for d, y in zip(decisions, labels) if d not in (SKIP, MERGE) and y)
+    from memories.dedupe import MERGE, SKIP
+
+    tp = sum(1 for d, y in zip(decisions, labels, strict=True) if d in (SKIP, MERGE) and y)
+    fp = sum(1 for d, y in zip(decisions, labels, strict=True) if d in (SKIP, MERGE) and not y)
+    fn = sum(1 for d, y in zip(decisions, labels, strict=True) if d not in (SKIP, MERGE) and y)
     precision = 100.0 * tp / (tp + fp) if tp + fp else 100.0
     recall = 100.0 * tp / (tp + fn) if tp + fn else 0.0
     return precision, recall, tp, fp, fn
 
 
 def main():
+    setup_django(db_name="bench_memory_dedupe")
+    from common.text import text_hash
+    from embeddings.embedders import get_embedder
+    from learning import datasets
+    from memories.dedupe import NEW_VERSION, SKIP, decide, semantic_duplicate_threshold
+    from memories.extraction import derive_topic
+    from memories.selectors import memory_neighbours
+    from memories.simhash import simhash
+
     if not datasets.available():
         raise SystemExit(f"BANKING77 not found under {datasets.banking77_dir()}")
     fresh_database()
@@ -92,38 +124,49 @@ def main():
     pairs = make_pairs(rng)
     embedder = get_embedder()
     texts = sorted({t for a, b, _ in pairs for t in (a, b)})
-    vectors = dict(zip(texts, embedder.embed_batch(texts)))
+    vectors = dict(zip(texts, embedder.embed_batch(texts), strict=True))
     model = embedder.model_name
     insert_firsts(pairs, vectors, model)
     labels = [y for _, _, y in pairs]
 
     neighbours, timings = [], []
-    for i, (a, b, _) in enumerate(tqdm(pairs, desc="dedupe", unit="pair")):
+    for i, (_, b, _) in enumerate(tqdm(pairs, desc="dedupe", unit="pair")):
         started = time.perf_counter()
         neighbours.append(
             memory_neighbours(
-                user_id=f"pair{i}", namespace="learning", content_sha256=text_hash(b), simhash=simhash(b), vector=vectors[b],
-                model=model, k=settings.MEMORY_DEDUPE_NEIGHBOURS, max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
+                user_id=f"pair{i}",
+                namespace="learning",
+                content_sha256=text_hash(b),
+                simhash=simhash(b),
+                vector=vectors[b],
+                model=model,
+                k=settings.MEMORY_DEDUPE_NEIGHBOURS,
+                max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
             )
         )
         timings.append((time.perf_counter() - started) * 1000)
 
     def run(semantic: float, simhash_distance: int, use_vectors: bool = True, exact_only: bool = False):
-        out = []
-        for (a, b, _), ns in zip(pairs, neighbours):
+        decisions = []
+        for (_, b, _), ns in zip(pairs, neighbours, strict=True):
             if exact_only:
-                out.append(SKIP if any(n.content_sha256 == text_hash(b) for n in ns) else "save")
+                decisions.append(SKIP if any(n.content_sha256 == text_hash(b) for n in ns) else "save")
                 continue
             if not use_vectors:
                 ns = [dataclasses.replace(n, similarity=None) for n in ns]
-            out.append(
+            decisions.append(
                 decide(
-                    content=b, content_sha256=text_hash(b), memory_type=TYPE, topic=derive_topic(b), neighbours=ns,
-                    simhash_max_distance=simhash_distance, semantic_threshold=semantic,
+                    content=b,
+                    content_sha256=text_hash(b),
+                    memory_type=TYPE,
+                    topic=derive_topic(b),
+                    neighbours=ns,
+                    simhash_max_distance=simhash_distance,
+                    semantic_threshold=semantic,
                     topic_threshold=settings.MEMORY_TOPIC_SIMILARITY_THRESHOLD,
                 ).action
             )
-        return out
+        return decisions
 
     default_t = semantic_duplicate_threshold(get_embedder().model_name)
     default_d = settings.MEMORY_SIMHASH_MAX_DISTANCE
@@ -138,8 +181,8 @@ def main():
     for name, decisions in configs:
         p, r, tp, fp, fn = prf(decisions, labels)
         rows.append([name, p, r, tp, fp, fn, sum(1 for d in decisions if d == NEW_VERSION)])
-    same = [max((n.similarity or 0) for n in ns) if ns else 0 for ns, y in zip(neighbours, labels) if y]
-    diff = [max((n.similarity or 0) for n in ns) if ns else 0 for ns, y in zip(neighbours, labels) if not y]
+    same = [max((n.similarity or 0) for n in ns) if ns else 0 for ns, y in zip(neighbours, labels, strict=True) if y]
+    diff = [max((n.similarity or 0) for n in ns) if ns else 0 for ns, y in zip(neighbours, labels, strict=True) if not y]
     body = table(["rule", "precision %", "recall %", "TP", "FP", "FN", "new_version"], rows)
     body += (
         f"\n\n{PAIRS_EACH} same-intent and {PAIRS_EACH} different-intent pairs from BANKING77 test.csv, model {model}. "

@@ -1,4 +1,4 @@
-"""Latency of POST /api/v1/memories/retrieve with 100,000 memories over 1,000 users (issue 5).
+"""Latency of POST /api/v1/memories/retrieve with 100,000 memories over 1,000 users.
 
 The benchmark database gets 100 memories per user (1,000 users) by COPY, with
 vectors: contents are distinct BANKING77 utterances (train plus the test
@@ -23,22 +23,11 @@ import time
 
 import numpy as np
 from _common import fresh_database, record, setup_django, start_gunicorn, stop_gunicorn, table
-
-DB = "bench_memory_retrieve"
-setup_django(db_name=DB)
-
 from django.conf import settings
 from django.db import connection, transaction
 from tqdm import tqdm
 
-from agents.services import agent_key_create
-from common.text import text_hash
-from embeddings.embedders import get_embedder
-from learning import datasets
-from memories.extraction import derive_topic
-from memories.selectors import memory_semantic_candidates
-from memories.simhash import simhash_hex
-
+DB = "bench_memory_retrieve"
 USERS = 1000
 PER_USER = 100
 QUERIES = 400
@@ -55,6 +44,10 @@ def literal(vec) -> str:
 
 
 def load_memories(texts: list[str], vectors: np.ndarray, model: str, rng: random.Random) -> None:
+    from common.text import text_hash
+    from memories.extraction import derive_topic
+    from memories.simhash import simhash_hex
+
     literals = [literal(v) for v in tqdm(vectors, desc="vector literals", unit="text")]
     meta = [(simhash_hex(t), text_hash(t), derive_topic(t)) for t in tqdm(texts, desc="fingerprints", unit="text")]
     with connection.cursor() as cur:
@@ -74,11 +67,33 @@ def load_memories(texts: list[str], vectors: np.ndarray, model: str, rng: random
                     status = "verified" if r < 0.25 else "candidate" if r < 0.90 else "deprecated"
                     sh, sha, topic = meta[j]
                     stamp = time.strftime("%Y-%m-%d %H:%M:%S+00", time.gmtime(now - rng.uniform(0, 180 * 86400)))
-                    copy.write_row([
-                        "learning", f"user{u}", rng.choice(TYPES), topic, "[]", texts[j], status,
-                        0.9 if status == "verified" else 0.5, rng.randrange(5), 0, 1, sh, sha, "", "", "{}", "", "",
-                        stamp, stamp, literals[j], model, sha,
-                    ])
+                    copy.write_row(
+                        [
+                            "learning",
+                            f"user{u}",
+                            rng.choice(TYPES),
+                            topic,
+                            "[]",
+                            texts[j],
+                            status,
+                            0.9 if status == "verified" else 0.5,
+                            rng.randrange(5),
+                            0,
+                            1,
+                            sh,
+                            sha,
+                            "",
+                            "",
+                            "{}",
+                            "",
+                            "",
+                            stamp,
+                            stamp,
+                            literals[j],
+                            model,
+                            sha,
+                        ]
+                    )
                     bar.update(1)
     started = time.perf_counter()
     with connection.cursor() as cur:
@@ -88,49 +103,51 @@ def load_memories(texts: list[str], vectors: np.ndarray, model: str, rng: random
     print(f"HNSW index rebuilt in {time.perf_counter() - started:.1f} s")
 
 
-
-
-
 def http_latencies(port: int, key: str, queries: list[str], users: list[str]) -> tuple[list[float], list[dict]]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    out, bodies = [], []
-    for text, user in zip(queries, users):
+    latencies, bodies = [], []
+    for text, user in zip(queries, users, strict=True):
         started = time.perf_counter()
         conn.request("POST", "/api/v1/memories/retrieve", json.dumps({"user_id": user, "query": text}), headers)
         response = conn.getresponse()
         payload = response.read()
-        out.append((time.perf_counter() - started) * 1000)
+        latencies.append((time.perf_counter() - started) * 1000)
         if response.status != 200:
             raise SystemExit(f"HTTP {response.status}: {payload[:300]!r}")
         bodies.append(json.loads(payload))
     conn.close()
-    return out, bodies
+    return latencies, bodies
 
 
 def raw_pgvector_ms(vectors, users) -> list[float]:
+    from embeddings.embedders import get_embedder
+
     sql = (
         "SELECT id, embedding <=> %s::vector AS d FROM memories_memory WHERE user_id = %s AND namespace = 'learning' "
         "AND status = 'candidate' AND embedding_model = %s ORDER BY d LIMIT 6"
     )
     model = get_embedder().model_name
-    out = []
+    latencies = []
     with connection.cursor() as cur:
-        for vec, user in zip(vectors, users):
+        for vec, user in zip(vectors, users, strict=True):
             started = time.perf_counter()
             cur.execute(sql, [literal(vec), user, model])
             cur.fetchall()
-            out.append((time.perf_counter() - started) * 1000)
-    return out
+            latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
 
 
 def index_quality(vectors, users, *, force_hnsw: bool = False, iterative: str = "relaxed_order") -> tuple[float, int]:
     """Recall@k of the filtered search (per status, as retrieve runs it) against an exact scan of the user's rows,
     and how many searches came back short. ``force_hnsw`` disables sorting so the planner must walk the HNSW index."""
+    from embeddings.embedders import get_embedder
+    from memories.selectors import memory_semantic_candidates
+
     model = get_embedder().model_name
     k = settings.MEMORY_RETRIEVE_TOP_K
     found = wanted = short = 0
-    for vec, user in zip(vectors, users):
+    for vec, user in zip(vectors, users, strict=True):
         with transaction.atomic(), connection.cursor() as cur:
             if force_hnsw:
                 cur.execute("SET LOCAL enable_sort = off")
@@ -138,7 +155,9 @@ def index_quality(vectors, users, *, force_hnsw: bool = False, iterative: str = 
             cur.execute(f"SET LOCAL hnsw.iterative_scan = {iterative}")
             got = {
                 i.memory.pk
-                for i in memory_semantic_candidates(user_id=user, namespace="learning", vector=vec, model=model, filters=None, k=k, min_score=-1.0)
+                for i in memory_semantic_candidates(
+                    user_id=user, namespace="learning", vector=vec, model=model, filters=None, k=k, min_score=-1.0
+                )
             }
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute("SET LOCAL enable_indexscan = off")  # no HNSW: an exact scan of the user's rows
@@ -156,6 +175,11 @@ def index_quality(vectors, users, *, force_hnsw: bool = False, iterative: str = 
 
 
 def main():
+    setup_django(db_name=DB)
+    from agents.services import agent_key_create
+    from embeddings.embedders import get_embedder
+    from learning import datasets
+
     if not datasets.available():
         raise SystemExit(f"BANKING77 not found under {datasets.banking77_dir()}")
     fresh_database()

@@ -1,4 +1,4 @@
-"""Resolution accuracy on BANKING77 (issue: foundation).
+"""Resolution accuracy on BANKING77.
 
 Catalogue: the 77 intents as verbs with 5 training phrases each (fixed seed, as
 ``manage.py demo``). Every test utterance is resolved through
@@ -14,19 +14,17 @@ import time
 from collections import Counter
 
 from _common import fresh_database, record, setup_django, table
-
-setup_django(db_name="bench_resolve_accuracy")
-
 from tqdm import tqdm
-
-from common.text import normalize_phrase
-from learning import datasets
-from learning.management.commands.demo import banking_entries
-from learning.resolution import resolve
-from learning.services.catalogue import verb_catalogue_load
 
 
 def main():
+    setup_django(db_name="bench_resolve_accuracy")
+    from common.text import normalize_phrase
+    from learning import datasets
+    from learning.management.commands.demo import banking_entries
+    from learning.resolution import resolve
+    from learning.services.catalogue import verb_catalogue_load
+
     if not datasets.available():
         raise SystemExit(f"BANKING77 not found under {datasets.banking77_dir()}")
     fresh_database()
@@ -53,10 +51,28 @@ def main():
     covered = pct["correct"] + pct["asked_right"]
     asked = pct["asked_right"] + pct["asked_wrong"]
     rows = [
-        ["pipeline (5 phrases/verb)", pct["correct"], pct["wrong"], pct["asked_right"], pct["asked_wrong"], pct["no_match"], covered],
-        ["exact match only (baseline)", 100.0 * exact_correct / n, 0.0, 0.0, 0.0, 100.0 - 100.0 * exact_correct / n, 100.0 * exact_correct / n],
+        [
+            "pipeline (5 phrases/verb)",
+            pct["correct"],
+            pct["wrong"],
+            pct["asked_right"],
+            pct["asked_wrong"],
+            pct["no_match"],
+            covered,
+        ],
+        [
+            "exact match only (baseline)",
+            100.0 * exact_correct / n,
+            0.0,
+            0.0,
+            0.0,
+            100.0 - 100.0 * exact_correct / n,
+            100.0 * exact_correct / n,
+        ],
     ]
-    body = table(["method", "correct %", "wrong %", "asked, right offered %", "asked, not offered %", "no match %", "covered %"], rows)
+    body = table(
+        ["method", "correct %", "wrong %", "asked, right offered %", "asked, not offered %", "no match %", "covered %"], rows
+    )
     body += f"\n\n{n} test utterances, {elapsed / n * 1000:.1f} ms per resolve in-process. Targets: covered >= 85, wrong < 5."
     print(body)
     record(

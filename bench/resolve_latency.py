@@ -1,4 +1,4 @@
-"""Latency of POST /api/v1/resolve over HTTP with 10,000 and 100,000 learned phrases (issue: foundation).
+"""Latency of POST /api/v1/resolve over HTTP with 10,000 and 100,000 learned phrases.
 
 A gunicorn worker on loopback serves the app on a benchmark database holding
 the BANKING77 demo catalogue plus N learned phrases spread over 1,000 users and
@@ -19,21 +19,10 @@ import time
 
 import numpy as np
 from _common import fresh_database, record, setup_django, start_gunicorn, stop_gunicorn, table
-
-DB = "bench_resolve_latency"
-setup_django(db_name=DB)
-
 from django.db import connection
 from tqdm import tqdm
 
-from agents.services import agent_key_create
-from common.text import normalize_phrase, text_hash
-from embeddings.embedders import get_embedder
-from learning import datasets
-from learning.management.commands.demo import banking_entries
-from learning.models import Verb
-from learning.services.catalogue import verb_catalogue_load
-
+DB = "bench_resolve_latency"
 QUERIES = 400
 WARMUP = 20
 
@@ -44,6 +33,9 @@ def pct(values, q):
 
 def load_phrases(target: int, base_vecs, base: list, verb_ids: dict, rng: random.Random) -> None:
     """Top the learned-phrase table up to ``target`` rows with COPY."""
+    from common.text import normalize_phrase, text_hash
+    from embeddings.embedders import get_embedder
+
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM learning_learnedphrase")
         have = cur.fetchone()[0]
@@ -65,22 +57,32 @@ def load_phrases(target: int, base_vecs, base: list, verb_ids: dict, rng: random
                     vec = vec / np.linalg.norm(vec)
                 norm = normalize_phrase(text)
                 user = None if rng.random() < 0.2 else f"user{rng.randrange(1000)}"
-                copy.write_row([
-                    text, norm, verb_ids[base[j].verb], user, 1.0, 1, "bench", True, "now", "now",
-                    "[" + ",".join(f"{x:.6f}" for x in vec) + "]", model, text_hash(norm),
-                ])
+                copy.write_row(
+                    [
+                        text,
+                        norm,
+                        verb_ids[base[j].verb],
+                        user,
+                        1.0,
+                        1,
+                        "bench",
+                        True,
+                        "now",
+                        "now",
+                        "[" + ",".join(f"{x:.6f}" for x in vec) + "]",
+                        model,
+                        text_hash(norm),
+                    ]
+                )
                 bar.update(1)
     with connection.cursor() as cur:
         cur.execute("ANALYZE learning_learnedphrase")
 
 
-
-
-
 def http_latencies(port: int, key: str, texts: list[str], users: list[str | None]) -> list[float]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-    out = []
+    latencies = []
     for i, text in enumerate(texts):
         body = {"text": text}
         if users[i]:
@@ -92,28 +94,37 @@ def http_latencies(port: int, key: str, texts: list[str], users: list[str | None
         elapsed = (time.perf_counter() - started) * 1000
         if response.status != 200:
             raise SystemExit(f"HTTP {response.status}: {payload[:300]!r}")
-        out.append(elapsed)
+        latencies.append(elapsed)
     conn.close()
-    return out
+    return latencies
 
 
 def raw_pgvector_ms(vectors, users) -> list[float]:
-    out = []
+    latencies = []
     sql = (
         "SELECT verb_id, embedding <=> %s::vector AS d FROM learning_learnedphrase "
         "WHERE is_active AND (user_id IS NULL OR user_id = %s) ORDER BY d LIMIT 5"
     )
     with connection.cursor() as cur:
-        for vec, user in zip(vectors, users):
+        for vec, user in zip(vectors, users, strict=True):
             literal = "[" + ",".join(f"{x:.6f}" for x in vec) + "]"
             started = time.perf_counter()
             cur.execute(sql, [literal, user])
             cur.fetchall()
-            out.append((time.perf_counter() - started) * 1000)
-    return out
+            latencies.append((time.perf_counter() - started) * 1000)
+    return latencies
 
 
 def main():
+    setup_django(db_name=DB)
+    from agents.services import agent_key_create
+    from common.text import normalize_phrase
+    from embeddings.embedders import get_embedder
+    from learning import datasets
+    from learning.management.commands.demo import banking_entries
+    from learning.models import Verb
+    from learning.services.catalogue import verb_catalogue_load
+
     if not datasets.available():
         raise SystemExit(f"BANKING77 not found under {datasets.banking77_dir()}")
     fresh_database()
@@ -150,7 +161,18 @@ def main():
         results.append((size, pct(lat, 50), pct(lat, 95), pct(embed_ms, 50), pct(pg_ms, 50), pct(pg_ms, 95)))
 
     rows = [[f"{s:,}", p50, p95, e50, g50, g95, p50 - e50] for s, p50, p95, e50, g50, g95 in results]
-    body = table(["learned phrases", "resolve p50 ms", "resolve p95 ms", "embed p50 ms", "pgvector top-5 p50 ms", "pgvector p95 ms", "app overhead p50 ms"], rows)
+    body = table(
+        [
+            "learned phrases",
+            "resolve p50 ms",
+            "resolve p95 ms",
+            "embed p50 ms",
+            "pgvector top-5 p50 ms",
+            "pgvector p95 ms",
+            "app overhead p50 ms",
+        ],
+        rows,
+    )
     body += f"\n\n{QUERIES} distinct test utterances per size over HTTP (gunicorn, 1 sync worker, loopback; the sync worker closes each connection, so every request includes a TCP connect), half with a user id. Target: p50 <= embed + 10 ms."
     print(body)
     s, p50, p95, e50, g50, _ = results[-1]

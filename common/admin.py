@@ -28,7 +28,7 @@ class JsonObjectField(forms.JSONField):
     def validate(self, value):
         super().validate(value)
         if value is not None and not isinstance(value, dict):
-            raise forms.ValidationError("Enter a JSON object, e.g. {\"to\": \"a@example.com\"}.")
+            raise forms.ValidationError('Enter a JSON object, e.g. {"to": "a@example.com"}.')
 
 
 def run_bulk(modeladmin, request, queryset, fn, done: str) -> None:

@@ -37,7 +37,9 @@ if not SECRET_KEY:
     if not DEBUG and env_bool("REQUIRE_SECRET_KEY", False):
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
     SECRET_KEY = "insecure-local-only-key-set-SECRET_KEY-in-production"
-ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h.strip()]
+ALLOWED_HOSTS = [
+    h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h.strip()
+]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
 INSTALLED_APPS = [
@@ -52,6 +54,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "simple_history",
+    "common",
     "agents",
     "embeddings",
     "learning",
@@ -90,7 +93,7 @@ TEMPLATES = [
     },
 ]
 
-# --- Database -----------------------------------------------------------------
+# --- Database ---
 # pgvector's iterative index scans keep filtered vector queries from coming back
 # short (pgvector >= 0.8); set on every connection.
 PG_OPTIONS = os.environ.get("PG_OPTIONS", "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100")
@@ -138,7 +141,7 @@ if os.environ.get("TEST_DATABASE_NAME"):
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- Auth, i18n, static ---------------------------------------------------------
+# --- Auth, i18n, static ---
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -157,7 +160,7 @@ API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1024 * 1024)  # JSON bodies; 
 API_MAX_JSON_DEPTH = env_int("API_MAX_JSON_DEPTH", 20)
 FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
 
-# --- REST API -----------------------------------------------------------------
+# --- REST API ---
 # A verified API key is remembered per process this long (0: look it up on every request); a revocation
 # takes effect at once in the process that made it, within this time in every other process.
 API_KEY_CACHE_S = env_float("API_KEY_CACHE_S", 5.0)
@@ -184,7 +187,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
 }
 
-# --- Celery -------------------------------------------------------------------
+# --- Celery ---
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "").strip()
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL or env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -203,7 +206,7 @@ CELERY_BEAT_SCHEDULE["embeddings-backfill"] = {
     "schedule": env_float("EMBEDDING_SWEEP_SECONDS", 300.0),
 }
 
-# --- Embeddings ----------------------------------------------------------------
+# --- Embeddings ---
 EMBEDDING_BACKEND = os.environ.get("EMBEDDING_BACKEND", "local")  # local | openai
 EMBEDDING_DIMENSION = 384
 EMBEDDING_MODEL = os.environ.get("EMBEDDING_MODEL", "")  # openai: e.g. text-embedding-3-small
@@ -215,7 +218,7 @@ EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64)
 EMBEDDING_CACHE_SIZE = env_int("EMBEDDING_CACHE_SIZE", 20000)
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1)
 
-# --- Resolution -----------------------------------------------------------------
+# --- Resolution ---
 # Per embedding model: cosine scores depend on the model, so each model has its
 # own thresholds. See docs/thresholds.md for how the local model's were fitted.
 RESOLUTION_PROFILES = {
@@ -231,7 +234,7 @@ RESOLUTION_PROFILES = {
         # A correction decays the user's anchors for the wrong verb that are this close to the corrected text
         # (near-paraphrases that conflict with it); farther anchors are other examples of that verb and stay.
         "correction_decay_threshold": 0.90,
-        # A verb's semantic score: the weighted mean of its best anchors, best first (learning.resolution.verb_anchor_scores).
+        # A verb's semantic score: the weighted mean of its best anchors, best first (learning.scoring.verb_anchor_scores).
         "anchor_weights": (1.0, 0.5, 0.25),
     },
     # all-MiniLM-L6-v2 (int8 ONNX), fitted on BANKING77 train by bench/fit_thresholds.py.
@@ -246,8 +249,15 @@ RESOLUTION_PROFILES = {
 }
 RESOLUTION_OVERRIDES = {
     k: env_float(f"RESOLVE_{k.upper()}", 0.0)
-    for k in ("learned_threshold", "blocklist_threshold", "resolve_threshold", "margin", "min_score", "options_window",
-              "correction_decay_threshold")
+    for k in (
+        "learned_threshold",
+        "blocklist_threshold",
+        "resolve_threshold",
+        "margin",
+        "min_score",
+        "options_window",
+        "correction_decay_threshold",
+    )
     if os.environ.get(f"RESOLVE_{k.upper()}")
 }
 # Learned phrases at or above this confidence count their full similarity; below it, in proportion.
@@ -262,7 +272,7 @@ RESOLVE_MAX_LIMIT = 20
 
 DATASETS_DIR = Path(os.environ.get("DATASETS_DIR", BASE_DIR.parent / "shared" / "datasets"))
 
-# --- Logging --------------------------------------------------------------------
+# --- Logging ---
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -281,7 +291,7 @@ LOGGING = {
     },
 }
 
-# --- Memories (issue 5, mem) -----------------------------------------------------
+# --- Memories ---
 # Dedupe rule (memories/services.py): exact text -> skip; SimHash Hamming
 # distance <= MEMORY_SIMHASH_MAX_DISTANCE -> skip (same substance) or merge;
 # contradiction on a similar topic -> new_version; cosine >= MEMORY_SEMANTIC_DUPLICATE_THRESHOLD
@@ -327,7 +337,7 @@ CELERY_BEAT_SCHEDULE["memory-purge-deprecated"] = {
     "schedule": env_float("MEMORY_PURGE_INTERVAL_S", 86400.0),
 }  # end mem settings
 
-# --- Learning governance (issue 3, gov) -------------------------------------------
+# --- Learning governance ---
 # Confidence of a learned phrase or alias a reviewer approved.
 LEARNING_APPROVED_CONFIDENCE = env_float("LEARNING_APPROVED_CONFIDENCE", 1.0)
 # Corrections: the wrong mapping's confidence is multiplied by DECAY (never below FLOOR);
@@ -361,7 +371,7 @@ CELERY_BEAT_SCHEDULE["learning-purge-expired-blocks"] = {
     "schedule": env_float("PURGE_EXPIRED_BLOCKS_SECONDS", 3600.0),
 }
 
-# --- out: outcomes, feedback, patterns, rules, calibration, autonomy, learning cycles (issues 6-7) ---
+# --- Outcomes, feedback, patterns, rules, calibration, autonomy, autonomy cycles ---
 MISTAKE_WINDOW_DAYS = env_int("MISTAKE_WINDOW_DAYS", 30)
 MISTAKE_MIN_COUNT = env_int("MISTAKE_MIN_COUNT", 3)
 CONSULT_PATTERN_PENALTY = env_float("CONSULT_PATTERN_PENALTY", 0.15)
@@ -383,13 +393,13 @@ AUTONOMY_DEMOTE_BELOW_SUCCESS = env_float("AUTONOMY_DEMOTE_BELOW_SUCCESS", 0.80)
 AUTONOMY_DEMOTE_ABOVE_REJECTION = env_float("AUTONOMY_DEMOTE_ABOVE_REJECTION", 0.20)
 AUTONOMY_DEMOTE_MIN_SAMPLES = env_int("AUTONOMY_DEMOTE_MIN_SAMPLES", 10)
 AUTONOMY_EVALUATION_INTERVAL_S = env_int("AUTONOMY_EVALUATION_INTERVAL_S", 300)  # one evaluation per action per interval
-LEARNING_CYCLE_INTERVAL_S = env_int("LEARNING_CYCLE_INTERVAL_S", 3600)
-CELERY_BEAT_SCHEDULE["learning-cycle-all-agents"] = {
-    "task": "autonomy.tasks.learning_cycle_all",
-    "schedule": float(LEARNING_CYCLE_INTERVAL_S),
+AUTONOMY_CYCLE_INTERVAL_S = env_int("AUTONOMY_CYCLE_INTERVAL_S", 3600)
+CELERY_BEAT_SCHEDULE["autonomy-cycle-all-agents"] = {
+    "task": "autonomy.cycle_all",
+    "schedule": float(AUTONOMY_CYCLE_INTERVAL_S),
 }
 
-# --- Disambiguation feedback loop (issue 4, dis) ---------------------------------
+# --- Disambiguation feedback loop ---
 FEEDBACK_DISAMBIGUATION_EXPIRY_S = env_int("FEEDBACK_DISAMBIGUATION_EXPIRY_S", 600)
 FEEDBACK_AUTO_PROMOTE_CONFIDENCE = env_float("FEEDBACK_AUTO_PROMOTE_CONFIDENCE", 0.90)
 FEEDBACK_ACCUMULATE_CONFIDENCE = env_float("FEEDBACK_ACCUMULATE_CONFIDENCE", 0.70)
@@ -417,7 +427,7 @@ CELERY_BEAT_SCHEDULE["feedback-disambiguations-expire"] = {
     "task": "learning.disambiguations_expire",
     "schedule": env_float("FEEDBACK_EXPIRE_EVERY_S", 60.0),
 }
-# Fitting resolve threshold and margin on gold labels (issue 4, dis); live only after a reviewer activates it.
+# Fitting resolve threshold and margin on gold labels; live only after a reviewer activates it.
 FEEDBACK_FIT_HELD_OUT_SHARE = env_float("FEEDBACK_FIT_HELD_OUT_SHARE", 0.25)
 FEEDBACK_FIT_MAX_WRONG_PCT = env_float("FEEDBACK_FIT_MAX_WRONG_PCT", 3.0)
 FEEDBACK_FIT_MIN_EXAMPLES = env_int("FEEDBACK_FIT_MIN_EXAMPLES", 20)

@@ -11,7 +11,9 @@ from memories import api as memories_api
 api_v1 = [
     path("resolve", learning_api.ResolveApi.as_view(), name="resolve"),
     path("disambiguations/<str:request_id>/select", learning_api.DisambiguationSelectApi.as_view(), name="disambiguation-select"),
-    path("disambiguations/<str:request_id>/abandon", learning_api.DisambiguationAbandonApi.as_view(), name="disambiguation-abandon"),
+    path(
+        "disambiguations/<str:request_id>/abandon", learning_api.DisambiguationAbandonApi.as_view(), name="disambiguation-abandon"
+    ),
     path("resolutions/correct", learning_api.ResolutionCorrectApi.as_view(), name="resolution-correct"),
     path("resolutions/confirm", learning_api.ResolutionConfirmApi.as_view(), name="resolution-confirm"),
 ]

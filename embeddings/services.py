@@ -1,7 +1,7 @@
 """Writes of vectors: compute, assign, refresh, and the backfill of missing or stale ones."""
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from django.db import transaction
 from django.db.models import Model
@@ -29,7 +29,7 @@ def embedding_assign(rows: Sequence[Model], vectors: list | None, model: str) ->
     """Set vector, model and text hash on unsaved rows (no-op without vectors)."""
     if vectors is None:
         return
-    for row, vector in zip(rows, vectors):
+    for row, vector in zip(rows, vectors, strict=False):
         row.embedding = vector
         row.embedding_model = model
         row.embedding_hash = text_hash(row.embedding_text)

@@ -4,14 +4,15 @@ import logging
 
 from celery import shared_task
 
+from embeddings.embedders import EmbeddingError
+from embeddings.services import embeddings_backfill
+
 logger = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=True)
 def embeddings_backfill_task() -> dict:
     """Periodic sweep: embed rows written while the embedder was down, or made by another model."""
-    from embeddings.embedders import EmbeddingError
-    from embeddings.services import embeddings_backfill
 
     try:
         return embeddings_backfill()

@@ -27,12 +27,10 @@ from feedback.models import (
 )
 from feedback.services.mistakes import mistake_pattern_set_status
 from feedback.services.reviews import Reviewer, execution_review, proposal_approve, proposal_modify, proposal_reject
-from feedback.services.rules import correction_rule_approve, correction_rule_deactivate
+from feedback.services.rules import correction_rule_approve, correction_rule_deactivate, correction_rules_create
 
 # Every screen calls the same services as the API, so each change writes its
 # feedback record in the same transaction whatever the path.
-
-
 
 
 class ProposalReviewForm(forms.ModelForm):
@@ -40,8 +38,12 @@ class ProposalReviewForm(forms.ModelForm):
         choices=[("", "— no decision —"), ("approve", "Approve"), ("reject", "Reject"), ("modify", "Modify the action")],
         required=False,
     )
-    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), required=False, max_length=5000,
-                                 help_text="Review notes; for a rejection or modification, say what was wrong.")
+    notes = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        required=False,
+        max_length=5000,
+        help_text="Review notes; for a rejection or modification, say what was wrong.",
+    )
     new_action = JsonObjectField(required=False, label="Modified action", help_text="The corrected action as a JSON object.")
     category = forms.CharField(required=False, max_length=60, label="Mistake category")
 
@@ -78,16 +80,43 @@ class ProposalAdmin(admin.ModelAdmin):
     search_fields = ["action__name", "agent__name", "review_notes"]
     list_select_related = ["agent", "action"]
     date_hierarchy = "created_at"
-    readonly_fields = ["agent", "action", "status", "confidence", "proposed_action_json", "reasoning_json",
-                       "modified_action_json", "review_notes", "reviewed_by", "reviewed_by_key", "reviewed_at",
-                       "outcome_error", "completed_at", "created_at"]
+    readonly_fields = [
+        "agent",
+        "action",
+        "status",
+        "confidence",
+        "proposed_action_json",
+        "reasoning_json",
+        "modified_action_json",
+        "review_notes",
+        "reviewed_by",
+        "reviewed_by_key",
+        "reviewed_at",
+        "outcome_error",
+        "completed_at",
+        "created_at",
+    ]
     actions = ["approve_selected", "reject_selected"]
 
     def get_fieldsets(self, request, obj=None):
-        info = ("Proposal", {"fields": ["agent", "action", "status", "confidence", "proposed_action_json", "reasoning_json",
-                                        "created_at"]})
-        done = ("Review", {"fields": ["modified_action_json", "review_notes", "reviewed_by", "reviewed_by_key", "reviewed_at",
-                                      "outcome_error", "completed_at"]})
+        info = (
+            "Proposal",
+            {"fields": ["agent", "action", "status", "confidence", "proposed_action_json", "reasoning_json", "created_at"]},
+        )
+        done = (
+            "Review",
+            {
+                "fields": [
+                    "modified_action_json",
+                    "review_notes",
+                    "reviewed_by",
+                    "reviewed_by_key",
+                    "reviewed_at",
+                    "outcome_error",
+                    "completed_at",
+                ]
+            },
+        )
         if obj is not None and obj.status == ProposalStatus.PENDING:
             return [info, ("Decision", {"fields": ["decision", "notes", "new_action", "category"]})]
         return [info, done]
@@ -119,8 +148,13 @@ class ProposalAdmin(admin.ModelAdmin):
             elif d.get("decision") == "reject":
                 proposal_reject(proposal=obj.pk, reviewer=reviewer, notes=d["notes"], mistake_category=d["category"])
             elif d.get("decision") == "modify":
-                proposal_modify(proposal=obj.pk, reviewer=reviewer, modified_action=d["new_action"],
-                                         notes=d["notes"], mistake_category=d["category"])
+                proposal_modify(
+                    proposal=obj.pk,
+                    reviewer=reviewer,
+                    modified_action=d["new_action"],
+                    notes=d["notes"],
+                    mistake_category=d["category"],
+                )
         except ApplicationError as exc:
             self.message_user(request, f"Not saved: {exc.message}", messages.ERROR)
 
@@ -135,14 +169,21 @@ class ProposalAdmin(admin.ModelAdmin):
     @admin.action(description="Reject selected pending proposals", permissions=["change"])
     def reject_selected(self, request, queryset):
         reviewer = Reviewer(user=request.user, source="admin_bulk")
-        run_bulk(self, request, queryset, lambda p: proposal_reject(
-            proposal=p.pk, reviewer=reviewer, notes=f"Rejected in bulk by {request.user}"), "Rejected")
+        run_bulk(
+            self,
+            request,
+            queryset,
+            lambda p: proposal_reject(proposal=p.pk, reviewer=reviewer, notes=f"Rejected in bulk by {request.user}"),
+            "Rejected",
+        )
 
 
 class ExecutionReviewForm(forms.ModelForm):
     outcome = forms.ChoiceField(choices=[("", "— not reviewed —"), *ReviewOutcome.choices], required=False)
     notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), required=False, max_length=5000)
-    corrected = JsonObjectField(required=False, label="Corrected action", help_text="For an incorrect execution, what it should have been.")
+    corrected = JsonObjectField(
+        required=False, label="Corrected action", help_text="For an incorrect execution, what it should have been."
+    )
     category = forms.CharField(required=False, max_length=60, label="Mistake category")
 
     class Meta:
@@ -165,14 +206,43 @@ class ExecutionAdmin(admin.ModelAdmin):
     list_filter = [("review_outcome", admin.EmptyFieldListFilter), "review_outcome", "success", "agent", "action"]
     list_select_related = ["agent", "action"]
     search_fields = ["action__name", "agent__name"]
-    readonly_fields = ["agent", "action", "confidence", "success", "params_json", "reasoning_json", "result_json", "error",
-                       "duration_ms", "review_outcome", "review_notes", "reviewed_by", "reviewed_by_key", "reviewed_at",
-                       "created_at"]
+    readonly_fields = [
+        "agent",
+        "action",
+        "confidence",
+        "success",
+        "params_json",
+        "reasoning_json",
+        "result_json",
+        "error",
+        "duration_ms",
+        "review_outcome",
+        "review_notes",
+        "reviewed_by",
+        "reviewed_by_key",
+        "reviewed_at",
+        "created_at",
+    ]
     actions = ["mark_correct", "mark_incorrect"]
 
     def get_fieldsets(self, request, obj=None):
-        info = ("Execution", {"fields": ["agent", "action", "confidence", "success", "params_json", "reasoning_json",
-                                         "result_json", "error", "duration_ms", "created_at"]})
+        info = (
+            "Execution",
+            {
+                "fields": [
+                    "agent",
+                    "action",
+                    "confidence",
+                    "success",
+                    "params_json",
+                    "reasoning_json",
+                    "result_json",
+                    "error",
+                    "duration_ms",
+                    "created_at",
+                ]
+            },
+        )
         if obj is not None and not obj.review_outcome:
             return [info, ("Review", {"fields": ["outcome", "notes", "corrected", "category"]})]
         return [info, ("Review", {"fields": ["review_outcome", "review_notes", "reviewed_by", "reviewed_by_key", "reviewed_at"]})]
@@ -200,9 +270,14 @@ class ExecutionAdmin(admin.ModelAdmin):
         if not d.get("outcome"):
             return
         try:
-            execution_review(execution=obj.pk, reviewer=Reviewer(user=request.user, source="admin"),
-                                      outcome=d["outcome"], notes=d["notes"], corrected_action=d.get("corrected"),
-                                      mistake_category=d["category"])
+            execution_review(
+                execution=obj.pk,
+                reviewer=Reviewer(user=request.user, source="admin"),
+                outcome=d["outcome"],
+                notes=d["notes"],
+                corrected_action=d.get("corrected"),
+                mistake_category=d["category"],
+            )
         except ApplicationError as exc:
             self.message_user(request, f"Not saved: {exc.message}", messages.ERROR)
 
@@ -211,9 +286,15 @@ class ExecutionAdmin(admin.ModelAdmin):
 
     def _bulk(self, request, queryset, outcome):
         reviewer = Reviewer(user=request.user, source="admin_bulk")
-        run_bulk(self, request, queryset, lambda e: execution_review(
-            execution=e.pk, reviewer=reviewer, outcome=outcome, notes=f"Reviewed {outcome} in bulk by {request.user}"),
-            f"Reviewed {outcome}")
+        run_bulk(
+            self,
+            request,
+            queryset,
+            lambda e: execution_review(
+                execution=e.pk, reviewer=reviewer, outcome=outcome, notes=f"Reviewed {outcome} in bulk by {request.user}"
+            ),
+            f"Reviewed {outcome}",
+        )
 
     @admin.action(description="Review selected executions: correct", permissions=["change"])
     def mark_correct(self, request, queryset):
@@ -228,15 +309,43 @@ class ExecutionAdmin(admin.ModelAdmin):
 class FeedbackRecordAdmin(admin.ModelAdmin):
     """Feedback records by agent, action and type (read only: they are written by the services)."""
 
-    list_display = ["id", "agent", "action", "feedback_type", "mistake_category", "agent_confidence", "pattern", "source",
-                    "created_at"]
+    list_display = [
+        "id",
+        "agent",
+        "action",
+        "feedback_type",
+        "mistake_category",
+        "agent_confidence",
+        "pattern",
+        "source",
+        "created_at",
+    ]
     list_filter = ["feedback_type", "agent", "action", "source", "processed"]
     list_select_related = ["agent", "action", "pattern"]
     search_fields = ["human_explanation", "mistake_category", "action__name", "agent__name"]
     date_hierarchy = "created_at"
-    readonly_fields = ["agent", "action", "proposal", "execution", "feedback_type", "original_json", "corrected_json",
-                       "delta_json", "human_explanation", "agent_confidence", "context_json", "mistake_category", "pattern",
-                       "correction_rule", "processed", "processed_at", "created_by", "created_by_key", "source", "created_at"]
+    readonly_fields = [
+        "agent",
+        "action",
+        "proposal",
+        "execution",
+        "feedback_type",
+        "original_json",
+        "corrected_json",
+        "delta_json",
+        "human_explanation",
+        "agent_confidence",
+        "context_json",
+        "mistake_category",
+        "pattern",
+        "correction_rule",
+        "processed",
+        "processed_at",
+        "created_by",
+        "created_by_key",
+        "source",
+        "created_at",
+    ]
     fields = readonly_fields
 
     @admin.display(description="Original action")
@@ -280,11 +389,38 @@ class MistakePatternAdmin(admin.ModelAdmin):
     list_filter = ["status", "agent", "action", "category"]
     list_select_related = ["agent", "action"]
     search_fields = ["description", "category", "action__name", "agent__name"]
-    readonly_fields = ["agent", "action", "category", "description", "common_explanation", "correction_json",
-                       "occurrence_count", "first_seen", "last_seen", "records_link", "resolved_by", "resolved_at",
-                       "created_at", "updated_at"]
-    fields = ["agent", "action", "category", "description", "common_explanation", "correction_json", "occurrence_count",
-              "first_seen", "last_seen", "records_link", "status", "resolution_notes", "resolved_by", "resolved_at"]
+    readonly_fields = [
+        "agent",
+        "action",
+        "category",
+        "description",
+        "common_explanation",
+        "correction_json",
+        "occurrence_count",
+        "first_seen",
+        "last_seen",
+        "records_link",
+        "resolved_by",
+        "resolved_at",
+        "created_at",
+        "updated_at",
+    ]
+    fields = [
+        "agent",
+        "action",
+        "category",
+        "description",
+        "common_explanation",
+        "correction_json",
+        "occurrence_count",
+        "first_seen",
+        "last_seen",
+        "records_link",
+        "status",
+        "resolution_notes",
+        "resolved_by",
+        "resolved_at",
+    ]
     actions = ["dismiss_selected", "resolve_selected", "create_rules"]
 
     @admin.display(description="Most common correction")
@@ -301,24 +437,36 @@ class MistakePatternAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         if "status" in form.changed_data or "resolution_notes" in form.changed_data:
-            mistake_pattern_set_status(pattern=obj.pk, status=form.cleaned_data["status"],
-                                                notes=form.cleaned_data["resolution_notes"], user=request.user)
+            mistake_pattern_set_status(
+                pattern=obj.pk, status=form.cleaned_data["status"], notes=form.cleaned_data["resolution_notes"], user=request.user
+            )
 
     @admin.action(description="Dismiss selected patterns", permissions=["change"])
     def dismiss_selected(self, request, queryset):
-        run_bulk(self, request, queryset, lambda p: mistake_pattern_set_status(
-            pattern=p.pk, status=PatternStatus.DISMISSED, notes=f"Dismissed in bulk by {request.user}", user=request.user),
-            "Dismissed")
+        run_bulk(
+            self,
+            request,
+            queryset,
+            lambda p: mistake_pattern_set_status(
+                pattern=p.pk, status=PatternStatus.DISMISSED, notes=f"Dismissed in bulk by {request.user}", user=request.user
+            ),
+            "Dismissed",
+        )
 
     @admin.action(description="Resolve selected patterns", permissions=["change"])
     def resolve_selected(self, request, queryset):
-        run_bulk(self, request, queryset, lambda p: mistake_pattern_set_status(
-            pattern=p.pk, status=PatternStatus.RESOLVED, notes=f"Resolved in bulk by {request.user}", user=request.user),
-            "Resolved")
+        run_bulk(
+            self,
+            request,
+            queryset,
+            lambda p: mistake_pattern_set_status(
+                pattern=p.pk, status=PatternStatus.RESOLVED, notes=f"Resolved in bulk by {request.user}", user=request.user
+            ),
+            "Resolved",
+        )
 
     @admin.action(description="Create correction rules from selected active patterns", permissions=["change"])
     def create_rules(self, request, queryset):
-        from feedback.services.rules import correction_rules_create
 
         rules = correction_rules_create(pattern_ids=list(queryset.values_list("pk", flat=True)), user=request.user)
         self.message_user(request, f"Created {len(rules)} correction rule(s) (only active patterns without one get a rule).")
@@ -331,8 +479,21 @@ class CorrectionRuleAdmin(SimpleHistoryAdmin):
     list_filter = ["status", "require_review", "agent", "action"]
     list_select_related = ["agent", "action", "pattern"]
     search_fields = ["precondition", "agent__name", "action__name"]
-    readonly_fields = ["agent", "action", "pattern", "precondition", "correction_json", "require_review", "status",
-                       "expires_at", "created_at", "approved_by", "approved_at", "deactivated_by", "deactivated_at"]
+    readonly_fields = [
+        "agent",
+        "action",
+        "pattern",
+        "precondition",
+        "correction_json",
+        "require_review",
+        "status",
+        "expires_at",
+        "created_at",
+        "approved_by",
+        "approved_at",
+        "deactivated_by",
+        "deactivated_at",
+    ]
     fields = readonly_fields
     actions = ["approve_selected", "deactivate_selected"]
 
@@ -346,14 +507,20 @@ class CorrectionRuleAdmin(SimpleHistoryAdmin):
             url = reverse("admin:feedback_correctionrule_deactivate", args=[obj.pk])
             return format_html(
                 '<form method="post" action="{}" style="margin:0"><input type="hidden" name="csrfmiddlewaretoken" value="{}">'
-                '<input type="submit" class="button" value="Deactivate"></form>', url, token,
+                '<input type="submit" class="button" value="Deactivate"></form>',
+                url,
+                token,
             )
 
         return ["id", "agent", "action", "status", "require_review", "expires_at", "created_at", one_click]
 
     def get_urls(self):
         return [
-            path("<int:pk>/deactivate/", self.admin_site.admin_view(self.deactivate_view), name="feedback_correctionrule_deactivate"),
+            path(
+                "<int:pk>/deactivate/",
+                self.admin_site.admin_view(self.deactivate_view),
+                name="feedback_correctionrule_deactivate",
+            ),
             *super().get_urls(),
         ]
 
@@ -383,5 +550,4 @@ class CorrectionRuleAdmin(SimpleHistoryAdmin):
 
     @admin.action(description="Deactivate selected rules", permissions=["change"])
     def deactivate_selected(self, request, queryset):
-        run_bulk(self, request, queryset, lambda r: correction_rule_deactivate(rule=r, user=request.user),
-                 "Deactivated")
+        run_bulk(self, request, queryset, lambda r: correction_rule_deactivate(rule=r, user=request.user), "Deactivated")

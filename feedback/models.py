@@ -38,10 +38,12 @@ class Proposal(models.Model):
     status = models.CharField(max_length=10, choices=ProposalStatus.choices, default=ProposalStatus.PENDING)
     modified_action = models.JSONField(null=True, blank=True)
     review_notes = models.TextField(blank=True)
-    reviewed_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
-                                    db_index=False)
-    reviewed_by_key = models.ForeignKey("agents.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
-                                        db_index=False)
+    reviewed_by = models.ForeignKey(
+        "auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
+    reviewed_by_key = models.ForeignKey(
+        "agents.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
     reviewed_at = models.DateTimeField(null=True, blank=True)
     outcome_result = models.JSONField(null=True, blank=True)
     outcome_error = models.TextField(blank=True)
@@ -82,10 +84,12 @@ class Execution(models.Model):
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     review_outcome = models.CharField(max_length=10, choices=ReviewOutcome.choices, null=True, blank=True)
     review_notes = models.TextField(blank=True)
-    reviewed_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
-                                    db_index=False)
-    reviewed_by_key = models.ForeignKey("agents.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
-                                        db_index=False)
+    reviewed_by = models.ForeignKey(
+        "auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
+    reviewed_by_key = models.ForeignKey(
+        "agents.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
     reviewed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -128,10 +132,12 @@ class FeedbackRecord(models.Model):
     # a million-row table pays for every index on each insert and on the pattern-linking update.
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="feedback_records", db_index=False)
     action = models.ForeignKey("actions.Action", on_delete=models.PROTECT, related_name="feedback_records", db_index=False)
-    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, null=True, blank=True, related_name="feedback_records",
-                                 db_index=False)
-    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, null=True, blank=True, related_name="feedback_records",
-                                  db_index=False)
+    proposal = models.ForeignKey(
+        Proposal, on_delete=models.CASCADE, null=True, blank=True, related_name="feedback_records", db_index=False
+    )
+    execution = models.ForeignKey(
+        Execution, on_delete=models.CASCADE, null=True, blank=True, related_name="feedback_records", db_index=False
+    )
     feedback_type = models.CharField(max_length=20, choices=FeedbackType.choices)
     original_action = models.JSONField(null=True, blank=True)
     corrected_action = models.JSONField(null=True, blank=True)
@@ -140,18 +146,25 @@ class FeedbackRecord(models.Model):
     agent_confidence = models.FloatField(null=True, blank=True)
     action_context = models.JSONField(default=dict, blank=True)
     mistake_category = models.CharField(max_length=60, blank=True)
-    pattern = models.ForeignKey("MistakePattern", on_delete=models.SET_NULL, null=True, blank=True, related_name="records",
-                                db_index=False)
+    pattern = models.ForeignKey(
+        "MistakePattern", on_delete=models.SET_NULL, null=True, blank=True, related_name="records", db_index=False
+    )
     processed = models.BooleanField(default=False)
     processed_at = models.DateTimeField(null=True, blank=True)
     correction_rule = models.ForeignKey(
-        "CorrectionRule", on_delete=models.SET_NULL, null=True, blank=True, related_name="feedback_records",
+        "CorrectionRule",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="feedback_records",
         db_index=False,
     )
-    created_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
-                                   db_index=False)
-    created_by_key = models.ForeignKey("agents.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
-                                       db_index=False)
+    created_by = models.ForeignKey(
+        "auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
+    created_by_key = models.ForeignKey(
+        "agents.ApiKey", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", db_index=False
+    )
     source = models.CharField(max_length=20, default="api", help_text="api, admin, admin_bulk, command")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -221,18 +234,14 @@ class CorrectionRule(models.Model):
         MistakePattern, on_delete=models.SET_NULL, null=True, blank=True, related_name="correction_rule"
     )
     precondition = models.TextField()
-    correction = models.JSONField(help_text="The most common corrected action, or {\"require_review\": true}.")
+    correction = models.JSONField(help_text='The most common corrected action, or {"require_review": true}.')
     require_review = models.BooleanField(default=False)
     status = models.CharField(max_length=20, choices=CorrectionRuleStatus.choices, default=CorrectionRuleStatus.ACTIVE)
     expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    approved_by = models.ForeignKey(
-        "auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
+    approved_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     approved_at = models.DateTimeField(null=True, blank=True)
-    deactivated_by = models.ForeignKey(
-        "auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
+    deactivated_by = models.ForeignKey("auth.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     deactivated_at = models.DateTimeField(null=True, blank=True)
 
     history = HistoricalRecords(get_user=history_user)

@@ -1,10 +1,19 @@
 """Reads for proposals, executions, feedback records, mistake patterns and correction rules."""
 
-from django.db.models import Q
+from django.db import connection
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from common.api import NotFound
-from feedback.models import CorrectionRuleStatus, Execution, FeedbackRecord, MistakePattern, Proposal
+from feedback.models import (
+    CorrectionRule,
+    CorrectionRuleStatus,
+    Execution,
+    FeedbackRecord,
+    MistakePattern,
+    PatternStatus,
+    Proposal,
+)
 
 
 def _filter(qs, filters: dict, allowed: dict):
@@ -51,3 +60,105 @@ def mistake_pattern_list(*, agent, filters: dict):
 
 def active_rules_q() -> Q:
     return Q(status=CorrectionRuleStatus.ACTIVE) & (Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+
+
+def active_patterns(*, agent, action) -> list[MistakePattern]:
+    """The agent's active mistake patterns for an action, newest first."""
+    return list(MistakePattern.objects.filter(agent=agent, action=action, status=PatternStatus.ACTIVE).order_by("-last_seen"))
+
+
+def active_rules(*, agent, action) -> list[CorrectionRule]:
+    """The agent's rules in force for an action, newest first."""
+    return list(CorrectionRule.objects.filter(active_rules_q(), agent=agent, action=action).order_by("-created_at"))
+
+
+def recent_patterns(*, action_id: int, since, limit: int = 10) -> list[dict]:
+    """Patterns on an action seen since ``since`` (any agent, not dismissed), as evidence rows."""
+    return list(
+        MistakePattern.objects.filter(action_id=action_id, last_seen__gte=since)
+        .exclude(status=PatternStatus.DISMISSED)
+        .order_by("-last_seen")
+        .values("id", "agent__name", "category", "occurrence_count", "status", "description")[:limit]
+    )
+
+
+def patterns_by_ids(*, ids: list[int]):
+    return MistakePattern.objects.filter(pk__in=ids).select_related("action").order_by("id")
+
+
+def agent_patterns(*, agent) -> list[MistakePattern]:
+    return list(MistakePattern.objects.filter(agent=agent).select_related("action").order_by("status", "-occurrence_count"))
+
+
+def feedback_record_summary(*, agent, limit: int) -> tuple[int, list[dict], list[FeedbackRecord]]:
+    """(count, records per action and type, the latest ``limit`` records) for one agent."""
+    qs = FeedbackRecord.objects.filter(agent=agent)
+    summary = list(qs.values("action__name", "feedback_type").annotate(n=Count("id")).order_by("action__name", "feedback_type"))
+    return qs.count(), summary, list(qs.select_related("action").order_by("-created_at", "-id")[:limit])
+
+
+_CONFIDENCE_BUCKETS_SQL = """
+WITH s AS (
+    SELECT action_id, confidence, CASE WHEN status = 'completed' THEN 1.0 ELSE 0.0 END AS ok
+      FROM feedback_proposal
+     WHERE agent_id = %(agent)s AND created_at >= %(since)s AND status IN ('completed', 'rejected', 'failed')
+    UNION ALL
+    SELECT action_id, confidence,
+           CASE WHEN review_outcome = 'correct' THEN 1.0 WHEN review_outcome = 'incorrect' THEN 0.0
+                WHEN success THEN 1.0 ELSE 0.0 END
+      FROM feedback_execution
+     WHERE agent_id = %(agent)s AND created_at >= %(since)s
+)
+SELECT GROUPING(action_id) AS overall, action_id, width_bucket(confidence, %(inner)s::float8[]) AS bucket,
+       count(*), avg(confidence), avg(ok)
+  FROM s
+ GROUP BY GROUPING SETS ((action_id, width_bucket(confidence, %(inner)s::float8[])),
+                         (width_bucket(confidence, %(inner)s::float8[])))
+"""
+
+
+def outcome_confidence_buckets(*, agent_id: int, since, inner_edges: list[float]) -> list[tuple]:
+    """Outcomes of the agent's proposals and executions since ``since`` by confidence bucket, per action and overall:
+    rows of (overall, action_id, bucket, count, mean confidence, success share)."""
+    with connection.cursor() as cur:
+        cur.execute(_CONFIDENCE_BUCKETS_SQL, {"agent": agent_id, "since": since, "inner": inner_edges})
+        return cur.fetchall()
+
+
+_OUTCOME_RATES_SQL = """
+WITH s AS (
+    SELECT action_id,
+           (status = 'completed' AND modified_action IS NULL) AS ok,
+           (status = 'rejected' OR modified_action IS NOT NULL) AS rejected
+      FROM feedback_proposal
+     WHERE action_id = ANY(%(ids)s) AND created_at >= %(since)s AND status IN ('completed', 'rejected', 'failed')
+    UNION ALL
+    SELECT action_id,
+           (review_outcome = 'correct' OR (review_outcome IS NULL AND success)) AS ok,
+           (review_outcome = 'incorrect') AS rejected
+      FROM feedback_execution
+     WHERE action_id = ANY(%(ids)s) AND created_at >= %(since)s
+)
+SELECT action_id, count(*), count(*) FILTER (WHERE ok), count(*) FILTER (WHERE rejected)
+  FROM s GROUP BY action_id
+"""
+
+
+def outcome_rates(*, action_ids: list[int], since) -> dict[int, tuple[int, int, int]]:
+    """Per action: (samples, successes, rejections) of proposals and executions since ``since``."""
+    with connection.cursor() as cur:
+        cur.execute(_OUTCOME_RATES_SQL, {"ids": action_ids, "since": since})
+        return {a: (n, ok, rej) for a, n, ok, rej in cur.fetchall()}
+
+
+def agent_action_ids(*, agent_id: int, since) -> list[int]:
+    """Actions the agent proposed or ran since ``since``."""
+    ids: set[int] = set()
+    for model in (Proposal, Execution):
+        ids.update(
+            model.objects.filter(agent_id=agent_id, created_at__gte=since)
+            .order_by()
+            .values_list("action_id", flat=True)
+            .distinct()
+        )
+    return sorted(ids)

@@ -15,9 +15,13 @@ def _text(**kwargs):
 
 
 def _action_field(**kwargs):
-    return serializers.RegexField(_OUT_ACTION_RE, max_length=100, help_text=_ACTION_HELP,
-                                  error_messages={"invalid": "Action names are lowercase dotted identifiers such as 'email.send'."},
-                                  **kwargs)
+    return serializers.RegexField(
+        _OUT_ACTION_RE,
+        max_length=100,
+        help_text=_ACTION_HELP,
+        error_messages={"invalid": "Action names are lowercase dotted identifiers such as 'email.send'."},
+        **kwargs,
+    )
 
 
 class ReasoningSerializer(serializers.Serializer):
@@ -148,9 +152,14 @@ class MistakePatternSerializer(serializers.Serializer):
 
 class ListQuerySerializer(serializers.Serializer):
     action = _text(required=False, allow_blank=True, max_length=100, help_text="Action name")
-    feedback_type = _text(required=False, allow_blank=True, max_length=60,
-                          help_text="Feedback type (records) or pattern category (patterns)")
-    status = _text(required=False, allow_blank=True, max_length=20,
-                   help_text="Proposal status, review outcome (executions) or pattern status (records, patterns)")
+    feedback_type = _text(
+        required=False, allow_blank=True, max_length=60, help_text="Feedback type (records) or pattern category (patterns)"
+    )
+    status = _text(
+        required=False,
+        allow_blank=True,
+        max_length=20,
+        help_text="Proposal status, review outcome (executions) or pattern status (records, patterns)",
+    )
     limit = serializers.IntegerField(required=False, default=50, min_value=1, max_value=500)
     offset = serializers.IntegerField(required=False, default=0, min_value=0)

@@ -27,6 +27,7 @@ from learning.models import (
     VerbPhrase,
 )
 from learning.services.candidates import candidate_approve, candidate_reject
+from learning.services.profiles import resolution_profile_activate, resolution_profile_fit, resolution_profile_retire
 
 
 class VerbPhraseInline(EmbeddingStatusMixin, admin.TabularInline):
@@ -46,7 +47,18 @@ class VerbAdmin(SimpleHistoryAdmin):
 
 @admin.register(LearnedPhrase)
 class LearnedPhraseAdmin(EmbeddingStatusMixin, SimpleHistoryAdmin):
-    list_display = ["phrase", "verb", "user_id", "confidence", "occurrence_count", "source", "is_active", "embedded", "embedding_model", "updated_at"]
+    list_display = [
+        "phrase",
+        "verb",
+        "user_id",
+        "confidence",
+        "occurrence_count",
+        "source",
+        "is_active",
+        "embedded",
+        "embedding_model",
+        "updated_at",
+    ]
     list_filter = ["is_active", "source", "embedding_model", ("user_id", admin.EmptyFieldListFilter), "verb__domain"]
     search_fields = ["phrase", "normalized", "verb__name", "user_id"]
     list_select_related = ["verb"]
@@ -72,8 +84,7 @@ class PhraseBlockAdmin(EmbeddingStatusMixin, SimpleHistoryAdmin):
     readonly_fields = ["normalized", "created_at"]
 
 
-# --- Learning governance (issue 3, gov): candidate review --------------------------
-
+# --- Learning governance: candidate review ---
 
 
 REVIEW_PERMISSION = "learning.review_learningcandidate"
@@ -98,11 +109,15 @@ def candidate_change_preview(candidate: LearningCandidate) -> str:
     if candidate.status not in (LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED):
         return f"skipped: already {candidate.status}"
     if candidate.candidate_type == LearningCandidate.Type.ENTITY_ALIAS:
-        current = EntityAlias.objects.filter(normalized=candidate.normalized, entity_type="entity", user_id=candidate.user_id).first()
+        current = EntityAlias.objects.filter(
+            normalized=candidate.normalized, entity_type="entity", user_id=candidate.user_id
+        ).first()
         if current:
             return f"alias “{candidate.input_pattern}” ({scope}) re-pointed from {current.canonical_name} to {candidate.suggested_output}"
         return f"new alias “{candidate.input_pattern}” → {candidate.suggested_output} ({scope})"
-    current = LearnedPhrase.objects.filter(normalized=candidate.normalized, user_id=candidate.user_id).select_related("verb").first()
+    current = (
+        LearnedPhrase.objects.filter(normalized=candidate.normalized, user_id=candidate.user_id).select_related("verb").first()
+    )
     if current and current.verb.name != candidate.suggested_output:
         return f"learned phrase “{candidate.input_pattern}” ({scope}) re-pointed from {current.verb.name} to {candidate.suggested_output}"
     if current:
@@ -113,18 +128,53 @@ def candidate_change_preview(candidate: LearningCandidate) -> str:
 @admin.register(LearningCandidate)
 class LearningCandidateAdmin(SimpleHistoryAdmin):
     list_display = [
-        "input_pattern", "suggested_output", "candidate_type", "status", "occurrence_count", "confidence_pct",
-        "risk_level", "user_id", "source", "last_seen_at", "reviewed_by", "reviewed_by_agent", "reviewed_at",
+        "input_pattern",
+        "suggested_output",
+        "candidate_type",
+        "status",
+        "occurrence_count",
+        "confidence_pct",
+        "risk_level",
+        "user_id",
+        "source",
+        "last_seen_at",
+        "reviewed_by",
+        "reviewed_by_agent",
+        "reviewed_at",
     ]
-    list_filter = ["status", "candidate_type", "risk_level", MinOccurrencesFilter, "source", ("user_id", admin.EmptyFieldListFilter)]
+    list_filter = [
+        "status",
+        "candidate_type",
+        "risk_level",
+        MinOccurrencesFilter,
+        "source",
+        ("user_id", admin.EmptyFieldListFilter),
+    ]
     search_fields = ["input_pattern", "normalized", "suggested_output", "previous_output", "explanation", "user_id"]
     ordering = [_selectors.pending_first().asc(), "-occurrence_count", "-last_seen_at"]
     list_select_related = ["reviewed_by", "reviewed_by_agent"]
     actions = ["approve_selected", "reject_selected"]
     readonly_fields = [
-        "candidate_type", "input_pattern", "normalized", "suggested_output", "previous_output", "occurrence_count",
-        "confidence", "source", "risk_level", "rejected_alternatives", "user_id", "status", "explanation",
-        "review_reason", "reviewed_by", "reviewed_by_agent", "reviewed_at", "created_at", "updated_at", "last_seen_at",
+        "candidate_type",
+        "input_pattern",
+        "normalized",
+        "suggested_output",
+        "previous_output",
+        "occurrence_count",
+        "confidence",
+        "source",
+        "risk_level",
+        "rejected_alternatives",
+        "user_id",
+        "status",
+        "explanation",
+        "review_reason",
+        "reviewed_by",
+        "reviewed_by_agent",
+        "reviewed_at",
+        "created_at",
+        "updated_at",
+        "last_seen_at",
     ]
 
     @admin.display(description="confidence", ordering="confidence")
@@ -156,7 +206,10 @@ class LearningCandidateAdmin(SimpleHistoryAdmin):
     def approve_selected(self, request, queryset):
         if request.POST.get("post") != "yes":
             return self._confirmation(
-                request, queryset, action="approve_selected", title="Approve and apply candidates",
+                request,
+                queryset,
+                action="approve_selected",
+                title="Approve and apply candidates",
                 template="approve_confirmation.html",
             )
         done, failed = 0, []
@@ -176,14 +229,22 @@ class LearningCandidateAdmin(SimpleHistoryAdmin):
     def reject_selected(self, request, queryset):
         if request.POST.get("post") != "yes":
             return self._confirmation(
-                request, queryset, action="reject_selected", title="Reject candidates", template="reject_confirmation.html",
+                request,
+                queryset,
+                action="reject_selected",
+                title="Reject candidates",
+                template="reject_confirmation.html",
             )
         reason = request.POST.get("reason", "").strip()
         add_to_blocklist = request.POST.get("add_to_blocklist") == "on"
         if not reason:
             self.message_user(request, "Give a reason for the rejection.", messages.ERROR)
             return self._confirmation(
-                request, queryset, action="reject_selected", title="Reject candidates", template="reject_confirmation.html",
+                request,
+                queryset,
+                action="reject_selected",
+                title="Reject candidates",
+                template="reject_confirmation.html",
                 extra={"reason_error": "A reason is required.", "add_to_blocklist": add_to_blocklist},
             )
         done, failed = 0, []
@@ -239,8 +300,20 @@ class DisambiguationRequestAdmin(admin.ModelAdmin):
     search_fields = ["text", "user_id", "request_id", "selected_verb"]
     date_hierarchy = "created_at"
     readonly_fields = [
-        "request_id", "agent", "channel", "user_id", "text", "normalized", "domain", "options_table", "status",
-        "selected_verb", "selected_args", "created_at", "answered_at", "processed_at",
+        "request_id",
+        "agent",
+        "channel",
+        "user_id",
+        "text",
+        "normalized",
+        "domain",
+        "options_table",
+        "status",
+        "selected_verb",
+        "selected_args",
+        "created_at",
+        "answered_at",
+        "processed_at",
     ]
     exclude = ["options"]
     inlines = [AbandonEventInline, LearningSignalInline]
@@ -259,7 +332,8 @@ class DisambiguationRequestAdmin(admin.ModelAdmin):
     @admin.display(description="options shown")
     def options_table(self, obj):
         return format_html_join(
-            "", "<div>{}. <strong>{}</strong> — {} <small>({:.3f}, e.g. “{}”)</small></div>",
+            "",
+            "<div>{}. <strong>{}</strong> — {} <small>({:.3f}, e.g. “{}”)</small></div>",
             ((i + 1, o["verb"], o.get("display_name", ""), o["score"], o.get("example", "")) for i, o in enumerate(obj.options)),
         )
 
@@ -313,7 +387,18 @@ class PhraseEvidenceAdmin(admin.ModelAdmin):
     list_display = ["phrase", "verb", "user_id", "negative", "positive", "signal_count", "updated_at"]
     search_fields = ["normalized", "verb", "user_id"]
     list_filter = ["verb"]
-    readonly_fields = ["user_id", "phrase", "normalized", "verb", "negative", "positive", "signal_count", "embedding_model", "created_at", "updated_at"]
+    readonly_fields = [
+        "user_id",
+        "phrase",
+        "normalized",
+        "verb",
+        "negative",
+        "positive",
+        "signal_count",
+        "embedding_model",
+        "created_at",
+        "updated_at",
+    ]
     exclude = ["embedding", "embedding_hash"]
 
     def has_add_permission(self, request):
@@ -325,8 +410,16 @@ class FittedResolutionProfileAdmin(admin.ModelAdmin):
     """Fitted thresholds with their measured effect on held-out gold labels; a reviewer activates one to put it live."""
 
     list_display = [
-        "created_at", "embedding_model", "status", "resolve_threshold", "margin", "baseline_values", "gold_count",
-        "held_out_count", "held_out_now", "held_out_after",
+        "created_at",
+        "embedding_model",
+        "status",
+        "resolve_threshold",
+        "margin",
+        "baseline_values",
+        "gold_count",
+        "held_out_count",
+        "held_out_now",
+        "held_out_after",
     ]
     list_filter = ["status", "embedding_model"]
     readonly_fields = [f.name for f in FittedResolutionProfile._meta.fields]
@@ -354,7 +447,6 @@ class FittedResolutionProfileAdmin(admin.ModelAdmin):
 
     @admin.action(description="Activate the selected profile (put it live)", permissions=["change"])
     def activate(self, request, queryset):
-        from learning.services.profiles import resolution_profile_activate
 
         if queryset.count() != 1:
             self.message_user(request, "Select exactly one profile to activate.", messages.ERROR)
@@ -364,7 +456,6 @@ class FittedResolutionProfileAdmin(admin.ModelAdmin):
 
     @admin.action(description="Retire the selected profiles", permissions=["change"])
     def retire(self, request, queryset):
-        from learning.services.profiles import resolution_profile_retire
 
         for row in queryset:
             resolution_profile_retire(fitted=row)
@@ -375,7 +466,6 @@ class FittedResolutionProfileAdmin(admin.ModelAdmin):
         return extra + super().get_urls()
 
     def fit_view(self, request):
-        from learning.services.profiles import resolution_profile_fit
 
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])

@@ -45,9 +45,7 @@ from learning.services.corrections import phrase_confirmation_apply, phrase_corr
 from learning.services.disambiguations import disambiguation_abandon, disambiguation_record, disambiguation_select
 from learning.services.imports import phrases_import
 
-"""Learning API: resolve what a user typed."""
-
-
+# Learning API: resolve what a user typed.
 
 
 class ResolveApi(APIView):
@@ -70,12 +68,19 @@ class ResolveApi(APIView):
         return Response(body)
 
 
-_REQUEST_ID = OpenApiParameter("request_id", str, OpenApiParameter.PATH, description="The request_id of an ambiguous resolve answer")
+_REQUEST_ID = OpenApiParameter(
+    "request_id", str, OpenApiParameter.PATH, description="The request_id of an ambiguous resolve answer"
+)
 _DISAMBIGUATION_ERRORS = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: DisambiguationConflictSerializer}
 
 
 def selection_answer(row) -> dict:
-    return {"request_id": str(row.request_id), "status": row.status, "selected_verb": row.selected_verb, "args": row.selected_args}
+    return {
+        "request_id": str(row.request_id),
+        "status": row.status,
+        "selected_verb": row.selected_verb,
+        "args": row.selected_args,
+    }
 
 
 def abandon_answer(row) -> dict:
@@ -89,7 +94,8 @@ class DisambiguationSelectApi(APIView):
     required_scopes = ["feedback"]
 
     @extend_schema(
-        parameters=[_REQUEST_ID], request=DisambiguationSelectSerializer,
+        parameters=[_REQUEST_ID],
+        request=DisambiguationSelectSerializer,
         responses={200: DisambiguationAnswerSerializer, **_DISAMBIGUATION_ERRORS},
     )
     def post(self, request, request_id):
@@ -97,8 +103,11 @@ class DisambiguationSelectApi(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         row = disambiguation_select(
-            request_id=request_id, selected_verb=data["selected_verb"], args=data.get("args"),
-            agent_id=request.user.pk, user_id=data.get("user_id"),
+            request_id=request_id,
+            selected_verb=data["selected_verb"],
+            args=data.get("args"),
+            agent_id=request.user.pk,
+            user_id=data.get("user_id"),
         )
         return Response(selection_answer(row))
 
@@ -110,25 +119,26 @@ class DisambiguationAbandonApi(APIView):
     required_scopes = ["feedback"]
 
     @extend_schema(
-        parameters=[_REQUEST_ID], request=DisambiguationAbandonSerializer,
+        parameters=[_REQUEST_ID],
+        request=DisambiguationAbandonSerializer,
         responses={200: DisambiguationAnswerSerializer, **_DISAMBIGUATION_ERRORS},
     )
     def post(self, request, request_id):
         serializer = DisambiguationAbandonSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         row = disambiguation_abandon(
-            request_id=request_id, reason=serializer.validated_data["reason"], agent_id=request.user.pk,
+            request_id=request_id,
+            reason=serializer.validated_data["reason"],
+            agent_id=request.user.pk,
             user_id=serializer.validated_data.get("user_id"),
         )
         return Response(abandon_answer(row))
 
 
-"""Learning-governance API (issue 3): review candidates, stats, blocklist, corrections, bulk import.
-
-Thin views: validate, call a service or selector, shape the answer. Reviewing, blocking and importing
-need the ``governance`` scope; corrections are feedback (``feedback`` scope).
-"""
-
+# Learning-governance API: review candidates, stats, blocklist, corrections, bulk import.
+#
+# Thin views: validate, call a service or selector, shape the answer. Reviewing, blocking and importing
+# need the ``governance`` scope; corrections are feedback (``feedback`` scope).
 
 
 ERRORS_404_409 = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
@@ -153,8 +163,11 @@ class CandidateListApi(GovernanceApi):
         query.is_valid(raise_exception=True)
         q = query.validated_data
         qs = selectors.candidate_list(
-            status=q.get("status"), candidate_type=q.get("type"), min_occurrences=q.get("min_occurrences"),
-            risk_level=q.get("risk_level"), user_id=q.get("user_id"),
+            status=q.get("status"),
+            candidate_type=q.get("type"),
+            min_occurrences=q.get("min_occurrences"),
+            risk_level=q.get("risk_level"),
+            user_id=q.get("user_id"),
         ).select_related("reviewed_by", "reviewed_by_agent")
         paginator = CandidatePagination()
         page = paginator.paginate_queryset(qs, request, view=self)
@@ -207,7 +220,9 @@ class BlockCreateApi(GovernanceApi):
         d = body.validated_data
         expires_in = d.get("expires_in")
         block = phrase_block_add(
-            phrase=d["phrase"], verb_name=d["verb"], reason=d["reason"],
+            phrase=d["phrase"],
+            verb_name=d["verb"],
+            reason=d["reason"],
             user_id=d.get("user_id") if d["scope"] == "user" else None,
             expires_at=timezone.now() + expires_in if expires_in else None,
             source=f"api:{request.user.name}"[:40],
@@ -281,7 +296,9 @@ class PhraseImportApi(GovernanceApi):
             length = 0
         if length > limit + 64 * 1024:  # refuse before reading the body (allowance for the JSON/multipart envelope)
             return error_response(
-                413, f"The import is {length} bytes; the limit is {limit} bytes.", "too_large",
+                413,
+                f"The import is {length} bytes; the limit is {limit} bytes.",
+                "too_large",
                 {"content": [f"At most {limit} bytes."]},
             )
         body = ImportRequestSerializer(data=request.data)
@@ -298,7 +315,9 @@ class PhraseImportApi(GovernanceApi):
         except ImportFormatError as exc:
             raise ApplicationError(str(exc), field=field, code="import_unreadable") from None
         result = phrases_import(
-            rows=rows, user_id=d.get("user_id") if d["scope"] == "user" else None, dry_run=d["dry_run"],
+            rows=rows,
+            user_id=d.get("user_id") if d["scope"] == "user" else None,
+            dry_run=d["dry_run"],
             source=f"import:{request.user.name}"[:40],
         )
         return Response(ImportResultSerializer(result).data)

@@ -46,7 +46,9 @@ def console_user_id(user) -> str:
 @ensure_csrf_cookie
 @login_required(login_url=reverse_lazy("console-login"))
 def console_page(request):
-    return render(request, "console/index.html", {"timeout_s": settings.CONSOLE_TIMEOUT_S, "user_id": console_user_id(request.user)})
+    return render(
+        request, "console/index.html", {"timeout_s": settings.CONSOLE_TIMEOUT_S, "user_id": console_user_id(request.user)}
+    )
 
 
 class ConsoleApi(APIView):
@@ -70,13 +72,18 @@ class ConsoleResolveApi(ConsoleApi):
 
 
 class ConsoleSelectApi(ConsoleApi):
-    @extend_schema(exclude=True, request=DisambiguationSelectSerializer, responses={200: DisambiguationAnswerSerializer, **ERROR_RESPONSES})
+    @extend_schema(
+        exclude=True, request=DisambiguationSelectSerializer, responses={200: DisambiguationAnswerSerializer, **ERROR_RESPONSES}
+    )
     def post(self, request, request_id):
         serializer = DisambiguationSelectSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         row = disambiguation_select(
-            request_id=request_id, selected_verb=serializer.validated_data["selected_verb"],
-            args=serializer.validated_data.get("args"), user_id=console_user_id(request.user), channel=CONSOLE,
+            request_id=request_id,
+            selected_verb=serializer.validated_data["selected_verb"],
+            args=serializer.validated_data.get("args"),
+            user_id=console_user_id(request.user),
+            channel=CONSOLE,
         )
         return Response(selection_answer(row))
 
@@ -87,7 +94,9 @@ class ConsoleAbandonApi(ConsoleApi):
         serializer = DisambiguationAbandonSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         row = disambiguation_abandon(
-            request_id=request_id, reason=serializer.validated_data["reason"], user_id=console_user_id(request.user),
+            request_id=request_id,
+            reason=serializer.validated_data["reason"],
+            user_id=console_user_id(request.user),
             channel=CONSOLE,
         )
         return Response(abandon_answer(row))

@@ -22,7 +22,6 @@ VERB_NAME_RE = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
 verb_name_validator = RegexValidator(VERB_NAME_RE, "Use a dotted lowercase name such as cbu.create.")
 
 
-
 class Verb(models.Model):
     """An action the agent can run, such as ``cbu.create``."""
 
@@ -156,7 +155,7 @@ class PhraseBlock(Embedded):
         return f"{self.phrase} ✗ {self.verb_id}"
 
 
-# --- Learning governance (issue 3, gov) -----------------------------------------
+# --- Learning governance ---
 
 
 class LearningCandidate(models.Model):
@@ -199,7 +198,11 @@ class LearningCandidate(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="reviewed_candidates"
     )
     reviewed_by_agent = models.ForeignKey(
-        "agents.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="reviewed_candidates",
+        "agents.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="reviewed_candidates",
         help_text="The agent whose governance key decided through the API",
     )
     reviewed_at = models.DateTimeField(null=True, blank=True)
@@ -219,9 +222,7 @@ class LearningCandidate(models.Model):
                 nulls_distinct=False,
                 name="candidate_one_pending_per_proposal",
             ),
-            models.CheckConstraint(
-                condition=Q(confidence__gte=0.0) & Q(confidence__lte=1.0), name="candidate_confidence_0_1"
-            ),
+            models.CheckConstraint(condition=Q(confidence__gte=0.0) & Q(confidence__lte=1.0), name="candidate_confidence_0_1"),
             models.CheckConstraint(condition=Q(occurrence_count__gte=1), name="candidate_occurrences_positive"),
         ]
         indexes = [
@@ -231,9 +232,6 @@ class LearningCandidate(models.Model):
     def __str__(self):
         scope = self.user_id or "global"
         return f"{self.input_pattern} → {self.suggested_output} ({scope}, {self.status})"
-
-
-
 
 
 class DisambiguationRequest(models.Model):
@@ -251,7 +249,11 @@ class DisambiguationRequest(models.Model):
 
     request_id = models.UUIDField(unique=True, editable=False)
     agent = models.ForeignKey(
-        "agents.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="disambiguations",
+        "agents.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="disambiguations",
         help_text="The agent whose key asked; empty for the console",
     )
     channel = models.CharField(max_length=10, choices=Channel.choices, default=Channel.API)
@@ -373,8 +375,6 @@ class PhraseEvidence(Embedded):
         return self.negative - self.positive
 
 
-
-
 class FittedResolutionProfile(models.Model):
     """Resolve threshold and margin fitted on gold labels (clicks, corrections); live only once a reviewer activates it."""
 
@@ -391,8 +391,12 @@ class FittedResolutionProfile(models.Model):
     train_count = models.PositiveIntegerField()
     held_out_count = models.PositiveIntegerField()
     baseline = models.JSONField(default=dict, help_text="The profile in force when fitted: {resolve_threshold, margin}")
-    held_out_current = models.JSONField(default=dict, help_text="correct/wrong/asked % on the held-out share with the profile in force")
-    held_out_fitted = models.JSONField(default=dict, help_text="correct/wrong/asked % on the held-out share with the fitted values")
+    held_out_current = models.JSONField(
+        default=dict, help_text="correct/wrong/asked % on the held-out share with the profile in force"
+    )
+    held_out_fitted = models.JSONField(
+        default=dict, help_text="correct/wrong/asked % on the held-out share with the fitted values"
+    )
     train_fitted = models.JSONField(default=dict)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PROPOSED)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -404,7 +408,9 @@ class FittedResolutionProfile(models.Model):
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["embedding_model"], condition=Q(status="active"), name="fittedprofile_one_active_per_model")
+            models.UniqueConstraint(
+                fields=["embedding_model"], condition=Q(status="active"), name="fittedprofile_one_active_per_model"
+            )
         ]
 
     def __str__(self):

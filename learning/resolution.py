@@ -14,28 +14,17 @@ and the result says it is ``degraded``.
 import logging
 import math
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 from django.conf import settings
 
 from common.text import normalize_phrase
-from embeddings.embedders import EmbeddingError, current_model_name, get_embedder
+from embeddings.embedders import current_model_name, embed_query
 from learning import selectors
+from learning.scoring import Source, semantic_scores
+from learning.selectors import active_profile_values, verb_evidence_balance
 
 logger = logging.getLogger(__name__)
-
-
-class Source:
-    USER_LEARNED_EXACT = "user_learned_exact"
-    USER_LEARNED_SEMANTIC = "user_learned_semantic"
-    LEARNED_EXACT = "learned_exact"
-    LEARNED_SEMANTIC = "learned_semantic"
-    PHRASE_EXACT = "phrase_exact"
-    PHRASE_SUBSTRING = "phrase_substring"
-    SEMANTIC = "semantic"
 
 
 class Outcome:
@@ -83,32 +72,9 @@ def profile(model_name: str | None = None) -> dict:
     model_name = model_name or current_model_name()
     values = dict(settings.RESOLUTION_PROFILES["default"])
     values.update(settings.RESOLUTION_PROFILES.get(model_name, {}))
-    values.update(_fitted_profile_values(model_name))  # issue 4 (dis): a reviewer-activated fit
+    values.update(_fitted_profile_values(model_name))  # a reviewer-activated fit
     values.update(settings.RESOLUTION_OVERRIDES)
     return values
-
-
-_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
-
-
-def embed_query(text: str) -> tuple[np.ndarray | None, str, str]:
-    """(vector or None, model name, reason when None). Never raises. An embedder that waits on I/O
-    (a remote server) runs on a thread and is bounded by RESOLVE_EMBED_TIMEOUT_S; the local model runs inline."""
-    try:
-        embedder = get_embedder()
-        if embedder.in_process:  # local compute cannot hang on I/O: no thread hand-off needed
-            return embedder.embed(text), embedder.model_name, ""
-        future = _executor.submit(embedder.embed, text)
-        return future.result(timeout=settings.RESOLVE_EMBED_TIMEOUT_S), embedder.model_name, ""
-    except FutureTimeout:
-        logger.warning("embedder timed out after %ss; resolving without semantic tiers", settings.RESOLVE_EMBED_TIMEOUT_S)
-        return None, current_model_name(), "embedder timed out"
-    except EmbeddingError as exc:
-        logger.warning("embedder failed (%s); resolving without semantic tiers", exc)
-        return None, current_model_name(), "embedder unavailable"
-    except Exception:  # never let the embedder turn a resolve into a 500
-        logger.exception("embedder raised unexpectedly")
-        return None, current_model_name(), "embedder unavailable"
 
 
 def _substring_score(phrase: str, normalized: str, base: float) -> float:
@@ -148,9 +114,16 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     # Tiers 3-7 come back from one query (see selectors.tier_rows).
     k_learned, k_catalogue = max(limit * 4, 20), max(limit * 6, 30)
     rows = selectors.tier_rows(
-        normalized=normalized, vector=vector, model=model, user_id=user_id, domain=domain,
-        k_learned=k_learned, k_catalogue=k_catalogue, k_blocks=20,
-        block_threshold=p["blocklist_threshold"], learned=settings.RESOLVE_USE_LEARNED_SEMANTIC,
+        normalized=normalized,
+        vector=vector,
+        model=model,
+        user_id=user_id,
+        domain=domain,
+        k_learned=k_learned,
+        k_catalogue=k_catalogue,
+        k_blocks=20,
+        block_threshold=p["blocklist_threshold"],
+        learned=settings.RESOLVE_USE_LEARNED_SEMANTIC,
         k_evidence=settings.FEEDBACK_EVIDENCE_K if settings.RESOLVE_USE_FEEDBACK_PENALTY else 0,
         evidence_similarity=settings.FEEDBACK_EVIDENCE_SIMILARITY,
     )
@@ -162,17 +135,9 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             offer(verb, 1.0, Source.PHRASE_EXACT, phrase)
         else:
             offer(verb, _substring_score(phrase, normalized, p["substring_score"]), Source.PHRASE_SUBSTRING, phrase)
-    # Tiers 3-4 and 7: learned and catalogue phrases are semantic anchors (see verb_anchor_scores).
-    anchors: dict[str, list[tuple[float, str, str]]] = {}
-    for hit in rows.learned:
-        if hit.similarity >= p["learned_threshold"]:
-            source = Source.USER_LEARNED_SEMANTIC if hit.user_id else Source.LEARNED_SEMANTIC
-            anchors.setdefault(hit.verb, []).append((hit.similarity * anchor_trust(hit.confidence), source, hit.text))
-    for hit in rows.catalogue:
-        if hit.similarity >= p["min_score"]:
-            anchors.setdefault(hit.verb, []).append((hit.similarity, Source.SEMANTIC, hit.text))
-    unseen = unseen_bound(([h.similarity for h in rows.learned], k_learned), ([h.similarity for h in rows.catalogue], k_catalogue))
-    for verb, (score, source, matched) in verb_anchor_scores(anchors, weights=p["anchor_weights"], unseen=unseen).items():
+    # Tiers 3-4 and 7: learned and catalogue phrases are semantic anchors (see learning.scoring).
+    scored = semantic_scores(learned=rows.learned, catalogue=rows.catalogue, k_learned=k_learned, k_catalogue=k_catalogue, p=p)
+    for verb, (score, source, matched) in scored.items():
         offer(verb, score, source, matched)
     for verb, description in rows.descriptions.items():
         if verb in best:
@@ -184,45 +149,18 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     endorsed = _apply_feedback_penalties(candidates, rows.evidence)
     if endorsed is not None:
         candidates.sort(key=lambda c: (-c.score, c.verb))
-    return _finish(request_id, text, user_id, candidates, p, limit, degraded_reason=reason, model=model,
-                   unpenalized=unpenalized, endorsed=endorsed)
-
-
-def anchor_trust(confidence: float) -> float:
-    """How much of its similarity a learned anchor counts: in full at or above RESOLVE_TRUSTED_CONFIDENCE
-    (a click, a correction, a review, a confirmation), in proportion below it (decayed by corrections)."""
-    return min(1.0, confidence / settings.RESOLVE_TRUSTED_CONFIDENCE)
-
-
-def unseen_bound(*tiers: tuple[list[float], int]) -> float | None:
-    """Upper bound on the similarity of any anchor a vector query did not return: per tier (its
-    similarities, best first, and its row limit) that hit its limit, its lowest similarity; None when
-    every tier returned all it had."""
-    return max((sims[-1] for sims, limit in tiers if sims and len(sims) >= limit), default=None)
-
-
-def verb_anchor_scores(
-    anchors: dict[str, list[tuple[float, str, str]]], *, weights, unseen: float | None
-) -> dict[str, tuple[float, str, str]]:
-    """Each verb's semantic score: the weighted mean of its best anchor scores (``weights``, best first),
-    with the source and text of the best anchor.
-
-    One close phrase is some evidence, several are more: on BANKING77 a weighted mean of a verb's best
-    three similarities (1, 0.5, 0.25) ranks verbs better than the single best one, and its top-two gap
-    separates right answers from wrong ones better (docs/thresholds.md). The vector queries return a
-    bounded number of neighbours, so a verb may show fewer anchors than weights: each missing slot counts
-    as ``unseen`` (the lowest similarity of a tier that hit its limit, which bounds every anchor not
-    returned); when every tier was exhausted the verb has no more anchors and the mean is over those it has.
-    """
-    out = {}
-    for verb, items in anchors.items():
-        items = sorted(items, key=lambda a: -a[0])
-        top = [a[0] for a in items[: len(weights)]]
-        if unseen is not None and len(top) < len(weights):
-            top += [min(unseen, top[-1])] * (len(weights) - len(top))
-        used = weights[: len(top)]
-        out[verb] = (sum(w * x for w, x in zip(used, top)) / sum(used), items[0][1], items[0][2])
-    return out
+    return _finish(
+        request_id,
+        text,
+        user_id,
+        candidates,
+        p,
+        limit,
+        degraded_reason=reason,
+        model=model,
+        unpenalized=unpenalized,
+        endorsed=endorsed,
+    )
 
 
 def _decide(candidates: list[Candidate], p: dict) -> tuple[str, str | None]:
@@ -237,8 +175,9 @@ def _decide(candidates: list[Candidate], p: dict) -> tuple[str, str | None]:
     return Outcome.RESOLVED, candidates[0].verb
 
 
-def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason, model, unpenalized=None,
-            endorsed=None) -> Resolution:
+def _finish(
+    request_id, text, user_id, candidates, p, limit, *, degraded_reason, model, unpenalized=None, endorsed=None
+) -> Resolution:
     # Decided and offered on every ranked candidate: how many the caller wants listed (limit) changes neither.
     ranked = [c for c in candidates if c.score >= p["min_score"]]
     outcome, verb = _decide(ranked, p)
@@ -271,7 +210,7 @@ def _finish(request_id, text, user_id, candidates, p, limit, *, degraded_reason,
     )
 
 
-# --- Disambiguation feedback loop (issue 4, dis) ---------------------------------
+# --- Disambiguation feedback loop ---
 
 
 def _apply_feedback_penalties(candidates: list[Candidate], evidence) -> set[str] | None:
@@ -282,7 +221,6 @@ def _apply_feedback_penalties(candidates: list[Candidate], evidence) -> set[str]
     (net positive evidence within FEEDBACK_DECIDE_SIMILARITY): the only ones a penalty may let resolve."""
     if not evidence or not candidates or not settings.RESOLVE_USE_FEEDBACK_PENALTY:
         return None
-    from learning.selectors import verb_evidence_balance
 
     verbs = [c.verb for c in candidates]
     balance = verb_evidence_balance(evidence, verbs=verbs, similarity=settings.FEEDBACK_EVIDENCE_SIMILARITY)
@@ -300,6 +238,5 @@ def _apply_feedback_penalties(candidates: list[Candidate], evidence) -> set[str]
 
 def _fitted_profile_values(model_name: str) -> dict:
     """Threshold and margin of the fitted profile a reviewer activated for this model (cached briefly; {} if none)."""
-    from learning.selectors import active_profile_values
 
     return active_profile_values(model_name)

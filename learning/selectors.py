@@ -31,6 +31,7 @@ from learning.models import (
     Verb,
     VerbPhrase,
 )
+from learning.scoring import semantic_scores
 
 
 @dataclass(frozen=True)
@@ -101,9 +102,19 @@ class TierRows:
 
 
 def tier_rows(
-    *, normalized: str, vector, model: str, user_id: str | None, domain: str | None,
-    k_learned: int, k_catalogue: int, k_blocks: int, block_threshold: float, learned: bool = True,
-    k_evidence: int = 0, evidence_similarity: float = 1.0,
+    *,
+    normalized: str,
+    vector,
+    model: str,
+    user_id: str | None,
+    domain: str | None,
+    k_learned: int,
+    k_catalogue: int,
+    k_blocks: int,
+    block_threshold: float,
+    learned: bool = True,
+    k_evidence: int = 0,
+    evidence_similarity: float = 1.0,
 ) -> TierRows:
     """Tiers 3-7 of resolution in ONE round trip: learned neighbours, blocked verbs, catalogue phrase
     matches and catalogue neighbours, and (``k_evidence`` > 0) the user's feedback evidence within
@@ -240,8 +251,12 @@ def correction_decay_targets(
 
 
 def candidate_list(
-    *, status: str | None = None, candidate_type: str | None = None, min_occurrences: int | None = None,
-    risk_level: str | None = None, user_id: str | None = None,
+    *,
+    status: str | None = None,
+    candidate_type: str | None = None,
+    min_occurrences: int | None = None,
+    risk_level: str | None = None,
+    user_id: str | None = None,
 ) -> QuerySet[LearningCandidate]:
     """Candidates, pending first, then by occurrences and recency."""
     qs = LearningCandidate.objects.all()
@@ -267,7 +282,9 @@ def pending_first():
 def top_pending_candidates(limit: int | None = None) -> list[LearningCandidate]:
     limit = limit or settings.LEARNING_STATS_TOP_PENDING
     return list(
-        LearningCandidate.objects.filter(status=LearningCandidate.Status.PENDING).order_by("-occurrence_count", "-last_seen_at", "-pk")[:limit]
+        LearningCandidate.objects.filter(status=LearningCandidate.Status.PENDING).order_by(
+            "-occurrence_count", "-last_seen_at", "-pk"
+        )[:limit]
     )
 
 
@@ -346,7 +363,7 @@ def disambiguation_outcomes_per_verb() -> list[dict]:
     with connection.cursor() as cur:
         cur.execute(sql)
         cols = [c[0] for c in cur.description]
-        rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+        rows = [dict(zip(cols, r, strict=False)) for r in cur.fetchall()]
     for r in rows:
         for key in ("chosen", "selected", "abandoned", "expired", "open"):
             r[f"{key}_pct"] = round(100.0 * r[key] / r["shown"], 1) if r["shown"] else 0.0
@@ -396,7 +413,6 @@ def active_profile_cache_clear() -> None:
 
 def gold_labels(*, limit: int) -> list[tuple[str, str | None, str]]:
     """(normalized text, user_id, right verb): the users' clicks and corrections, newest first, one per (text, user)."""
-    from learning.models import LearnedPhrase
 
     seen: dict[tuple[str, str | None], str] = {}
     clicks = (
@@ -418,10 +434,7 @@ def leave_one_out_scores(
     *, normalized: str, user_id: str | None, vector, model: str, p: dict, k_learned: int = 20, k_catalogue: int = 30
 ) -> list[tuple[str, float]]:
     """Per-verb scores from the semantic tiers, scored as the resolver scores them
-    (learning.resolution.verb_anchor_scores), without the text's own learned rows."""
-    from learning.models import LearnedPhrase, VerbPhrase
-    from learning.resolution import anchor_trust, unseen_bound, verb_anchor_scores
-    from learning.selectors import scope_q
+    (learning.scoring.semantic_scores, the function resolve uses), without the text's own learned rows."""
 
     learned = list(
         LearnedPhrase.objects.filter(scope_q(user_id), is_active=True, verb__is_active=True, embedding_model=model)
@@ -436,14 +449,12 @@ def leave_one_out_scores(
         .order_by("distance")
         .values_list("verb__name", "distance")[:k_catalogue]
     )
-    anchors: dict[str, list[tuple[float, str, str]]] = {}
-    for verb, distance, confidence in learned:
-        if 1.0 - distance >= p["learned_threshold"]:
-            anchors.setdefault(verb, []).append(((1.0 - distance) * anchor_trust(confidence), "", ""))
-    for verb, distance in catalogue:
-        if 1.0 - distance >= p["min_score"]:
-            anchors.setdefault(verb, []).append((1.0 - distance, "", ""))
-    unseen = unseen_bound(([1.0 - r[1] for r in learned], k_learned), ([1.0 - r[1] for r in catalogue], k_catalogue))
-    scored = verb_anchor_scores(anchors, weights=p["anchor_weights"], unseen=unseen)
+    scored = semantic_scores(
+        learned=[Hit(verb, 1.0 - d, "", None, confidence) for verb, d, confidence in learned],
+        catalogue=[Hit(verb, 1.0 - d, "", None) for verb, d in catalogue],
+        k_learned=k_learned,
+        k_catalogue=k_catalogue,
+        p=p,
+    )
     best = {verb: score for verb, (score, _, _) in scored.items()}
     return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))

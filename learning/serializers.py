@@ -6,21 +6,11 @@ from datetime import timedelta
 from django.conf import settings
 from rest_framework import serializers
 
-from common.validators import USER_ID_RE
+from common.fields import UserIdField
 from learning import selectors
 from learning.importing import FORMATS
 from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, PhraseBlock
 from learning.selectors import STATS_RANGES
-
-
-class UserIdField(serializers.RegexField):
-    def __init__(self, **kwargs):
-        kwargs.setdefault("max_length", 128)
-        super().__init__(
-            USER_ID_RE,
-            error_messages={"invalid": "Malformed user id: use 1-128 letters, digits or _ . : @ -, starting with a letter or digit."},
-            **kwargs,
-        )
 
 
 class ResolveRequestSerializer(serializers.Serializer):
@@ -39,7 +29,15 @@ class CandidateSerializer(serializers.Serializer):
     verb = serializers.CharField()
     score = serializers.FloatField()
     source = serializers.ChoiceField(
-        choices=["user_learned_exact", "user_learned_semantic", "learned_exact", "learned_semantic", "phrase_exact", "phrase_substring", "semantic"]
+        choices=[
+            "user_learned_exact",
+            "user_learned_semantic",
+            "learned_exact",
+            "learned_semantic",
+            "phrase_exact",
+            "phrase_substring",
+            "semantic",
+        ]
     )
     matched_phrase = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
@@ -89,9 +87,7 @@ class DisambiguationConflictSerializer(serializers.Serializer):
     selected_verb = serializers.CharField(allow_null=True)
 
 
-"""Serializers of the learning-governance API (issue 3): candidates, stats, blocklist, corrections, imports."""
-
-
+# Serializers of the learning-governance API: candidates, stats, blocklist, corrections, imports.
 
 
 EXPIRY_RE = re.compile(r"^(\d{1,6})([mhdw])$")
@@ -149,9 +145,26 @@ class LearningCandidateSerializer(serializers.ModelSerializer):
     class Meta:
         model = LearningCandidate
         fields = [
-            "id", "type", "input_pattern", "normalized", "suggested_output", "previous_output", "occurrence_count",
-            "confidence", "source", "risk_level", "rejected_alternatives", "user_id", "status", "explanation",
-            "review_reason", "reviewed_by", "reviewed_by_agent", "reviewed_at", "created_at", "last_seen_at",
+            "id",
+            "type",
+            "input_pattern",
+            "normalized",
+            "suggested_output",
+            "previous_output",
+            "occurrence_count",
+            "confidence",
+            "source",
+            "risk_level",
+            "rejected_alternatives",
+            "user_id",
+            "status",
+            "explanation",
+            "review_reason",
+            "reviewed_by",
+            "reviewed_by_agent",
+            "reviewed_at",
+            "created_at",
+            "last_seen_at",
         ]
         read_only_fields = fields
 
@@ -201,7 +214,9 @@ class BlockCreateSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
     scope = serializers.ChoiceField(choices=["global", "user"], default="global")
     user_id = UserIdField(required=False, allow_null=True)
-    expires_in = ExpiryField(required=False, allow_null=True, help_text="How long the block lasts: 30d, 1w, 24h, 90m. Omit for a permanent block.")
+    expires_in = ExpiryField(
+        required=False, allow_null=True, help_text="How long the block lasts: 30d, 1w, 24h, 90m. Omit for a permanent block."
+    )
 
     def validate(self, attrs):
         if attrs["scope"] == "user" and not attrs.get("user_id"):
@@ -218,7 +233,19 @@ class BlockSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = PhraseBlock
-        fields = ["id", "phrase", "normalized", "verb", "scope", "user_id", "reason", "source", "expires_at", "created_at", "embedded"]
+        fields = [
+            "id",
+            "phrase",
+            "normalized",
+            "verb",
+            "scope",
+            "user_id",
+            "reason",
+            "source",
+            "expires_at",
+            "created_at",
+            "embedded",
+        ]
 
     def get_scope(self, obj) -> str:
         return "user" if obj.user_id else "global"

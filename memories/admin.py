@@ -33,8 +33,11 @@ class TopValuesFilter(admin.SimpleListFilter):
 
     def lookups(self, request, model_admin):
         rows = (
-            model_admin.get_queryset(request).exclude(**{self.field: ""}).values(self.field)
-            .annotate(n=Count("id")).order_by("-n", self.field)[: self.limit]
+            model_admin.get_queryset(request)
+            .exclude(**{self.field: ""})
+            .values(self.field)
+            .annotate(n=Count("id"))
+            .order_by("-n", self.field)[: self.limit]
         )
         values = [(r[self.field], f"{r[self.field]} ({r['n']})") for r in rows]
         current = self.value()
@@ -65,17 +68,53 @@ class MemoryActionForm(ActionForm):
 
 @admin.register(Memory)
 class MemoryAdmin(SimpleHistoryAdmin):
-    list_display = ["id", "short_content", "user_id", "status", "memory_type", "topic", "confidence", "hits", "streak", "version", "embedded", "updated_at"]
+    list_display = [
+        "id",
+        "short_content",
+        "user_id",
+        "status",
+        "memory_type",
+        "topic",
+        "confidence",
+        "hits",
+        "streak",
+        "version",
+        "embedded",
+        "updated_at",
+    ]
     list_filter = ["status", "memory_type", "namespace", UserFilter, TopicFilter, ("embedding", admin.EmptyFieldListFilter)]
     search_fields = ["content", "topic", "user_id"]
     ordering = ["-updated_at"]
     action_form = MemoryActionForm
     actions = ["promote", "deprecate", "purge_deprecated"]
     readonly_fields = [
-        "namespace", "user_id", "memory_type", "topic", "tags", "content", "status", "status_reason", "status_changed_by",
-        "confidence", "hits", "streak", "version", "simhash", "content_sha256", "embedding_model", "embedded",
-        "source_session_id", "source_message_id", "metadata", "supersedes", "version_chain",
-        "verified_at", "deprecated_at", "last_retrieved_at", "created_at", "updated_at",
+        "namespace",
+        "user_id",
+        "memory_type",
+        "topic",
+        "tags",
+        "content",
+        "status",
+        "status_reason",
+        "status_changed_by",
+        "confidence",
+        "hits",
+        "streak",
+        "version",
+        "simhash",
+        "content_sha256",
+        "embedding_model",
+        "embedded",
+        "source_session_id",
+        "source_message_id",
+        "metadata",
+        "supersedes",
+        "version_chain",
+        "verified_at",
+        "deprecated_at",
+        "last_retrieved_at",
+        "created_at",
+        "updated_at",
     ]
     exclude = ["embedding", "embedding_hash"]
 
@@ -148,9 +187,23 @@ class MemoryQuarantineAdmin(admin.ModelAdmin):
     ordering = ["-created_at"]
     actions = ["release", "discard"]
     fields = [
-        "status", "reason", "reason_detail", "finding_kinds", "redacted_preview", "user_id", "namespace", "memory_type",
-        "topic", "tags", "metadata", "source_session_id", "source_message_id", "released_memory", "reviewed_by",
-        "reviewed_at", "created_at",
+        "status",
+        "reason",
+        "reason_detail",
+        "finding_kinds",
+        "redacted_preview",
+        "user_id",
+        "namespace",
+        "memory_type",
+        "topic",
+        "tags",
+        "metadata",
+        "source_session_id",
+        "source_message_id",
+        "released_memory",
+        "reviewed_by",
+        "reviewed_at",
+        "created_at",
     ]
 
     def has_add_permission(self, request):

@@ -41,7 +41,9 @@ class MemoryObserveApi(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         result = memory_observe(
-            user_id=data["user_id"], user_message=data["user_message"], assistant_message=data["assistant_message"],
+            user_id=data["user_id"],
+            user_message=data["user_message"],
+            assistant_message=data["assistant_message"],
             meta=data.get("meta") or {},
         )
         return Response({"decision": result.decision, "memory_id": result.memory_id, "evidence": result.evidence})
@@ -82,7 +84,10 @@ class MemoryOutcomeApi(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         rows = memory_feedback(
-            user_id=data["user_id"], memory_ids=data["memory_ids"], outcome=data["outcome"], reason=data["reason"],
+            user_id=data["user_id"],
+            memory_ids=data["memory_ids"],
+            outcome=data["outcome"],
+            reason=data["reason"],
             namespace=data.get("namespace"),
         )
         return Response({"outcome": data["outcome"], "memories": MemoryStateSerializer(rows, many=True).data})
@@ -100,7 +105,13 @@ class MemorySearchApi(APIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         hits, reason = memory_search_text(
-            query=data["query"], user_id=data["user_id"], mode=data["mode"], limit=data["limit"],
-            include_deprecated=data["include_deprecated"], filters=data.get("filters") or {},
+            query=data["query"],
+            user_id=data["user_id"],
+            mode=data["mode"],
+            limit=data["limit"],
+            include_deprecated=data["include_deprecated"],
+            filters=data.get("filters") or {},
         )
-        return Response({"results": SearchHitSerializer(hits, many=True).data, "degraded": bool(reason), "degraded_reason": reason})
+        return Response(
+            {"results": SearchHitSerializer(hits, many=True).data, "degraded": bool(reason), "degraded_reason": reason}
+        )

@@ -28,12 +28,49 @@ from memories.simhash import tokens
 
 SKIP, MERGE, NEW_VERSION, SAVE = "skip", "merge", "new_version", "save"
 
-_NEGATORS = {"not", "never", "no", "don't", "doesn't", "isn't", "aren't", "can't", "cannot", "won't", "shouldn't",
-             "mustn't", "didn't", "wasn't", "weren't", "without", "avoid", "stop", "disable", "disabled", "nor"}
-_OPPOSITES = [("always", "never"), ("enable", "disable"), ("enabled", "disabled"), ("true", "false"), ("allow", "deny"),
-              ("allowed", "denied"), ("before", "after"), ("on", "off"), ("increase", "decrease"), ("use", "avoid"),
-              ("required", "optional"), ("sync", "async"), ("tabs", "spaces"), ("yes", "no"), ("include", "exclude")]
-_CORRECTION = re.compile(r"(?i)\b(?:no longer|not anymore|instead of|replaced by|replaces|deprecated|is now|are now|actually|changed to|switched to)\b")
+_NEGATORS = {
+    "not",
+    "never",
+    "no",
+    "don't",
+    "doesn't",
+    "isn't",
+    "aren't",
+    "can't",
+    "cannot",
+    "won't",
+    "shouldn't",
+    "mustn't",
+    "didn't",
+    "wasn't",
+    "weren't",
+    "without",
+    "avoid",
+    "stop",
+    "disable",
+    "disabled",
+    "nor",
+}
+_OPPOSITES = [
+    ("always", "never"),
+    ("enable", "disable"),
+    ("enabled", "disabled"),
+    ("true", "false"),
+    ("allow", "deny"),
+    ("allowed", "denied"),
+    ("before", "after"),
+    ("on", "off"),
+    ("increase", "decrease"),
+    ("use", "avoid"),
+    ("required", "optional"),
+    ("sync", "async"),
+    ("tabs", "spaces"),
+    ("yes", "no"),
+    ("include", "exclude"),
+]
+_CORRECTION = re.compile(
+    r"(?i)\b(?:no longer|not anymore|instead of|replaced by|replaces|deprecated|is now|are now|actually|changed to|switched to)\b"
+)
 _NUMBER = re.compile(r"\b\d+(?:[.,]\d+)?\b")
 
 
@@ -121,7 +158,8 @@ def decide(
         return evidence(SKIP, "simhash_same_substance", _nearest(same))
     norm_topic = topic.strip().casefold()
     on_topic = [
-        n for n in neighbours
+        n
+        for n in neighbours
         if n.memory_type == memory_type
         and (
             (norm_topic and n.topic.strip().casefold() == norm_topic)
@@ -134,7 +172,9 @@ def decide(
         return evidence(NEW_VERSION, "contradiction", _nearest(contradicting))
     if near:
         return evidence(MERGE, "simhash", _nearest(near))
-    semantic = [n for n in neighbours if n.memory_type == memory_type and n.similarity is not None and n.similarity >= semantic_threshold]
+    semantic = [
+        n for n in neighbours if n.memory_type == memory_type and n.similarity is not None and n.similarity >= semantic_threshold
+    ]
     if semantic:
         best = max(semantic, key=lambda n: (n.similarity, -n.id))
         return evidence(MERGE, "semantic", best)

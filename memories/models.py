@@ -48,7 +48,11 @@ class Memory(Embedded):
     source_message_id = models.CharField(max_length=200, blank=True, default="")
     metadata = models.JSONField(default=dict, blank=True, help_text="Filter values (saved from the request's filters)")
     supersedes = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="superseded_by",
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="superseded_by",
         help_text="The older version this memory replaced",
     )
     status_reason = models.TextField(blank=True, default="")
@@ -75,9 +79,7 @@ class Memory(Embedded):
             models.CheckConstraint(condition=Q(confidence__gte=0.0) & Q(confidence__lte=1.0), name="memory_confidence_0_1"),
             models.CheckConstraint(condition=Q(tags__contains=[]), name="memory_tags_is_list"),
             models.CheckConstraint(condition=Q(simhash__regex=r"^[0-9a-f]{16}$"), name="memory_simhash_16_hex"),
-            models.CheckConstraint(
-                condition=Q(status__in=["candidate", "verified", "deprecated"]), name="memory_status_valid"
-            ),
+            models.CheckConstraint(condition=Q(status__in=["candidate", "verified", "deprecated"]), name="memory_status_valid"),
         ]
         indexes = [
             hnsw_index("memory_embedding_hnsw"),

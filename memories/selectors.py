@@ -14,9 +14,11 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 from pgvector.django import CosineDistance
 
+from embeddings.embedders import current_model_name, embed_query
+from embeddings.selectors import embedding_rows_needing_work
 from memories.dedupe import Neighbour
 from memories.models import Memory, MemoryRetrieval, MemoryStatus
-from memories.simhash import to_hex
+from memories.simhash import hamming, to_hex
 
 LIVE = [MemoryStatus.VERIFIED, MemoryStatus.CANDIDATE]
 _STATUS_RANK = {MemoryStatus.VERIFIED: 0, MemoryStatus.CANDIDATE: 1, MemoryStatus.DEPRECATED: 2}
@@ -46,11 +48,19 @@ def memory_filter_q(filters: dict | None) -> Q:
     return q
 
 
-# --- dedupe neighbours -----------------------------------------------------------
+# --- Dedupe neighbours ---
 
 
 def memory_neighbours(
-    *, user_id: str, namespace: str, content_sha256: str, simhash: int, vector: np.ndarray | None, model: str, k: int, max_distance: int
+    *,
+    user_id: str,
+    namespace: str,
+    content_sha256: str,
+    simhash: int,
+    vector: np.ndarray | None,
+    model: str,
+    k: int,
+    max_distance: int,
 ) -> list[Neighbour]:
     """The user's live memories that may duplicate a new one: same text, SimHash-near, or nearest by vector."""
     live = memories_of(user_id=user_id, namespace=namespace).filter(status__in=LIVE)
@@ -84,7 +94,6 @@ def memory_neighbours(
                 .values_list("pk", "distance")
             ):
                 similarities[pk] = 1.0 - float(distance)
-    from memories.simhash import hamming
 
     return [
         Neighbour(
@@ -100,7 +109,7 @@ def memory_neighbours(
     ]
 
 
-# --- retrieval -------------------------------------------------------------------
+# --- Retrieval ---
 
 
 @dataclass
@@ -117,7 +126,10 @@ def memory_semantic_candidates(
     out: list[RetrievedMemory] = []
     for status in LIVE:
         rows = (
-            base.filter(status=status).defer("embedding").annotate(distance=CosineDistance("embedding", vector)).order_by("distance")[:k]
+            base.filter(status=status)
+            .defer("embedding")
+            .annotate(distance=CosineDistance("embedding", vector))
+            .order_by("distance")[:k]
         )
         out.extend(RetrievedMemory(m, 1.0 - float(m.distance)) for m in rows if 1.0 - float(m.distance) >= min_score)
     return out
@@ -187,14 +199,11 @@ def memory_block(items: list[RetrievedMemory], *, max_items: int, max_chars: int
 
 
 def memory_last_retrieval(*, user_id: str, namespace: str) -> MemoryRetrieval | None:
-    return (
-        MemoryRetrieval.objects.filter(user_id=user_id, namespace=namespace).order_by("-created_at", "-id").first()
-    )
+    return MemoryRetrieval.objects.filter(user_id=user_id, namespace=namespace).order_by("-created_at", "-id").first()
 
 
 def memories_needing_embedding(*, model: str, user_id: str | None = None, namespace: str | None = None) -> QuerySet[Memory]:
     """Memories whose vector is missing, from another model, or from other text."""
-    from embeddings.selectors import embedding_rows_needing_work
 
     qs = embedding_rows_needing_work(Memory, current_model=model)
     if user_id:
@@ -221,7 +230,7 @@ def memory_version_chain(*, memory: Memory) -> list[Memory]:
     return chain
 
 
-# --- search (API and the search_memories command) --------------------------------
+# --- Search (API and the search_memories command) ---
 
 
 @dataclass
@@ -269,7 +278,9 @@ def memory_search(
         qs = qs.filter(status__in=LIVE)
     hits: dict[int, SearchHit] = {}
     if semantic and vector is not None:
-        rows = qs.filter(embedding_model=model).annotate(distance=CosineDistance("embedding", vector)).order_by("distance")[:limit]
+        rows = (
+            qs.filter(embedding_model=model).annotate(distance=CosineDistance("embedding", vector)).order_by("distance")[:limit]
+        )
         for m in rows:
             sim = 1.0 - float(m.distance)
             if sim >= min_score:
@@ -287,7 +298,9 @@ def memory_search(
                 distance = getattr(m, "distance", None)
                 sim = None if distance is None or m.embedding_model != model else 1.0 - float(distance)
                 hits[m.pk] = SearchHit(m, sim if semantic else None, True)
-    ranked = sorted(hits.values(), key=lambda h: (-h.score, _STATUS_RANK[h.memory.status], -h.memory.updated_at.timestamp(), h.memory.pk))
+    ranked = sorted(
+        hits.values(), key=lambda h: (-h.score, _STATUS_RANK[h.memory.status], -h.memory.updated_at.timestamp(), h.memory.pk)
+    )
     return ranked[:limit]
 
 
@@ -303,8 +316,6 @@ def memory_search_text(
 ) -> tuple[list[SearchHit], str]:
     """Embed the query (when semantic) and search; answers the hits and a degraded reason
     ("embedder_unavailable" when only the substring search could run, "" otherwise)."""
-    from embeddings.embedders import current_model_name
-    from learning.resolution import embed_query
 
     semantic = mode in ("both", "semantic")
     substring = mode in ("both", "substring")
@@ -318,7 +329,15 @@ def memory_search_text(
     filters = dict(filters or {})
     namespace = filters.pop("namespace", None) or namespace
     hits = memory_search(
-        query=query, user_id=user_id, vector=vector, model=model, semantic=semantic, substring=substring,
-        namespace=namespace, include_deprecated=include_deprecated, filters=filters, limit=limit,
+        query=query,
+        user_id=user_id,
+        vector=vector,
+        model=model,
+        semantic=semantic,
+        substring=substring,
+        namespace=namespace,
+        include_deprecated=include_deprecated,
+        filters=filters,
+        limit=limit,
     )
     return hits, reason

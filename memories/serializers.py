@@ -5,7 +5,7 @@ from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from learning.serializers import UserIdField
+from common.fields import UserIdField
 from memories.models import MemoryStatus, MemoryType
 
 NAMESPACE_RE = r"^[a-z][a-z0-9_.\-]{0,59}$"

@@ -19,10 +19,10 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from common.api import ApplicationError, NotFound
+from common.tasks import task_send
 from common.text import text_hash
-from embeddings.embedders import current_model_name
+from embeddings.embedders import current_model_name, embed_query
 from embeddings.services import embeddings_refresh
-from learning.resolution import embed_query
 from memories import write_gate
 from memories.dedupe import MERGE, NEW_VERSION, SAVE, SKIP, decide, semantic_duplicate_threshold
 from memories.extraction import Artifact, extract
@@ -63,7 +63,7 @@ class RetrieveResult:
     retrieval_id: int | None
 
 
-# --- helpers ----------------------------------------------------------------------
+# --- Helpers ---
 
 
 def _namespace(value: str | None) -> str:
@@ -106,11 +106,10 @@ def _embedding_schedule(ids: list[int]) -> None:
     """Embed these memories through the Celery task: now when eager, else after commit. Never raises."""
     if not ids:
         return
-    from memories.tasks import memory_embed
 
     def send():
         try:
-            memory_embed.delay(ids)
+            task_send("memories.tasks.memory_embed", ids)
         except Exception as exc:  # broker down or embedder down: the next retrieval embeds lazily
             logger.warning("memory_embed for %s not run: %s: %s", ids, exc.__class__.__name__, exc)
 
@@ -139,7 +138,7 @@ def _auto_promote(ids: list[int]) -> int:
     )
 
 
-# --- observe ------------------------------------------------------------------------
+# --- Observe ---
 
 
 def memory_observe(*, user_id: str, user_message: str, assistant_message: str, meta: dict | None = None) -> ObserveResult:
@@ -221,12 +220,22 @@ def memory_store(
         with transaction.atomic():
             _lock_user(namespace, user_id)
             neighbours = memory_neighbours(
-                user_id=user_id, namespace=namespace, content_sha256=sha, simhash=fingerprint, vector=vector, model=model,
-                k=settings.MEMORY_DEDUPE_NEIGHBOURS, max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
+                user_id=user_id,
+                namespace=namespace,
+                content_sha256=sha,
+                simhash=fingerprint,
+                vector=vector,
+                model=model,
+                k=settings.MEMORY_DEDUPE_NEIGHBOURS,
+                max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
             )
             decision = decide(
-                content=content, content_sha256=sha, memory_type=artifact.memory_type, topic=artifact.topic,
-                neighbours=neighbours, simhash_max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
+                content=content,
+                content_sha256=sha,
+                memory_type=artifact.memory_type,
+                topic=artifact.topic,
+                neighbours=neighbours,
+                simhash_max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
                 semantic_threshold=semantic_duplicate_threshold(model),
                 topic_threshold=settings.MEMORY_TOPIC_SIMILARITY_THRESHOLD,
             )
@@ -239,10 +248,19 @@ def memory_store(
                     to_embed.append(memory_id)
             else:
                 new = Memory(
-                    namespace=namespace, user_id=user_id, memory_type=artifact.memory_type, topic=artifact.topic,
-                    tags=list(artifact.tags), content=content, status=MemoryStatus.CANDIDATE,
-                    confidence=settings.MEMORY_CANDIDATE_CONFIDENCE, simhash=to_hex(fingerprint), content_sha256=sha,
-                    source_session_id=source_session_id, source_message_id=source_message_id, metadata=metadata,
+                    namespace=namespace,
+                    user_id=user_id,
+                    memory_type=artifact.memory_type,
+                    topic=artifact.topic,
+                    tags=list(artifact.tags),
+                    content=content,
+                    status=MemoryStatus.CANDIDATE,
+                    confidence=settings.MEMORY_CANDIDATE_CONFIDENCE,
+                    simhash=to_hex(fingerprint),
+                    content_sha256=sha,
+                    source_session_id=source_session_id,
+                    source_message_id=source_message_id,
+                    metadata=metadata,
                 )
                 if decision.action == NEW_VERSION:
                     old = Memory.objects.select_for_update().get(pk=decision.target_id)
@@ -254,7 +272,9 @@ def memory_store(
                     old.status_reason = f"superseded by memory {new.pk} (contradicting content)"
                     old.status_changed_by = "dedupe"
                     old.streak = 0
-                    old.save(update_fields=["status", "deprecated_at", "status_reason", "status_changed_by", "streak", "updated_at"])
+                    old.save(
+                        update_fields=["status", "deprecated_at", "status_reason", "status_changed_by", "streak", "updated_at"]
+                    )
                 else:
                     new.save()
                 memory_id = new.pk
@@ -264,7 +284,9 @@ def memory_store(
         existing = memories_of(user_id=user_id, namespace=namespace).filter(status__in=LIVE, content_sha256=sha).first()
         if existing is None:
             raise
-        return ObserveResult(DECISION_NAMES[SKIP], existing.pk, {"rule": "exact", "matched_memory_id": existing.pk, "extractor": extractor})
+        return ObserveResult(
+            DECISION_NAMES[SKIP], existing.pk, {"rule": "exact", "matched_memory_id": existing.pk, "extractor": extractor}
+        )
     _embedding_schedule(to_embed)
     evidence = {
         "rule": decision.rule,
@@ -302,15 +324,19 @@ def _merge(*, memory_id: int, artifact: Artifact, sha: str, fingerprint: int, me
     changed = len(artifact.content) > len(target.content)
     if changed:
         changes.update(
-            content=artifact.content, content_sha256=sha, simhash=to_hex(fingerprint),
-            embedding=None, embedding_model="", embedding_hash="",
+            content=artifact.content,
+            content_sha256=sha,
+            simhash=to_hex(fingerprint),
+            embedding=None,
+            embedding_model="",
+            embedding_hash="",
         )
     Memory.objects.filter(pk=memory_id).update(**changes)
     _auto_promote([memory_id])
     return changed
 
 
-# --- retrieve ------------------------------------------------------------------------
+# --- Retrieve ---
 
 
 def _lazy_embed(*, user_id: str, namespace: str, model: str, other_models: bool = False) -> int:
@@ -344,8 +370,13 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None) ->
 
         def search():
             return memory_semantic_candidates(
-                user_id=user_id, namespace=namespace, vector=vector, model=model, filters=filters,
-                k=settings.MEMORY_RETRIEVE_TOP_K, min_score=settings.MEMORY_RETRIEVE_MIN_SCORE,
+                user_id=user_id,
+                namespace=namespace,
+                vector=vector,
+                model=model,
+                filters=filters,
+                k=settings.MEMORY_RETRIEVE_TOP_K,
+                min_score=settings.MEMORY_RETRIEVE_MIN_SCORE,
             )
 
         items = search()
@@ -356,7 +387,9 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None) ->
             if not items and not memory_has_embedded(user_id=user_id, namespace=namespace, model=model, filters=filters):
                 degraded_reason = "no_embeddings"
     if degraded_reason:
-        items = memory_recent_verified(user_id=user_id, namespace=namespace, filters=filters, limit=settings.MEMORY_RETRIEVE_MAX_ITEMS)
+        items = memory_recent_verified(
+            user_id=user_id, namespace=namespace, filters=filters, limit=settings.MEMORY_RETRIEVE_MAX_ITEMS
+        )
     items.sort(key=lambda i: rank_key(i, settings.MEMORY_SCORE_DECIMALS))
     kept, block = memory_block(items, max_items=settings.MEMORY_RETRIEVE_MAX_ITEMS, max_chars=settings.MEMORY_RETRIEVE_MAX_CHARS)
     ids = [i.memory.pk for i in kept]
@@ -378,7 +411,7 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None) ->
     return RetrieveResult(kept, block, bool(degraded_reason), degraded_reason, retrieval.pk)
 
 
-# --- feedback, promotion, demotion ---------------------------------------------------
+# --- Feedback, promotion, demotion ---
 
 
 def memory_feedback(
@@ -461,7 +494,7 @@ def memory_deprecate(*, memory: Memory, actor: str, reason: str) -> Memory:
     return m
 
 
-# --- quarantine ------------------------------------------------------------------------
+# --- Quarantine ---
 
 
 def quarantine_release(*, item: MemoryQuarantine, actor: str, content: str | None = None) -> ObserveResult:
@@ -481,11 +514,18 @@ def quarantine_release(*, item: MemoryQuarantine, actor: str, content: str | Non
         locked = MemoryQuarantine.objects.select_for_update().get(pk=item.pk)
         if locked.status != QuarantineStatus.PENDING:
             raise ApplicationError(f"This item is already {locked.status}.", field="status")
-        artifact = Artifact(memory_type=locked.memory_type, topic=locked.topic, content=text, tags=list(locked.tags), extractor="reviewer")
+        artifact = Artifact(
+            memory_type=locked.memory_type, topic=locked.topic, content=text, tags=list(locked.tags), extractor="reviewer"
+        )
         result = memory_store(
-            user_id=locked.user_id, namespace=locked.namespace, artifact=artifact, metadata=locked.metadata,
-            source_session_id=locked.source_session_id, source_message_id=locked.source_message_id,
-            extractor="reviewer", quarantine_on_block=False,
+            user_id=locked.user_id,
+            namespace=locked.namespace,
+            artifact=artifact,
+            metadata=locked.metadata,
+            source_session_id=locked.source_session_id,
+            source_message_id=locked.source_message_id,
+            extractor="reviewer",
+            quarantine_on_block=False,
         )
         if result.decision == BLOCKED:  # the topic, tags or filters still hold a secret
             raise ApplicationError(f"Still blocked: {result.evidence.get('message', '')}", field="redacted_preview")
@@ -509,7 +549,7 @@ def quarantine_discard(*, item: MemoryQuarantine, actor: str) -> None:
         raise ApplicationError("This item is not pending any more.", field="status")
 
 
-# --- purge and embedding ----------------------------------------------------------------
+# --- Purge and embedding ---
 
 
 def memories_purge_deprecated(*, older_than: timedelta, user_id: str | None = None, dry_run: bool = False) -> dict:

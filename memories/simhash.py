@@ -30,7 +30,7 @@ def tokens(text: str) -> list[str]:
 def features(text: str) -> Counter:
     words = tokens(text)
     feats = Counter(words)
-    feats.update(f"{a} {b}" for a, b in zip(words, words[1:]))
+    feats.update(f"{a} {b}" for a, b in zip(words, words[1:], strict=False))
     return feats
 
 

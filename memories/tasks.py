@@ -4,6 +4,9 @@ import logging
 
 from celery import shared_task
 
+from memories.models import Memory
+from memories.services import memories_embed, memories_purge_deprecated
+
 logger = logging.getLogger(__name__)
 
 
@@ -11,19 +14,16 @@ logger = logging.getLogger(__name__)
 def memory_embed(self, memory_ids: list[int]) -> int:
     """Embed new or changed memories. On a worker, retried when the embedder is down;
     eager (the embedded default) it gives up quietly and the next retrieval embeds them lazily."""
-    from memories.services import memories_embed
 
     wanted = len(memory_ids)
     done = memories_embed(memory_ids=memory_ids)
     if done < wanted and not self.request.is_eager:
-        from memories.models import Memory
-
         if Memory.objects.filter(pk__in=memory_ids, embedding__isnull=True).exists():
             raise self.retry()
     return done
 
 
-# --- Memories (issue 5, mem): periodic purge -----------------------------------
+# --- Memories: periodic purge ---
 
 
 @shared_task(ignore_result=True)
@@ -32,8 +32,6 @@ def memory_purge_deprecated_task() -> dict:
     from datetime import timedelta
 
     from django.conf import settings
-
-    from memories.services import memories_purge_deprecated
 
     counts = memories_purge_deprecated(older_than=timedelta(days=settings.MEMORY_PURGE_DEFAULT_DAYS))
     logger.info("purged %(memories)d deprecated memories and %(retrievals)d retrieval logs", counts)

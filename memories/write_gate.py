@@ -52,7 +52,7 @@ class GateResult:
         return sorted({f.kind for f in self.findings})
 
 
-# --- secrets ------------------------------------------------------------------
+# --- Secrets ---
 
 _PLACEHOLDER = re.compile(
     r"^(?:<[^>]*>|\$\{[^}]*\}|\$[A-Z_][A-Z0-9_]*|%\(?[\w]+\)?s?|\{\{[^}]*\}\}|\*+|x{3,}|\.{3,}|…|"
@@ -74,7 +74,12 @@ _PROSE_NOT_A_SECRET = set(
 )
 
 _SECRET_PATTERNS: list[tuple[str, re.Pattern]] = [
-    ("private_key_block", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|$)")),
+    (
+        "private_key_block",
+        re.compile(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|$)"
+        ),
+    ),
     ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b")),
     ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})\b")),
     ("gitlab_token", re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}\b")),
@@ -92,13 +97,14 @@ _SECRET_PATTERNS: list[tuple[str, re.Pattern]] = [
     # scheme://user:password@host (the password part must be non-empty)
     ("credentialed_url", re.compile(r"\b[a-z][a-z0-9+.\-]*://[^\s:/@]*:[^\s@/]+@[^\s/]+", re.IGNORECASE)),
     # ADO/JDBC style: Password=...; / AccountKey=...; / SharedAccessKey=...
-    ("connection_string_secret", re.compile(r"(?i)\b(?:password|pwd|accountkey|sharedaccesskey|sharedaccesssignature)\s*=\s*[^;\s\"']{3,}")),
+    (
+        "connection_string_secret",
+        re.compile(r"(?i)\b(?:password|pwd|accountkey|sharedaccesskey|sharedaccesssignature)\s*=\s*[^;\s\"']{3,}"),
+    ),
 ]
 
 _KV_NAMES = r"[\w.\-]*?(?:password|passwd|passphrase|pwd|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key|auth[_\-]?token|access[_\-]?token|refresh[_\-]?token|client[_\-]?secret|token|credentials?)[\w.\-]*"
-_KEY_VALUE = re.compile(
-    rf"(?i)(?<![\w])(?P<name>{_KV_NAMES})[\"']?\s*(?::=|=>|=|:)\s*(?P<q>[\"']?)(?P<value>[^\s\"',;]+)(?P=q)"
-)
+_KEY_VALUE = re.compile(rf"(?i)(?<![\w])(?P<name>{_KV_NAMES})[\"']?\s*(?::=|=>|=|:)\s*(?P<q>[\"']?)(?P<value>[^\s\"',;]+)(?P=q)")
 _PROSE_PASSWORD = re.compile(
     r"(?i)\b(?P<name>password|passphrase|passcode|passwd|pin|pin code|secret key|api key|access key|token)"
     r"(?:\s+(?:for|to|of|on)(?:\s+[\w.@\-]+){1,3}?)?\s+(?:is now|is set to|was set to|was changed to|is still|is|was|=|are|:|reads|became)\s+"
@@ -204,7 +210,7 @@ def redact(text: str) -> str:
     return "".join(pieces)
 
 
-# --- unstable facts -------------------------------------------------------------
+# --- Unstable facts ---
 
 _CODE = re.compile(r"```[\s\S]*?```|`[^`\n]*`")
 _UNSTABLE_PATTERNS: list[tuple[str, re.Pattern]] = [
@@ -218,10 +224,21 @@ _UNSTABLE_PATTERNS: list[tuple[str, re.Pattern]] = [
             r"earlier today|later today|just now|currently at|these days)(?![\w(])"
         ),
     ),
-    ("price", re.compile(r"(?:[€£¥₹]\s?\d[\d,]*(?:\.\d+)?|\$\s?\d{1,3}(?:,\d{3})+(?:\.\d+)?|\$\s?\d+\.\d{2}\b|\$\s?\d{2,}(?![\w]))")),
+    (
+        "price",
+        re.compile(r"(?:[€£¥₹]\s?\d[\d,]*(?:\.\d+)?|\$\s?\d{1,3}(?:,\d{3})+(?:\.\d+)?|\$\s?\d+\.\d{2}\b|\$\s?\d{2,}(?![\w]))"),
+    ),
     ("price", re.compile(r"(?i)\b\d[\d,]*(?:\.\d+)?\s?(?:usd|eur|gbp|jpy|chf|dollars?|euros?|pounds sterling|bucks|cents)\b")),
-    ("price", re.compile(r"(?i)\b(?:price|costs?|priced at|fee)\s+(?:is|was|of|are|at|now|currently)?\s*(?:about|around|only)?\s*[$€£¥]?\d")),
-    ("balance", re.compile(r"(?i)\b(?:balance|available funds|account total)\b[^.\n]{0,30}?(?:is|of|was|shows|at|:)\s*[$€£¥]?-?\d")),
+    (
+        "price",
+        re.compile(
+            r"(?i)\b(?:price|costs?|priced at|fee)\s+(?:is|was|of|are|at|now|currently)?\s*(?:about|around|only)?\s*[$€£¥]?\d"
+        ),
+    ),
+    (
+        "balance",
+        re.compile(r"(?i)\b(?:balance|available funds|account total)\b[^.\n]{0,30}?(?:is|of|was|shows|at|:)\s*[$€£¥]?-?\d"),
+    ),
 ]
 
 
@@ -234,7 +251,7 @@ def unstable_findings(text: str) -> list[Finding]:
     return out
 
 
-# --- too short / too specific ---------------------------------------------------
+# --- Too short / too specific ---
 
 _WORDS = re.compile(r"[^\s]+")
 _SPECIFIC = [
@@ -261,7 +278,7 @@ def size_findings(text: str, *, min_chars: int, min_words: int, max_specific_rat
     return []
 
 
-# --- the gate --------------------------------------------------------------------
+# --- The gate ---
 
 _MESSAGES = {
     SECRET: "The lesson contains a secret ({kinds}); it was quarantined with the secret redacted.",

@@ -1,4 +1,6 @@
-"""Shared fixtures. Tests run on PostgreSQL + pgvector (embedded unless DATABASE_URL is set) with the real local model."""
+"""Shared fixtures and helpers. Tests run on PostgreSQL + pgvector (embedded unless DATABASE_URL is set) with the real local model."""
+
+import os
 
 import numpy as np
 import pytest
@@ -6,14 +8,28 @@ from rest_framework.test import APIClient
 
 from agents.models import Scope
 from agents.services import agent_key_create
+from common.text import text_hash
 from embeddings.embedders import EmbeddingError, get_embedder, set_embedder
+from feedback.models import Execution, Proposal
+from feedback.services.reviews import Reviewer, proposal_create, proposal_modify, proposal_reject
 from learning.catalogue import VerbEntry
 from learning.services.catalogue import verb_catalogue_load
+from memories.models import Memory
+from memories.services import memories_embed
+from memories.simhash import simhash_hex
 
 CATALOGUE = [
     VerbEntry("cbu.list", "cbu", "List CBUs", "List client business units.", ["list all cbus", "show my client business units"]),
-    VerbEntry("cbu.create", "cbu", "Create a CBU", "Open a new client business unit.", ["create a cbu", "open a new client business unit"]),
-    VerbEntry("cbu.delete", "cbu", "Delete a CBU", "Remove a client business unit.", ["delete a cbu", "remove a client business unit"]),
+    VerbEntry(
+        "cbu.create",
+        "cbu",
+        "Create a CBU",
+        "Open a new client business unit.",
+        ["create a cbu", "open a new client business unit"],
+    ),
+    VerbEntry(
+        "cbu.delete", "cbu", "Delete a CBU", "Remove a client business unit.", ["delete a cbu", "remove a client business unit"]
+    ),
     VerbEntry("document.search", "document", "Search documents", "Find documents.", ["search documents", "find a document"]),
     VerbEntry("email.send", "email", "Send an email", "Send an email.", ["send an email", "email my manager"]),
 ]
@@ -82,3 +98,172 @@ def embed():
         return get_embedder().embed(normalize_phrase(text))
 
     return _embed
+
+
+# --- learning: the disambiguation catalogue ----------------------------------------
+
+# "list all cbus" is NOT a catalogue phrase here, so it comes back ambiguous.
+CBU_CATALOGUE = [
+    VerbEntry(
+        "cbu.list", "cbu", "List CBUs", "List client business units.", ["cbu overview", "which client business units do I have"]
+    ),
+    VerbEntry(
+        "cbu.create",
+        "cbu",
+        "Create a CBU",
+        "Open a new client business unit.",
+        ["create a cbu", "open a new client business unit"],
+    ),
+    VerbEntry(
+        "cbu.delete", "cbu", "Delete a CBU", "Remove a client business unit.", ["delete a cbu", "remove a client business unit"]
+    ),
+    VerbEntry("cbu.show", "cbu", "Show a CBU", "Show one client business unit.", ["show cbu details", "open the cbu record"]),
+    VerbEntry("document.search", "document", "Search documents", "Find documents.", ["search documents", "find a document"]),
+    VerbEntry("email.send", "email", "Send an email", "Send an email.", ["send an email", "email my manager"]),
+]
+
+# A smaller CBU catalogue: list, show and delete.
+CBU_VERBS = [
+    VerbEntry(
+        "cbu.list", "cbu", "List CBUs", "List client business units.", ["cbu overview", "which client business units do I have"]
+    ),
+    VerbEntry("cbu.show", "cbu", "Show a CBU", "Show one client business unit.", ["show cbu details", "open the cbu record"]),
+    VerbEntry(
+        "cbu.delete", "cbu", "Delete a CBU", "Remove a client business unit.", ["delete a cbu", "remove a client business unit"]
+    ),
+]
+
+
+@pytest.fixture
+def cbus(db):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+
+
+# --- feedback: proposals and executions ----------------------------------------------
+
+REVIEWER = Reviewer(source="command")
+
+
+def make_proposal(agent, action="email.send", confidence=0.9, **body):
+    return proposal_create(
+        agent=agent, action=action, proposed_action=body or {"to": "ceo@example.com"}, reasoning={"confidence": confidence}
+    )
+
+
+def reject_n(agent, n, action="email.send", notes="never email the CEO", category="", corrected=None):
+    """Reject n new proposals of the agent (or, with corrected, modify them): n mistakes of one kind."""
+    for _ in range(n):
+        p = make_proposal(agent, action=action)
+        if corrected:
+            proposal_modify(proposal=p, reviewer=REVIEWER, modified_action=corrected, notes=notes, mistake_category=category)
+        else:
+            proposal_reject(proposal=p, reviewer=REVIEWER, notes=notes, mistake_category=category)
+
+
+def fill_history(action, agent, completed=0, rejected=0, modified_completed=0, exec_ok=0, exec_bad=0):
+    """Bulk-create the agent's finished proposals and executions of one action (the evidence for autonomy)."""
+    P = Proposal
+    rows = [
+        P(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=0.9, status="completed")
+        for _ in range(completed)
+    ]
+    rows += [
+        P(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=0.9, status="rejected")
+        for _ in range(rejected)
+    ]
+    rows += [
+        P(
+            agent=agent,
+            action=action,
+            proposed_action={},
+            reasoning={},
+            confidence=0.9,
+            status="completed",
+            modified_action={"x": 1},
+        )
+        for _ in range(modified_completed)
+    ]
+    P.objects.bulk_create(rows)
+    Execution.objects.bulk_create(
+        [Execution(agent=agent, action=action, confidence=0.9, success=True) for _ in range(exec_ok)]
+        + [
+            Execution(agent=agent, action=action, confidence=0.9, success=True, review_outcome="incorrect")
+            for _ in range(exec_bad)
+        ]
+    )
+
+
+# --- memories -------------------------------------------------------------------------
+
+OBSERVE = "/api/v1/memories/observe"
+RETRIEVE = "/api/v1/memories/retrieve"
+OUTCOME = "/api/v1/memories/outcome"
+SEARCH = "/api/v1/memories/search"
+
+LOG_LESSONS = [
+    "Rotate the application logs with logrotate every night and keep fourteen compressed copies.",
+    "Application log files are rotated by logrotate; the config lives in the etc logrotate directory.",
+    "When logs fill the disk, check that logrotate ran and that the app reopened its log file.",
+    "Ship application logs to the central log server over TLS using the rsyslog forwarder.",
+    "Log rotation for nginx is handled by its own logrotate snippet, not by the app.",
+    "Keep debug logging off in production, it fills the log volume in hours.",
+    "Use structured JSON logs so the log pipeline can index request ids.",
+    "Archive rotated logs older than thirty days to cold storage.",
+]
+
+
+def make_memory(user="alice", content="Always run the database migrations before deploying the web application.", **kw):
+    defaults = dict(
+        user_id=user,
+        content=content,
+        memory_type="pattern",
+        topic=kw.pop("topic", "deploy"),
+        simhash=simhash_hex(content),
+        content_sha256=text_hash(content),
+    )
+    defaults.update(kw)
+    return Memory.objects.create(**defaults)
+
+
+def seed_memories(user="alice", texts=LOG_LESSONS, status="candidate", **kw):
+    """Save the texts as the user's memories, with embeddings."""
+    rows = [make_memory(user=user, content=t, status=status, topic=f"logs {i}", **kw) for i, t in enumerate(texts)]
+    memories_embed(memory_ids=[r.pk for r in rows])
+    return rows
+
+
+# --- a real browser (headless Chromium through Playwright) ---------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture
+def browser_page(monkeypatch):
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM reads are still synchronous.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    # The live server answers each request on a new thread: close its connection when the request ends.
+    from django.db import connections
+
+    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.set_default_timeout(20_000)
+        yield page
+        browser.close()
+        # ORM calls made while Playwright's loop runs may have opened a connection in another context: close it.
+        connections.close_all()
+    connections.close_all()

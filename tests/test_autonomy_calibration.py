@@ -1,4 +1,4 @@
-"""Issue 7: calibration buckets, ECE against a hand-computed example and a reference implementation, EMA, admin diagram."""
+"""Calibration buckets, ECE against a hand-computed example and a reference implementation, EMA, admin diagram."""
 
 from datetime import timedelta
 
@@ -20,10 +20,14 @@ pytestmark = pytest.mark.django_db
 
 
 def add_proposals(agent, action, confidence, successes, failures, failed_status="rejected"):
-    rows = [Proposal(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=confidence, status="completed")
-            for _ in range(successes)]
-    rows += [Proposal(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=confidence, status=failed_status)
-             for _ in range(failures)]
+    rows = [
+        Proposal(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=confidence, status="completed")
+        for _ in range(successes)
+    ]
+    rows += [
+        Proposal(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=confidence, status=failed_status)
+        for _ in range(failures)
+    ]
     Proposal.objects.bulk_create(rows)
 
 
@@ -33,18 +37,18 @@ def data(db):
     agent = Agent.objects.create(name="cal")
     send = Action.objects.create(name="email.send")
     crm = Action.objects.create(name="crm.update")
-    add_proposals(agent, send, 0.95, 8, 12)           # bucket .9-1: n=20, conf .95, success .40, gap +.55
-    add_proposals(agent, crm, 0.8, 8, 2, "failed")    # bucket .7-.9: n=10, conf .80, success .80, gap 0
-    add_proposals(agent, send, 0.6, 5, 0)             # bucket .5-.7: n=5 < 10: shown, not counted
-    Execution.objects.bulk_create(                    # bucket 0-.5: n=10, conf .30, success .60, gap -.30
-        [Execution(agent=agent, action=crm, confidence=0.3, success=True) for _ in range(4)]            # unreviewed ok: success
+    add_proposals(agent, send, 0.95, 8, 12)  # bucket .9-1: n=20, conf .95, success .40, gap +.55
+    add_proposals(agent, crm, 0.8, 8, 2, "failed")  # bucket .7-.9: n=10, conf .80, success .80, gap 0
+    add_proposals(agent, send, 0.6, 5, 0)  # bucket .5-.7: n=5 < 10: shown, not counted
+    Execution.objects.bulk_create(  # bucket 0-.5: n=10, conf .30, success .60, gap -.30
+        [Execution(agent=agent, action=crm, confidence=0.3, success=True) for _ in range(4)]  # unreviewed ok: success
         + [Execution(agent=agent, action=crm, confidence=0.3, success=True, review_outcome="correct") for _ in range(2)]
         + [Execution(agent=agent, action=crm, confidence=0.3, success=True, review_outcome="incorrect") for _ in range(3)]
         + [Execution(agent=agent, action=crm, confidence=0.3, success=False)]
     )
     Proposal.objects.create(agent=agent, action=send, proposed_action={}, reasoning={}, confidence=0.99)  # pending: ignored
     old = Proposal.objects.create(agent=agent, action=send, proposed_action={}, reasoning={}, confidence=0.99, status="rejected")
-    Proposal.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=31))         # outside the window
+    Proposal.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=31))  # outside the window
     return agent
 
 
@@ -66,8 +70,15 @@ def test_buckets_and_ece_match_the_hand_computed_answer(data):
     overall = records[0]
     assert overall.action_id is None and overall.window_days == 30
     b = {(x["low"], x["high"]): x for x in overall.buckets}
-    assert b[(0.9, 1.0)] == {"low": 0.9, "high": 1.0, "count": 20, "mean_confidence": 0.95, "success_rate": 0.4,
-                             "gap": 0.55, "counted": True}
+    assert b[(0.9, 1.0)] == {
+        "low": 0.9,
+        "high": 1.0,
+        "count": 20,
+        "mean_confidence": 0.95,
+        "success_rate": 0.4,
+        "gap": 0.55,
+        "counted": True,
+    }
     assert (b[(0.7, 0.9)]["count"], b[(0.7, 0.9)]["success_rate"], b[(0.7, 0.9)]["gap"]) == (10, 0.8, 0.0)
     assert (b[(0.5, 0.7)]["count"], b[(0.5, 0.7)]["counted"]) == (5, False)
     assert (b[(0.0, 0.5)]["count"], b[(0.0, 0.5)]["success_rate"], b[(0.0, 0.5)]["gap"]) == (10, 0.6, -0.3)
@@ -170,6 +181,3 @@ def test_reliability_diagram_draws_in_a_browser(live_server, browser_page):
     trend = page.evaluate("Chart.getChart(document.getElementById('ece-trend')).data.datasets[0].data")
     assert points == 2 and len(trend) == 2 and trend[0] == pytest.approx(record.ece, abs=1e-4)
     assert errors == []
-
-
-from tests.test_dis_console import browser_page  # noqa: F401 (the shared headless Chromium fixture)

@@ -1,4 +1,4 @@
-"""Issue 7: learning cycles (episodes with ordered events), the per-agent lock, command views, a real Celery worker."""
+"""Autonomy cycles (episodes with ordered events), the per-agent lock, command views, a real Celery worker."""
 
 import os
 import subprocess
@@ -18,8 +18,8 @@ from django.db import connection
 
 from actions.models import Action
 from agents.models import Agent
-from autonomy.models import LearningEpisode
-from autonomy.services import LOCK_NAMESPACE_CYCLE, learning_cycle_run
+from autonomy.models import Episode
+from autonomy.services import LOCK_NAMESPACE_CYCLE, autonomy_cycle_run
 from feedback.models import CorrectionRule, MistakePattern, Proposal
 from feedback.services.reviews import Reviewer, proposal_create, proposal_reject
 
@@ -35,7 +35,10 @@ def seed(agent_name="cycler"):
         proposal_reject(proposal=p, reviewer=REVIEWER, notes="never email the CEO")
     crm = Action.objects.create(name="crm.update", autonomy_level=1)
     Proposal.objects.bulk_create(
-        [Proposal(agent=agent, action=crm, proposed_action={}, reasoning={}, confidence=0.9, status="completed") for _ in range(25)]
+        [
+            Proposal(agent=agent, action=crm, proposed_action={}, reasoning={}, confidence=0.9, status="completed")
+            for _ in range(25)
+        ]
     )
     return agent
 
@@ -43,8 +46,15 @@ def seed(agent_name="cycler"):
 def check_episode(episode, agent):
     assert episode.agent_id == agent.pk and episode.status == "completed" and episode.finished_at is not None
     kinds = list(episode.events.order_by("seq").values_list("kind", flat=True))
-    assert kinds == ["pattern_detected", "mistake_detection", "rule_created", "calibration", "transition_proposed",
-                     "autonomy_evaluation", "summary"]
+    assert kinds == [
+        "pattern_detected",
+        "mistake_detection",
+        "rule_created",
+        "calibration",
+        "transition_proposed",
+        "autonomy_evaluation",
+        "summary",
+    ]
     assert list(episode.events.order_by("seq").values_list("seq", flat=True)) == list(range(1, 8))
     assert episode.summary["patterns_new"] == 1 and episode.summary["rules_created"] == 1
     assert episode.summary["transitions_proposed"] == 1
@@ -56,16 +66,16 @@ def check_episode(episode, agent):
 @pytest.mark.django_db
 def test_cycle_records_one_episode_with_ordered_events():
     agent = seed()
-    out = StringIO()
-    call_command("run_learning_cycle", "--agent", str(agent.pk), stdout=out)
-    episode = LearningEpisode.objects.get()
+    stdout = StringIO()
+    call_command("run_autonomy_cycle", "--agent", str(agent.pk), stdout=stdout)
+    episode = Episode.objects.get()
     check_episode(episode, agent)
-    assert f"Episode #{episode.pk}" in out.getvalue()
+    assert f"Episode #{episode.pk}" in stdout.getvalue()
     # a second cycle finds nothing new and says so
-    second = learning_cycle_run(agent_id=agent.pk)
+    second = autonomy_cycle_run(agent_id=agent.pk)
     assert second.summary["patterns_new"] == 0 and second.summary["rules_created"] == 0
     with pytest.raises(CommandError):
-        call_command("run_learning_cycle", "--agent", "nobody")
+        call_command("run_autonomy_cycle", "--agent", "nobody")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -85,54 +95,54 @@ def test_a_cycle_already_running_for_the_agent_is_skipped():
     t.start()
     try:
         assert held.wait(10)
-        assert learning_cycle_run(agent_id=agent.pk) is None
-        assert LearningEpisode.objects.count() == 0
+        assert autonomy_cycle_run(agent_id=agent.pk) is None
+        assert Episode.objects.count() == 0
     finally:
         release.set()
         t.join()
-    assert learning_cycle_run(agent_id=agent.pk).status == "completed"
+    assert autonomy_cycle_run(agent_id=agent.pk).status == "completed"
 
 
 @pytest.mark.django_db
 def test_learning_command_views_print_tables():
     agent = seed()
-    out = StringIO()
-    call_command("learning", "feedback", agent.name, stdout=out)
-    assert "action" in out.getvalue() and "rejection" in out.getvalue() and "never email the CEO" in out.getvalue()
-    out = StringIO()
-    call_command("learning", "mistakes", str(agent.pk), stdout=out)
-    assert "1 new" in out.getvalue() and "email.send" in out.getvalue() and "active" in out.getvalue()
-    out = StringIO()
-    call_command("learning", "calibrate", agent.name, stdout=out)
-    assert "bucket" in out.getvalue() and "0.9-1.0" in out.getvalue() and "ECE" in out.getvalue()
-    out = StringIO()
-    call_command("learning", "autonomy", "crm.update", stdout=out)
-    assert "Proposed transition" in out.getvalue() and "1→2" in out.getvalue()
-    out = StringIO()
-    call_command("learning", "full-cycle", agent.name, stdout=out)
-    assert "rule_created" in out.getvalue() and "Summary:" in out.getvalue()
+    stdout = StringIO()
+    call_command("autonomy_report", "feedback", agent.name, stdout=stdout)
+    assert "action" in stdout.getvalue() and "rejection" in stdout.getvalue() and "never email the CEO" in stdout.getvalue()
+    stdout = StringIO()
+    call_command("autonomy_report", "mistakes", str(agent.pk), stdout=stdout)
+    assert "1 new" in stdout.getvalue() and "email.send" in stdout.getvalue() and "active" in stdout.getvalue()
+    stdout = StringIO()
+    call_command("autonomy_report", "calibrate", agent.name, stdout=stdout)
+    assert "bucket" in stdout.getvalue() and "0.9-1.0" in stdout.getvalue() and "ECE" in stdout.getvalue()
+    stdout = StringIO()
+    call_command("autonomy_report", "autonomy", "crm.update", stdout=stdout)
+    assert "Proposed transition" in stdout.getvalue() and "1→2" in stdout.getvalue()
+    stdout = StringIO()
+    call_command("autonomy_report", "full-cycle", agent.name, stdout=stdout)
+    assert "rule_created" in stdout.getvalue() and "Summary:" in stdout.getvalue()
     with pytest.raises(CommandError):
-        call_command("learning", "calibrate", agent.name, "--window-days", "0")
+        call_command("autonomy_report", "calibrate", agent.name, "--window-days", "0")
     with pytest.raises(CommandError):
-        call_command("learning", "autonomy", "no.such")
+        call_command("autonomy_report", "autonomy", "no.such")
 
 
 def test_beat_schedule_runs_cycles_for_all_agents():
-    entry = settings.CELERY_BEAT_SCHEDULE["learning-cycle-all-agents"]
-    assert entry["task"] == "autonomy.tasks.learning_cycle_all" and entry["schedule"] > 0
+    entry = settings.CELERY_BEAT_SCHEDULE["autonomy-cycle-all-agents"]
+    assert entry["task"] == "autonomy.cycle_all" and entry["schedule"] > 0
     from autonomy import tasks
 
-    assert tasks.learning_cycle_all.name == entry["task"]
+    assert tasks.autonomy_cycle_all.name == entry["task"]
 
 
 @pytest.mark.django_db
 def test_all_agents_task_runs_eagerly_without_a_broker():
     seed("one")
     Agent.objects.create(name="two")
-    from autonomy.tasks import learning_cycle_all
+    from autonomy.tasks import autonomy_cycle_all
 
-    assert learning_cycle_all.apply().get() == 2
-    assert LearningEpisode.objects.filter(status="completed").count() == 2
+    assert autonomy_cycle_all.apply().get() == 2
+    assert Episode.objects.filter(status="completed").count() == 2
 
 
 REDIS_URL = os.environ.get("CELERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -147,32 +157,59 @@ def test_a_real_celery_worker_runs_a_cycle():
     try:
         redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
     except redis.RedisError as exc:
-        pytest.fail(f"Redis is not reachable at {REDIS_URL} ({exc}); start it (redis-server --port 6379) — "
-                    "this test needs a real broker and must not be skipped.")
+        pytest.fail(
+            f"Redis is not reachable at {REDIS_URL} ({exc}); start it (redis-server --port 6379) — "
+            "this test needs a real broker and must not be skipped."
+        )
     agent = seed()
     db_name = connection.settings_dict["NAME"]
-    queue = f"out-test-{uuid.uuid4().hex[:8]}"
-    env = dict(os.environ, CELERY_BROKER_URL=REDIS_URL, CELERY_RESULT_BACKEND=REDIS_URL, EMBEDDED_DB_NAME=db_name,
-               DJANGO_SETTINGS_MODULE="config.settings", CELERY_TASK_ALWAYS_EAGER="0", LOG_LEVEL="INFO")
+    queue = f"cycle-test-{uuid.uuid4().hex[:8]}"
+    env = dict(
+        os.environ,
+        CELERY_BROKER_URL=REDIS_URL,
+        CELERY_RESULT_BACKEND=REDIS_URL,
+        EMBEDDED_DB_NAME=db_name,
+        DJANGO_SETTINGS_MODULE="config.settings",
+        CELERY_TASK_ALWAYS_EAGER="0",
+        LOG_LEVEL="INFO",
+    )
     if os.environ.get("DATABASE_URL"):  # point the worker at the test database on the same server
         u = urlparse(os.environ["DATABASE_URL"])
         env["DATABASE_URL"] = urlunparse(u._replace(path="/" + db_name))
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-Q", queue, "-n", f"{queue}@%h",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool=solo",
+            "-Q",
+            queue,
+            "-n",
+            f"{queue}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel=INFO",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
-    client = Celery("out-test", broker=REDIS_URL, backend=REDIS_URL)
+    client = Celery("cycle-test", broker=REDIS_URL, backend=REDIS_URL)
     try:
-        result = client.send_task("autonomy.tasks.learning_cycle", args=[agent.pk, "celery"], queue=queue)
+        result = client.send_task("autonomy.cycle", args=[agent.pk, "celery"], queue=queue)
         try:
             answer = result.get(timeout=120)
         except Exception:
             log.seek(0)
             pytest.fail(f"the worker did not run the cycle; its log:\n{log.read()[-4000:]}")
         assert answer["skipped"] is False and answer["status"] == "completed"
-        episode = LearningEpisode.objects.get(pk=answer["episode"])
+        episode = Episode.objects.get(pk=answer["episode"])
         assert episode.trigger == "celery"
         check_episode(episode, agent)
         assert worker.poll() is None  # the worker is still up: it was a real separate process

@@ -1,4 +1,4 @@
-"""Issue 7: autonomy evaluation at the threshold edges, human approval exactly once, audit trail."""
+"""Autonomy evaluation at the threshold edges, human approval exactly once, audit trail."""
 
 import threading
 
@@ -11,8 +11,7 @@ from agents.models import Agent
 from autonomy.models import AutonomyTransition
 from autonomy.services import autonomy_decision, autonomy_evaluate, autonomy_transition_approve, autonomy_transition_reject
 from common.api import ApplicationError, Conflict
-from feedback.models import Execution, Proposal
-from tests.conftest import make_client
+from tests.conftest import fill_history, make_client
 
 pytestmark = pytest.mark.django_db
 
@@ -20,35 +19,21 @@ pytestmark = pytest.mark.django_db
 @pytest.mark.parametrize(
     "level, n, success, rejection, expected",
     [
-        (1, 21, 0.96, 0.04, 2),      # promotion: all three conditions hold
+        (1, 21, 0.96, 0.04, 2),  # promotion: all three conditions hold
         (2, 21, 0.96, 0.04, 3),
-        (3, 500, 1.0, 0.0, None),    # never above 3
-        (1, 20, 0.96, 0.04, None),   # samples must be MORE than 20
-        (1, 21, 0.95, 0.04, None),   # success must be ABOVE 95%
-        (1, 21, 0.96, 0.05, None),   # rejection must be BELOW 5%
-        (2, 10, 0.79, 0.0, 1),       # demotion: success below 80%
-        (2, 10, 0.80, 0.20, None),   # exactly at the edges: keep
-        (3, 10, 0.85, 0.21, 2),      # demotion: rejection above 20%
-        (1, 50, 0.10, 0.90, None),   # never below 1
-        (2, 9, 0.10, 0.90, None),    # too few samples to demote (AUTONOMY_DEMOTE_MIN_SAMPLES=10)
+        (3, 500, 1.0, 0.0, None),  # never above 3
+        (1, 20, 0.96, 0.04, None),  # samples must be MORE than 20
+        (1, 21, 0.95, 0.04, None),  # success must be ABOVE 95%
+        (1, 21, 0.96, 0.05, None),  # rejection must be BELOW 5%
+        (2, 10, 0.79, 0.0, 1),  # demotion: success below 80%
+        (2, 10, 0.80, 0.20, None),  # exactly at the edges: keep
+        (3, 10, 0.85, 0.21, 2),  # demotion: rejection above 20%
+        (1, 50, 0.10, 0.90, None),  # never below 1
+        (2, 9, 0.10, 0.90, None),  # too few samples to demote (AUTONOMY_DEMOTE_MIN_SAMPLES=10)
     ],
 )
 def test_thresholds_at_their_edges(level, n, success, rejection, expected):
     assert autonomy_decision(level=level, samples=n, success_rate=success, rejection_rate=rejection) == expected
-
-
-def fill(action, agent, completed=0, rejected=0, modified_completed=0, exec_ok=0, exec_bad=0):
-    P = Proposal
-    rows = [P(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=0.9, status="completed")
-            for _ in range(completed)]
-    rows += [P(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=0.9, status="rejected") for _ in range(rejected)]
-    rows += [P(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=0.9, status="completed",
-               modified_action={"x": 1}) for _ in range(modified_completed)]
-    P.objects.bulk_create(rows)
-    Execution.objects.bulk_create(
-        [Execution(agent=agent, action=action, confidence=0.9, success=True) for _ in range(exec_ok)]
-        + [Execution(agent=agent, action=action, confidence=0.9, success=True, review_outcome="incorrect") for _ in range(exec_bad)]
-    )
 
 
 @pytest.fixture
@@ -58,11 +43,11 @@ def agent(db):
 
 def test_evaluation_proposes_with_evidence_and_never_applies(agent):
     send = Action.objects.create(name="email.send", autonomy_level=1)
-    fill(send, agent, completed=15, exec_ok=6)  # 21 samples, 100% success
+    fill_history(send, agent, completed=15, exec_ok=6)  # 21 samples, 100% success
     crm = Action.objects.create(name="crm.update", autonomy_level=1)
-    fill(crm, agent, completed=20)               # only 20: no promotion
+    fill_history(crm, agent, completed=20)  # only 20: no promotion
     risky = Action.objects.create(name="db.drop", autonomy_level=3)
-    fill(risky, agent, completed=7, rejected=1, modified_completed=1, exec_bad=1)  # success 70%, rejection 30%
+    fill_history(risky, agent, completed=7, rejected=1, modified_completed=1, exec_bad=1)  # success 70%, rejection 30%
     result = autonomy_evaluate()
     by_action = {t.action.name: t for t in result["proposed"]}
     assert set(by_action) == {"email.send", "db.drop"}
@@ -86,7 +71,7 @@ def test_evaluation_proposes_with_evidence_and_never_applies(agent):
 
 def test_approval_through_the_api_applies_once_and_decisions_are_final(agent):
     send = Action.objects.create(name="email.send", autonomy_level=1)
-    fill(send, agent, completed=25)
+    fill_history(send, agent, completed=25)
     (t,) = autonomy_evaluate()["proposed"]
     plain = make_client(["resolve", "feedback"], name="plain-agent")
     assert plain.post(f"/api/v1/autonomy/transitions/{t.pk}/approve", {}, format="json").status_code == 403
@@ -110,7 +95,7 @@ def test_approval_through_the_api_applies_once_and_decisions_are_final(agent):
 
 def test_rejected_transition_cannot_be_approved(agent):
     send = Action.objects.create(name="email.send", autonomy_level=1)
-    fill(send, agent, completed=25)
+    fill_history(send, agent, completed=25)
     (t,) = autonomy_evaluate()["proposed"]
     autonomy_transition_reject(transition=t, notes="not yet")
     with pytest.raises(Conflict):
@@ -121,7 +106,7 @@ def test_rejected_transition_cannot_be_approved(agent):
 
 def test_approval_refused_when_the_level_changed_since(agent):
     send = Action.objects.create(name="email.send", autonomy_level=1)
-    fill(send, agent, completed=25)
+    fill_history(send, agent, completed=25)
     (t,) = autonomy_evaluate()["proposed"]
     Action.objects.filter(pk=send.pk).update(autonomy_level=3)
     with pytest.raises(Conflict) as exc:
@@ -136,7 +121,7 @@ def test_approval_refused_when_the_level_changed_since(agent):
 def test_two_concurrent_approvals_apply_exactly_once():
     agent = Agent.objects.create(name="ops")
     send = Action.objects.create(name="email.send", autonomy_level=1)
-    fill(send, agent, completed=25)
+    fill_history(send, agent, completed=25)
     (t,) = autonomy_evaluate()["proposed"]
     users = [User.objects.create_user(f"rev{i}", password="pw-1234-xyz") for i in range(2)]
     history_before = send.history.count()
@@ -167,9 +152,9 @@ def test_two_concurrent_approvals_apply_exactly_once():
 
 def test_admin_approval_and_bulk(agent, client):
     send = Action.objects.create(name="email.send", autonomy_level=1)
-    fill(send, agent, completed=25)
+    fill_history(send, agent, completed=25)
     crm = Action.objects.create(name="crm.update", autonomy_level=1)
-    fill(crm, agent, completed=25)
+    fill_history(crm, agent, completed=25)
     t1, t2 = sorted(autonomy_evaluate()["proposed"], key=lambda t: t.action.name)
     admin = User.objects.create_superuser("boss", "b@example.com", "pw-1234-xyz")
     client.force_login(admin)

@@ -33,9 +33,9 @@ def write(tmp_path, name, text):
 
 
 def test_load_verbs_from_file(tmp_path):
-    out = StringIO()
-    call_command("load_verbs", str(write(tmp_path, "a.yaml", GOOD)), stdout=out)
-    assert "verbs created: 2" in out.getvalue()
+    stdout = StringIO()
+    call_command("load_verbs", str(write(tmp_path, "a.yaml", GOOD)), stdout=stdout)
+    assert "verbs created: 2" in stdout.getvalue()
     verb = Verb.objects.get(name="cbu.create")
     assert verb.domain == "cbu" and verb.display_name == "Create a CBU"
     phrases = VerbPhrase.objects.filter(verb=verb)
@@ -85,25 +85,33 @@ def test_backfill_embeds_missing_and_stale_rows(catalogue, failing_embedder):
     learned_phrase_upsert(phrase="no vector yet", verb=catalogue["cbu.list"])
     set_embedder(None)
     stale_model = LearnedPhrase.objects.create(
-        phrase="old model", normalized="old model", verb=catalogue["cbu.list"], embedding=[0.1] * 384,
-        embedding_model="some-other-model", embedding_hash=text_hash("old model"),
+        phrase="old model",
+        normalized="old model",
+        verb=catalogue["cbu.list"],
+        embedding=[0.1] * 384,
+        embedding_model="some-other-model",
+        embedding_hash=text_hash("old model"),
     )
     stale_text = LearnedPhrase.objects.create(
-        phrase="edited text", normalized="edited text", verb=catalogue["cbu.list"], embedding=[0.1] * 384,
-        embedding_model=current_model_name(), embedding_hash=text_hash("the text before the edit"),
+        phrase="edited text",
+        normalized="edited text",
+        verb=catalogue["cbu.list"],
+        embedding=[0.1] * 384,
+        embedding_model=current_model_name(),
+        embedding_hash=text_hash("the text before the edit"),
     )
-    out = StringIO()
-    call_command("backfill_embeddings", "--no-progress", stdout=out)
-    assert "embedded: 3, failed: 0" in out.getvalue()
+    stdout = StringIO()
+    call_command("backfill_embeddings", "--no-progress", stdout=stdout)
+    assert "embedded: 3, failed: 0" in stdout.getvalue()
     for row in LearnedPhrase.objects.all():
         assert row.embedding_model == current_model_name()
         assert row.embedding_hash == text_hash(row.normalized)
     stale_model.refresh_from_db()
     assert abs(stale_model.embedding[0] - 0.1) > 1e-6 or abs(stale_model.embedding[1] - 0.1) > 1e-6
     # nothing left: a second run is a no-op
-    out = StringIO()
-    call_command("backfill_embeddings", "--no-progress", stdout=out)
-    assert "embedded: 0, failed: 0" in out.getvalue()
+    stdout = StringIO()
+    call_command("backfill_embeddings", "--no-progress", stdout=stdout)
+    assert "embedded: 0, failed: 0" in stdout.getvalue()
     assert stale_text.pk
 
 
@@ -122,19 +130,19 @@ def test_backfill_counts_failures_and_exits_non_zero(catalogue):
 
     set_embedder(BrokenBatches())
     try:
-        out = StringIO()
+        stdout = StringIO()
         with pytest.raises(CommandError, match="could not be embedded"):
-            call_command("backfill_embeddings", "--no-progress", stdout=out)
-        assert "failed: 1" in out.getvalue()
+            call_command("backfill_embeddings", "--no-progress", stdout=stdout)
+        assert "failed: 1" in stdout.getvalue()
     finally:
         set_embedder(None)
     assert LearnedPhrase.objects.get(normalized="x y").embedding is None
 
 
 def test_create_agent_key_prints_key_once_and_stores_hash(capsys):
-    out = StringIO()
-    call_command("create_agent_key", "planner", "--scopes", "resolve,governance", stdout=out, stderr=StringIO())
-    raw = out.getvalue().strip()
+    stdout = StringIO()
+    call_command("create_agent_key", "planner", "--scopes", "resolve,governance", stdout=stdout, stderr=StringIO())
+    raw = stdout.getvalue().strip()
     key = ApiKey.objects.get(agent__name="planner")
     assert raw.startswith(f"alg_{key.prefix}_")
     assert key.scopes == ["governance", "resolve"]

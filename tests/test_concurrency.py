@@ -22,10 +22,7 @@ from learning.models import DisambiguationRequest, LearnedPhrase, LearningCandid
 from learning.services.candidates import candidate_record
 from learning.services.catalogue import verb_catalogue_load
 from learning.services.phrases import learned_phrase_upsert
-from tests.conftest import make_client
-from tests.test_autonomy_transitions import fill
-from tests.test_isolation import VERBS
-from tests.test_outcomes_patterns import reject_n
+from tests.conftest import CBU_VERBS, fill_history, make_client, reject_n
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WRITERS = 50
@@ -55,7 +52,7 @@ def run_concurrently(fn, n=WRITERS):
 
 
 def test_fifty_writers_on_one_learned_phrase(db):
-    verb_catalogue_load(entries=VERBS)
+    verb_catalogue_load(entries=CBU_VERBS)
     from learning.models import Verb
 
     verbs = list(Verb.objects.order_by("name"))
@@ -68,18 +65,20 @@ def test_fifty_writers_on_one_learned_phrase(db):
 
 
 def test_fifty_writers_on_one_candidate(db):
-    verb_catalogue_load(entries=VERBS)
+    verb_catalogue_load(entries=CBU_VERBS)
     _, errors, _ = run_concurrently(
-        lambda i: candidate_record(input_pattern="units please", suggested_output="cbu.list", user_id=None, source="test", confidence=0.1)
+        lambda i: candidate_record(
+            input_pattern="units please", suggested_output="cbu.list", user_id=None, source="test", confidence=0.1
+        )
     )
     assert errors == []
     (row,) = LearningCandidate.objects.filter(normalized="units please", suggested_output="cbu.list")
     assert row.occurrence_count == WRITERS
-    assert abs(row.confidence - (1 - 0.9 ** WRITERS)) < 1e-6
+    assert abs(row.confidence - (1 - 0.9**WRITERS)) < 1e-6
 
 
 def test_fifty_answers_to_one_disambiguation_request(db):
-    verb_catalogue_load(entries=VERBS)
+    verb_catalogue_load(entries=CBU_VERBS)
     agent = make_client(["resolve", "feedback"], name="agent-a")
     body = agent.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "alice"}, format="json").json()
     assert body["outcome"] == "ambiguous"
@@ -89,7 +88,9 @@ def test_fifty_answers_to_one_disambiguation_request(db):
     def answer(i):
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=auth)
-        return client.post(f"/api/v1/disambiguations/{body['request_id']}/select", {"selected_verb": verbs[i % len(verbs)]}, format="json").status_code
+        return client.post(
+            f"/api/v1/disambiguations/{body['request_id']}/select", {"selected_verb": verbs[i % len(verbs)]}, format="json"
+        ).status_code
 
     codes, errors, _ = run_concurrently(answer)
     assert errors == []
@@ -112,7 +113,7 @@ def test_fifty_concurrent_detection_runs_on_one_pattern(db):
 def test_fifty_approvals_of_one_transition_apply_once(db):
     agent = Agent.objects.create(name="ops")
     send = Action.objects.create(name="email.send", autonomy_level=1)
-    fill(send, agent, completed=25)
+    fill_history(send, agent, completed=25)
     (transition,) = autonomy_evaluate()["proposed"]
     reviewers = [get_user_model().objects.create_user(f"rev{i}", password="pw-1234-xyz") for i in range(WRITERS)]
 

@@ -13,7 +13,7 @@ import psutil
 import psycopg
 import pytest
 
-from config import embedded_db
+from common import embedded_db
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,17 +40,20 @@ def postmasters(pgdata: Path) -> list[psutil.Process]:
 
 
 START = (
-    "import sys; sys.path.insert(0, {root!r}); from config import embedded_db; "
+    "import sys; sys.path.insert(0, {root!r}); from common import embedded_db; "
     "s = embedded_db.ensure_server({pgdata!r}); embedded_db.ensure_database(s, 'racey'); print(s)"
 )
 
 
 def test_many_processes_starting_at_once_share_one_server(pgdata):
     code = START.format(root=str(ROOT), pgdata=str(pgdata))
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
     outputs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
-    sockets = {out.strip() for out, _ in outputs}
+    sockets = {stdout.strip() for stdout, _ in outputs}
     assert len(sockets) == 1
     assert len(postmasters(pgdata)) == 1
     with psycopg.connect(host=sockets.pop(), dbname="racey", user="postgres") as conn:

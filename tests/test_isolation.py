@@ -8,18 +8,12 @@ import pytest
 
 from actions.models import Action
 from feedback.models import FeedbackRecord, Proposal
-from learning.catalogue import VerbEntry
 from learning.models import DisambiguationRequest
 from learning.services.catalogue import verb_catalogue_load
-from tests.conftest import make_client
+from tests.conftest import CBU_VERBS, make_client
 
 pytestmark = pytest.mark.django_db
 
-VERBS = [
-    VerbEntry("cbu.list", "cbu", "List CBUs", "List client business units.", ["cbu overview", "which client business units do I have"]),
-    VerbEntry("cbu.show", "cbu", "Show a CBU", "Show one client business unit.", ["show cbu details", "open the cbu record"]),
-    VerbEntry("cbu.delete", "cbu", "Delete a CBU", "Remove a client business unit.", ["delete a cbu", "remove a client business unit"]),
-]
 LESSON = {
     "user_message": "How do I rotate the staging database credentials safely?",
     "assistant_message": "Use the vault rotate command for the staging role, then restart the workers so they pick up the new lease.",
@@ -29,24 +23,48 @@ LESSON = {
 
 @pytest.fixture
 def world(db):
-    verb_catalogue_load(entries=VERBS)
+    verb_catalogue_load(entries=CBU_VERBS)
     a = make_client(["resolve", "feedback"], name="agent-a")
     b = make_client(["resolve", "feedback"], name="agent-b")
     gov_b = make_client(["resolve", "feedback", "governance"], name="agent-b-reviewer")
     # Agent A, user alice: a proposal, an execution, feedback, an open disambiguation and a memory.
     Action.objects.update_or_create(name="email.send", defaults={"autonomy_level": 2})
-    proposal = a.post("/api/v1/proposals", {"action": "email.send", "proposed_action": {"to": "x@example.com"}, "reasoning": {"confidence": 0.9}}, format="json").json()
-    execution = a.post("/api/v1/executions", {"action": "email.send", "params": {"to": "x@example.com"}, "reasoning": {"why": "asked"}, "confidence": 0.9, "success": True}, format="json")
+    proposal = a.post(
+        "/api/v1/proposals",
+        {"action": "email.send", "proposed_action": {"to": "x@example.com"}, "reasoning": {"confidence": 0.9}},
+        format="json",
+    ).json()
+    execution = a.post(
+        "/api/v1/executions",
+        {
+            "action": "email.send",
+            "params": {"to": "x@example.com"},
+            "reasoning": {"why": "asked"},
+            "confidence": 0.9,
+            "success": True,
+        },
+        format="json",
+    )
     assert execution.status_code == 201, execution.content
-    override = a.post("/api/v1/overrides", {"action": "email.send", "original_action": {"to": "x"}, "corrected_action": {"to": "y"}, "explanation": "wrong address"}, format="json")
+    override = a.post(
+        "/api/v1/overrides",
+        {"action": "email.send", "original_action": {"to": "x"}, "corrected_action": {"to": "y"}, "explanation": "wrong address"},
+        format="json",
+    )
     assert override.status_code in (200, 201), override.content
     resolved = a.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "alice"}, format="json").json()
     assert resolved["outcome"] == "ambiguous", resolved
     observed = a.post("/api/v1/memories/observe", {"user_id": "alice", **LESSON}, format="json").json()
     assert observed["decision"] == "saved", observed
     return {
-        "a": a, "b": b, "gov_b": gov_b, "proposal": proposal["id"], "execution": execution.json()["id"],
-        "request_id": resolved["request_id"], "options": [o["verb"] for o in resolved["options"]], "memory": observed["memory_id"],
+        "a": a,
+        "b": b,
+        "gov_b": gov_b,
+        "proposal": proposal["id"],
+        "execution": execution.json()["id"],
+        "request_id": resolved["request_id"],
+        "options": [o["verb"] for o in resolved["options"]],
+        "memory": observed["memory_id"],
     }
 
 
@@ -89,7 +107,9 @@ def test_user_bob_sees_none_of_alice_memories(world):
     r = a.post("/api/v1/memories/search", {"user_id": "bob", "query": "vault rotate"}, format="json")
     assert r.status_code == 200
     assert all(item["id"] != world["memory"] for item in r.json().get("items", r.json().get("results", [])))
-    r = a.post("/api/v1/memories/outcome", {"user_id": "bob", "memory_ids": [world["memory"]], "outcome": "success"}, format="json")
+    r = a.post(
+        "/api/v1/memories/outcome", {"user_id": "bob", "memory_ids": [world["memory"]], "outcome": "success"}, format="json"
+    )
     assert r.status_code == 404
     r = a.post("/api/v1/memories/retrieve", {"user_id": "alice", "query": "rotate staging database credentials"}, format="json")
     assert [i["id"] for i in r.json()["items"]] == [world["memory"]]
@@ -115,7 +135,11 @@ def test_keys_without_governance_cannot_govern(world):
 
 def test_governance_key_reviews_but_never_its_own_agents_work(world):
     gov_b = world["gov_b"]
-    own = gov_b.post("/api/v1/proposals", {"action": "email.send", "proposed_action": {"to": "z@example.com"}, "reasoning": {"confidence": 0.5}}, format="json").json()
+    own = gov_b.post(
+        "/api/v1/proposals",
+        {"action": "email.send", "proposed_action": {"to": "z@example.com"}, "reasoning": {"confidence": 0.5}},
+        format="json",
+    ).json()
     assert gov_b.post(f"/api/v1/proposals/{own['id']}/approve", {}, format="json").status_code == 403
     r = gov_b.post(f"/api/v1/proposals/{world['proposal']}/reject", {"review_notes": "wrong recipient"}, format="json")
     assert r.status_code == 200, r.content

@@ -9,7 +9,7 @@ short.
 
 from django.db.backends.postgresql import base
 
-from config import embedded_db
+from common import embedded_db
 
 
 class DatabaseWrapper(base.DatabaseWrapper):

@@ -77,7 +77,9 @@ UPDATE feedback_feedbackrecord fr
 """
 
 
-def mistake_patterns_detect(*, agent_id: int | None = None, window_days: int | None = None, min_count: int | None = None) -> DetectionResult:
+def mistake_patterns_detect(
+    *, agent_id: int | None = None, window_days: int | None = None, min_count: int | None = None
+) -> DetectionResult:
     """Group negative feedback by (agent, action, category) in the database; 3+ make or update a pattern.
 
     One INSERT … ON CONFLICT DO UPDATE aggregates with GROUP BY (no Python loop over
@@ -115,7 +117,12 @@ def mistake_patterns_detect(*, agent_id: int | None = None, window_days: int | N
         result.linked_records = cur.rowcount
     logger.info(
         "mistake detection (agent=%s, %s days, min %s): %s new, %s updated patterns, %s records linked",
-        agent_id, window_days, min_count, len(result.created), len(result.updated), result.linked_records,
+        agent_id,
+        window_days,
+        min_count,
+        len(result.created),
+        len(result.updated),
+        result.linked_records,
     )
     return result
 

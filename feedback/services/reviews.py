@@ -1,23 +1,23 @@
 """Writes of proposals, executions, outcomes and manual overrides; each writes its feedback record in the same transaction."""
 
 import logging
-import math
 from dataclasses import dataclass
 
 from django.db import transaction
 from django.utils import timezone
 from rest_framework import status
 
+from actions.models import Action, AutonomyLevel
+from actions.services import action_name_validate, action_register
 from common.api import ApplicationError, Conflict, NotFound
+from common.validation import confidence_validate
 from feedback.delta import delta_is_empty, json_clean, json_delta
 from feedback.models import PROPOSAL_TRANSITIONS, Execution, FeedbackRecord, FeedbackType, Proposal, ProposalStatus, ReviewOutcome
 
-# --- out: proposals, executions, outcomes, feedback records, mistake patterns (issues 6-7) ---
+# --- Proposals, executions, outcomes, feedback records, mistake patterns ---
 # Every change that causes feedback writes its FeedbackRecord inside the SAME
 # transaction.atomic() block, so the admin, the API and commands (which all call
 # these services) can never leave a change without its record or the reverse.
-
-
 
 
 logger = logging.getLogger(__name__)
@@ -38,14 +38,6 @@ class Reviewer:
     user: object | None = None
     key: object | None = None
     source: str = "api"  # api, admin, admin_bulk, command
-
-
-def confidence_validate(value, *, field: str = "confidence") -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ApplicationError("Confidence must be a number in [0, 1].", field=field)
-    if not 0.0 <= float(value) <= 1.0:
-        raise ApplicationError(f"Confidence must be in [0, 1], not {value}.", field=field)
-    return float(value)
 
 
 def _json_object(value, *, field: str) -> dict:
@@ -69,9 +61,7 @@ def _explanation(value: str, field: str = "review_notes") -> str:
 
 
 def _feedback_create(*, reviewer: Reviewer, **fields) -> FeedbackRecord:
-    return FeedbackRecord.objects.create(
-        created_by=reviewer.user, created_by_key=reviewer.key, source=reviewer.source, **fields
-    )
+    return FeedbackRecord.objects.create(created_by=reviewer.user, created_by_key=reviewer.key, source=reviewer.source, **fields)
 
 
 def _locked(model, pk, *, agent=None):
@@ -105,12 +95,13 @@ def _pk(obj_or_pk) -> int:
 
 def proposal_create(*, agent, action: str, proposed_action: dict, reasoning: dict) -> Proposal:
     """Record a proposal; an action not yet in the catalogue is registered at level 1 (propose only)."""
-    from actions.services import action_register
 
     proposed_action = _json_object(proposed_action, field="proposed_action")
     reasoning = _json_object(reasoning, field="reasoning")
     if "confidence" not in reasoning:
-        raise ApplicationError("reasoning.confidence is required: the agent's confidence in [0, 1].", field="reasoning.confidence")
+        raise ApplicationError(
+            "reasoning.confidence is required: the agent's confidence in [0, 1].", field="reasoning.confidence"
+        )
     confidence = confidence_validate(reasoning["confidence"], field="reasoning.confidence")
     with transaction.atomic():
         action_obj = action_register(name=action)
@@ -128,7 +119,12 @@ def proposal_approve(*, proposal, reviewer: Reviewer, notes: str = "") -> Propos
         _check_not_self_review(obj, reviewer)
         _check_transition(obj, ProposalStatus.APPROVED)
         obj.status = ProposalStatus.APPROVED
-        obj.review_notes, obj.reviewed_by, obj.reviewed_by_key, obj.reviewed_at = notes, reviewer.user, reviewer.key, timezone.now()
+        obj.review_notes, obj.reviewed_by, obj.reviewed_by_key, obj.reviewed_at = (
+            notes,
+            reviewer.user,
+            reviewer.key,
+            timezone.now(),
+        )
         obj.save(update_fields=["status", "review_notes", "reviewed_by", "reviewed_by_key", "reviewed_at"])
     return obj
 
@@ -141,17 +137,31 @@ def proposal_reject(*, proposal, reviewer: Reviewer, notes: str = "", mistake_ca
         _check_not_self_review(obj, reviewer)
         _check_transition(obj, ProposalStatus.REJECTED)
         obj.status = ProposalStatus.REJECTED
-        obj.review_notes, obj.reviewed_by, obj.reviewed_by_key, obj.reviewed_at = notes, reviewer.user, reviewer.key, timezone.now()
+        obj.review_notes, obj.reviewed_by, obj.reviewed_by_key, obj.reviewed_at = (
+            notes,
+            reviewer.user,
+            reviewer.key,
+            timezone.now(),
+        )
         obj.save(update_fields=["status", "review_notes", "reviewed_by", "reviewed_by_key", "reviewed_at"])
         _feedback_create(
-            reviewer=reviewer, agent_id=obj.agent_id, action_id=obj.action_id, proposal=obj,
-            feedback_type=FeedbackType.REJECTION, original_action=obj.proposed_action, human_explanation=notes,
-            agent_confidence=obj.confidence, action_context=obj.reasoning, mistake_category=category,
+            reviewer=reviewer,
+            agent_id=obj.agent_id,
+            action_id=obj.action_id,
+            proposal=obj,
+            feedback_type=FeedbackType.REJECTION,
+            original_action=obj.proposed_action,
+            human_explanation=notes,
+            agent_confidence=obj.confidence,
+            action_context=obj.reasoning,
+            mistake_category=category,
         )
     return obj
 
 
-def proposal_modify(*, proposal, reviewer: Reviewer, modified_action: dict, notes: str = "", mistake_category: str = "") -> Proposal:
+def proposal_modify(
+    *, proposal, reviewer: Reviewer, modified_action: dict, notes: str = "", mistake_category: str = ""
+) -> Proposal:
     """pending → modified, with a ``correction`` record carrying the computed delta."""
     modified_action = _json_object(modified_action, field="modified_action")
     notes, category = _explanation(notes), _category(mistake_category)
@@ -161,27 +171,53 @@ def proposal_modify(*, proposal, reviewer: Reviewer, modified_action: dict, note
         _check_transition(obj, ProposalStatus.MODIFIED)
         delta = json_delta(obj.proposed_action, modified_action)
         if delta_is_empty(delta):
-            raise ApplicationError("The modified action is the same as the proposed one; approve it instead.", field="modified_action")
+            raise ApplicationError(
+                "The modified action is the same as the proposed one; approve it instead.", field="modified_action"
+            )
         obj.status, obj.modified_action = ProposalStatus.MODIFIED, modified_action
-        obj.review_notes, obj.reviewed_by, obj.reviewed_by_key, obj.reviewed_at = notes, reviewer.user, reviewer.key, timezone.now()
+        obj.review_notes, obj.reviewed_by, obj.reviewed_by_key, obj.reviewed_at = (
+            notes,
+            reviewer.user,
+            reviewer.key,
+            timezone.now(),
+        )
         obj.save(update_fields=["status", "modified_action", "review_notes", "reviewed_by", "reviewed_by_key", "reviewed_at"])
         _feedback_create(
-            reviewer=reviewer, agent_id=obj.agent_id, action_id=obj.action_id, proposal=obj,
-            feedback_type=FeedbackType.CORRECTION, original_action=obj.proposed_action, corrected_action=modified_action,
-            correction_delta=delta, human_explanation=notes, agent_confidence=obj.confidence,
-            action_context=obj.reasoning, mistake_category=category,
+            reviewer=reviewer,
+            agent_id=obj.agent_id,
+            action_id=obj.action_id,
+            proposal=obj,
+            feedback_type=FeedbackType.CORRECTION,
+            original_action=obj.proposed_action,
+            corrected_action=modified_action,
+            correction_delta=delta,
+            human_explanation=notes,
+            agent_confidence=obj.confidence,
+            action_context=obj.reasoning,
+            mistake_category=category,
         )
     return obj
 
 
 def proposal_outcome_record(
-    *, agent, proposal_id: int, success: bool, result=None, error: str = "", explanation: str = "",
-    mistake_category: str = "", reviewer: Reviewer | None = None,
+    *,
+    agent,
+    proposal_id: int,
+    success: bool,
+    result=None,
+    error: str = "",
+    explanation: str = "",
+    mistake_category: str = "",
+    reviewer: Reviewer | None = None,
 ) -> Proposal:
     """approved/modified → completed or failed; a failure writes an ``outcome_failure`` record."""
     if not isinstance(success, bool):
         raise ApplicationError("success must be true or false.", field="success")
-    error, explanation, category = _explanation(error, "error"), _explanation(explanation, "explanation"), _category(mistake_category)
+    error, explanation, category = (
+        _explanation(error, "error"),
+        _explanation(explanation, "explanation"),
+        _category(mistake_category),
+    )
     reviewer = reviewer or Reviewer(source="api")
     with transaction.atomic():
         obj = _locked(Proposal, proposal_id, agent=agent)
@@ -192,21 +228,33 @@ def proposal_outcome_record(
         obj.save(update_fields=["status", "outcome_result", "outcome_error", "completed_at"])
         if not success:
             _feedback_create(
-                reviewer=reviewer, agent_id=obj.agent_id, action_id=obj.action_id, proposal=obj,
-                feedback_type=FeedbackType.OUTCOME_FAILURE, original_action=obj.modified_action or obj.proposed_action,
-                human_explanation=explanation or error, agent_confidence=obj.confidence,
-                action_context={"reasoning": obj.reasoning, "result": result, "error": error}, mistake_category=category,
+                reviewer=reviewer,
+                agent_id=obj.agent_id,
+                action_id=obj.action_id,
+                proposal=obj,
+                feedback_type=FeedbackType.OUTCOME_FAILURE,
+                original_action=obj.modified_action or obj.proposed_action,
+                human_explanation=explanation or error,
+                agent_confidence=obj.confidence,
+                action_context={"reasoning": obj.reasoning, "result": result, "error": error},
+                mistake_category=category,
             )
     return obj
 
 
 def execution_create(
-    *, agent, action: str, params: dict, reasoning: dict, confidence=None, success: bool, result=None,
-    error: str = "", duration_ms: int | None = None,
+    *,
+    agent,
+    action: str,
+    params: dict,
+    reasoning: dict,
+    confidence=None,
+    success: bool,
+    result=None,
+    error: str = "",
+    duration_ms: int | None = None,
 ) -> Execution:
     """Record an action the agent ran alone; only actions at level 2 or 3 may run without a proposal."""
-    from actions.models import Action, AutonomyLevel
-    from actions.services import action_name_validate
 
     name = action_name_validate(action)
     params = _json_object(params, field="params")
@@ -226,17 +274,31 @@ def execution_create(
     if level < AutonomyLevel.ACT_REVIEWED:
         raise Conflict(
             f"Action {name} is at autonomy level {level} (propose only); submit a proposal instead.",
-            field="action", code="not_autonomous", extra={"autonomy_level": int(level)},
+            field="action",
+            code="not_autonomous",
+            extra={"autonomy_level": int(level)},
         )
     with transaction.atomic():
         return Execution.objects.create(
-            agent=agent, action=action_obj, params=params, reasoning=reasoning, confidence=confidence,
-            success=success, result=json_clean(result), error=_explanation(error, "error"), duration_ms=duration_ms,
+            agent=agent,
+            action=action_obj,
+            params=params,
+            reasoning=reasoning,
+            confidence=confidence,
+            success=success,
+            result=json_clean(result),
+            error=_explanation(error, "error"),
+            duration_ms=duration_ms,
         )
 
 
 def execution_review(
-    *, execution, reviewer: Reviewer, outcome: str, notes: str = "", corrected_action: dict | None = None,
+    *,
+    execution,
+    reviewer: Reviewer,
+    outcome: str,
+    notes: str = "",
+    corrected_action: dict | None = None,
     mistake_category: str = "",
 ) -> Execution:
     """Review an execution once: ``correct`` (positive record) or ``incorrect`` (negative record)."""
@@ -250,19 +312,26 @@ def execution_review(
         _check_not_self_review(obj, reviewer)
         if obj.review_outcome:
             raise Conflict(
-                f"Execution {obj.pk} was already reviewed {obj.review_outcome}.", field="outcome",
-                code="already_reviewed", extra={"current_status": obj.review_outcome},
+                f"Execution {obj.pk} was already reviewed {obj.review_outcome}.",
+                field="outcome",
+                code="already_reviewed",
+                extra={"current_status": obj.review_outcome},
             )
         obj.review_outcome, obj.review_notes = outcome, notes
         obj.reviewed_by, obj.reviewed_by_key, obj.reviewed_at = reviewer.user, reviewer.key, timezone.now()
         obj.save(update_fields=["review_outcome", "review_notes", "reviewed_by", "reviewed_by_key", "reviewed_at"])
         incorrect = outcome == ReviewOutcome.INCORRECT
         _feedback_create(
-            reviewer=reviewer, agent_id=obj.agent_id, action_id=obj.action_id, execution=obj,
+            reviewer=reviewer,
+            agent_id=obj.agent_id,
+            action_id=obj.action_id,
+            execution=obj,
             feedback_type=FeedbackType.EXECUTION_INCORRECT if incorrect else FeedbackType.EXECUTION_CORRECT,
-            original_action=obj.params, corrected_action=corrected_action if incorrect else None,
+            original_action=obj.params,
+            corrected_action=corrected_action if incorrect else None,
             correction_delta=json_delta(obj.params, corrected_action) if incorrect and corrected_action is not None else None,
-            human_explanation=notes, agent_confidence=obj.confidence,
+            human_explanation=notes,
+            agent_confidence=obj.confidence,
             action_context={"reasoning": obj.reasoning, "success": obj.success, "error": obj.error},
             mistake_category=category if incorrect else "",
         )
@@ -270,13 +339,20 @@ def execution_review(
 
 
 def manual_override_record(
-    *, agent, action: str, original_action: dict, corrected_action: dict, explanation: str = "",
-    confidence=None, context: dict | None = None, proposal_id: int | None = None, execution_id: int | None = None,
-    mistake_category: str = "", reviewer: Reviewer | None = None,
+    *,
+    agent,
+    action: str,
+    original_action: dict,
+    corrected_action: dict,
+    explanation: str = "",
+    confidence=None,
+    context: dict | None = None,
+    proposal_id: int | None = None,
+    execution_id: int | None = None,
+    mistake_category: str = "",
+    reviewer: Reviewer | None = None,
 ) -> FeedbackRecord:
     """A human overrode what the agent did or was about to do (``POST /api/v1/overrides``)."""
-    from actions.models import Action
-    from actions.services import action_name_validate
 
     name = action_name_validate(action)
     original_action = _json_object(original_action, field="original_action")
@@ -305,8 +381,17 @@ def manual_override_record(
         if confidence is None:
             confidence = (proposal or execution).confidence if (proposal or execution) else None
         return _feedback_create(
-            reviewer=reviewer, agent=agent, action=action_obj, proposal=proposal, execution=execution,
-            feedback_type=FeedbackType.MANUAL_OVERRIDE, original_action=original_action,
-            corrected_action=corrected_action, correction_delta=delta, human_explanation=explanation,
-            agent_confidence=confidence, action_context=context, mistake_category=category,
+            reviewer=reviewer,
+            agent=agent,
+            action=action_obj,
+            proposal=proposal,
+            execution=execution,
+            feedback_type=FeedbackType.MANUAL_OVERRIDE,
+            original_action=original_action,
+            corrected_action=corrected_action,
+            correction_delta=delta,
+            human_explanation=explanation,
+            agent_confidence=confidence,
+            action_context=context,
+            mistake_category=category,
         )

@@ -10,7 +10,7 @@ from django.utils import timezone
 from simple_history.utils import bulk_create_with_history
 
 from common.api import Conflict, NotFound
-from feedback.models import CorrectionRule, CorrectionRuleStatus
+from feedback.models import CorrectionRule, CorrectionRuleStatus, FeedbackRecord, MistakePattern, PatternStatus
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +24,9 @@ def _rule_precondition(pattern, explanations: list[tuple[str, int]]) -> str:
     return f"{head}: {what}. Reviewers said: {said}."
 
 
-def correction_rules_create(*, agent_id: int | None = None, pattern_ids: list[int] | None = None, user=None) -> list[CorrectionRule]:
+def correction_rules_create(
+    *, agent_id: int | None = None, pattern_ids: list[int] | None = None, user=None
+) -> list[CorrectionRule]:
     """A rule for every active pattern without one (optionally only ``pattern_ids``); patterns become mitigated.
 
     The precondition is built from the most common explanations, the correction is
@@ -32,7 +34,6 @@ def correction_rules_create(*, agent_id: int | None = None, pattern_ids: list[in
     active at once unless ``CORRECTION_RULES_REQUIRE_APPROVAL``; they expire after
     ``CORRECTION_RULE_EXPIRY_DAYS``. Contributing records are linked to the rule.
     """
-    from feedback.models import FeedbackRecord, MistakePattern, PatternStatus
 
     now = timezone.now()
     with transaction.atomic():
@@ -64,12 +65,15 @@ def correction_rules_create(*, agent_id: int | None = None, pattern_ids: list[in
         expires = now + timedelta(days=settings.CORRECTION_RULE_EXPIRY_DAYS) if settings.CORRECTION_RULE_EXPIRY_DAYS > 0 else None
         rules = [
             CorrectionRule(
-                agent_id=p.agent_id, action_id=p.action_id, pattern=p,
+                agent_id=p.agent_id,
+                action_id=p.action_id,
+                pattern=p,
                 precondition=_rule_precondition(p, top.get(p.pk, [])),
                 correction=p.common_correction if p.common_correction is not None else {"require_review": True},
                 require_review=p.common_correction is None,
                 status=CorrectionRuleStatus.PENDING if approval else CorrectionRuleStatus.ACTIVE,
-                expires_at=expires, created_at=now,
+                expires_at=expires,
+                created_at=now,
             )
             for p in patterns
         ]
@@ -101,8 +105,11 @@ def correction_rule_approve(*, rule, user=None) -> CorrectionRule:
     with transaction.atomic():
         obj = _rule_locked(rule)
         if obj.status != CorrectionRuleStatus.PENDING:
-            raise Conflict(f"Rule {obj.pk} is {obj.status}; only pending rules can be approved.", field="status",
-                           extra={"current_status": obj.status})
+            raise Conflict(
+                f"Rule {obj.pk} is {obj.status}; only pending rules can be approved.",
+                field="status",
+                extra={"current_status": obj.status},
+            )
         obj.status, obj.approved_by, obj.approved_at = CorrectionRuleStatus.ACTIVE, user, timezone.now()
         obj._history_user = user
         obj.save(update_fields=["status", "approved_by", "approved_at"])

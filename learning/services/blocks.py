@@ -28,16 +28,24 @@ def phrase_block_create(
     return block
 
 
-# --- Learning governance (issue 3, gov): candidates, blocklist, corrections -------
-
+# --- Learning governance: candidates, blocklist, corrections ---
 
 
 _RISK_ORDER = {"low": 0, "medium": 1, "high": 2}
 
 
 def _phrase_block_put(
-    *, phrase: str, normalized: str, verb: Verb, user_id: str | None, reason: str, source: str, expires_at,
-    vectors, model: str, history_user=None,
+    *,
+    phrase: str,
+    normalized: str,
+    verb: Verb,
+    user_id: str | None,
+    reason: str,
+    source: str,
+    expires_at,
+    vectors,
+    model: str,
+    history_user=None,
 ) -> PhraseBlock:
     """Inside a transaction: create or refresh the block of ``verb`` for the phrase in its scope."""
     block = PhraseBlock.objects.select_for_update().filter(normalized=normalized, verb=verb, user_id=user_id).first()
@@ -69,8 +77,15 @@ def phrase_block_add(
     vectors, model = embeddings_compute([normalized])
     with transaction.atomic():
         return _phrase_block_put(
-            phrase=phrase, normalized=normalized, verb=verb, user_id=user_id, reason=reason, source=source,
-            expires_at=expires_at, vectors=vectors, model=model,
+            phrase=phrase,
+            normalized=normalized,
+            verb=verb,
+            user_id=user_id,
+            reason=reason,
+            source=source,
+            expires_at=expires_at,
+            vectors=vectors,
+            model=model,
         )
 
 

@@ -12,6 +12,7 @@ from common.api import ApplicationError, Conflict, NotFound
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import EntityAlias, LearningCandidate, Verb
+from learning.selectors import active_blocks
 from learning.services.blocks import _RISK_ORDER, _phrase_block_put
 from learning.services.phrases import _learned_phrase_put
 
@@ -31,7 +32,9 @@ def _candidate_check_open(candidate: LearningCandidate, *, allowed: tuple[str, .
 def _candidate_verb(candidate: LearningCandidate) -> Verb:
     verb = Verb.objects.filter(name=candidate.suggested_output, is_active=True).first()
     if verb is None:
-        raise ApplicationError(f"Unknown or inactive verb {candidate.suggested_output!r}.", field="suggested_output", code="unknown_verb")
+        raise ApplicationError(
+            f"Unknown or inactive verb {candidate.suggested_output!r}.", field="suggested_output", code="unknown_verb"
+        )
     return verb
 
 
@@ -150,16 +153,23 @@ def candidate_approve(
 
 def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer) -> None:
     if row.candidate_type == LearningCandidate.Type.ENTITY_ALIAS:
-        alias = EntityAlias.objects.select_for_update().filter(normalized=row.normalized, entity_type="entity", user_id=row.user_id).first()
+        alias = (
+            EntityAlias.objects.select_for_update()
+            .filter(normalized=row.normalized, entity_type="entity", user_id=row.user_id)
+            .first()
+        )
         alias = alias or EntityAlias(normalized=row.normalized, entity_type="entity", user_id=row.user_id)
         alias.alias, alias.canonical_name, alias.source = row.input_pattern, row.suggested_output, "candidate"
-        alias.confidence, alias.occurrence_count, alias.is_active = settings.LEARNING_APPROVED_CONFIDENCE, row.occurrence_count, True
+        alias.confidence, alias.occurrence_count, alias.is_active = (
+            settings.LEARNING_APPROVED_CONFIDENCE,
+            row.occurrence_count,
+            True,
+        )
         embedding_assign([alias], vectors, model)
         alias._history_user = reviewer
         alias.save()
         return
     verb = _candidate_verb(row)
-    from learning.selectors import active_blocks
 
     if active_blocks(user_id=row.user_id).filter(normalized=row.normalized, verb=verb).exists():
         raise Conflict(
@@ -168,9 +178,16 @@ def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer) -
             code="blocked",
         )
     _learned_phrase_put(
-        phrase=row.input_pattern, normalized=row.normalized, verb=verb, user_id=row.user_id, source="candidate",
-        confidence=settings.LEARNING_APPROVED_CONFIDENCE, vectors=vectors, model=model,
-        occurrence_count=row.occurrence_count, history_user=reviewer,
+        phrase=row.input_pattern,
+        normalized=row.normalized,
+        verb=verb,
+        user_id=row.user_id,
+        source="candidate",
+        confidence=settings.LEARNING_APPROVED_CONFIDENCE,
+        vectors=vectors,
+        model=model,
+        occurrence_count=row.occurrence_count,
+        history_user=reviewer,
     )
 
 
@@ -192,9 +209,16 @@ def candidate_reject(
         row.save()
         if verb is not None:
             _phrase_block_put(
-                phrase=row.input_pattern, normalized=row.normalized, verb=verb, user_id=row.user_id,
-                reason=reason or f"rejected candidate {row.pk}", source="candidate", expires_at=None,
-                vectors=vectors, model=model, history_user=reviewer,
+                phrase=row.input_pattern,
+                normalized=row.normalized,
+                verb=verb,
+                user_id=row.user_id,
+                reason=reason or f"rejected candidate {row.pk}",
+                source="candidate",
+                expires_at=None,
+                vectors=vectors,
+                model=model,
+                history_user=reviewer,
             )
     return row
 

@@ -1,7 +1,7 @@
 """Writes of the verb catalogue."""
 
 import logging
-from typing import Iterable
+from collections.abc import Iterable
 
 from django.db import transaction
 
@@ -18,9 +18,7 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry]) -> dict:
     """Create or update verbs and their phrases, all or nothing. Answers counts."""
     entries = list(entries)
     wanted = {e.name: [(p, normalize_phrase(p)) for p in e.phrases] for e in entries}
-    existing = {
-        (v, n) for v, n in VerbPhrase.objects.filter(verb__name__in=wanted).values_list("verb__name", "normalized")
-    }
+    existing = {(v, n) for v, n in VerbPhrase.objects.filter(verb__name__in=wanted).values_list("verb__name", "normalized")}
     new_phrases = []
     for name, phrases in wanted.items():
         seen = set()
@@ -36,7 +34,12 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry]) -> dict:
         for e in entries:
             verb, created = Verb.objects.update_or_create(
                 name=e.name,
-                defaults={"domain": e.domain, "display_name": e.display_name, "description": e.description, "is_active": e.is_active},
+                defaults={
+                    "domain": e.domain,
+                    "display_name": e.display_name,
+                    "description": e.description,
+                    "is_active": e.is_active,
+                },
             )
             counts["verbs_created" if created else "verbs_updated"] += 1
             verbs[e.name] = verb

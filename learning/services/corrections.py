@@ -13,8 +13,11 @@ from common.api import ApplicationError, Conflict
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import LearnedPhrase, Verb
+from learning.resolution import profile
+from learning.selectors import active_blocks, correction_decay_targets
 from learning.services.blocks import _verb_by_name
 from learning.services.candidates import candidate_record
+from learning.services.evidence import phrase_evidence_add
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +40,6 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
         raise ApplicationError("The wrong and the correct verb are the same.", field="correct_verb")
     wrong = _verb_by_name(wrong_verb, field="wrong_verb")
     correct = _verb_by_name(correct_verb, field="correct_verb")
-    from learning.selectors import active_blocks
 
     if active_blocks(user_id=user_id).filter(normalized=normalized, verb=correct).exists():
         raise Conflict(f"A blocklist entry forbids {text!r} → {correct.name}.", field="correct_verb", code="blocked")
@@ -47,15 +49,17 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
 
 
 def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, user_id: str) -> dict:
-    from learning.resolution import profile
-    from learning.selectors import correction_decay_targets
 
     vectors, model = embeddings_compute([normalized])
     s = settings
     anchors = []
     if vectors is not None:
         anchors = correction_decay_targets(
-            vector=vectors[0], model=model, user_id=user_id, verb=wrong, exclude_normalized=normalized,
+            vector=vectors[0],
+            model=model,
+            user_id=user_id,
+            verb=wrong,
+            exclude_normalized=normalized,
             threshold=profile(model)["correction_decay_threshold"],
         )
     decay = Greatest(Value(s.LEARNING_CORRECTION_FLOOR), F("confidence") * Value(s.LEARNING_CORRECTION_DECAY))
@@ -81,11 +85,23 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
                 if was_wrong:
                     qs.update(confidence=decay, updated_at=timezone.now())
                     row.refresh_from_db()
-                    LearnedPhrase.history.bulk_history_create([row], update=True, default_change_reason="correction: wrong mapping decayed")
-                qs.update(verb=correct, confidence=Value(fresh), occurrence_count=1, is_active=True, source="correction", updated_at=timezone.now())
+                    LearnedPhrase.history.bulk_history_create(
+                        [row], update=True, default_change_reason="correction: wrong mapping decayed"
+                    )
+                qs.update(
+                    verb=correct,
+                    confidence=Value(fresh),
+                    occurrence_count=1,
+                    is_active=True,
+                    source="correction",
+                    updated_at=timezone.now(),
+                )
         if decayed_ids:
             locked = list(
-                LearnedPhrase.objects.select_for_update().filter(pk__in=decayed_ids, user_id=user_id, verb=wrong).order_by("pk").values_list("pk", flat=True)
+                LearnedPhrase.objects.select_for_update()
+                .filter(pk__in=decayed_ids, user_id=user_id, verb=wrong)
+                .order_by("pk")
+                .values_list("pk", flat=True)
             )
             LearnedPhrase.objects.filter(pk__in=locked).update(confidence=decay, updated_at=timezone.now())
             decayed_ids = locked
@@ -93,7 +109,9 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
         if touched and not created:
             LearnedPhrase.history.bulk_history_create(touched, update=True, default_change_reason="correction")
         elif len(touched) > 1:
-            LearnedPhrase.history.bulk_history_create([t for t in touched if t.pk != row.pk], update=True, default_change_reason="correction")
+            LearnedPhrase.history.bulk_history_create(
+                [t for t in touched if t.pk != row.pk], update=True, default_change_reason="correction"
+            )
         _positive_evidence_add(user_id=user_id, text=text, verb=correct, vectors=vectors, model=model, weight=fresh)
     by_pk = {t.pk: t for t in touched}
     phrase = by_pk[row.pk]
@@ -118,7 +136,11 @@ def _user_phrase_lock_or_create(
         try:
             with transaction.atomic():
                 row = LearnedPhrase(
-                    phrase=text.strip(), normalized=normalized, verb=verb, user_id=user_id, confidence=confidence,
+                    phrase=text.strip(),
+                    normalized=normalized,
+                    verb=verb,
+                    user_id=user_id,
+                    confidence=confidence,
                     source=source,
                 )
                 embedding_assign([row], vectors, model)
@@ -144,7 +166,6 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
     if not user_id:
         raise ApplicationError("A confirmation needs the user_id of the user who accepted the verb.", field="user_id")
     target = _verb_by_name(verb, field="verb")
-    from learning.selectors import active_blocks
 
     if active_blocks(user_id=user_id).filter(normalized=normalized, verb=target).exists():
         raise Conflict(f"A blocklist entry forbids {text!r} → {target.name}.", field="verb", code="blocked")
@@ -152,18 +173,28 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
     s = settings
     with transaction.atomic():
         row, created = _user_phrase_lock_or_create(
-            text=text, normalized=normalized, verb=target, user_id=user_id, confidence=s.LEARNING_CONFIRMATION_CONFIDENCE,
-            vectors=vectors, model=model, source="confirmation",
+            text=text,
+            normalized=normalized,
+            verb=target,
+            user_id=user_id,
+            confidence=s.LEARNING_CONFIRMATION_CONFIDENCE,
+            vectors=vectors,
+            model=model,
+            source="confirmation",
         )
         if not created:
             if row.verb_id != target.pk:
                 raise Conflict(
                     f"The user's phrase {row.phrase!r} maps to {row.verb.name}; send a correction to change it.",
-                    field="verb", code="conflicting_phrase",
+                    field="verb",
+                    code="conflicting_phrase",
                 )
             if not row.is_active:
-                raise Conflict(f"The user's phrase {row.phrase!r} was switched off; a confirmation does not restore it.",
-                               field="text", code="inactive_phrase")
+                raise Conflict(
+                    f"The user's phrase {row.phrase!r} was switched off; a confirmation does not restore it.",
+                    field="text",
+                    code="inactive_phrase",
+                )
             LearnedPhrase.objects.filter(pk=row.pk).update(
                 confidence=Least(Value(s.LEARNING_CORRECTION_CAP), F("confidence") + Value(s.LEARNING_CONFIRMATION_BOOST)),
                 occurrence_count=F("occurrence_count") + 1,
@@ -171,18 +202,24 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
             )
             row.refresh_from_db()
             LearnedPhrase.history.bulk_history_create([row], update=True, default_change_reason="confirmation")
-        _positive_evidence_add(user_id=user_id, text=text, verb=target, vectors=vectors, model=model,
-                               weight=s.LEARNING_CONFIRMATION_CONFIDENCE)
+        _positive_evidence_add(
+            user_id=user_id, text=text, verb=target, vectors=vectors, model=model, weight=s.LEARNING_CONFIRMATION_CONFIDENCE
+        )
     return {"user_id": user_id, "phrase": _phrase_state(row), "created": created}
 
 
 def _positive_evidence_add(*, user_id: str, text: str, verb: Verb, vectors, model: str, weight: float) -> None:
     """The user accepted ``verb`` for ``text``: positive feedback evidence, which offsets the negative evidence of
     options this user passed over for similar phrases (feedback.selectors.verb_evidence_balance)."""
-    from learning.services.evidence import phrase_evidence_add
 
-    phrase_evidence_add(user_id=user_id, phrase=text, verb=verb.name, positive=weight,
-                        vector=vectors[0] if vectors is not None else None, model=model)
+    phrase_evidence_add(
+        user_id=user_id,
+        phrase=text,
+        verb=verb.name,
+        positive=weight,
+        vector=vectors[0] if vectors is not None else None,
+        model=model,
+    )
 
 
 def _correction_global(*, text: str, normalized: str, wrong: Verb, correct: Verb) -> dict:
@@ -201,8 +238,12 @@ def _correction_global(*, text: str, normalized: str, wrong: Verb, correct: Verb
             LearnedPhrase.history.bulk_history_create([row], update=True, default_change_reason="correction")
         if row is None or row.verb_id != correct.pk:
             candidate = candidate_record(
-                input_pattern=text, suggested_output=correct.name, user_id=None, source="correction",
-                confidence=settings.LEARNING_CORRECTION_CANDIDATE_CONFIDENCE, previous_output=wrong.name,
+                input_pattern=text,
+                suggested_output=correct.name,
+                user_id=None,
+                source="correction",
+                confidence=settings.LEARNING_CORRECTION_CANDIDATE_CONFIDENCE,
+                previous_output=wrong.name,
                 rejected_alternatives=[wrong.name],
             )
     return {

@@ -9,8 +9,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from common.api import ApplicationError, Conflict, NotFound
+from common.tasks import task_send
 from common.text import normalize_phrase
-from learning.models import AbandonEvent, DisambiguationRequest, LearningSignal
+from embeddings.services import embeddings_compute
+from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, LearningSignal
+from learning.services.candidates import candidate_approve, candidate_record
 from learning.services.evidence import phrase_evidence_add_many
 from learning.variants import phrase_variants
 
@@ -23,12 +26,12 @@ from learning.variants import phrase_variants
 # penalise verbs users turned down for similar phrases.
 
 
-
-
 logger = logging.getLogger(__name__)
 
 
-def disambiguation_record(*, resolution, agent=None, domain: str | None = None, channel: str = "api") -> DisambiguationRequest | None:
+def disambiguation_record(
+    *, resolution, agent=None, domain: str | None = None, channel: str = "api"
+) -> DisambiguationRequest | None:
     """Store an ``ambiguous`` resolution with the options shown (None for other outcomes).
 
     The commit does not wait for the write-ahead log to reach disk (``synchronous_commit = off`` for
@@ -75,20 +78,25 @@ def _answered(row: DisambiguationRequest) -> Conflict:
     else:
         message = f"This request is {row.status} already."
     return Conflict(
-        message, field="request_id", code="already_answered",
+        message,
+        field="request_id",
+        code="already_answered",
         extra={"status": row.status, "selected_verb": row.selected_verb or None},
     )
 
 
 def _signals_enqueue(request_pk: int) -> None:
-    from learning.tasks import disambiguation_signals_process_task
-
-    transaction.on_commit(lambda: disambiguation_signals_process_task.delay(request_pk), robust=True)
+    transaction.on_commit(lambda: task_send("learning.disambiguation_signals_process", request_pk), robust=True)
 
 
 def disambiguation_select(
-    *, request_id, selected_verb: str, args: dict | None = None, agent_id: int | None = None,
-    user_id: str | None = None, channel: str = "api",
+    *,
+    request_id,
+    selected_verb: str,
+    args: dict | None = None,
+    agent_id: int | None = None,
+    user_id: str | None = None,
+    channel: str = "api",
 ) -> DisambiguationRequest:
     """Record the user's pick among the options: a gold label, its variants, and a rejection of the rest."""
     c = settings.FEEDBACK_SIGNAL_CONFIDENCE
@@ -99,7 +107,8 @@ def disambiguation_select(
         offered = row.option_verbs
         if selected_verb not in offered:
             raise ApplicationError(
-                f"{selected_verb!r} was not one of the options offered: {', '.join(offered)}.", field="selected_verb",
+                f"{selected_verb!r} was not one of the options offered: {', '.join(offered)}.",
+                field="selected_verb",
                 code="not_offered",
             )
         rejected = [v for v in offered if v != selected_verb]
@@ -111,18 +120,29 @@ def disambiguation_select(
 
         def signal(phrase, verb, outcome, source, confidence, negative=False, alternatives=()):
             return LearningSignal(
-                request=row, user_id=row.user_id, phrase=phrase, normalized=normalize_phrase(phrase), verb=verb,
-                outcome=outcome, source=source, confidence=confidence, is_negative=negative,
+                request=row,
+                user_id=row.user_id,
+                phrase=phrase,
+                normalized=normalize_phrase(phrase),
+                verb=verb,
+                outcome=outcome,
+                source=source,
+                confidence=confidence,
+                is_negative=negative,
                 rejected_alternatives=list(alternatives),
             )
 
-        O, S = LearningSignal.Outcome, LearningSignal.Source
-        signals = [signal(row.text, selected_verb, O.SELECTED_ALT, S.USER_DISAMBIGUATION, c["selected"], alternatives=rejected)]
+        Outcome, S = LearningSignal.Outcome, LearningSignal.Source
+        signals = [
+            signal(row.text, selected_verb, Outcome.SELECTED_ALT, S.USER_DISAMBIGUATION, c["selected"], alternatives=rejected)
+        ]
         signals += [
-            signal(v, selected_verb, O.GENERATED_VARIANT, S.GENERATED_VARIANT, c["variant"], alternatives=rejected)
+            signal(v, selected_verb, Outcome.GENERATED_VARIANT, S.GENERATED_VARIANT, c["variant"], alternatives=rejected)
             for v in phrase_variants(row.normalized, limit=settings.FEEDBACK_MAX_VARIANTS)
         ]
-        signals += [signal(row.text, v, O.REJECTED_ALT, S.USER_DISAMBIGUATION, c["rejected"], negative=True) for v in rejected]
+        signals += [
+            signal(row.text, v, Outcome.REJECTED_ALT, S.USER_DISAMBIGUATION, c["rejected"], negative=True) for v in rejected
+        ]
         LearningSignal.objects.bulk_create(signals, ignore_conflicts=True)
         _signals_enqueue(row.pk)
     logger.info("disambiguation %s: %s selected (%d signals)", row.request_id, selected_verb, len(signals))
@@ -146,9 +166,15 @@ def disambiguation_abandon(
         LearningSignal.objects.bulk_create(
             [
                 LearningSignal(
-                    request=row, user_id=row.user_id, phrase=row.text, normalized=row.normalized, verb=verb,
-                    outcome=LearningSignal.Outcome.ABANDONED, source=LearningSignal.Source.USER_ABANDONMENT,
-                    confidence=settings.FEEDBACK_SIGNAL_CONFIDENCE["abandoned"], is_negative=True,
+                    request=row,
+                    user_id=row.user_id,
+                    phrase=row.text,
+                    normalized=row.normalized,
+                    verb=verb,
+                    outcome=LearningSignal.Outcome.ABANDONED,
+                    source=LearningSignal.Source.USER_ABANDONMENT,
+                    confidence=settings.FEEDBACK_SIGNAL_CONFIDENCE["abandoned"],
+                    is_negative=True,
                 )
                 for verb in row.option_verbs
             ],
@@ -174,16 +200,13 @@ def disambiguations_expire(*, older_than_s: float | None = None) -> int:
 
 def disambiguation_signals_process(*, request_pk: int) -> dict:
     """Learn from one request's signals, once (idempotent per request; safe to run twice or concurrently)."""
-    from embeddings.services import embeddings_compute
-    from learning.models import LearningCandidate
-    from learning.services.candidates import candidate_approve, candidate_record
 
     pending = list(LearningSignal.objects.filter(request_id=request_pk, processed_at__isnull=True).order_by("id"))
     counts = {"promoted": 0, "accumulated": 0, "evidence": 0, "ignored": 0, "already_processed": False}
     # Vectors first, outside the transaction (the embedder's cache serves the nested services too).
     evidence_texts = sorted({s.normalized for s in pending})
     vectors, model = embeddings_compute(evidence_texts)
-    vector_of = dict(zip(evidence_texts, vectors)) if vectors else {}
+    vector_of = dict(zip(evidence_texts, vectors, strict=False)) if vectors else {}
     auto, accumulate = settings.FEEDBACK_AUTO_PROMOTE_CONFIDENCE, settings.FEEDBACK_ACCUMULATE_CONFIDENCE
 
     with transaction.atomic():
@@ -196,16 +219,28 @@ def disambiguation_signals_process(*, request_pk: int) -> dict:
         evidence = []
         for s in pending:
             vector = vector_of.get(s.normalized)
-            evidence.append({
-                "user_id": s.user_id, "phrase": s.phrase, "verb": s.verb, "vector": vector,
-                "negative": s.confidence if s.is_negative else 0.0, "positive": 0.0 if s.is_negative else s.confidence,
-            })
+            evidence.append(
+                {
+                    "user_id": s.user_id,
+                    "phrase": s.phrase,
+                    "verb": s.verb,
+                    "vector": vector,
+                    "negative": s.confidence if s.is_negative else 0.0,
+                    "positive": 0.0 if s.is_negative else s.confidence,
+                }
+            )
             if s.outcome == LearningSignal.Outcome.GENERATED_VARIANT:
                 # A paraphrase of a phrase whose alternatives the user turned down: the
                 # rejection carries over, discounted by the variant's own confidence.
                 evidence.extend(
-                    {"user_id": s.user_id, "phrase": s.phrase, "verb": alternative, "vector": vector,
-                     "negative": round(s.confidence * rejected_confidence, 4), "positive": 0.0}
+                    {
+                        "user_id": s.user_id,
+                        "phrase": s.phrase,
+                        "verb": alternative,
+                        "vector": vector,
+                        "negative": round(s.confidence * rejected_confidence, 4),
+                        "positive": 0.0,
+                    }
                     for alternative in s.rejected_alternatives
                 )
         phrase_evidence_add_many(rows=evidence, model=model)
@@ -218,12 +253,20 @@ def disambiguation_signals_process(*, request_pk: int) -> dict:
                 # Gold labels count toward a global candidate a reviewer decides on.
                 if s.outcome == LearningSignal.Outcome.SELECTED_ALT and s.user_id:
                     candidate_record(
-                        input_pattern=s.phrase, suggested_output=s.verb, user_id=None, source=s.source,
-                        confidence=s.confidence, rejected_alternatives=s.rejected_alternatives,
+                        input_pattern=s.phrase,
+                        suggested_output=s.verb,
+                        user_id=None,
+                        source=s.source,
+                        confidence=s.confidence,
+                        rejected_alternatives=s.rejected_alternatives,
                     )
                 candidate = candidate_record(
-                    input_pattern=s.phrase, suggested_output=s.verb, user_id=s.user_id, source=s.source,
-                    confidence=s.confidence, rejected_alternatives=s.rejected_alternatives,
+                    input_pattern=s.phrase,
+                    suggested_output=s.verb,
+                    user_id=s.user_id,
+                    source=s.source,
+                    confidence=s.confidence,
+                    rejected_alternatives=s.rejected_alternatives,
                 )
                 s.candidate_id = candidate.pk
                 # Only a user's own scope is changed without review.

@@ -14,8 +14,9 @@ def _vector_literal(vector) -> str:
     return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
 
-def phrase_evidence_add(*, user_id: str | None, phrase: str, verb: str, negative: float = 0.0, positive: float = 0.0,
-                        vector=None, model: str = "") -> None:
+def phrase_evidence_add(
+    *, user_id: str | None, phrase: str, verb: str, negative: float = 0.0, positive: float = 0.0, vector=None, model: str = ""
+) -> None:
     """Add to one (phrase, verb, user) evidence row atomically."""
     phrase_evidence_add_many(
         rows=[{"user_id": user_id, "phrase": phrase, "verb": verb, "negative": negative, "positive": positive, "vector": vector}],
@@ -46,9 +47,16 @@ def phrase_evidence_add_many(*, rows: list[dict], model: str) -> int:
         vector = m.get("vector")
         values.append("(%s, %s, %s, %s, %s, %s, %s, %s::vector, %s, %s, now(), now())")
         params += [
-            user_id, m["phrase"][:2000], normalized, verb, round(m["negative"], 6), round(m["positive"], 6), m["count"],
+            user_id,
+            m["phrase"][:2000],
+            normalized,
+            verb,
+            round(m["negative"], 6),
+            round(m["positive"], 6),
+            m["count"],
             _vector_literal(vector) if vector is not None else None,
-            model if vector is not None else "", text_hash(normalized) if vector is not None else "",
+            model if vector is not None else "",
+            text_hash(normalized) if vector is not None else "",
         ]
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(

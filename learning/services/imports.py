@@ -9,7 +9,9 @@ from django.utils import timezone
 from common.api import ApplicationError
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
+from learning import selectors
 from learning.models import LearnedPhrase, Verb
+from learning.resolution import profile
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +39,6 @@ def phrases_import(
     from simple_history.utils import bulk_create_with_history, bulk_update_with_history
     from tqdm import tqdm
 
-    from learning import selectors
-    from learning.resolution import profile
-
     errors: list[dict] = []
     verbs = {v.name: v for v in Verb.objects.filter(name__in={r.verb for r in rows if r.verb}, is_active=True)}
     plan: dict[str, tuple] = {}  # normalized -> (row, verb)
@@ -62,7 +61,9 @@ def phrases_import(
             first, verb = plan[normalized]
             if verb.name != row.verb:
                 _import_error(
-                    errors, row, "verb",
+                    errors,
+                    row,
+                    "verb",
                     f"{row.phrase!r} is mapped to {row.verb} here and to {verb.name} in row {first.number}.",
                 )
             else:
@@ -71,17 +72,24 @@ def phrases_import(
         plan[normalized] = (row, verbs[row.verb])
 
     blocks = list(
-        selectors.active_blocks(user_id=user_id).filter(verb__name__in=list(verbs)).values_list("pk", "normalized", "verb__name", "embedding", "embedding_model")
+        selectors.active_blocks(user_id=user_id)
+        .filter(verb__name__in=list(verbs))
+        .values_list("pk", "normalized", "verb__name", "embedding", "embedding_model")
     )
     exact_blocks = {(n, v): pk for pk, n, v, _, _ in blocks}
     for normalized, (row, verb) in plan.items():
         if (normalized, verb.name) in exact_blocks:
-            _import_error(errors, row, "verb", f"Blocklist entry {exact_blocks[(normalized, verb.name)]} forbids {row.phrase!r} → {verb.name}.")
+            _import_error(
+                errors,
+                row,
+                "verb",
+                f"Blocklist entry {exact_blocks[(normalized, verb.name)]} forbids {row.phrase!r} → {verb.name}.",
+            )
     exactly_blocked = {n for n, (_, verb) in plan.items() if (n, verb.name) in exact_blocks}
 
     existing = selectors.import_existing(normalized=list(plan), user_id=user_id)
     added, updated, unchanged = [], [], []
-    for normalized, (row, verb) in plan.items():
+    for normalized, (_row, verb) in plan.items():
         current = existing.get(normalized)
         if current is None:
             added.append(normalized)
@@ -107,13 +115,17 @@ def phrases_import(
                 unembedded += len(chunk)
             else:
                 model = model_name
-                vectors.update(zip(chunk, out))
+                vectors.update(zip(chunk, out, strict=False))
             bar.update(len(chunk))
 
     if need_check and vectors:
         threshold = profile(model or None)["blocklist_threshold"]
         for verb_name in blocked_verbs:
-            block_rows = [(pk, np.asarray(e, dtype=np.float32)) for pk, _, v, e, m in blocks if v == verb_name and e is not None and m == model]
+            block_rows = [
+                (pk, np.asarray(e, dtype=np.float32))
+                for pk, _, v, e, m in blocks
+                if v == verb_name and e is not None and m == model
+            ]
             texts = [n for n in need_check if plan[n][1].name == verb_name and n in vectors]
             if not block_rows or not texts:
                 continue
@@ -125,7 +137,12 @@ def phrases_import(
                 j = int(np.argmax(sims[i]))
                 if sims[i, j] >= threshold:
                     row = plan[n][0]
-                    _import_error(errors, row, "verb", f"Blocklist entry {block_rows[j][0]} forbids {row.phrase!r} → {verb_name} (a paraphrase of a blocked phrase).")
+                    _import_error(
+                        errors,
+                        row,
+                        "verb",
+                        f"Blocklist entry {block_rows[j][0]} forbids {row.phrase!r} → {verb_name} (a paraphrase of a blocked phrase).",
+                    )
     if errors:
         errors.sort(key=lambda e: e["row"])
         _import_reject(errors)
@@ -153,29 +170,59 @@ def phrases_import(
         for n in added:
             row, verb = plan[n]
             obj = LearnedPhrase(
-                phrase=row.phrase, normalized=n, verb=verb, user_id=user_id, source=source, confidence=1.0,
-                created_at=now, updated_at=now,
+                phrase=row.phrase,
+                normalized=n,
+                verb=verb,
+                user_id=user_id,
+                source=source,
+                confidence=1.0,
+                created_at=now,
+                updated_at=now,
             )
             if n in vectors:
                 embedding_assign([obj], [vectors[n]], model)
             new_rows.append(obj)
         bulk_create_with_history(new_rows, LearnedPhrase, batch_size=1000, default_change_reason=f"import ({source})")
         if updated:
-            locked = {r.normalized: r for r in LearnedPhrase.objects.select_for_update().filter(pk__in=[existing[n].pk for n in updated])}
+            locked = {
+                r.normalized: r
+                for r in LearnedPhrase.objects.select_for_update().filter(pk__in=[existing[n].pk for n in updated])
+            }
             changed = []
             for n in updated:
                 obj = locked[n]
                 row, verb = plan[n]
-                obj.phrase, obj.verb, obj.source, obj.confidence, obj.is_active, obj.updated_at = row.phrase, verb, source, 1.0, True, now
+                obj.phrase, obj.verb, obj.source, obj.confidence, obj.is_active, obj.updated_at = (
+                    row.phrase,
+                    verb,
+                    source,
+                    1.0,
+                    True,
+                    now,
+                )
                 if n in vectors:
                     embedding_assign([obj], [vectors[n]], model)
                 changed.append(obj)
             bulk_update_with_history(
-                changed, LearnedPhrase,
-                ["phrase", "verb", "source", "confidence", "is_active", "updated_at", "embedding", "embedding_model", "embedding_hash"],
-                batch_size=1000, default_change_reason=f"import ({source})",
+                changed,
+                LearnedPhrase,
+                [
+                    "phrase",
+                    "verb",
+                    "source",
+                    "confidence",
+                    "is_active",
+                    "updated_at",
+                    "embedding",
+                    "embedding_model",
+                    "embedding_hash",
+                ],
+                batch_size=1000,
+                default_change_reason=f"import ({source})",
             )
-    result["unembedded"] = sum(1 for n in added + updated if n not in vectors and not (existing.get(n) and existing[n].embedding_model))
+    result["unembedded"] = sum(
+        1 for n in added + updated if n not in vectors and not (existing.get(n) and existing[n].embedding_model)
+    )
     return result
 
 
@@ -188,4 +235,4 @@ def _import_reject(errors: list[dict]) -> None:
     )
 
 
-# --- Embedding backfill (foundation) -------------------------------------------
+# --- Embedding backfill (foundation) ---

@@ -35,8 +35,17 @@ def learned_phrase_upsert(
 
 
 def _learned_phrase_put(
-    *, phrase: str, normalized: str, verb: Verb, user_id: str | None, source: str, confidence: float,
-    vectors: list | None, model: str, occurrence_count: int = 1, history_user=None,
+    *,
+    phrase: str,
+    normalized: str,
+    verb: Verb,
+    user_id: str | None,
+    source: str,
+    confidence: float,
+    vectors: list | None,
+    model: str,
+    occurrence_count: int = 1,
+    history_user=None,
 ) -> tuple[LearnedPhrase, str]:
     """Inside a transaction: create or re-point the phrase in its scope. Answers (row, "added"|"updated"|"unchanged")."""
     row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id=user_id).first()

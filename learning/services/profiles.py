@@ -7,27 +7,27 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.api import ApplicationError
-from learning import selectors
+from embeddings.services import embeddings_compute
+from learning import fitting, selectors
 from learning.models import FittedResolutionProfile
+from learning.resolution import profile
+from learning.selectors import active_profile_cache_clear
 
 logger = logging.getLogger(__name__)
 
 
-# --- Disambiguation feedback loop (issue 4, dis): fitting resolve threshold and margin ----
+# --- Disambiguation feedback loop: fitting resolve threshold and margin ---
 
 
-def resolution_profile_fit(*, held_out_share: float | None = None, max_wrong_pct: float | None = None,
-                           limit: int | None = None) -> "FittedResolutionProfile":
+def resolution_profile_fit(
+    *, held_out_share: float | None = None, max_wrong_pct: float | None = None, limit: int | None = None
+) -> "FittedResolutionProfile":
     """Fit threshold and margin on gold labels (clicks, corrections) and store them as a *proposed* profile.
 
     Scores are recomputed leave-one-out (the text's own learned rows left out, else every
     example would be an exact match); a hashed share is held out and both the profile in
     force and the fitted one are measured on it, for the reviewer who activates it.
     """
-    from embeddings.services import embeddings_compute
-    from learning import fitting
-    from learning.models import FittedResolutionProfile
-    from learning.resolution import profile
 
     held_out_share = settings.FEEDBACK_FIT_HELD_OUT_SHARE if held_out_share is None else held_out_share
     max_wrong_pct = settings.FEEDBACK_FIT_MAX_WRONG_PCT if max_wrong_pct is None else max_wrong_pct
@@ -36,7 +36,8 @@ def resolution_profile_fit(*, held_out_share: float | None = None, max_wrong_pct
     gold = selectors.gold_labels(limit=limit or settings.FEEDBACK_FIT_MAX_EXAMPLES)
     if len(gold) < settings.FEEDBACK_FIT_MIN_EXAMPLES:
         raise ApplicationError(
-            f"{len(gold)} gold labels; at least {settings.FEEDBACK_FIT_MIN_EXAMPLES} are needed to fit.", field="gold_labels",
+            f"{len(gold)} gold labels; at least {settings.FEEDBACK_FIT_MIN_EXAMPLES} are needed to fit.",
+            field="gold_labels",
             code="too_few_labels",
         )
     vectors, model = embeddings_compute([n for n, _, _ in gold])
@@ -44,7 +45,7 @@ def resolution_profile_fit(*, held_out_share: float | None = None, max_wrong_pct
         raise ApplicationError("The embedder is unavailable; try again later.", field="embedder", code="embedder_unavailable")
     p = profile(model)  # the profile in force (an active fitted profile included): the baseline
     scores = []
-    for (normalized, user_id, verb), vector in zip(gold, vectors):
+    for (normalized, user_id, verb), vector in zip(gold, vectors, strict=False):
         ranked = selectors.leave_one_out_scores(normalized=normalized, user_id=user_id, vector=vector, model=model, p=p)
         if not ranked:
             continue
@@ -56,8 +57,13 @@ def resolution_profile_fit(*, held_out_share: float | None = None, max_wrong_pct
     threshold, margin, train_figures = fitting.fit(train, max_wrong_pct=max_wrong_pct)
     with transaction.atomic():
         return FittedResolutionProfile.objects.create(
-            embedding_model=model, resolve_threshold=threshold, margin=margin, max_wrong_pct=max_wrong_pct,
-            gold_count=len(scores), train_count=len(train), held_out_count=len(held_out),
+            embedding_model=model,
+            resolve_threshold=threshold,
+            margin=margin,
+            max_wrong_pct=max_wrong_pct,
+            gold_count=len(scores),
+            train_count=len(train),
+            held_out_count=len(held_out),
             baseline={"resolve_threshold": p["resolve_threshold"], "margin": p["margin"]},
             held_out_current=fitting.evaluate(held_out, p["resolve_threshold"], p["margin"]),
             held_out_fitted=fitting.evaluate(held_out, threshold, margin),
@@ -67,8 +73,6 @@ def resolution_profile_fit(*, held_out_share: float | None = None, max_wrong_pct
 
 def resolution_profile_activate(*, fitted, reviewer=None):
     """Put a fitted profile live for its model (the one active before is retired)."""
-    from learning.models import FittedResolutionProfile
-    from learning.selectors import active_profile_cache_clear
 
     with transaction.atomic():
         row = FittedResolutionProfile.objects.select_for_update().get(pk=fitted.pk)
@@ -88,8 +92,6 @@ def resolution_profile_activate(*, fitted, reviewer=None):
 
 def resolution_profile_retire(*, fitted):
     """Take a fitted profile out of service (the settings' values apply again)."""
-    from learning.models import FittedResolutionProfile
-    from learning.selectors import active_profile_cache_clear
 
     with transaction.atomic():
         FittedResolutionProfile.objects.filter(pk=fitted.pk).update(status=FittedResolutionProfile.Status.RETIRED)

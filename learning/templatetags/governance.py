@@ -1,4 +1,4 @@
-"""Template tags for the admin index dashboard (issue 3)."""
+"""Template tags for the admin index dashboard."""
 
 from django import template
 

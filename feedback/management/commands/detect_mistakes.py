@@ -1,6 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from agents.selectors import agent_get
 from common.api import ApplicationError
+from feedback.services.mistakes import mistake_patterns_detect
 
 
 class Command(BaseCommand):
@@ -8,12 +10,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--agent", help="Agent id or name (default: all agents)")
-        parser.add_argument("--window-days", type=int, default=None, help="Look back this many days (default: MISTAKE_WINDOW_DAYS, 30)")
+        parser.add_argument(
+            "--window-days", type=int, default=None, help="Look back this many days (default: MISTAKE_WINDOW_DAYS, 30)"
+        )
         parser.add_argument("--min", type=int, default=None, dest="min_count", help="Records needed for a pattern (default 3)")
 
     def handle(self, *args, agent, window_days, min_count, **options):
-        from agents.selectors import agent_get
-        from feedback.services.mistakes import mistake_patterns_detect
 
         try:
             agent_id = agent_get(ref=agent).pk if agent else None

@@ -3,6 +3,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from common.api import ApplicationError
+from feedback.services.reviews import Reviewer, proposal_approve, proposal_modify, proposal_reject
 
 
 class Command(BaseCommand):
@@ -16,7 +17,6 @@ class Command(BaseCommand):
         parser.add_argument("--modified-action", default=None, help="JSON object (for modify)")
 
     def handle(self, *args, proposal, decision, notes, category, modified_action, **options):
-        from feedback.services.reviews import Reviewer, proposal_approve, proposal_modify, proposal_reject
 
         reviewer = Reviewer(source="command")
         try:
@@ -31,8 +31,9 @@ class Command(BaseCommand):
                     new = json.loads(modified_action)
                 except json.JSONDecodeError as exc:
                     raise CommandError(f"--modified-action is not valid JSON: {exc}") from exc
-                p = proposal_modify(proposal=proposal, reviewer=reviewer, modified_action=new, notes=notes,
-                                             mistake_category=category)
+                p = proposal_modify(
+                    proposal=proposal, reviewer=reviewer, modified_action=new, notes=notes, mistake_category=category
+                )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         self.stdout.write(f"Proposal #{p.pk} is now {p.status}.")

@@ -45,7 +45,13 @@ class Command(BaseCommand):
         except ImportFormatError as exc:
             raise CommandError(f"{path.name}: {exc}") from None
         try:
-            result = phrases_import(rows=rows, user_id=user_id if scope == "user" else None, dry_run=dry_run, progress=not no_progress, source="import")
+            result = phrases_import(
+                rows=rows,
+                user_id=user_id if scope == "user" else None,
+                dry_run=dry_run,
+                progress=not no_progress,
+                source="import",
+            )
         except ImportRejected as exc:
             for error in exc.extra["errors"]:
                 self.stderr.write(f"row {error['row']}: {error['field']}: {error['reason']}")
@@ -63,4 +69,6 @@ class Command(BaseCommand):
             for phrase in result.get("would_update", [])[:20]:
                 self.stdout.write(f"  ~ {phrase}")
         if result["unembedded"]:
-            self.stderr.write(f"{result['unembedded']} phrase(s) stored without a vector (embedder unavailable); run backfill_embeddings.")
+            self.stderr.write(
+                f"{result['unembedded']} phrase(s) stored without a vector (embedder unavailable); run backfill_embeddings."
+            )

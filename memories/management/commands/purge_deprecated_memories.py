@@ -32,4 +32,6 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         counts = memories_purge_deprecated(older_than=age, user_id=user_id, dry_run=dry_run)
         verb = "would delete" if dry_run else "deleted"
-        self.stdout.write(f"{verb} {counts['memories']} deprecated memories and {counts['retrievals']} retrieval logs older than {older_than}")
+        self.stdout.write(
+            f"{verb} {counts['memories']} deprecated memories and {counts['retrievals']} retrieval logs older than {older_than}"
+        )

@@ -1,4 +1,4 @@
-"""Confidence decay and boost on corrections (issue 3)."""
+"""Corrections (POST /api/v1/resolutions/correct): confidence decay and boost."""
 
 import threading
 
@@ -46,12 +46,16 @@ def test_boost_adds_and_caps(api, catalogue, settings):
     assert body["phrase"]["confidence"] == pytest.approx(1.0)  # capped
     settings.LEARNING_CORRECTION_CAP = 0.9
     LearnedPhrase.objects.filter(user_id="alice").update(confidence=0.85)
-    assert correct(api, "show the units", "cbu.delete", "cbu.list", user_id="alice").json()["phrase"]["confidence"] == pytest.approx(0.9)
+    assert correct(api, "show the units", "cbu.delete", "cbu.list", user_id="alice").json()["phrase"][
+        "confidence"
+    ] == pytest.approx(0.9)
 
 
 def test_decay_multiplies_and_floors_semantic_anchors(api, catalogue):
     # Alice taught "get rid of the business unit" -> cbu.list (a mistake); a near paraphrase is corrected to cbu.delete.
-    anchor = learned_phrase_upsert(phrase="get rid of the business unit", verb=catalogue["cbu.list"], user_id="alice", confidence=1.0)
+    anchor = learned_phrase_upsert(
+        phrase="get rid of the business unit", verb=catalogue["cbu.list"], user_id="alice", confidence=1.0
+    )
     body = correct(api, "get rid of that business unit", "cbu.list", "cbu.delete", user_id="alice").json()
     assert [d["id"] for d in body["decayed"]] == [anchor.pk]
     anchor.refresh_from_db()
@@ -69,7 +73,9 @@ def test_decay_multiplies_and_floors_semantic_anchors(api, catalogue):
 
 def test_decay_spares_other_examples_of_the_wrong_verb(api, catalogue, embed):
     """Only near-paraphrases of the corrected text conflict with it; other phrases of the wrong verb are its own examples."""
-    near = learned_phrase_upsert(phrase="get rid of the business unit", verb=catalogue["cbu.list"], user_id="alice", confidence=1.0)
+    near = learned_phrase_upsert(
+        phrase="get rid of the business unit", verb=catalogue["cbu.list"], user_id="alice", confidence=1.0
+    )
     other = learned_phrase_upsert(phrase="show my business units", verb=catalogue["cbu.list"], user_id="alice", confidence=1.0)
     text = "get rid of that business unit"
     similarity = float(embed(text) @ embed("show my business units"))
@@ -127,7 +133,12 @@ def test_global_correction_moves_counts_and_records_candidate(api, catalogue):
     body = correct(api, "trash the units", "cbu.list", "cbu.delete").json()
     assert body["phrase"]["occurrence_count"] == 0  # never below zero
     cand = LearningCandidate.objects.get(pk=body["candidate_id"])
-    assert (cand.suggested_output, cand.previous_output, cand.occurrence_count, cand.user_id) == ("cbu.delete", "cbu.list", 2, None)
+    assert (cand.suggested_output, cand.previous_output, cand.occurrence_count, cand.user_id) == (
+        "cbu.delete",
+        "cbu.list",
+        2,
+        None,
+    )
     body = correct(api, "a brand new phrase", "cbu.list", "cbu.delete").json()
     assert body["phrase"] is None and body["candidate_id"]
 
@@ -168,7 +179,10 @@ def test_50_concurrent_user_corrections_lose_no_update(catalogue, settings):
     settings.LEARNING_CORRECTION_BOOST = 0.01
     settings.LEARNING_CORRECTION_START = 0.29  # created at 0.30
     n = 50
-    errors = _hammer(n, lambda: phrase_correction_apply(text="tally my units", wrong_verb="cbu.delete", correct_verb="cbu.list", user_id="alice"))
+    errors = _hammer(
+        n,
+        lambda: phrase_correction_apply(text="tally my units", wrong_verb="cbu.delete", correct_verb="cbu.list", user_id="alice"),
+    )
     assert errors == []
     row = LearnedPhrase.objects.get(normalized="tally my units", user_id="alice")
     assert row.occurrence_count == n  # one creation + 49 boosts

@@ -1,4 +1,4 @@
-"""Bulk import of learned phrases: command and API (issue 3)."""
+"""Bulk import of learned phrases: command and API."""
 
 import json
 
@@ -79,7 +79,9 @@ def test_one_bad_row_writes_nothing_and_names_rows(gov_api, catalogue):
 def test_csv_upload_with_quoted_commas(gov_api, catalogue):
     content = b'phrase,verb\n"find the contract, the one from May",document.search\nlist units,cbu.list\n'
     upload = SimpleUploadedFile("p.csv", content, content_type="text/csv")
-    r = gov_api.post("/api/v1/learning/import", {"format": "csv", "file": upload, "scope": "user", "user_id": "alice"}, format="multipart")
+    r = gov_api.post(
+        "/api/v1/learning/import", {"format": "csv", "file": upload, "scope": "user", "user_id": "alice"}, format="multipart"
+    )
     assert r.status_code == 200, r.json()
     assert r.json()["imported"] == 2
     row = LearnedPhrase.objects.get(user_id="alice", verb__name="document.search")

@@ -1,12 +1,12 @@
-"""Issue 6: reviewer screens call the services, so admin forms and bulk actions write feedback records too."""
+"""Feedback admin: reviewer screens call the services, so admin forms and bulk actions write feedback records too."""
 
 import pytest
 from django.contrib.auth.models import User
 
 from actions.models import Action, AutonomyLevel
 from agents.models import Agent
-from autonomy.models import LearningEpisode
-from autonomy.services import learning_cycle_run
+from autonomy.models import Episode
+from autonomy.services import autonomy_cycle_run
 from feedback.models import CorrectionRule, FeedbackRecord, MistakePattern, Proposal
 from feedback.services.reviews import Reviewer, execution_create, proposal_approve, proposal_create, proposal_reject
 from feedback.services.rules import correction_rules_create
@@ -28,8 +28,9 @@ def agent(db):
 
 
 def propose(agent, **action):
-    return proposal_create(agent=agent, action="email.send", proposed_action=action or {"to": "ceo"},
-                               reasoning={"confidence": 0.9})
+    return proposal_create(
+        agent=agent, action="email.send", proposed_action=action or {"to": "ceo"}, reasoning={"confidence": 0.9}
+    )
 
 
 def test_proposal_queue_reject_with_notes_and_modify_with_validation(admin_client, agent):
@@ -37,23 +38,33 @@ def test_proposal_queue_reject_with_notes_and_modify_with_validation(admin_clien
     assert admin_client.get("/admin/feedback/proposal/?status__exact=pending").status_code == 200
     page = admin_client.get(f"/admin/feedback/proposal/{p1.pk}/change/")
     assert page.status_code == 200 and "Modified action" in page.content.decode()
-    r = admin_client.post(f"/admin/feedback/proposal/{p1.pk}/change/", {"decision": "reject", "notes": "not the CEO",
-                                                                        "new_action": "", "category": "recipient"})
+    r = admin_client.post(
+        f"/admin/feedback/proposal/{p1.pk}/change/",
+        {"decision": "reject", "notes": "not the CEO", "new_action": "", "category": "recipient"},
+    )
     assert r.status_code == 302
     rec = FeedbackRecord.objects.get()
-    assert (rec.feedback_type, rec.source, rec.created_by, rec.human_explanation) == ("rejection", "admin", admin_client.user,
-                                                                                      "not the CEO")
+    assert (rec.feedback_type, rec.source, rec.created_by, rec.human_explanation) == (
+        "rejection",
+        "admin",
+        admin_client.user,
+        "not the CEO",
+    )
     # invalid JSON and a non-object are form errors: nothing changes
     for bad in ("{oops", "[1, 2]"):
-        r = admin_client.post(f"/admin/feedback/proposal/{p2.pk}/change/", {"decision": "modify", "notes": "", "new_action": bad,
-                                                                            "category": ""})
+        r = admin_client.post(
+            f"/admin/feedback/proposal/{p2.pk}/change/", {"decision": "modify", "notes": "", "new_action": bad, "category": ""}
+        )
         assert r.status_code == 200 and r.context["adminform"].form.errors
     # deciding a proposal that is no longer pending is a form error, not a crash
-    r = admin_client.post(f"/admin/feedback/proposal/{p1.pk}/change/", {"decision": "approve", "notes": "", "new_action": "",
-                                                                        "category": ""})
+    r = admin_client.post(
+        f"/admin/feedback/proposal/{p1.pk}/change/", {"decision": "approve", "notes": "", "new_action": "", "category": ""}
+    )
     assert r.status_code == 200
-    r = admin_client.post(f"/admin/feedback/proposal/{p2.pk}/change/", {"decision": "modify", "notes": "cfo instead",
-                                                                        "new_action": '{"to": "cfo"}', "category": ""})
+    r = admin_client.post(
+        f"/admin/feedback/proposal/{p2.pk}/change/",
+        {"decision": "modify", "notes": "cfo instead", "new_action": '{"to": "cfo"}', "category": ""},
+    )
     assert r.status_code == 302
     p2.refresh_from_db()
     assert p2.status == "modified" and p2.modified_action == {"to": "cfo"}
@@ -71,11 +82,15 @@ def test_bulk_actions_write_one_record_each(admin_client, agent):
 
 def test_execution_review_queue(admin_client, agent):
     Action.objects.create(name="email.send", autonomy_level=AutonomyLevel.AUTONOMOUS)
-    es = [execution_create(agent=agent, action="email.send", params={"to": "x"}, reasoning={"confidence": 0.8}, success=True)
-          for _ in range(3)]
+    es = [
+        execution_create(agent=agent, action="email.send", params={"to": "x"}, reasoning={"confidence": 0.8}, success=True)
+        for _ in range(3)
+    ]
     assert admin_client.get("/admin/feedback/execution/?review_outcome__isempty=1").status_code == 200
-    r = admin_client.post(f"/admin/feedback/execution/{es[0].pk}/change/", {"outcome": "incorrect", "notes": "wrong person",
-                                                                           "corrected": '{"to": "y"}', "category": ""})
+    r = admin_client.post(
+        f"/admin/feedback/execution/{es[0].pk}/change/",
+        {"outcome": "incorrect", "notes": "wrong person", "corrected": '{"to": "y"}', "category": ""},
+    )
     assert r.status_code == 302
     r = admin_client.post("/admin/feedback/execution/", {"action": "mark_correct", "_selected_action": [e.pk for e in es]})
     assert r.status_code == 302
@@ -86,14 +101,15 @@ def test_execution_review_queue(admin_client, agent):
 def test_records_patterns_rules_and_episodes_screens(admin_client, agent):
     for _ in range(3):
         proposal_reject(proposal=propose(agent), reviewer=Reviewer(), notes="never email the CEO")
-    episode = learning_cycle_run(agent_id=agent.pk)
+    episode = autonomy_cycle_run(agent_id=agent.pk)
     r = admin_client.get(f"/admin/feedback/feedbackrecord/?agent__id__exact={agent.pk}&feedback_type__exact=rejection")
     assert r.status_code == 200 and r.context["cl"].result_count == 3
     pattern = MistakePattern.objects.get()
     page = admin_client.get(f"/admin/feedback/mistakepattern/{pattern.pk}/change/")
     assert page.status_code == 200 and "3 record(s)" in page.content.decode()
-    r = admin_client.post(f"/admin/feedback/mistakepattern/{pattern.pk}/change/", {"status": "dismissed",
-                                                                                  "resolution_notes": "fine after all"})
+    r = admin_client.post(
+        f"/admin/feedback/mistakepattern/{pattern.pk}/change/", {"status": "dismissed", "resolution_notes": "fine after all"}
+    )
     assert r.status_code == 302
     pattern.refresh_from_db()
     assert pattern.status == "dismissed" and pattern.resolved_by == admin_client.user
@@ -105,9 +121,9 @@ def test_records_patterns_rules_and_episodes_screens(admin_client, agent):
     rule.refresh_from_db()
     assert rule.status == "inactive" and rule.deactivated_by == admin_client.user
     assert admin_client.get(f"/admin/feedback/correctionrule/{rule.pk}/history/").status_code == 200
-    page = admin_client.get(f"/admin/autonomy/learningepisode/{episode.pk}/change/")
+    page = admin_client.get(f"/admin/autonomy/episode/{episode.pk}/change/")
     assert page.status_code == 200 and "rule_created" in page.content.decode()
-    assert admin_client.get("/admin/autonomy/learningepisode/").status_code == 200
+    assert admin_client.get("/admin/autonomy/episode/").status_code == 200
     assert admin_client.get("/admin/actions/action/").status_code == 200
     assert correction_rules_create() == []
-    assert LearningEpisode.objects.count() == 1
+    assert Episode.objects.count() == 1

@@ -1,4 +1,4 @@
-"""Learning candidates: recording, approval, rejection (issue 3)."""
+"""Learning candidates: recording, approval, rejection."""
 
 import threading
 
@@ -12,7 +12,13 @@ from learning.services.candidates import candidate_approve, candidate_record, ca
 
 
 def record(**kw):
-    args = {"input_pattern": "spin up a new client unit", "suggested_output": "cbu.create", "user_id": None, "source": "test", "confidence": 0.5}
+    args = {
+        "input_pattern": "spin up a new client unit",
+        "suggested_output": "cbu.create",
+        "user_id": None,
+        "source": "test",
+        "confidence": 0.5,
+    }
     args.update(kw)
     return candidate_record(**args)
 
@@ -27,7 +33,9 @@ def test_record_creates_pending(catalogue):
 
 def test_same_proposal_bumps_occurrence_with_noisy_or(catalogue):
     first = record(confidence=0.5)
-    second = record(input_pattern="  Spin up a NEW client unit ", confidence=0.5, rejected_alternatives=["cbu.delete"], risk_level="high")
+    second = record(
+        input_pattern="  Spin up a NEW client unit ", confidence=0.5, rejected_alternatives=["cbu.delete"], risk_level="high"
+    )
     assert second.pk == first.pk
     assert second.occurrence_count == 2
     assert second.confidence == pytest.approx(0.75)

@@ -8,48 +8,123 @@ from memories.simhash import hamming, simhash, simhash_hex
 
 # (lesson, a substring that is the secret and must never be stored)
 SECRETS = [
-    ("To call the billing API use the key sk-proj-4fT9xQ2mLp8ZrW3vN6bY1cK7hJ0dS5aE in the Authorization header.", "4fT9xQ2mLp8ZrW3vN6bY1cK7hJ0dS5aE"),
-    ("The OpenAI fallback account uses sk-9sKd83JdlQpZmN20xLwq7RtYvB4cE1fG for batch jobs.", "sk-9sKd83JdlQpZmN20xLwq7RtYvB4cE1fG"),
-    ("Claude calls from the worker go out with sk-ant-api03-Zx8Lq2Wm9Rt4Yp7Kc1Vb6Nd3Hs5Jf0Ga-AbCd.", "sk-ant-api03-Zx8Lq2Wm9Rt4Yp7Kc1Vb6Nd3Hs5Jf0Ga"),
+    (
+        "To call the billing API use the key sk-proj-4fT9xQ2mLp8ZrW3vN6bY1cK7hJ0dS5aE in the Authorization header.",
+        "4fT9xQ2mLp8ZrW3vN6bY1cK7hJ0dS5aE",
+    ),
+    (
+        "The OpenAI fallback account uses sk-9sKd83JdlQpZmN20xLwq7RtYvB4cE1fG for batch jobs.",
+        "sk-9sKd83JdlQpZmN20xLwq7RtYvB4cE1fG",
+    ),
+    (
+        "Claude calls from the worker go out with sk-ant-api03-Zx8Lq2Wm9Rt4Yp7Kc1Vb6Nd3Hs5Jf0Ga-AbCd.",
+        "sk-ant-api03-Zx8Lq2Wm9Rt4Yp7Kc1Vb6Nd3Hs5Jf0Ga",
+    ),
     ("The S3 uploader authenticates with access key AKIAIOSFODNN7EXAMPLQ and the deploy role.", "AKIAIOSFODNN7EXAMPLQ"),
     ("Temporary credentials start with ASIAXYZ1234567890ABC and expire after the session ends.", "ASIAXYZ1234567890ABC"),
-    ("Set aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY in the credentials file for the backup job.", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
-    ("Clone the private repo with the token ghp_aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3xY5 as the password.", "ghp_aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3xY5"),
-    ("The release workflow uses github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz to push tags.", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz"),
+    (
+        "Set aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY in the credentials file for the backup job.",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    ),
+    (
+        "Clone the private repo with the token ghp_aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3xY5 as the password.",
+        "ghp_aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3xY5",
+    ),
+    (
+        "The release workflow uses github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz to push tags.",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+    ),
     ("GitLab CI pulls the chart with glpat-xY7zQ2wE9rT4uI1oP6aS to authenticate.", "glpat-xY7zQ2wE9rT4uI1oP6aS"),
-    ("Post alerts to Slack with the bot token xoxb-2048-4096-AbCdEfGhIjKlMnOpQrStUv from the ops workspace.", "xoxb-2048-4096-AbCdEfGhIjKlMnOpQrStUv"),
-    ("The alert hook is https://hooks.slack.com/services/T0ABCDEF/B0GHIJKL/q1w2e3r4t5y6u7i8o9p0 and it posts to #ops.", "hooks.slack.com/services/T0ABCDEF/B0GHIJKL/q1w2e3r4t5y6u7i8o9p0"),
-    ("Payments in the sandbox go through sk_test_51HxYzAbCdEfGhIjKlMnOpQr and then we switch to live.", "sk_test_51HxYzAbCdEfGhIjKlMnOpQr"),
+    (
+        "Post alerts to Slack with the bot token xoxb-2048-4096-AbCdEfGhIjKlMnOpQrStUv from the ops workspace.",
+        "xoxb-2048-4096-AbCdEfGhIjKlMnOpQrStUv",
+    ),
+    (
+        "The alert hook is https://hooks.slack.com/services/T0ABCDEF/B0GHIJKL/q1w2e3r4t5y6u7i8o9p0 and it posts to #ops.",
+        "hooks.slack.com/services/T0ABCDEF/B0GHIJKL/q1w2e3r4t5y6u7i8o9p0",
+    ),
+    (
+        "Payments in the sandbox go through sk_test_51HxYzAbCdEfGhIjKlMnOpQr and then we switch to live.",
+        "sk_test_51HxYzAbCdEfGhIjKlMnOpQr",
+    ),
     ("Production charges use sk_live_9aZ8bY7cX6dW5eV4fU3gT2hS in the payments service.", "sk_live_9aZ8bY7cX6dW5eV4fU3gT2hS"),
-    ("Maps requests need the key AIzaSyD-1a2B3c4D5e6F7g8H9i0JkLmNoPqRsTuVw appended to the URL.", "AIzaSyD-1a2B3c4D5e6F7g8H9i0JkLmNoPqRsTuVw"),
-    ("Mail goes out through SendGrid with SG.aBcDeFgHiJkLmNoPqRsTuV.wXyZ0123456789aBcDeFgHiJ configured in the relay.", "SG.aBcDeFgHiJkLmNoPqRsTuV.wXyZ0123456789aBcDeFgHiJ"),
-    ("Publish the package with npm_aB1cD2eF3gH4iJ5kL6mN7oP8qR9sT0uV1wX2y after bumping the version.", "npm_aB1cD2eF3gH4iJ5kL6mN7oP8qR9sT0uV1wX2y"),
-    ("The test JWT eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZG1pbiJ9.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk works against staging.", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZG1pbiJ9.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
-    ("Call the internal API with the header Authorization: Bearer 7f3a9c2e1b8d4f6a0e5c3b9d7a1f2e4c8b6d0a3f.", "7f3a9c2e1b8d4f6a0e5c3b9d7a1f2e4c8b6d0a3f"),
-    ("The legacy proxy accepts Authorization: Basic YWRtaW46czNjcjN0UGFzcw== from the monitoring host.", "YWRtaW46czNjcjN0UGFzcw=="),
-    ("Deploy keys look like this one:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7Zq2xT9s\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END RSA PRIVATE KEY-----\nkeep it in the vault.", "MIIEowIBAAKCAQEA7Zq2xT9s"),
-    ("The SFTP host key:\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----", "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ"),
-    ("Signing uses -----BEGIN PRIVATE KEY----- MIIEvQIBADANBgkqhkiG9w0BAQEFAASC -----END PRIVATE KEY----- from the HSM export.", "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"),
-    ("Release signing key: -----BEGIN PGP PRIVATE KEY BLOCK----- lQOYBF0xYz8BCAC9s -----END PGP PRIVATE KEY BLOCK-----", "lQOYBF0xYz8BCAC9s"),
+    (
+        "Maps requests need the key AIzaSyD-1a2B3c4D5e6F7g8H9i0JkLmNoPqRsTuVw appended to the URL.",
+        "AIzaSyD-1a2B3c4D5e6F7g8H9i0JkLmNoPqRsTuVw",
+    ),
+    (
+        "Mail goes out through SendGrid with SG.aBcDeFgHiJkLmNoPqRsTuV.wXyZ0123456789aBcDeFgHiJ configured in the relay.",
+        "SG.aBcDeFgHiJkLmNoPqRsTuV.wXyZ0123456789aBcDeFgHiJ",
+    ),
+    (
+        "Publish the package with npm_aB1cD2eF3gH4iJ5kL6mN7oP8qR9sT0uV1wX2y after bumping the version.",
+        "npm_aB1cD2eF3gH4iJ5kL6mN7oP8qR9sT0uV1wX2y",
+    ),
+    (
+        "The test JWT eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZG1pbiJ9.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk works against staging.",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZG1pbiJ9.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk",
+    ),
+    (
+        "Call the internal API with the header Authorization: Bearer 7f3a9c2e1b8d4f6a0e5c3b9d7a1f2e4c8b6d0a3f.",
+        "7f3a9c2e1b8d4f6a0e5c3b9d7a1f2e4c8b6d0a3f",
+    ),
+    (
+        "The legacy proxy accepts Authorization: Basic YWRtaW46czNjcjN0UGFzcw== from the monitoring host.",
+        "YWRtaW46czNjcjN0UGFzcw==",
+    ),
+    (
+        "Deploy keys look like this one:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7Zq2xT9s\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END RSA PRIVATE KEY-----\nkeep it in the vault.",
+        "MIIEowIBAAKCAQEA7Zq2xT9s",
+    ),
+    (
+        "The SFTP host key:\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ",
+    ),
+    (
+        "Signing uses -----BEGIN PRIVATE KEY----- MIIEvQIBADANBgkqhkiG9w0BAQEFAASC -----END PRIVATE KEY----- from the HSM export.",
+        "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+    ),
+    (
+        "Release signing key: -----BEGIN PGP PRIVATE KEY BLOCK----- lQOYBF0xYz8BCAC9s -----END PGP PRIVATE KEY BLOCK-----",
+        "lQOYBF0xYz8BCAC9s",
+    ),
     ("Test the checkout with the card 4111 1111 1111 1111 and any future expiry date in the form.", "4111 1111 1111 1111"),
     ("The customer's card 5500-0000-0000-0004 was declined by the acquirer for an unknown reason.", "5500-0000-0000-0004"),
     ("Refund the payment made with card number 378282246310005 through the Amex portal.", "378282246310005"),
     ("Their corporate card is 6011111111111117, charge the renewal to it every year.", "6011111111111117"),
     ("For JCB testing enter 3530 1113 3330 0000 in the card field of the payment page.", "3530 1113 3330 0000"),
-    ("Connect to the reporting database with postgres://report:S3cretPass!@db.internal:5432/reports from the BI host.", "S3cretPass!"),
+    (
+        "Connect to the reporting database with postgres://report:S3cretPass!@db.internal:5432/reports from the BI host.",
+        "S3cretPass!",
+    ),
     ("The cache lives at redis://:r3d1sP4ss@cache.internal:6379/0 and holds the session keys.", "r3d1sP4ss"),
     ("Mongo replica: mongodb+srv://svc_app:Xk29dLq0pZ@cluster0.mongodb.net/app is the primary cluster.", "Xk29dLq0pZ"),
     ("Use amqp://guest:rabbitpw42@mq.internal:5672/ for the task broker in staging.", "rabbitpw42"),
     ("The FTP drop is ftp://upload:ftpSecret99@files.partner.com/incoming for nightly files.", "ftpSecret99"),
-    ("SQL Server: Server=tcp:db.example.net;Database=crm;User Id=crm_app;Password=Winter2024!;Encrypt=true is the production string.", "Winter2024!"),
-    ("Blob storage uses DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MA==;EndpointSuffix=core.windows.net for uploads.", "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MA=="),
+    (
+        "SQL Server: Server=tcp:db.example.net;Database=crm;User Id=crm_app;Password=Winter2024!;Encrypt=true is the production string.",
+        "Winter2024!",
+    ),
+    (
+        "Blob storage uses DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MA==;EndpointSuffix=core.windows.net for uploads.",
+        "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MA==",
+    ),
     ("In the .env file set DB_PASSWORD=tr0ub4dor&3 before starting the stack.", "tr0ub4dor&3"),
     ("The admin login is admin with password: CorrectHorse9 on the staging console.", "CorrectHorse9"),
-    ("Configure the exporter with api_key=9f8e7d6c5b4a39281706f5e4d3c2b1a0 in the yaml file.", "9f8e7d6c5b4a39281706f5e4d3c2b1a0"),
+    (
+        "Configure the exporter with api_key=9f8e7d6c5b4a39281706f5e4d3c2b1a0 in the yaml file.",
+        "9f8e7d6c5b4a39281706f5e4d3c2b1a0",
+    ),
     ("Put client_secret: 'q8W2e4R6t8Y0u2I4o6P8' into the OAuth app settings of the portal.", "q8W2e4R6t8Y0u2I4o6P8"),
-    ("The webhook signing secret = whsec_Ab12Cd34Ef56Gh78Ij90Kl12 and must be checked on every call.", "whsec_Ab12Cd34Ef56Gh78Ij90Kl12"),
-    ('Export the variable with export AUTH_TOKEN="c2VjcmV0LXRva2VuLXZhbHVlLTEyMw" before running the sync script.', "c2VjcmV0LXRva2VuLXZhbHVlLTEyMw"),
-    ("Use \"password\": \"Sup3rS3cret#\" in the JSON body when logging in to the vendor API.", "Sup3rS3cret#"),
+    (
+        "The webhook signing secret = whsec_Ab12Cd34Ef56Gh78Ij90Kl12 and must be checked on every call.",
+        "whsec_Ab12Cd34Ef56Gh78Ij90Kl12",
+    ),
+    (
+        'Export the variable with export AUTH_TOKEN="c2VjcmV0LXRva2VuLXZhbHVlLTEyMw" before running the sync script.',
+        "c2VjcmV0LXRva2VuLXZhbHVlLTEyMw",
+    ),
+    ('Use "password": "Sup3rS3cret#" in the JSON body when logging in to the vendor API.', "Sup3rS3cret#"),
     ("My password is hunter2, use it for the shared reporting account.", "hunter2"),
     ("The VPN password for the contractors is swordfish and it rotates quarterly.", "swordfish"),
     ("Remember that the wifi password is 'BlueSky-Office-77' for guests in the London office.", "BlueSky-Office-77"),
@@ -58,10 +133,16 @@ SECRETS = [
     ("The password for the reporting user is Qw3rty!2024 on the analytics cluster.", "Qw3rty!2024"),
     ("The api key is 8c1f4e2a9b7d3f6e0a5c2b8d4e1f7a3c and it goes in the x-api-key header.", "8c1f4e2a9b7d3f6e0a5c2b8d4e1f7a3c"),
     ("Log in to the router with passwd=R0uterAdm1n from the management VLAN only.", "R0uterAdm1n"),
-    ("The Jenkins job reads secret_key := 'dj4ng0-s3cr3t-k3y-f0r-pr0d-x9z' from its environment.", "dj4ng0-s3cr3t-k3y-f0r-pr0d-x9z"),
+    (
+        "The Jenkins job reads secret_key := 'dj4ng0-s3cr3t-k3y-f0r-pr0d-x9z' from its environment.",
+        "dj4ng0-s3cr3t-k3y-f0r-pr0d-x9z",
+    ),
     ("Grafana admin: user admin, pwd = gr4fan4Adm!n, change it after the first login.", "gr4fan4Adm!n"),
     ("For mysql use mysql://root:toor1234@10.0.0.5:3306/shop when debugging the shop service.", "toor1234"),
-    ("The refresh_token=1//0gAbCdEfGhIjKlMnOpQrStUvWxYz0123456789 lets the script renew its access.", "1//0gAbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
+    (
+        "The refresh_token=1//0gAbCdEfGhIjKlMnOpQrStUvWxYz0123456789 lets the script renew its access.",
+        "1//0gAbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    ),
     ("Card on file for the vendor: 4012 8888 8888 1881, use it for the annual licence.", "4012 8888 8888 1881"),
 ]
 
@@ -188,7 +269,16 @@ def test_luhn():
 def test_corpus_through_the_api(api):
     """Secret-bearing lessons end in quarantine without the secret; clean lessons are saved."""
     for i, (text, secret) in enumerate(SECRETS):
-        r = api.post("/api/v1/memories/observe", {"user_id": "gate", "user_message": "Remember this for later.", "assistant_message": text, "meta": {"type": "pattern"}}, format="json")
+        r = api.post(
+            "/api/v1/memories/observe",
+            {
+                "user_id": "gate",
+                "user_message": "Remember this for later.",
+                "assistant_message": text,
+                "meta": {"type": "pattern"},
+            },
+            format="json",
+        )
         body = r.json()
         assert r.status_code == 200 and body["decision"] == "blocked", (i, text, body)
         assert secret not in r.content.decode()
@@ -199,7 +289,16 @@ def test_corpus_through_the_api(api):
     assert not Memory.objects.filter(user_id="gate").exists()
     decisions = []
     for text in CLEAN:
-        r = api.post("/api/v1/memories/observe", {"user_id": "gate", "user_message": "Remember this for later.", "assistant_message": text, "meta": {"type": "pattern"}}, format="json")
+        r = api.post(
+            "/api/v1/memories/observe",
+            {
+                "user_id": "gate",
+                "user_message": "Remember this for later.",
+                "assistant_message": text,
+                "meta": {"type": "pattern"},
+            },
+            format="json",
+        )
         decisions.append(r.json()["decision"])
     assert "blocked" not in decisions
     assert Memory.objects.filter(user_id="gate").count() == decisions.count("saved") + decisions.count("new_version")

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from config import embedded_db
+from common import embedded_db
 
 
 class Command(BaseCommand):

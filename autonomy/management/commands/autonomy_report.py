@@ -1,9 +1,14 @@
 """Command-line views of the learning loop: feedback, mistakes, calibrate, autonomy, full-cycle."""
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models import Count
 
+from actions.selectors import action_get
+from agents.selectors import agent_get
+from autonomy.models import AutonomyTransition, TransitionStatus
+from autonomy.services import autonomy_cycle_run, autonomy_evaluate, calibration_compute
 from common.api import ApplicationError
+from feedback.selectors import agent_patterns, feedback_record_summary
+from feedback.services.mistakes import mistake_patterns_detect
 
 
 def render_table(headers: list[str], rows: list[list]) -> str:
@@ -16,12 +21,12 @@ def render_table(headers: list[str], rows: list[list]) -> str:
 
     cells = [[str(h) for h in headers]] + [[cell(c) for c in r] for r in rows]
     widths = [min(70, max(len(r[i]) for r in cells)) for i in range(len(headers))]
-    line = lambda r: "  ".join(c[:70].ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    line = lambda r: "  ".join(c[:70].ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()  # noqa: E731
     return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in cells[1:]])
 
 
 class Command(BaseCommand):
-    help = "Readable tables of an agent's feedback, mistakes, calibration, an action's autonomy, or a full learning cycle."
+    help = "Readable tables of an agent's feedback, mistakes, calibration, an action's autonomy, or a full autonomy cycle."
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="view", required=True)
@@ -38,7 +43,7 @@ class Command(BaseCommand):
         p = sub.add_parser("autonomy", help="Evaluate one action's autonomy level")
         p.add_argument("action", help="Action name, e.g. email.send")
         p.add_argument("--window-days", type=int, default=None)
-        p = sub.add_parser("full-cycle", help="Run a full learning cycle for an agent and show its episode")
+        p = sub.add_parser("full-cycle", help="Run a full autonomy cycle for an agent and show its episode")
         p.add_argument("agent")
 
     def handle(self, *args, view, **options):
@@ -51,26 +56,26 @@ class Command(BaseCommand):
         self.stdout.write(text)
 
     def view_feedback(self, agent, limit, **_):
-        from agents.selectors import agent_get
-        from feedback.models import FeedbackRecord
-
         a = agent_get(ref=agent)
-        qs = FeedbackRecord.objects.filter(agent=a)
-        summary = qs.values("action__name", "feedback_type").annotate(n=Count("id")).order_by("action__name", "feedback_type")
-        self.out(f"Feedback for agent {a.name} (#{a.pk}): {qs.count()} record(s)\n")
+        count, summary, latest = feedback_record_summary(agent=a, limit=limit)
+        self.out(f"Feedback for agent {a.name} (#{a.pk}): {count} record(s)\n")
         self.out(render_table(["action", "type", "records"], [[r["action__name"], r["feedback_type"], r["n"]] for r in summary]))
         self.out(f"\nLatest {limit}:")
         rows = [
-            [r.pk, r.created_at.strftime("%Y-%m-%d %H:%M"), r.action.name, r.feedback_type, r.agent_confidence,
-             r.mistake_category or "", r.human_explanation[:50]]
-            for r in qs.select_related("action").order_by("-created_at", "-id")[:limit]
+            [
+                r.pk,
+                r.created_at.strftime("%Y-%m-%d %H:%M"),
+                r.action.name,
+                r.feedback_type,
+                r.agent_confidence,
+                r.mistake_category or "",
+                r.human_explanation[:50],
+            ]
+            for r in latest
         ]
         self.out(render_table(["id", "when", "action", "type", "conf", "category", "explanation"], rows))
 
     def view_mistakes(self, agent, window_days, no_detect, **_):
-        from agents.selectors import agent_get
-        from feedback.models import MistakePattern
-        from feedback.services.mistakes import mistake_patterns_detect
 
         a = agent_get(ref=agent)
         if not no_detect:
@@ -78,21 +83,28 @@ class Command(BaseCommand):
             self.out(f"Detection: {len(r.created)} new, {len(r.updated)} updated pattern(s).\n")
         rows = [
             [p.pk, p.action.name, p.category, p.occurrence_count, p.status, p.last_seen.strftime("%Y-%m-%d"), p.description]
-            for p in MistakePattern.objects.filter(agent=a).select_related("action").order_by("status", "-occurrence_count")
+            for p in agent_patterns(agent=a)
         ]
         self.out(f"Mistake patterns of {a.name}:")
         self.out(render_table(["id", "action", "category", "count", "status", "last seen", "description"], rows))
 
     def view_calibrate(self, agent, window_days, **_):
-        from agents.selectors import agent_get
-        from autonomy.services import calibration_compute
 
         a = agent_get(ref=agent)
         records = calibration_compute(agent_id=a.pk, window_days=window_days)
         overall = records[0]
         self.out(f"Calibration of {a.name} over {overall.window_days} days ({overall.total_samples} samples):\n")
-        rows = [[f"{b['low']:.1f}-{b['high']:.1f}", b["count"], b["mean_confidence"], b["success_rate"], b["gap"],
-                 "yes" if b["counted"] else "no (too few)"] for b in overall.buckets]
+        rows = [
+            [
+                f"{b['low']:.1f}-{b['high']:.1f}",
+                b["count"],
+                b["mean_confidence"],
+                b["success_rate"],
+                b["gap"],
+                "yes" if b["counted"] else "no (too few)",
+            ]
+            for b in overall.buckets
+        ]
         self.out(render_table(["bucket", "n", "mean conf", "success", "gap", "counts"], rows))
         self.out(
             f"\nECE {overall.ece if overall.ece is None else round(overall.ece, 4)}; mean confidence "
@@ -103,20 +115,27 @@ class Command(BaseCommand):
         )
         if len(records) > 1:
             self.out("\nPer action:")
-            self.out(render_table(["action", "samples", "ECE", "adjustment"],
-                                  [[r.action.name, r.sample_count, r.ece, r.recommended_adjustment] for r in records[1:]]))
+            self.out(
+                render_table(
+                    ["action", "samples", "ECE", "adjustment"],
+                    [[r.action.name, r.sample_count, r.ece, r.recommended_adjustment] for r in records[1:]],
+                )
+            )
 
     def view_autonomy(self, action, window_days, **_):
-        from actions.selectors import action_get
-        from autonomy.models import AutonomyTransition, TransitionStatus
-        from autonomy.services import autonomy_evaluate
 
         act = action_get(name=action)
         result = autonomy_evaluate(action_ids=[act.pk], window_days=window_days, force=True)
         self.out(f"Autonomy of {act.name} (level {act.autonomy_level}):\n")
-        self.out(render_table(["samples", "success", "rejection", "level", "suggested"],
-                              [[r["samples"], r["success_rate"], r["rejection_rate"], r["level"], r["target_level"] or "keep"]
-                               for r in result["evaluated"]]))
+        self.out(
+            render_table(
+                ["samples", "success", "rejection", "level", "suggested"],
+                [
+                    [r["samples"], r["success_rate"], r["rejection_rate"], r["level"], r["target_level"] or "keep"]
+                    for r in result["evaluated"]
+                ],
+            )
+        )
         for t in result["proposed"]:
             self.out(f"\nProposed transition #{t.pk}: {t.reason}. A reviewer must approve it in the admin.")
         open_t = AutonomyTransition.objects.filter(action=act, status=TransitionStatus.PROPOSED).first()
@@ -124,13 +143,11 @@ class Command(BaseCommand):
             self.out(f"\nTransition #{open_t.pk} ({open_t.from_level}→{open_t.to_level}) is already awaiting a decision.")
 
     def view_full_cycle(self, agent, **_):
-        from agents.selectors import agent_get
-        from autonomy.services import learning_cycle_run
 
         a = agent_get(ref=agent)
-        episode = learning_cycle_run(agent_id=a.pk, trigger="command")
+        episode = autonomy_cycle_run(agent_id=a.pk, trigger="command")
         if episode is None:
-            raise CommandError(f"A learning cycle for {a.name} is already running elsewhere.")
+            raise CommandError(f"A autonomy cycle for {a.name} is already running elsewhere.")
         self.out(f"Episode #{episode.pk} for {a.name}: {episode.status}\n")
         rows = [[e.seq, e.kind, e.message] for e in episode.events.order_by("seq")]
         self.out(render_table(["#", "event", "detail"], rows))

@@ -9,24 +9,7 @@ from django.utils import timezone
 from memories.models import Memory, MemoryRetrieval
 from memories.selectors import CLOSE, OPEN, RetrievedMemory, memory_block, rank_key
 from memories.services import memories_embed, memory_retrieve
-from tests.test_memory_api import FEEDBACK, OBSERVE, RETRIEVE, make_memory
-
-LOG_LESSONS = [
-    "Rotate the application logs with logrotate every night and keep fourteen compressed copies.",
-    "Application log files are rotated by logrotate; the config lives in the etc logrotate directory.",
-    "When logs fill the disk, check that logrotate ran and that the app reopened its log file.",
-    "Ship application logs to the central log server over TLS using the rsyslog forwarder.",
-    "Log rotation for nginx is handled by its own logrotate snippet, not by the app.",
-    "Keep debug logging off in production, it fills the log volume in hours.",
-    "Use structured JSON logs so the log pipeline can index request ids.",
-    "Archive rotated logs older than thirty days to cold storage.",
-]
-
-
-def seed(user="alice", texts=LOG_LESSONS, status="candidate", **kw):
-    rows = [make_memory(user=user, content=t, status=status, topic=f"logs {i}", **kw) for i, t in enumerate(texts)]
-    memories_embed(memory_ids=[r.pk for r in rows])
-    return rows
+from tests.conftest import LOG_LESSONS, OBSERVE, OUTCOME, RETRIEVE, make_memory, seed_memories
 
 
 def retrieve(api, user="alice", query="how are application logs rotated", **filters):
@@ -41,8 +24,8 @@ def retrieve(api, user="alice", query="how are application logs rotated", **filt
 @pytest.mark.django_db
 class TestRanking:
     def test_verified_before_candidate_even_with_lower_score(self, api):
-        cand = seed(texts=["Rotate application logs with logrotate every night and keep compressed copies."])[0]
-        ver = seed(texts=["Disk space alerts usually mean the log volume needs a bigger size."], status="verified")[0]
+        cand = seed_memories(texts=["Rotate application logs with logrotate every night and keep compressed copies."])[0]
+        ver = seed_memories(texts=["Disk space alerts usually mean the log volume needs a bigger size."], status="verified")[0]
         body = retrieve(api, query="rotate application logs with logrotate")
         ids = [i["id"] for i in body["items"]]
         assert ids.index(ver.pk) < ids.index(cand.pk)
@@ -50,7 +33,7 @@ class TestRanking:
         assert scores[ver.pk] < scores[cand.pk]
 
     def test_deprecated_never_returned(self, api):
-        rows = seed()
+        rows = seed_memories()
         Memory.objects.filter(pk=rows[0].pk).update(status="deprecated")
         body = retrieve(api, query=LOG_LESSONS[0])
         assert rows[0].pk not in [i["id"] for i in body["items"]]
@@ -75,7 +58,7 @@ class TestRanking:
         assert [i.memory.pk for i in ranked] == [2, 1, 5, 4, 3]
 
     def test_most_similar_first_within_a_status(self, api):
-        seed()
+        seed_memories()
         body = retrieve(api, query=LOG_LESSONS[3])
         assert body["items"][0]["content"] == LOG_LESSONS[3]
         scores = [i["score"] for i in body["items"]]
@@ -85,24 +68,24 @@ class TestRanking:
 @pytest.mark.django_db
 class TestLimitsAndBlock:
     def test_default_limits_and_block_format(self, api):
-        seed(texts=LOG_LESSONS + [t.replace("log", "journal") for t in LOG_LESSONS])
+        seed_memories(texts=LOG_LESSONS + [t.replace("log", "journal") for t in LOG_LESSONS])
         body = retrieve(api)
         assert 1 <= len(body["items"]) <= 6
         block = body["block"]
         assert block.startswith(OPEN + "\n") and block.endswith("\n" + CLOSE) and len(block) <= 1500
         lines = block.splitlines()[1:-1]
         assert len(lines) == len(body["items"])
-        for line, item in zip(lines, body["items"]):
+        for line, item in zip(lines, body["items"], strict=True):
             assert line == f"- [{item['status']}/{item['type']}] {item['content']}"
 
     def test_max_chars_drops_what_does_not_fit(self, api):
-        seed()
+        seed_memories()
         with override_settings(MEMORY_RETRIEVE_MAX_CHARS=260):
             body = retrieve(api)
         assert len(body["block"]) <= 260 and 1 <= len(body["items"]) < 6
 
     def test_max_items_and_top_k(self, api):
-        seed()
+        seed_memories()
         with override_settings(MEMORY_RETRIEVE_MAX_ITEMS=2):
             assert len(retrieve(api)["items"]) == 2
         with override_settings(MEMORY_RETRIEVE_TOP_K=3, MEMORY_RETRIEVE_MAX_ITEMS=10, MEMORY_RETRIEVE_MIN_SCORE=-1.0):
@@ -119,7 +102,7 @@ class TestLimitsAndBlock:
         assert block.count(CLOSE) == 1 and block.endswith(CLOSE)
 
     def test_nothing_relevant_gives_an_empty_block(self, api):
-        seed()
+        seed_memories()
         with override_settings(MEMORY_RETRIEVE_MIN_SCORE=0.99):
             body = retrieve(api, query="what is the capital of France")
         assert body["items"] == [] and body["block"] == "" and body["degraded"] is False
@@ -128,7 +111,7 @@ class TestLimitsAndBlock:
 @pytest.mark.django_db
 class TestHitsStreaksPromotion:
     def test_retrieval_updates_hits_streak_and_logs_ids(self, api):
-        rows = seed()
+        rows = seed_memories()
         body = retrieve(api)
         ids = [i["id"] for i in body["items"]]
         for item in body["items"]:
@@ -141,7 +124,7 @@ class TestHitsStreaksPromotion:
         assert log.memory_ids == ids and log.user_id == "alice" and len(log.query_sha256) == 64
 
     def test_streak_of_three_auto_promotes_with_lower_confidence(self, api):
-        (m,) = seed(texts=[LOG_LESSONS[0]])
+        (m,) = seed_memories(texts=[LOG_LESSONS[0]])
         for expected in ("candidate", "candidate", "verified"):
             item = retrieve(api, query=LOG_LESSONS[0])["items"][0]
             assert item["id"] == m.pk and item["status"] == expected
@@ -150,7 +133,7 @@ class TestHitsStreaksPromotion:
         assert m.confidence == pytest.approx(0.6)
 
     def test_hits_of_five_auto_promote(self, api):
-        (m,) = seed(texts=[LOG_LESSONS[0]])
+        (m,) = seed_memories(texts=[LOG_LESSONS[0]])
         Memory.objects.filter(pk=m.pk).update(hits=4)
         retrieve(api, query=LOG_LESSONS[0])
         m.refresh_from_db()
@@ -158,15 +141,23 @@ class TestHitsStreaksPromotion:
 
     def test_merges_count_as_hits_for_promotion(self, api):
         text = "Always pin the exact versions of build tools in the CI image so that builds stay reproducible."
-        first = api.post(OBSERVE, {"user_id": "alice", "user_message": "note", "assistant_message": text, "meta": {"type": "pattern"}}, format="json").json()
+        first = api.post(
+            OBSERVE,
+            {"user_id": "alice", "user_message": "note", "assistant_message": text, "meta": {"type": "pattern"}},
+            format="json",
+        ).json()
         Memory.objects.filter(pk=first["memory_id"]).update(hits=4)
-        again = api.post(OBSERVE, {"user_id": "alice", "user_message": "note", "assistant_message": text + " Always.", "meta": {"type": "pattern"}}, format="json").json()
+        again = api.post(
+            OBSERVE,
+            {"user_id": "alice", "user_message": "note", "assistant_message": text + " Always.", "meta": {"type": "pattern"}},
+            format="json",
+        ).json()
         assert again["decision"] == "merged"
         m = Memory.objects.get(pk=first["memory_id"])
         assert m.hits == 5 and m.status == "verified"
 
     def test_settings_change_the_promotion_rule(self, api):
-        (m,) = seed(texts=[LOG_LESSONS[0]])
+        (m,) = seed_memories(texts=[LOG_LESSONS[0]])
         with override_settings(MEMORY_AUTO_PROMOTE_STREAK=1):
             retrieve(api, query=LOG_LESSONS[0])
         m.refresh_from_db()
@@ -176,19 +167,21 @@ class TestHitsStreaksPromotion:
 @pytest.mark.django_db
 class TestFeedback:
     def test_success_promotes_failure_deprecates(self, api):
-        a, b = seed(texts=LOG_LESSONS[:2])
-        r = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": [a.pk], "outcome": "success"}, format="json")
+        a, b = seed_memories(texts=LOG_LESSONS[:2])
+        r = api.post(OUTCOME, {"user_id": "alice", "memory_ids": [a.pk], "outcome": "success"}, format="json")
         assert r.status_code == 200 and r.json()["memories"][0]["status"] == "verified"
         a.refresh_from_db()
         assert a.status == "verified" and a.confidence == pytest.approx(0.9) and a.status_changed_by == "feedback"
-        r = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": [b.pk], "outcome": "failure", "reason": "outdated"}, format="json")
+        r = api.post(
+            OUTCOME, {"user_id": "alice", "memory_ids": [b.pk], "outcome": "failure", "reason": "outdated"}, format="json"
+        )
         b.refresh_from_db()
         assert b.status == "deprecated" and b.status_reason == "outdated" and b.deprecated_at and b.streak == 0
 
     def test_last_means_the_last_retrieval(self, api):
-        seed()
+        seed_memories()
         body = retrieve(api)
-        r = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": "last", "outcome": "failure"}, format="json")
+        r = api.post(OUTCOME, {"user_id": "alice", "memory_ids": "last", "outcome": "failure"}, format="json")
         assert r.status_code == 200
         assert sorted(m["id"] for m in r.json()["memories"]) == sorted(i["id"] for i in body["items"])
         assert all(m["status"] == "deprecated" for m in r.json()["memories"])
@@ -196,8 +189,8 @@ class TestFeedback:
         assert not deprecated & {i["id"] for i in retrieve(api)["items"]}
 
     def test_success_does_not_revive_a_deprecated_memory(self, api):
-        (m,) = seed(texts=[LOG_LESSONS[0]], status="deprecated")
-        r = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": [m.pk], "outcome": "success"}, format="json")
+        (m,) = seed_memories(texts=[LOG_LESSONS[0]], status="deprecated")
+        r = api.post(OUTCOME, {"user_id": "alice", "memory_ids": [m.pk], "outcome": "success"}, format="json")
         assert r.status_code == 200 and r.json()["memories"][0]["status"] == "deprecated"
 
 
@@ -222,7 +215,11 @@ class TestFallbackAndLazyEmbedding:
     def test_memory_saved_while_embedder_down_is_embedded_at_first_search(self, api, failing_embedder):
         from embeddings.embedders import set_embedder
 
-        r = api.post(OBSERVE, {"user_id": "alice", "user_message": "note", "assistant_message": LOG_LESSONS[0], "meta": {"type": "pattern"}}, format="json").json()
+        r = api.post(
+            OBSERVE,
+            {"user_id": "alice", "user_message": "note", "assistant_message": LOG_LESSONS[0], "meta": {"type": "pattern"}},
+            format="json",
+        ).json()
         assert r["decision"] == "saved" and r["evidence"]["semantic_checked"] is False
         m = Memory.objects.get(pk=r["memory_id"])
         assert m.embedding is None
@@ -247,13 +244,18 @@ class TestFilters:
     def test_observe_filters_become_metadata_that_retrieve_filters_on(self, api):
         r = api.post(
             OBSERVE,
-            {"user_id": "alice", "user_message": "note", "assistant_message": LOG_LESSONS[0], "meta": {"type": "pattern", "filters": {"project": "atlas"}}},
+            {
+                "user_id": "alice",
+                "user_message": "note",
+                "assistant_message": LOG_LESSONS[0],
+                "meta": {"type": "pattern", "filters": {"project": "atlas"}},
+            },
             format="json",
         ).json()
         assert [i["id"] for i in retrieve(api, metadata={"project": "atlas"})["items"]] == [r["memory_id"]]
         assert retrieve(api, metadata={"project": "other"})["items"] == []
 
     def test_service_without_api(self, db):
-        seed()
+        seed_memories()
         result = memory_retrieve(user_id="alice", query="log rotation")
         assert result.items and result.block.startswith(OPEN)

@@ -1,4 +1,4 @@
-"""Fitting resolve threshold and margin on gold labels, held out, activated by a reviewer."""
+"""Fitting the resolve threshold and margin on gold labels (scored on a held-out share), activated by a reviewer."""
 
 import pytest
 
@@ -10,14 +10,59 @@ from learning.selectors import active_profile_cache_clear
 from learning.services.catalogue import verb_catalogue_load
 from learning.services.phrases import learned_phrase_upsert
 from learning.services.profiles import resolution_profile_activate, resolution_profile_fit
-from tests.test_dis_loop import CBU_CATALOGUE
+from tests.conftest import CBU_CATALOGUE
 
 GOLD = {
-    "cbu.list": ["list all cbus", "show me every cbu", "what cbus do we have", "cbu list please", "display the cbus", "all my cbus", "enumerate cbus", "give me the cbu overview"],
-    "cbu.create": ["make a new cbu", "set up a cbu", "new cbu for acme", "add a cbu", "register a client business unit", "start a cbu", "create cbu now", "open cbu for client"],
-    "cbu.delete": ["drop this cbu", "get rid of the cbu", "erase cbu", "delete cbu 42", "remove that cbu", "close down the cbu", "kill the cbu", "wipe the cbu"],
-    "document.search": ["look for a contract", "find the invoice pdf", "search my files", "where is the document", "locate the report", "search for policy docs", "find documents about tax", "document lookup"],
-    "email.send": ["write to my boss", "mail the team", "send a message to bob", "email the client", "drop an email to hr", "send mail", "email finance", "compose an email"],
+    "cbu.list": [
+        "list all cbus",
+        "show me every cbu",
+        "what cbus do we have",
+        "cbu list please",
+        "display the cbus",
+        "all my cbus",
+        "enumerate cbus",
+        "give me the cbu overview",
+    ],
+    "cbu.create": [
+        "make a new cbu",
+        "set up a cbu",
+        "new cbu for acme",
+        "add a cbu",
+        "register a client business unit",
+        "start a cbu",
+        "create cbu now",
+        "open cbu for client",
+    ],
+    "cbu.delete": [
+        "drop this cbu",
+        "get rid of the cbu",
+        "erase cbu",
+        "delete cbu 42",
+        "remove that cbu",
+        "close down the cbu",
+        "kill the cbu",
+        "wipe the cbu",
+    ],
+    "document.search": [
+        "look for a contract",
+        "find the invoice pdf",
+        "search my files",
+        "where is the document",
+        "locate the report",
+        "search for policy docs",
+        "find documents about tax",
+        "document lookup",
+    ],
+    "email.send": [
+        "write to my boss",
+        "mail the team",
+        "send a message to bob",
+        "email the client",
+        "drop an email to hr",
+        "send mail",
+        "email finance",
+        "compose an email",
+    ],
 }
 
 
@@ -101,9 +146,7 @@ def test_admin_fit_and_activate(gold, admin_client):
     row = FittedResolutionProfile.objects.get()
     page = admin_client.get("/admin/learning/fittedresolutionprofile/").content.decode()
     assert "% right" in page and "proposed" in page
-    admin_client.post(
-        "/admin/learning/fittedresolutionprofile/", {"action": "activate", "_selected_action": [row.pk]}
-    )
+    admin_client.post("/admin/learning/fittedresolutionprofile/", {"action": "activate", "_selected_action": [row.pk]})
     row.refresh_from_db()
     assert row.status == "active"
     assert profile()["margin"] == row.margin

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 from memories.models import Memory
-from tests.test_memory_api import make_memory
+from tests.conftest import make_memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REDIS_URL = os.environ.get("CELERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -34,19 +34,44 @@ def test_a_real_worker_embeds_new_memories():
     ]
     assert all(r.embedding is None for r in rows)
     db_name = connection.settings_dict["NAME"]
-    queue = f"mem-test-{uuid.uuid4().hex[:8]}"
-    env = dict(os.environ, CELERY_BROKER_URL=REDIS_URL, CELERY_RESULT_BACKEND=REDIS_URL, EMBEDDED_DB_NAME=db_name,
-               DJANGO_SETTINGS_MODULE="config.settings", CELERY_TASK_ALWAYS_EAGER="0", LOG_LEVEL="INFO")
+    queue = f"memory-test-{uuid.uuid4().hex[:8]}"
+    env = dict(
+        os.environ,
+        CELERY_BROKER_URL=REDIS_URL,
+        CELERY_RESULT_BACKEND=REDIS_URL,
+        EMBEDDED_DB_NAME=db_name,
+        DJANGO_SETTINGS_MODULE="config.settings",
+        CELERY_TASK_ALWAYS_EAGER="0",
+        LOG_LEVEL="INFO",
+    )
     if os.environ.get("DATABASE_URL"):
         u = urlparse(os.environ["DATABASE_URL"])
         env["DATABASE_URL"] = urlunparse(u._replace(path="/" + db_name))
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-Q", queue, "-n", f"{queue}@%h",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool=solo",
+            "-Q",
+            queue,
+            "-n",
+            f"{queue}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel=INFO",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
-    client = Celery("mem-test", broker=REDIS_URL, backend=REDIS_URL)
+    client = Celery("memory-test", broker=REDIS_URL, backend=REDIS_URL)
     try:
         client.send_task("memories.tasks.memory_embed", args=[[r.pk for r in rows]], queue=queue)
         deadline = time.monotonic() + 120

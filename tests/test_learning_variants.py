@@ -1,4 +1,4 @@
-"""The phrase-variant generator: one test per rule of feedback/data/variant_rules.yaml."""
+"""The phrase-variant generator: one test per rule of learning/data/variant_rules.yaml."""
 
 import pytest
 import yaml
@@ -47,7 +47,12 @@ def test_list_show_display_get_view_swap(rules):
 
 
 def test_find_search_swap_including_multiword_forms(rules):
-    assert set(swap_verbs("search for invoices", rules)) == {"find invoices", "search invoices", "look for invoices", "locate invoices"}
+    assert set(swap_verbs("search for invoices", rules)) == {
+        "find invoices",
+        "search invoices",
+        "look for invoices",
+        "locate invoices",
+    }
     assert "search for tickets" in swap_verbs("find tickets", rules)
 
 
@@ -98,5 +103,20 @@ def test_limit_and_empty_input():
 
 
 def test_rules_are_not_tied_to_one_domain():
-    custom = rules_parse({"verb_swaps": [["buy", "purchase"]], "drop_words": {"x": ["some"]}, "singular_suffixes": [["s", ""]], "plural_suffixes": [["", "s"]]})
-    assert phrase_variants("buy some apples", rules=custom, limit=10) == ["buy apples", "buy some apple", "buy apple", "purchase apples", "purchase some apples", "purchase apple", "purchase some apple"]
+    custom = rules_parse(
+        {
+            "verb_swaps": [["buy", "purchase"]],
+            "drop_words": {"x": ["some"]},
+            "singular_suffixes": [["s", ""]],
+            "plural_suffixes": [["", "s"]],
+        }
+    )
+    assert phrase_variants("buy some apples", rules=custom, limit=10) == [
+        "buy apples",
+        "buy some apple",
+        "buy apple",
+        "purchase apples",
+        "purchase some apples",
+        "purchase apple",
+        "purchase some apple",
+    ]

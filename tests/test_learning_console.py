@@ -1,6 +1,5 @@
 """The disambiguation console: session login, CSRF, the same services as the API, and a real browser."""
 
-import os
 import time
 
 import pytest
@@ -9,23 +8,12 @@ from django.test import Client
 
 from learning.models import AbandonEvent, DisambiguationRequest, LearningSignal
 from learning.services.catalogue import verb_catalogue_load
-from tests.test_dis_loop import CBU_CATALOGUE
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--no-first-run",
-]
+from tests.conftest import CBU_CATALOGUE
 
 
 @pytest.fixture
 def person(db):
     return get_user_model().objects.create_user("alice", password="s3cret-pass")
-
-
-@pytest.fixture
-def cbus(db):
-    verb_catalogue_load(entries=CBU_CATALOGUE)
 
 
 def test_console_needs_a_session_login(client):
@@ -58,14 +46,18 @@ def test_console_endpoints_enforce_csrf_and_use_the_same_services(person, cbus, 
 
     with django_capture_on_commit_callbacks(execute=True):
         chosen = browser.post(
-            f"/console/api/disambiguations/{row.request_id}/select", {"selected_verb": "cbu.list"},
-            content_type="application/json", HTTP_X_CSRFTOKEN=token,
+            f"/console/api/disambiguations/{row.request_id}/select",
+            {"selected_verb": "cbu.list"},
+            content_type="application/json",
+            HTTP_X_CSRFTOKEN=token,
         )
     assert chosen.status_code == 200 and chosen.json()["selected_verb"] == "cbu.list"
     assert LearningSignal.objects.filter(request=row, outcome="selected_alt", verb="cbu.list", user_id="console:alice").exists()
     again = browser.post(
-        f"/console/api/disambiguations/{row.request_id}/select", {"selected_verb": "cbu.show"},
-        content_type="application/json", HTTP_X_CSRFTOKEN=token,
+        f"/console/api/disambiguations/{row.request_id}/select",
+        {"selected_verb": "cbu.show"},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=token,
     )
     assert again.status_code == 409 and again.json()["selected_verb"] == "cbu.list"
 
@@ -85,7 +77,9 @@ def test_beacon_style_form_post_abandons(person, cbus):
     browser = Client(enforce_csrf_checks=True)
     browser.login(username="alice", password="s3cret-pass")
     token = browser.get("/console/").cookies["csrftoken"].value
-    body = browser.post("/console/api/resolve", {"text": "list all cbus"}, content_type="application/json", HTTP_X_CSRFTOKEN=token).json()
+    body = browser.post(
+        "/console/api/resolve", {"text": "list all cbus"}, content_type="application/json", HTTP_X_CSRFTOKEN=token
+    ).json()
     response = browser.post(
         f"/console/api/disambiguations/{body['request_id']}/abandon", {"reason": "closed_session", "csrfmiddlewaretoken": token}
     )
@@ -94,29 +88,6 @@ def test_beacon_style_form_post_abandons(person, cbus):
 
 
 # --- a real browser ---------------------------------------------------------------
-
-
-@pytest.fixture
-def browser_page(monkeypatch):
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API runs an event loop in this thread; the test's own ORM reads are still synchronous.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    # The live server answers each request on a new thread: close its connection when the request ends.
-    from django.db import connections
-
-    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        page.set_default_timeout(20_000)
-        yield page
-        browser.close()
-        # ORM calls made while Playwright's loop runs may have opened a connection in another context: close it.
-        connections.close_all()
-    connections.close_all()
 
 
 def _sign_in(page, live_server, username):

@@ -62,7 +62,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         dims = body.get("dimensions", 1536)
         data = [{"object": "embedding", "index": i, "embedding": [float(i + 1)] * dims} for i in range(len(body["input"]))]
-        payload = json.dumps({"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+        payload = json.dumps(
+            {"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 1, "total_tokens": 1}}
+        )
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()

@@ -1,4 +1,4 @@
-"""Issue 6: proposals, executions, outcomes, corrections, feedback records and the consult API."""
+"""Feedback API: proposals, executions, outcomes, corrections, feedback records and the consult API."""
 
 import pytest
 
@@ -26,7 +26,11 @@ def reviewer(db):
 
 
 def propose(client, action="email.send", confidence=0.8, **extra):
-    body = {"action": action, "proposed_action": {"to": "a@example.com", "subject": "hi"}, "reasoning": {"confidence": confidence}}
+    body = {
+        "action": action,
+        "proposed_action": {"to": "a@example.com", "subject": "hi"},
+        "reasoning": {"confidence": confidence},
+    }
     body.update(extra)
     return client.post("/api/v1/proposals", body, format="json")
 
@@ -78,8 +82,14 @@ def test_agent_a_cannot_read_or_change_agent_b_objects(agent_a, agent_b, reviewe
     reviewer.post(f"/api/v1/proposals/{pid}/approve", {}, format="json")
     r = agent_a.post("/api/v1/outcomes", {"proposal": pid, "success": True}, format="json")
     assert r.status_code == 404
-    assert agent_a.post("/api/v1/overrides", {"action": "email.send", "original_action": {"a": 1}, "corrected_action": {"a": 2},
-                                                  "proposal": pid}, format="json").status_code == 404
+    assert (
+        agent_a.post(
+            "/api/v1/overrides",
+            {"action": "email.send", "original_action": {"a": 1}, "corrected_action": {"a": 2}, "proposal": pid},
+            format="json",
+        ).status_code
+        == 404
+    )
     assert Proposal.objects.get(pk=pid).status == "approved"
     assert FeedbackRecord.objects.count() == 0
 
@@ -93,12 +103,17 @@ def test_agent_cannot_review_its_own_proposal(reviewer):
 
 def test_reject_writes_one_record_and_completing_it_is_409(agent_a, reviewer):
     pid = propose(agent_a, confidence=0.9).data["id"]
-    r = reviewer.post(f"/api/v1/proposals/{pid}/reject", {"review_notes": "wrong recipient", "mistake_category": "recipient"},
-                      format="json")
+    r = reviewer.post(
+        f"/api/v1/proposals/{pid}/reject", {"review_notes": "wrong recipient", "mistake_category": "recipient"}, format="json"
+    )
     assert r.status_code == 200 and r.data["status"] == "rejected"
     rec = FeedbackRecord.objects.get()
     assert (rec.feedback_type, rec.human_explanation, rec.agent_confidence, rec.mistake_category) == (
-        "rejection", "wrong recipient", 0.9, "recipient")
+        "rejection",
+        "wrong recipient",
+        0.9,
+        "recipient",
+    )
     assert rec.original_action == {"to": "a@example.com", "subject": "hi"} and rec.created_by_key == reviewer.key
     r = agent_a.post("/api/v1/outcomes", {"proposal": pid, "success": True}, format="json")
     assert r.status_code == 409
@@ -122,8 +137,9 @@ def test_modify_writes_correction_with_computed_delta(agent_a, reviewer):
     }
     # same action as proposed is not a modification
     pid2 = propose(agent_a).data["id"]
-    r = reviewer.post(f"/api/v1/proposals/{pid2}/modify", {"modified_action": {"to": "a@example.com", "subject": "hi"}},
-                      format="json")
+    r = reviewer.post(
+        f"/api/v1/proposals/{pid2}/modify", {"modified_action": {"to": "a@example.com", "subject": "hi"}}, format="json"
+    )
     assert r.status_code == 400 and "modified_action" in r.data["fields"]
     r = reviewer.post(f"/api/v1/proposals/{pid2}/modify", {"modified_action": "nope"}, format="json")
     assert r.status_code == 400
@@ -147,8 +163,13 @@ def test_outcomes_complete_or_fail_approved_proposals(agent_a, reviewer):
 
 
 def test_executions_need_level_2_and_are_reviewed_once(agent_a, reviewer):
-    body = {"action": "email.send", "params": {"to": "x@example.com"}, "reasoning": {"why": "asked"}, "confidence": 0.7,
-            "success": True}
+    body = {
+        "action": "email.send",
+        "params": {"to": "x@example.com"},
+        "reasoning": {"why": "asked"},
+        "confidence": 0.7,
+        "success": True,
+    }
     r = agent_a.post("/api/v1/executions", body, format="json")
     assert r.status_code == 409 and r.data["fields"] == {"action": [r.data["detail"]]}
     assert Action.objects.count() == 0 and Execution.objects.count() == 0
@@ -157,8 +178,11 @@ def test_executions_need_level_2_and_are_reviewed_once(agent_a, reviewer):
     assert r.status_code == 400 and "confidence" in r.data["fields"]
     eid = agent_a.post("/api/v1/executions", body, format="json").data["id"]
     eid2 = agent_a.post("/api/v1/executions", {**body, "duration_ms": 12}, format="json").data["id"]
-    r = reviewer.post(f"/api/v1/executions/{eid}/review", {"outcome": "incorrect", "review_notes": "wrong person",
-                                                           "corrected_action": {"to": "y@example.com"}}, format="json")
+    r = reviewer.post(
+        f"/api/v1/executions/{eid}/review",
+        {"outcome": "incorrect", "review_notes": "wrong person", "corrected_action": {"to": "y@example.com"}},
+        format="json",
+    )
     assert r.status_code == 200 and r.data["review_outcome"] == "incorrect"
     r = reviewer.post(f"/api/v1/executions/{eid}/review", {"outcome": "correct"}, format="json")
     assert r.status_code == 409
@@ -173,12 +197,25 @@ def test_executions_need_level_2_and_are_reviewed_once(agent_a, reviewer):
 
 def test_manual_override_and_listing_filters(agent_a, agent_b, reviewer):
     Action.objects.create(name="email.send")
-    r = agent_a.post("/api/v1/overrides", {"action": "email.send", "original_action": {"to": "a"}, "corrected_action": {"to": "b"},
-                                             "explanation": "user changed it", "confidence": 0.6}, format="json")
+    r = agent_a.post(
+        "/api/v1/overrides",
+        {
+            "action": "email.send",
+            "original_action": {"to": "a"},
+            "corrected_action": {"to": "b"},
+            "explanation": "user changed it",
+            "confidence": 0.6,
+        },
+        format="json",
+    )
     assert r.status_code == 201 and r.data["feedback_type"] == "manual_override"
     assert r.data["correction_delta"]["changed"] == {"to": {"from": "a", "to": "b"}}
-    assert agent_a.post("/api/v1/overrides", {"action": "nope.missing", "original_action": {}, "corrected_action": {"a": 1}},
-                        format="json").status_code == 404
+    assert (
+        agent_a.post(
+            "/api/v1/overrides", {"action": "nope.missing", "original_action": {}, "corrected_action": {"a": 1}}, format="json"
+        ).status_code
+        == 404
+    )
     pid = propose(agent_a).data["id"]
     reviewer.post(f"/api/v1/proposals/{pid}/reject", {"review_notes": "no"}, format="json")
     assert agent_a.get("/api/v1/feedback-records").data["count"] == 2
@@ -220,13 +257,15 @@ def test_consult_reflects_patterns_rules_calibration_and_level(agent_a, agent_b,
     assert r.data["adjusted_confidence"] == 0.8  # the pattern is mitigated now; the rule speaks instead
     assert [x["id"] for x in r.data["rules"]] == [rules[0].pk] and r.data["rules"][0]["require_review"] is True
     assert r.data["require_approval"] is True and "a correction rule requires review" in r.data["approval_reasons"]
-    CalibrationRecord.objects.create(agent=agent_b.agent, window_days=30, sample_count=50, buckets=[], ece=0.3,
-                                     recommended_adjustment=-0.12)
+    CalibrationRecord.objects.create(
+        agent=agent_b.agent, window_days=30, sample_count=50, buckets=[], ece=0.3, recommended_adjustment=-0.12
+    )
     r = agent_b.get("/api/v1/actions/email.send/consult?confidence=0.75")
     assert r.data["calibration_adjustment"] == -0.12 and r.data["adjusted_confidence"] == pytest.approx(0.63)
     assert r.data["require_approval"] is True  # below CONSULT_APPROVAL_BELOW (0.7)
-    CalibrationRecord.objects.create(agent=agent_b.agent, window_days=30, sample_count=50, buckets=[], ece=0.3,
-                                     recommended_adjustment=0.15)
+    CalibrationRecord.objects.create(
+        agent=agent_b.agent, window_days=30, sample_count=50, buckets=[], ece=0.3, recommended_adjustment=0.15
+    )
     assert agent_b.get("/api/v1/actions/email.send/consult?confidence=0.95").data["adjusted_confidence"] == 1.0
 
 

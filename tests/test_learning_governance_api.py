@@ -1,4 +1,4 @@
-"""Learning-governance API: candidates, stats, blocklist, scopes (issue 3)."""
+"""Learning-governance API: candidates, stats, blocklist, scopes."""
 
 from datetime import timedelta
 
@@ -22,6 +22,7 @@ def cand(text="spin up a new client unit", verb="cbu.create", user_id=None, time
 
 
 # --- scopes -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "method,url,body",
@@ -48,7 +49,9 @@ def test_agent_key_without_governance_gets_403(api, catalogue, method, url, body
 
 def test_correction_needs_feedback_scope(db, catalogue):
     client = make_client([Scope.RESOLVE], name="resolve-only")
-    response = client.post("/api/v1/resolutions/correct", {"text": "x", "wrong_verb": "cbu.list", "correct_verb": "cbu.create"}, format="json")
+    response = client.post(
+        "/api/v1/resolutions/correct", {"text": "x", "wrong_verb": "cbu.list", "correct_verb": "cbu.create"}, format="json"
+    )
     assert response.status_code == 403
     assert not LearnedPhrase.objects.exists()
 
@@ -58,6 +61,7 @@ def test_unauthenticated_is_401(client, catalogue):
 
 
 # --- candidates ---------------------------------------------------------------------
+
 
 def test_list_pending_first_then_occurrences_and_filters(gov_api, catalogue):
     a = cand("open a cbu please", times=1)
@@ -115,7 +119,9 @@ def test_approving_rejected_candidate_is_409_with_status(gov_api, catalogue):
 
 def test_reject_with_blocklist_via_api(gov_api, catalogue):
     c = cand("remove a client business unit", verb="cbu.delete")
-    response = gov_api.post(f"/api/v1/learning/candidates/{c.pk}/reject", {"reason": "dangerous", "add_to_blocklist": True}, format="json")
+    response = gov_api.post(
+        f"/api/v1/learning/candidates/{c.pk}/reject", {"reason": "dangerous", "add_to_blocklist": True}, format="json"
+    )
     assert response.status_code == 200
     body = response.json()
     assert body["status"] == "rejected" and body["review_reason"] == "dangerous"
@@ -124,6 +130,7 @@ def test_reject_with_blocklist_via_api(gov_api, catalogue):
 
 
 # --- stats ------------------------------------------------------------------------------
+
 
 def test_stats(gov_api, catalogue):
     cand("make me a cbu", times=4)
@@ -150,10 +157,18 @@ def test_stats(gov_api, catalogue):
 
 # --- blocklist --------------------------------------------------------------------------
 
+
 def test_block_create_with_expiry(gov_api, catalogue):
     response = gov_api.post(
         "/api/v1/blocklist",
-        {"phrase": "Remove a client business unit", "verb": "cbu.delete", "reason": "too risky", "scope": "user", "user_id": "alice", "expires_in": "30d"},
+        {
+            "phrase": "Remove a client business unit",
+            "verb": "cbu.delete",
+            "reason": "too risky",
+            "scope": "user",
+            "user_id": "alice",
+            "expires_in": "30d",
+        },
         format="json",
     )
     assert response.status_code == 201, response.json()
@@ -166,9 +181,14 @@ def test_block_create_with_expiry(gov_api, catalogue):
     assert resolve(text="remove a client business unit", user_id="bob").verb == "cbu.delete"
 
 
-@pytest.mark.parametrize("expiry,ok", [("1w", True), ("24h", True), ("90m", True), ("30x", False), ("-1d", False), ("0d", False), ("d", False), ("99999d", False)])
+@pytest.mark.parametrize(
+    "expiry,ok",
+    [("1w", True), ("24h", True), ("90m", True), ("30x", False), ("-1d", False), ("0d", False), ("d", False), ("99999d", False)],
+)
 def test_block_expiry_formats(gov_api, catalogue, expiry, ok):
-    response = gov_api.post("/api/v1/blocklist", {"phrase": "drop a cbu", "verb": "cbu.delete", "expires_in": expiry}, format="json")
+    response = gov_api.post(
+        "/api/v1/blocklist", {"phrase": "drop a cbu", "verb": "cbu.delete", "expires_in": expiry}, format="json"
+    )
     if ok:
         assert response.status_code == 201
     else:
@@ -217,18 +237,25 @@ def test_expired_block_stops_applying_and_purge(catalogue, capsys):
 
 
 def test_schema_has_no_warnings_about_governance_views(capsys, db, tmp_path):
-    out = tmp_path / "schema.yaml"
-    call_command("spectacular", "--validate", "--file", str(out))
+    schema_file = tmp_path / "schema.yaml"
+    call_command("spectacular", "--validate", "--file", str(schema_file))
     err = capsys.readouterr().err
-    # The authenticator note is project-wide (foundation); everything else must be clean for these views.
+    # The authenticator note is project-wide; everything else must be clean for these views.
     ours = [
-        line for line in err.splitlines()
+        line
+        for line in err.splitlines()
         if ("governance" in line or "LearningCandidate" in line or "Correction" in line or "Import" in line or "Block" in line)
         and "could not resolve authenticator" not in line
     ]
     assert ours == []
-    schema = out.read_text()
-    for path in ("/api/v1/learning/candidates:", "/api/v1/learning/stats:", "/api/v1/blocklist:", "/api/v1/resolutions/correct:", "/api/v1/learning/import:"):
+    schema = schema_file.read_text()
+    for path in (
+        "/api/v1/learning/candidates:",
+        "/api/v1/learning/stats:",
+        "/api/v1/blocklist:",
+        "/api/v1/resolutions/correct:",
+        "/api/v1/learning/import:",
+    ):
         assert path in schema
 
 

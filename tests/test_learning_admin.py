@@ -1,4 +1,4 @@
-"""Reviewer screens in the Django admin (issue 3)."""
+"""Learning admin: the reviewer screens for learning candidates (review actions, confirmations, dashboard)."""
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -19,16 +19,32 @@ def make_user(name, *codenames, superuser=False):
 
 @pytest.fixture
 def candidates(catalogue):
-    a = candidate_record(input_pattern="onboard a fresh legal entity", suggested_output="cbu.create", user_id=None, source="test", confidence=0.6)
-    b = candidate_record(input_pattern="remove a client business unit", suggested_output="cbu.delete", user_id="alice", source="test", confidence=0.6)
+    a = candidate_record(
+        input_pattern="onboard a fresh legal entity", suggested_output="cbu.create", user_id=None, source="test", confidence=0.6
+    )
+    b = candidate_record(
+        input_pattern="remove a client business unit",
+        suggested_output="cbu.delete",
+        user_id="alice",
+        source="test",
+        confidence=0.6,
+    )
     for _ in range(2):
-        candidate_record(input_pattern="remove a client business unit", suggested_output="cbu.delete", user_id="alice", source="test", confidence=0.6)
+        candidate_record(
+            input_pattern="remove a client business unit",
+            suggested_output="cbu.delete",
+            user_id="alice",
+            source="test",
+            confidence=0.6,
+        )
     return a, b
 
 
 @pytest.fixture
 def reviewer(db):
-    return make_user("rita", "view_learningcandidate", "change_learningcandidate", "review_learningcandidate", "view_learnedphrase")
+    return make_user(
+        "rita", "view_learningcandidate", "change_learningcandidate", "review_learningcandidate", "view_learnedphrase"
+    )
 
 
 def test_plain_staff_sees_no_review_actions_and_cannot_approve(client, candidates):
@@ -89,7 +105,10 @@ def test_reject_confirmation_requires_reason_and_blocks(client, candidates, revi
     assert "A reason is required." in no_reason.content.decode()
     b.refresh_from_db()
     assert b.status == "pending"
-    client.post(CHANGELIST, {"action": "reject_selected", "_selected_action": [b.pk], "post": "yes", "reason": "risky", "add_to_blocklist": "on"})
+    client.post(
+        CHANGELIST,
+        {"action": "reject_selected", "_selected_action": [b.pk], "post": "yes", "reason": "risky", "add_to_blocklist": "on"},
+    )
     b.refresh_from_db()
     assert (b.status, b.review_reason, b.reviewed_by) == ("rejected", "risky", reviewer)
     block = PhraseBlock.objects.get(user_id="alice", verb__name="cbu.delete")
@@ -117,7 +136,7 @@ def test_admin_index_dashboard(client, candidates, reviewer):
     assert '<td class="approved-this-week">1</td>' in html
     assert '<td class="active-learned-phrases">1</td>' in html
     assert '<td class="active-blocklist-entries">0</td>' in html
-    top = html[html.index('id="top-pending"'):]
+    top = html[html.index('id="top-pending"') :]
     assert "remove a client business unit" in top and "<td>3</td>" in top
 
 

@@ -5,12 +5,7 @@ from django.test import override_settings
 
 from common.text import text_hash
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval
-from memories.simhash import simhash_hex
-
-OBSERVE = "/api/v1/memories/observe"
-RETRIEVE = "/api/v1/memories/retrieve"
-FEEDBACK = "/api/v1/memories/outcome"
-SEARCH = "/api/v1/memories/search"
+from tests.conftest import OBSERVE, OUTCOME, RETRIEVE, SEARCH, make_memory
 
 LESSON_Q = "How do I rotate the application logs on the staging servers?"
 LESSON_A = "Run logrotate with the config in /etc/logrotate.d/app and restart the app service afterwards so it reopens its files."
@@ -21,15 +16,6 @@ def observe(api, user="alice", user_message=LESSON_Q, assistant_message=LESSON_A
     if meta:
         body["meta"] = meta
     return api.post(OBSERVE, body, format="json")
-
-
-def make_memory(user="alice", content="Always run the database migrations before deploying the web application.", **kw):
-    defaults = dict(
-        user_id=user, content=content, memory_type="pattern", topic=kw.pop("topic", "deploy"),
-        simhash=simhash_hex(content), content_sha256=text_hash(content),
-    )
-    defaults.update(kw)
-    return Memory.objects.create(**defaults)
 
 
 @pytest.mark.django_db
@@ -93,8 +79,20 @@ class TestObserve:
         assert second["decision"] == "saved"
 
     def test_contradiction_on_same_topic_makes_a_new_version(self, api):
-        old = observe(api, user_message="note", assistant_message="The payments API request timeout should be set to 30 seconds for batch jobs.", type="pattern", topic="payments timeout").json()
-        new = observe(api, user_message="note", assistant_message="The payments API request timeout should be set to 90 seconds for batch jobs.", type="pattern", topic="payments timeout").json()
+        old = observe(
+            api,
+            user_message="note",
+            assistant_message="The payments API request timeout should be set to 30 seconds for batch jobs.",
+            type="pattern",
+            topic="payments timeout",
+        ).json()
+        new = observe(
+            api,
+            user_message="note",
+            assistant_message="The payments API request timeout should be set to 90 seconds for batch jobs.",
+            type="pattern",
+            topic="payments timeout",
+        ).json()
         assert new["decision"] == "new_version", new
         assert new["evidence"]["rule"] == "contradiction" and new["evidence"]["deprecated_memory_id"] == old["memory_id"]
         old_row, new_row = Memory.objects.get(pk=old["memory_id"]), Memory.objects.get(pk=new["memory_id"])
@@ -102,8 +100,20 @@ class TestObserve:
         assert new_row.status == "candidate" and new_row.supersedes_id == old_row.pk and new_row.version == 2
 
     def test_negation_contradiction(self, api):
-        observe(api, user_message="note", assistant_message="Enable the query cache on the reporting database replicas for faster dashboards.", type="pattern", topic="reporting cache")
-        r = observe(api, user_message="note", assistant_message="Do not enable the query cache on the reporting database replicas for faster dashboards.", type="pattern", topic="reporting cache").json()
+        observe(
+            api,
+            user_message="note",
+            assistant_message="Enable the query cache on the reporting database replicas for faster dashboards.",
+            type="pattern",
+            topic="reporting cache",
+        )
+        r = observe(
+            api,
+            user_message="note",
+            assistant_message="Do not enable the query cache on the reporting database replicas for faster dashboards.",
+            type="pattern",
+            topic="reporting cache",
+        ).json()
         assert r["decision"] == "new_version"
 
     def test_dedupe_is_per_user(self, api):
@@ -114,7 +124,11 @@ class TestObserve:
 
     def test_blocked_secret_goes_to_quarantine_redacted_and_is_not_echoed(self, api):
         secret = "AKIAIOSFODNN7EXAMPLQ"
-        r = observe(api, user_message="How do I reach the S3 bucket?", assistant_message=f"Use the access key {secret} with the deploy role.")
+        r = observe(
+            api,
+            user_message="How do I reach the S3 bucket?",
+            assistant_message=f"Use the access key {secret} with the deploy role.",
+        )
         body = r.json()
         assert r.status_code == 200 and body["decision"] == "blocked" and body["memory_id"] is None
         assert body["evidence"]["reason"] == "secret" and "aws_access_key" in body["evidence"]["kinds"]
@@ -131,7 +145,9 @@ class TestObserve:
         assert "Hunter2Hunter2" not in str(q.metadata)
 
     def test_unstable_and_short_are_blocked(self, api):
-        r = observe(api, user_message="What is the EUR rate?", assistant_message="Right now the transfer fee is €4.50 per payment.").json()
+        r = observe(
+            api, user_message="What is the EUR rate?", assistant_message="Right now the transfer fee is €4.50 per payment."
+        ).json()
         assert r["decision"] == "blocked" and r["evidence"]["reason"] == "unstable"
         r = observe(api, user_message="ok?", assistant_message="Yes.", type="pattern").json()
         assert r["decision"] == "blocked" and r["evidence"]["reason"] == "too_short"
@@ -147,8 +163,14 @@ class TestBadInput:
             ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": "   "}, "assistant_message"),
             ({"user_id": "alice", "user_message": "x" * 1_000_000, "assistant_message": LESSON_A}, "user_message"),
             ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A, "meta": {"tags": "ops"}}, "meta.tags"),
-            ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A, "meta": {"tags": [1, {"a": 2}]}}, "meta.tags"),
-            ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A, "meta": {"type": "poem"}}, "meta.type"),
+            (
+                {"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A, "meta": {"tags": [1, {"a": 2}]}},
+                "meta.tags",
+            ),
+            (
+                {"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A, "meta": {"type": "poem"}},
+                "meta.type",
+            ),
             ({"user_id": "bad id!", "user_message": LESSON_Q, "assistant_message": LESSON_A}, "user_id"),
             ({"user_id": 42, "user_message": LESSON_Q, "assistant_message": LESSON_A}, "user_id"),
             ({"user_id": "alice", "user_message": LESSON_Q, "assistant_message": "ok\u0000ok is fine"}, "assistant_message"),
@@ -179,20 +201,20 @@ class TestBadInput:
         mine = make_memory(user="alice")
         theirs = make_memory(user="bob")
         for ids in ([mine.pk, theirs.pk], [theirs.pk], [999999]):
-            r = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": ids, "outcome": "failure"}, format="json")
+            r = api.post(OUTCOME, {"user_id": "alice", "memory_ids": ids, "outcome": "failure"}, format="json")
             assert r.status_code == 404, r.json()
             assert "memory_ids" in r.json()["fields"]
         mine.refresh_from_db()
         theirs.refresh_from_db()
         assert mine.status == "candidate" and theirs.status == "candidate"
         # a foreign id answers exactly like an unknown one: existence does not leak
-        a = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": [theirs.pk], "outcome": "success"}, format="json").json()
-        b = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": [888888], "outcome": "success"}, format="json").json()
+        a = api.post(OUTCOME, {"user_id": "alice", "memory_ids": [theirs.pk], "outcome": "success"}, format="json").json()
+        b = api.post(OUTCOME, {"user_id": "alice", "memory_ids": [888888], "outcome": "success"}, format="json").json()
         assert a["code"] == b["code"] == "not_found"
 
     @pytest.mark.parametrize("ids", ["first", [], ["1"], [0], [True], {"id": 1}])
     def test_feedback_malformed_ids(self, api, ids):
-        r = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": ids, "outcome": "success"}, format="json")
+        r = api.post(OUTCOME, {"user_id": "alice", "memory_ids": ids, "outcome": "success"}, format="json")
         assert r.status_code == 400 and "memory_ids" in r.json()["fields"]
 
     def test_search_refuses_coerced_types(self, api):
@@ -205,7 +227,7 @@ class TestBadInput:
             assert r.status_code == 400 and field in r.json()["fields"], r.json()
 
     def test_feedback_last_without_retrieval(self, api):
-        r = api.post(FEEDBACK, {"user_id": "alice", "memory_ids": "last", "outcome": "success"}, format="json")
+        r = api.post(OUTCOME, {"user_id": "alice", "memory_ids": "last", "outcome": "success"}, format="json")
         assert r.status_code == 404 and "memory_ids" in r.json()["fields"]
 
     def test_scopes(self, db):
@@ -213,7 +235,10 @@ class TestBadInput:
 
         resolve_only = make_client(["resolve"], name="reader")
         assert observe(resolve_only).status_code == 403
-        assert resolve_only.post(FEEDBACK, {"user_id": "a", "memory_ids": "last", "outcome": "success"}, format="json").status_code == 403
+        assert (
+            resolve_only.post(OUTCOME, {"user_id": "a", "memory_ids": "last", "outcome": "success"}, format="json").status_code
+            == 403
+        )
         feedback_only = make_client(["feedback"], name="writer")
         assert feedback_only.post(RETRIEVE, {"user_id": "a", "query": "x"}, format="json").status_code == 403
         assert feedback_only.post(SEARCH, {"user_id": "a", "query": "x"}, format="json").status_code == 403

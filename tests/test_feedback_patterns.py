@@ -1,4 +1,4 @@
-"""Issue 6: feedback in the same transaction on every path, repeated-mistake patterns, correction rules."""
+"""Feedback records in the same transaction on every path, repeated-mistake patterns, correction rules."""
 
 import threading
 from datetime import timedelta
@@ -17,12 +17,10 @@ from feedback.models import CorrectionRule, Execution, FeedbackRecord, MistakePa
 from feedback.services import reviews as svc
 from feedback.services.mistakes import mistake_pattern_set_status, mistake_patterns_detect
 from feedback.services.reviews import (
-    Reviewer,
     execution_create,
     execution_review,
     manual_override_record,
     proposal_approve,
-    proposal_create,
     proposal_modify,
     proposal_outcome_record,
     proposal_reject,
@@ -33,20 +31,14 @@ from feedback.services.rules import (
     correction_rules_create,
     correction_rules_expire,
 )
+from tests.conftest import REVIEWER, make_proposal, reject_n
 
 pytestmark = pytest.mark.django_db
-
-REVIEWER = Reviewer(source="command")
 
 
 @pytest.fixture
 def agent(db):
     return Agent.objects.create(name="mailer")
-
-
-def proposal(agent, action="email.send", confidence=0.9, **body):
-    return proposal_create(agent=agent, action=action, proposed_action=body or {"to": "ceo@example.com"},
-                               reasoning={"confidence": confidence})
 
 
 def execution(agent, action="email.send"):
@@ -59,14 +51,17 @@ class Rollback(Exception):
 
 
 PATHS = {
-    "reject": lambda a: proposal_reject(proposal=proposal(a), reviewer=REVIEWER, notes="no"),
-    "modify": lambda a: proposal_modify(proposal=proposal(a), reviewer=REVIEWER, modified_action={"to": "cfo@example.com"}),
+    "reject": lambda a: proposal_reject(proposal=make_proposal(a), reviewer=REVIEWER, notes="no"),
+    "modify": lambda a: proposal_modify(proposal=make_proposal(a), reviewer=REVIEWER, modified_action={"to": "cfo@example.com"}),
     "review_incorrect": lambda a: execution_review(execution=execution(a), reviewer=REVIEWER, outcome="incorrect"),
     "review_correct": lambda a: execution_review(execution=execution(a), reviewer=REVIEWER, outcome="correct"),
     "outcome_failure": lambda a: proposal_outcome_record(
-        agent=a, proposal_id=proposal_approve(proposal=proposal(a), reviewer=REVIEWER).pk, success=False, error="bounced"),
-    "manual_override": lambda a: (Action.objects.get_or_create(name="email.send"), manual_override_record(
-        agent=a, action="email.send", original_action={"to": "a"}, corrected_action={"to": "b"}))[1],
+        agent=a, proposal_id=proposal_approve(proposal=make_proposal(a), reviewer=REVIEWER).pk, success=False, error="bounced"
+    ),
+    "manual_override": lambda a: (
+        Action.objects.get_or_create(name="email.send"),
+        manual_override_record(agent=a, action="email.send", original_action={"to": "a"}, corrected_action={"to": "b"}),
+    )[1],
 }
 
 
@@ -87,7 +82,7 @@ def test_each_feedback_path_writes_exactly_one_record_in_the_same_transaction(ag
 
 
 def test_a_failing_record_write_rolls_back_the_status_change(agent, monkeypatch):
-    p = proposal(agent)
+    p = make_proposal(agent)
 
     def boom(**kwargs):
         raise RuntimeError("disk full")
@@ -100,27 +95,20 @@ def test_a_failing_record_write_rolls_back_the_status_change(agent, monkeypatch)
 
 
 def test_command_path_writes_the_record(agent):
-    p = proposal(agent)
-    out = StringIO()
-    call_command("review_proposal", str(p.pk), "modify", "--modified-action", '{"to": "cfo@example.com"}', "--notes", "cfo", stdout=out)
+    p = make_proposal(agent)
+    stdout = StringIO()
+    call_command(
+        "review_proposal", str(p.pk), "modify", "--modified-action", '{"to": "cfo@example.com"}', "--notes", "cfo", stdout=stdout
+    )
     rec = FeedbackRecord.objects.get()
-    assert rec.source == "command" and rec.feedback_type == "correction" and "modified" in out.getvalue()
-
-
-def reject_n(agent, n, action="email.send", notes="never email the CEO", category="", corrected=None):
-    for _ in range(n):
-        p = proposal(agent, action=action)
-        if corrected:
-            proposal_modify(proposal=p, reviewer=REVIEWER, modified_action=corrected, notes=notes, mistake_category=category)
-        else:
-            proposal_reject(proposal=p, reviewer=REVIEWER, notes=notes, mistake_category=category)
+    assert rec.source == "command" and rec.feedback_type == "correction" and "modified" in stdout.getvalue()
 
 
 def test_three_rejections_make_a_pattern_and_a_fourth_updates_it(agent):
     reject_n(agent, 2)
     assert mistake_patterns_detect().created == []
     reject_n(agent, 1)
-    proposal(agent, action="email.send")  # pending ones are not mistakes
+    make_proposal(agent, action="email.send")  # pending ones are not mistakes
     r = mistake_patterns_detect()
     assert len(r.created) == 1 and r.linked_records == 3
     p = MistakePattern.objects.get()
@@ -172,9 +160,9 @@ def test_resolved_pattern_reopens_on_new_mistakes_dismissed_stays(agent):
 
 def test_detect_mistakes_command(agent):
     reject_n(agent, 3)
-    out = StringIO()
-    call_command("detect_mistakes", "--agent", agent.name, "--window-days", "30", "--min", "3", stdout=out)
-    assert "1 new pattern" in out.getvalue()
+    stdout = StringIO()
+    call_command("detect_mistakes", "--agent", agent.name, "--window-days", "30", "--min", "3", stdout=stdout)
+    assert "1 new pattern" in stdout.getvalue()
     from django.core.management.base import CommandError
 
     with pytest.raises(CommandError):
@@ -255,7 +243,7 @@ def test_rule_approval_setting_and_expiry(agent):
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_rejections_write_one_record():
     agent = Agent.objects.create(name="racer")
-    p = proposal(agent)
+    p = make_proposal(agent)
     barrier = threading.Barrier(2)
     outcomes = []
 

@@ -18,14 +18,13 @@ from common.api import ApplicationError
 from memories.extraction import derive_topic, detect_type, extract, extract_deterministic
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval
 from memories.services import memories_embed, memory_observe, memory_retrieve, quarantine_discard, quarantine_release
-from tests.test_memory_api import FEEDBACK, OBSERVE, RETRIEVE, SEARCH, make_memory
-from tests.test_memory_retrieve import LOG_LESSONS, seed
+from tests.conftest import LOG_LESSONS, OBSERVE, OUTCOME, RETRIEVE, SEARCH, make_memory, seed_memories
 
 
 def run(*args):
-    out, err = StringIO(), StringIO()
-    call_command(*args, stdout=out, stderr=err)
-    return out.getvalue(), err.getvalue()
+    stdout, err = StringIO(), StringIO()
+    call_command(*args, stdout=stdout, stderr=err)
+    return stdout.getvalue(), err.getvalue()
 
 
 # --- extractor -------------------------------------------------------------------------
@@ -46,18 +45,27 @@ class TestDeterministicExtractor:
         assert detect_type(user, answer) == expected
 
     def test_faq_content_and_topic_are_deterministic(self):
-        a = extract_deterministic(user_message="How do I rotate logs? Thanks", assistant_message="Use logrotate with the app config.")
-        b = extract_deterministic(user_message="How do I rotate logs? Thanks", assistant_message="Use logrotate with the app config.")
+        a = extract_deterministic(
+            user_message="How do I rotate logs? Thanks", assistant_message="Use logrotate with the app config."
+        )
+        b = extract_deterministic(
+            user_message="How do I rotate logs? Thanks", assistant_message="Use logrotate with the app config."
+        )
         assert a == b and a.memory_type == "faq"
         assert a.content == "Q: How do I rotate logs?\nA: Use logrotate with the app config."
         assert a.topic == derive_topic(a.content) and "logrotate" in a.topic
 
     def test_acknowledgement_keeps_the_users_statement(self):
-        a = extract_deterministic(user_message="From now on, write every report date in ISO 8601 format.", assistant_message="Got it, I'll remember that.")
+        a = extract_deterministic(
+            user_message="From now on, write every report date in ISO 8601 format.",
+            assistant_message="Got it, I'll remember that.",
+        )
         assert a.content == "From now on, write every report date in ISO 8601 format." and a.memory_type == "decision"
 
     def test_hints_win_and_long_text_is_cut(self):
-        a = extract_deterministic(user_message="x", assistant_message="word. " * 1000, hints={"type": "pattern", "topic": "T", "tags": ["a"]})
+        a = extract_deterministic(
+            user_message="x", assistant_message="word. " * 1000, hints={"type": "pattern", "topic": "T", "tags": ["a"]}
+        )
         assert a.memory_type == "pattern" and a.topic == "T" and a.tags == ["a"] and len(a.content) <= 1200
 
 
@@ -68,8 +76,17 @@ class FakeChatServer(BaseHTTPRequestHandler):
         length = int(self.headers["Content-Length"])
         FakeChatServer.last_request = json.loads(self.rfile.read(length))
         body = {
-            "id": "c1", "object": "chat.completion", "created": 0, "model": "fake",
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": json.dumps(FakeChatServer.answer)}}],
+            "id": "c1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "fake",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": json.dumps(FakeChatServer.answer)},
+                }
+            ],
         }
         data = json.dumps(body).encode()
         self.send_response(200)
@@ -94,7 +111,12 @@ def chat_server():
 
 class TestLlmExtractor:
     def test_used_only_when_configured(self, chat_server):
-        FakeChatServer.answer = {"type": "pattern", "topic": "git merges", "tags": ["git"], "content": "Squash commits before merging into main."}
+        FakeChatServer.answer = {
+            "type": "pattern",
+            "topic": "git merges",
+            "tags": ["git"],
+            "content": "Squash commits before merging into main.",
+        }
         _, used = extract(user_message="q", assistant_message="a")
         assert used == "deterministic"
         with override_settings(MEMORY_EXTRACTOR="llm", MEMORY_LLM_MODEL="fake", MEMORY_LLM_BASE_URL=chat_server):
@@ -124,7 +146,8 @@ class TestLlmExtractor:
 class TestQuarantine:
     def blocked(self):
         r = memory_observe(
-            user_id="alice", user_message="How do I reach the report database?",
+            user_id="alice",
+            user_message="How do I reach the report database?",
             assistant_message="Connect with postgres://report:S3cretPass!@db.internal:5432/reports from the BI host.",
         )
         assert r.decision == "blocked"
@@ -148,7 +171,9 @@ class TestQuarantine:
     def test_release_refuses_text_that_still_has_a_secret(self):
         item = self.blocked()
         with pytest.raises(ApplicationError) as exc:
-            quarantine_release(item=item, actor="admin:rev", content="Connect with password=Hunter22Hunter from the BI host every day.")
+            quarantine_release(
+                item=item, actor="admin:rev", content="Connect with password=Hunter22Hunter from the BI host every day."
+            )
         assert exc.value.field == "redacted_preview"
         assert not Memory.objects.exists()
 
@@ -170,10 +195,10 @@ class TestCommands:
         Memory.objects.filter(pk=old.pk).update(deprecated_at=timezone.now() - datetime.timedelta(days=120))
         Memory.objects.filter(pk=young.pk).update(deprecated_at=timezone.now() - datetime.timedelta(days=10))
         Memory.objects.filter(pk=live.pk).update(updated_at=timezone.now() - datetime.timedelta(days=400))
-        out, _ = run("purge_deprecated_memories", "--older-than", "90d", "--dry-run")
-        assert "would delete 1 deprecated" in out and Memory.objects.count() == 3
-        out, _ = run("purge_deprecated_memories", "--older-than", "90d")
-        assert "deleted 1 deprecated" in out
+        stdout, _ = run("purge_deprecated_memories", "--older-than", "90d", "--dry-run")
+        assert "would delete 1 deprecated" in stdout and Memory.objects.count() == 3
+        stdout, _ = run("purge_deprecated_memories", "--older-than", "90d")
+        assert "deleted 1 deprecated" in stdout
         assert set(Memory.objects.values_list("pk", flat=True)) == {young.pk, live.pk}
         with pytest.raises(CommandError):
             run("purge_deprecated_memories", "--older-than", "ninety days")
@@ -190,27 +215,27 @@ class TestCommands:
 
     def test_embed_memories(self):
         rows = [make_memory(content=t) for t in LOG_LESSONS[:3]]
-        out, _ = run("embed_memories", "--no-progress", "--batch-size", "2")
-        assert "embedded: 3, failed: 0" in out
+        stdout, _ = run("embed_memories", "--no-progress", "--batch-size", "2")
+        assert "embedded: 3, failed: 0" in stdout
         assert all(Memory.objects.get(pk=r.pk).embedding is not None for r in rows)
-        out, _ = run("embed_memories", "--no-progress")
-        assert "embedded: 0, failed: 0" in out
+        stdout, _ = run("embed_memories", "--no-progress")
+        assert "embedded: 0, failed: 0" in stdout
 
     def test_search_memories_both_semantic_substring(self):
-        seed()
-        out, _ = run("search_memories", "logrotate", "--user", "alice")
-        assert "both" in out and "logrotate" in out
-        first = out.splitlines()[1]
+        seed_memories()
+        stdout, _ = run("search_memories", "logrotate", "--user", "alice")
+        assert "both" in stdout and "logrotate" in stdout
+        first = stdout.splitlines()[1]
         assert "logrotate" in first  # literal matches rank first
-        out, _ = run("search_memories", "how are logs shipped to a central server", "--semantic", "--user", "alice")
-        assert "semantic" in out and "rsyslog" in out.splitlines()[1]
-        out, _ = run("search_memories", "rsyslog", "--substring")
-        assert "substring" in out and "alice" in out and len(out.splitlines()) == 2
+        stdout, _ = run("search_memories", "how are logs shipped to a central server", "--semantic", "--user", "alice")
+        assert "semantic" in stdout and "rsyslog" in stdout.splitlines()[1]
+        stdout, _ = run("search_memories", "rsyslog", "--substring")
+        assert "substring" in stdout and "alice" in stdout and len(stdout.splitlines()) == 2
 
     def test_search_memories_without_model_warns_and_uses_substring(self, failing_embedder):
         make_memory(content="Use logrotate for every application log file on the servers.")
-        out, err = run("search_memories", "logrotate", "--user", "alice")
-        assert "substring search only" in err and "logrotate" in out
+        stdout, err = run("search_memories", "logrotate", "--user", "alice")
+        assert "substring search only" in err and "logrotate" in stdout
         with pytest.raises(CommandError):
             run("search_memories", "logrotate", "--semantic")
 
@@ -232,10 +257,34 @@ class TestAdmin:
         return client
 
     def test_lists_filters_and_version_chain(self, admin_client, api):
-        old = api.post(OBSERVE, {"user_id": "alice", "user_message": "n", "assistant_message": "The payments API request timeout should be set to 30 seconds for batch jobs.", "meta": {"type": "pattern", "topic": "payments"}}, format="json").json()
-        new = api.post(OBSERVE, {"user_id": "alice", "user_message": "n", "assistant_message": "The payments API request timeout should be set to 90 seconds for batch jobs.", "meta": {"type": "pattern", "topic": "payments"}}, format="json").json()
+        old = api.post(
+            OBSERVE,
+            {
+                "user_id": "alice",
+                "user_message": "n",
+                "assistant_message": "The payments API request timeout should be set to 30 seconds for batch jobs.",
+                "meta": {"type": "pattern", "topic": "payments"},
+            },
+            format="json",
+        ).json()
+        new = api.post(
+            OBSERVE,
+            {
+                "user_id": "alice",
+                "user_message": "n",
+                "assistant_message": "The payments API request timeout should be set to 90 seconds for batch jobs.",
+                "meta": {"type": "pattern", "topic": "payments"},
+            },
+            format="json",
+        ).json()
         assert new["decision"] == "new_version"
-        for url in ["/admin/memories/memory/", "/admin/memories/memory/?status=deprecated", "/admin/memories/memory/?user_id=alice&memory_type=pattern&topic=payments", "/admin/memories/memoryquarantine/", "/admin/memories/memoryretrieval/"]:
+        for url in [
+            "/admin/memories/memory/",
+            "/admin/memories/memory/?status=deprecated",
+            "/admin/memories/memory/?user_id=alice&memory_type=pattern&topic=payments",
+            "/admin/memories/memoryquarantine/",
+            "/admin/memories/memoryretrieval/",
+        ]:
             assert admin_client.get(url).status_code == 200, url
         page = admin_client.get(f"/admin/memories/memory/{new['memory_id']}/change/").content.decode()
         assert f"#{old['memory_id']} v1" in page and f"#{new['memory_id']} v2" in page
@@ -258,7 +307,11 @@ class TestAdmin:
         assert not Memory.objects.filter(pk=m.pk).exists()
 
     def test_quarantine_edit_then_release(self, admin_client):
-        r = memory_observe(user_id="alice", user_message="How do I log in to grafana?", assistant_message="Use the admin account with password: CorrectHorse9 on the staging console.")
+        r = memory_observe(
+            user_id="alice",
+            user_message="How do I log in to grafana?",
+            assistant_message="Use the admin account with password: CorrectHorse9 on the staging console.",
+        )
         item = MemoryQuarantine.objects.get(pk=r.evidence["quarantine_id"])
         page = admin_client.get(f"/admin/memories/memoryquarantine/{item.pk}/change/").content.decode()
         assert "CorrectHorse9" not in page and "[REDACTED:" in page
@@ -274,35 +327,40 @@ class TestAdmin:
 
 @pytest.mark.django_db
 def test_user_b_sees_nothing_of_user_a(api):
-    a_rows = seed(user="alice")
+    a_rows = seed_memories(user="alice")
     a_ids = {r.pk for r in a_rows}
-    a_texts = set(LOG_LESSONS)
     # retrieve
     body = api.post(RETRIEVE, {"user_id": "bob", "query": LOG_LESSONS[0]}, format="json").json()
     assert body["items"] == [] and body["block"] == ""
     # search, every mode
     for mode in ("both", "semantic", "substring"):
-        r = api.post(SEARCH, {"user_id": "bob", "query": "logrotate", "mode": mode, "include_deprecated": True}, format="json").json()
+        r = api.post(
+            SEARCH, {"user_id": "bob", "query": "logrotate", "mode": mode, "include_deprecated": True}, format="json"
+        ).json()
         assert r["results"] == []
     # feedback on A's ids: 404 and nothing changes; "last" is B's own (none yet)
     for ids in ([a_rows[0].pk], sorted(a_ids)):
-        assert api.post(FEEDBACK, {"user_id": "bob", "memory_ids": ids, "outcome": "failure"}, format="json").status_code == 404
-    assert api.post(FEEDBACK, {"user_id": "alice", "memory_ids": "last", "outcome": "failure"}, format="json").status_code == 404
+        assert api.post(OUTCOME, {"user_id": "bob", "memory_ids": ids, "outcome": "failure"}, format="json").status_code == 404
+    assert api.post(OUTCOME, {"user_id": "alice", "memory_ids": "last", "outcome": "failure"}, format="json").status_code == 404
     api.post(RETRIEVE, {"user_id": "alice", "query": LOG_LESSONS[0]}, format="json")
-    assert api.post(FEEDBACK, {"user_id": "bob", "memory_ids": "last", "outcome": "failure"}, format="json").status_code == 404
+    assert api.post(OUTCOME, {"user_id": "bob", "memory_ids": "last", "outcome": "failure"}, format="json").status_code == 404
     assert not Memory.objects.filter(pk__in=a_ids, status="deprecated").exists()
     # observe: B's identical lesson is B's own, never merged into A's
-    r = api.post(OBSERVE, {"user_id": "bob", "user_message": "note", "assistant_message": LOG_LESSONS[0], "meta": {"type": "pattern"}}, format="json").json()
+    r = api.post(
+        OBSERVE,
+        {"user_id": "bob", "user_message": "note", "assistant_message": LOG_LESSONS[0], "meta": {"type": "pattern"}},
+        format="json",
+    ).json()
     assert r["decision"] == "saved" and r["memory_id"] not in a_ids
     assert Memory.objects.get(pk=r["memory_id"]).user_id == "bob"
     # B's retrieval now shows only B's memory
     body = api.post(RETRIEVE, {"user_id": "bob", "query": LOG_LESSONS[0]}, format="json").json()
     assert [i["id"] for i in body["items"]] == [r["memory_id"]]
     # commands scoped with --user
-    out, _ = run("search_memories", "logrotate", "--user", "bob")
-    assert not any(str(pk) in out.split() for pk in a_ids) and "alice" not in out
-    out, _ = run("search_memories", "application logs", "--user", "carol")
-    assert out.strip() == "No memories found."
+    stdout, _ = run("search_memories", "logrotate", "--user", "bob")
+    assert not any(str(pk) in stdout.split() for pk in a_ids) and "alice" not in stdout
+    stdout, _ = run("search_memories", "application logs", "--user", "carol")
+    assert stdout.strip() == "No memories found."
     # hits of A's memories were not touched by B's calls
     assert all(m.hits <= 1 for m in Memory.objects.filter(pk__in=a_ids))
 
@@ -326,19 +384,27 @@ def test_many_users_filtered_vector_search_is_never_short():
     card = sorted(t for verb, texts in train.items() if ".card_" in verb for t in texts)[:300]
     noise = [make_memory(user=f"noise{i}", content=text) for i, text in enumerate(card)]
     memories_embed(memory_ids=[m.pk for m in noise])
-    mine = seed(user="dora", texts=["What is the minimum age to open an account here?", "Which fiat currencies can I hold and exchange?"])
+    mine = seed_memories(
+        user="dora", texts=["What is the minimum age to open an account here?", "Which fiat currencies can I hold and exchange?"]
+    )
     query = "My new card still has not arrived, when will it come?"
     vector, model, _ = embed_query(query)
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute("SET LOCAL enable_sort = off")
         cur.execute("SET LOCAL enable_seqscan = off")
-        qs = Memory.objects.filter(user_id="dora", status="candidate", embedding_model=model).annotate(
-            distance=CosineDistance("embedding", vector)
-        ).order_by("distance")[:6]
+        qs = (
+            Memory.objects.filter(user_id="dora", status="candidate", embedding_model=model)
+            .annotate(distance=CosineDistance("embedding", vector))
+            .order_by("distance")[:6]
+        )
         assert "memory_embedding_hnsw" in qs.explain()
-        items = memory_semantic_candidates(user_id="dora", namespace="learning", vector=vector, model=model, filters=None, k=6, min_score=-1.0)
+        items = memory_semantic_candidates(
+            user_id="dora", namespace="learning", vector=vector, model=model, filters=None, k=6, min_score=-1.0
+        )
         cur.execute("SET LOCAL hnsw.iterative_scan = off")  # the control: without iterative scans it comes back short
-        starved = memory_semantic_candidates(user_id="dora", namespace="learning", vector=vector, model=model, filters=None, k=6, min_score=-1.0)
+        starved = memory_semantic_candidates(
+            user_id="dora", namespace="learning", vector=vector, model=model, filters=None, k=6, min_score=-1.0
+        )
     assert sorted(i.memory.pk for i in items) == sorted(m.pk for m in mine)
     assert len(starved) < len(mine)
     with override_settings(MEMORY_RETRIEVE_MIN_SCORE=-1.0):
@@ -372,7 +438,12 @@ def _threads(n, target):
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_identical_observes_store_one_memory():
     results = []
-    _threads(6, lambda i: results.append(memory_observe(user_id="race", user_message="note", assistant_message=LOG_LESSONS[0], meta={"type": "pattern"})))
+    _threads(
+        6,
+        lambda i: results.append(
+            memory_observe(user_id="race", user_message="note", assistant_message=LOG_LESSONS[0], meta={"type": "pattern"})
+        ),
+    )
     assert Memory.objects.filter(user_id="race").count() == 1
     assert sorted(r.decision for r in results) == ["saved"] + ["skipped"] * 5
     assert len({r.memory_id for r in results}) == 1
@@ -380,7 +451,7 @@ def test_concurrent_identical_observes_store_one_memory():
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_retrievals_count_every_hit():
-    (m,) = seed(user="busy", texts=[LOG_LESSONS[0]])
+    (m,) = seed_memories(user="busy", texts=[LOG_LESSONS[0]])
     with override_settings(MEMORY_AUTO_PROMOTE_STREAK=100, MEMORY_AUTO_PROMOTE_HITS=100):
         _threads(8, lambda i: memory_retrieve(user_id="busy", query=LOG_LESSONS[0]))
     m.refresh_from_db()

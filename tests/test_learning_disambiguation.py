@@ -3,29 +3,12 @@
 import uuid
 
 import pytest
-from django.test.utils import CaptureQueriesContext  # noqa: F401
 
 from agents.models import Scope
-from learning.catalogue import VerbEntry
 from learning.models import AbandonEvent, DisambiguationRequest, LearnedPhrase, LearningCandidate, LearningSignal, PhraseEvidence
 from learning.services.catalogue import verb_catalogue_load
 from learning.services.disambiguations import disambiguation_signals_process, disambiguations_expire
-from tests.conftest import make_client
-
-# "list all cbus" is NOT a catalogue phrase here, so it comes back ambiguous.
-CBU_CATALOGUE = [
-    VerbEntry("cbu.list", "cbu", "List CBUs", "List client business units.", ["cbu overview", "which client business units do I have"]),
-    VerbEntry("cbu.create", "cbu", "Create a CBU", "Open a new client business unit.", ["create a cbu", "open a new client business unit"]),
-    VerbEntry("cbu.delete", "cbu", "Delete a CBU", "Remove a client business unit.", ["delete a cbu", "remove a client business unit"]),
-    VerbEntry("cbu.show", "cbu", "Show a CBU", "Show one client business unit.", ["show cbu details", "open the cbu record"]),
-    VerbEntry("document.search", "document", "Search documents", "Find documents.", ["search documents", "find a document"]),
-    VerbEntry("email.send", "email", "Send an email", "Send an email.", ["send an email", "email my manager"]),
-]
-
-
-@pytest.fixture
-def cbus(db):
-    verb_catalogue_load(entries=CBU_CATALOGUE)
+from tests.conftest import CBU_CATALOGUE, make_client
 
 
 @pytest.fixture
@@ -75,7 +58,12 @@ def test_the_loop_closes_for_the_same_input_and_a_variant(api, cbus, run_tasks):
 
     response = run_tasks(select, api, body["request_id"], "cbu.list", args={"limit": 5})
     assert response.status_code == 200, response.content
-    assert response.json() == {"request_id": body["request_id"], "status": "selected", "selected_verb": "cbu.list", "args": {"limit": 5}}
+    assert response.json() == {
+        "request_id": body["request_id"],
+        "status": "selected",
+        "selected_verb": "cbu.list",
+        "args": {"limit": 5},
+    }
 
     gold = LearningSignal.objects.get(outcome="selected_alt")
     assert (gold.verb, gold.confidence, gold.source) == ("cbu.list", 0.95, "user_disambiguation")
@@ -98,7 +86,9 @@ def test_the_loop_closes_for_the_same_input_and_a_variant(api, cbus, run_tasks):
     again = resolve(api, "list all cbus")
     assert (again["outcome"], again["verb"]) == ("resolved", "cbu.list")
     variant = resolve(api, "show me the cbus")
-    assert (variant["outcome"], variant["verb"]) == ("resolved", "cbu.list"), [(c["verb"], c["score"], c["matched_phrase"]) for c in variant["candidates"]]
+    assert (variant["outcome"], variant["verb"]) == ("resolved", "cbu.list"), [
+        (c["verb"], c["score"], c["matched_phrase"]) for c in variant["candidates"]
+    ]
     # Another user is unaffected.
     assert resolve(api, "list all cbus", user_id="bob")["outcome"] == "ambiguous"
 
@@ -130,8 +120,13 @@ def test_signal_processing_is_idempotent_per_request(api, cbus, run_tasks):
     }
     again = disambiguation_signals_process(request_pk=row.pk)
     assert again["already_processed"] is True
-    assert list(LearningCandidate.objects.order_by("pk").values_list("pk", "occurrence_count", "confidence")) == before["candidates"]
-    assert list(PhraseEvidence.objects.order_by("pk").values_list("pk", "negative", "positive", "signal_count")) == before["evidence"]
+    assert (
+        list(LearningCandidate.objects.order_by("pk").values_list("pk", "occurrence_count", "confidence")) == before["candidates"]
+    )
+    assert (
+        list(PhraseEvidence.objects.order_by("pk").values_list("pk", "negative", "positive", "signal_count"))
+        == before["evidence"]
+    )
     assert LearnedPhrase.objects.count() == before["learned"]
     assert not LearningSignal.objects.filter(request=row, processed_at__isnull=True).exists()
 
@@ -222,7 +217,9 @@ def test_negative_signals_change_the_next_ranking_until_positive_evidence_outwei
     from learning.services.evidence import phrase_evidence_add
 
     vector, model, _ = embed_query("list all cbus")
-    phrase_evidence_add(user_id="alice", phrase="list all cbus", verb="cbu.show", positive=evidence.negative + 0.5, vector=vector, model=model)
+    phrase_evidence_add(
+        user_id="alice", phrase="list all cbus", verb="cbu.show", positive=evidence.negative + 0.5, vector=vector, model=model
+    )
     restored = {c["verb"]: c["score"] for c in resolve(api, "list all cbus")["candidates"]}
     assert restored["cbu.show"] == scores_before["cbu.show"]
     assert PE.objects.get(pk=evidence.pk).positive > evidence.negative

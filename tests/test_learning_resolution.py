@@ -65,7 +65,9 @@ def test_user_phrases_never_change_other_users(catalogue):
 def test_blocked_verb_disappears_for_paraphrases_and_returns_after_expiry(catalogue):
     assert resolve(text="show my client business units").verb == "cbu.list"
     block = phrase_block_create(
-        phrase="show my client business units", verb=catalogue["cbu.list"], reason="test",
+        phrase="show my client business units",
+        verb=catalogue["cbu.list"],
+        reason="test",
         expires_at=timezone.now() + datetime.timedelta(hours=1),
     )
     for text in ["show my client business units", "show me my client business units", "display my client business units"]:
@@ -108,7 +110,10 @@ def test_limit_shapes_the_answer_not_the_decision(catalogue, settings):
     text = "business unit for the client"
     settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": 0.0}
     clear = resolve(text=text)
-    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": clear.candidates[0].score - clear.candidates[1].score + 0.01}
+    settings.RESOLUTION_OVERRIDES = {
+        "resolve_threshold": 0.0,
+        "margin": clear.candidates[0].score - clear.candidates[1].score + 0.01,
+    }
     one = resolve(text=text, limit=1)
     assert (one.outcome, one.verb, len(one.candidates)) == ("ambiguous", None, 1)
     assert [o.verb for o in one.options[:2]] == [c.verb for c in clear.candidates[:2]]  # still a choice to make
@@ -203,11 +208,16 @@ def test_vectors_record_model_and_text_hash(catalogue):
 
 
 def test_verb_anchor_scores_weigh_the_best_anchors_and_bound_the_unseen():
-    from learning.resolution import verb_anchor_scores
+    from learning.scoring import verb_anchor_scores
 
     w = (1.0, 0.5, 0.25)
     anchors = {
-        "a.many": [(0.6, "semantic", "a3"), (0.9, "user_learned_semantic", "a1"), (0.8, "semantic", "a2"), (0.1, "semantic", "a4")],
+        "a.many": [
+            (0.6, "semantic", "a3"),
+            (0.9, "user_learned_semantic", "a1"),
+            (0.8, "semantic", "a2"),
+            (0.1, "semantic", "a4"),
+        ],
         "b.one": [(0.95, "semantic", "b1")],
     }
     # Every tier exhausted: a verb's score is over the anchors it has.
@@ -257,7 +267,9 @@ def test_negative_evidence_never_makes_an_auto_resolution(catalogue, settings):
     assert r.candidates[0].verb != first.verb and (r.outcome, r.verb) == ("ambiguous", None)
     # ... until Alice has chosen the new leader for (nearly) these words: "this, not that" decides, it resolves.
     leader = r.candidates[0].verb
-    phrase_evidence_add(user_id="alice", phrase=text + " please", verb=leader, positive=1.0, vector=embed_query(text + " please")[0], model=model)
+    phrase_evidence_add(
+        user_id="alice", phrase=text + " please", verb=leader, positive=1.0, vector=embed_query(text + " please")[0], model=model
+    )
     assert (resolve(text=text, user_id="alice").outcome, resolve(text=text, user_id="alice").verb) == ("resolved", leader)
     # A verb that resolves on its own evidence still resolves when a penalty only hits the others.
     phrase_evidence_add(user_id="bob", phrase=text, verb=second.verb, negative=10.0, vector=vector, model=model)
