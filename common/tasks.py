@@ -1,13 +1,37 @@
-"""Sending Celery tasks by name, so a service never imports the tasks module that calls it back."""
+"""Sending Celery tasks, by name, so a service never imports the tasks module that calls it back.
+
+When the broker is down, the request that caused the work must still succeed: the task runs inline
+(``CELERY_FALLBACK_INLINE``, the default) or is left for the periodic sweep that picks up unfinished work
+(unembedded rows, unprocessed signals).
+"""
+
+import logging
 
 from celery import current_app
+from django.conf import settings
+from kombu.exceptions import OperationalError as KombuOperationalError
+
+logger = logging.getLogger(__name__)
 
 
-def task_send(name: str, *args) -> None:
-    """Queue the registered task ``name`` (runs at once when tasks are eager). Raises what the broker raises.
-
-    Tasks register when their module is imported; a web process may not have imported them yet, so the first
-    send asks Celery's loader to import every installed app's tasks (what a worker does at start)."""
+def task_get(name: str):
+    """The registered task ``name``. Tasks register when their module is imported; a web process may not have
+    imported them yet, so a miss asks Celery's loader to import every installed app's tasks (as a worker does)."""
     if name not in current_app.tasks:
         current_app.loader.import_default_modules()
-    current_app.tasks[name].delay(*args)
+    return current_app.tasks[name]
+
+
+def task_send(task, *args, **kwargs) -> bool:
+    """Queue ``task`` (a task or its registered name); answer False when it ran inline or was deferred instead."""
+    task = task_get(task) if isinstance(task, str) else task
+    try:
+        task.apply_async(args=args, kwargs=kwargs, retry=False)
+        return True
+    except (KombuOperationalError, ConnectionError, OSError) as exc:
+        if getattr(settings, "CELERY_FALLBACK_INLINE", True):
+            logger.warning("broker unavailable (%s): running %s inline", exc.__class__.__name__, task.name)
+            task.apply(args=args, kwargs=kwargs)
+        else:
+            logger.warning("broker unavailable (%s): %s deferred to the periodic sweep", exc.__class__.__name__, task.name)
+        return False

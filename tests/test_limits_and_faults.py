@@ -5,7 +5,8 @@ import json
 import pytest
 from celery import Celery, shared_task
 
-from config.celery import app, enqueue
+from common.tasks import task_send as enqueue
+from config.celery import app
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/resolve"
