@@ -1,14 +1,22 @@
 """API key authentication: ``Authorization: Bearer <key>``.
 
-Failed attempts are counted per client address in the cache; past the limit
-the client is throttled before any key is checked. A key that checked out is
-remembered by this process for ``API_KEY_CACHE_S`` seconds (by its hash), so a
-busy agent costs no key query per request; revoking a key, or editing it or its
-agent in the admin, forgets it at once in that process, and every other process
-stops accepting it within ``API_KEY_CACHE_S``. Failures are never remembered.
+The key is always checked: a valid key is accepted whatever others did from the same address or
+with the same prefix. Failed attempts are counted in the cache per client address and per
+presented key prefix (``alg_<prefix>_``); past ``auth_failures`` (a throttle rate) on either, a
+failure answers 429 with Retry-After instead of 401, so an attacker is slowed and told so, and
+nobody else is locked out. The client address is ``REMOTE_ADDR``, or, when that is one of
+``TRUSTED_PROXIES``, the right-most address of ``X-Forwarded-For`` that is not a trusted proxy.
+
+A key that checked out is remembered by this process for ``API_KEY_CACHE_S`` seconds (by its
+hash), so a busy agent costs no key query per request; revoking a key, or editing it or its
+agent in the admin, forgets it at once in that process, and every other process stops accepting
+it within ``API_KEY_CACHE_S``. Failures are never remembered. Valid keys are rate limited by
+``ApiKeyRateThrottle`` (``API_KEY_RATE``).
 """
 
+import ipaddress
 import logging
+import re
 import threading
 import time
 
@@ -16,7 +24,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework import authentication, exceptions
+from rest_framework import authentication, exceptions, throttling
 
 from agents.models import ApiKey, hash_key
 
@@ -25,8 +33,39 @@ logger = logging.getLogger(__name__)
 LAST_USED_RESOLUTION_S = 60
 
 
-def _client_ip(request) -> str:
-    return request.META.get("REMOTE_ADDR", "unknown")
+def _networks(values) -> list:
+    out = []
+    for value in values:
+        try:
+            out.append(ipaddress.ip_network(value.strip(), strict=False))
+        except ValueError:
+            continue
+    return out
+
+
+def _trusted(address: str, networks: list) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.strip())
+    except ValueError:
+        return False
+    return any(ip in net for net in networks)
+
+
+def client_ip(request) -> str:
+    """The client's address: REMOTE_ADDR, unless that is a trusted proxy; then the right-most X-Forwarded-For
+    entry that is not itself a trusted proxy (entries left of it could be written by the client)."""
+    remote = request.META.get("REMOTE_ADDR") or "unknown"
+    networks = _networks(settings.TRUSTED_PROXIES)
+    if not networks or not _trusted(remote, networks):
+        return remote
+    forwarded = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if a.strip()]
+    for address in reversed(forwarded):
+        if not _trusted(address, networks):
+            try:
+                return str(ipaddress.ip_address(address))
+            except ValueError:
+                return remote  # garbage from a proxy: count it against the proxy's own address
+    return remote
 
 
 def _failure_limit() -> tuple[int, int]:
@@ -34,6 +73,16 @@ def _failure_limit() -> tuple[int, int]:
     count, period = rate.split("/")
     seconds = {"s": 1, "m": 60, "h": 3600, "d": 86400}[period[0]]
     return int(count), seconds
+
+
+_PREFIX_RE = re.compile(r"^alg_([0-9a-f]{8})_")
+
+
+def _failure_buckets(request, raw_key: str | None) -> list[str]:
+    buckets = [f"auth-fail:ip:{client_ip(request)}"]
+    match = _PREFIX_RE.match(raw_key or "")
+    buckets.append(f"auth-fail:prefix:{match.group(1) if match else 'malformed'}")
+    return buckets
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
@@ -45,29 +94,33 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             return None
         parts = header.split()
         if len(parts) != 2 or parts[0].lower() != self.keyword.lower():
-            self._fail(request, "Authorization header must be 'Bearer <key>'.")
-        limit, period = _failure_limit()
-        ip_key = f"auth-fail:{_client_ip(request)}"
-        if cache.get(ip_key, 0) >= limit:
-            raise exceptions.Throttled(wait=period, detail="Too many failed authentications; wait and retry.")
+            self._fail(request, None, "Authorization header must be 'Bearer <key>'.")
         key = _active_key(hash_key(parts[1]))
         if key is None:
-            self._fail(request, "Invalid or revoked API key.")
+            self._fail(request, parts[1], "Invalid or revoked API key.")
         now = timezone.now()
         if key.last_used_at is None or (now - key.last_used_at).total_seconds() > LAST_USED_RESOLUTION_S:
             ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
             key.last_used_at = now
         return key.agent, key
 
-    def _fail(self, request, message: str):
+    def _fail(self, request, raw_key: str | None, message: str):
+        """Count the failure per address and per presented prefix; 429 once either is over the limit."""
         limit, period = _failure_limit()
-        ip_key = f"auth-fail:{_client_ip(request)}"
-        if cache.add(ip_key, 1, period) is False:
-            try:
-                cache.incr(ip_key)
-            except ValueError:
-                cache.set(ip_key, 1, period)
-        logger.info("failed API authentication from %s", _client_ip(request))
+        over = False
+        for bucket in _failure_buckets(request, raw_key):
+            if cache.add(bucket, 1, period):
+                count = 1
+            else:
+                try:
+                    count = cache.incr(bucket)
+                except ValueError:
+                    cache.set(bucket, 1, period)
+                    count = 1
+            over = over or count > limit
+        logger.info("failed API authentication from %s", client_ip(request))
+        if over:
+            raise exceptions.Throttled(wait=period, detail="Too many failed authentications; wait and retry.")
         raise exceptions.AuthenticationFailed(message)
 
     def authenticate_header(self, request):
@@ -132,3 +185,17 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema):
         return {"type": "http", "scheme": "bearer", "description": "Agent API key: `Authorization: Bearer <key>`"}
+
+
+class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
+    """Requests per API key (``API_KEY_RATE``, e.g. ``1200/min``; empty: no limit); 429 with Retry-After past it."""
+
+    scope = "api_key"
+
+    def get_rate(self):
+        return settings.API_KEY_RATE or None
+
+    def get_cache_key(self, request, view):
+        if not isinstance(request.auth, ApiKey):
+            return None  # unauthenticated requests are refused (or counted as failures) before this
+        return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}

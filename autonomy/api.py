@@ -7,12 +7,12 @@ from rest_framework.views import APIView
 from actions.models import ACTION_NAME_RE, Action
 from agents.authentication import ScopePermission
 from autonomy import selectors, services
-from autonomy.models import AutonomyTransition
 from autonomy.serializers import (
     ActionSerializer,
     ConsultQuerySerializer,
     ConsultSerializer,
     TransitionDecisionSerializer,
+    TransitionListQuerySerializer,
     TransitionSerializer,
 )
 from common.schema import ERROR_RESPONSES, ErrorSerializer
@@ -55,15 +55,15 @@ class TransitionListApi(APIView):
     required_scopes = ["governance"]
 
     @extend_schema(
-        parameters=[OpenApiParameter("status", str, enum=["proposed", "applied", "rejected"])],
+        parameters=[TransitionListQuerySerializer],
         responses={200: TransitionSerializer(many=True), **_ERRORS},
         summary="Autonomy transitions (governance)",
     )
     def get(self, request):
-        qs = AutonomyTransition.objects.select_related("action", "decided_by", "decided_by_key").order_by("-created_at")
-        if request.query_params.get("status"):
-            qs = qs.filter(status=request.query_params["status"])
-        return Response(TransitionSerializer(qs[:200], many=True).data)
+        q = TransitionListQuerySerializer(data=request.query_params)
+        q.is_valid(raise_exception=True)
+        rows = selectors.transition_list(status=q.validated_data.get("status"), limit=200)
+        return Response(TransitionSerializer(rows, many=True).data)
 
 
 class _DecisionApi(APIView):

@@ -6,15 +6,30 @@ from actions.models import AutonomyLevel
 from actions.selectors import action_get
 from agents.models import Agent
 from autonomy.calibration import clamp
-from autonomy.models import CalibrationRecord
+from autonomy.models import AutonomyTransition, CalibrationRecord
 from common.validation import confidence_validate
 from feedback.selectors import active_patterns, active_rules
 
 
 def latest_calibration(*, agent_id: int, action_id: int | None) -> CalibrationRecord | None:
-    """The action's latest calibration for the agent, else the agent's latest overall one."""
+    """The action's latest calibration for the agent when it counted samples, else the agent's latest overall one.
+
+    A per-action run with no counted samples (a new or rarely used action) measured nothing: its
+    adjustment is not evidence, so the agent-wide calibration applies instead."""
     qs = CalibrationRecord.objects.filter(agent_id=agent_id).order_by("-computed_at", "-id")
-    return (qs.filter(action_id=action_id).first() if action_id else None) or qs.filter(action__isnull=True).first()
+    if action_id:
+        own = qs.filter(action_id=action_id).first()
+        if own is not None and own.sample_count > 0:
+            return own
+    return qs.filter(action__isnull=True).first()
+
+
+def transition_list(*, status: str | None = None, limit: int = 200) -> list[AutonomyTransition]:
+    """Autonomy transitions, newest first, optionally in one status."""
+    qs = AutonomyTransition.objects.select_related("action", "decided_by", "decided_by_key").order_by("-created_at", "-id")
+    if status:
+        qs = qs.filter(status=status)
+    return list(qs[:limit])
 
 
 def action_consult(*, agent: Agent, action_name: str, confidence: float) -> dict:

@@ -3,6 +3,9 @@
 from django.core.validators import RegexValidator
 from rest_framework import serializers
 
+from autonomy.models import TransitionStatus
+from common.fields import ConfidenceField, StrictChoiceField, StrictQuerySerializer, StrictSerializer
+
 
 class ActionSerializer(serializers.Serializer):
     name = serializers.CharField()
@@ -11,8 +14,12 @@ class ActionSerializer(serializers.Serializer):
     auto_registered = serializers.BooleanField()
 
 
-class ConsultQuerySerializer(serializers.Serializer):
-    confidence = serializers.FloatField(min_value=0.0, max_value=1.0, help_text="Your stated confidence in [0, 1]")
+class ConsultQuerySerializer(StrictQuerySerializer):
+    confidence = ConfidenceField(help_text="Your stated confidence in [0, 1]")
+
+
+class TransitionListQuerySerializer(StrictQuerySerializer):
+    status = StrictChoiceField(choices=TransitionStatus.choices, required=False, help_text="Only transitions in this status")
 
 
 class ConsultRuleSerializer(serializers.Serializer):
@@ -45,7 +52,7 @@ class ConsultSerializer(serializers.Serializer):
     patterns = ConsultPatternSerializer(many=True)
 
 
-class TransitionDecisionSerializer(serializers.Serializer):
+class TransitionDecisionSerializer(StrictSerializer):
     notes = serializers.CharField(
         required=False,
         allow_blank=True,

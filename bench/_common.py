@@ -14,6 +14,7 @@ def setup_django(db_name: str | None = None) -> None:
     """Configure Django on the embedded default; benchmarks use their own database."""
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.setdefault("DEBUG", "1")  # local benchmarks: no production SECRET_KEY/ALLOWED_HOSTS needed
     if db_name and not os.environ.get("DATABASE_URL"):
         os.environ["EMBEDDED_DB_NAME"] = db_name
     import django
@@ -88,6 +89,7 @@ def start_gunicorn(db_name: str, *, workers: int = 1, threads: int = 1, extra_en
 
     port = free_port()
     env = dict(os.environ, EMBEDDED_DB_NAME=db_name, DJANGO_SETTINGS_MODULE="config.settings", LOG_LEVEL="WARNING")
+    env.setdefault("DEBUG", "1")
     env.update(extra_env or {})
     proc = subprocess.Popen(
         [

@@ -7,7 +7,14 @@ client processes send a fixed number of requests with a realistic mix:
 is valid, so any non-2xx answer (other than a 409 the mix can legitimately
 cause) or a connection failure counts as an error; the target is 0.
 
-Last line: RESULT rps=.. p95_ms=.. errors=..
+A second, abusive phase runs beside the same normal traffic: LOAD_ABUSE_CLIENTS (20) processes for
+LOAD_ABUSE_SECONDS (60) send bad keys (random and aimed at the real key's prefix) and bad inputs (lone
+surrogates, NUL, 1e400, huge offsets, deep nesting, unknown fields, oversized bodies), loopback only,
+each client at most LOAD_ABUSE_RPS requests/s. Bad requests must answer 4xx; valid ones must never be
+refused because of them (``valid_throttled``: 429s seen by the normal clients; per-key rate limits are
+set out of reach for the run). LOAD_ABUSE_SECONDS=0 skips the phase.
+
+Last line: RESULT rps=.. p95_ms=.. errors_5xx=.. valid_throttled=..
 """
 
 import http.client
@@ -29,6 +36,9 @@ DB = "bench_load"
 TOTAL_REQUESTS = int(os.environ.get("LOAD_REQUESTS", "3000"))
 CLIENTS = int(os.environ.get("LOAD_CLIENTS", "4"))
 WORKERS = int(os.environ.get("LOAD_WORKERS", "3"))
+ABUSE_CLIENTS = min(int(os.environ.get("LOAD_ABUSE_CLIENTS", "20")), 50)
+ABUSE_SECONDS = min(float(os.environ.get("LOAD_ABUSE_SECONDS", "60")), 300.0)
+ABUSE_RPS = min(float(os.environ.get("LOAD_ABUSE_RPS", "20")), 100.0)  # per abusive client
 
 
 def free_port() -> int:
@@ -134,6 +144,52 @@ def client(port: int, key: str, reviewer_key: str, n: int, seed: int, texts: lis
     results_queue.put((dict(lat), errors))
 
 
+def abuser(port: int, key: str, seed: int, seconds: float, results_queue) -> None:
+    """Bad keys and bad inputs for ``seconds``; answers (5xx count, connection errors, 4xx count, requests)."""
+    rng = random.Random(seed)
+    prefix = key.split("_")[1]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    good = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    bad_inputs = [
+        ("POST", "/api/v1/resolve", '{"text": "\\ud800"}'),
+        ("POST", "/api/v1/executions", '{"action": "a.b", "params": {"x": "a\\u0000b"}, "confidence": 0.5, "success": true}'),
+        ("POST", "/api/v1/executions", '{"action": "a.b", "params": {"n": 1e400}, "confidence": 0.5, "success": true}'),
+        ("POST", "/api/v1/proposals", '{"action": "a.b", "proposed_action": {}, "reasoning": {"confidence": false}}'),
+        ("GET", "/api/v1/proposals?offset=9223372036854775808", None),
+        ("GET", "/api/v1/feedback-records?status=%00", None),
+        ("POST", "/api/v1/resolve", "[" * 50_000 + "]" * 50_000),
+        ("POST", "/api/v1/resolve", '{"text": "list cbus", "usr_id": "typo"}'),
+        ("POST", "/api/v1/resolve", '{"text": "' + "x" * 1_100_000 + '"}'),
+        ("POST", "/api/v1/resolve", "{not json"),
+    ]
+    deadline = time.monotonic() + seconds
+    server_errors, conn_errors, refused, sent = 0, 0, 0, 0
+    while time.monotonic() < deadline:
+        tick = time.monotonic()
+        if rng.random() < 0.5:
+            fake = f"alg_{prefix}_{rng.getrandbits(64):x}" if rng.random() < 0.5 else f"alg_{rng.getrandbits(32):08x}_x"
+            method, path, body, headers = "POST", "/api/v1/resolve", '{"text": "hi"}', {**good, "Authorization": f"Bearer {fake}"}
+        else:
+            method, path, body = rng.choice(bad_inputs)
+            headers = good
+        try:
+            conn.request(method, path, body.encode("utf-8", "surrogatepass") if body else None, headers)
+            response = conn.getresponse()
+            response.read()
+            sent += 1
+            if response.status >= 500:
+                server_errors += 1
+            elif response.status >= 400:
+                refused += 1
+        except (OSError, http.client.HTTPException):
+            conn_errors += 1  # the server may close a connection on an oversized body: not a 5xx
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        time.sleep(max(0.0, 1.0 / ABUSE_RPS - (time.monotonic() - tick)))
+    conn.close()
+    results_queue.put((server_errors, conn_errors, refused, sent))
+
+
 def main():
     setup_django(db_name=DB)
     from agents.models import Scope
@@ -151,7 +207,9 @@ def main():
     verbs = [e.name for e in entries]
 
     port = free_port()
-    env = dict(os.environ, EMBEDDED_DB_NAME=DB, LOG_LEVEL="WARNING", AUTH_FAILURE_RATE="100000/min")
+    # Real failed-authentication limits (the abusive phase meets them); per-key rates out of reach, so any 429 a
+    # valid request sees is a lockout caused by others' failures.
+    env = dict(os.environ, EMBEDDED_DB_NAME=DB, LOG_LEVEL="WARNING", API_KEY_RATE="100000000/min")
     server = subprocess.Popen(
         [
             sys.executable,
@@ -193,6 +251,24 @@ def main():
         for p in procs:
             p.join()
         elapsed = time.perf_counter() - started
+        abuse = None
+        if ABUSE_SECONDS > 0:  # abusive traffic beside a second round of normal traffic
+            abuse_queue, normal_queue = mp.Queue(), mp.Queue()
+            abusers = [
+                mp.Process(target=abuser, args=(port, key, 20_000 + i, ABUSE_SECONDS, abuse_queue)) for i in range(ABUSE_CLIENTS)
+            ]
+            normal = [
+                mp.Process(target=client, args=(port, key, reviewer_key, per_client, 30_000 + i, texts, verbs, normal_queue))
+                for i in range(CLIENTS)
+            ]
+            abuse_started = time.perf_counter()
+            for p in abusers + normal:
+                p.start()
+            results += [normal_queue.get() for _ in normal]
+            elapsed += time.perf_counter() - abuse_started  # rps: normal requests over both rounds' time
+            abuse = [abuse_queue.get() for _ in abusers]
+            for p in abusers + normal:
+                p.join()
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(10)
@@ -213,13 +289,27 @@ def main():
     body = table(["endpoint", "requests", "p50 ms", "p95 ms", "p99 ms"], rows)
     rps = done / elapsed
     body += (
-        f"\n\n{done} requests from {CLIENTS} client processes in {elapsed:.1f} s against gunicorn "
+        f"\n\n{done} normal requests from {CLIENTS} client processes in {elapsed:.1f} s against gunicorn "
         f"({WORKERS} workers) on loopback: {rps:.1f} requests/s, {len(errors)} errors."
     )
+    valid_throttled = sum(" HTTP 429 " in e for e in errors)
+    errors_5xx = sum(" HTTP 5" in e for e in errors)
+    if abuse is not None:
+        errors_5xx += sum(a[0] for a in abuse)
+        body += (
+            f"\n\nAbusive phase: {ABUSE_CLIENTS} clients for {ABUSE_SECONDS:.0f} s sent {sum(a[3] for a in abuse)} bad requests "
+            f"(bad keys, bad inputs) beside {CLIENTS} normal clients: {sum(a[2] for a in abuse)} answered 4xx, "
+            f"{sum(a[0] for a in abuse)} answered 5xx, {sum(a[1] for a in abuse)} connections dropped; "
+            f"valid requests throttled: {valid_throttled}."
+        )
     if errors:
         body += "\n\nFirst errors:\n" + "\n".join(f"- {e}" for e in errors[:10])
     print(body)
-    record("load", body, f"RESULT rps={rps:.1f} p95_ms={np.percentile(every, 95):.1f} errors={len(errors)}")
+    record(
+        "load",
+        body,
+        f"RESULT rps={rps:.1f} p95_ms={np.percentile(every, 95):.1f} errors_5xx={errors_5xx} valid_throttled={valid_throttled}",
+    )
 
 
 if __name__ == "__main__":

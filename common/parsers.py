@@ -1,10 +1,18 @@
-"""Request parsers with limits: body size and JSON nesting depth, each a setting.
+"""Request parsers with limits: body size and JSON nesting depth, each a setting, and the values JSON
+may carry but the database cannot store.
 
 DRF's JSON parser reads the request stream directly, so Django's
-DATA_UPLOAD_MAX_MEMORY_SIZE does not protect it; this one does.
+DATA_UPLOAD_MAX_MEMORY_SIZE does not protect it; this one does. Every JSON body of every app goes
+through ``LimitedJSONParser`` (the default parser); ``check_value`` is the one input policy:
+
+* no NUL byte and no lone surrogate (``"\\ud800"``) in any string or key: PostgreSQL cannot store them;
+* numbers: finite, integers within 64 bits (``1e400`` and ``NaN`` are refused);
+* nesting at most ``API_MAX_JSON_DEPTH`` levels (checked without recursion).
 """
 
 import json
+import math
+import re
 
 from django.conf import settings
 from rest_framework import exceptions, parsers
@@ -16,23 +24,64 @@ class PayloadTooLarge(exceptions.APIException):
     default_code = "payload_too_large"
 
 
-def _depth(value, limit: int) -> int:
-    """Nesting depth of a parsed JSON value, iteratively (no recursion limit)."""
-    deepest, stack = 0, [(value, 1)]
+class RefusedValue(exceptions.ParseError):
+    """Well-formed JSON holding a value the input policy refuses; answered 400 ``invalid`` naming the field."""
+
+    default_code = "invalid"
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# NUL, and UTF-16 surrogates that are not part of a pair (json.loads leaves "\\ud800" as a lone surrogate).
+UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
+
+
+def text_problem(value: str) -> str | None:
+    """Why a string cannot be accepted, or None."""
+    match = UNSTORABLE_RE.search(value)
+    if match is None:
+        return None
+    return "contains a NUL character" if match.group() == "\x00" else "contains a lone UTF-16 surrogate"
+
+
+def check_value(value, limit: int) -> None:
+    """Raise ParseError (too deep) or RefusedValue naming the first value the input policy refuses (iteratively)."""
+    stack = [(value, 1, "")]
     while stack:
-        node, level = stack.pop()
+        node, level, path = stack.pop()
+        field = path or "body"
         if isinstance(node, (dict, list)):
-            deepest = max(deepest, level)
-            if deepest > limit:
-                return deepest
-            children = node.values() if isinstance(node, dict) else node
-            stack.extend((child, level + 1) for child in children)
-    return deepest
+            if level > limit:
+                raise exceptions.ParseError(f"JSON nested deeper than {limit} levels.")
+            if isinstance(node, dict):
+                for key, child in node.items():
+                    problem = text_problem(key)
+                    if problem:
+                        raise RefusedValue(field, f"A key {problem}.")
+                    stack.append((child, level + 1, f"{path}.{key}" if path else key))
+            else:
+                stack.extend((child, level + 1, f"{path}[{i}]") for i, child in enumerate(node))
+        elif isinstance(node, str):
+            problem = text_problem(node)
+            if problem:
+                raise RefusedValue(field, f"The value {problem}.")
+        elif isinstance(node, bool) or node is None:
+            continue
+        elif isinstance(node, int):
+            if not INT64_MIN <= node <= INT64_MAX:
+                raise RefusedValue(field, "An integer outside 64 bits.")
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise RefusedValue(field, "Not a finite number.")
 
 
 class LimitedJSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
-        limit = settings.API_MAX_BODY_BYTES
+        view = (parser_context or {}).get("view")
+        # A view that takes larger bodies (bulk import) says how large; every other view: API_MAX_BODY_BYTES.
+        limit = view.max_body_bytes() if hasattr(view, "max_body_bytes") else settings.API_MAX_BODY_BYTES
         request = (parser_context or {}).get("request")
         length = request.META.get("CONTENT_LENGTH") if request is not None else None
         if length and length.isdigit() and int(length) > limit:
@@ -45,8 +94,7 @@ class LimitedJSONParser(parsers.JSONParser):
             data = json.loads(raw.decode(encoding), parse_constant=_refuse_constant)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise exceptions.ParseError(f"JSON parse error - {exc}") from exc
-        if _depth(data, settings.API_MAX_JSON_DEPTH) > settings.API_MAX_JSON_DEPTH:
-            raise exceptions.ParseError(f"JSON nested deeper than {settings.API_MAX_JSON_DEPTH} levels.")
+        check_value(data, settings.API_MAX_JSON_DEPTH)
         return data
 
 

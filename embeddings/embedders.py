@@ -26,6 +26,8 @@ from typing import Protocol
 import numpy as np
 from django.conf import settings
 
+from embeddings.budget import budget_mark_pending, budget_remaining
+
 logger = logging.getLogger(__name__)
 
 DIMENSION = 384
@@ -120,12 +122,14 @@ class OpenAIEmbedder:
     def embed(self, text: str) -> np.ndarray:
         return self.embed_batch([text])[0]
 
-    def embed_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def embed_batch(self, texts: Sequence[str], *, timeout: float | None = None) -> list[np.ndarray]:
+        """With ``timeout`` (a request path): one attempt, no retries, bounded by it."""
+        client = self._client if timeout is None else self._client.with_options(max_retries=0, timeout=max(timeout, 0.05))
         out: list[np.ndarray] = []
         for start in range(0, len(texts), self._batch_size):
             batch = list(texts[start : start + self._batch_size])
             try:
-                response = self._client.embeddings.create(model=self.model_name, input=batch, dimensions=DIMENSION)
+                response = client.embeddings.create(model=self.model_name, input=batch, dimensions=DIMENSION)
             except Exception as exc:  # the client raises many types; callers need one
                 raise EmbeddingError(f"embedding server failed: {exc.__class__.__name__}: {exc}") from exc
             rows = sorted(response.data, key=lambda d: d.index)
@@ -151,7 +155,7 @@ class CachedEmbedder:
     def embed(self, text: str) -> np.ndarray:
         return self.embed_batch([text])[0]
 
-    def embed_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def embed_batch(self, texts: Sequence[str], *, timeout: float | None = None) -> list[np.ndarray]:
         found: dict[str, np.ndarray] = {}
         with self._lock:
             for t in texts:
@@ -161,7 +165,10 @@ class CachedEmbedder:
         missing = list(dict.fromkeys(t for t in texts if t not in found))
         if missing:
             try:
-                vectors = self.inner.embed_batch(missing)
+                if timeout is not None and isinstance(self.inner, OpenAIEmbedder):
+                    vectors = self.inner.embed_batch(missing, timeout=timeout)
+                else:
+                    vectors = self.inner.embed_batch(missing)
             except EmbeddingError:
                 raise
             except Exception as exc:
@@ -239,19 +246,50 @@ _executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed")
 
 def embed_query(text: str) -> tuple[np.ndarray | None, str, str]:
     """One text's vector on a request path: (vector or None, model name, reason when None). Never raises. An embedder that waits on I/O
-    (a remote server) runs on a thread and is bounded by RESOLVE_EMBED_TIMEOUT_S; the local model runs inline."""
+    (a remote server) runs on a thread, without retries, bounded by RESOLVE_EMBED_TIMEOUT_S and what is left of the request's
+    embedding budget (embeddings.budget); the local model runs inline."""
+    remaining = budget_remaining()
+    limit = settings.RESOLVE_EMBED_TIMEOUT_S if remaining is None else min(settings.RESOLVE_EMBED_TIMEOUT_S, remaining)
     try:
         embedder = get_embedder()
         if embedder.in_process:  # local compute cannot hang on I/O: no thread hand-off needed
             return embedder.embed(text), embedder.model_name, ""
-        future = _executor.submit(embedder.embed, text)
-        return future.result(timeout=settings.RESOLVE_EMBED_TIMEOUT_S), embedder.model_name, ""
+        if limit <= 0:
+            budget_mark_pending(1)
+            return None, embedder.model_name, "embedding budget spent"
+        future = _executor.submit(embedder.embed_batch, [text], timeout=limit)
+        return future.result(timeout=limit)[0], embedder.model_name, ""
     except FutureTimeout:
-        logger.warning("embedder timed out after %ss; answering without a vector", settings.RESOLVE_EMBED_TIMEOUT_S)
+        logger.warning("embedder timed out after %.2fs; answering without a vector", limit)
+        budget_mark_pending(1)
         return None, current_model_name(), "embedder timed out"
     except EmbeddingError as exc:
         logger.warning("embedder failed (%s); answering without a vector", exc)
+        budget_mark_pending(1)
         return None, current_model_name(), "embedder unavailable"
     except Exception:  # never let the embedder turn a resolve into a 500
         logger.exception("embedder raised unexpectedly")
+        budget_mark_pending(1)
         return None, current_model_name(), "embedder unavailable"
+
+
+def embed_batch_bounded(texts: Sequence[str]) -> tuple[list | None, str]:
+    """Vectors for ``texts`` and the model name, or (None, "") when the embedder fails or, on a request path,
+    does not answer within what is left of the request's embedding budget. Raises nothing."""
+    remaining = budget_remaining()
+    try:
+        embedder = get_embedder()
+        if remaining is None or embedder.in_process:
+            return embedder.embed_batch(list(texts)), embedder.model_name
+        if remaining <= 0:
+            logger.warning("embedding budget spent; %d texts stored without a vector for the backfill", len(texts))
+            budget_mark_pending(len(texts))
+            return None, ""
+        future = _executor.submit(embedder.embed_batch, list(texts), timeout=remaining)
+        return future.result(timeout=remaining), embedder.model_name
+    except FutureTimeout:
+        logger.warning("embedder timed out; %d texts stored without a vector for the backfill", len(texts))
+    except EmbeddingError as exc:
+        logger.warning("embedding %d texts failed, rows stay unembedded: %s", len(texts), exc)
+    budget_mark_pending(len(texts))
+    return None, ""

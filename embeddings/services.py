@@ -7,22 +7,18 @@ from django.db import transaction
 from django.db.models import Model
 
 from common.text import text_hash
-from embeddings.embedders import EmbeddingError, get_embedder
+from embeddings.embedders import embed_batch_bounded, get_embedder
 from embeddings.selectors import embedded_models, embedding_rows_needing_work
 
 logger = logging.getLogger(__name__)
 
 
 def embeddings_compute(texts: Sequence[str]) -> tuple[list | None, str]:
-    """Vectors for ``texts`` (None if the embedder fails) and the model name."""
+    """Vectors for ``texts`` (None if the embedder fails, or on a request path does not answer within the
+    request's embedding budget: the rows are stored without vectors and the backfill fills them) and the model name."""
     if not texts:
         return [], ""
-    try:
-        embedder = get_embedder()
-        return embedder.embed_batch(list(texts)), embedder.model_name
-    except EmbeddingError as exc:
-        logger.warning("embedding %d texts failed, rows stay unembedded: %s", len(texts), exc)
-        return None, ""
+    return embed_batch_bounded(texts)
 
 
 def embedding_assign(rows: Sequence[Model], vectors: list | None, model: str) -> None:

@@ -1,9 +1,22 @@
 """Serializers of the feedback API."""
 
 from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from actions.models import ACTION_NAME_RE as _OUT_ACTION_RE
+from common.fields import (
+    INT32_MAX,
+    BoundedIntegerField,
+    ConfidenceField,
+    IdField,
+    OffsetField,
+    StrictBooleanField,
+    StrictChoiceField,
+    StrictQuerySerializer,
+    StrictSerializer,
+    json_type_error,
+)
 from feedback.models import FeedbackType, ReviewOutcome
 
 _ACTION_HELP = "A lowercase dotted identifier such as email.send"
@@ -24,20 +37,37 @@ def _action_field(**kwargs):
     )
 
 
-class ReasoningSerializer(serializers.Serializer):
-    """The agent's reasoning: any JSON object holding its confidence; extra keys are kept."""
-
-    confidence = serializers.FloatField(min_value=0.0, max_value=1.0, help_text="The agent's stated confidence in [0, 1]")
+@extend_schema_field(
+    {
+        "type": "object",
+        "properties": {"confidence": {"type": "number", "minimum": 0, "maximum": 1}},
+        "required": ["confidence"],
+        "additionalProperties": True,
+        "description": "The agent's reasoning: any JSON object holding its confidence in [0, 1]; extra keys are kept.",
+    }
+)
+class ReasoningField(serializers.DictField):
+    """The agent's reasoning: a free-form JSON object (its keys are the agent's, not the API's) holding its confidence."""
 
     def to_internal_value(self, data):
-        validated = super().to_internal_value(data)
-        return {**data, **validated}
+        value = super().to_internal_value(data)
+        if "confidence" not in value:
+            raise serializers.ValidationError({"confidence": ["This field is required."]})
+        field = ConfidenceField()
+        reason = json_type_error(field, value["confidence"])
+        if reason:
+            raise serializers.ValidationError({"confidence": [reason]})
+        try:
+            value["confidence"] = field.run_validation(value["confidence"])
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError({"confidence": exc.detail}) from None
+        return value
 
 
-class ProposalCreateSerializer(serializers.Serializer):
+class ProposalCreateSerializer(StrictSerializer):
     action = _action_field()
     proposed_action = serializers.DictField(help_text="The action the agent wants to run, as a JSON object")
-    reasoning = ReasoningSerializer()
+    reasoning = ReasoningField()
 
 
 class ProposalSerializer(serializers.Serializer):
@@ -56,7 +86,7 @@ class ProposalSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
-class ReviewSerializer(serializers.Serializer):
+class ReviewSerializer(StrictSerializer):
     review_notes = _text(required=False, allow_blank=True, default="", max_length=5000)
     mistake_category = _text(required=False, allow_blank=True, default="", max_length=60)
 
@@ -65,15 +95,15 @@ class ModifySerializer(ReviewSerializer):
     modified_action = serializers.DictField(help_text="The corrected action, as a JSON object")
 
 
-class ExecutionCreateSerializer(serializers.Serializer):
+class ExecutionCreateSerializer(StrictSerializer):
     action = _action_field()
     params = serializers.DictField(required=False, default=dict)
     reasoning = serializers.DictField(required=False, default=dict)
-    confidence = serializers.FloatField(min_value=0.0, max_value=1.0, help_text="Your stated confidence in [0, 1]")
-    success = serializers.BooleanField()
+    confidence = ConfidenceField(help_text="Your stated confidence in [0, 1]")
+    success = StrictBooleanField()
     result = serializers.JSONField(required=False, allow_null=True, default=None)
     error = _text(required=False, allow_blank=True, default="", max_length=5000)
-    duration_ms = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=0)
+    duration_ms = BoundedIntegerField(required=False, allow_null=True, default=None, min_value=0, max_value=INT32_MAX)
 
 
 class ExecutionSerializer(serializers.Serializer):
@@ -93,28 +123,28 @@ class ExecutionSerializer(serializers.Serializer):
 
 
 class ExecutionReviewSerializer(ReviewSerializer):
-    outcome = serializers.ChoiceField(choices=ReviewOutcome.choices)
+    outcome = StrictChoiceField(choices=ReviewOutcome.choices)
     corrected_action = serializers.DictField(required=False, allow_null=True, default=None)
 
 
-class OutcomeSerializer(serializers.Serializer):
-    proposal = serializers.IntegerField(min_value=1, help_text="Id of your approved or modified proposal")
-    success = serializers.BooleanField()
+class OutcomeSerializer(StrictSerializer):
+    proposal = IdField(help_text="Id of your approved or modified proposal")
+    success = StrictBooleanField()
     result = serializers.JSONField(required=False, allow_null=True, default=None)
     error = _text(required=False, allow_blank=True, default="", max_length=5000)
     explanation = _text(required=False, allow_blank=True, default="", max_length=5000)
     mistake_category = _text(required=False, allow_blank=True, default="", max_length=60)
 
 
-class OverrideSerializer(serializers.Serializer):
+class OverrideSerializer(StrictSerializer):
     action = _action_field()
     original_action = serializers.DictField()
     corrected_action = serializers.DictField()
     explanation = _text(required=False, allow_blank=True, default="", max_length=5000)
-    confidence = serializers.FloatField(required=False, allow_null=True, default=None, min_value=0.0, max_value=1.0)
+    confidence = ConfidenceField(required=False, allow_null=True, default=None)
     context = serializers.DictField(required=False, default=dict)
-    proposal = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
-    execution = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
+    proposal = IdField(required=False, allow_null=True, default=None)
+    execution = IdField(required=False, allow_null=True, default=None)
     mistake_category = _text(required=False, allow_blank=True, default="", max_length=60)
 
 
@@ -150,7 +180,7 @@ class MistakePatternSerializer(serializers.Serializer):
     common_correction = serializers.JSONField(allow_null=True)
 
 
-class ListQuerySerializer(serializers.Serializer):
+class ListQuerySerializer(StrictQuerySerializer):
     action = _text(required=False, allow_blank=True, max_length=100, help_text="Action name")
     feedback_type = _text(
         required=False, allow_blank=True, max_length=60, help_text="Feedback type (records) or pattern category (patterns)"
@@ -161,5 +191,5 @@ class ListQuerySerializer(serializers.Serializer):
         max_length=20,
         help_text="Proposal status, review outcome (executions) or pattern status (records, patterns)",
     )
-    limit = serializers.IntegerField(required=False, default=50, min_value=1, max_value=500)
-    offset = serializers.IntegerField(required=False, default=0, min_value=0)
+    limit = BoundedIntegerField(required=False, default=50, min_value=1, max_value=500)
+    offset = OffsetField(default=0)

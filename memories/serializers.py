@@ -5,7 +5,14 @@ from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from common.fields import UserIdField
+from common.fields import (
+    StrictBooleanField,
+    StrictChoiceField,
+    StrictIntegerField,
+    StrictSerializer,
+    StrictTypeMixin,
+    UserIdField,
+)
 from memories.models import MemoryStatus, MemoryType
 
 NAMESPACE_RE = r"^[a-z][a-z0-9_.\-]{0,59}$"
@@ -14,19 +21,6 @@ NAMESPACE_RE = r"^[a-z][a-z0-9_.\-]{0,59}$"
 # whitespace (strings are trimmed), never a NUL character.
 TEXT = RegexValidator(r"^[^\x00]*[^\s\x00][^\x00]*$", "Must contain text, without NUL characters.")
 ANY_TEXT = RegexValidator(r"^[^\x00]*$", "Must not contain NUL characters.")
-
-
-class StrictTypeMixin:
-    """Refuse values of the wrong JSON type instead of coercing them (0 is not "0", "true" is not true)."""
-
-    json_types: tuple = (str,)
-    _NAMES = {str: "a string", int: "an integer", bool: "a boolean"}
-
-    def to_internal_value(self, data):
-        wrong_bool = isinstance(data, bool) and bool not in self.json_types  # True is an int in Python, not in JSON
-        if wrong_bool or not isinstance(data, self.json_types):
-            raise serializers.ValidationError(f"Expected {self._NAMES[self.json_types[0]]}.")
-        return super().to_internal_value(data)
 
 
 class TextField(StrictTypeMixin, serializers.CharField):
@@ -42,29 +36,6 @@ class StrictUserIdField(StrictTypeMixin, UserIdField):
 class StrictNamespaceField(StrictTypeMixin, serializers.RegexField):
     def __init__(self, **kwargs):
         super().__init__(NAMESPACE_RE, **kwargs)
-
-
-class StrictIntegerField(StrictTypeMixin, serializers.IntegerField):
-    json_types = (int,)
-
-
-class StrictBooleanField(StrictTypeMixin, serializers.BooleanField):
-    json_types = (bool,)
-
-
-class StrictChoiceField(StrictTypeMixin, serializers.ChoiceField):
-    pass
-
-
-class StrictSerializer(serializers.Serializer):
-    """Refuses keys it does not know, naming them, instead of silently dropping them."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({k: ["Unknown field."] for k in unknown})
-        return super().to_internal_value(data)
 
 
 class TagsField(serializers.ListField):

@@ -90,7 +90,7 @@ def _redact_value(value):
     if isinstance(value, list):
         return [_redact_value(v) for v in value]
     if isinstance(value, dict):
-        return {k: _redact_value(v) for k, v in value.items()}
+        return {write_gate.redact(str(k)): _redact_value(v) for k, v in value.items()}
     return value
 
 
@@ -189,7 +189,11 @@ def memory_store(
     """Gate, deduplicate and store one artifact for the user (the write half of observe)."""
     metadata = metadata or {}
     gate = write_gate.check(artifact.content)
-    side_secrets = write_gate.secret_findings("\n".join([artifact.topic, " ".join(artifact.tags), _metadata_text(metadata)]))
+    # Every field stored beside the lesson is scanned too (and redacted if the lesson is quarantined).
+    side_text = "\n".join(
+        [artifact.topic, " ".join(artifact.tags), _metadata_text(metadata), source_session_id, source_message_id]
+    )
+    side_secrets = write_gate.secret_findings(side_text)
     if not gate.allowed or side_secrets:
         if gate.allowed:  # the lesson is clean but its topic, tags or filters hold a secret
             gate = write_gate.blocked(side_secrets)
@@ -205,8 +209,8 @@ def memory_store(
                 reason_detail=gate.message,
                 finding_kinds=gate.kinds,
                 redacted_preview=write_gate.redact(artifact.content),
-                source_session_id=source_session_id,
-                source_message_id=source_message_id,
+                source_session_id=write_gate.redact(source_session_id)[:200],
+                source_message_id=write_gate.redact(source_message_id)[:200],
                 metadata=_redact_value(metadata),
             )
             evidence["quarantine_id"] = item.pk

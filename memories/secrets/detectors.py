@@ -1,0 +1,385 @@
+"""Secret scanning, part 3: decoding and the detectors that run over the views."""
+
+import base64
+import binascii
+import re
+
+from detect_secrets.filters import heuristic as ds_heuristic
+
+from memories.secrets.rules import (
+    _ARTIFACTORY,
+    _AWS_CONTEXT,
+    _AWS_SECRET_CANDIDATE,
+    _B64_PLUGIN,
+    _B64_TOKEN,
+    _CARD,
+    _CONNECTION,
+    _CONNECTION_HINT,
+    _DIGITS_HINT,
+    _DS_CONTEXT,
+    _DS_KEYWORD,
+    _HASH_CONTEXT,
+    _HEX_ONLY,
+    _HEX_PLUGIN,
+    _HEX_SPLIT,
+    _KEY_VALUE,
+    _KEYWORD_HINT,
+    _KV_HINT,
+    _PRIVATE_KEY_BLOCK_END,
+    _PRIVATE_KEY_HEADERS,
+    _PROSE_DIRECT,
+    _PROSE_HINT,
+    _PROSE_NOT_A_SECRET,
+    _PROSE_PASSWORD,
+    _PUBLIC_KEY_CONTEXT,
+    _QUOTE_CHARS,
+    _SECRET_CONTEXT,
+    _STOPWORDS,
+    _STRUCTURED,
+    _VERSION,
+    _WORD,
+    _in_url_path,
+    _is_placeholder,
+    _natural_language,
+    _Rx,
+    _value_is_secret,
+    luhn_valid,
+)
+from memories.secrets.views import View
+
+# --- decoding -----------------------------------------------------------------------------------
+
+_B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_\-])[A-Za-z0-9+/_\-]{16,}={0,3}")
+_HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])")
+
+
+def _printable(b: bytes) -> str | None:
+    try:
+        s = b.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not s or sum(c.isprintable() or c in "\n\t" for c in s) / len(s) < 0.95:
+        return None
+    return s
+
+
+def decode_b64(token: str) -> str | None:
+    """Decode a (standard or URL-safe, padded or not) base64 token to printable text, else None."""
+    core = token.rstrip("=")
+    if len(core) % 4 == 1:
+        return None
+    padded = core + "=" * (-len(core) % 4)
+    for altchars in (None, b"-_"):
+        try:
+            raw = (
+                base64.b64decode(padded, altchars=altchars, validate=True)
+                if altchars is None
+                else base64.urlsafe_b64decode(padded)
+            )
+        except (binascii.Error, ValueError):
+            continue
+        s = _printable(raw)
+        if s is not None:
+            return s
+    return None
+
+
+def decode_hex(token: str) -> str | None:
+    try:
+        return _printable(bytes.fromhex(token))
+    except ValueError:
+        return None
+
+
+# =============================================================================================
+# Scanning
+# =============================================================================================
+
+_Hit = tuple[str, int, int, str]  # kind, original start, original end, via
+
+
+def _chunk_ok(view: View, i: int, j: int) -> bool:
+    """In collapsed/reversed views a match must start and end on chunk boundaries."""
+    return view.is_boundary(i) and view.is_boundary(j)
+
+
+def _cut_at_stopword(view: View, rx: _Rx, i: int, j: int) -> int:
+    """Shorten a glued match before the first function word that follows a complete token."""
+    if view.gap_before is None:
+        return j
+    t = view.text
+    for g in range(i + 1, j):
+        if not view.gap_before[g]:
+            continue
+        m = _WORD.match(t, g)
+        word_here = False
+        if m:
+            # the chunk starting at g, as it was before collapsing: up to the next gap
+            end = g + 1
+            while end < len(t) and not view.gap_before[end] and t[end].isalpha():
+                end += 1
+            word = t[g:end].lower()
+            if word in _STOPWORDS or (word[::-1] in _STOPWORDS and view.name.startswith("reversed")):
+                word_here = True
+        if word_here and rx.pattern.fullmatch(t, i, g):
+            return g
+    return j
+
+
+def _structured(view: View, hits: list[_Hit], collapsed_view: bool) -> None:
+    t = view.text
+    for rx in _STRUCTURED:
+        if collapsed_view and not rx.collapsible:
+            continue
+        if rx.needles and not any(n in t for n in rx.needles):
+            continue
+        for m in rx.pattern.finditer(t):
+            i, j = m.span(rx.group)
+            if i < 0:
+                continue
+            if collapsed_view:
+                j = _cut_at_stopword(view, rx, i, j)
+                if not _chunk_ok(view, i, j):
+                    continue
+            value = t[i:j]
+            if rx.validate is not None and not rx.validate(value):
+                continue
+            if ds_heuristic.is_sequential_string(value):
+                continue
+            s, e = view.orig_span(i, j)
+            hits.append((rx.kind, s, e, view.name))
+
+
+def _private_keys(view: View, hits: list[_Hit]) -> None:
+    t = view.text
+    for rx in _PRIVATE_KEY_HEADERS:
+        for m in rx.finditer(t):
+            # the block: from the "-----BEGIN" line to the matching END marker, else to the end of the text
+            start = t.rfind("-----", 0, m.start())
+            start = start if start >= 0 and m.start() - start <= 6 else m.start()
+            end_m = _PRIVATE_KEY_BLOCK_END.search(t, m.end())
+            end = end_m.end() if end_m else len(t)
+            s, e = view.orig_span(start, end)
+            hits.append(("private_key", s, e, view.name))
+
+
+def _context(view: View, hits: list[_Hit]) -> None:
+    """detect-secrets context plugins + the project's checks, on the canonical view."""
+    t = view.text
+
+    def add(kind: str, i: int, j: int) -> None:
+        s, e = view.orig_span(i, j)
+        hits.append((kind, s, e, view.name))
+
+    tl = t.lower()
+    for rx in _DS_CONTEXT:
+        if rx.needles and not any(n in tl for n in rx.needles):
+            continue
+        for m in rx.pattern.finditer(t):
+            i, j = m.span(rx.group)
+            if i >= 0 and not _is_placeholder(t[i:j]):
+                add(rx.kind, i, j)
+    for rx in _ARTIFACTORY if ("AKC" in t or "AP" in t) else ():
+        for m in rx.finditer(t):
+            i, j = m.span()
+            while i < j and t[i] in ' \t=:"':
+                i += 1
+            while j > i and t[j - 1] in ' \t"\n':
+                j -= 1
+            if any(c.isdigit() for c in t[i:j]) and any(c.islower() for c in t[i:j]):
+                add("artifactory_token", i, j)
+
+    # detect-secrets KeywordDetector regexes, value trimmed to one token unless quoted
+    for rx, group in _DS_KEYWORD if _KEYWORD_HINT.search(t) else ():
+        for m in rx.finditer(t):
+            i, j = m.span(group)
+            if i < 0:
+                continue
+            quoted = i > 0 and t[i - 1] in _QUOTE_CHARS
+            if not quoted:
+                k = i
+                while k < j and not t[k].isspace():
+                    k += 1
+                j = k
+            value = t[i:j].rstrip(".,;:!?)")
+            j = i + len(value)
+            if value and _value_is_secret(m.group(1) or "secret", value, quoted):
+                add("credential_assignment", i, j)
+
+    for m in _KEY_VALUE.finditer(t) if _KV_HINT.search(t) else ():
+        value = m.group("value").rstrip(".,;:!?)")
+        if _value_is_secret(m.group("name"), value, bool(m.group("q"))):
+            add("credential_assignment", m.start("value"), m.start("value") + len(value))
+
+    for kind, rx in _CONNECTION if _CONNECTION_HINT.search(t) else ():
+        for m in rx.finditer(t):
+            value = m.group("value")
+            if kind != "credentialed_url":  # a URL password ends at "@"; elsewhere drop sentence punctuation
+                value = value.rstrip(".,;:!?)")
+            if _is_placeholder(value) or (kind == "bearer_token" and not _value_is_secret("token", value)):
+                continue
+            if kind == "connection_string_secret" and m.group(0).lower().startswith("sig") and len(value) < 16:
+                continue
+            if kind == "credentialed_url":
+                add(kind, m.start("user"), m.start("value") + len(value))  # user:password
+            else:
+                add(kind, m.start("value"), m.start("value") + len(value))
+
+    if _PROSE_HINT.search(t):
+        _prose(view, add)
+
+    for m in _CARD.finditer(t) if _DIGITS_HINT.search(t) else ():
+        digits = re.sub(r"\D", "", m.group(0))
+        if 13 <= len(digits) <= 19 and luhn_valid(digits) and len(set(digits)) > 1:
+            add("card_number", m.start(), m.end())
+
+    # the secret half of an AWS key pair: a 40-char base64-ish string in an AWS context
+    if _AWS_CONTEXT.search(t):
+        for m in _AWS_SECRET_CANDIDATE.finditer(t):
+            v = m.group(0)
+            if any(c.isupper() for c in v) and any(c.islower() for c in v) and (any(c.isdigit() for c in v) or "/" in v):
+                add("aws_secret_key", m.start(), m.end())
+
+    _high_entropy(view, add)
+
+
+def _prose(view: View, add) -> None:
+    t = view.text
+    for m in _PROSE_PASSWORD.finditer(t):
+        name = m.group("name").lower()
+        if m.group("quoted") is not None:
+            value = m.group("quoted").strip()
+            if value and not _is_placeholder(value) and (len(value) >= 4 or "pin" in name):
+                add("password_in_prose", m.start("quoted"), m.end("quoted"))
+            continue
+        value = m.group("value").rstrip(".,;:!?)")
+        vstart = m.start("value")
+        # a passphrase of several plain words: "the passphrase is correct horse battery staple"
+        words = _passphrase_words(t, vstart, name)
+        if words:
+            add("passphrase", vstart, words)
+            continue
+        if _is_placeholder(value) or value.lower() in _PROSE_NOT_A_SECRET:
+            continue
+        if name in ("token", "api key", "access key", "secret key", "secret") and not _value_is_secret("token", value):
+            continue
+        if name == "pin" and not value.isdigit():
+            continue
+        if len(value) < 3:
+            continue
+        add("password_in_prose", vstart, vstart + len(value))
+    for m in _PROSE_DIRECT.finditer(t):
+        value = m.group("value").rstrip(".,;:!?)")
+        if len(value) < 5 or _is_placeholder(value) or _VERSION.match(value) or value.lower() in _PROSE_NOT_A_SECRET:
+            continue
+        has_digit = any(c.isdigit() for c in value)
+        has_alpha = any(c.isalpha() for c in value)
+        has_symbol = any(not c.isalnum() for c in value)
+        if (has_digit and has_alpha) or (
+            has_symbol and (has_digit or has_alpha) and not re.fullmatch(r"[a-z]+(?:[-'][a-z]+)*", value)
+        ):
+            add("password_in_prose", m.start("value"), m.start("value") + len(value))
+
+
+_ALPHA_RUN = re.compile(r"[A-Za-z]+")
+_SPACES = re.compile(r" +")
+
+
+def _passphrase_words(t: str, i: int, name: str) -> int | None:
+    """End of a run of >= 3 plain words starting at ``i`` that reads as a passphrase, else None.
+
+    Stops at punctuation or a function word. Rejected when the run reads as prose about the
+    password: inflected verbs/adverbs ("-ed", "-ly", "-ing") or two words that describe
+    passwords ("required", "stored", ...)."""
+    if name not in ("password", "passphrase", "pass phrase", "passcode", "passwd", "wifi key"):
+        return None
+    words: list[str] = []
+    end = i
+    pos = i
+    while len(words) < 8:
+        m = _ALPHA_RUN.match(t, pos)
+        if not m:
+            break
+        w = m.group(0)
+        if w.lower() in _STOPWORDS:
+            break
+        words.append(w.lower())
+        end = m.end()
+        nxt = _SPACES.match(t, end)
+        if not nxt:
+            break
+        pos = nxt.end()
+    need = 2 if "phrase" in name else 3
+    if words and words[0] in _PROSE_NOT_A_SECRET:
+        need = 4  # "the password is incorrect three times" vs "... is correct horse battery staple"
+    if len(words) < need:
+        return None
+    if any(w.endswith(("ed", "ly", "ing")) for w in words):
+        return None
+    if sum(w in _PROSE_NOT_A_SECRET for w in words) >= 2:
+        return None
+    return end
+
+
+def _high_entropy(view: View, add) -> None:
+    """detect-secrets Base64/Hex high-entropy checks on unquoted tokens, with its heuristic filters."""
+    t = view.text
+    for m in _B64_TOKEN.finditer(t):
+        tok = m.group(1).rstrip("-_")
+        i = m.start(1)
+        j = i + len(tok)
+        if len(tok) < 20:
+            continue
+        is_hex = bool(_HEX_ONLY.fullmatch(tok))
+        if is_hex:
+            if len(tok) < 32 or _HEX_PLUGIN.calculate_shannon_entropy(tok) <= _HEX_PLUGIN.entropy_limit:
+                continue
+            plugin = _HEX_PLUGIN
+        else:
+            if _B64_PLUGIN.calculate_shannon_entropy(tok) <= _B64_PLUGIN.entropy_limit:
+                continue
+            plugin = _B64_PLUGIN
+        if (
+            ds_heuristic.is_sequential_string(tok)
+            or ds_heuristic.is_potential_uuid(tok)
+            or ds_heuristic.is_templated_secret(tok)
+            or ds_heuristic.is_not_alphanumeric_string(tok)
+            or ds_heuristic.is_likely_id_string(tok, t[max(0, i - 40) : j], plugin)
+        ):
+            continue
+        before = t[max(0, i - 40) : i]
+        if _HASH_CONTEXT.search(before) and not _SECRET_CONTEXT.search(before[-20:]):
+            continue  # "commit 3f2a...", "sha256 digest ..."
+        if is_hex and len(tok) in (40, 64) and i > 0 and t[i - 1] == "@":
+            continue  # a pinned commit ("actions/checkout@<sha>", "pkg@<sha>")
+        if _in_url_path(t, i):
+            continue  # a path segment of a URL (document ids, slugs); secrets in URLs are caught by name
+        if _PUBLIC_KEY_CONTEXT.search(t[max(0, i - 200) : i]):
+            continue  # an SSH public key or a certificate / public key block: not a secret
+        if "/" in tok and all(re.fullmatch(r"[a-z0-9_.\-]*", seg) for seg in tok.split("/")):
+            continue  # a lowercase path
+        if not is_hex:
+            decoded = decode_b64(tok)
+            if decoded is not None and _natural_language(decoded):
+                continue  # base64 of ordinary words: scanned as text by _decoded(), not a key
+        add("hex_high_entropy_secret" if is_hex else "high_entropy_secret", i, j)
+
+
+def _split_hex(view: View, orig: str, hits: list[_Hit]) -> None:
+    """A long hex secret written in groups ("9f2c4e6a 8b0d1f3e ..."), found in a collapsed view."""
+    t = view.text
+    for m in _HEX_SPLIT.finditer(t):
+        i, j = m.span()
+        if not view.crosses_gap(i, j) or not _chunk_ok(view, i, j):
+            continue
+        cuts = [i] + [g for g in range(i + 1, j) if view.gap_before[g]] + [j]
+        if min(b - a for a, b in zip(cuts, cuts[1:], strict=False)) < 4:
+            continue  # groups of at least four hex digits
+        tok = m.group(0)
+        if _HEX_PLUGIN.calculate_shannon_entropy(tok) <= _HEX_PLUGIN.entropy_limit or ds_heuristic.is_sequential_string(tok):
+            continue
+        s, e = view.orig_span(i, j)
+        before = orig[max(0, s - 40) : s]
+        if _HASH_CONTEXT.search(before) and not _SECRET_CONTEXT.search(before[-20:]):
+            continue
+        hits.append(("hex_high_entropy_secret", s, e, view.name))

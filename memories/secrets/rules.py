@@ -1,0 +1,297 @@
+"""Secret scanning, part 2: value rules, detect-secrets plugin regexes and the project's own patterns."""
+
+import math
+import re
+from dataclasses import dataclass
+
+from detect_secrets.filters import heuristic as ds_heuristic
+from detect_secrets.plugins import keyword as ds_keyword
+from detect_secrets.plugins.artifactory import ArtifactoryDetector
+from detect_secrets.plugins.aws import AWSKeyDetector
+from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
+from detect_secrets.plugins.basic_auth import BasicAuthDetector
+from detect_secrets.plugins.cloudant import CloudantDetector
+from detect_secrets.plugins.discord import DiscordBotTokenDetector
+from detect_secrets.plugins.github_token import GitHubTokenDetector
+from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
+from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString, HexHighEntropyString
+from detect_secrets.plugins.ibm_cloud_iam import IbmCloudIamDetector
+from detect_secrets.plugins.ibm_cos_hmac import IbmCosHmacDetector
+from detect_secrets.plugins.jwt import JwtTokenDetector
+from detect_secrets.plugins.mailchimp import MailchimpDetector
+from detect_secrets.plugins.npm import NpmDetector
+from detect_secrets.plugins.openai import OpenAIDetector
+from detect_secrets.plugins.private_key import PrivateKeyDetector
+from detect_secrets.plugins.pypi_token import PypiTokenDetector
+from detect_secrets.plugins.sendgrid import SendGridDetector
+from detect_secrets.plugins.slack import SlackDetector
+from detect_secrets.plugins.softlayer import SoftlayerDetector
+from detect_secrets.plugins.square_oauth import SquareOAuthDetector
+from detect_secrets.plugins.stripe import StripeDetector
+from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
+from detect_secrets.plugins.twilio import TwilioKeyDetector
+
+# =============================================================================================
+# Detectors
+# =============================================================================================
+
+# Words that follow "password is ..." in clean lessons and are not themselves a password (project list).
+_PROSE_NOT_A_SECRET = set(
+    """
+    a an the is are be been being not no never now set reset changed stored hashed salted encrypted required
+    optional mandatory incorrect correct wrong invalid valid expired expiring weak strong case-sensitive
+    case-insensitive sensitive too at least longer shorter missing empty blank rotated managed kept saved sent
+    checked validated compared generated randomly random only also still never always usually typically
+    different same unique secret private hidden masked shown displayed visible long short minimum maximum
+    in on of for to from with by via after before when if that which what this it its your their our my his her
+    manager policy policies field fields prompt prompts reset link links form page dialog screen rules rule
+    hint hints length complexity expiry expiration change changes update updates recovery protected
+    """.split()
+)
+# Function words: a spaced-out token's match is cut before one of these ("... xY5 as the password").
+_STOPWORDS = set(
+    """
+    a an the and or but nor so yet as at by for from in into of on onto to with without via per is are was were
+    be been it its this that these those then than there here when where which who whom whose while if
+    please pls use used using keep kept it's we you they he she i my our your their his her
+    """.split()
+)
+
+_PLACEHOLDER = re.compile(
+    r"^(?:<[^>]*>|\$\{[^}]*\}|\$[A-Z_][A-Z0-9_]*|%\(?[\w]+\)?s?|\{\{[^}]*\}\}|\*+|x{3,}|\.{3,}|…|"
+    r"none|null|nil|true|false|empty|redacted|changeme|placeholder|your[_-]?\w*|example\w*|"
+    r"os\.environ.*|env\(.*|getenv\(.*|process\.env.*|settings\.\w+|config\.\w+|secrets?\.\w+|\[redacted[^\]]*\]?.*)$",
+    re.IGNORECASE,
+)
+
+
+def _is_placeholder(value: str) -> bool:
+    value = value.strip().rstrip(".")
+    return bool(_PLACEHOLDER.match(value)) or value.lower() in {"", "...", "string", "str", "int", "value"}
+
+
+def _entropy(value: str) -> float:
+    counts: dict[str, int] = {}
+    for ch in value:
+        counts[ch] = counts.get(ch, 0) + 1
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in counts.values()) if n else 0.0
+
+
+def luhn_valid(digits: str) -> bool:
+    total, parity = 0, len(digits) % 2
+    for i, ch in enumerate(digits):
+        d = int(ch)
+        if i % 2 == parity:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+_SECRET_WORD_NAMES = re.compile(r"(?i)password|passwd|passphrase|pwd|pin|passcode|pass\b")
+_VERSION = re.compile(r"(?i)^v?\d+(?:\.\d+)+[a-z0-9\-]*$")
+
+
+def _value_is_secret(name: str, value: str, quoted: bool = False) -> bool:
+    """The project's rule for a value assigned to / introduced by a secret-sounding name."""
+    value = value.strip().rstrip(".),;:!?")
+    if _is_placeholder(value) or (value.lower() in _PROSE_NOT_A_SECRET and not quoted):
+        return False
+    if re.match(r"(?i)^[\w.]+\(", value) or value.startswith(("$", "{", "[", "(", "<")):
+        return False  # a function call, variable, template or structure, not a literal
+    if ds_heuristic.is_templated_secret(value) or ds_heuristic.is_indirect_reference(f"x = {value}"):
+        return False
+    if _SECRET_WORD_NAMES.search(name):
+        return len(value) >= 4
+    # token / key / secret names: a literal that looks random
+    if len(value) < 8 or value.isdigit():
+        return False
+    if re.fullmatch(r"[a-z_]+", value):  # an identifier such as token=refresh_token
+        return False
+    return _entropy(value) >= 2.5
+
+
+@dataclass(frozen=True)
+class _Rx:
+    kind: str
+    pattern: re.Pattern
+    group: int = 0
+    validate: object = None  # callable(value) -> bool
+    collapsible: bool = True  # also run on collapsed / reversed views
+    needles: tuple[str, ...] = ()  # cheap pre-check: one of these substrings must occur
+
+
+def _ds(kind: str, plugin_cls, index: int = 0, group: int = 0, validate=None, collapsible: bool = True, needles=()) -> _Rx:
+    return _Rx(kind, plugin_cls.denylist[index], group, validate, collapsible, tuple(needles))
+
+
+def _aws_id_ok(v: str) -> bool:
+    return any(c.isdigit() for c in v[4:])  # 16 random base32 chars without a digit: ~0.5% of real keys
+
+
+_JWT = JwtTokenDetector()
+
+# Prefix-anchored token detectors. detect-secrets plugins first, then the project's own patterns
+# for formats detect-secrets lacks or matches too narrowly (e.g. its GitHub regex wants exactly 36
+# chars, its OpenAI regex wants the legacy "T3BlbkFJ" marker, its Stripe regex live keys only).
+_STRUCTURED: list[_Rx] = [
+    _ds("aws_access_key", AWSKeyDetector, 0, validate=_aws_id_ok, needles=("A3T", "ABIA", "ACCA", "AKIA", "ASIA")),
+    _ds("github_token", GitHubTokenDetector, needles=("gh",)),
+    *[_ds("gitlab_token", GitLabTokenDetector, i, needles=("gl", "GR1348941")) for i in range(len(GitLabTokenDetector.denylist))],
+    _ds("openai_key", OpenAIDetector, needles=("T3BlbkFJ",)),
+    _ds("slack_token", SlackDetector, 0, needles=("xox", "XOX", "Xox")),
+    _ds("slack_webhook", SlackDetector, 1, needles=("hooks.",)),
+    _ds("stripe_key", StripeDetector, needles=("k_live_",)),
+    _Rx("jwt", JwtTokenDetector.denylist[0], 0, _JWT.is_formally_valid, needles=("eyJ",)),
+    _ds("sendgrid_key", SendGridDetector, needles=("SG.",)),
+    *[_ds("pypi_token", PypiTokenDetector, i, needles=("pypi-",)) for i in range(len(PypiTokenDetector.denylist))],
+    _ds("square_oauth_secret", SquareOAuthDetector, needles=("sq0csp-",)),
+    _ds("azure_storage_key", AzureStorageKeyDetector, collapsible=False, needles=("AccountKey=",)),
+    _ds("discord_token", DiscordBotTokenDetector, collapsible=False),
+    *[
+        _ds("twilio_key", TwilioKeyDetector, i, collapsible=False, needles=("AC", "SK"))
+        for i in range(len(TwilioKeyDetector.denylist))
+    ],
+    _ds("mailchimp_key", MailchimpDetector, collapsible=False, needles=("-us",)),
+    _ds("telegram_token", TelegramBotTokenDetector, collapsible=False, needles=(":",)),
+    # project patterns
+    _Rx(
+        "github_token",
+        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})"),
+        needles=("gh", "github_pat_"),
+    ),
+    _Rx("gitlab_token", re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"), needles=("glpat-",)),
+    _Rx("anthropic_key", re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{20,}"), needles=("sk-ant-",)),
+    _Rx("openai_key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}"), needles=("sk-",)),
+    _Rx("stripe_key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"), needles=("_live_", "_test_")),
+    _Rx("stripe_webhook_secret", re.compile(r"\bwhsec_[A-Za-z0-9]{20,}"), needles=("whsec_",)),
+    _Rx("slack_token", re.compile(r"\bxox[abposre]-[A-Za-z0-9\-]{10,}"), needles=("xox",)),
+    _Rx(
+        "slack_webhook",
+        re.compile(r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_\-]+"),
+        needles=("hooks.slack",),
+    ),
+    _Rx("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"), needles=("AIza",)),
+    _Rx("google_oauth_secret", re.compile(r"\bGOCSPX-[A-Za-z0-9_\-]{20,}"), needles=("GOCSPX-",)),
+    _Rx("google_refresh_token", re.compile(r"\b1//0[A-Za-z0-9_\-]{30,}"), needles=("1//0",)),
+    _Rx("sendgrid_key", re.compile(r"\bSG\.[A-Za-z0-9_\-]{16,}\.[A-Za-z0-9_\-]{16,}"), needles=("SG.",)),
+    _Rx("npm_token", re.compile(r"\bnpm_[A-Za-z0-9]{30,}"), needles=("npm_",)),
+    _Rx("huggingface_token", re.compile(r"\bhf_[A-Za-z0-9]{30,}"), needles=("hf_",)),
+    _Rx("azure_client_secret", re.compile(r"(?<![A-Za-z0-9_~.\-])[A-Za-z0-9_\-]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}"), needles=("Q~",)),
+    _Rx("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"), needles=("eyJ",)),
+]
+
+# Context detectors from detect-secrets that only make sense on the canonical text.
+_DS_CONTEXT: list[_Rx] = [
+    _ds("aws_secret_key", AWSKeyDetector, 1, group=1, collapsible=False, needles=("aws",)),
+    _ds("basic_auth_credentials", BasicAuthDetector, group=1, collapsible=False, needles=("://",)),
+    _ds("npm_token", NpmDetector, group=1, collapsible=False, needles=("_authtoken",)),
+    _ds("ibm_cloud_iam_key", IbmCloudIamDetector, group=1, collapsible=False, needles=("key", "pass", "pwd", "token")),
+    _ds("ibm_cos_hmac", IbmCosHmacDetector, group=1, collapsible=False, needles=("secret",)),
+    *[
+        _ds("cloudant_credentials", CloudantDetector, i, group=1, collapsible=False, needles=("cl",))
+        for i in range(len(CloudantDetector.denylist))
+    ],
+    *[
+        _ds("softlayer_credentials", SoftlayerDetector, i, group=1, collapsible=False, needles=("sl", "softlayer"))
+        for i in range(len(SoftlayerDetector.denylist))
+    ],
+]
+_ARTIFACTORY = ArtifactoryDetector.denylist
+_PRIVATE_KEY_HEADERS = PrivateKeyDetector.denylist
+_PRIVATE_KEY_BLOCK_END = re.compile(r"-----END [A-Z0-9 ]*(?:PRIVATE KEY(?: BLOCK)?|KEY)-----|---- END SSH2 [A-Z ]+----")
+
+# detect-secrets KeywordDetector regexes (module-level in detect_secrets.plugins.keyword), with the
+# capture group holding the value. The secret group of these regexes runs to the end of the line
+# (they are written for one assignment per line of code); in prose we keep its first token.
+_DS_KEYWORD: list[tuple[re.Pattern, int]] = [
+    *ds_keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP.items(),
+    *ds_keyword.CONFIG_DENYLIST_REGEX_TO_GROUP.items(),
+    *ds_keyword.GOLANG_DENYLIST_REGEX_TO_GROUP.items(),
+]
+_DS_KEYWORD = list(dict(_DS_KEYWORD).items())  # dedupe
+_QUOTE_CHARS = "\"'`"
+# cheap pre-checks: each family of context detectors runs only when its hint occurs
+_KEYWORD_HINT = re.compile("|".join(ds_keyword.DENYLIST) + "|contrase", re.IGNORECASE)
+_KV_HINT = re.compile(r"(?i)pass|pwd|secret|key|token|credential")
+_CONNECTION_HINT = re.compile(r"(?i)://|=|bearer|token|authorization")
+_PROSE_HINT = re.compile(r"(?i)pass|pwd|pin\b|secret|key|token")
+_DIGITS_HINT = re.compile(r"\d{4}")
+
+_CONNECTION: list[tuple[str, re.Pattern]] = [
+    # scheme://user:password@host (the password part must be non-empty)
+    ("credentialed_url", re.compile(r"\b[a-z][a-z0-9+.\-]*://(?P<user>[^\s:/@]*):(?P<value>[^\s@/]+)@[^\s/]+", re.IGNORECASE)),
+    # ADO/JDBC/Azure style: Password=...; AccountKey=...; SharedAccessKey=...; sig=...
+    (
+        "connection_string_secret",
+        re.compile(
+            r"(?i)\b(?:password|pwd|accountkey|sharedaccesskey|sharedaccesssignature|sig|client_secret|clientsecret)\s*=\s*(?P<value>[^;\s\"'&]{3,})"
+        ),
+    ),
+    ("bearer_token", re.compile(r"(?i)\b(?:bearer|token)\s+(?P<value>[A-Za-z0-9._~+/\-]{20,}=*)")),
+    ("basic_auth_header", re.compile(r"(?i)\bauthorization:\s*basic\s+(?P<value>[A-Za-z0-9+/]{12,}=*)")),
+]
+
+_KV_NAMES = (
+    r"[\w.\-]*?(?:password|passwd|passphrase|pwd|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key|"
+    r"auth[_\-]?token|access[_\-]?token|refresh[_\-]?token|client[_\-]?secret|token|credentials?)[\w.\-]*"
+)
+_KEY_VALUE = re.compile(
+    rf"(?i)(?<![\w])(?P<name>{_KV_NAMES})[\"']?\s*(?::=|=>|==|=|:)\s*(?P<q>[\"']?)(?P<value>[^\s\"',;]+)(?P=q)"
+)
+_PW_NAMES = (
+    r"password|passphrase|pass phrase|passcode|passwd|pwd|pin|pin code|secret key|api key|access key|token|secret|wifi key"
+)
+_PROSE_PASSWORD = re.compile(
+    rf"(?i)\b(?P<name>{_PW_NAMES})s?"
+    r"(?:\s+(?:for|to|of|on|at)(?:\s+[\w.@\-']+){1,3}?)?\s*"
+    r"(?:\s(?:is now|is set to|was set to|was changed to|has been changed to|is still|is|was|are|reads|became|should be|will be)\s+|\s*[:=]\s*|\s+-\s+)"
+    r"(?:(?P<q>[\"'`])(?P<quoted>[^\"'`\n]{1,120})(?P=q)|(?P<value>[^\s\"'`]+))"
+)
+# "password hunter2" (a topic line, a note): the name directly followed by a value that has digits or symbols
+_PROSE_DIRECT = re.compile(r"(?i)\b(?P<name>password|passwd|passphrase|pwd|passcode)\s+(?P<value>[^\s\"'`]{5,})")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*")
+_CARD = re.compile(r"(?<![\d\-])(?:\d[ \-]?){12,18}\d(?![\d\-])")
+_AWS_SECRET_CANDIDATE = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_AWS_CONTEXT = re.compile(r"(?i)aws|amazon|\bs3\b|secret.?access|(?:AKIA|ASIA)[0-9A-Z]{16}")
+
+_B64_PLUGIN = Base64HighEntropyString()  # limit 4.5
+_HEX_PLUGIN = HexHighEntropyString()  # limit 3.0
+# The non-quoted form of detect-secrets' high-entropy regex (see non_quoted_string_regex); we need
+# the spans, so we run it ourselves and apply each plugin's entropy limit.
+_B64_TOKEN = re.compile(r"(?<![" + re.escape(_B64_PLUGIN.charset) + "])([" + re.escape(_B64_PLUGIN.charset) + "]{20,})")
+_HEX_ONLY = re.compile(r"[0-9a-fA-F]+")
+_HASH_CONTEXT = re.compile(
+    r"(?i)\b(?:commit|commits|sha|sha1|sha-1|sha256|sha-256|sha512|md5|checksum|checksums|digest|hash|hashes|revision|rev|"
+    r"fingerprint|etag|object id|oid|blob|tree|tag|build|trace|span|request|correlation|message|order|image|layer|"
+    r"cid|ipfs|merge|parent|head|ref|changeset|hg|git)\b[^.\n]{0,24}$"
+)
+_SECRET_CONTEXT = re.compile(
+    r"(?i)\b(?:secret|key|token|password|passphrase|hmac|signing|credential|api|auth|bearer|private)\w*\b[^.\n]{0,24}$"
+)
+
+
+_PUBLIC_KEY_CONTEXT = re.compile(
+    r"(?:ssh-(?:rsa|dss|ed25519)|ecdsa-sha2-nistp\d+|sk-ssh-ed25519@openssh\.com)\s+$|"
+    r"-----BEGIN (?:PUBLIC KEY|CERTIFICATE|RSA PUBLIC KEY|PGP PUBLIC KEY BLOCK)-----(?:(?!-----END)[\s\S])*$"
+)
+_HEX_SPLIT = re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{32,}(?![0-9A-Za-z])")
+
+
+_URL_START = re.compile(r"(?i)\b(?:https?|ftp|s3|gs)://[^\s/?#]+(?:/[^\s?#]*)?$")
+
+
+def _in_url_path(t: str, i: int) -> bool:
+    """``t[i:]`` starts inside the host or path of a URL (before any ?query or #fragment)."""
+    ws = max(t.rfind(" ", 0, i), t.rfind("\n", 0, i), t.rfind("\t", 0, i)) + 1
+    return bool(_URL_START.search(t, ws, i))
+
+
+def _natural_language(s: str) -> bool:
+    words = s.split()
+    if len(words) < 2:
+        return False
+    letters = sum(c.isalpha() or c.isspace() for c in s)
+    return letters / max(1, len(s)) >= 0.8

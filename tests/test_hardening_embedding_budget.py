@@ -1,0 +1,108 @@
+"""Writes never wait on the embedder: an OpenAI-compatible server on 127.0.0.1 that accepts and never answers.
+Each write answers within the request's embedding budget + 1 s, stores its row without a vector, and says so
+(X-Embedding-Pending: 1); the backfill fills the vector once the embedder is back."""
+
+import socket
+import threading
+import time
+
+import pytest
+
+from embeddings.embedders import get_embedder, set_embedder
+from learning.models import LearnedPhrase, PhraseBlock
+from memories.models import Memory
+
+BUDGET = 1.0
+
+
+@pytest.fixture
+def silent_embedder(settings):
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held, stop = [], threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                held.append(conn)  # accepted, never answered
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    settings.EMBEDDING_BACKEND = "openai"
+    settings.EMBEDDING_MODEL = "text-embedding-3-small"
+    settings.OPENAI_BASE_URL = f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+    settings.OPENAI_API_KEY = "test"
+    settings.EMBEDDING_TIMEOUT_S = 10.0
+    settings.EMBEDDING_MAX_RETRIES = 3  # what the backfill would use; a request path never retries
+    settings.EMBEDDING_REQUEST_BUDGET_S = BUDGET
+    set_embedder(None)
+    get_embedder()  # built once per process (importing the client is not waiting on the embedder)
+    yield
+    stop.set()
+    thread.join(2)
+    for conn in held:
+        conn.close()
+    server.close()
+    set_embedder(None)
+
+
+def _timed(call):
+    start = time.monotonic()
+    response = call()
+    return response, time.monotonic() - start
+
+
+def _check(response, elapsed):
+    assert response.status_code in (200, 201), response.content[:300]
+    assert elapsed < BUDGET + 1.0, f"{elapsed:.2f}s"
+    assert response["X-Embedding-Pending"] == "1"
+
+
+def test_writes_answer_within_budget_and_store_rows_without_vectors(gov_api, catalogue, silent_embedder):
+    r, t = _timed(
+        lambda: gov_api.post(
+            "/api/v1/resolutions/confirm", {"text": "show me every cbu", "verb": "cbu.list", "user_id": "u1"}, format="json"
+        )
+    )
+    _check(r, t)
+    row = LearnedPhrase.objects.get(normalized="show me every cbu", user_id="u1")
+    assert row.embedding is None
+
+    body = {"text": "wipe the unit", "wrong_verb": "cbu.list", "correct_verb": "cbu.delete", "user_id": "u1"}
+    r, t = _timed(lambda: gov_api.post("/api/v1/resolutions/correct", body, format="json"))
+    _check(r, t)
+    assert LearnedPhrase.objects.get(normalized="wipe the unit", user_id="u1").embedding is None
+
+    r, t = _timed(lambda: gov_api.post("/api/v1/blocklist", {"phrase": "nuke everything", "verb": "cbu.delete"}, format="json"))
+    _check(r, t)
+    assert PhraseBlock.objects.filter(verb__name="cbu.delete").exists()
+
+    content = "phrase,verb\nlist the units please,cbu.list\nmake a fresh unit,cbu.create\n"
+    r, t = _timed(lambda: gov_api.post("/api/v1/learning/import", {"format": "csv", "content": content}, format="json"))
+    _check(r, t)
+    assert r.json()["unembedded"] >= 1
+    assert LearnedPhrase.objects.filter(normalized="make a fresh unit").exists()
+
+    observe = {
+        "user_id": "u1",
+        "user_message": "How should I restart the report worker safely?",
+        "assistant_message": "Drain the queue first, then restart the report worker with the supervisor so no job is lost.",
+    }
+    r, t = _timed(lambda: gov_api.post("/api/v1/memories/observe", observe, format="json"))
+    assert r.status_code == 200 and t < BUDGET + 1.0, (r.content[:300], t)
+    assert Memory.objects.filter(user_id="u1").exists()
+
+
+def test_the_budget_is_for_the_whole_request(gov_api, catalogue, silent_embedder, settings):
+    settings.EMBEDDING_REQUEST_BUDGET_S = 0.5
+    content = "phrase,verb\n" + "".join(f"list units variant {i},cbu.list\n" for i in range(600))
+    settings.LEARNING_IMPORT_BATCH_SIZE = 100  # six batches: only the first may wait
+    r, t = _timed(lambda: gov_api.post("/api/v1/learning/import", {"format": "csv", "content": content}, format="json"))
+    assert r.status_code == 200 and t < 0.5 + 1.0, t
+    assert r.json()["unembedded"] == 600

@@ -1,0 +1,227 @@
+"""The one input policy, on every endpoint: each reproduced 5xx answers 400 now.
+
+Bodies go through common.parsers.LimitedJSONParser (NUL, lone surrogates, non-finite and 64-bit-overflowing
+numbers, depth), query strings and paths through common.middleware.InputPolicyMiddleware, and request
+serializers refuse unknown fields and values of the wrong JSON type (common.fields).
+"""
+
+import json
+
+import pytest
+from django.db import DataError, InterfaceError, OperationalError
+
+from common.api import database_unreachable
+
+SURROGATE = '"\\ud800"'  # JSON text for a lone surrogate
+NUL = '"a\\u0000b"'  # JSON text for a string holding NUL
+
+# (path, JSON body text with {bad} where the bad value goes)
+OBJECT_FIELDS = [
+    ("/api/v1/proposals", '{"action": "email.send", "proposed_action": {"to": {bad}}, "reasoning": {"confidence": 0.5}}'),
+    ("/api/v1/proposals", '{"action": "email.send", "proposed_action": {}, "reasoning": {"confidence": 0.5, "why": {bad}}}'),
+    ("/api/v1/executions", '{"action": "email.send", "params": {"to": {bad}}, "confidence": 0.5, "success": true}'),
+    ("/api/v1/executions", '{"action": "email.send", "result": {"x": {bad}}, "confidence": 0.5, "success": true}'),
+    ("/api/v1/overrides", '{"action": "email.send", "original_action": {}, "corrected_action": {"to": {bad}}}'),
+    ("/api/v1/proposals/1/modify", '{"modified_action": {"to": {bad}}}'),
+    ("/api/v1/executions/1/review", '{"outcome": "corrected", "corrected_action": {"to": {bad}}}'),
+    (
+        "/api/v1/disambiguations/00000000-0000-0000-0000-000000000000/select",
+        '{"selected_verb": "cbu.list", "args": {"a": {bad}}}',
+    ),
+    ("/api/v1/memories/observe", '{"user_id": "u1", "message": "remember that I like tea", "meta": {"filters": {"k": {bad}}}}'),
+    ("/api/v1/memories/retrieve", '{"user_id": "u1", "query": "tea", "filters": {"metadata": {"k": {bad}}}}'),
+    ("/api/v1/memories/search", '{"user_id": "u1", "query": "tea", "filters": {"metadata": {"k": {bad}}}}'),
+]
+
+CHOICE_FIELDS = [
+    ("/api/v1/disambiguations/00000000-0000-0000-0000-000000000000/abandon", '{"reason": {bad}}'),
+    ("/api/v1/learning/import", '{"format": {bad}, "content": "a,b"}'),
+    ("/api/v1/learning/import", '{"format": "csv", "content": "a,b", "scope": {bad}}'),
+    ("/api/v1/blocklist", '{"phrase": "x", "verb": "cbu.list", "scope": {bad}}'),
+    ("/api/v1/memories/outcome", '{"user_id": "u1", "memory_ids": [1], "outcome": {bad}}'),
+    ("/api/v1/memories/search", '{"user_id": "u1", "query": "tea", "mode": {bad}}'),
+    ("/api/v1/executions/1/review", '{"outcome": {bad}}'),
+]
+
+
+def _post(client, path, body: str):
+    return client.post(path, data=body.encode("utf-8"), content_type="application/json")
+
+
+def _assert_refused(response):
+    assert response.status_code == 400, (response.status_code, response.content[:300])
+    body = response.json()
+    assert body["detail"] and isinstance(body["fields"], dict)
+
+
+@pytest.mark.parametrize(("path", "template"), OBJECT_FIELDS + CHOICE_FIELDS)
+def test_lone_surrogate_anywhere_in_a_body_is_400(gov_api, catalogue, path, template):
+    response = _post(gov_api, path, template.replace("{bad}", SURROGATE))
+    _assert_refused(response)
+    assert response.json()["code"] == "invalid"
+    assert "surrogate" in response.json()["detail"]
+    field = next(iter(response.json()["fields"]))
+    assert field != "body" and "{bad}".join(template.split("{bad}")[:1]).count(field.split(".")[0].split("[")[0]) == 1
+
+
+@pytest.mark.parametrize(("path", "template"), OBJECT_FIELDS)
+def test_nul_anywhere_in_a_body_is_400(gov_api, catalogue, path, template):
+    response = _post(gov_api, path, template.replace("{bad}", NUL))
+    _assert_refused(response)
+    assert "NUL" in response.json()["detail"]
+
+
+def test_surrogate_in_a_key_is_400(gov_api, catalogue):
+    _assert_refused(
+        _post(gov_api, "/api/v1/executions", '{"action": "a.b", "params": {"\\udfff": 1}, "confidence": 0.5, "success": true}')
+    )
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "9223372036854775808", "-9223372036854775809", "NaN", "Infinity"])
+def test_non_finite_and_out_of_range_numbers_are_400(gov_api, catalogue, number):
+    body = '{"action": "email.send", "params": {"n": NUMBER}, "confidence": 0.5, "success": true}'.replace("NUMBER", number)
+    _assert_refused(_post(gov_api, "/api/v1/executions", body))
+
+
+@pytest.mark.parametrize("path", ["/api/v1/learning/import", "/api/v1/resolve", "/api/v1/memories/observe"])
+def test_100000_nested_brackets_are_400_everywhere(gov_api, catalogue, path):
+    response = _post(gov_api, path, "[" * 100_000 + "]" * 100_000)
+    _assert_refused(response)
+
+
+def test_import_still_takes_bodies_larger_than_the_api_limit(gov_api, catalogue, settings):
+    settings.API_MAX_BODY_BYTES = 1000
+    content = "phrase,verb\n" + "".join(f"list all cbus number {i},cbu.list\n" for i in range(100))
+    response = gov_api.post("/api/v1/learning/import", {"format": "csv", "content": content, "dry_run": True}, format="json")
+    assert response.status_code == 200, response.content[:300]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/proposals",
+        "/api/v1/executions",
+        "/api/v1/feedback-records",
+        "/api/v1/mistake-patterns",
+        "/api/v1/learning/candidates",
+    ],
+)
+@pytest.mark.parametrize(
+    "offset", ["9223372036854775808", "9223372036854775807", "1000001", "-1", "1e3", "99999999999999999999999"]
+)
+def test_huge_offsets_are_400(gov_api, catalogue, path, offset):
+    response = gov_api.get(path, {"offset": offset})
+    _assert_refused(response)
+    assert "offset" in response.json()["fields"]
+
+
+def test_an_offset_within_the_limit_answers_an_empty_page(gov_api, catalogue):
+    response = gov_api.get("/api/v1/proposals", {"offset": "1000000"})
+    assert response.status_code == 200
+    assert response.json()["results"] == []
+
+
+@pytest.mark.parametrize("status", ["AAA", "\x00", "applied\x00"])
+def test_transitions_refuse_an_unknown_status(gov_api, status):
+    _assert_refused(gov_api.get("/api/v1/autonomy/transitions", {"status": status}))
+
+
+def test_transitions_filter_by_a_known_status(gov_api):
+    assert gov_api.get("/api/v1/autonomy/transitions", {"status": "applied"}).status_code == 200
+
+
+def test_nul_in_a_query_string_or_path_is_400_everywhere(gov_api, catalogue, client):
+    for path in ["/api/v1/proposals?status=%00", "/api/v1/learning/candidates?user_id=%00", "/api/v1/actions?x%00=1"]:
+        _assert_refused(gov_api.get(path))
+    assert gov_api.get("/api/v1/actions/a%00b/consult?confidence=0.5").status_code == 400
+    assert client.get("/admin/learning/learningcandidate/?q=%00").status_code == 400
+
+
+@pytest.mark.parametrize("value", ["false", "true", '"0.5"', "null", "[]"])
+def test_booleans_are_not_numbers(api, catalogue, value):
+    body = '{"action": "email.send", "proposed_action": {}, "reasoning": {"confidence": VALUE}}'.replace("VALUE", value)
+    response = _post(api, "/api/v1/proposals", body)
+    _assert_refused(response)
+    assert "reasoning.confidence" in response.json()["fields"]
+
+
+def test_boolean_confidence_refused_on_executions_and_consult(api, catalogue):
+    body = {"action": "email.send", "confidence": False, "success": True}
+    _assert_refused(api.post("/api/v1/executions", body, format="json"))
+    _assert_refused(api.get("/api/v1/actions/email.send/consult", {"confidence": "false"}))
+    _assert_refused(api.post("/api/v1/executions", {**body, "confidence": 0.5, "success": 1}, format="json"))
+
+
+def test_reasoning_keeps_its_own_keys(api, catalogue):
+    body = {"action": "email.send", "proposed_action": {"to": "a@b"}, "reasoning": {"confidence": 0.7, "why": "asked"}}
+    response = api.post("/api/v1/proposals", body, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["reasoning"] == {"confidence": 0.7, "why": "asked"}
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/v1/resolve", {"text": "list all cbus", "usr_id": "alice"}),
+        ("/api/v1/resolutions/correct", {"text": "x", "wrong_verb": "cbu.list", "correct_verb": "cbu.create", "userid": "a"}),
+        ("/api/v1/executions", {"action": "email.send", "confidence": 0.5, "success": True, "extra": 1}),
+        ("/api/v1/blocklist", {"phrase": "x", "verb": "cbu.list", "scpe": "user"}),
+        ("/api/v1/memories/observe", {"user_id": "u1", "message": "I like tea with milk please", "x": 1}),
+        ("/api/v1/autonomy/transitions/1/approve", {"note": "typo"}),
+    ],
+)
+def test_unknown_body_fields_are_refused_naming_them(gov_api, catalogue, path, body):
+    response = gov_api.post(path, body, format="json")
+    _assert_refused(response)
+    unknown = (set(body) - {"text", "wrong_verb", "correct_verb", "action", "confidence", "success", "phrase", "verb"}) - {
+        "user_id",
+        "message",
+    }
+    assert unknown <= set(response.json()["fields"]), response.json()
+
+
+def test_unknown_query_parameters_are_refused(gov_api, catalogue):
+    _assert_refused(gov_api.get("/api/v1/proposals", {"stauts": "pending"}))
+    _assert_refused(gov_api.get("/api/v1/learning/candidates", {"limt": "5"}))
+
+
+def test_schema_closes_request_bodies(gov_api):
+    schema = gov_api.get("/api/schema/?format=json").json()
+    components = schema["components"]["schemas"]
+    closed = [name for name, c in components.items() if name.endswith("Request") and "properties" in c]
+    assert closed and all(components[name]["additionalProperties"] is False for name in closed)
+
+
+def test_database_errors_are_503_only_when_unreachable():
+    class Cause(Exception):
+        def __init__(self, sqlstate):
+            self.sqlstate = sqlstate
+
+    def wrapped(cls, sqlstate):
+        exc = cls("x")
+        exc.__cause__ = Cause(sqlstate)
+        return exc
+
+    assert database_unreachable(wrapped(OperationalError, None))  # connection refused / lost: no SQLSTATE
+    assert database_unreachable(wrapped(OperationalError, "08006"))
+    assert database_unreachable(wrapped(OperationalError, "57P01"))  # terminated by administrator
+    assert database_unreachable(InterfaceError("closed"))
+    assert not database_unreachable(wrapped(OperationalError, "57014"))  # statement timeout: not unreachable
+    assert not database_unreachable(wrapped(DataError, "22P05"))  # untranslatable character
+
+
+def test_a_value_the_database_refuses_is_400_not_503(gov_api, catalogue, monkeypatch):
+    from feedback import api as feedback_api
+
+    def refuse(**kwargs):
+        raise DataError("integer out of range")
+
+    monkeypatch.setattr(feedback_api, "execution_create", refuse)
+    body = {"action": "email.send", "confidence": 0.5, "success": True}
+    response = gov_api.post("/api/v1/executions", body, format="json")
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_value"
+
+
+def test_json_dumps_sanity():
+    assert json.loads(SURROGATE) == "\ud800"
