@@ -1,4 +1,4 @@
-"""Celery tasks of the autonomy app: autonomy cycles."""
+"""Celery tasks of the autonomy app: autonomy cycles, one agent on demand or chunks of agents set-based."""
 
 import logging
 
@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from agents.models import Agent
-from autonomy.services import autonomy_cycle_run
+from autonomy.services import autonomy_cycle_run, autonomy_cycles_run
 
 logger = logging.getLogger(__name__)
 
@@ -21,12 +21,39 @@ def autonomy_cycle(agent_id: int, trigger: str = "celery", force_autonomy: bool 
     return {"agent": agent_id, "episode": episode.pk, "status": episode.status, "summary": episode.summary, "skipped": False}
 
 
+@shared_task(name="autonomy.cycle_chunk", acks_late=True)
+def autonomy_cycle_chunk(agent_ids: list[int], trigger: str = "celery", force_autonomy: bool = False) -> dict:
+    """The set-based cycle for a chunk of agents; agents another worker is running are skipped (advisory locks)."""
+
+    result = autonomy_cycles_run(agent_ids=agent_ids, trigger=trigger, force_autonomy=force_autonomy)
+    return {
+        "agents": len(agent_ids),
+        "episodes": len(result.episodes),
+        "completed": sum(1 for e in result.episodes if e.status == "completed"),
+        "skipped": result.skipped,
+        "missing": result.missing,
+        "transitions_proposed": sum(e.summary.get("transitions_proposed", 0) for e in result.episodes),
+    }
+
+
+def agent_chunks(ids: list[int], size: int | None = None) -> list[list[int]]:
+    size = max(1, settings.AUTONOMY_CYCLE_CHUNK if size is None else size)
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
+
+
 @shared_task(name="autonomy.cycle_all", ignore_result=True)
 def autonomy_cycle_all(trigger: str = "beat") -> int:
-    """Queue one cycle per active agent (beat runs this every ``AUTONOMY_CYCLE_INTERVAL_S``)."""
+    """Queue the set-based cycle for every active agent, ``AUTONOMY_CYCLE_CHUNK`` agents per task
+    (beat runs this every ``AUTONOMY_CYCLE_INTERVAL_S``); answers how many agents were queued."""
 
     ids = list(Agent.objects.filter(is_active=True).order_by("pk").values_list("pk", flat=True))
-    for agent_id in ids:
-        autonomy_cycle.delay(agent_id, trigger)
-    logger.info("queued %s autonomy cycle(s)%s", len(ids), " (eager)" if settings.CELERY_TASK_ALWAYS_EAGER else "")
+    chunks = agent_chunks(ids)
+    for chunk in chunks:
+        autonomy_cycle_chunk.delay(chunk, trigger)
+    logger.info(
+        "queued autonomy cycles for %s agent(s) in %s chunk(s)%s",
+        len(ids),
+        len(chunks),
+        " (eager)" if settings.CELERY_TASK_ALWAYS_EAGER else "",
+    )
     return len(ids)

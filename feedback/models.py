@@ -1,5 +1,6 @@
 """Proposals, executions, their feedback records, mistake patterns and the correction rules drawn from them."""
 
+from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 from django.db.models import Q
 from simple_history.models import HistoricalRecords
@@ -176,6 +177,8 @@ class FeedbackRecord(models.Model):
             models.Index(fields=["proposal"], name="fbrecord_proposal", condition=Q(proposal__isnull=False)),
             models.Index(fields=["execution"], name="fbrecord_execution", condition=Q(execution__isnull=False)),
             models.Index(fields=["correction_rule"], name="fbrecord_rule", condition=Q(correction_rule__isnull=False)),
+            # Retention finds old records by age: a BRIN index is a few pages and costs inserts nothing to speak of.
+            BrinIndex(fields=["created_at"], name="fbrecord_created_brin", autosummarize=True),
         ]
 
     def __str__(self):
@@ -252,3 +255,59 @@ class CorrectionRule(models.Model):
 
     def __str__(self):
         return f"rule #{self.pk} {self.agent} · {self.action}"
+
+
+class FeedbackRecordArchive(models.Model):
+    """Feedback records past ``FEEDBACK_RECORD_RETENTION_DAYS``, moved here by ``feedback_records_archive``.
+
+    The same columns as FeedbackRecord (and the same id), plus when it was archived. The
+    agent and action keep their constraints; the links to proposals, executions, patterns,
+    rules and users are plain ids (no constraint), so archived rows never block a delete
+    and keep the id of what they pointed to. Read-only in the admin, exportable as CSV.
+    """
+
+    id = models.BigIntegerField(primary_key=True, help_text="The id the record had in FeedbackRecord.")
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="+", db_index=False)
+    action = models.ForeignKey("actions.Action", on_delete=models.PROTECT, related_name="+", db_index=False)
+    proposal = models.ForeignKey(
+        Proposal, on_delete=models.DO_NOTHING, null=True, blank=True, related_name="+", db_index=False, db_constraint=False
+    )
+    execution = models.ForeignKey(
+        Execution, on_delete=models.DO_NOTHING, null=True, blank=True, related_name="+", db_index=False, db_constraint=False
+    )
+    feedback_type = models.CharField(max_length=20, choices=FeedbackType.choices)
+    original_action = models.JSONField(null=True, blank=True)
+    corrected_action = models.JSONField(null=True, blank=True)
+    correction_delta = models.JSONField(null=True, blank=True)
+    human_explanation = models.TextField(blank=True)
+    agent_confidence = models.FloatField(null=True, blank=True)
+    action_context = models.JSONField(default=dict, blank=True)
+    mistake_category = models.CharField(max_length=60, blank=True)
+    pattern = models.ForeignKey(
+        MistakePattern, on_delete=models.DO_NOTHING, null=True, blank=True, related_name="+", db_index=False, db_constraint=False
+    )
+    processed = models.BooleanField(default=False)
+    processed_at = models.DateTimeField(null=True, blank=True)
+    correction_rule = models.ForeignKey(
+        CorrectionRule, on_delete=models.DO_NOTHING, null=True, blank=True, related_name="+", db_index=False, db_constraint=False
+    )
+    created_by = models.ForeignKey(
+        "auth.User", on_delete=models.DO_NOTHING, null=True, blank=True, related_name="+", db_index=False, db_constraint=False
+    )
+    created_by_key = models.ForeignKey(
+        "agents.ApiKey", on_delete=models.DO_NOTHING, null=True, blank=True, related_name="+", db_index=False, db_constraint=False
+    )
+    source = models.CharField(max_length=20, default="api")
+    created_at = models.DateTimeField()
+    archived_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "archived feedback record"
+        indexes = [
+            models.Index(fields=["agent", "created_at"], name="fbarchive_agent_created"),
+            models.Index(fields=["created_at"], name="fbarchive_created"),
+        ]
+
+    def __str__(self):
+        return f"archived {self.feedback_type} #{self.pk}"

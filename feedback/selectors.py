@@ -162,3 +162,51 @@ def agent_action_ids(*, agent_id: int, since) -> list[int]:
             .distinct()
         )
     return sorted(ids)
+
+
+# --- Set-based reads for autonomy cycles over many agents at once ---
+
+_CONFIDENCE_BUCKETS_AGENTS_SQL = """
+WITH s AS (
+    SELECT agent_id, action_id, confidence, CASE WHEN status = 'completed' THEN 1.0 ELSE 0.0 END AS ok
+      FROM feedback_proposal
+     WHERE agent_id = ANY(%(agents)s) AND created_at >= %(since)s AND status IN ('completed', 'rejected', 'failed')
+    UNION ALL
+    SELECT agent_id, action_id, confidence,
+           CASE WHEN review_outcome = 'correct' THEN 1.0 WHEN review_outcome = 'incorrect' THEN 0.0
+                WHEN success THEN 1.0 ELSE 0.0 END
+      FROM feedback_execution
+     WHERE agent_id = ANY(%(agents)s) AND created_at >= %(since)s
+)
+SELECT agent_id, GROUPING(action_id) AS overall, action_id, width_bucket(confidence, %(inner)s::float8[]) AS bucket,
+       count(*), avg(confidence), avg(ok)
+  FROM s
+ GROUP BY GROUPING SETS ((agent_id, action_id, width_bucket(confidence, %(inner)s::float8[])),
+                         (agent_id, width_bucket(confidence, %(inner)s::float8[])))
+"""
+
+
+def outcome_confidence_buckets_for_agents(*, agent_ids: list[int], since, inner_edges: list[float]) -> list[tuple]:
+    """``outcome_confidence_buckets`` for many agents in one statement:
+    rows of (agent_id, overall, action_id, bucket, count, mean confidence, success share)."""
+    with connection.cursor() as cur:
+        cur.execute(_CONFIDENCE_BUCKETS_AGENTS_SQL, {"agents": list(agent_ids), "since": since, "inner": inner_edges})
+        return cur.fetchall()
+
+
+_AGENTS_ACTIONS_SQL = """
+SELECT agent_id, action_id FROM feedback_proposal WHERE agent_id = ANY(%(agents)s) AND created_at >= %(since)s
+ UNION
+SELECT agent_id, action_id FROM feedback_execution WHERE agent_id = ANY(%(agents)s) AND created_at >= %(since)s
+ ORDER BY 1, 2
+"""
+
+
+def agents_action_ids(*, agent_ids: list[int], since) -> dict[int, list[int]]:
+    """``agent_action_ids`` for many agents in one statement: agent id -> sorted action ids (agents without any left out)."""
+    out: dict[int, list[int]] = {}
+    with connection.cursor() as cur:
+        cur.execute(_AGENTS_ACTIONS_SQL, {"agents": list(agent_ids), "since": since})
+        for agent_id, action_id in cur.fetchall():
+            out.setdefault(agent_id, []).append(action_id)
+    return out

@@ -1,0 +1,39 @@
+"""Calibration, autonomy evaluation and transitions, and the autonomy cycle (one agent, or a set of agents at once)."""
+
+from autonomy.services.agent_sets import CycleSetResult, autonomy_cycles_run
+from autonomy.services.calibration import calibration_compute, calibration_compute_for_agents
+from autonomy.services.cycle import autonomy_cycle_run
+from autonomy.services.episodes import (
+    LOCK_NAMESPACE_CYCLE,
+    EpisodeLog,
+    agent_cycle_lock,
+    agents_cycle_lock,
+    episode_finish,
+    episode_start,
+)
+from autonomy.services.evaluation import (
+    autonomy_decision,
+    autonomy_evaluate,
+    autonomy_evaluate_for_agents,
+    autonomy_transition_approve,
+    autonomy_transition_reject,
+)
+
+__all__ = [
+    "LOCK_NAMESPACE_CYCLE",
+    "CycleSetResult",
+    "EpisodeLog",
+    "agent_cycle_lock",
+    "agents_cycle_lock",
+    "autonomy_cycle_run",
+    "autonomy_cycles_run",
+    "autonomy_decision",
+    "autonomy_evaluate",
+    "autonomy_evaluate_for_agents",
+    "autonomy_transition_approve",
+    "autonomy_transition_reject",
+    "calibration_compute",
+    "calibration_compute_for_agents",
+    "episode_finish",
+    "episode_start",
+]

@@ -1,0 +1,121 @@
+"""Calibration: one agent (``calibration_compute``) or many at once (``calibration_compute_for_agents``)."""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import Agent
+from autonomy import calibration as calib
+from autonomy.models import CalibrationRecord
+from common.api import ApplicationError, NotFound
+from feedback.selectors import outcome_confidence_buckets, outcome_confidence_buckets_for_agents
+
+Groups = dict[int | None, dict[int, tuple[int, float, float]]]
+
+
+def _window(window_days, default: int) -> int:
+    days = default if window_days is None else window_days
+    if isinstance(days, bool) or not isinstance(days, int) or days <= 0:
+        raise ApplicationError("The window must be a positive number of days.", field="window_days")
+    return days
+
+
+def _add_bucket(groups: Groups, overall, action_id, bucket, n, conf, ok, n_buckets: int) -> None:
+    key = None if overall else action_id
+    groups.setdefault(key, {})[min(int(bucket), n_buckets - 1)] = (n, float(conf), float(ok))
+
+
+def _records(*, agent_id: int, groups: Groups, previous: dict, days: int, edges: list[float], episode) -> list[CalibrationRecord]:
+    """The agent's records, overall first then by action id, from its bucket aggregates and its previous adjustments."""
+    groups.setdefault(None, {})
+    records = []
+    for action_id in sorted(groups, key=lambda k: (k is not None, k or 0)):
+        buckets = calib.build_buckets(edges, groups[action_id], settings.CALIBRATION_MIN_BUCKET_SAMPLES)
+        s = calib.summarize(
+            buckets, ece_threshold=settings.CALIBRATION_ECE_THRESHOLD, max_adjustment=settings.CALIBRATION_MAX_ADJUSTMENT
+        )
+        records.append(
+            CalibrationRecord(
+                agent_id=agent_id,
+                action_id=action_id,
+                window_days=days,
+                sample_count=s.sample_count,
+                total_samples=s.total_samples,
+                buckets=[b.as_dict() for b in s.buckets],
+                mean_confidence=s.mean_confidence,
+                mean_success=s.mean_success,
+                ece=s.ece,
+                overconfidence_rate=s.overconfidence_rate,
+                underconfidence_rate=s.underconfidence_rate,
+                raw_adjustment=round(s.raw_adjustment, 6),
+                recommended_adjustment=calib.ema(
+                    previous.get(action_id),
+                    s.raw_adjustment,
+                    alpha=settings.CALIBRATION_EMA_ALPHA,
+                    cap=settings.CALIBRATION_MAX_ADJUSTMENT,
+                ),
+                episode=episode,
+            )
+        )
+    return records
+
+
+def calibration_compute(*, agent_id: int, window_days: int | None = None, episode=None) -> list[CalibrationRecord]:
+    """Calibrate one agent overall and per action; one aggregate query, one insert.
+
+    Samples: proposals (completed = success; rejected or failed = failure) and
+    executions (reviewed correct = success; reviewed incorrect = failure;
+    unreviewed = its own success flag). The first record returned is the overall one.
+    """
+
+    days = _window(window_days, settings.CALIBRATION_WINDOW_DAYS)
+    if not Agent.objects.filter(pk=agent_id).exists():
+        raise NotFound(f"Agent {agent_id} not found.", field="agent")
+    edges = list(settings.CALIBRATION_BUCKETS)
+    rows = outcome_confidence_buckets(agent_id=agent_id, since=timezone.now() - timedelta(days=days), inner_edges=edges[1:-1])
+    groups: Groups = {}
+    for overall, action_id, bucket, n, conf, ok in rows:
+        _add_bucket(groups, overall, action_id, bucket, n, conf, ok, len(edges) - 1)
+    previous = dict(
+        CalibrationRecord.objects.filter(agent_id=agent_id)
+        .order_by("action_id", "-computed_at", "-id")
+        .distinct("action_id")
+        .values_list("action_id", "recommended_adjustment")
+    )
+    records = _records(agent_id=agent_id, groups=groups, previous=previous, days=days, edges=edges, episode=episode)
+    with transaction.atomic():
+        CalibrationRecord.objects.bulk_create(records)
+    return records
+
+
+def calibration_compute_for_agents(*, agent_ids: list[int], episodes: dict | None = None) -> dict[int, list[CalibrationRecord]]:
+    """``calibration_compute`` for many agents: one GROUPING SETS query (agent, action, bucket) + (agent, bucket),
+    one query for the previous adjustments, one insert. Answers agent id -> its records, overall first."""
+
+    days = settings.CALIBRATION_WINDOW_DAYS
+    ids = sorted({int(a) for a in agent_ids})
+    edges = list(settings.CALIBRATION_BUCKETS)
+    rows = outcome_confidence_buckets_for_agents(
+        agent_ids=ids, since=timezone.now() - timedelta(days=days), inner_edges=edges[1:-1]
+    )
+    groups: dict[int, Groups] = {a: {} for a in ids}
+    for agent_id, overall, action_id, bucket, n, conf, ok in rows:
+        _add_bucket(groups[agent_id], overall, action_id, bucket, n, conf, ok, len(edges) - 1)
+    previous: dict[int, dict] = {a: {} for a in ids}
+    for agent_id, action_id, adjustment in (
+        CalibrationRecord.objects.filter(agent_id__in=ids)
+        .order_by("agent_id", "action_id", "-computed_at", "-id")
+        .distinct("agent_id", "action_id")
+        .values_list("agent_id", "action_id", "recommended_adjustment")
+    ):
+        previous[agent_id][action_id] = adjustment
+    episodes = episodes or {}
+    out = {
+        a: _records(agent_id=a, groups=groups[a], previous=previous[a], days=days, edges=edges, episode=episodes.get(a))
+        for a in ids
+    }
+    with transaction.atomic():
+        CalibrationRecord.objects.bulk_create([r for records in out.values() for r in records], batch_size=5000)
+    return out

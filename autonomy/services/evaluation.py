@@ -1,0 +1,281 @@
+"""Autonomy evaluation (per action, for one agent's actions or for many agents' at once) and transitions."""
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from actions.models import Action, AutonomyLevel
+from actions.services import actions_claim_for_evaluation
+from autonomy.models import AutonomyTransition, CalibrationRecord, TransitionStatus
+from autonomy.services.calibration import _window
+from common.api import Conflict, NotFound
+from feedback.selectors import outcome_rates, recent_patterns
+
+logger = logging.getLogger(__name__)
+
+
+def autonomy_decision(*, level: int, samples: int, success_rate: float, rejection_rate: float) -> int | None:
+    """The level an action should move to, or None. Pure, so the threshold edges are easy to test."""
+    if (
+        level < AutonomyLevel.AUTONOMOUS
+        and samples > settings.AUTONOMY_PROMOTE_MIN_SAMPLES
+        and success_rate > settings.AUTONOMY_PROMOTE_MIN_SUCCESS
+        and rejection_rate < settings.AUTONOMY_PROMOTE_MAX_REJECTION
+    ):
+        return level + 1
+    if (
+        level > AutonomyLevel.PROPOSE
+        and samples >= max(1, settings.AUTONOMY_DEMOTE_MIN_SAMPLES)
+        and (success_rate < settings.AUTONOMY_DEMOTE_BELOW_SUCCESS or rejection_rate > settings.AUTONOMY_DEMOTE_ABOVE_REJECTION)
+    ):
+        return level - 1
+    return None
+
+
+def _evaluation_due_q(now) -> Q:
+    return Q(last_evaluated_at__isnull=True) | Q(
+        last_evaluated_at__lt=now - timedelta(seconds=settings.AUTONOMY_EVALUATION_INTERVAL_S)
+    )
+
+
+@dataclass
+class _Outcome:
+    action_id: int
+    row: dict
+    transition: AutonomyTransition | None = None
+    skipped_open: bool = False
+
+
+@dataclass
+class AgentEvaluation:
+    """What one agent's evaluation step reports (the same lists ``autonomy_evaluate`` answers)."""
+
+    due: bool
+    evaluated: list[dict] = field(default_factory=list)
+    proposed: list[AutonomyTransition] = field(default_factory=list)
+    skipped_open: list[dict] = field(default_factory=list)
+
+
+def _evaluate_claimed(*, ids: list[int], now, days: int, episode_of, ece_of=None, ece_skip_episodes=()) -> dict[int, _Outcome]:
+    """Evaluate claimed actions (ascending id) and propose transitions; ``episode_of(action_id)`` names the episode
+    a transition belongs to, ``ece_of(action_id)`` may answer the latest (ece, agent name) before the database does
+    (whose records of ``ece_skip_episodes`` are then left out)."""
+    stats = outcome_rates(action_ids=ids, since=now - timedelta(days=days))
+    actions = {a.pk: a for a in Action.objects.filter(pk__in=ids)}
+    open_ids = set(
+        AutonomyTransition.objects.filter(action_id__in=ids, status=TransitionStatus.PROPOSED).values_list("action_id", flat=True)
+    )
+    latest_ece = {
+        a: (ece, agent)
+        for a, ece, agent in CalibrationRecord.objects.filter(action_id__in=ids, ece__isnull=False)
+        .exclude(episode_id__in=list(ece_skip_episodes))
+        .order_by("action_id", "-computed_at", "-id")
+        .distinct("action_id")
+        .values_list("action_id", "ece", "agent__name")
+    }
+    out: dict[int, _Outcome] = {}
+    for action_id in ids:
+        action = actions[action_id]
+        n, ok, rej = stats.get(action_id, (0, 0, 0))
+        success_rate = ok / n if n else 0.0
+        rejection_rate = rej / n if n else 0.0
+        target = autonomy_decision(
+            level=action.autonomy_level, samples=n, success_rate=success_rate, rejection_rate=rejection_rate
+        )
+        row = {
+            "action": action.name,
+            "level": action.autonomy_level,
+            "samples": n,
+            "success_rate": round(success_rate, 4),
+            "rejection_rate": round(rejection_rate, 4),
+            "target_level": target,
+        }
+        outcome = out[action_id] = _Outcome(action_id, row)
+        if target is None:
+            continue
+        if action_id in open_ids:
+            outcome.skipped_open = True
+            continue
+        patterns = recent_patterns(action_id=action_id, since=now - timedelta(days=days))
+        ece = (ece_of(action_id) if ece_of else None) or latest_ece.get(action_id)
+        evidence = {
+            "window_days": days,
+            "sample_size": n,
+            "successes": ok,
+            "rejections": rej,
+            "success_rate": round(success_rate, 4),
+            "rejection_rate": round(rejection_rate, 4),
+            "thresholds": {
+                "promote_success_above": settings.AUTONOMY_PROMOTE_MIN_SUCCESS,
+                "promote_rejection_below": settings.AUTONOMY_PROMOTE_MAX_REJECTION,
+                "promote_samples_above": settings.AUTONOMY_PROMOTE_MIN_SAMPLES,
+                "demote_success_below": settings.AUTONOMY_DEMOTE_BELOW_SUCCESS,
+                "demote_rejection_above": settings.AUTONOMY_DEMOTE_ABOVE_REJECTION,
+                "demote_samples_min": settings.AUTONOMY_DEMOTE_MIN_SAMPLES,
+            },
+            "recent_patterns": [{**p, "agent": p.pop("agent__name")} for p in patterns],
+            "latest_ece": None if ece is None else {"ece": round(ece[0], 4), "agent": ece[1]},
+            "evaluated_at": now.isoformat(),
+        }
+        direction = "promotion" if target > action.autonomy_level else "demotion"
+        reason = (
+            f"{direction} {action.autonomy_level}→{target}: success {success_rate:.1%}, "
+            f"rejection {rejection_rate:.1%} over {n} samples in {days} days"
+        )
+        try:
+            with transaction.atomic():
+                outcome.transition = AutonomyTransition.objects.create(
+                    action=action,
+                    from_level=action.autonomy_level,
+                    to_level=target,
+                    evidence=evidence,
+                    reason=reason,
+                    episode=episode_of(action_id),
+                )
+        except IntegrityError:  # another evaluation opened one meanwhile
+            outcome.skipped_open = True
+    return out
+
+
+def _claim(ids: list[int], *, now, force: bool) -> list[int]:
+    qs = Action.objects.filter(pk__in=ids)
+    if not force:
+        qs = qs.filter(_evaluation_due_q(now))
+    if not qs.exists():
+        return []
+    return actions_claim_for_evaluation(actions=qs, now=now)  # a parallel cycle gets the rest or nothing
+
+
+def autonomy_evaluate(
+    *, action_ids: list[int] | None = None, window_days: int | None = None, episode=None, force: bool = False
+) -> dict:
+    """Evaluate actions and PROPOSE transitions with evidence; never changes a level.
+
+    Proposals count as success when completed as proposed, as rejection when
+    rejected or modified by a reviewer; executions as success when reviewed
+    correct (or unreviewed and successful), as rejection when reviewed incorrect.
+    Each action is evaluated at most once per ``AUTONOMY_EVALUATION_INTERVAL_S``
+    (claimed atomically, so parallel cycles share the work) unless ``force``.
+    An action with an open transition gets no second one (partial unique index).
+    """
+    days = _window(window_days, settings.AUTONOMY_WINDOW_DAYS)
+    now = timezone.now()
+    if action_ids is None:
+        action_ids = list(Action.objects.values_list("pk", flat=True))
+    ids = _claim(action_ids, now=now, force=force)
+    if not ids:
+        return {"evaluated": [], "proposed": [], "skipped_open": []}
+    outcomes = _evaluate_claimed(ids=ids, now=now, days=days, episode_of=lambda _a: episode)
+    return {
+        "evaluated": [o.row for o in outcomes.values()],
+        "proposed": [o.transition for o in outcomes.values() if o.transition is not None],
+        "skipped_open": [o.row for o in outcomes.values() if o.skipped_open],
+    }
+
+
+def autonomy_evaluate_for_agents(
+    *, agent_actions: dict[int, list[int]], agent_order: list[int], episodes: dict, force: bool = False, ece_by_agent=None
+) -> dict[int, AgentEvaluation]:
+    """The evaluation step of many agents' cycles at once, answering per agent what running their cycles one after
+    the other in ``agent_order`` would have: one claim for the union of their actions; an action goes to the first
+    agent that has it (its episode owns the transition); with ``force`` every agent reports all its actions and a
+    later agent finds the transition an earlier one opened (``skipped_open``). ``ece_by_agent`` maps agent ->
+    action -> (ece, agent name) of calibration records this run wrote, which count as the latest."""
+    days = settings.AUTONOMY_WINDOW_DAYS
+    now = timezone.now()
+    union = sorted({a for acts in agent_actions.values() for a in acts})
+    remaining_due = Action.objects.filter(_evaluation_due_q(now)).count()
+    claimed = _claim(union, now=now, force=force) if union and (force or remaining_due) else []
+    owner: dict[int, int] = {}
+    for agent_id in agent_order:
+        for action_id in agent_actions.get(agent_id, []):
+            owner.setdefault(action_id, agent_id)
+    ece_by_agent = ece_by_agent or {}
+    outcomes = (
+        _evaluate_claimed(
+            ids=claimed,
+            now=now,
+            days=days,
+            episode_of=lambda a: episodes.get(owner[a]),
+            ece_of=lambda a: ece_by_agent.get(owner[a], {}).get(a),
+            ece_skip_episodes=[e.pk for e in episodes.values()],
+        )
+        if claimed
+        else {}
+    )
+    out: dict[int, AgentEvaluation] = {}
+    claimed_set = set(claimed)
+    for agent_id in agent_order:
+        result = out[agent_id] = AgentEvaluation(due=force or remaining_due > 0)
+        for action_id in agent_actions.get(agent_id, []):
+            if action_id not in claimed_set or not (force or owner[action_id] == agent_id):
+                continue
+            o = outcomes[action_id]
+            result.evaluated.append(o.row)
+            if owner[action_id] == agent_id and o.transition is not None:
+                result.proposed.append(o.transition)
+            elif o.skipped_open or (o.transition is not None and o.row["target_level"] is not None):
+                result.skipped_open.append(o.row)
+            if owner[action_id] == agent_id and not force:
+                remaining_due -= 1
+    return out
+
+
+def _transition_locked(transition) -> AutonomyTransition:
+    pk = transition.pk if hasattr(transition, "pk") else int(transition)
+    obj = AutonomyTransition.objects.select_for_update().filter(pk=pk).first()
+    if obj is None:
+        raise NotFound(f"Transition {pk} not found.", field="id")
+    if obj.status != TransitionStatus.PROPOSED:
+        raise Conflict(
+            f"Transition {obj.pk} is {obj.status}; only proposed transitions can be decided.",
+            field="status",
+            code="invalid_transition",
+            extra={"current_status": obj.status},
+        )
+    return obj
+
+
+def autonomy_transition_approve(*, transition, user=None, key=None, notes: str = "") -> AutonomyTransition:
+    """Apply the new level and mark the transition applied, in one transaction, exactly once.
+
+    Both rows are locked (SELECT … FOR UPDATE), so of two concurrent approvals the
+    second sees ``applied`` and gets 409. Refused if the level changed since the proposal.
+    """
+    with transaction.atomic():
+        obj = _transition_locked(transition)
+        action = Action.objects.select_for_update().get(pk=obj.action_id)
+        if action.autonomy_level != obj.from_level:
+            raise Conflict(
+                f"The level of {action.name} changed since this transition was proposed "
+                f"(now {action.autonomy_level}, proposed from {obj.from_level}); reject it and evaluate again.",
+                field="from_level",
+                code="level_changed",
+                extra={"current_level": action.autonomy_level},
+            )
+        now = timezone.now()
+        obj.status, obj.decided_by, obj.decided_by_key, obj.decided_at = TransitionStatus.APPLIED, user, key, now
+        obj.decision_notes = (notes or "").strip()[:5000]
+        obj._history_user = user
+        obj.save(update_fields=["status", "decided_by", "decided_by_key", "decided_at", "decision_notes"])
+        action.autonomy_level = obj.to_level
+        action._history_user = user
+        action._change_reason = f"autonomy transition #{obj.pk} approved by {obj.decided_by_label}"
+        action.save(update_fields=["autonomy_level"])
+    logger.info("autonomy of %s: %s → %s (transition %s)", action.name, obj.from_level, obj.to_level, obj.pk)
+    return obj
+
+
+def autonomy_transition_reject(*, transition, user=None, key=None, notes: str = "") -> AutonomyTransition:
+    with transaction.atomic():
+        obj = _transition_locked(transition)
+        obj.status, obj.decided_by, obj.decided_by_key, obj.decided_at = TransitionStatus.REJECTED, user, key, timezone.now()
+        obj.decision_notes = (notes or "").strip()[:5000]
+        obj._history_user = user
+        obj.save(update_fields=["status", "decided_by", "decided_by_key", "decided_at", "decision_notes"])
+    return obj
