@@ -16,6 +16,7 @@ api_v1 = [
     ),
     path("resolutions/correct", learning_api.ResolutionCorrectApi.as_view(), name="resolution-correct"),
     path("resolutions/confirm", learning_api.ResolutionConfirmApi.as_view(), name="resolution-confirm"),
+    path("aliases/resolve", learning_api.AliasResolveApi.as_view(), name="alias-resolve"),
 ]
 
 # Governance of what is learned.

@@ -1,0 +1,123 @@
+"""Streamable HTTP: the MCP server at ``MCP_HTTP_PATH`` (/mcp) next to Django, on the same host and port.
+
+``config.asgi.application`` is ``with_mcp(<Django's ASGI app>)``; serve it with an ASGI server that runs
+the lifespan protocol::
+
+    uvicorn config.asgi:application --host 127.0.0.1 --port 8000 --lifespan on
+    gunicorn config.asgi:application -k uvicorn.workers.UvicornWorker -b 127.0.0.1:8000
+
+The router answers the lifespan itself (Django's ASGI handler refuses lifespan scopes) and keeps the
+SDK's session manager running between startup and shutdown. The manager is stateless with JSON
+answers: every POST stands alone (no ``Mcp-Session-Id``), so any worker can answer any request.
+
+Before a request reaches the SDK: the Host (and any Origin) must pass Django's ``ALLOWED_HOSTS``, as
+every Django request must (the DNS-rebinding guard), and a request without ``Authorization: Bearer``
+is answered 401 with ``WWW-Authenticate: Bearer``. The key itself is checked per call, by REST's code.
+"""
+
+import contextlib
+import json
+import logging
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+
+from mcp_server.server import build_server, http_key
+
+logger = logging.getLogger(__name__)
+
+
+def _allowed_hosts() -> list[str]:
+    hosts = list(settings.ALLOWED_HOSTS)
+    if settings.DEBUG and not hosts:  # Django's own rule for DEBUG without ALLOWED_HOSTS
+        hosts = [".localhost", "127.0.0.1", "[::1]"]
+    return hosts
+
+
+def _host_allowed(host: str) -> bool:
+    domain, _port = split_domain_port(host)
+    return bool(domain) and validate_host(domain, _allowed_hosts())
+
+
+async def _answer(send, status: int, detail: str, code: str, extra_headers: list | None = None) -> None:
+    body = json.dumps({"detail": detail, "code": code, "fields": {}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + (extra_headers or [])})
+    await send({"type": "http.response.body", "body": body})
+
+
+class McpRouter:
+    """ASGI app: lifespan and ``MCP_HTTP_PATH`` here, everything else to Django."""
+
+    def __init__(self, django_app, *, path: str | None = None):
+        self.django_app = django_app
+        self.path = (path or settings.MCP_HTTP_PATH).rstrip("/")
+        self.server = build_server(http_key)
+        self.manager = StreamableHTTPSessionManager(
+            app=self.server,
+            stateless=True,
+            json_response=True,
+            security_settings=None,  # the Host/Origin check below is Django's (ALLOWED_HOSTS)
+            max_request_body_size=settings.MCP_MAX_BODY_BYTES,
+        )
+        self.mcp_app = StreamableHTTPASGIApp(self.manager)
+        self.running = False
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http" and scope["path"].rstrip("/") == self.path:
+            await self._mcp(scope, receive, send)
+        else:
+            await self.django_app(scope, receive, send)
+
+    async def _lifespan(self, receive, send) -> None:
+        stack = contextlib.AsyncExitStack()
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await stack.enter_async_context(self.manager.run())
+                except Exception as exc:
+                    logger.exception("the MCP session manager did not start")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                self.running = True
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.running = False
+                await stack.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _mcp(self, scope, receive, send) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if not _host_allowed(headers.get("host", "")):
+            await _answer(send, 400, "Invalid Host header: add it to ALLOWED_HOSTS.", "bad_host")
+            return
+        origin = headers.get("origin")
+        if origin and not _host_allowed(urlsplit(origin).netloc):
+            await _answer(send, 403, "Origin not allowed.", "bad_origin")
+            return
+        if not headers.get("authorization", "").lower().startswith("bearer "):
+            await _answer(
+                send,
+                401,
+                "An API key is required: Authorization: Bearer <key>.",
+                "not_authenticated",
+                [(b"www-authenticate", b"Bearer")],
+            )
+            return
+        if not self.running:
+            await _answer(
+                send, 503, "The MCP endpoint needs the ASGI lifespan: run the server with --lifespan on.", "mcp_not_started"
+            )
+            return
+        await self.mcp_app(scope, receive, send)
+
+
+def with_mcp(django_app):
+    """Django's ASGI app with the MCP endpoint, or Django's app alone when MCP_HTTP_ENABLED is off."""
+    return McpRouter(django_app) if settings.MCP_HTTP_ENABLED else django_app

@@ -1,0 +1,66 @@
+"""Serve the MCP server.
+
+    AGENT_API_KEY=alg_... python manage.py mcp --transport stdio     # an MCP host starts this
+    python manage.py mcp --transport http --host 127.0.0.1 --port 8000  # API + /mcp under uvicorn
+
+stdio: stdout is the JSON-RPC wire, so nothing else may reach it. Logging goes to stderr (settings),
+and the key check at startup runs with file descriptor 1 pointed at stderr (the embedded database may
+start on that first connection and its tools print). The key is checked at startup, so a host shows
+a clear error for a wrong key, and again on every call, so revoking it takes effect at once.
+"""
+
+import contextlib
+import os
+import sys
+
+import anyio
+import uvicorn
+from django.core.management.base import BaseCommand, CommandError
+from mcp import MCPError
+from mcp.server.stdio import stdio_server
+
+from mcp_server.server import authenticate, build_server, fixed_key
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Point file descriptor 1 at stderr for the block (child processes included), then restore it."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+async def serve_stdio(raw_key: str) -> None:
+    server = build_server(fixed_key(raw_key))
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+class Command(BaseCommand):
+    help = "Serve the MCP server: over stdio with the key in AGENT_API_KEY, or over streamable HTTP with the API."
+    requires_system_checks = []  # nothing may be printed before the stdio wire opens
+
+    def add_arguments(self, parser):
+        parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+        parser.add_argument("--host", default="127.0.0.1", help="http: the address to listen on")
+        parser.add_argument("--port", type=int, default=8000, help="http: the port to listen on")
+
+    def handle(self, *args, transport, host, port, **options):
+        if transport == "http":
+            uvicorn.run("config.asgi:application", host=host, port=port, lifespan="on", log_level="warning")
+            return
+        raw_key = os.environ.get("AGENT_API_KEY", "").strip()
+        if not raw_key:
+            raise CommandError("Set AGENT_API_KEY to the agent's API key (manage.py create_agent_key makes one).")
+        with stdout_to_stderr():
+            try:
+                authenticate(f"Bearer {raw_key}", "stdio")
+            except MCPError as exc:
+                raise CommandError(f"AGENT_API_KEY was refused: {exc.message}") from None
+        anyio.run(serve_stdio, raw_key)

@@ -1,0 +1,336 @@
+"""The MCP server (``mcp`` SDK 2.x, low-level ``Server``): tools, resources, key checks, errors.
+
+Every ``tools/call`` and ``resources/read`` authenticates the key with REST's own code
+(``agents.authentication.ApiKeyAuthentication``: same hash lookup, per-process cache, revocation,
+failed-attempt throttle per client address, ``last_used_at``), checks the scope with REST's
+``ScopePermission`` against the REST view the tool mirrors, validates the arguments with that view's
+serializer, and turns any error into REST's error body through REST's own exception handler
+(``common.api.exception_handler``): ``{detail, code, fields, status}``.
+
+Errors the model can act on (bad arguments, missing scope, not found, conflict) come back as tool
+results with ``isError: true`` and that body as ``structuredContent``; a bad, revoked or missing key
+is a JSON-RPC error (code -32010, or -32011 when throttled), as is an unknown tool.
+
+All the ORM work of one call runs in ONE sync function on a bounded thread pool
+(``sync_to_async(thread_sensitive=False)``): each worker thread keeps its database connection, and
+stale connections are closed before and after each call as Django does around a request.
+"""
+
+import json
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import close_old_connections
+from django.http.request import HttpHeaders
+from mcp import MCPError
+from mcp.server import Server, ServerRequestContext
+from rest_framework import exceptions
+from rest_framework.views import APIView
+
+from actions.models import Action
+from actions.selectors import action_get
+from agents.authentication import ApiKeyAuthentication, ScopePermission
+from autonomy import api as autonomy_api
+from autonomy.serializers import ActionSerializer, ConsultPatternSerializer, ConsultRuleSerializer
+from common.api import exception_handler
+from feedback import selectors as feedback_selectors
+from learning import api as learning_api
+from learning import selectors as learning_selectors
+from mcp_server.schemas import serializer_json_schema
+from mcp_server.tools import TOOLS, TOOLS_BY_NAME, Caller, Tool
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "agent-learning-governance"
+SERVER_VERSION = "1.0.0"
+
+# JSON-RPC server errors (-32000..-32099) of this application. The SDK itself uses -32000, -32001,
+# -32020..-32022 and -32042; MCP uses -32002 for an unknown resource.
+UNAUTHENTICATED = -32010
+THROTTLED = -32011
+FORBIDDEN = -32012
+CONFLICT = -32013
+RESOURCE_NOT_FOUND = -32002
+
+INSTRUCTIONS = """\
+Resolve what an end user types into the verb (action) to run, learn from the user's choices, remember
+lessons per user, and act within the autonomy each action has.
+* resolve first. 'ambiguous' → show the options, then select_option with the user's pick (the same text
+  resolves next time) or abandon_options; confirm_resolution when the user accepted a resolved verb,
+  correct_resolution when they meant another one. Always pass the end user's user_id.
+* retrieve_memories before answering (put `block` in your context); observe_memory after a useful turn.
+* consult_action before acting; when approval is required, propose_action, wait for the review
+  (get_proposal), run it, then record_outcome.
+* Governance tools (candidates, stats, blocks, imports) need a key with the governance scope.
+Resources: alg://verbs (the verb catalogue), alg://actions (actions and autonomy levels),
+alg://actions/{name} (one action's level and the correction rules in force for you)."""
+
+
+# --- Authentication and scope: REST's own code ---------------------------------------------------
+
+
+class KeyRequest:
+    """What ``agents.authentication`` reads from a request: the Authorization header and the client address."""
+
+    def __init__(self, authorization: str | None, client: str):
+        self.META = {"REMOTE_ADDR": client or "unknown"}
+        if authorization:
+            self.META["HTTP_AUTHORIZATION"] = authorization
+        self.headers = HttpHeaders(self.META)
+        self.user = None
+        self.auth = None
+
+
+def authenticate(authorization: str | None, client: str) -> KeyRequest:
+    """The authenticated request (``.user`` the agent, ``.auth`` the key), or an MCPError."""
+    request = KeyRequest(authorization, client)
+    try:
+        found = ApiKeyAuthentication().authenticate(request)
+    except exceptions.Throttled as exc:
+        raise MCPError(THROTTLED, str(exc.detail), data={"code": "throttled", "wait": exc.wait}) from None
+    except exceptions.AuthenticationFailed as exc:
+        raise MCPError(UNAUTHENTICATED, str(exc.detail), data={"code": "authentication_failed"}) from None
+    if found is None:
+        raise MCPError(
+            UNAUTHENTICATED, "An API key is required: Authorization: Bearer <key>.", data={"code": "not_authenticated"}
+        )
+    request.user, request.auth = found
+    return request
+
+
+def check_scope(request: KeyRequest, view: type[APIView]) -> None:
+    """REST's scope check for ``view``; raises PermissionDenied naming the missing scope."""
+    permission = ScopePermission()
+    if not permission.has_permission(request, view):
+        raise exceptions.PermissionDenied(permission.message)
+
+
+def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> dict:
+    """The tool's serializer (the REST view's) validates; unknown argument names are refused too."""
+    if not isinstance(arguments, dict):
+        raise exceptions.ValidationError({"arguments": ["Expected a JSON object."]})
+    serializer = tool.serializer(data=arguments)
+    errors = {} if serializer.is_valid() else dict(serializer.errors)
+    known = {name for name, field in serializer.fields.items() if not field.read_only}
+    for name in sorted(set(arguments) - known):
+        errors[name] = ["Unknown argument."]
+    if errors:
+        raise exceptions.ValidationError(errors)
+    return dict(serializer.validated_data)
+
+
+def plain(data: Any) -> Any:
+    """JSON types only (serializer output holds ReturnDicts, UUIDs, datetimes, Decimals)."""
+    return json.loads(json.dumps(data, cls=DjangoJSONEncoder))
+
+
+@dataclass
+class Outcome:
+    data: Any = None
+    error: dict | None = None  # REST's error body with its status
+
+
+def error_body(exc: Exception) -> dict | None:
+    response = exception_handler(exc, {})
+    if response is None:
+        return None
+    return {**response.data, "status": response.status_code}
+
+
+def _in_django(fn: Callable[..., Outcome], *args: Any) -> Outcome:
+    """Run like a Django request: stale connections closed before and after; REST's error bodies."""
+    close_old_connections()
+    try:
+        return fn(*args)
+    except MCPError:
+        raise
+    except Exception as exc:
+        body = error_body(exc)
+        if body is None:
+            logger.exception("MCP call failed")
+            raise MCPError(types.INTERNAL_ERROR, "Internal server error; the server log has the details.") from None
+        return Outcome(error=body)
+    finally:
+        close_old_connections()
+
+
+def call_tool_sync(tool: Tool, authorization: str | None, client: str, arguments: dict[str, Any]) -> Outcome:
+    request = authenticate(authorization, client)
+    check_scope(request, tool.view)
+    data = validate_arguments(tool, arguments)
+    return Outcome(data=plain(tool.run(Caller(request.user, request.auth), data)))
+
+
+# --- Resources -------------------------------------------------------------------------------------
+
+VERBS_URI = "alg://verbs"
+ACTIONS_URI = "alg://actions"
+ACTION_PREFIX = "alg://actions/"
+
+
+def read_resource_sync(uri: str, authorization: str | None, client: str) -> Outcome:
+    request = authenticate(authorization, client)
+    if uri == VERBS_URI:
+        check_scope(request, learning_api.ResolveApi)
+        return Outcome(data={"verbs": learning_selectors.verb_catalogue()})
+    if uri == ACTIONS_URI:
+        check_scope(request, autonomy_api.ActionListApi)
+        return Outcome(data={"actions": plain(ActionSerializer(Action.objects.order_by("name"), many=True).data)})
+    if uri.startswith(ACTION_PREFIX):
+        check_scope(request, autonomy_api.ActionConsultApi)
+        action = action_get(name=uri.removeprefix(ACTION_PREFIX))
+        rules = feedback_selectors.active_rules(agent=request.user, action=action)
+        patterns = feedback_selectors.active_patterns(agent=request.user, action=action)
+        return Outcome(
+            data=plain(
+                {
+                    **ActionSerializer(action).data,
+                    "active_rules": ConsultRuleSerializer(rules, many=True).data,
+                    "active_patterns": ConsultPatternSerializer(patterns, many=True).data,
+                }
+            )
+        )
+    raise MCPError(RESOURCE_NOT_FOUND, f"Unknown resource {uri}.", data={"uri": uri})
+
+
+RESOURCES = [
+    types.Resource(
+        uri=VERBS_URI,
+        name="verbs",
+        title="Verb catalogue",
+        description="The active verbs (actions a user's text can resolve to) with display names, descriptions and example phrases.",
+        mime_type="application/json",
+    ),
+    types.Resource(
+        uri=ACTIONS_URI,
+        name="actions",
+        title="Actions and autonomy levels",
+        description="Every action with its autonomy level: 1 propose only, 2 act then be reviewed, 3 act alone.",
+        mime_type="application/json",
+    ),
+]
+RESOURCE_TEMPLATES = [
+    types.ResourceTemplate(
+        uri_template=ACTION_PREFIX + "{name}",
+        name="action",
+        title="One action's autonomy",
+        description="An action's current autonomy level and the correction rules and mistake patterns in force for you.",
+        mime_type="application/json",
+    ),
+]
+
+_STATUS_CODES = {400: types.INVALID_PARAMS, 403: FORBIDDEN, 404: RESOURCE_NOT_FOUND, 409: CONFLICT}
+
+
+# --- The server ------------------------------------------------------------------------------------
+
+KeySource = Callable[[ServerRequestContext], tuple[str | None, str]]  # ctx -> (Authorization header, client address)
+
+
+def tool_definitions() -> list[types.Tool]:
+    return [
+        types.Tool(
+            name=t.name,
+            title=t.title,
+            description=t.description,
+            input_schema=serializer_json_schema(t.serializer),
+            annotations=types.ToolAnnotations(
+                title=t.title, read_only_hint=t.read_only, destructive_hint=t.destructive, idempotent_hint=t.idempotent
+            ),
+        )
+        for t in TOOLS
+    ]
+
+
+def _error_text(body: dict) -> str:
+    fields = body.get("fields") or {}
+    if fields:
+        reasons = "; ".join(f"{name}: {' '.join(map(str, msgs))}" for name, msgs in fields.items())
+        return f"Error ({body.get('code')}, {body.get('status')}): {reasons}"
+    return f"Error ({body.get('code')}, {body.get('status')}): {body.get('detail')}"
+
+
+def _result_text(tool: Tool, data: Any) -> str:
+    if tool.name == "retrieve_memories":
+        return data.get("block") or "No memories matched the query."
+    return json.dumps(data, ensure_ascii=False)
+
+
+def build_server(key_source: KeySource, *, threads: int | None = None) -> Server:
+    """The MCP server; ``key_source(ctx)`` gives each call's Authorization header value and client address."""
+    definitions = tool_definitions()
+    executor = ThreadPoolExecutor(max_workers=threads or settings.MCP_THREADS, thread_name_prefix="mcp")
+
+    async def in_thread(fn: Callable[..., Outcome], *args: Any) -> Outcome:
+        return await sync_to_async(_in_django, thread_sensitive=False, executor=executor)(fn, *args)
+
+    async def list_tools(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=definitions)
+
+    async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestParams) -> types.CallToolResult:
+        tool = TOOLS_BY_NAME.get(params.name)
+        if tool is None:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown tool {params.name!r}; tools/list names them.")
+        authorization, client = key_source(ctx)
+        outcome = await in_thread(call_tool_sync, tool, authorization, client, params.arguments or {})
+        if outcome.error is not None:
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=_error_text(outcome.error))],
+                structured_content=outcome.error,
+                is_error=True,
+            )
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=_result_text(tool, outcome.data))],
+            structured_content=outcome.data,
+        )
+
+    async def list_resources(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=RESOURCES)
+
+    async def list_templates(
+        ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=RESOURCE_TEMPLATES)
+
+    async def read_resource(ctx: ServerRequestContext, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        authorization, client = key_source(ctx)
+        outcome = await in_thread(read_resource_sync, uri, authorization, client)
+        if outcome.error is not None:
+            code = _STATUS_CODES.get(outcome.error["status"], types.INTERNAL_ERROR)
+            raise MCPError(code, _error_text(outcome.error), data={"uri": uri, **outcome.error})
+        text = json.dumps(outcome.data, ensure_ascii=False)
+        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type="application/json", text=text)])
+
+    return Server(
+        SERVER_NAME,
+        version=SERVER_VERSION,
+        title="Agent Learning Governance",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+    )
+
+
+def fixed_key(raw_key: str) -> KeySource:
+    """stdio: one key for the process (AGENT_API_KEY), still checked against the database on every call."""
+    authorization = f"Bearer {raw_key}"
+    return lambda ctx: (authorization, "stdio")
+
+
+def http_key(ctx: ServerRequestContext) -> tuple[str | None, str]:
+    """Streamable HTTP: ``ctx.request`` is the Starlette request of this POST."""
+    request = ctx.request
+    if request is None:
+        return None, "unknown"
+    return request.headers.get("authorization"), request.client.host if request.client else "unknown"

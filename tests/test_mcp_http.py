@@ -1,0 +1,222 @@
+"""The MCP server over streamable HTTP: config.asgi under uvicorn on 127.0.0.1, /mcp beside the REST API."""
+
+import socket
+import subprocess
+import sys
+import time
+
+import httpx2
+import pytest
+import requests
+from mcp import Client, ClientSession, MCPError
+from mcp.client.streamable_http import streamable_http_client
+
+from agents.models import Scope
+from embeddings.services import embedding_assign, embeddings_compute
+from feedback.models import Proposal
+from learning.models import EntityAlias, LearnedPhrase, PhraseBlock
+from learning.services.catalogue import verb_catalogue_load
+from mcp_server.server import tool_definitions
+from tests.conftest import CBU_CATALOGUE
+from tests.test_mcp_stdio import (
+    ROOT,
+    check_loop,
+    check_refused,
+    disambiguation_loop,
+    governance_attempts,
+    new_key,
+    pending_candidate,
+    run,
+    server_env,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def base_url(django_db_setup):
+    """uvicorn serving config.asgi (Django + /mcp) on loopback, on the test database."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
+        + ["--lifespan", "on", "--log-level", "warning", "--no-access-log"],
+        cwd=ROOT,
+        env=server_env(),
+    )
+    try:
+        for _ in range(300):  # bounded: 60 s
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert proc.poll() is None, "uvicorn exited"
+                time.sleep(0.2)
+        else:
+            pytest.fail("uvicorn did not start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def bearer(raw: str) -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(headers={"Authorization": f"Bearer {raw}"}, timeout=60)
+
+
+def session_flow(url: str, raw: str, body):
+    """Run ``body(session)`` in a 2025-11-25 ClientSession over streamable HTTP."""
+
+    async def flow():
+        async with bearer(raw) as http, streamable_http_client(f"{url}/mcp", http_client=http) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                return await body(session)
+
+    return run(flow)
+
+
+def test_http_tools_and_the_disambiguation_loop(base_url):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    _, raw = new_key()
+    expected = {t.name: t.input_schema for t in tool_definitions()}
+
+    async def body(session):
+        listed = {t.name: t.input_schema for t in (await session.list_tools()).tools}
+        return listed, await disambiguation_loop(session)
+
+    listed, loop = session_flow(base_url, raw, body)
+    assert listed == expected
+    check_loop(loop)
+
+    async def modern():  # the 2026-07-28 era (auto-detected): one POST per call, no session
+        async with bearer(raw) as http, Client(streamable_http_client(f"{base_url}/mcp", http_client=http)) as client:
+            return await client.call_tool("resolve", {"text": "list all cbus", "user_id": "alice"})
+
+    again = run(modern)
+    assert again.structured_content["outcome"] == "resolved" and again.structured_content["verb"] == "cbu.list"
+
+
+def test_http_a_resolve_only_key_cannot_govern_and_nothing_changes(base_url):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    _, raw = new_key([Scope.RESOLVE.value], name="resolver")
+    _, gov = new_key([s.value for s in Scope], name="reviewer")
+    candidate = pending_candidate()
+    blocks, phrases = PhraseBlock.objects.count(), LearnedPhrase.objects.count()
+
+    refused = session_flow(base_url, raw, lambda s: governance_attempts(s, candidate.pk))
+    check_refused(refused, candidate.pk, blocks, phrases)
+
+    async def govern(session):
+        listed = await session.call_tool("list_learning_candidates", {"status": "pending"})
+        approved = await session.call_tool("approve_learning_candidate", {"candidate_id": candidate.pk})
+        dry = await session.call_tool("import_phrases", {"format": "csv", "content": "phrase,verb\nzap it,cbu.delete\n"})
+        return listed, approved, dry
+
+    listed, approved, dry = session_flow(base_url, gov, govern)
+    assert [c["id"] for c in listed.structured_content["results"]] == [candidate.pk]
+    assert approved.structured_content["status"] == "applied"
+    assert dry.structured_content["dry_run"] is True and dry.structured_content["would_add"] == ["zap it"]
+    assert not LearnedPhrase.objects.filter(normalized="zap it").exists()
+
+
+def test_http_another_agents_proposal_is_not_found(base_url):
+    _, raw_a = new_key(name="agent-a")
+    _, raw_b = new_key(name="agent-b")
+    proposed = session_flow(
+        base_url,
+        raw_a,
+        lambda s: s.call_tool(
+            "propose_action",
+            {"action": "email.send", "proposed_action": {"to": "ceo@example.com"}, "reasoning": {"confidence": 0.8}},
+        ),
+    )
+    pk = proposed.structured_content["id"]
+
+    async def other(session):
+        return (
+            await session.call_tool("get_proposal", {"proposal": pk}),
+            await session.call_tool("record_outcome", {"proposal": pk, "success": True}),
+        )
+
+    for result in session_flow(base_url, raw_b, other):
+        assert result.is_error and result.structured_content["status"] == 404, result.structured_content
+    assert Proposal.objects.get(pk=pk).status == "pending"
+    mine = session_flow(base_url, raw_a, lambda s: s.call_tool("get_proposal", {"proposal": pk}))
+    assert mine.structured_content["id"] == pk and mine.structured_content["status"] == "pending"
+
+    async def read(session):
+        return await session.read_resource("alg://actions/email.send")
+
+    action = session_flow(base_url, raw_a, read)
+    assert '"autonomy_level": 1' in action.contents[0].text and '"active_rules": []' in action.contents[0].text
+
+
+def test_http_malformed_arguments_name_the_field(base_url):
+    _, raw = new_key()
+
+    async def body(session):
+        bad = [
+            await session.call_tool("resolve", {"text": "x", "limit": 0}),
+            await session.call_tool(
+                "propose_action", {"action": "email.send", "proposed_action": {}, "reasoning": {"confidence": 1.5}}
+            ),
+            await session.call_tool("select_option", {"selected_verb": "cbu.list"}),
+        ]
+        with pytest.raises(MCPError) as unknown:
+            await session.call_tool("no_such_tool", {})
+        return bad, unknown.value
+
+    (limit, confidence, request_id), unknown = session_flow(base_url, raw, body)
+    assert limit.is_error and list(limit.structured_content["fields"]) == ["limit"]
+    assert limit.content[0].text.startswith("Error (invalid, 400): limit: ")
+    assert confidence.is_error and "reasoning.confidence" in confidence.structured_content["fields"]
+    assert request_id.is_error and "request_id" in request_id.structured_content["fields"]
+    assert unknown.code == -32602
+
+
+def test_http_authentication_host_and_rest_on_the_same_port(base_url):
+    key, raw = new_key()
+    alias = EntityAlias(alias="Big Blue", normalized="big blue", canonical_name="IBM", entity_type="company")
+    vectors, model = embeddings_compute([alias.normalized])
+    embedding_assign([alias], vectors, model)
+    alias.save()
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+
+    anonymous = requests.post(f"{base_url}/mcp", json=call, headers=headers, timeout=30)
+    assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"] == "Bearer"
+    foreign = requests.post(
+        f"{base_url}/mcp", json=call, headers={**headers, "Authorization": f"Bearer {raw}", "Host": "evil.example"}, timeout=30
+    )
+    assert foreign.status_code == 400
+
+    async def wrong_key():
+        async with bearer("alg_nope_wrong") as http, Client(streamable_http_client(f"{base_url}/mcp", http_client=http)) as c:
+            with pytest.raises(MCPError) as err:
+                await c.call_tool("resolve", {"text": "x"})
+            return err.value
+
+    assert run(wrong_key).code == -32010
+
+    rest = requests.post(
+        f"{base_url}/api/v1/aliases/resolve",
+        json={"text": "the big blue"},
+        headers={"Authorization": f"Bearer {raw}"},
+        timeout=30,
+    )
+    assert rest.status_code == 200, rest.text
+    tool = session_flow(base_url, raw, lambda s: s.call_tool("resolve_alias", {"text": "the big blue"}))
+    assert rest.json() == tool.structured_content
+    assert tool.structured_content["canonical_name"] == "IBM" and tool.structured_content["outcome"] == "semantic"
+    key.refresh_from_db()
+    assert key.last_used_at is not None  # the REST authentication code ran

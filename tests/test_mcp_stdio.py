@@ -1,0 +1,166 @@
+"""The MCP server over stdio (``manage.py mcp --transport stdio``), driven by the SDK's own client.
+
+The server is a separate process on the test database, so these tests commit their data
+(``transaction=True``). The helpers here are shared with tests/test_mcp_http.py.
+"""
+
+import os
+import subprocess
+import sys
+from urllib.parse import urlparse, urlunparse
+
+import anyio
+import pytest
+from django.db import connection
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+
+from agents.models import Scope
+from agents.services import agent_key_create, api_key_revoke
+from learning.models import LearnedPhrase, LearningCandidate, PhraseBlock
+from learning.services.catalogue import verb_catalogue_load
+from mcp_server.server import tool_definitions
+from tests.conftest import CBU_CATALOGUE
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESOLVE_FEEDBACK = [Scope.RESOLVE.value, Scope.FEEDBACK.value]
+
+
+def server_env(**extra) -> dict:
+    """The environment of a server process on this test's database (keys checked on every call)."""
+    db_name = connection.settings_dict["NAME"]
+    env = dict(os.environ, EMBEDDED_DB_NAME=db_name, DJANGO_SETTINGS_MODULE="config.settings", API_KEY_CACHE_S="0")
+    env.pop("CELERY_BROKER_URL", None)  # learning from a selection runs inline (eager), as in the other tests
+    if os.environ.get("DATABASE_URL"):
+        env["DATABASE_URL"] = urlunparse(urlparse(os.environ["DATABASE_URL"])._replace(path="/" + db_name))
+    env.update(extra)
+    return env
+
+
+def new_key(scopes=RESOLVE_FEEDBACK, name="agent-a"):
+    key, raw = agent_key_create(agent_name=name, scopes=scopes)
+    return key, raw
+
+
+def stdio_params(raw_key: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable, args=["manage.py", "mcp", "--transport", "stdio"], env=server_env(AGENT_API_KEY=raw_key), cwd=ROOT
+    )
+
+
+def run(flow, *args):
+    """Run an async client flow from a sync test (the test's own ORM work stays synchronous)."""
+    return anyio.run(flow, *args)
+
+
+async def disambiguation_loop(session) -> dict:
+    """resolve (ambiguous) → select_option → resolve again; the answers."""
+    first = await session.call_tool("resolve", {"text": "list all cbus", "user_id": "alice"})
+    assert not first.is_error, first.content
+    assert first.structured_content["outcome"] == "ambiguous", first.structured_content
+    options = [o["verb"] for o in first.structured_content["options"]]
+    assert "cbu.list" in options
+    chosen = await session.call_tool(
+        "select_option", {"request_id": first.structured_content["request_id"], "selected_verb": "cbu.list", "user_id": "alice"}
+    )
+    assert not chosen.is_error, chosen.content
+    again = await session.call_tool("resolve", {"text": "list all cbus", "user_id": "alice"})
+    return {"first": first.structured_content, "chosen": chosen.structured_content, "again": again.structured_content}
+
+
+def check_loop(answers: dict) -> None:
+    assert answers["chosen"]["status"] == "selected" and answers["chosen"]["selected_verb"] == "cbu.list"
+    assert answers["again"]["outcome"] == "resolved" and answers["again"]["verb"] == "cbu.list"
+    assert LearnedPhrase.objects.filter(normalized="list all cbus", user_id="alice", verb__name="cbu.list").exists()
+
+
+def pending_candidate() -> LearningCandidate:
+    return LearningCandidate.objects.create(
+        input_pattern="show every cbu", normalized="show every cbu", suggested_output="cbu.list", confidence=0.9
+    )
+
+
+async def governance_attempts(session, candidate_id: int) -> list:
+    return [
+        await session.call_tool("block_phrase", {"phrase": "list all cbus", "verb": "cbu.list", "expires_in": "1d"}),
+        await session.call_tool("approve_learning_candidate", {"candidate_id": candidate_id}),
+        await session.call_tool("list_learning_candidates", {}),
+        await session.call_tool(
+            "import_phrases", {"format": "csv", "content": "phrase,verb\nzap it,cbu.delete\n", "dry_run": False}
+        ),
+    ]
+
+
+def check_refused(results: list, candidate_id: int, blocks_before: int, phrases_before: int) -> None:
+    for result in results:
+        assert result.is_error
+        assert result.structured_content["status"] == 403 and result.structured_content["code"] == "permission_denied"
+        assert "governance" in result.content[0].text
+    assert PhraseBlock.objects.count() == blocks_before
+    assert LearningCandidate.objects.get(pk=candidate_id).status == "pending"
+    assert LearnedPhrase.objects.count() == phrases_before
+
+
+def test_stdio_tools_loop_scopes_and_revocation():
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    key, raw = new_key()
+    candidate = pending_candidate()
+    blocks, phrases = PhraseBlock.objects.count(), LearnedPhrase.objects.count()
+    expected = {t.name: t.input_schema for t in tool_definitions()}
+
+    async def flow():
+        async with stdio_client(stdio_params(raw)) as (read, write), ClientSession(read, write) as session:
+            init = await session.initialize()
+            assert init.server_info.name == "agent-learning-governance"
+            listed = {t.name: t for t in (await session.list_tools()).tools}
+            assert {n: t.input_schema for n, t in listed.items()} == expected
+            assert all(t.description for t in listed.values())
+            loop = await disambiguation_loop(session)
+            refused = await governance_attempts(session, candidate.pk)
+            bad = await session.call_tool("resolve", {"limit": 0})
+            unknown = await session.call_tool("resolve", {"text": "x", "colour": "red"})
+            verbs = await session.read_resource("alg://verbs")
+            return loop, refused, bad, unknown, verbs
+
+    loop, refused, bad, unknown, verbs = run(flow)
+    check_loop(loop)
+    check_refused(refused, candidate.pk, blocks, phrases + 1)  # + the phrase alice's choice taught
+    assert bad.is_error and set(bad.structured_content["fields"]) == {"text", "limit"}
+    assert unknown.is_error and set(unknown.structured_content["fields"]) == {"colour"}
+    assert "text: This field is required." in bad.content[0].text and "limit:" in bad.content[0].text
+    assert '"cbu.list"' in verbs.contents[0].text
+
+    async def revoked_flow():
+        async with stdio_client(stdio_params(raw)) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            ok = await session.call_tool("resolve", {"text": "delete a cbu"})
+            await anyio.to_thread.run_sync(revoke, key)
+            with pytest.raises(MCPError) as refused:
+                await session.call_tool("resolve", {"text": "delete a cbu"})
+            return ok, refused.value
+
+    ok, error = run(revoked_flow)
+    assert ok.structured_content["verb"] == "cbu.delete"
+    assert error.code == -32010 and "revoked" in error.message
+
+
+def revoke(key):
+    api_key_revoke(key=key)
+    connection.close()  # this ran on a worker thread: do not leave its connection behind
+
+
+def test_stdio_refuses_to_start_without_a_valid_key():
+    for raw in ("", "alg_nope_not-a-key"):
+        done = subprocess.run(
+            [sys.executable, "manage.py", "mcp", "--transport", "stdio"],
+            cwd=ROOT,
+            env=server_env(AGENT_API_KEY=raw),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode != 0
+        assert "AGENT_API_KEY" in done.stderr
+        assert done.stdout == ""  # the stdio wire stays clean
