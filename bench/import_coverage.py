@@ -13,6 +13,13 @@ measures coverage once more.
 Last line: RESULT covered=<test utterances resolved right via the 50 phrases> exact_covered=<same, exact matching> import_per_s=..
 """
 
+import os
+
+# One BLAS thread: the fits are small, and BLAS worker threads spinning on a loaded machine made them 10-25x slower.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse
 import csv
 import io
 import random
@@ -64,23 +71,31 @@ def measure(test, label: str) -> Counter:
 
 
 def main():
-    setup_django(db_name="bench_import_coverage")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dataset", choices=("banking77", "hwu64"), default="banking77")
+    ds = ap.parse_args().dataset
+    setup_django(db_name=f"bench_import_coverage_{ds}")
     from common.text import normalize_phrase
     from embeddings.embedders import current_model_name
     from learning import datasets
     from learning.catalogue import VerbEntry
     from learning.models import LearnedPhrase
     from learning.services.catalogue import verb_catalogue_load
+    from learning.services.decisions import decision_prior_fit
 
-    if not datasets.available():
-        raise SystemExit(f"BANKING77 not found under {datasets.banking77_dir()}")
+    if not datasets.available(ds):
+        raise SystemExit(f"{ds} not found under {datasets.dataset_dir(ds)}")
     fresh_database()
-    train, test = datasets.load("train"), datasets.load("test")
+    train, test = datasets.load("train", ds), datasets.load("test", ds)
     verbs = sorted({ex.verb for ex in train})
     verb_catalogue_load(
         entries=[
             VerbEntry(
-                v, datasets.DOMAIN, v.split(".", 1)[1].replace("_", " ").capitalize(), datasets.describe(v.split(".", 1)[1]), []
+                v,
+                datasets.DOMAINS[ds],
+                v.split(".", 1)[1].replace("_", " ").capitalize(),
+                datasets.describe(v.split(".", 1)[1]),
+                [],
             )
             for v in verbs
         ]
@@ -90,6 +105,7 @@ def main():
     sample = random.Random(SEED).sample(train, SAMPLE)
     result, seconds_50 = import_examples(sample, progress=False)
     assert result["imported"] == len({normalize_phrase(e.text) for e in sample}), result
+    prior = decision_prior_fit()  # as manage.py fit_decision would: the prior over the 50 imported phrases
     exact_index = {normalize_phrase(e.text): e.verb for e in sample}
     exact_covered = sum(1 for ex in test if exact_index.get(normalize_phrase(ex.text)) == ex.verb)
     c50 = measure(test, "50 imported phrases")
@@ -97,6 +113,7 @@ def main():
     # Part 2: all training phrases.
     LearnedPhrase.objects.all().delete()
     result_all, seconds_all = import_examples(train, progress=True)
+    prior_all = decision_prior_fit()
     per_s = len(train) / seconds_all
     c_all = measure(test, f"all {len(train)} imported phrases")
 
@@ -143,14 +160,15 @@ def main():
         rows,
     )
     body += (
-        f"\n\n{n} BANKING77 test utterances; verbs without catalogue phrases, so only learned phrases resolve. "
+        f"\n\nPrior on the 50: {prior.held_out if prior else None}; on all: {prior_all.held_out if prior_all else None}. "
+        f"{n} {ds} test utterances; verbs without catalogue phrases, so only learned phrases resolve. "
         f"Model {current_model_name()}. Import of {SAMPLE}: {seconds_50:.2f} s. Import of all {len(train)} rows "
         f"({result_all['imported']} phrases after {result_all['unchanged']} duplicates; parse, validation, batched "
         f"embedding, one transaction): {seconds_all:.1f} s = {per_s:.0f} phrases/s. Seed design: 50 phrases cover >= 200."
     )
     print(body)
     record(
-        "import_coverage",
+        f"import_coverage ({ds})",
         body,
         f"RESULT covered={c50['covered']} exact_covered={exact_covered} import_per_s={per_s:.1f}",
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
@@ -32,15 +33,47 @@ def env_int(name: str, default: int) -> int:
 
 
 DEBUG = env_bool("DEBUG", False)
+# With DEBUG off the app refuses to start without a SECRET_KEY and ALLOWED_HOSTS from the environment;
+# with DEBUG=1 (local use) both fall back to local-only values. Tests use config/settings_test.py.
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG and env_bool("REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off (set DEBUG=1 for local use).")
     SECRET_KEY = "insecure-local-only-key-set-SECRET_KEY-in-production"
-ALLOWED_HOSTS = [
-    h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h.strip()
-]
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "").split(",") if h.strip()]
+if not ALLOWED_HOSTS:
+    if not DEBUG:
+        raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DEBUG is off (comma-separated host names).")
+    ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]", "testserver"]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+
+# --- HTTPS and headers: each `manage.py check --deploy` warning has a variable (docs/production.md) ---
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+# Behind a TLS-terminating proxy: "HTTP_X_FORWARDED_PROTO,https" (only if the proxy always sets that header).
+_proxy_ssl = [p.strip() for p in os.environ.get("SECURE_PROXY_SSL_HEADER", "").split(",") if p.strip()]
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl) if len(_proxy_ssl) == 2 else None
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (Django 6, django.middleware.csp). Enforced: what no page needs (plugins, foreign
+# base URIs, framing, foreign form targets). Report-only until every template's inline script carries the
+# nonce (console, calibration form, Swagger UI): the full same-origin policy. CSP_ENFORCE=1 enforces it.
+_CSP_BASE = {"object-src": [CSP.NONE], "base-uri": [CSP.SELF], "frame-ancestors": [CSP.NONE], "form-action": [CSP.SELF]}
+_CSP_FULL = {
+    **_CSP_BASE,
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF, CSP.UNSAFE_INLINE],
+    "img-src": [CSP.SELF, "data:"],
+}
+CSP_ENFORCE = env_bool("CSP_ENFORCE", False)
+SECURE_CSP = _CSP_FULL if CSP_ENFORCE else _CSP_BASE
+SECURE_CSP_REPORT_ONLY = {} if CSP_ENFORCE else _CSP_FULL
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -62,10 +95,15 @@ INSTALLED_APPS = [
     "actions",
     "feedback",
     "autonomy",
+    "mcp_server",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "common.middleware.InputPolicyMiddleware",
+    "embeddings.budget.EmbeddingBudgetMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -86,6 +124,7 @@ TEMPLATES = [
         "OPTIONS": {
             "context_processors": [
                 "django.template.context_processors.request",
+                "django.template.context_processors.csp",  # {{ csp_nonce }} for inline scripts
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
@@ -153,11 +192,18 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "static"))
+# WhiteNoise serves STATIC_ROOT (after `manage.py collectstatic`) from gunicorn with DEBUG off; compressed, not
+# hashed names, so a page never fails for a missing manifest entry.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 LOGIN_URL = "/admin/login/"
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 10 * 1024 * 1024)
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1024 * 1024)  # JSON bodies; imports have their own limit
 API_MAX_JSON_DEPTH = env_int("API_MAX_JSON_DEPTH", 20)
+API_MAX_OFFSET = env_int("API_MAX_OFFSET", 1_000_000)  # list endpoints: ?offset above this is refused (400)
 FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
 
 # --- REST API ---
@@ -169,13 +215,23 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["common.parsers.LimitedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "common.schema.AutoSchema",
     "EXCEPTION_HANDLER": "common.api.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_CLASSES": ["agents.authentication.ApiKeyRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {
+        # Failed authentications per client address and per presented key prefix; a valid key is never refused.
         "auth_failures": os.environ.get("AUTH_FAILURE_RATE", "30/min"),
     },
 }
+# Requests per API key ("<n>/<s|min|h|d>"; empty: unlimited). Counted in the default cache: per process
+# unless CACHE_URL points at Redis (set it when gunicorn runs several workers).
+API_KEY_RATE = os.environ.get("API_KEY_RATE", "1200/min")
+# Proxies whose X-Forwarded-For is believed (addresses or CIDRs, comma-separated); empty: none, REMOTE_ADDR is the client.
+TRUSTED_PROXIES = [p.strip() for p in os.environ.get("TRUSTED_PROXIES", "").split(",") if p.strip()]
+CACHE_URL = os.environ.get("CACHE_URL", "").strip()
+if CACHE_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
 SPECTACULAR_SETTINGS = {
     "TITLE": "Agent Learning Governance API",
     "DESCRIPTION": "Resolve what users type into verbs, learn from their choices, and govern what agents learn.",
@@ -213,6 +269,9 @@ EMBEDDING_MODEL = os.environ.get("EMBEDDING_MODEL", "")  # openai: e.g. text-emb
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "") or None
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 EMBEDDING_TIMEOUT_S = env_float("EMBEDDING_TIMEOUT_S", 10.0)
+# Total seconds a request may spend waiting on a remote embedder (no retries on a request path); past it rows
+# are stored without vectors, the answer says X-Embedding-Pending: 1 and the backfill embeds them later.
+EMBEDDING_REQUEST_BUDGET_S = env_float("EMBEDDING_REQUEST_BUDGET_S", 2.0)
 EMBEDDING_MAX_RETRIES = env_int("EMBEDDING_MAX_RETRIES", 3)
 EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64)
 EMBEDDING_CACHE_SIZE = env_int("EMBEDDING_CACHE_SIZE", 20000)
@@ -237,12 +296,12 @@ RESOLUTION_PROFILES = {
         # A verb's semantic score: the weighted mean of its best anchors, best first (learning.scoring.verb_anchor_scores).
         "anchor_weights": (1.0, 0.5, 0.25),
     },
-    # all-MiniLM-L6-v2 (int8 ONNX), fitted on BANKING77 train by bench/fit_thresholds.py.
+    # all-MiniLM-L6-v2 (int8 ONNX): retrieval floors only (candidate generation, blocks, decay), measured on
+    # BANKING77 train by bench/fit_thresholds.py. No resolve_threshold / margin: whether to auto-resolve is the
+    # learned decision's (RESOLVE_DECISION); the "default" seed values above are the fixed rule's last resort.
     "all-MiniLM-L6-v2-onnx-int8": {
         "learned_threshold": 0.50,
         "blocklist_threshold": 0.73,
-        "resolve_threshold": 0.69,
-        "margin": 0.045,
         "min_score": 0.30,
         "correction_decay_threshold": 0.85,
     },
@@ -269,6 +328,26 @@ RESOLVE_DEFAULT_LIMIT = 5
 RESOLVE_MAX_OPTIONS = env_int("RESOLVE_MAX_OPTIONS", 4)
 RESOLVE_EMBED_TIMEOUT_S = env_float("RESOLVE_EMBED_TIMEOUT_S", 2.0)
 RESOLVE_MAX_LIMIT = 20
+# The auto-resolve decision (docs/thresholds.md). "learned": P(top verb is right) from the live DecisionFit (the
+# users' labels) or, until one goes live, the catalogue prior; the fixed threshold/margin rule of the profile
+# applies only when neither exists (or with "fixed").
+RESOLVE_DECISION = os.environ.get("RESOLVE_DECISION", "learned")  # learned | fixed
+RESOLVE_MAX_WRONG_RATE = env_float("RESOLVE_MAX_WRONG_RATE", 0.03)  # wrong auto-resolutions / labels, held out
+RESOLVE_REFIT_EVERY_LABELS = env_int("RESOLVE_REFIT_EVERY_LABELS", 200)
+RESOLVE_PROMOTE_MIN_LABELS = env_int("RESOLVE_PROMOTE_MIN_LABELS", 200)  # a fit never goes live on fewer
+RESOLVE_FIT_WINDOW_LABELS = env_int("RESOLVE_FIT_WINDOW_LABELS", 3000)  # the newest labels describe the current state
+RESOLVE_PRIOR_MIN_EXAMPLES = env_int("RESOLVE_PRIOR_MIN_EXAMPLES", 20)  # catalogue phrases needed for a prior
+RESOLVE_USER_HEAD_MIN_PHRASES = env_int("RESOLVE_USER_HEAD_MIN_PHRASES", 100)  # a personal head from this many phrases
+RESOLVE_DECISION_CACHE_S = env_float("RESOLVE_DECISION_CACHE_S", 5.0)  # how long a process trusts the fit in force
+RESOLUTION_RETENTION_DAYS = env_int("RESOLUTION_RETENTION_DAYS", 90)
+CELERY_BEAT_SCHEDULE["learning-decision-refit"] = {
+    "task": "learning.decision_refit",
+    "schedule": env_float("RESOLVE_REFIT_EVERY_S", 86400.0),
+}
+CELERY_BEAT_SCHEDULE["learning-resolution-records-purge"] = {
+    "task": "learning.resolution_records_purge",
+    "schedule": env_float("RESOLUTION_PURGE_EVERY_S", 86400.0),
+}
 
 DATASETS_DIR = Path(os.environ.get("DATASETS_DIR", BASE_DIR.parent / "shared" / "datasets"))
 
@@ -398,6 +477,18 @@ CELERY_BEAT_SCHEDULE["autonomy-cycle-all-agents"] = {
     "task": "autonomy.cycle_all",
     "schedule": float(AUTONOMY_CYCLE_INTERVAL_S),
 }
+# autonomy.cycle_all queues one set-based task per this many active agents (each locks its agents with
+# pg_try_advisory_lock, one lock per agent: keep chunk x 2 x Celery processes under the server's lock table,
+# max_locks_per_transaction x max_connections).
+AUTONOMY_CYCLE_CHUNK = env_int("AUTONOMY_CYCLE_CHUNK", 500)
+# Retention: feedback records older than this move to the archive table (must exceed MISTAKE_WINDOW_DAYS).
+FEEDBACK_RECORD_RETENTION_DAYS = env_int("FEEDBACK_RECORD_RETENTION_DAYS", 180)
+FEEDBACK_ARCHIVE_BATCH = env_int("FEEDBACK_ARCHIVE_BATCH", 10000)  # records per statement (one short transaction each)
+FEEDBACK_ARCHIVE_INTERVAL_S = env_int("FEEDBACK_ARCHIVE_INTERVAL_S", 86400)
+CELERY_BEAT_SCHEDULE["feedback-archive-records"] = {
+    "task": "feedback.archive_records",
+    "schedule": float(FEEDBACK_ARCHIVE_INTERVAL_S),
+}
 
 # --- Disambiguation feedback loop ---
 FEEDBACK_DISAMBIGUATION_EXPIRY_S = env_int("FEEDBACK_DISAMBIGUATION_EXPIRY_S", 600)
@@ -432,3 +523,12 @@ FEEDBACK_FIT_HELD_OUT_SHARE = env_float("FEEDBACK_FIT_HELD_OUT_SHARE", 0.25)
 FEEDBACK_FIT_MAX_WRONG_PCT = env_float("FEEDBACK_FIT_MAX_WRONG_PCT", 3.0)
 FEEDBACK_FIT_MIN_EXAMPLES = env_int("FEEDBACK_FIT_MIN_EXAMPLES", 20)
 FEEDBACK_FIT_MAX_EXAMPLES = env_int("FEEDBACK_FIT_MAX_EXAMPLES", 5000)
+
+# --- MCP server (mcp_server; docs/mcp.md) ---
+# Streamable HTTP at MCP_HTTP_PATH on the ASGI app (config.asgi), beside the API; stdio: manage.py mcp.
+MCP_HTTP_ENABLED = env_bool("MCP_HTTP_ENABLED", True)
+MCP_HTTP_PATH = os.environ.get("MCP_HTTP_PATH", "/mcp")
+# Threads running tool calls in one process; each keeps its database connection (CONN_MAX_AGE).
+MCP_THREADS = env_int("MCP_THREADS", 8)
+# Largest MCP request body: an inline phrase import plus its JSON envelope.
+MCP_MAX_BODY_BYTES = env_int("MCP_MAX_BODY_BYTES", LEARNING_IMPORT_MAX_BYTES + 64 * 1024)

@@ -6,17 +6,20 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.authentication import ScopePermission
 from common.api import ApplicationError, error_response
+from common.parsers import LimitedJSONParser
 from common.schema import ERROR_RESPONSES, ErrorSerializer
 from learning import selectors
 from learning.importing import ImportFormatError, check_size, parse
 from learning.resolution import resolve
 from learning.serializers import (
+    AliasResolveRequestSerializer,
+    AliasResolveResponseSerializer,
     BlockCreateSerializer,
     BlockSerializer,
     CandidateApproveSerializer,
@@ -42,6 +45,7 @@ from learning.serializers import (
 from learning.services.blocks import phrase_block_add, phrase_block_delete, phrase_block_expire
 from learning.services.candidates import candidate_approve, candidate_get, candidate_reject
 from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
+from learning.services.decisions import resolution_record
 from learning.services.disambiguations import disambiguation_abandon, disambiguation_record, disambiguation_select
 from learning.services.imports import phrases_import
 
@@ -60,6 +64,7 @@ class ResolveApi(APIView):
         serializer.is_valid(raise_exception=True)
         result = resolve(**serializer.validated_data)
         disambiguation_record(resolution=result, agent=request.user, domain=serializer.validated_data.get("domain"))
+        resolution_record(resolution=result, agent=request.user, domain=serializer.validated_data.get("domain"))
         body = result.as_dict()
         if result.outcome != "ambiguous":
             body.pop("options")
@@ -282,7 +287,11 @@ class ResolutionConfirmApi(APIView):
 class PhraseImportApi(GovernanceApi):
     """Import learned phrases (YAML, JSON or CSV; inline ``content`` or an uploaded ``file``): all or nothing."""
 
-    parser_classes = [JSONParser, MultiPartParser, FormParser]
+    # The shared JSON parser (input policy, depth limit without recursion), with the import's own size limit.
+    parser_classes = [LimitedJSONParser, MultiPartParser, FormParser]
+
+    def max_body_bytes(self) -> int:
+        return settings.LEARNING_IMPORT_MAX_BYTES + 64 * 1024  # allowance for the JSON envelope
 
     @extend_schema(
         request={"application/json": ImportRequestSerializer, "multipart/form-data": ImportRequestSerializer},
@@ -321,3 +330,19 @@ class PhraseImportApi(GovernanceApi):
             source=f"import:{request.user.name}"[:40],
         )
         return Response(ImportResultSerializer(result).data)
+
+
+# Alias API: what a name stands for.
+
+
+class AliasResolveApi(APIView):
+    """What a name stands for: the user's own aliases, then global ones; exact spelling first, then by meaning."""
+
+    permission_classes = [ScopePermission]
+    required_scopes = ["resolve"]
+
+    @extend_schema(request=AliasResolveRequestSerializer, responses={200: AliasResolveResponseSerializer, **ERROR_RESPONSES})
+    def post(self, request):
+        serializer = AliasResolveRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return Response(AliasResolveResponseSerializer(selectors.entity_alias_resolve(**serializer.validated_data)).data)

@@ -1,7 +1,8 @@
-"""The BANKING77 intent data set (read from DATASETS_DIR, never copied into the repo).
+"""The public intent data sets (read from DATASETS_DIR, never copied into the repo): BANKING77 and HWU64.
 
-Each intent plays a verb ``banking.<intent>``; training utterances are what users
-type; the test file is used only for measuring.
+Each intent plays a verb ``<domain>.<intent>`` (``banking.<intent>`` for BANKING77, ``hwu64.<intent>`` for
+HWU64); training utterances are what users type; the test file is used only for measuring. Every function takes
+``dataset`` (default banking77, as before).
 """
 
 import csv
@@ -14,6 +15,7 @@ from pathlib import Path
 from django.conf import settings
 
 DOMAIN = "banking"
+DOMAINS = {"banking77": "banking", "hwu64": "hwu64"}
 
 
 @dataclass(frozen=True)
@@ -22,27 +24,31 @@ class Example:
     verb: str
 
 
+def dataset_dir(dataset: str = "banking77") -> Path:
+    return Path(settings.DATASETS_DIR) / dataset
+
+
 def banking77_dir() -> Path:
-    return Path(settings.DATASETS_DIR) / "banking77"
+    return dataset_dir("banking77")
 
 
-def available() -> bool:
-    d = banking77_dir()
+def available(dataset: str = "banking77") -> bool:
+    d = dataset_dir(dataset)
     return (d / "train.csv").exists() and (d / "categories.json").exists()
 
 
-def verb_name(intent: str) -> str:
-    return f"{DOMAIN}.{intent.strip().lower()}"
+def verb_name(intent: str, dataset: str = "banking77") -> str:
+    return f"{DOMAINS[dataset]}.{intent.strip().lower()}"
 
 
-def intents() -> list[str]:
-    return json.loads((banking77_dir() / "categories.json").read_text())
+def intents(dataset: str = "banking77") -> list[str]:
+    return json.loads((dataset_dir(dataset) / "categories.json").read_text())
 
 
-def load(split: str) -> list[Example]:
+def load(split: str, dataset: str = "banking77") -> list[Example]:
     """``split`` is 'train' or 'test'."""
-    with open(banking77_dir() / f"{split}.csv", newline="", encoding="utf-8") as fh:
-        return [Example(row["text"].strip(), verb_name(row["category"])) for row in csv.DictReader(fh)]
+    with open(dataset_dir(dataset) / f"{split}.csv", newline="", encoding="utf-8") as fh:
+        return [Example(row["text"].strip(), verb_name(row["category"], dataset)) for row in csv.DictReader(fh)]
 
 
 def by_verb(examples: list[Example]) -> dict[str, list[str]]:
@@ -52,12 +58,12 @@ def by_verb(examples: list[Example]) -> dict[str, list[str]]:
     return dict(grouped)
 
 
-def catalogue_split(per_verb: int = 5, seed: int = 77) -> tuple[dict[str, list[str]], list[Example]]:
+def catalogue_split(per_verb: int = 5, seed: int = 77, dataset: str = "banking77") -> tuple[dict[str, list[str]], list[Example]]:
     """Pick ``per_verb`` training utterances per verb (fixed seed) as catalogue phrases; answer them and the rest."""
     rng = random.Random(seed)
     chosen: dict[str, list[str]] = {}
     rest: list[Example] = []
-    for verb, texts in sorted(by_verb(load("train")).items()):
+    for verb, texts in sorted(by_verb(load("train", dataset)).items()):
         texts = sorted(set(texts))
         picked = rng.sample(texts, min(per_verb, len(texts)))
         chosen[verb] = picked

@@ -415,3 +415,138 @@ class FittedResolutionProfile(models.Model):
 
     def __str__(self):
         return f"{self.embedding_model}: threshold {self.resolve_threshold:.2f}, margin {self.margin:.2f} ({self.status})"
+
+
+# --- The learned auto-resolve decision ---
+
+
+class ResolutionRecord(models.Model):
+    """One answer of the resolver with its explanation; the label arrives later (click, confirmation, correction,
+    abandon) and feeds the decision fit. Purged after RESOLUTION_RETENTION_DAYS."""
+
+    class Rule(models.TextChoices):
+        LEARNED = "learned", "learned fit"
+        PRIOR = "prior", "catalogue prior"
+        FIXED = "fixed", "fixed threshold"
+        EXACT = "exact", "trusted exact phrase"
+
+    class LabelSource(models.TextChoices):
+        CLICK = "click", "click"
+        CONFIRMATION = "confirmation", "confirmation"
+        CORRECTION = "correction", "correction"
+        ABANDON = "abandon", "abandon"
+
+    request_id = models.UUIDField(unique=True, editable=False)
+    agent = models.ForeignKey("agents.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    user_id = models.CharField(max_length=128, null=True, blank=True, validators=[user_id_validator])
+    text = models.CharField(max_length=2000)
+    normalized = models.CharField(max_length=2000)
+    domain = models.CharField(max_length=60, blank=True, default="")
+    outcome = models.CharField(max_length=10)
+    verb = models.CharField(max_length=120, blank=True, default="", help_text="The verb run (resolved only)")
+    top_verb = models.CharField(max_length=120, blank=True, default="", help_text="The ranking's top verb")
+    top_verbs = models.JSONField(default=list, blank=True)
+    rule = models.CharField(max_length=10, choices=Rule.choices)
+    features = models.JSONField(null=True, blank=True, help_text="learning.decision.FEATURES order")
+    features_open = models.JSONField(null=True, blank=True, help_text="The same query scored without its top verb")
+    probability = models.FloatField(null=True, blank=True)
+    cut = models.FloatField(null=True, blank=True)
+    fit_version = models.PositiveIntegerField(null=True, blank=True)
+    margin = models.FloatField(null=True, blank=True, help_text="Top minus runner-up ranking score")
+    blocks = models.JSONField(default=list, blank=True)
+    penalties = models.JSONField(default=dict, blank=True)
+    degraded_reason = models.CharField(max_length=200, blank=True, default="")
+    shadow_version = models.PositiveIntegerField(null=True, blank=True)
+    shadow_outcome = models.CharField(max_length=10, blank=True, default="")
+    shadow_verb = models.CharField(max_length=120, blank=True, default="")
+    label = models.BooleanField(null=True, blank=True, help_text="The top verb was right")
+    shadow_label = models.BooleanField(null=True, blank=True, help_text="The shadow fit's top verb was right")
+    label_source = models.CharField(max_length=12, choices=LabelSource.choices, blank=True, default="")
+    gold_verb = models.CharField(max_length=120, blank=True, default="")
+    labelled_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["user_id", "normalized", "-created_at"], name="resrecord_user_text")]
+
+    def __str__(self):
+        return f"{self.text!r} → {self.outcome} {self.verb or ''}"
+
+
+class DecisionFit(models.Model):
+    """A versioned fit of the auto-resolve decision (and the classifier heads trained with it)."""
+
+    class Source(models.TextChoices):
+        PRIOR = "prior", "catalogue prior"
+        LABELS = "labels", "users' labels"
+
+    class Status(models.TextChoices):
+        CANDIDATE = "candidate", "candidate"
+        SHADOW = "shadow", "shadow"
+        LIVE = "live", "live"
+        RETIRED = "retired", "retired"
+
+    version = models.PositiveIntegerField(unique=True)
+    source = models.CharField(max_length=10, choices=Source.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.CANDIDATE, db_index=True)
+    pinned = models.BooleanField(default=False, help_text="A reviewer holds it live: no automatic promotion replaces it")
+    embedding_model = models.CharField(max_length=100)
+    params = models.JSONField(null=True, blank=True, help_text="Coefficients, standardisation, cut, support floor")
+    n_labels = models.PositiveIntegerField(default=0)
+    held_out = models.JSONField(default=dict, blank=True, help_text="This fit, out-of-fold: right/wrong/asked shares")
+    held_out_in_use = models.JSONField(default=dict, blank=True, help_text="The fit in use on the same labels")
+    in_use_version = models.PositiveIntegerField(null=True, blank=True)
+    shadow_figures = models.JSONField(default=dict, blank=True, help_text="Labels that arrived while it ran in shadow")
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    shadow_since = models.DateTimeField(null=True, blank=True)
+    promoted_at = models.DateTimeField(null=True, blank=True)
+    promoted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="promoted_decision_fits"
+    )
+
+    class Meta:
+        ordering = ["-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["status"], condition=Q(status="live"), name="decisionfit_one_live"),
+            models.UniqueConstraint(fields=["status"], condition=Q(status="shadow"), name="decisionfit_one_shadow"),
+        ]
+
+    def __str__(self):
+        return f"decision fit v{self.version} ({self.source}, {self.status}{', pinned' if self.pinned else ''})"
+
+
+class DecisionHead(models.Model):
+    """A classifier head of a fit: the deployment's (user_id NULL) or one user's (trained on that user's phrases only)."""
+
+    fit = models.ForeignKey(DecisionFit, on_delete=models.CASCADE, related_name="heads")
+    user_id = models.CharField(max_length=128, null=True, blank=True, validators=[user_id_validator])
+    weights = models.BinaryField(help_text="npz: W (d x V), b (V), classes, verbs")
+    anchors = models.JSONField(default=dict, help_text="{verb: anchors it was trained on}")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["fit", "user_id"], name="decisionhead_one_per_scope", nulls_distinct=False)
+        ]
+
+    def __str__(self):
+        return f"head of v{self.fit_id} ({self.user_id or 'deployment'})"
+
+
+class DecisionFitEvent(models.Model):
+    """Every switch of the fit in use (automatic promotion, pin, unpin, roll back)."""
+
+    fit = models.ForeignKey(DecisionFit, on_delete=models.CASCADE, related_name="events")
+    action = models.CharField(max_length=20)
+    previous_version = models.PositiveIntegerField(null=True, blank=True)
+    reason = models.TextField(blank=True, default="")
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"v{self.fit.version}: {self.action}"

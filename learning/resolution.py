@@ -16,12 +16,13 @@ import math
 import uuid
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 from django.conf import settings
 
 from common.text import normalize_phrase
 from embeddings.embedders import current_model_name, embed_query
-from learning import selectors
-from learning.scoring import Source, semantic_scores
+from learning import decision, selectors
+from learning.scoring import Source, anchor_trust, semantic_scores
 from learning.selectors import active_profile_values, verb_evidence_balance
 
 logger = logging.getLogger(__name__)
@@ -62,9 +63,13 @@ class Resolution:
     options: list[Option] = field(default_factory=list)
     user_id: str | None = None
     model: str = ""
+    explanation: dict = field(default_factory=dict)
+    trace: dict = field(default_factory=dict)  # what ResolutionRecord stores (features, shadow); not part of the answer
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        body = asdict(self)
+        body.pop("trace")
+        return body
 
 
 def profile(model_name: str | None = None) -> dict:
@@ -89,6 +94,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     p = profile()
     request_id = str(uuid.uuid4())
     best: dict[str, Candidate] = {}
+    learned_rule = settings.RESOLVE_DECISION != "fixed"
 
     def offer(verb: str, score: float, source: str, matched: str) -> None:
         current = best.get(verb)
@@ -103,12 +109,15 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
         best[row.verb].description = row.description
 
     vector, model, reason = None, current_model_name(), ""
-    if exact and exact[0].confidence >= p["resolve_threshold"]:
-        # Fast path: a confident exact match wins, unless a block could apply to it.
+    trusted = settings.RESOLVE_TRUSTED_CONFIDENCE if learned_rule else p["resolve_threshold"]
+    if exact and exact[0].confidence >= trusted:
+        # Fast path: a trusted exact match wins, unless a block could apply to it.
         top = exact[0]
         if not top.blocked:
             candidate = best[top.verb]
-            return _finish(request_id, text, user_id, [candidate], p, limit, degraded_reason="", model=model)
+            r = _finish(request_id, text, user_id, [candidate], p, limit, degraded_reason="", model=model)
+            r.explanation = {"rule": "exact", "confidence": round(float(top.confidence), 4), "trusted_confidence": trusted}
+            return r
 
     vector, model, reason = embed_query(normalized)
     # Tiers 3-7 come back from one query (see selectors.tier_rows).
@@ -145,11 +154,34 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
 
     candidates = [c for v, c in best.items() if v not in blocked]
     candidates.sort(key=lambda c: (-c.score, c.verb))
+    before = {c.verb: c.score for c in candidates}
     unpenalized = _decide([c for c in candidates if c.score >= p["min_score"]], p)
     endorsed = _apply_feedback_penalties(candidates, rows.evidence)
     if endorsed is not None:
         candidates.sort(key=lambda c: (-c.score, c.verb))
-    return _finish(
+    penalties = {c.verb: round(before[c.verb] - c.score, 4) for c in candidates if before[c.verb] != c.score}
+    context = {"blocks": sorted(blocked), "penalties": penalties}
+    if learned_rule and vector is not None:
+        learned, fallback = _learned_finish(
+            request_id,
+            text,
+            user_id,
+            domain,
+            candidates,
+            rows,
+            vector,
+            p,
+            limit,
+            model=model,
+            reason=reason,
+            before=before,
+            endorsed=endorsed,
+            context=context,
+        )
+        if learned is not None:
+            return learned
+        reason = reason or fallback
+    r = _finish(
         request_id,
         text,
         user_id,
@@ -160,6 +192,254 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
         model=model,
         unpenalized=unpenalized,
         endorsed=endorsed,
+    )
+    ranked = [c for c in candidates if c.score >= p["min_score"]]
+    r.explanation = {
+        "rule": "fixed",
+        "probability": None,
+        "cut": None,
+        "fit_version": None,
+        "resolve_threshold": p["resolve_threshold"],
+        "margin_required": p["margin"],
+        "margin": round(ranked[0].score - ranked[1].score, 4) if len(ranked) > 1 else None,
+        **context,
+    }
+    return r
+
+
+# --- The learned decision (learning.decision; docs/thresholds.md) ---
+
+_LEARNED_SOURCES = {Source.USER_LEARNED_EXACT, Source.USER_LEARNED_SEMANTIC, Source.LEARNED_EXACT, Source.LEARNED_SEMANTIC}
+
+
+def _fit_in_force(user_id: str | None):
+    """(FitState, head tuple or None, degraded reason) of the fit to decide with: the live fit, else the catalogue
+    prior; a fit whose params or head cannot be read is skipped for the next (prior), with the reason."""
+    state = selectors.decision_state()
+    reason = ""
+    for fs in (state["live"], state["prior"]):
+        if fs is None or fs.params is None:
+            continue
+        try:
+            decision.check_params(fs.params)
+            return fs, selectors.decision_head(fs.version, user_id), reason
+        except (ValueError, TypeError, KeyError) as exc:
+            logger.error("decision fit v%s unusable: %s", fs.version, exc)
+            reason = f"decision fit v{fs.version} unusable; fell back"
+    return None, None, reason
+
+
+class _View:
+    """One query seen through one fit: dense anchor / head arrays over the verbs in play."""
+
+    def __init__(self, verbs, anchor, head_p, hits, n_anchors):
+        self.verbs, self.anchor, self.head_p, self.hits, self.n_anchors = verbs, anchor, head_p, hits, n_anchors
+
+    def top(self, eligible):
+        comb = decision.combine(self.anchor, self.head_p)
+        comb = np.where(eligible, comb, -np.inf)
+        return int(np.argmax(comb)), comb
+
+    def features(self, top, exclude: int | None = None):
+        hits = [h for h in self.hits if self.verbs[h[1]] != (self.verbs[exclude] if exclude is not None else None)]
+        top_cos = max((h[2] for h in hits), default=0.0)
+        knn = [h[1] for h in sorted((h for h in hits if h[3]), key=lambda h: -h[0])[: decision.KNN]]
+        own = [h for h in hits if h[1] == top and h[3]]
+        learned_top = bool(max(own, key=lambda h: h[0])[4]) if own else False
+        return decision.features(
+            anchor=self.anchor,
+            head_p=self.head_p,
+            top=top,
+            top_cos=top_cos,
+            knn=knn,
+            learned_top=learned_top,
+            n_anchors=self.n_anchors.get(self.verbs[top], 0),
+        )
+
+
+def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: bool):
+    index = {c.verb: i for i, c in enumerate(candidates)}
+    verbs = [c.verb for c in candidates]
+    head = anchors_n = None
+    P = None
+    if head_tuple is not None:
+        head, head_verbs, anchors_n, _ = head_tuple
+        probs = decision.head_predict(head, vector)[0]
+        active = selectors.active_verb_names() if allow_head_only else frozenset()
+        order = np.argsort(-probs)
+        shown = 0
+        for j in order[: settings.RESOLVE_MAX_OPTIONS * 2]:
+            v = head_verbs[j]
+            if shown >= settings.RESOLVE_MAX_OPTIONS or probs[j] < 0.01:
+                break
+            if v not in index and v in active and v not in blocked:
+                index[v] = len(verbs)
+                verbs.append(v)
+                candidates.append(Candidate(verb=v, score=0.0, source="head", matched_phrase=""))
+            shown += 1
+        keep = np.array([v not in blocked for v in head_verbs])
+        mass = float(probs[keep].sum()) or 1.0
+        P = np.zeros(len(verbs))
+        rest = 0.0
+        for j, v in enumerate(head_verbs):
+            if not keep[j]:
+                continue
+            if v in index:
+                P[index[v]] = probs[j] / mass
+            else:
+                rest = max(rest, probs[j] / mass)
+        # the best verb outside the candidates still counts for the head's margin
+        P = np.r_[P, rest]
+        verbs = verbs + [""]
+    anchor = np.array([c.score for c in candidates] + ([0.0] if P is not None else []), dtype=np.float64)
+    hits = []  # (effective score, verb index, raw cosine, counts as an anchor, is learned)
+    for h in rows.learned:
+        if h.verb in index:
+            ok = h.similarity >= p["learned_threshold"]
+            hits.append((h.similarity * anchor_trust(h.confidence), index[h.verb], h.similarity, ok, True))
+    for h in rows.catalogue:
+        if h.verb in index:
+            hits.append((h.similarity, index[h.verb], h.similarity, h.similarity >= p["min_score"], False))
+    for i, c in enumerate(candidates):  # exact and substring tiers: the candidate's own score is its anchor
+        if c.source in _LEARNED_SOURCES or c.source in (Source.PHRASE_EXACT, Source.PHRASE_SUBSTRING):
+            hits.append((c.score, i, c.score if c.source != Source.PHRASE_SUBSTRING else 0.0, True, c.source in _LEARNED_SOURCES))
+    return _View(verbs, anchor, P, hits, anchors_n or {})
+
+
+def _learned_finish(
+    request_id, text, user_id, domain, candidates, rows, vector, p, limit, *, model, reason, before, endorsed, context
+):
+    fs, head_tuple, degraded = _fit_in_force(user_id)
+    if fs is None:
+        return None, degraded
+    reason = reason or degraded
+    try:
+        pool = [c for c in candidates if c.score >= p["min_score"]]
+        view = _view(pool, rows, vector, head_tuple, rows.blocked, p, allow_head_only=domain is None)
+    except ValueError as exc:  # an unreadable head: decide with the fixed rule, say so
+        logger.error("decision head of v%s unusable: %s", fs.version, exc)
+        return None, f"decision head v{fs.version} unusable; fell back"
+    eligible = np.array([bool(v) for v in view.verbs])
+    explanation = {
+        "rule": "prior" if fs.source == "prior" else "learned",
+        "fit_version": fs.version if fs.source != "prior" else "prior",
+        "version": fs.version,
+        "probability": None,
+        "cut": fs.params.get("cut"),
+        "margin": None,
+        **context,
+    }
+    trace = {"rule": explanation["rule"], "fit_version": fs.version}
+    if not pool or not eligible.any():
+        r = _result(request_id, text, user_id, Outcome.NO_MATCH, None, [], [], limit, reason, model)
+        r.explanation = explanation
+        r.trace = trace
+        return r, reason
+    top, comb = view.top(eligible)
+    f = view.features(top)
+    prob = float(decision.probability(fs.params, f)[0])
+    auto = bool(decision.decide(fs.params, f)[0])
+    ranked_idx = [int(i) for i in np.argsort(-comb, kind="stable") if eligible[i] and np.isfinite(comb[i])]
+    runner = comb[ranked_idx[1]] if len(ranked_idx) > 1 else None
+    explanation.update(
+        probability=round(prob, 4),
+        margin=round(float(comb[top] - runner), 4) if runner is not None else None,
+        min_top_cos=fs.params.get("min_top_cos"),
+        top_cos=round(float(f[0]), 4),
+    )
+    if auto and endorsed is not None:
+        # A penalty may decide an auto-resolution only for a verb this user chose for a near-paraphrase.
+        unpen = max((v for v in before if v in view.verbs), key=lambda v: before[v], default=None)
+        if unpen != view.verbs[top] and view.verbs[top] not in endorsed:
+            auto = False
+            explanation["penalty_guard"] = True
+    # the same query as if its top verb did not exist: an open-set example for the fit
+    eligible_open = eligible.copy()
+    eligible_open[top] = False
+    f_open = None
+    if eligible_open.any():
+        saved = (view.anchor.copy(), None if view.head_p is None else view.head_p.copy())
+        view.anchor[top] = 0.0
+        view.head_p = decision.without(view.head_p, top)
+        top_o, _ = view.top(eligible_open)
+        f_open = view.features(top_o, exclude=top).tolist()
+        view.anchor, view.head_p = saved
+    trace.update(
+        features=f.tolist(),
+        features_open=f_open,
+        probability=prob,
+        cut=fs.params.get("cut"),
+        top_verb=view.verbs[top],
+        top_verbs=[view.verbs[i] for i in ranked_idx[: settings.RESOLVE_MAX_OPTIONS]],
+        margin=explanation["margin"],
+        **context,
+    )
+    _shadow(trace, user_id, candidates, rows, vector, p, domain)
+    by_verb = {c.verb: c for c in pool}
+    ordered = [by_verb[view.verbs[i]] for i in ranked_idx]
+    if auto:
+        r = _result(request_id, text, user_id, Outcome.RESOLVED, view.verbs[top], ordered, [], limit, reason, model)
+    else:
+        best_anchor = float(max(view.anchor[i] for i in ranked_idx))
+        shown = [i for i in ranked_idx if i == top or view.anchor[i] >= best_anchor - p["options_window"]][
+            : settings.RESOLVE_MAX_OPTIONS
+        ]
+        details = selectors.verb_details([view.verbs[i] for i in shown])
+        options = []
+        for i in shown:
+            c, d = by_verb[view.verbs[i]], details.get(view.verbs[i], {})
+            options.append(
+                Option(c.verb, d.get("display_name", c.verb), d.get("example") or c.matched_phrase, round(float(comb[i]), 4))
+            )
+        r = _result(request_id, text, user_id, Outcome.AMBIGUOUS, None, ordered, options, limit, reason, model)
+    r.explanation = explanation
+    r.trace = trace
+    return r, reason
+
+
+def _shadow(trace, user_id, candidates, rows, vector, p, domain) -> None:
+    """What the shadow fit would have answered (recorded with the resolution; never shown)."""
+    shadow = selectors.decision_state()["shadow"]
+    if shadow is None or shadow.params is None:
+        return
+    try:
+        decision.check_params(shadow.params)
+        pool = [c for c in candidates if c.score >= p["min_score"] and c.source != "head"]
+        view = _view(
+            list(pool),
+            rows,
+            vector,
+            selectors.decision_head(shadow.version, user_id),
+            rows.blocked,
+            p,
+            allow_head_only=domain is None,
+        )
+        eligible = np.array([bool(v) for v in view.verbs])
+        if not eligible.any():
+            return
+        top, _ = view.top(eligible)
+        auto = bool(decision.decide(shadow.params, view.features(top))[0])
+        trace.update(
+            shadow_version=shadow.version,
+            shadow_outcome=Outcome.RESOLVED if auto else Outcome.AMBIGUOUS,
+            shadow_verb=view.verbs[top],
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        logger.warning("shadow fit v%s unusable: %s", shadow.version, exc)
+
+
+def _result(request_id, text, user_id, outcome, verb, ordered, options, limit, reason, model) -> Resolution:
+    return Resolution(
+        request_id=request_id,
+        text=text,
+        outcome=outcome,
+        verb=verb,
+        candidates=ordered[:limit],
+        degraded=bool(reason),
+        degraded_reason=reason,
+        options=options,
+        user_id=user_id,
+        model=model,
     )
 
 

@@ -6,14 +6,21 @@ from datetime import timedelta
 from django.conf import settings
 from rest_framework import serializers
 
-from common.fields import UserIdField
+from common.fields import (
+    BoundedIntegerField,
+    OffsetField,
+    StrictChoiceField,
+    StrictQuerySerializer,
+    StrictSerializer,
+    UserIdField,
+)
 from learning import selectors
 from learning.importing import FORMATS
 from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, PhraseBlock
 from learning.selectors import STATS_RANGES
 
 
-class ResolveRequestSerializer(serializers.Serializer):
+class ResolveRequestSerializer(StrictSerializer):
     text = serializers.CharField(max_length=settings.RESOLVE_MAX_TEXT_LENGTH, trim_whitespace=True)
     user_id = UserIdField(required=False, allow_null=True)
     domain = serializers.CharField(required=False, allow_null=True, max_length=60)
@@ -58,16 +65,22 @@ class ResolveResponseSerializer(serializers.Serializer):
     options = OptionSerializer(many=True, required=False, help_text="Present when the outcome is ambiguous.")
     degraded = serializers.BooleanField()
     degraded_reason = serializers.CharField(allow_blank=True, required=False)
+    explanation = serializers.DictField(
+        help_text=(
+            "Why: rule (learned | prior | fixed | exact), probability that the top verb is right, the cut it was "
+            "compared with, fit_version (a number, or 'prior'), margin to the runner-up, blocks and penalties applied."
+        )
+    )
 
 
-class DisambiguationSelectSerializer(serializers.Serializer):
+class DisambiguationSelectSerializer(StrictSerializer):
     selected_verb = serializers.CharField(max_length=120)
     args = serializers.DictField(required=False, default=dict, help_text="Arguments for the verb, passed back as given")
     user_id = UserIdField(required=False, allow_null=True, help_text="If given, must be the user the options were shown to")
 
 
-class DisambiguationAbandonSerializer(serializers.Serializer):
-    reason = serializers.ChoiceField(choices=AbandonEvent.Reason.choices)
+class DisambiguationAbandonSerializer(StrictSerializer):
+    reason = StrictChoiceField(choices=AbandonEvent.Reason.choices)
     user_id = UserIdField(required=False, allow_null=True, help_text="If given, must be the user the options were shown to")
 
 
@@ -117,7 +130,7 @@ class ExpiryField(serializers.CharField):
             raise serializers.ValidationError(str(exc)) from None
 
 
-class QuerySerializer(serializers.Serializer):
+class QuerySerializer(StrictQuerySerializer):
     """Query parameters: a parameter given empty (``?status=``) is an error, not "not given"."""
 
     def validate(self, attrs):
@@ -128,13 +141,13 @@ class QuerySerializer(serializers.Serializer):
 
 
 class CandidateListQuerySerializer(QuerySerializer):
-    status = serializers.ChoiceField(choices=LearningCandidate.Status.choices, required=False)
-    type = serializers.ChoiceField(choices=LearningCandidate.Type.choices, required=False)
-    risk_level = serializers.ChoiceField(choices=LearningCandidate.Risk.choices, required=False)
-    min_occurrences = serializers.IntegerField(required=False, min_value=1)
+    status = StrictChoiceField(choices=LearningCandidate.Status.choices, required=False)
+    type = StrictChoiceField(choices=LearningCandidate.Type.choices, required=False)
+    risk_level = StrictChoiceField(choices=LearningCandidate.Risk.choices, required=False)
+    min_occurrences = BoundedIntegerField(required=False, min_value=1)
     user_id = UserIdField(required=False)
-    limit = serializers.IntegerField(required=False, min_value=1, max_value=200)
-    offset = serializers.IntegerField(required=False, min_value=0)
+    limit = BoundedIntegerField(required=False, min_value=1, max_value=200)
+    offset = OffsetField()
 
 
 class LearningCandidateSerializer(serializers.ModelSerializer):
@@ -176,17 +189,17 @@ class CandidatePageSerializer(serializers.Serializer):
     results = LearningCandidateSerializer(many=True)
 
 
-class CandidateApproveSerializer(serializers.Serializer):
+class CandidateApproveSerializer(StrictSerializer):
     apply_immediately = serializers.BooleanField(default=True)
 
 
-class CandidateRejectSerializer(serializers.Serializer):
+class CandidateRejectSerializer(StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
     add_to_blocklist = serializers.BooleanField(default=False)
 
 
 class StatsQuerySerializer(QuerySerializer):
-    time_range = serializers.ChoiceField(choices=list(STATS_RANGES), default="week")
+    time_range = StrictChoiceField(choices=list(STATS_RANGES), default="week")
 
 
 class TopPendingSerializer(serializers.ModelSerializer):
@@ -208,11 +221,11 @@ class StatsSerializer(serializers.Serializer):
     top_pending = TopPendingSerializer(many=True)
 
 
-class BlockCreateSerializer(serializers.Serializer):
+class BlockCreateSerializer(StrictSerializer):
     phrase = serializers.CharField(max_length=500)
     verb = serializers.CharField(max_length=120)
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
-    scope = serializers.ChoiceField(choices=["global", "user"], default="global")
+    scope = StrictChoiceField(choices=["global", "user"], default="global")
     user_id = UserIdField(required=False, allow_null=True)
     expires_in = ExpiryField(
         required=False, allow_null=True, help_text="How long the block lasts: 30d, 1w, 24h, 90m. Omit for a permanent block."
@@ -254,7 +267,7 @@ class BlockSerializer(serializers.ModelSerializer):
         return obj.embedding is not None
 
 
-class CorrectionSerializer(serializers.Serializer):
+class CorrectionSerializer(StrictSerializer):
     text = serializers.CharField(max_length=500)
     wrong_verb = serializers.CharField(max_length=120)
     correct_verb = serializers.CharField(max_length=120)
@@ -279,7 +292,7 @@ class CorrectionResultSerializer(serializers.Serializer):
     candidate_id = serializers.IntegerField(allow_null=True, help_text="Global corrections: the review candidate recorded.")
 
 
-class ConfirmationSerializer(serializers.Serializer):
+class ConfirmationSerializer(StrictSerializer):
     text = serializers.CharField(max_length=500)
     verb = serializers.CharField(max_length=120, help_text="The verb the agent resolved and ran, which the user accepted.")
     user_id = UserIdField(help_text="The user who accepted it; only that user's phrases change.")
@@ -291,11 +304,11 @@ class ConfirmationResultSerializer(serializers.Serializer):
     created = serializers.BooleanField()
 
 
-class ImportRequestSerializer(serializers.Serializer):
-    format = serializers.ChoiceField(choices=list(FORMATS))
+class ImportRequestSerializer(StrictSerializer):
+    format = StrictChoiceField(choices=list(FORMATS))
     content = serializers.CharField(required=False, trim_whitespace=False, help_text="The file's text (JSON requests).")
     file = serializers.FileField(required=False, help_text="The file (multipart uploads).")
-    scope = serializers.ChoiceField(choices=["global", "user"], default="global")
+    scope = StrictChoiceField(choices=["global", "user"], default="global")
     user_id = UserIdField(required=False, allow_null=True)
     dry_run = serializers.BooleanField(default=False)
 
@@ -328,3 +341,35 @@ class ImportResultSerializer(serializers.Serializer):
     errors = ImportErrorRowSerializer(many=True)
     would_add = serializers.ListField(child=serializers.CharField(), required=False)
     would_update = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+# Serializers of the alias API: what a name stands for.
+
+
+class AliasResolveRequestSerializer(StrictSerializer):
+    text = serializers.CharField(max_length=300, help_text="The name as the user wrote it, such as 'big blue'")
+    user_id = UserIdField(required=False, allow_null=True, help_text="The user's own aliases answer before global ones")
+    entity_type = serializers.CharField(required=False, allow_null=True, max_length=60, help_text="Only aliases of this type")
+    limit = serializers.IntegerField(required=False, default=5, min_value=1, max_value=20)
+
+
+class AliasMatchSerializer(serializers.Serializer):
+    alias = serializers.CharField()
+    canonical_name = serializers.CharField()
+    entity_type = serializers.CharField()
+    scope = serializers.ChoiceField(choices=["user", "global"])
+    user_id = serializers.CharField(allow_null=True)
+    confidence = serializers.FloatField()
+    score = serializers.FloatField(help_text="1.0 for an exact match, else the cosine similarity")
+    match = serializers.ChoiceField(choices=["exact", "semantic"])
+
+
+class AliasResolveResponseSerializer(serializers.Serializer):
+    text = serializers.CharField()
+    normalized = serializers.CharField()
+    outcome = serializers.ChoiceField(choices=["exact", "semantic", "no_match"])
+    canonical_name = serializers.CharField(allow_null=True, help_text="The best match's canonical name")
+    entity_type = serializers.CharField(allow_null=True)
+    matches = AliasMatchSerializer(many=True)
+    degraded = serializers.BooleanField()
+    degraded_reason = serializers.CharField(allow_blank=True)

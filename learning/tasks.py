@@ -5,6 +5,7 @@ import logging
 from celery import shared_task
 
 from learning.services.blocks import phrase_blocks_purge_expired
+from learning.services.decisions import decision_refit, resolution_records_purge
 from learning.services.disambiguations import disambiguation_signals_process, disambiguations_expire
 
 logger = logging.getLogger(__name__)
@@ -43,3 +44,21 @@ def disambiguations_expire_task() -> int:
     """Mark stale open disambiguation requests ``expired`` (beat: every minute)."""
 
     return disambiguations_expire()
+
+
+# --- The learned auto-resolve decision ---
+
+
+@shared_task(name="learning.decision_refit", ignore_result=True)
+def decision_refit_task(force: bool = False) -> dict:
+    """Promote the shadow decision fit if it earned it, refit on the newest labels (beat: daily; also sent every
+    RESOLVE_REFIT_EVERY_LABELS labels)."""
+
+    return decision_refit(force=force)
+
+
+@shared_task(name="learning.resolution_records_purge", ignore_result=True)
+def resolution_records_purge_task() -> int:
+    """Delete resolution records older than RESOLUTION_RETENTION_DAYS (beat: daily)."""
+
+    return resolution_records_purge()

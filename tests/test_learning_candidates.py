@@ -62,7 +62,10 @@ def test_record_rejects_bad_input(catalogue):
         record(candidate_type="nonsense")
 
 
-def test_approve_applies_with_embedding_and_resolves_paraphrases(catalogue):
+def test_approve_applies_with_embedding_and_resolves_paraphrases(catalogue, settings):
+    # This catalogue is too small for a catalogue prior, so the fixed rule decides; its default values are no
+    # longer the BANKING77-fitted ones, so the test states them (the approved phrase resolving paraphrases is the point).
+    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.69, "margin": 0.045}
     c = record(input_pattern="onboard a fresh legal entity", user_id=None)
     before = resolve(text="onboard a fresh legal entity")
     assert before.verb != "cbu.create" or before.candidates[0].source != "learned_exact"

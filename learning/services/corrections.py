@@ -17,6 +17,7 @@ from learning.resolution import profile
 from learning.selectors import active_blocks, correction_decay_targets
 from learning.services.blocks import _verb_by_name
 from learning.services.candidates import candidate_record
+from learning.services.decisions import resolution_label
 from learning.services.evidence import phrase_evidence_add
 
 logger = logging.getLogger(__name__)
@@ -44,8 +45,12 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
     if active_blocks(user_id=user_id).filter(normalized=normalized, verb=correct).exists():
         raise Conflict(f"A blocklist entry forbids {text!r} → {correct.name}.", field="correct_verb", code="blocked")
     if user_id is None:
-        return _correction_global(text=text, normalized=normalized, wrong=wrong, correct=correct)
-    return _correction_user(text=text, normalized=normalized, wrong=wrong, correct=correct, user_id=user_id)
+        result = _correction_global(text=text, normalized=normalized, wrong=wrong, correct=correct)
+    else:
+        result = _correction_user(text=text, normalized=normalized, wrong=wrong, correct=correct, user_id=user_id)
+    with transaction.atomic():  # the decision's label: the resolution of this text was wrong (or asked wrongly)
+        resolution_label(source="correction", gold_verb=correct.name, user_id=user_id, text=text)
+    return result
 
 
 def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, user_id: str) -> dict:
@@ -205,6 +210,7 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
         _positive_evidence_add(
             user_id=user_id, text=text, verb=target, vectors=vectors, model=model, weight=s.LEARNING_CONFIRMATION_CONFIDENCE
         )
+        resolution_label(source="confirmation", gold_verb=target.name, user_id=user_id, text=text)
     return {"user_id": user_id, "phrase": _phrase_state(row), "created": created}
 
 

@@ -14,6 +14,7 @@ from common.text import normalize_phrase
 from embeddings.services import embeddings_compute
 from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, LearningSignal
 from learning.services.candidates import candidate_approve, candidate_record
+from learning.services.decisions import resolution_label
 from learning.services.evidence import phrase_evidence_add_many
 from learning.variants import phrase_variants
 
@@ -144,6 +145,7 @@ def disambiguation_select(
             signal(row.text, v, Outcome.REJECTED_ALT, S.USER_DISAMBIGUATION, c["rejected"], negative=True) for v in rejected
         ]
         LearningSignal.objects.bulk_create(signals, ignore_conflicts=True)
+        resolution_label(source="click", gold_verb=selected_verb, request_id=row.request_id)
         _signals_enqueue(row.pk)
     logger.info("disambiguation %s: %s selected (%d signals)", row.request_id, selected_verb, len(signals))
     return row
@@ -180,6 +182,7 @@ def disambiguation_abandon(
             ],
             ignore_conflicts=True,
         )
+        resolution_label(source="abandon", request_id=row.request_id)
         _signals_enqueue(row.pk)
     logger.info("disambiguation %s abandoned (%s)", row.request_id, reason)
     return row

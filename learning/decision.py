@@ -1,0 +1,483 @@
+"""The learned auto-resolve decision (pure numpy / scikit-learn / scipy: no Django, no database).
+
+* ``head_train`` / ``head_predict``: the per-deployment classifier head, a multinomial logistic regression over
+  the embeddings of the anchors (catalogue and learned phrases). Predicting is one d x V matmul and a softmax.
+* ``combine``: the ranking, anchor score (cosine scale) and head probability blended 0.5 / 0.5, so a verb with
+  three examples the head barely knows still ranks by its anchors.
+* ``features``: what the resolver knows about its top verb (FEATURES, in that order).
+* ``fit_decision``: P(top verb is right | features) from the deployment's own labels, a logistic regression whose
+  coefficients on the "more support" features are constrained >= 0 (``MonoLR``), and the cut: the lowest
+  probability whose out-of-fold wrong auto-resolutions stay within ``max_wrong_rate`` of all labels counting a
+  one-sided 90% bound, plus a support guard (never auto-resolve below the 1% quantile of the top cosine of
+  right labels).
+* ``catalogue_prior``: the same fit before any user label exists, on K folds over the catalogue's own phrases.
+
+Nothing here holds a number fitted on a benchmark: coefficients and cut come from the deployment's data; the
+remaining constants are the product's target and generic statistical choices (docs/thresholds.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+
+import numpy as np
+from scipy.optimize import minimize
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold
+from threadpoolctl import threadpool_limits
+
+FEATURES = (
+    "top_cos",  # raw cosine of the nearest anchor of any verb: the out-of-scope guard
+    "anchor_top",  # top verb's anchor score (weighted mean of its best anchors)
+    "anchor_margin",  # top verb's anchor score minus the best other verb's
+    "head_p",  # head probability of the top verb (0 without a head)
+    "head_margin",  # head probability of the top verb minus the best other verb's
+    "head_agrees",  # the head's argmax is the top verb
+    "anchor_agrees",  # the anchor argmax is the top verb
+    "knn_agree",  # share of the 5 nearest anchors that belong to the top verb
+    "top_is_learned",  # the top verb's best anchor is a learned (user) phrase, not the catalogue
+    "log_n_anchors",  # log(1 + anchors of the top verb)
+    "verb_is_new",  # the top verb has fewer than 6 anchors
+)
+# +1: P(right) may only grow with the feature. Properties of any similarity resolver, not of a data set.
+MONOTONE = {"top_cos": 1, "anchor_top": 1, "anchor_margin": 1, "head_p": 1, "head_margin": 1, "knn_agree": 1}
+KNN = 5
+NEW_VERB_ANCHORS = 6
+BOUND_Z = 1.28  # one-sided 90% bound on the wrong count
+SUPPORT_QUANTILE = 0.01  # the guard loses at most 1% of right answers by construction
+HEAD_C = 10.0
+ALPHA = 0.5  # ranking blend: anchor weight
+FOLDS = 5
+
+
+def _one_blas_thread(fn):
+    """Run a fit with one BLAS thread: these are small problems (a few thousand rows, a 384 x V head), where
+    OpenBLAS's worker threads cost far more than they save, and on a loaded machine (web and worker processes
+    sharing the cores) they spin against each other: head training measured 25x slower with 2 threads on 2
+    busy cores. The numbers are the same; only the speed changes."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with threadpool_limits(limits=1, user_api="blas"):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+# --- classifier head ------------------------------------------------------------------------------------------
+
+
+@_one_blas_thread
+def head_train(X, y, n_verbs: int, sample_weight=None, C: float = HEAD_C, warm: dict | None = None) -> dict | None:
+    """Multinomial LR over anchor embeddings (classes: verb indices 0..n_verbs-1), balanced class weights so
+    verbs with few anchors are not drowned. Answers {W (d x V), b (V), classes} or None (fewer than 2 verbs).
+    ``warm``: a previous head over the same verbs; the refit continues from it for a few iterations."""
+    X = np.asarray(X, dtype=np.float32)
+    y = np.asarray(y, dtype=np.int64)
+    classes = np.unique(y)
+    if len(classes) < 2:
+        return None
+    counts = np.bincount(y, minlength=n_verbs).astype(np.float64)
+    cw = len(y) / (len(classes) * np.maximum(counts, 1))
+    sw = cw[y] * (1.0 if sample_weight is None else np.asarray(sample_weight, dtype=np.float64))
+    use_warm = warm is not None and len(warm["classes"]) == len(classes) and np.array_equal(warm["classes"], classes)
+    clf = LogisticRegression(C=C, max_iter=25 if use_warm else 100, tol=1e-5, warm_start=use_warm)
+    if use_warm and len(classes) > 2:
+        clf.coef_ = warm["W"][:, classes].T.astype(np.float64).copy()
+        clf.intercept_ = warm["b"][classes].astype(np.float64).copy()
+        clf.classes_ = classes
+    clf.fit(X, y, sample_weight=sw)
+    W = np.zeros((X.shape[1], n_verbs), dtype=np.float32)
+    b = np.full(n_verbs, -1e4, dtype=np.float32)  # verbs without anchors are never predicted by the head
+    if len(classes) == 2:
+        W[:, classes[1]], b[classes[1]] = clf.coef_[0], clf.intercept_[0]
+        W[:, classes[0]], b[classes[0]] = 0.0, 0.0
+    else:
+        W[:, classes], b[classes] = clf.coef_.T, clf.intercept_
+    return {"W": W, "b": b, "classes": classes}
+
+
+def head_predict(head: dict | None, Q) -> np.ndarray | None:
+    """Softmax probabilities (n x V) for query vectors Q (n x d); None without a head."""
+    if head is None:
+        return None
+    z = np.atleast_2d(np.asarray(Q, dtype=np.float32)) @ head["W"] + head["b"]
+    z -= z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def head_dumps(head: dict, verbs: list[str]) -> bytes:
+    """A head as npz bytes (W, b, classes, verb names)."""
+    buf = io.BytesIO()
+    np.savez(buf, W=head["W"], b=head["b"], classes=head["classes"], verbs=np.array(verbs, dtype=object))
+    return buf.getvalue()
+
+
+def head_loads(data: bytes) -> tuple[dict, list[str]]:
+    """Inverse of ``head_dumps``; raises ValueError on corrupt data."""
+    try:
+        with np.load(io.BytesIO(bytes(data)), allow_pickle=True) as z:
+            head = {"W": z["W"].astype(np.float32), "b": z["b"].astype(np.float32), "classes": z["classes"]}
+            verbs = [str(v) for v in z["verbs"]]
+    except Exception as exc:  # any corruption: the caller falls back
+        raise ValueError(f"unreadable head: {exc}") from exc
+    if head["W"].ndim != 2 or head["W"].shape[1] != len(verbs) or head["b"].shape != (len(verbs),):
+        raise ValueError("head shape does not match its verbs")
+    return head, verbs
+
+
+# --- ranking and features -------------------------------------------------------------------------------------
+
+
+def combine(anchor: np.ndarray, head_p: np.ndarray | None, alpha: float = ALPHA) -> np.ndarray:
+    """Ranking score per verb: anchor score blended with the head probability (anchors alone without a head)."""
+    if head_p is None:
+        return anchor
+    return alpha * anchor + (1.0 - alpha) * head_p
+
+
+def features(
+    *, anchor: np.ndarray, head_p: np.ndarray | None, top: int, top_cos: float, knn: list[int], learned_top: bool, n_anchors: int
+) -> np.ndarray:
+    """The feature vector (FEATURES order) of the top verb ``top`` (index into ``anchor`` / ``head_p``)."""
+    others = np.delete(anchor, top)
+    if head_p is None:
+        hp, hmargin, hagree = 0.0, 0.0, 0.0
+    else:
+        hother = np.delete(head_p, top)
+        hp = float(head_p[top])
+        hmargin = hp - (float(hother.max()) if hother.size else 0.0)
+        hagree = float(int(np.argmax(head_p)) == top)
+    return np.array(
+        [
+            top_cos,
+            anchor[top],
+            anchor[top] - (float(others.max()) if others.size else 0.0),
+            hp,
+            hmargin,
+            hagree,
+            float(int(np.argmax(anchor)) == top),
+            float(np.mean([k == top for k in knn])) if knn else 0.0,
+            float(learned_top),
+            np.log1p(n_anchors),
+            float(n_anchors < NEW_VERB_ANCHORS),
+        ],
+        dtype=np.float64,
+    )
+
+
+def without(head_p: np.ndarray | None, verb: int) -> np.ndarray | None:
+    """Head probabilities renormalised as if ``verb`` did not exist (an open-set example)."""
+    if head_p is None:
+        return None
+    p = head_p.copy()
+    p[verb] = 0.0
+    return p / max(float(p.sum()), 1e-12)
+
+
+# --- the decision fit ---------------------------------------------------------------------------------------
+
+
+class MonoLR:
+    """Binary L2 logistic regression (C as sklearn) whose coefficients on the constrained columns keep their sign
+    (L-BFGS-B with bounds)."""
+
+    def __init__(self, signs, C: float = 1.0):
+        self.signs, self.C = np.asarray(signs), C
+
+    def fit(self, Z, y):
+        Z = np.asarray(Z, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        d = Z.shape[1]
+
+        def loss(w):
+            t = Z @ w[:d] + w[d]
+            val = np.logaddexp(0.0, t) - y * t
+            g = 1.0 / (1.0 + np.exp(-t)) - y
+            return val.sum() * self.C + 0.5 * w[:d] @ w[:d], np.r_[self.C * (Z.T @ g) + w[:d], self.C * g.sum()]
+
+        bounds = [(0.0, None) if s > 0 else (None, 0.0) if s < 0 else (None, None) for s in self.signs] + [(None, None)]
+        r = minimize(loss, np.zeros(d + 1), jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": 500})
+        self.coef_, self.intercept_ = r.x[:d], float(r.x[d])
+        return self
+
+    def predict_proba1(self, Z):
+        return 1.0 / (1.0 + np.exp(-np.clip(np.asarray(Z) @ self.coef_ + self.intercept_, -50, 50)))
+
+
+def _signs() -> np.ndarray:
+    return np.array([MONOTONE.get(f, 0) for f in FEATURES])
+
+
+def choose_cut(p: np.ndarray, y: np.ndarray, max_wrong_rate: float, z: float = BOUND_Z) -> tuple[float, dict]:
+    """The lowest cut on held-out probabilities whose wrong auto-resolutions over all labels stay within
+    ``max_wrong_rate`` counting a one-sided bound (w + z sqrt(w + 1)) / n. Answers (cut, held-out shares)."""
+    n = len(y)
+    order = np.argsort(-p, kind="stable")
+    ps, ys = p[order], y[order]
+    wrong, right = np.cumsum(1 - ys), np.cumsum(ys)
+    within = (wrong + z * np.sqrt(wrong + 1.0)) / n <= max_wrong_rate
+    distinct = np.r_[ps[1:] < ps[:-1], True]
+    bad = np.where(~within)[0]
+    limit = bad[0] if bad.size else n
+    cand = np.where((within & distinct)[:limit])[0]
+    if not cand.size:
+        return float("inf"), {"right": 0.0, "wrong": 0.0, "asked": 1.0}
+    i = cand[-1]
+    return float(ps[i]), {"right": float(right[i] / n), "wrong": float(wrong[i] / n), "asked": float(1 - (i + 1) / n)}
+
+
+@_one_blas_thread
+def fit_decision(F, y, *, max_wrong_rate: float, min_labels: int, F_open=None, folds: int = FOLDS, seed: int = 0) -> dict | None:
+    """P(top verb is right | features) and its cut, from labelled rows ``F`` (n x len(FEATURES)) and ``y`` (1 =
+    the top verb was right). ``F_open``: open-set rows (queries scored with their verb removed; always wrong).
+    Probabilities for the cut are out-of-fold; the model is then refitted on everything. None with fewer than
+    ``min_labels`` labels or one class only."""
+    y = np.asarray(y, dtype=np.int64)
+    if len(y) < min_labels or y.min() == y.max():
+        return None
+    F = np.asarray(F, dtype=np.float64)
+    n_open = 0 if F_open is None else len(F_open)
+    F_all = np.vstack([F, np.asarray(F_open, dtype=np.float64)]) if n_open else F
+    y_all = np.r_[y, np.zeros(n_open, dtype=np.int64)]
+    is_open = np.r_[np.zeros(len(y), bool), np.ones(n_open, bool)]
+    mu, sd = F_all.mean(axis=0), F_all.std(axis=0)
+    sd = np.where(sd > 1e-4, sd, 1.0)  # a constant feature (no head yet, no learned anchors) stays inert
+    Z = (F_all - mu) / sd
+    oof = np.zeros(len(y_all))
+    strata = y_all + 2 * is_open
+    counts = np.bincount(strata)
+    k = max(2, min(folds, int(counts[counts > 0].min())))
+    for tr, te in StratifiedKFold(k, shuffle=True, random_state=seed).split(Z, strata):
+        oof[te] = MonoLR(_signs()).fit(Z[tr], y_all[tr]).predict_proba1(Z[te])
+    cut, held = choose_cut(oof[~is_open], y, max_wrong_rate)
+    clf = MonoLR(_signs()).fit(Z, y_all)
+    right_cos = F[y == 1, FEATURES.index("top_cos")]
+    min_top_cos = float(np.quantile(right_cos, SUPPORT_QUANTILE)) if len(right_cos) else -1.0
+    return {
+        "features": list(FEATURES),
+        "mean": mu.tolist(),
+        "scale": sd.tolist(),
+        "coef": clf.coef_.tolist(),
+        "intercept": clf.intercept_,
+        "cut": cut if np.isfinite(cut) else None,
+        "min_top_cos": min_top_cos,
+        "held_out": {k2: round(v, 4) for k2, v in held.items()},
+        "held_out_open_auto": round(float((oof[is_open] >= cut).mean()), 4) if n_open else None,
+        "n_labels": int(len(y)),
+        "n_open": int(n_open),
+        "base_rate": round(float(y.mean()), 4),
+        "max_wrong_rate": max_wrong_rate,
+    }
+
+
+def check_params(params) -> None:
+    """Raise ValueError unless ``params`` is a usable fit (shapes and finite numbers)."""
+    if not isinstance(params, dict) or params.get("features") != list(FEATURES):
+        raise ValueError("decision params do not match this resolver's features")
+    n = len(FEATURES)
+    for key in ("mean", "scale", "coef"):
+        v = np.asarray(params.get(key), dtype=np.float64)
+        if v.shape != (n,) or not np.all(np.isfinite(v)):
+            raise ValueError(f"decision params: bad {key}")
+    if not np.isfinite(float(params.get("intercept"))):
+        raise ValueError("decision params: bad intercept")
+
+
+def probability(params: dict, F) -> np.ndarray:
+    """P(top verb is right) for feature rows F."""
+    z = (np.atleast_2d(np.asarray(F, dtype=np.float64)) - np.asarray(params["mean"])) / np.asarray(params["scale"])
+    return 1.0 / (1.0 + np.exp(-np.clip(z @ np.asarray(params["coef"]) + params["intercept"], -50, 50)))
+
+
+def decide(params: dict, F) -> np.ndarray:
+    """Auto-resolve mask: P >= cut and top cosine >= the support floor (never without a finite cut)."""
+    F = np.atleast_2d(np.asarray(F, dtype=np.float64))
+    if params.get("cut") is None:
+        return np.zeros(len(F), dtype=bool)
+    return (probability(params, F) >= params["cut"]) & (F[:, 0] >= params.get("min_top_cos", -1.0))
+
+
+def evaluate(params: dict | None, F, y) -> dict:
+    """right / wrong / asked shares of a fit's decisions on labelled rows (None: asks always)."""
+    y = np.asarray(y, dtype=np.int64)
+    n = max(len(y), 1)
+    auto = decide(params, F) if params is not None and len(y) else np.zeros(len(y), dtype=bool)
+    right, wrong = int((auto & (y == 1)).sum()), int((auto & (y == 0)).sum())
+    return {
+        "n": int(len(y)),
+        "right": round(right / n, 4),
+        "wrong": round(wrong / n, 4),
+        "asked": round(1 - (right + wrong) / n, 4),
+    }
+
+
+# --- the cold-start prior -------------------------------------------------------------------------------------
+
+
+def anchor_scores(
+    sims: np.ndarray, verbs: np.ndarray, trust: np.ndarray, learned: np.ndarray, n_verbs: int, p: dict, exclude: int | None = None
+) -> tuple[np.ndarray, np.ndarray, float, list[int]]:
+    """One query's per-verb anchor scores over dense arrays, as learning.scoring scores them (all anchors are
+    retrieved here, so no unseen bound): (score per verb, best-anchor-is-learned per verb, top cosine, verbs of
+    the KNN nearest anchors). ``exclude``: as if that verb had no anchors."""
+    if exclude is not None:
+        sims = np.where(verbs == exclude, -1.0, sims)
+    keep = np.where(learned, sims >= p["learned_threshold"], sims >= p["min_score"])
+    eff = np.where(learned, sims * trust, sims)
+    idx = np.where(keep)[0]
+    idx = idx[np.argsort(-eff[idx], kind="stable")]
+    score = np.zeros(n_verbs)
+    learned_top = np.zeros(n_verbs, dtype=bool)
+    w = p["anchor_weights"]
+    tops: dict[int, list[float]] = {}
+    for i in idx:
+        v = int(verbs[i])
+        lst = tops.setdefault(v, [])
+        if not lst:
+            learned_top[v] = bool(learned[i])
+        if len(lst) < len(w):
+            lst.append(float(eff[i]))
+    for v, lst in tops.items():
+        used = w[: len(lst)]
+        score[v] = sum(a * b for a, b in zip(used, lst, strict=False)) / sum(used)
+    top_cos = float(sims.max()) if sims.size else 0.0
+    return score, learned_top, top_cos, [int(verbs[i]) for i in idx[:KNN]]
+
+
+def _prior_rows(S, verbs_tr, n_verbs: int, p: dict, exclude, chunk: int = 256):
+    """``anchor_scores`` for many queries at once (catalogue anchors: none learned, full trust): S (n x a) raw
+    cosines to the anchors, ``exclude`` (n, or None) a verb per query scored as if it had no anchors. Answers
+    (score n x V, top cosine n, KNN verbs n x KNN with -1 padding). Same numbers as the per-query loop."""
+    n, a = S.shape
+    w = [float(x) for x in p["anchor_weights"]]
+    order = np.argsort(verbs_tr, kind="stable")  # anchors grouped by verb, ascending index within a verb
+    counts = np.bincount(verbs_tr, minlength=n_verbs)
+    width = max(int(counts.max()) if counts.size else 0, 1)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    slot = np.arange(a) - np.repeat(starts, counts)  # position of each (sorted) anchor within its verb
+    pad = np.full((n_verbs, width), a, dtype=np.int64)  # index a: a -inf column
+    pad[verbs_tr[order], slot] = order
+    m = min(len(w), width)
+    score = np.zeros((n, n_verbs))
+    top_cos = np.zeros(n)
+    knn = np.full((n, KNN), -1, dtype=np.int64)
+    for s in range(0, n, chunk):
+        sims = S[s : s + chunk]
+        if exclude is not None:
+            sims = np.where(verbs_tr[None, :] == np.asarray(exclude[s : s + chunk])[:, None], np.float32(-1.0), sims)
+        top_cos[s : s + len(sims)] = sims.max(axis=1) if a else 0.0
+        eff = np.where(sims >= p["min_score"], sims.astype(np.float64), -np.inf)
+        ext = np.concatenate([eff, np.full((len(eff), 1), -np.inf)], axis=1)
+        per_verb = ext[:, pad]  # (rows, V, width)
+        best = -np.sort(-per_verb, axis=2)[:, :, :m]
+        num = np.zeros(best.shape[:2])
+        den = np.zeros(best.shape[:2])
+        for i in range(m):
+            ok = np.isfinite(best[:, :, i])
+            num = num + np.where(ok, w[i] * np.where(ok, best[:, :, i], 0.0), 0.0)
+            den = den + np.where(ok, w[i], 0.0)
+        score[s : s + len(sims)] = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+        # the KNN nearest kept anchors, best first, ties by anchor order (a stable sort)
+        kth = min(KNN, a)
+        if kth:
+            thr = -np.partition(-eff, kth - 1, axis=1)[:, kth - 1]
+            rows, cols = np.nonzero((eff >= thr[:, None]) & np.isfinite(eff))
+            o = np.lexsort((cols, -eff[rows, cols], rows))
+            rows, cols = rows[o], cols[o]
+            first = np.r_[0, np.flatnonzero(np.diff(rows)) + 1]
+            rank = np.arange(len(rows)) - np.repeat(first, np.diff(np.r_[first, len(rows)]))
+            keep = rank < KNN
+            knn[s + rows[keep], rank[keep]] = verbs_tr[cols[keep]]
+    return score, top_cos, knn
+
+
+def _prior_features(score, P, top_cos, knn, n_anch):
+    """``features`` of every row's top verb (catalogue anchors: never learned); rows whose best combined score is
+    not positive are dropped. Answers (kept mask, top verb per row, feature rows)."""
+    n, V = score.shape
+    comb = combine(score, P)
+    top = np.argmax(comb, axis=1)
+    r = np.arange(n)
+    keep = comb[r, top] > 0
+    others = score.copy()
+    others[r, top] = -np.inf
+    a_other = others.max(axis=1) if V > 1 else np.zeros(n)
+    if P is None:
+        hp = hmargin = hagree = np.zeros(n)
+    else:
+        hp = P[r, top].astype(np.float64)
+        ho = P.astype(np.float64).copy()
+        ho[r, top] = -np.inf
+        hmargin = hp - (ho.max(axis=1) if V > 1 else 0.0)
+        hagree = (np.argmax(P, axis=1) == top).astype(np.float64)
+    valid = knn >= 0
+    nk = valid.sum(axis=1)
+    share = np.where(nk > 0, (valid & (knn == top[:, None])).sum(axis=1) / np.maximum(nk, 1), 0.0)
+    na = n_anch[top]
+    F = np.column_stack(
+        [
+            top_cos,
+            score[r, top],
+            score[r, top] - a_other,
+            hp,
+            hmargin,
+            hagree,
+            (np.argmax(score, axis=1) == top).astype(np.float64),
+            share,
+            np.zeros(n),
+            np.log1p(na),
+            (na < NEW_VERB_ANCHORS).astype(np.float64),
+        ]
+    )
+    return keep, top, F
+
+
+@_one_blas_thread
+def catalogue_prior(
+    vectors, verbs, n_verbs: int, p: dict, *, max_wrong_rate: float, min_labels: int, folds: int = FOLDS, seed: int = 0
+):
+    """Labelled examples from the anchors a deployment loaded, and the decision fit on them.
+
+    Fold k holds out every verb's k-th anchor (a verb with one anchor loses it: what a query for a missing verb
+    looks like); the rest are the anchors and train the head; each held-out anchor is a query labelled "the top
+    verb is its own verb". Answers (fit or None, number of examples)."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    verbs = np.asarray(verbs, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    fold = np.zeros(len(verbs), dtype=np.int64)
+    for v in np.unique(verbs):
+        idx = np.where(verbs == v)[0]
+        fold[idx] = rng.permutation(len(idx)) % folds
+    F, y, F_open = [], [], []
+    for k in range(folds):
+        te, tr = np.where(fold == k)[0], np.where(fold != k)[0]
+        if not te.size or not tr.size:
+            continue
+        head = head_train(vectors[tr], verbs[tr], n_verbs)
+        P = head_predict(head, vectors[te])
+        n_anch = np.bincount(verbs[tr], minlength=n_verbs)
+        S = vectors[te] @ vectors[tr].T
+        gold = verbs[te]
+        # every held-out phrase as a query (labelled), then as if its own verb did not exist (open set)
+        score, tc, knn = _prior_rows(S, verbs[tr], n_verbs, p, None)
+        keep, top, f = _prior_features(score, P, tc, knn, n_anch)
+        F.append(f[keep])
+        y.append((top == gold)[keep].astype(np.int64))
+        score, tc, knn = _prior_rows(S, verbs[tr], n_verbs, p, gold)
+        P_open = None if P is None else np.stack([without(P[j], int(g)) for j, g in enumerate(gold)])
+        keep, _, f = _prior_features(score, P_open, tc, knn, n_anch)
+        F_open.append(f[keep])
+    F = np.vstack(F) if F else np.zeros((0, len(FEATURES)))
+    y = np.concatenate(y) if y else np.zeros(0, dtype=np.int64)
+    F_open = np.vstack(F_open) if F_open else np.zeros((0, len(FEATURES)))
+    fit = fit_decision(
+        F,
+        y,
+        max_wrong_rate=max_wrong_rate,
+        min_labels=min_labels,
+        F_open=F_open if len(F_open) else None,
+    )
+    return fit, len(y)

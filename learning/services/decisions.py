@@ -1,0 +1,351 @@
+"""The learned auto-resolve decision: record every resolution, label it from the user's answer, refit, run new
+fits in shadow, promote, pin and roll back (docs/thresholds.md).
+
+Flow: learning.api.ResolveApi -> resolution_record (one INSERT per resolve) -> a click / abandon
+(disambiguations) or a confirmation / correction (corrections) -> resolution_label -> every
+RESOLVE_REFIT_EVERY_LABELS labels (and daily, beat) learning.decision_refit -> decision_refit: promote the
+shadow fit if it earned it, fit the newest labels and the classifier heads into a new version that runs in shadow.
+"""
+
+import logging
+import uuid
+
+import numpy as np
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from common.api import ApplicationError
+from common.tasks import task_send
+from common.text import normalize_phrase
+from embeddings.embedders import current_model_name
+from learning import decision, selectors
+from learning.models import DecisionFit, DecisionFitEvent, DecisionHead, ResolutionRecord
+from learning.resolution import profile
+
+logger = logging.getLogger(__name__)
+
+
+# --- Recording and labelling ---
+
+
+def resolution_record(*, resolution, agent=None, domain: str | None = None) -> ResolutionRecord:
+    """Store one resolution with its explanation: one INSERT, committed without waiting for the WAL flush
+    (as disambiguation_record: a crash can lose the last fraction of a second of records, nothing else)."""
+    t, e = resolution.trace or {}, resolution.explanation or {}
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute("SET LOCAL synchronous_commit TO OFF")
+        return ResolutionRecord.objects.create(
+            request_id=uuid.UUID(resolution.request_id),
+            agent=agent,
+            user_id=resolution.user_id,
+            text=resolution.text[:2000],
+            normalized=normalize_phrase(resolution.text)[:2000],
+            domain=domain or "",
+            outcome=resolution.outcome,
+            verb=resolution.verb or "",
+            top_verb=t.get("top_verb") or resolution.verb or (resolution.options[0].verb if resolution.options else ""),
+            top_verbs=t.get("top_verbs") or [c.verb for c in resolution.candidates[: settings.RESOLVE_MAX_OPTIONS]],
+            rule=e.get("rule", ResolutionRecord.Rule.FIXED),
+            features=t.get("features"),
+            features_open=t.get("features_open"),
+            probability=t.get("probability"),
+            cut=t.get("cut"),
+            fit_version=t.get("fit_version"),
+            margin=e.get("margin"),
+            blocks=e.get("blocks", []),
+            penalties=e.get("penalties", {}),
+            degraded_reason=(resolution.degraded_reason or "")[:200],
+            shadow_version=t.get("shadow_version"),
+            shadow_outcome=t.get("shadow_outcome", ""),
+            shadow_verb=t.get("shadow_verb", ""),
+        )
+
+
+def resolution_label(
+    *, source: str, gold_verb: str = "", request_id=None, user_id: str | None = None, text: str | None = None
+) -> ResolutionRecord | None:
+    """Label the resolution a user answered: by ``request_id`` (click, abandon), else the newest record of
+    (``user_id``, normalised ``text``) (confirmation, correction). The label is "the top verb was right":
+    a click on the top verb, a confirmation of it; a correction, an abandon, a click on another verb are wrong.
+    A correction after an abandon only adds the right verb. Answers the record (None when there is none)."""
+    qs = ResolutionRecord.objects.select_for_update()
+    if request_id is not None:
+        row = qs.filter(request_id=request_id).first()
+    else:
+        row = qs.filter(user_id=user_id, normalized=normalize_phrase(text or "")).order_by("-created_at", "-id").first()
+    if row is None:
+        return None
+    if row.label is not None and not (row.label_source == ResolutionRecord.LabelSource.ABANDON and gold_verb):
+        return row  # answered already: the first answer is the label
+    if source == ResolutionRecord.LabelSource.ABANDON:
+        row.label = False
+    elif row.label_source != ResolutionRecord.LabelSource.ABANDON:
+        row.label = bool(gold_verb) and gold_verb == row.top_verb
+    if row.shadow_verb:
+        row.shadow_label = bool(gold_verb) and gold_verb == row.shadow_verb if source != "abandon" else False
+    row.gold_verb = gold_verb or row.gold_verb
+    row.label_source = row.label_source or source
+    row.labelled_at = timezone.now()
+    row.save(update_fields=["label", "shadow_label", "gold_verb", "label_source", "labelled_at"])
+    transaction.on_commit(_refit_if_due, robust=True)
+    return row
+
+
+_refit_checked = [0.0]
+
+
+def _refit_if_due() -> None:
+    """Send a refit once RESOLVE_REFIT_EVERY_LABELS labels arrived since the newest fit."""
+    newest = DecisionFit.objects.filter(source=DecisionFit.Source.LABELS).order_by("-version").values("created_at").first()
+    if selectors.labels_since(newest["created_at"] if newest else None) >= settings.RESOLVE_REFIT_EVERY_LABELS:
+        task_send("learning.decision_refit")
+
+
+def resolution_records_purge(*, days: int | None = None) -> int:
+    """Delete resolution records older than RESOLUTION_RETENTION_DAYS; answers how many."""
+    days = settings.RESOLUTION_RETENTION_DAYS if days is None else days
+    count, _ = ResolutionRecord.objects.filter(created_at__lt=timezone.now() - timezone.timedelta(days=days)).delete()
+    return count
+
+
+# --- Fitting ---
+
+
+def _next_version() -> int:
+    last = DecisionFit.objects.order_by("-version").values_list("version", flat=True).first()
+    return (last or 0) + 1
+
+
+def _anchor_arrays(model: str, user_id: str | None = None):
+    vectors, names, is_learned, conf = selectors.decision_anchor_rows(model=model, user_id=user_id)
+    if not vectors:
+        return None
+    verbs = sorted(set(names))
+    vid = {v: i for i, v in enumerate(verbs)}
+    trust = np.minimum(1.0, np.asarray(conf) / settings.RESOLVE_TRUSTED_CONFIDENCE)
+    return np.vstack(vectors), np.array([vid[n] for n in names]), np.asarray(is_learned), trust, verbs
+
+
+def _train_head(model: str, user_id: str | None, warm_version: int | None):
+    arrays = _anchor_arrays(model, user_id)
+    if arrays is None:
+        return None
+    X, y, _, trust, verbs = arrays
+    warm = None
+    if warm_version is not None:
+        try:
+            got = selectors.decision_head(warm_version, user_id)
+            if got is not None and got[1] == verbs and got[3] == user_id:
+                warm = got[0]
+        except ValueError:
+            warm = None
+    head = decision.head_train(X, y, len(verbs), sample_weight=trust, warm=warm)
+    if head is None:
+        return None
+    counts = np.bincount(y, minlength=len(verbs))
+    return decision.head_dumps(head, verbs), {v: int(counts[i]) for i, v in enumerate(verbs)}
+
+
+def _save_heads(fit: DecisionFit, model: str, *, users: bool, warm_version: int | None) -> int:
+    scopes = [None]
+    if users:
+        scopes += selectors.users_with_phrases(model=model, min_phrases=settings.RESOLVE_USER_HEAD_MIN_PHRASES)
+    n = 0
+    for user_id in scopes:  # a user's head trains on the catalogue, global phrases and that user's phrases only
+        got = _train_head(model, user_id, warm_version)
+        if got is not None:
+            DecisionHead.objects.create(fit=fit, user_id=user_id, weights=got[0], anchors=got[1])
+            n += 1
+    return n
+
+
+def decision_prior_fit() -> DecisionFit | None:
+    """The catalogue prior: folds over the catalogue's own phrases (and global learned ones) (learning.decision.catalogue_prior). Live at once
+    when no fit is live (or when the live one is a prior); None when the catalogue is too small to fit one."""
+    model = current_model_name()
+    # the deployment's own phrases: its catalogue and its global learned phrases (imports, reviewed candidates)
+    vectors, names, is_learned, _ = selectors.decision_anchor_rows(model=model)
+    if len(vectors) < settings.RESOLVE_PRIOR_MIN_EXAMPLES:
+        return None
+    verbs = sorted(set(names))
+    vid = {v: i for i, v in enumerate(verbs)}
+    params, n = decision.catalogue_prior(
+        np.vstack(vectors),
+        np.array([vid[v] for v in names]),
+        len(verbs),
+        profile(model),
+        max_wrong_rate=settings.RESOLVE_MAX_WRONG_RATE,
+        min_labels=settings.RESOLVE_PRIOR_MIN_EXAMPLES,
+    )
+    if params is None:
+        return None
+    with transaction.atomic():
+        fit = DecisionFit.objects.create(
+            version=_next_version(),
+            source=DecisionFit.Source.PRIOR,
+            status=DecisionFit.Status.CANDIDATE,
+            embedding_model=model,
+            params=params,
+            n_labels=n,
+            held_out=params["held_out"],
+            note=f"catalogue prior: {n} catalogue phrases, {len(verbs)} verbs",
+        )
+        _save_heads(fit, model, users=False, warm_version=None)
+        live = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.LIVE).first()
+        if live is None or (live.source == DecisionFit.Source.PRIOR and not live.pinned):
+            _switch(fit, action="prior", reason="catalogue prior (no fit from labels is live)")
+        else:
+            fit.status = DecisionFit.Status.RETIRED
+            fit.save(update_fields=["status"])
+    logger.info("decision prior v%s: %s", fit.version, params["held_out"])
+    return fit
+
+
+def _switch(fit: DecisionFit, *, action: str, reason: str, by=None, pin: bool | None = None) -> DecisionFit:
+    """Make ``fit`` the live one (inside a transaction); the previous live fit is retired; recorded."""
+    previous = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.LIVE).exclude(pk=fit.pk).first()
+    if previous is not None:
+        previous.status, previous.pinned = DecisionFit.Status.RETIRED, False
+        previous.save(update_fields=["status", "pinned"])
+    fit.status = DecisionFit.Status.LIVE
+    fit.promoted_at = timezone.now()
+    fit.promoted_by = by if getattr(by, "pk", None) else None
+    if pin is not None:
+        fit.pinned = pin
+    fit.save(update_fields=["status", "promoted_at", "promoted_by", "pinned"])
+    DecisionFitEvent.objects.create(
+        fit=fit, action=action, previous_version=previous.version if previous else None, reason=reason, by=fit.promoted_by
+    )
+    transaction.on_commit(selectors.decision_cache_clear)
+    return fit
+
+
+def promotion_verdict(fit: DecisionFit) -> tuple[bool, str]:
+    """May this shadow fit go live? Never on fewer than RESOLVE_PROMOTE_MIN_LABELS labels, never when its
+    held-out wrong rate is above RESOLVE_MAX_WRONG_RATE or it would never auto-resolve, and not when the labels
+    that arrived while it ran in shadow show it worse than the target (lower 90% bound above it)."""
+    target = settings.RESOLVE_MAX_WRONG_RATE
+    if fit.params is None or fit.params.get("cut") is None:
+        return False, "the fit found no cut within the target"
+    if fit.n_labels < settings.RESOLVE_PROMOTE_MIN_LABELS:
+        return False, f"{fit.n_labels} labels; at least {settings.RESOLVE_PROMOTE_MIN_LABELS} are needed"
+    if fit.held_out.get("wrong", 1.0) > target:
+        return False, f"held-out wrong {fit.held_out.get('wrong')} above the target {target}"
+    s = fit.shadow_figures or {}
+    if s.get("n"):
+        w = s["wrong"]
+        if (w - decision.BOUND_Z * np.sqrt(w + 1.0)) / s["n"] > target:
+            return False, f"in shadow: {w} wrong of {s['n']} labels, above the target"
+    return True, "held-out wrong within the target"
+
+
+def decision_refit(*, force: bool = False) -> dict:
+    """Promote the shadow fit if it earned it, then fit the newest labels (and the heads) into a new shadow fit.
+    Also makes the catalogue prior when none exists. Answers what happened."""
+    out = {"prior": None, "promoted": None, "shadow": None, "reason": ""}
+    if not DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR).exists():
+        prior = decision_prior_fit()
+        out["prior"] = prior.version if prior else None
+    with transaction.atomic():
+        shadow = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.SHADOW).first()
+        if shadow is not None:
+            shadow.shadow_figures = selectors.shadow_figures(shadow.version)
+            shadow.save(update_fields=["shadow_figures"])
+            live = DecisionFit.objects.filter(status=DecisionFit.Status.LIVE).first()
+            ok, why = promotion_verdict(shadow)
+            if ok and not (live and live.pinned):
+                _switch(shadow, action="promoted", reason=why)
+                out["promoted"] = shadow.version
+            else:
+                out["reason"] = why if not ok else f"v{live.version} is pinned"
+    labels = selectors.decision_labels(window=settings.RESOLVE_FIT_WINDOW_LABELS)
+    if len(labels) < settings.RESOLVE_PROMOTE_MIN_LABELS and not force:
+        out["reason"] = out["reason"] or f"{len(labels)} labels; a fit needs {settings.RESOLVE_PROMOTE_MIN_LABELS}"
+        return out
+    n = len(decision.FEATURES)
+    good = [r for r in labels if isinstance(r["features"], list) and len(r["features"]) == n]
+    F = np.array([r["features"] for r in good], dtype=np.float64).reshape(-1, n)
+    y = np.array([int(r["label"]) for r in good])
+    F_open = [
+        r["features_open"] for r in good if r["label"] and isinstance(r["features_open"], list) and len(r["features_open"]) == n
+    ]
+    params = decision.fit_decision(
+        F,
+        y,
+        max_wrong_rate=settings.RESOLVE_MAX_WRONG_RATE,
+        min_labels=1 if force else settings.RESOLVE_PROMOTE_MIN_LABELS,
+        F_open=np.array(F_open) if F_open else None,
+    )
+    if params is None:
+        out["reason"] = "too few labels or one class only"
+        return out
+    model = current_model_name()
+    in_use = selectors.decision_state()["live"]
+    with transaction.atomic():
+        previous = DecisionFit.objects.filter(status=DecisionFit.Status.SHADOW).first()
+        if previous is not None:
+            previous.status = DecisionFit.Status.RETIRED
+            previous.save(update_fields=["status"])
+        fit = DecisionFit.objects.create(
+            version=_next_version(),
+            source=DecisionFit.Source.LABELS,
+            status=DecisionFit.Status.SHADOW,
+            embedding_model=model,
+            params=params,
+            n_labels=params["n_labels"],
+            held_out=params["held_out"],
+            held_out_in_use=decision.evaluate(in_use.params if in_use else None, F, y) if in_use else {},
+            in_use_version=in_use.version if in_use else None,
+            shadow_since=timezone.now(),
+        )
+        heads = _save_heads(fit, model, users=True, warm_version=in_use.version if in_use else None)
+        fit.note = f"{params['n_labels']} labels ({params['n_open']} open-set rows), {heads} head(s)"
+        fit.save(update_fields=["note"])
+        DecisionFitEvent.objects.create(fit=fit, action="shadow", previous_version=in_use.version if in_use else None)
+        transaction.on_commit(selectors.decision_cache_clear)
+    out["shadow"] = fit.version
+    logger.info("decision fit v%s in shadow: held out %s (in use: %s)", fit.version, fit.held_out, fit.held_out_in_use)
+    return out
+
+
+# --- Reviewers: pin, unpin, roll back ---
+
+
+def decision_fit_pin(*, fit: DecisionFit, reviewer=None) -> DecisionFit:
+    """Put ``fit`` live and hold it there: automatic promotion stops until it is unpinned. A fit with no usable
+    params can never be pinned."""
+    with transaction.atomic():
+        row = DecisionFit.objects.select_for_update().get(pk=fit.pk)
+        try:
+            decision.check_params(row.params)
+        except (ValueError, TypeError) as exc:
+            raise ApplicationError(f"v{row.version} cannot go live: {exc}", field="fit") from exc
+        if row.status == DecisionFit.Status.LIVE:
+            row.pinned = True
+            row.save(update_fields=["pinned"])
+            DecisionFitEvent.objects.create(fit=row, action="pinned", by=reviewer if getattr(reviewer, "pk", None) else None)
+            transaction.on_commit(selectors.decision_cache_clear)
+            return row
+        return _switch(
+            row, action="rolled_back" if row.status == "retired" else "pinned", reason="reviewer", by=reviewer, pin=True
+        )
+
+
+def decision_fit_unpin(*, fit: DecisionFit, reviewer=None) -> DecisionFit:
+    with transaction.atomic():
+        row = DecisionFit.objects.select_for_update().get(pk=fit.pk)
+        row.pinned = False
+        row.save(update_fields=["pinned"])
+        DecisionFitEvent.objects.create(fit=row, action="unpinned", by=reviewer if getattr(reviewer, "pk", None) else None)
+    return row
+
+
+def decision_fit_retire_live(*, reviewer=None) -> DecisionFit | None:
+    """Roll back from the live learned fit to the newest catalogue prior (pinned, so it stays)."""
+    prior = DecisionFit.objects.filter(Q(source=DecisionFit.Source.PRIOR)).order_by("-version").first()
+    if prior is None:
+        raise ApplicationError("There is no catalogue prior to roll back to.", field="fit")
+    return decision_fit_pin(fit=prior, reviewer=reviewer)

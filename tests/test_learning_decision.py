@@ -1,0 +1,313 @@
+"""The learned auto-resolve decision: the pure fit, the catalogue prior, records and labels, shadow and promotion,
+pin / roll back, fallbacks on corrupt fits, the explanation."""
+
+import datetime
+import uuid
+
+import numpy as np
+import pytest
+from django.utils import timezone
+
+from learning import decision
+from learning.catalogue import VerbEntry
+from learning.models import DecisionFit, DecisionFitEvent, DecisionHead, ResolutionRecord
+from learning.resolution import resolve
+from learning.selectors import decision_cache_clear
+from learning.services.catalogue import verb_catalogue_load
+from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
+from learning.services.decisions import (
+    decision_fit_pin,
+    decision_fit_retire_live,
+    decision_prior_fit,
+    decision_refit,
+    promotion_verdict,
+    resolution_label,
+    resolution_records_purge,
+)
+from learning.services.disambiguations import disambiguation_abandon, disambiguation_select
+from tests.conftest import make_client
+
+URL = "/api/v1/resolve"
+
+BIG = [
+    VerbEntry(
+        "cbu.list",
+        "cbu",
+        "",
+        "",
+        ["list all cbus", "show my client business units", "which cbus do i have", "display the cbus", "cbu overview"],
+    ),
+    VerbEntry(
+        "cbu.create",
+        "cbu",
+        "",
+        "",
+        ["create a cbu", "open a new client business unit", "add a cbu", "make a new cbu", "set up a client unit"],
+    ),
+    VerbEntry(
+        "email.send",
+        "email",
+        "",
+        "",
+        ["send an email", "email my manager", "write a mail to bob", "send a message by email", "mail the team"],
+    ),
+    VerbEntry(
+        "document.search",
+        "document",
+        "",
+        "",
+        ["search documents", "find a document", "look for the contract file", "where is the report", "search my files"],
+    ),
+    VerbEntry(
+        "meeting.book",
+        "calendar",
+        "",
+        "",
+        [
+            "book a meeting",
+            "schedule a call tomorrow",
+            "set up a meeting with anna",
+            "put a meeting in my calendar",
+            "arrange a call",
+        ],
+    ),
+    VerbEntry(
+        "weather.get",
+        "weather",
+        "",
+        "",
+        ["what is the weather", "will it rain today", "weather forecast for paris", "is it cold outside", "how hot is it"],
+    ),
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_decision_cache():
+    decision_cache_clear()
+    yield
+    decision_cache_clear()
+
+
+@pytest.fixture
+def big(db):
+    verb_catalogue_load(entries=BIG)
+
+
+# --- the pure fit ---
+
+
+def _synthetic(n=1200, seed=0):
+    rng = np.random.default_rng(seed)
+    F = rng.normal(size=(n, len(decision.FEATURES)))
+    logit = 2.5 * F[:, 1] + 1.5 * F[:, 3] + 1.0
+    y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
+    return F, y
+
+
+def test_fit_keeps_held_out_wrong_within_target_and_signs_monotone():
+    F, y = _synthetic()
+    fit = decision.fit_decision(F, y, max_wrong_rate=0.03, min_labels=200)
+    assert fit["cut"] is not None and fit["held_out"]["wrong"] <= 0.03
+    coef = dict(zip(decision.FEATURES, fit["coef"], strict=True))
+    assert all(coef[f] >= 0 for f in decision.MONOTONE)
+    auto = decision.decide(fit, F)
+    assert 0 < auto.mean() < 1
+    assert decision.fit_decision(F[:100], y[:100], max_wrong_rate=0.03, min_labels=200) is None  # too few labels
+    assert decision.fit_decision(F, np.ones(len(y)), max_wrong_rate=0.03, min_labels=200) is None  # one class
+
+
+def test_a_stricter_target_never_resolves_more():
+    F, y = _synthetic(seed=1)
+    loose = decision.fit_decision(F, y, max_wrong_rate=0.05, min_labels=200)
+    strict = decision.fit_decision(F, y, max_wrong_rate=0.01, min_labels=200)
+    assert strict["held_out"]["wrong"] <= loose["held_out"]["wrong"]
+    assert strict["held_out"]["right"] <= loose["held_out"]["right"]
+
+
+def test_corrupt_params_and_heads_are_rejected():
+    with pytest.raises(ValueError):
+        decision.check_params({"features": ["x"]})
+    with pytest.raises(ValueError):
+        decision.check_params({"features": list(decision.FEATURES), "mean": [0.0], "scale": [1.0], "coef": [1.0], "intercept": 0})
+    with pytest.raises(ValueError):
+        decision.head_loads(b"not an npz")
+    head = decision.head_train(np.eye(3, 4, dtype=np.float32), np.array([0, 1, 2]), 3)
+    back, verbs = decision.head_loads(decision.head_dumps(head, ["a.x", "b.y", "c.z"]))
+    assert verbs == ["a.x", "b.y", "c.z"] and back["W"].shape == (4, 3)
+
+
+# --- the prior, the explanation, fallbacks ---
+
+
+def test_catalogue_prior_goes_live_and_explains_every_answer(big):
+    fit = decision_prior_fit()
+    assert fit is not None and fit.status == "live" and fit.source == "prior"
+    assert DecisionHead.objects.filter(fit=fit, user_id=None).exists()
+    assert DecisionFitEvent.objects.filter(fit=fit, action="prior").exists()
+    r = resolve(text="please send an email to my manager")
+    e = r.explanation
+    assert e["rule"] == "prior" and e["fit_version"] == "prior" and e["version"] == fit.version
+    assert 0.0 <= e["probability"] <= 1.0 and "cut" in e and "margin" in e and e["blocks"] == [] and e["penalties"] == {}
+    assert r.candidates[0].verb == "email.send"
+    assert r.outcome == (
+        "resolved" if e["cut"] is not None and e["probability"] >= e["cut"] and e["top_cos"] >= e["min_top_cos"] else "ambiguous"
+    )
+
+
+def test_tiny_catalogue_has_no_prior_and_the_fixed_rule_says_so(catalogue):
+    assert decision_prior_fit() is None
+    r = resolve(text="List all CBUs!")
+    assert (r.outcome, r.verb, r.explanation["rule"]) == ("resolved", "cbu.list", "fixed")
+
+
+def test_corrupt_live_fit_falls_back_to_the_prior_never_a_500(big):
+    prior = decision_prior_fit()
+    bad = DecisionFit.objects.create(
+        version=prior.version + 1, source="labels", status="candidate", embedding_model="x", params={"features": ["junk"]}
+    )
+    DecisionFit.objects.filter(pk=prior.pk).update(status="retired")
+    DecisionFit.objects.filter(pk=bad.pk).update(status="live")
+    decision_cache_clear()
+    r = resolve(text="what is the weather like")
+    assert r.explanation["rule"] == "prior" and r.degraded_reason.startswith(f"decision fit v{bad.version} unusable")
+    DecisionHead.objects.filter(fit=prior).update(weights=b"garbage")
+    decision_cache_clear()
+    api = make_client(["resolve"])
+    response = api.post(URL, {"text": "what is the weather like"}, format="json")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["explanation"]["rule"] == "fixed" and "unusable" in body["degraded_reason"]
+
+
+# --- records and labels ---
+
+
+def test_every_resolution_is_recorded_and_labelled_by_the_users_answer(big):
+    decision_prior_fit()
+    api = make_client(["resolve", "feedback"])
+    body = api.post(URL, {"text": "will it rain today", "user_id": "alice"}, format="json").json()
+    assert "explanation" in body and "trace" not in body
+    row = ResolutionRecord.objects.get(request_id=body["request_id"])
+    assert row.user_id == "alice" and row.rule == "prior" and len(row.features) == len(decision.FEATURES)
+    assert row.label is None
+    phrase_confirmation_apply(text="will it rain today", verb=row.top_verb, user_id="alice")
+    row.refresh_from_db()
+    assert (row.label, row.label_source, row.gold_verb) == (True, "confirmation", row.top_verb)
+
+    api.post(URL, {"text": "mail the weather report", "user_id": "alice"}, format="json")
+    wrong = ResolutionRecord.objects.filter(normalized="mail the weather report").get()
+    correct = "document.search" if wrong.top_verb != "document.search" else "email.send"
+    phrase_correction_apply(text="mail the weather report", wrong_verb=wrong.top_verb, correct_verb=correct, user_id="alice")
+    wrong.refresh_from_db()
+    assert (wrong.label, wrong.label_source, wrong.gold_verb) == (False, "correction", correct)
+
+
+def test_clicks_and_abandons_label_by_request_id(big, settings):
+    settings.RESOLVE_DECISION = "fixed"
+    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 1.01}  # always ask
+    api = make_client(["resolve", "feedback"])
+    a = api.post(URL, {"text": "find the report", "user_id": "bob"}, format="json").json()
+    b = api.post(URL, {"text": "schedule something", "user_id": "bob"}, format="json").json()
+    top = a["options"][0]["verb"]
+    other = a["options"][1]["verb"] if len(a["options"]) > 1 else top
+    disambiguation_select(request_id=a["request_id"], selected_verb=other, agent_id=api.agent.pk, user_id="bob")
+    disambiguation_abandon(request_id=b["request_id"], reason="typed_new_input", agent_id=api.agent.pk)
+    ra, rb = ResolutionRecord.objects.get(request_id=a["request_id"]), ResolutionRecord.objects.get(request_id=b["request_id"])
+    assert (ra.label, ra.label_source, ra.gold_verb) == (other == top, "click", other)
+    assert (rb.label, rb.label_source) == (False, "abandon")
+
+
+def test_purge_keeps_recent_records(big):
+    decision_prior_fit()
+    resolve_and_record = make_client(["resolve"])
+    resolve_and_record.post(URL, {"text": "book a meeting"}, format="json")
+    resolve_and_record.post(URL, {"text": "find a document"}, format="json")
+    ResolutionRecord.objects.filter(normalized="book a meeting").update(created_at=timezone.now() - datetime.timedelta(days=91))
+    assert resolution_records_purge() == 1
+    assert ResolutionRecord.objects.count() == 1
+
+
+# --- refit, shadow, promotion, pin, roll back ---
+
+
+def _labelled(n, rng, prior):
+    F, y = _synthetic(n, seed=int(rng.integers(1000)))
+    rows = [
+        ResolutionRecord(
+            request_id=uuid.uuid4(),
+            text=f"t{i}",
+            normalized=f"t{i}",
+            outcome="ambiguous",
+            rule="prior",
+            features=F[i].tolist(),
+            features_open=(F[i] - 2).tolist(),
+            label=bool(y[i]),
+            labelled_at=timezone.now(),
+            fit_version=prior.version,
+        )
+        for i in range(n)
+    ]
+    ResolutionRecord.objects.bulk_create(rows)
+
+
+def test_a_fit_runs_in_shadow_then_goes_live_and_a_reviewer_can_pin_and_roll_back(big, settings):
+    prior = decision_prior_fit()
+    rng = np.random.default_rng(0)
+    _labelled(100, rng, prior)
+    out = decision_refit()
+    assert out["shadow"] is None and "labels" in out["reason"]  # never on fewer than the minimum
+    _labelled(300, rng, prior)
+    out = decision_refit()
+    shadow = DecisionFit.objects.get(version=out["shadow"])
+    assert shadow.status == "shadow" and shadow.n_labels == 400 and shadow.in_use_version == prior.version
+    assert shadow.held_out["wrong"] <= settings.RESOLVE_MAX_WRONG_RATE and shadow.held_out_in_use
+    assert DecisionHead.objects.filter(fit=shadow, user_id=None).exists()
+    decision_cache_clear()
+    r = resolve(text="send an email")
+    assert r.explanation["rule"] == "prior" and r.trace["shadow_version"] == shadow.version  # shadow answers recorded
+    out = decision_refit()
+    shadow.refresh_from_db()
+    assert out["promoted"] == shadow.version and shadow.status == "live"
+    assert DecisionFitEvent.objects.filter(fit=shadow, action="promoted", previous_version=prior.version).exists()
+    decision_cache_clear()
+    assert resolve(text="send an email").explanation["fit_version"] == shadow.version
+
+    rolled = decision_fit_retire_live()
+    assert rolled.pk == prior.pk and rolled.status == "live" and rolled.pinned
+    shadow.refresh_from_db()
+    assert shadow.status == "retired"
+    out = decision_refit()  # a new shadow, but nothing replaces a pinned fit
+    assert DecisionFit.objects.get(status="live").pk == prior.pk
+    pinned = decision_fit_pin(fit=shadow)
+    assert pinned.status == "live" and DecisionFitEvent.objects.filter(fit=shadow, action="rolled_back").exists()
+
+
+def test_promotion_refuses_few_labels_a_high_wrong_rate_or_a_bad_shadow(settings):
+    fit = DecisionFit(params={"cut": 0.5}, n_labels=150, held_out={"wrong": 0.01})
+    assert not promotion_verdict(fit)[0]
+    fit.n_labels = 500
+    assert promotion_verdict(fit)[0]
+    fit.held_out = {"wrong": 0.05}
+    assert not promotion_verdict(fit)[0]
+    fit.held_out, fit.shadow_figures = {"wrong": 0.01}, {"n": 200, "wrong": 30, "right": 150}
+    assert not promotion_verdict(fit)[0]
+    fit.params = {"cut": None}
+    fit.shadow_figures = {}
+    assert not promotion_verdict(fit)[0]
+
+
+def test_labels_of_one_user_never_train_another_users_head(big, settings):
+    from learning.models import Verb
+    from learning.services.phrases import learned_phrase_upsert
+
+    settings.RESOLVE_USER_HEAD_MIN_PHRASES = 3
+    prior = decision_prior_fit()
+    verb = Verb.objects.get(name="weather.get")
+    for text in ["umbrella needed?", "sunny or not", "degrees outside now"]:
+        learned_phrase_upsert(phrase=text, verb=verb, user_id="alice")
+    _labelled(300, np.random.default_rng(1), prior)
+    out = decision_refit()
+    heads = {h.user_id: h.anchors for h in DecisionHead.objects.filter(fit__version=out["shadow"])}
+    assert set(heads) == {None, "alice"}
+    assert heads["alice"]["weather.get"] == heads[None]["weather.get"] + 3
+    assert resolution_label(source="click", request_id=uuid.uuid4()) is None
