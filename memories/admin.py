@@ -1,4 +1,4 @@
-"""Reviewer screens for memories and the quarantine queue (imported by learning/admin.py).
+"""Reviewer screens for memories and the quarantine queue.
 
 Memories: browse by user, status, type and topic; promote; deprecate with a reason;
 see the version chain; purge deprecated memories older than N days. Quarantine:

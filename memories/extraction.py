@@ -63,16 +63,16 @@ class Artifact:
 def _clean(text: str) -> str:
     """Trim and collapse runs of spaces; keep line breaks (code and steps need them)."""
     lines = [_SPACE.sub(" ", line).rstrip() for line in (text or "").strip().splitlines()]
-    out, blank = [], False
+    pieces, blank = [], False
     for line in lines:
         if not line.strip():
-            if not blank and out:
-                out.append("")
+            if not blank and pieces:
+                pieces.append("")
             blank = True
             continue
-        out.append(line)
+        pieces.append(line)
         blank = False
-    return "\n".join(out).strip()
+    return "\n".join(pieces).strip()
 
 
 def _truncate(text: str, limit: int) -> str:

@@ -54,31 +54,31 @@ def test_corpus_sizes_and_format():
 
 
 def _b64_hex_decoded(text):
-    out = []
+    pieces = []
     for m in ss._B64_RUN.finditer(text):
         d = ss.decode_b64(m.group(0))
         if d:
-            out.append(d)
+            pieces.append(d)
     for m in ss._HEX_RUN.finditer(text):
         d = ss.decode_hex(m.group(0))
         if d:
-            out.append(d)
-    return " ".join(out)
+            pieces.append(d)
+    return " ".join(pieces)
 
 
 def _leaks(secret, redacted, n=6):
     """6-char pieces of the secret (as written or normalised) that survive in the redacted text
     (as written, normalised, or decoded). The [REDACTED:kind] markers themselves are not output."""
-    out = MARKER.sub(" ", redacted)
-    out_canon = ss.canonical(out)
-    out_forms = [out, out_canon.text, _b64_hex_decoded(out_canon.text)]
+    pieces = MARKER.sub(" ", redacted)
+    out_canon = ss.canonical(pieces)
+    out_forms = [pieces, out_canon.text, _b64_hex_decoded(out_canon.text)]
     out_col = ss.collapsed(out_canon)
     out_desep = ss.desep(out_col)
     canon = ss.canonical(secret)
     col = ss.collapsed(canon)
     dsp = ss.desep(col)
     checks = [(secret, out_forms), (canon.text, out_forms)]
-    if col.text != canon.text:  # the secret was spaced out / concatenated: compare glued forms too
+    if col.text != canon.text:  # the secret was spaced pieces / concatenated: compare glued forms too
         checks.append((col.text, [*out_forms, out_col.text]))
     if dsp.text != col.text:
         checks.append((dsp.text, [*out_forms, out_desep.text]))
@@ -167,14 +167,14 @@ def test_disguise_found_and_span_covers_it_in_original(text, disguised, kind):
     start = text.index(disguised)
     end = start + len(disguised)
     assert any(f.start <= start and f.end >= end for f in findings), (findings, start, end)
-    out = ss.redact(text)
-    assert disguised not in out and "[REDACTED:" in out
+    pieces = ss.redact(text)
+    assert disguised not in pieces and "[REDACTED:" in pieces
 
 
 def test_other_half_of_aws_pair_and_password_after_password():
     text = f"Use {AWS} with secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY for S3."
-    out = ss.redact(text)
-    assert "wJalrX" not in out and AWS[:6] not in out
+    pieces = ss.redact(text)
+    assert "wJalrX" not in pieces and AWS[:6] not in pieces
     assert ss.redact("password hunter2") == "password [REDACTED:password_in_prose]"
     assert ss.redact("use postgres://app:p4ss!w0rd!@db/x now") == "use postgres://[REDACTED:credentialed_url]@db/x now"
     assert "hunter2" not in ss.redact("topic: password hunter2")
@@ -269,12 +269,12 @@ GATE_TESTS = HERE / "test_memories_gate.py"
 
 def _gate_lists():
     tree = ast.parse(GATE_TESTS.read_text(encoding="utf-8"))
-    out = {}
+    pieces = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
             if node.targets[0].id in ("SECRETS", "CLEAN", "UNSTABLE"):
-                out[node.targets[0].id] = ast.literal_eval(node.value)
-    return out
+                pieces[node.targets[0].id] = ast.literal_eval(node.value)
+    return pieces
 
 
 @pytest.mark.skipif(not GATE_TESTS.exists(), reason="project gate tests not present")
@@ -321,7 +321,7 @@ def test_quarantine_and_admin_never_hold_the_secret(api, admin_client):
     from memories.models import Memory, MemoryQuarantine
 
     token = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"
-    disguised = " ".join(token)  # spaced out: the old gate let this through
+    disguised = " ".join(token)  # spaced pieces: the old gate let this through
     body = {
         "user_id": "alice",
         "user_message": "How do I call the deploy API from the runner?",

@@ -86,7 +86,7 @@ def _build_confusable_map() -> dict[str, str]:
     Uses the confusables data shipped by ``confusable_homoglyphs``. Where a character has several
     ASCII look-alikes, prefer a letter of the same case, then any letter, then a digit, then
     punctuation (so Cyrillic "О" becomes "O", not "0")."""
-    out: dict[str, str] = {}
+    pieces: dict[str, str] = {}
     for ch, homoglyphs in confusables_data.items():
         if len(ch) != 1 or ch.isascii():
             continue
@@ -109,9 +109,9 @@ def _build_confusable_map() -> dict[str, str]:
             best = "I"
         elif ch.isupper() and best.islower():
             best = best.upper()
-        out[ch] = best
-    out.update(_PUNCT_TO_ASCII)
-    return out
+        pieces[ch] = best
+    pieces.update(_PUNCT_TO_ASCII)
+    return pieces
 
 
 _CONFUSABLE: dict[str, str] = _build_confusable_map()
@@ -124,12 +124,12 @@ def canonical(text: str) -> View:
     Each output character maps back to the single original character it came from."""
     if text.isascii():
         return identity(text)
-    out: list[str] = []
+    pieces: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
     for k, c in enumerate(text):
         if c.isascii():
-            out.append(c)
+            pieces.append(c)
             starts.append(k)
             ends.append(k + 1)
             continue
@@ -144,10 +144,10 @@ def canonical(text: str) -> View:
                     ch = " "
                 else:
                     ch = _CONFUSABLE.get(ch, ch)
-            out.append(ch)
+            pieces.append(ch)
             starts.append(k)
             ends.append(k + 1)
-    return View("canonical", "".join(out), starts, ends)
+    return View("canonical", "".join(pieces), starts, ends)
 
 
 # --- collapsed / desep / reversed / percent-decoded ---------------------------------------------
@@ -161,7 +161,7 @@ _SEP = re.compile(r"(?<=[A-Za-z0-9])[-._:\\/]+(?=[A-Za-z0-9])")
 
 def _remove(view: View, pattern: re.Pattern, name: str) -> View:
     text = view.text
-    out: list[str] = []
+    pieces: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
     gap: list[bool] = list(view.gap_before) if view.gap_before is not None else [False] * len(text)
@@ -171,7 +171,7 @@ def _remove(view: View, pattern: re.Pattern, name: str) -> View:
     for m in pattern.finditer(text):
         a = m.start()
         if a > last:
-            out.append(text[last:a])
+            pieces.append(text[last:a])
             starts.extend(view.starts[last:a])
             ends.extend(view.ends[last:a])
             seg = gap[last:a]
@@ -182,14 +182,14 @@ def _remove(view: View, pattern: re.Pattern, name: str) -> View:
         pending = True
         last = m.end()
     if last < len(text):
-        out.append(text[last:])
+        pieces.append(text[last:])
         starts.extend(view.starts[last:])
         ends.extend(view.ends[last:])
         seg = gap[last:]
         if pending:
             seg[0] = True
         new_gap.extend(seg)
-    return View(name, "".join(out), starts, ends, new_gap)
+    return View(name, "".join(pieces), starts, ends, new_gap)
 
 
 def collapsed(view: View) -> View:
@@ -222,7 +222,7 @@ def percent_decoded(view: View) -> View | None:
     if not _PCT.search(view.text):
         return None
     text = view.text
-    out: list[str] = []
+    pieces: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
     i = 0
@@ -231,24 +231,24 @@ def percent_decoded(view: View) -> View | None:
         if m:
             b = int(text[i + 1 : i + 3], 16)
             if 32 <= b < 127:
-                out.append(chr(b))
+                pieces.append(chr(b))
                 starts.append(view.starts[i])
                 ends.append(view.ends[i + 2])
                 i += 3
                 continue
-        out.append(text[i])
+        pieces.append(text[i])
         starts.append(view.starts[i])
         ends.append(view.ends[i])
         i += 1
-    return View("percent", "".join(out), starts, ends)
+    return View("percent", "".join(pieces), starts, ends)
 
 
 def views(text: str) -> list[View]:
     """All views of ``text`` the structured detectors run on (canonical first)."""
     canon = canonical(text)
     col = collapsed(canon)
-    out = [canon, col, desep(col), reversed_view(canon), reversed_view(col)]
+    pieces = [canon, col, desep(col), reversed_view(canon), reversed_view(col)]
     pct = percent_decoded(canon)
     if pct is not None:
-        out.append(pct)
-    return out
+        pieces.append(pct)
+    return pieces

@@ -1,0 +1,139 @@
+"""Admin screens of the learned act-or-ask decision: fits (pin, roll back) and stored resolutions."""
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
+
+from common.api import ApplicationError
+from learning.models import (
+    DecisionFit,
+    DecisionFitEvent,
+    ResolutionRecord,
+)
+from learning.services.decisions import decision_fit_pin, decision_fit_retire_live, decision_fit_unpin
+
+# --- The learned auto-resolve decision ---
+
+
+class DecisionFitEventInline(admin.TabularInline):
+    model = DecisionFitEvent
+    extra = 0
+    can_delete = False
+    readonly_fields = ["created_at", "action", "previous_version", "reason", "by"]
+    fields = readonly_fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(DecisionFit)
+class DecisionFitAdmin(admin.ModelAdmin):
+    """Versioned decision fits: held-out figures of each fit and of the fit in use; pin (put live and hold),
+    unpin, roll back to the catalogue prior. Every switch is listed in its history (events)."""
+
+    list_display = [
+        "version",
+        "source",
+        "status",
+        "pinned",
+        "n_labels",
+        "held_out",
+        "held_out_in_use",
+        "shadow_figures",
+        "created_at",
+    ]
+    list_filter = ["status", "source", "pinned"]
+    readonly_fields = [f.name for f in DecisionFit._meta.fields]
+    inlines = [DecisionFitEventInline]
+    actions = ["pin_selected", "unpin_selected", "roll_back_to_prior"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def _confirm(self, request, queryset, *, action, title, intro):
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "intro": intro,
+            "opts": self.model._meta,
+            "queryset": queryset,
+            "live": DecisionFit.objects.filter(status=DecisionFit.Status.LIVE).first(),
+            "action_name": action,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/learning/decisionfit/confirm.html", context)
+
+    @admin.action(description="Pin: put the selected fit live and hold it there", permissions=["change"])
+    def pin_selected(self, request, queryset):
+        if queryset.count() != 1:
+            self.message_user(request, "Select exactly one fit to pin.", messages.ERROR)
+            return None
+        if request.POST.get("post") != "yes":
+            return self._confirm(
+                request,
+                queryset,
+                action="pin_selected",
+                title="Pin this decision fit?",
+                intro="It goes live at once and stays live: automatic promotion stops until it is unpinned.",
+            )
+        try:
+            row = decision_fit_pin(fit=queryset.get(), reviewer=request.user)
+        except ApplicationError as exc:
+            self.message_user(request, exc.message, messages.ERROR)
+            return None
+        self.message_user(request, f"Live and pinned: {row}.", messages.SUCCESS)
+        return None
+
+    @admin.action(description="Unpin the selected fits (automatic promotion resumes)", permissions=["change"])
+    def unpin_selected(self, request, queryset):
+        for row in queryset:
+            decision_fit_unpin(fit=row, reviewer=request.user)
+        self.message_user(request, f"Unpinned {queryset.count()} fit(s).", messages.SUCCESS)
+
+    @admin.action(description="Roll back to the catalogue prior (pinned)", permissions=["change"])
+    def roll_back_to_prior(self, request, queryset):
+        if request.POST.get("post") != "yes":
+            return self._confirm(
+                request,
+                queryset,
+                action="roll_back_to_prior",
+                title="Roll back to the catalogue prior?",
+                intro="The newest catalogue prior goes live and is pinned; the live fit is retired.",
+            )
+        try:
+            row = decision_fit_retire_live(reviewer=request.user)
+        except ApplicationError as exc:
+            self.message_user(request, exc.message, messages.ERROR)
+            return None
+        self.message_user(request, f"Live and pinned: {row}.", messages.SUCCESS)
+        return None
+
+
+@admin.register(ResolutionRecord)
+class ResolutionRecordAdmin(admin.ModelAdmin):
+    """Every resolution with its explanation and, once the user answered, its label."""
+
+    list_display = [
+        "created_at",
+        "user_id",
+        "text",
+        "outcome",
+        "verb",
+        "rule",
+        "probability",
+        "cut",
+        "fit_version",
+        "label",
+        "label_source",
+    ]
+    list_filter = ["outcome", "rule", "label", "label_source"]
+    search_fields = ["normalized", "user_id", "verb"]
+    readonly_fields = [f.name for f in ResolutionRecord._meta.fields]
+
+    def has_add_permission(self, request):
+        return False

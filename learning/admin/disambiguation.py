@@ -1,0 +1,227 @@
+"""Admin screens of disambiguation requests, learning signals, phrase evidence and fitted resolution profiles."""
+
+from django.contrib import admin, messages
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html_join
+
+from common.api import ApplicationError as _ApplicationError
+from learning import selectors as _selectors
+from learning.models import (
+    AbandonEvent,
+    DisambiguationRequest,
+    FittedResolutionProfile,
+    LearningSignal,
+    PhraseEvidence,
+)
+from learning.services.profiles import resolution_profile_activate, resolution_profile_fit, resolution_profile_retire
+
+
+class LearningSignalInline(admin.TabularInline):
+    model = LearningSignal
+    extra = 0
+    can_delete = False
+    fields = ["phrase", "verb", "outcome", "is_negative", "confidence", "result", "candidate_id", "processed_at"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class AbandonEventInline(admin.StackedInline):
+    model = AbandonEvent
+    extra = 0
+    can_delete = False
+    readonly_fields = ["reason", "created_at"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(DisambiguationRequest)
+class DisambiguationRequestAdmin(admin.ModelAdmin):
+    list_display = ["text", "user_id", "channel", "shown_options", "status", "selected_verb", "created_at"]
+    list_filter = ["status", "channel", "domain", "created_at"]
+    search_fields = ["text", "user_id", "request_id", "selected_verb"]
+    date_hierarchy = "created_at"
+    readonly_fields = [
+        "request_id",
+        "agent",
+        "channel",
+        "user_id",
+        "text",
+        "normalized",
+        "domain",
+        "options_table",
+        "status",
+        "selected_verb",
+        "selected_args",
+        "created_at",
+        "answered_at",
+        "processed_at",
+    ]
+    exclude = ["options"]
+    inlines = [AbandonEventInline, LearningSignalInline]
+    change_list_template = "admin/learning/disambiguationrequest/change_list.html"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="options")
+    def shown_options(self, obj):
+        return ", ".join(f"{o['verb']} ({o['score']:.2f})" for o in obj.options)
+
+    @admin.display(description="options shown")
+    def options_table(self, obj):
+        return format_html_join(
+            "",
+            "<div>{}. <strong>{}</strong> — {} <small>({:.3f}, e.g. “{}”)</small></div>",
+            ((i + 1, o["verb"], o.get("display_name", ""), o["score"], o.get("example", "")) for i, o in enumerate(obj.options)),
+        )
+
+    def get_urls(self):
+        extra = [path("outcomes/", self.admin_site.admin_view(self.outcomes_view), name="learning_disambiguation_outcomes")]
+        return extra + super().get_urls()
+
+    def outcomes_view(self, request):
+        """Per verb offered: shares of its requests selected, abandoned, expired."""
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Disambiguation outcomes per verb",
+            "opts": self.model._meta,
+            "rows": _selectors.disambiguation_outcomes_per_verb(),
+        }
+        return TemplateResponse(request, "admin/learning/disambiguation_outcomes.html", context)
+
+
+@admin.register(LearningSignal)
+class LearningSignalAdmin(admin.ModelAdmin):
+    list_display = ["phrase", "verb", "outcome", "is_negative", "confidence", "source", "user_id", "result", "created_at"]
+    list_filter = ["outcome", "source", "is_negative", "result"]
+    search_fields = ["normalized", "verb", "user_id"]
+    readonly_fields = [f.name for f in LearningSignal._meta.fields]
+    change_list_template = "admin/learning/learningsignal/change_list.html"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def get_urls(self):
+        extra = [path("per-phrase/", self.admin_site.admin_view(self.per_phrase_view), name="learning_signals_per_phrase")]
+        return extra + super().get_urls()
+
+    def per_phrase_view(self, request):
+        search = request.GET.get("q", "").strip()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Learning signals per phrase",
+            "opts": self.model._meta,
+            "search": search,
+            "rows": _selectors.signals_per_phrase(search=search),
+        }
+        return TemplateResponse(request, "admin/learning/signals_per_phrase.html", context)
+
+
+@admin.register(PhraseEvidence)
+class PhraseEvidenceAdmin(admin.ModelAdmin):
+    list_display = ["phrase", "verb", "user_id", "negative", "positive", "signal_count", "updated_at"]
+    search_fields = ["normalized", "verb", "user_id"]
+    list_filter = ["verb"]
+    readonly_fields = [
+        "user_id",
+        "phrase",
+        "normalized",
+        "verb",
+        "negative",
+        "positive",
+        "signal_count",
+        "embedding_model",
+        "created_at",
+        "updated_at",
+    ]
+    exclude = ["embedding", "embedding_hash"]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(FittedResolutionProfile)
+class FittedResolutionProfileAdmin(admin.ModelAdmin):
+    """Fitted thresholds with their measured effect on held-out gold labels; a reviewer activates one to put it live."""
+
+    list_display = [
+        "created_at",
+        "embedding_model",
+        "status",
+        "resolve_threshold",
+        "margin",
+        "baseline_values",
+        "gold_count",
+        "held_out_count",
+        "held_out_now",
+        "held_out_after",
+    ]
+    list_filter = ["status", "embedding_model"]
+    readonly_fields = [f.name for f in FittedResolutionProfile._meta.fields]
+    actions = ["activate", "retire"]
+    change_list_template = "admin/learning/fittedresolutionprofile/change_list.html"
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.display(description="in force when fitted")
+    def baseline_values(self, obj):
+        return f"threshold {obj.baseline.get('resolve_threshold')}, margin {obj.baseline.get('margin')}"
+
+    @staticmethod
+    def _figures(f: dict) -> str:
+        return f"{f.get('correct')}% right · {f.get('wrong')}% wrong · {f.get('asked')}% asked" if f else "—"
+
+    @admin.display(description="held-out, profile in force")
+    def held_out_now(self, obj):
+        return self._figures(obj.held_out_current)
+
+    @admin.display(description="held-out, fitted")
+    def held_out_after(self, obj):
+        return self._figures(obj.held_out_fitted)
+
+    @admin.action(description="Activate the selected profile (put it live)", permissions=["change"])
+    def activate(self, request, queryset):
+
+        if queryset.count() != 1:
+            self.message_user(request, "Select exactly one profile to activate.", messages.ERROR)
+            return
+        row = resolution_profile_activate(fitted=queryset.get(), reviewer=request.user)
+        self.message_user(request, f"Live: {row}.", messages.SUCCESS)
+
+    @admin.action(description="Retire the selected profiles", permissions=["change"])
+    def retire(self, request, queryset):
+
+        for row in queryset:
+            resolution_profile_retire(fitted=row)
+        self.message_user(request, f"Retired {queryset.count()} profile(s).", messages.SUCCESS)
+
+    def get_urls(self):
+        extra = [path("fit/", self.admin_site.admin_view(self.fit_view), name="learning_fittedresolutionprofile_fit")]
+        return extra + super().get_urls()
+
+    def fit_view(self, request):
+
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            from django.core.exceptions import PermissionDenied
+
+            raise PermissionDenied
+        try:
+            row = resolution_profile_fit()
+            self.message_user(request, f"Proposed: {row}. Compare the held-out figures, then activate it.", messages.SUCCESS)
+        except _ApplicationError as exc:
+            self.message_user(request, exc.message, messages.ERROR)
+        return HttpResponseRedirect(reverse("admin:learning_fittedresolutionprofile_changelist"))
