@@ -8,7 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import StreamingHttpResponse
 from django.urls import path
 
-from common.admin import pretty_json
+from feedback.admin.reviews import FeedbackRecordReadOnlyMixin
 from feedback.models import (
     FeedbackRecordArchive,
 )
@@ -41,7 +41,7 @@ def archive_csv_response(queryset, filename: str = "feedback-records-archive.csv
 
 
 @admin.register(FeedbackRecordArchive)
-class FeedbackRecordArchiveAdmin(admin.ModelAdmin):
+class FeedbackRecordArchiveAdmin(FeedbackRecordReadOnlyMixin, admin.ModelAdmin):
     """Feedback records past the retention (read only). Export the selection, or the filtered list at
     ``export-csv/`` (same filters as the changelist), as CSV."""
 
@@ -103,28 +103,3 @@ class FeedbackRecordArchiveAdmin(admin.ModelAdmin):
     @admin.action(description="Export selected archived records as CSV", permissions=["view"])
     def export_csv(self, request, queryset):
         return archive_csv_response(queryset)
-
-    @admin.display(description="Original action")
-    def original_json(self, obj):
-        return pretty_json(obj.original_action)
-
-    @admin.display(description="Corrected action")
-    def corrected_json(self, obj):
-        return pretty_json(obj.corrected_action)
-
-    @admin.display(description="Correction delta")
-    def delta_json(self, obj):
-        return pretty_json(obj.correction_delta)
-
-    @admin.display(description="Action context")
-    def context_json(self, obj):
-        return pretty_json(obj.action_context)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

@@ -295,8 +295,37 @@ class ExecutionAdmin(admin.ModelAdmin):
         self._bulk(request, queryset, ReviewOutcome.INCORRECT)
 
 
+class FeedbackRecordReadOnlyMixin:
+    """A feedback record (live or archived) is evidence: shown, never added, edited or deleted in the admin."""
+
+    @admin.display(description="Original action")
+    def original_json(self, obj):
+        return pretty_json(obj.original_action)
+
+    @admin.display(description="Corrected action")
+    def corrected_json(self, obj):
+        return pretty_json(obj.corrected_action)
+
+    @admin.display(description="Correction delta")
+    def delta_json(self, obj):
+        return pretty_json(obj.correction_delta)
+
+    @admin.display(description="Action context")
+    def context_json(self, obj):
+        return pretty_json(obj.action_context)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(FeedbackRecord)
-class FeedbackRecordAdmin(admin.ModelAdmin):
+class FeedbackRecordAdmin(FeedbackRecordReadOnlyMixin, admin.ModelAdmin):
     """Feedback records by agent, action and type (read only: they are written by the services)."""
 
     list_display = [
@@ -337,28 +366,3 @@ class FeedbackRecordAdmin(admin.ModelAdmin):
         "created_at",
     ]
     fields = readonly_fields
-
-    @admin.display(description="Original action")
-    def original_json(self, obj):
-        return pretty_json(obj.original_action)
-
-    @admin.display(description="Corrected action")
-    def corrected_json(self, obj):
-        return pretty_json(obj.corrected_action)
-
-    @admin.display(description="Correction delta")
-    def delta_json(self, obj):
-        return pretty_json(obj.correction_delta)
-
-    @admin.display(description="Action context")
-    def context_json(self, obj):
-        return pretty_json(obj.action_context)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
