@@ -17,7 +17,8 @@ eager, so signal processing and decision refits run inline as the API would trig
 
 Every EVERY interactions the test set is resolved for the same user through ``learning.resolution.resolve``
 (nothing recorded) and counted right / wrong / asked / no match. The stream and both test sets are embedded
-once, in batches, up front (the embedder's cache serves them). In the same run, at cold start and at the end,
+once, in batches, up front (the embedder's cache serves them); the vectors are kept in
+``var/bench_embeddings/<model>.npz``, so a later run on the same machine does not run the model again. In the same run, at cold start and at the end,
 the old fixed-threshold rule (RESOLVE_DECISION=fixed with the former BANKING77-fitted 0.69 / 0.045) is
 measured on the same state, and the other data set's test set is resolved against the final state
 (out of scope: it must not auto-resolve).
@@ -105,6 +106,55 @@ def oos_caught(other) -> float:
 
     auto = sum(resolve(text=ex.text, user_id=USER).outcome == "resolved" for ex in other)
     return round(100.0 * (len(other) - auto) / max(len(other), 1), 2)
+
+
+class DiskVectors:
+    """The configured embedder behind a file of the vectors this benchmark computed before
+    (``var/bench_embeddings/<model>.npz``): the data sets' texts are embedded once per machine, not once per run.
+    The vectors are the embedder's own (float32, as computed), so every decision is the same; the process's
+    CachedEmbedder still wraps this, as it wraps the model in the API."""
+
+    def __init__(self, inner, path):
+        self.inner, self.path = inner, path
+        self.model_name, self.dimension = inner.model_name, inner.dimension
+        self.in_process = getattr(inner, "in_process", False)
+        self.known, self.added = {}, 0
+        if path.exists():
+            import numpy as np
+
+            with np.load(path, allow_pickle=False) as z:
+                self.known = dict(zip(z["texts"].tolist(), z["vectors"], strict=True))
+
+    @classmethod
+    def install(cls, cached) -> "DiskVectors":
+        from embeddings.embedders import set_embedder
+
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in cached.model_name)
+        disk = cls(cached.inner, ROOT / "var" / "bench_embeddings" / f"{safe}.npz")
+        set_embedder(disk)
+        return disk
+
+    def embed(self, text: str):
+        return self.embed_batch([text])[0]
+
+    def embed_batch(self, texts):
+        missing = list(dict.fromkeys(t for t in texts if t not in self.known))
+        if missing:
+            self.known.update(zip(missing, self.inner.embed_batch(missing), strict=True))
+            self.added += len(missing)
+        return [self.known[t] for t in texts]
+
+    def save(self) -> None:
+        if not self.added:
+            return
+        import numpy as np
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        texts = list(self.known)
+        tmp = self.path.with_suffix(".tmp.npz")
+        np.savez(tmp, texts=np.array(texts, dtype=str), vectors=np.stack([self.known[t] for t in texts]).astype(np.float32))
+        tmp.replace(self.path)
+        self.added = 0
 
 
 def interact(ex, stats: Counter) -> None:
@@ -196,9 +246,11 @@ def main():
 
     started = time.perf_counter()
     texts = sorted({normalize_phrase(ex.text) for ex in [*test, *stream, *other]})
+    disk = DiskVectors.install(get_embedder())
     embedder = get_embedder()
     for i in tqdm(range(0, len(texts), 256), desc="embedding", unit="batch"):
         embedder.embed_batch(texts[i : i + 256])
+    disk.save()
     embed_s = time.perf_counter() - started
 
     fresh_database()

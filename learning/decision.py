@@ -55,7 +55,7 @@ def _one_blas_thread(fn):
     """Run a fit with one BLAS thread: these are small problems (a few thousand rows, a 384 x V head), where
     OpenBLAS's worker threads cost far more than they save, and on a loaded machine (web and worker processes
     sharing the cores) they spin against each other: head training measured 25x slower with 2 threads on 2
-    busy cores. The numbers are the same; only the speed changes."""
+    busy cores. The same computation: only the float rounding of a multi-threaded GEMM (~1e-8 relative) differs."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

@@ -1,0 +1,88 @@
+"""Reads of entity aliases and the verb catalogue for agents."""
+
+from collections import defaultdict
+
+from pgvector.django import CosineDistance
+
+from common.text import normalize_phrase
+from embeddings.embedders import embed_query
+from learning.models import (
+    EntityAlias,
+    Verb,
+    VerbPhrase,
+)
+from learning.selectors.tiers import scope_q
+
+ALIAS_SEMANTIC_THRESHOLDS = {"default": 0.85, "all-MiniLM-L6-v2-onnx-int8": 0.80}
+
+
+def _alias_match(row: EntityAlias, score: float, match: str) -> dict:
+    return {
+        "alias": row.alias,
+        "canonical_name": row.canonical_name,
+        "entity_type": row.entity_type,
+        "scope": "user" if row.user_id else "global",
+        "user_id": row.user_id,
+        "confidence": row.confidence,
+        "score": round(float(score), 4),
+        "match": match,
+    }
+
+
+def entity_alias_resolve(*, text: str, user_id: str | None = None, entity_type: str | None = None, limit: int = 5) -> dict:
+    """What ``text`` names: active aliases spelled the same (normalized), else the nearest ones by vector
+    (pgvector, at or above the model's ALIAS_SEMANTIC_THRESHOLDS). A user's alias shadows a global one for
+    the same name and entity type. Without a vector (embedder down) only exact matches answer (``degraded``)."""
+    normalized = normalize_phrase(text)
+    rows = EntityAlias.objects.filter(scope_q(user_id), is_active=True)
+    if entity_type:
+        rows = rows.filter(entity_type=entity_type)
+    exact = sorted(rows.filter(normalized=normalized), key=lambda r: (r.user_id is None, r.pk))
+    reason, match = "", "exact"
+    hits = [(r, 1.0) for r in exact]
+    if not hits:
+        match = "semantic"
+        vector, model, reason = embed_query(normalized)
+        if vector is not None:
+            threshold = ALIAS_SEMANTIC_THRESHOLDS.get(model, ALIAS_SEMANTIC_THRESHOLDS["default"])
+            near = (
+                rows.filter(embedding_model=model)
+                .annotate(distance=CosineDistance("embedding", vector))
+                .order_by("distance")[: max(limit * 4, 20)]
+            )
+            hits = sorted(((r, 1.0 - r.distance) for r in near), key=lambda h: (-round(h[1], 4), h[0].user_id is None, h[0].pk))
+            hits = [(r, s) for r, s in hits if s >= threshold]
+    seen_names: set[tuple[str, str]] = set()
+    seen_answers: set[tuple[str, str]] = set()
+    matches = []
+    for row, score in hits:
+        name, answer = (row.normalized, row.entity_type), (row.canonical_name, row.entity_type)
+        if name in seen_names or answer in seen_answers:  # shadowed by the user's own alias, or the same answer again
+            continue
+        seen_names.add(name)
+        seen_answers.add(answer)
+        matches.append(_alias_match(row, score, match))
+    matches = matches[:limit]
+    return {
+        "text": text,
+        "normalized": normalized,
+        "outcome": match if matches else "no_match",
+        "canonical_name": matches[0]["canonical_name"] if matches else None,
+        "entity_type": matches[0]["entity_type"] if matches else None,
+        "matches": matches,
+        "degraded": bool(reason),
+        "degraded_reason": reason,
+    }
+
+
+def verb_catalogue(*, examples: int = 3) -> list[dict]:
+    """The active verbs, by domain and name, with display names, descriptions and a few example phrases."""
+    verbs = list(Verb.objects.filter(is_active=True).order_by("domain", "name"))
+    phrases: dict[int, list[str]] = defaultdict(list)
+    for verb_id, text in VerbPhrase.objects.filter(verb__in=verbs).order_by("verb_id", "id").values_list("verb_id", "text"):
+        if len(phrases[verb_id]) < examples:
+            phrases[verb_id].append(text)
+    return [
+        {"name": v.name, "domain": v.domain, "display_name": v.label, "description": v.description, "examples": phrases[v.pk]}
+        for v in verbs
+    ]

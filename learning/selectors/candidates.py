@@ -1,0 +1,114 @@
+"""Reads for governance: learning candidates, stats, the admin dashboard, import planning and decay targets."""
+
+from datetime import timedelta
+
+import numpy as np
+from django.conf import settings
+from django.db.models import Count, QuerySet
+from django.utils import timezone
+from pgvector.django import CosineDistance
+
+from learning.models import (
+    EntityAlias,
+    LearnedPhrase,
+    LearningCandidate,
+    Verb,
+)
+from learning.selectors.tiers import unexpired_blocks
+
+STATS_RANGES = {"day": timedelta(days=1), "week": timedelta(weeks=1), "month": timedelta(days=30), "all": None}
+
+
+def correction_decay_targets(
+    *, vector: np.ndarray, model: str, user_id: str, verb: Verb, exclude_normalized: str, threshold: float, k: int = 20
+) -> list[int]:
+    """The user's own active phrases for ``verb`` that match the vector within ``threshold`` (semantic anchors)."""
+    rows = (
+        LearnedPhrase.objects.filter(user_id=user_id, verb=verb, is_active=True, embedding_model=model)
+        .exclude(normalized=exclude_normalized)
+        .annotate(distance=CosineDistance("embedding", vector))
+        .order_by("distance")
+        .values_list("pk", "distance")[:k]
+    )
+    return [pk for pk, d in rows if 1.0 - d >= threshold]
+
+
+def candidate_list(
+    *,
+    status: str | None = None,
+    candidate_type: str | None = None,
+    min_occurrences: int | None = None,
+    risk_level: str | None = None,
+    user_id: str | None = None,
+) -> QuerySet[LearningCandidate]:
+    """Candidates, pending first, then by occurrences and recency."""
+    qs = LearningCandidate.objects.all()
+    if status:
+        qs = qs.filter(status=status)
+    if candidate_type:
+        qs = qs.filter(candidate_type=candidate_type)
+    if min_occurrences:
+        qs = qs.filter(occurrence_count__gte=min_occurrences)
+    if risk_level:
+        qs = qs.filter(risk_level=risk_level)
+    if user_id:
+        qs = qs.filter(user_id=user_id)
+    return qs.order_by(pending_first(), "-occurrence_count", "-last_seen_at", "-pk")
+
+
+def pending_first():
+    from django.db.models import Case, IntegerField, Value, When
+
+    return Case(When(status=LearningCandidate.Status.PENDING, then=Value(0)), default=Value(1), output_field=IntegerField())
+
+
+def top_pending_candidates(limit: int | None = None) -> list[LearningCandidate]:
+    limit = limit or settings.LEARNING_STATS_TOP_PENDING
+    return list(
+        LearningCandidate.objects.filter(status=LearningCandidate.Status.PENDING).order_by(
+            "-occurrence_count", "-last_seen_at", "-pk"
+        )[:limit]
+    )
+
+
+def learning_stats(*, time_range: str = "week") -> dict:
+    """Counts for reviewers: candidates by status (created within the range), active learnings, top pending phrases."""
+    since = None
+    if STATS_RANGES[time_range] is not None:
+        since = timezone.now() - STATS_RANGES[time_range]
+    candidates = LearningCandidate.objects.all()
+    if since is not None:
+        candidates = candidates.filter(created_at__gte=since)
+    by_status = {s: 0 for s in LearningCandidate.Status.values}
+    by_status.update(dict(candidates.order_by().values("status").annotate(n=Count("pk")).values_list("status", "n")))
+    return {
+        "time_range": time_range,
+        "since": since,
+        "candidates_by_status": by_status,
+        "candidates_total": sum(by_status.values()),
+        "active_learned_phrases": LearnedPhrase.objects.filter(is_active=True).count(),
+        "active_aliases": EntityAlias.objects.filter(is_active=True).count(),
+        "active_blocklist_entries": unexpired_blocks().count(),
+        "top_pending": top_pending_candidates(),
+    }
+
+
+def dashboard_counts() -> dict:
+    """The admin index dashboard: what waits for review and what is in force."""
+    week_ago = timezone.now() - timedelta(weeks=1)
+    return {
+        "pending_candidates": LearningCandidate.objects.filter(status=LearningCandidate.Status.PENDING).count(),
+        "approved_this_week": LearningCandidate.objects.filter(
+            status__in=[LearningCandidate.Status.APPROVED, LearningCandidate.Status.APPLIED], reviewed_at__gte=week_ago
+        ).count(),
+        "active_learned_phrases": LearnedPhrase.objects.filter(is_active=True).count(),
+        "active_blocklist_entries": unexpired_blocks().count(),
+        "top_pending": top_pending_candidates(),
+    }
+
+
+def import_existing(*, normalized: list[str], user_id: str | None) -> dict[str, LearnedPhrase]:
+    """Learned phrases of one scope by normalized text (for import planning)."""
+    qs = LearnedPhrase.objects.filter(normalized__in=normalized)
+    qs = qs.filter(user_id=user_id) if user_id else qs.filter(user_id__isnull=True)
+    return {row.normalized: row for row in qs.only("pk", "normalized", "verb_id", "is_active", "confidence", "embedding_model")}

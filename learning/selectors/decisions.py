@@ -1,0 +1,159 @@
+"""Reads for the learned act-or-ask decision: the fits in force, their heads, the labels."""
+
+import time as _time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+from django.conf import settings
+from django.db.models import Count, F, Q
+
+from learning import decision
+from learning.models import (
+    DecisionFit,
+    DecisionHead,
+    LearnedPhrase,
+    ResolutionRecord,
+    Verb,
+    VerbPhrase,
+)
+
+# --- The learned auto-resolve decision: the fits in force, their heads, the labels ---
+
+_decision_cache: list = [0.0, None]  # [expires (monotonic), state]
+_head_cache: "OrderedDict[tuple[int, str | None], tuple]" = OrderedDict()
+_HEAD_CACHE_SIZE = 256
+_active_verbs_cache: list = [0.0, frozenset()]
+
+
+@dataclass(frozen=True)
+class FitState:
+    version: int
+    source: str
+    params: dict | None
+
+
+def decision_state() -> dict:
+    """{"live", "shadow", "prior"}: FitState or None each (prior: the newest catalogue prior, whatever its status).
+    One small query, cached per process for RESOLVE_DECISION_CACHE_S seconds."""
+    now = _time.monotonic()
+    if _decision_cache[1] is not None and _decision_cache[0] > now:
+        return _decision_cache[1]
+    rows = list(
+        DecisionFit.objects.filter(Q(status__in=[DecisionFit.Status.LIVE, DecisionFit.Status.SHADOW]) | Q(source="prior"))
+        .order_by("-version")
+        .values("version", "source", "status", "params")[:50]
+    )
+    state = {"live": None, "shadow": None, "prior": None}
+    for r in rows:
+        fs = FitState(r["version"], r["source"], r["params"])
+        if r["status"] in ("live", "shadow") and state[r["status"]] is None:
+            state[r["status"]] = fs
+        if r["source"] == DecisionFit.Source.PRIOR and state["prior"] is None:
+            state["prior"] = fs
+    _decision_cache[:] = [now + settings.RESOLVE_DECISION_CACHE_S, state]
+    return state
+
+
+def decision_cache_clear() -> None:
+    _decision_cache[:] = [0.0, None]
+    _head_cache.clear()
+    _active_verbs_cache[:] = [0.0, frozenset()]
+
+
+def decision_head(version: int, user_id: str | None) -> tuple | None:
+    """(head, verbs, anchors per verb) of fit ``version`` for this user: the user's own head when the fit trained
+    one, else the deployment's; None when the fit has no head. Loaded once per process and version (LRU).
+    Raises ValueError when the stored head is unreadable."""
+    key = (version, user_id)
+    if key in _head_cache:
+        _head_cache.move_to_end(key)
+        return _head_cache[key]
+    rows = list(
+        DecisionHead.objects.filter(Q(user_id__isnull=True) | Q(user_id=user_id) if user_id else Q(user_id__isnull=True))
+        .filter(fit__version=version)
+        .order_by(F("user_id").asc(nulls_last=True))
+        .values("user_id", "weights", "anchors")[:1]
+    )
+    value = None
+    if rows:
+        head, verbs = decision.head_loads(rows[0]["weights"])
+        value = (head, verbs, {v: int(n) for v, n in (rows[0]["anchors"] or {}).items()}, rows[0]["user_id"])
+    _head_cache[key] = value
+    while len(_head_cache) > _HEAD_CACHE_SIZE:
+        _head_cache.popitem(last=False)
+    return value
+
+
+def active_verb_names() -> frozenset:
+    """Names of the active verbs, cached like the decision state (head-only options must still exist)."""
+    now = _time.monotonic()
+    if _active_verbs_cache[0] > now:
+        return _active_verbs_cache[1]
+    names = frozenset(Verb.objects.filter(is_active=True).values_list("name", flat=True))
+    _active_verbs_cache[:] = [now + settings.RESOLVE_DECISION_CACHE_S, names]
+    return names
+
+
+def decision_labels(*, window: int) -> list[dict]:
+    """The newest ``window`` labelled resolutions that carry features (oldest first)."""
+    rows = list(
+        ResolutionRecord.objects.filter(label__isnull=False, features__isnull=False)
+        .order_by("-labelled_at", "-id")
+        .values("features", "features_open", "label", "user_id", "shadow_version", "shadow_outcome", "shadow_label")[:window]
+    )
+    return rows[::-1]
+
+
+def labels_since(when) -> int:
+    qs = ResolutionRecord.objects.filter(label__isnull=False, features__isnull=False)
+    return (qs.filter(labelled_at__gt=when) if when else qs).count()
+
+
+def shadow_figures(version: int) -> dict:
+    """Labels that arrived while fit ``version`` ran in shadow: how its answers would have fared."""
+    rows = ResolutionRecord.objects.filter(shadow_version=version, label__isnull=False)
+    n = rows.count()
+    auto = rows.filter(shadow_outcome="resolved")
+    right = auto.filter(shadow_label=True).count()
+    wrong = auto.filter(shadow_label=False).count()
+    return {"n": n, "right": right, "wrong": wrong, "asked": n - right - wrong}
+
+
+def decision_anchor_rows(*, model: str, user_id: str | None = None, learned: bool = True):
+    """(vectors, verb names, is_learned, trust) of the anchors a head trains on: active catalogue phrases and the
+    global learned phrases, plus (``user_id``) that user's own learned phrases only; verbs active only."""
+    vectors, names, is_learned, confidence = [], [], [], []
+    catalogue = VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model, embedding__isnull=False).order_by("pk")
+    for verb, emb in catalogue.values_list("verb__name", "embedding"):
+        vectors.append(np.asarray(emb, dtype=np.float32))
+        names.append(verb)
+        is_learned.append(False)
+        confidence.append(1.0)
+    if learned:
+        scope = Q(user_id__isnull=True) | Q(user_id=user_id) if user_id else Q(user_id__isnull=True)
+        rows = (
+            LearnedPhrase.objects.filter(
+                scope, is_active=True, verb__is_active=True, embedding_model=model, embedding__isnull=False
+            )
+            .order_by("pk")
+            .values_list("verb__name", "embedding", "confidence")
+        )
+        for verb, emb, conf in rows:
+            vectors.append(np.asarray(emb, dtype=np.float32))
+            names.append(verb)
+            is_learned.append(True)
+            confidence.append(float(conf))
+    return vectors, names, is_learned, confidence
+
+
+def users_with_phrases(*, model: str, min_phrases: int) -> list[str]:
+    """Users with at least ``min_phrases`` active learned phrases of their own (candidates for a personal head)."""
+    return list(
+        LearnedPhrase.objects.filter(user_id__isnull=False, is_active=True, embedding_model=model)
+        .values("user_id")
+        .annotate(n=Count("id"))
+        .filter(n__gte=min_phrases)
+        .order_by("-n")
+        .values_list("user_id", flat=True)
+    )

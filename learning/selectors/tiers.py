@@ -1,0 +1,229 @@
+"""Reads on the resolve path: exact learned phrases, the tier query (vector neighbours, blocks, catalogue
+phrases, evidence), blocks in force and verb details.
+
+Vector searches order by pgvector's cosine distance so the HNSW index is used; connections run with
+``hnsw.iterative_scan`` so user and domain filters never starve a search of results."""
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from django.conf import settings
+from django.db import connection
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from learning.models import (
+    LearnedPhrase,
+    PhraseBlock,
+    PhraseEvidence,
+    Verb,
+    VerbPhrase,
+)
+
+"""Reads for the learning app: catalogue, learned phrases, blocklist, vector searches, candidates,
+disambiguations, evidence and fitted profiles.
+
+Vector searches order by pgvector's cosine distance so the HNSW index is used;
+connections run with ``hnsw.iterative_scan`` so user and domain filters never
+starve a search of results.
+"""
+
+
+@dataclass(frozen=True)
+class Hit:
+    verb: str
+    similarity: float
+    text: str
+    user_id: str | None
+    confidence: float = 1.0
+
+
+def scope_q(user_id: str | None) -> Q:
+    """Global rows, plus the user's own when a user is given."""
+    return Q(user_id__isnull=True) | Q(user_id=user_id) if user_id else Q(user_id__isnull=True)
+
+
+def domain_exists(domain: str) -> bool:
+    return Verb.objects.filter(is_active=True, domain=domain).exists()
+
+
+def _verb_filter(prefix: str, domain: str | None) -> Q:
+    q = Q(**{f"{prefix}is_active": True})
+    if domain:
+        q &= Q(**{f"{prefix}domain": domain})
+    return q
+
+
+@dataclass(frozen=True)
+class ExactHit:
+    verb: str
+    description: str
+    confidence: float
+    user_id: str | None
+    phrase: str
+    blocked: bool  # a block in force (this scope) names the verb, for any phrase
+
+
+def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -> list[ExactHit]:
+    """Exact learned matches, the user's first, then global; in one query, on the resolve hot path."""
+    params = {"n": normalized, "u": user_id, "now": timezone.now(), "d": domain}
+    sql = f"""
+        SELECT v.name, v.description, t.confidence, t.user_id, t.phrase,
+               EXISTS (SELECT 1 FROM {PhraseBlock._meta.db_table} b
+                       WHERE b.verb_id = t.verb_id AND (b.user_id IS NULL OR b.user_id = %(u)s)
+                         AND (b.expires_at IS NULL OR b.expires_at > %(now)s))
+        FROM {LearnedPhrase._meta.db_table} t JOIN {Verb._meta.db_table} v ON v.id = t.verb_id
+        WHERE t.normalized = %(n)s AND t.is_active AND v.is_active
+          AND (t.user_id IS NULL OR t.user_id = %(u)s){" AND v.domain = %(d)s" if domain else ""}
+        ORDER BY t.user_id IS NULL, t.id
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [ExactHit(*row) for row in cursor.fetchall()]
+
+
+def vector_literal(vector) -> str:
+    return "[" + ",".join(map(str, np.asarray(vector, dtype=np.float32).tolist())) + "]"
+
+
+@dataclass
+class TierRows:
+    learned: list[Hit]
+    blocked: set[str]
+    phrases: list[tuple[str, str, str]]
+    catalogue: list[Hit]
+    descriptions: dict[str, str]
+    evidence: list[tuple[str, float, float]]  # (verb, similarity, negative - positive) near the query
+
+
+def tier_rows(
+    *,
+    normalized: str,
+    vector,
+    model: str,
+    user_id: str | None,
+    domain: str | None,
+    k_learned: int,
+    k_catalogue: int,
+    k_blocks: int,
+    block_threshold: float,
+    learned: bool = True,
+    k_evidence: int = 0,
+    evidence_similarity: float = 1.0,
+) -> TierRows:
+    """Tiers 3-7 of resolution in ONE round trip: learned neighbours, blocked verbs, catalogue phrase
+    matches and catalogue neighbours, and (``k_evidence`` > 0) the user's feedback evidence within
+    ``evidence_similarity`` of the query. Each vector part orders by cosine distance so its HNSW index
+    is used. Without a vector, only the text parts run (degraded mode)."""
+    params: dict = {"n": normalized, "pat": f"%{normalized}%", "u": user_id, "m": model, "now": timezone.now()}
+    verbs = "SELECT id, name, description FROM learning_verb WHERE is_active"
+    if domain:
+        verbs += " AND domain = %(domain)s"
+        params["domain"] = domain
+    scope = "(t.user_id IS NULL OR t.user_id = %(u)s)"
+    # With a domain, filter inside the ordered scans (iterative index scans keep them from starving).
+    in_domain = " AND t.verb_id = ANY(ARRAY(SELECT id FROM v))" if domain else ""
+    parts = [
+        # blocklist, exact text
+        f"SELECT 'bx', v.name, 1.0::float8, t.phrase, NULL, 1.0::float8, '' FROM learning_phraseblock t "
+        f"JOIN v ON v.id = t.verb_id WHERE t.normalized = %(n)s AND {scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s)",
+        # catalogue phrases: equal to the text, contained in it, or containing it
+        "SELECT CASE WHEN t.normalized = %(n)s THEN 'px' ELSE 'ps' END, v.name, 1.0::float8, t.text, t.normalized, 1.0::float8, v.description "
+        "FROM learning_verbphrase t JOIN v ON v.id = t.verb_id "
+        "WHERE %(n)s LIKE '%%' || t.normalized || '%%' OR t.normalized LIKE %(pat)s",
+    ]
+    if vector is not None:
+        # The vector travels once, as an InitPlan parameter ((SELECT v FROM q)): the HNSW scans still use it as
+        # their ordering key, and the server parses 384 floats once instead of once per tier.
+        params.update(q=vector_literal(vector), kl=k_learned, kc=k_catalogue, kb=k_blocks)
+        if learned:
+            parts.append(
+                "SELECT 'ls', v.name, 1.0 - x.d, x.phrase, x.user_id, x.confidence, v.description FROM ("
+                f"SELECT t.verb_id, t.phrase, t.user_id, t.confidence, t.embedding <=> (SELECT v FROM q) AS d "
+                f"FROM learning_learnedphrase t WHERE t.is_active AND {scope} AND t.embedding_model = %(m)s{in_domain} "
+                "ORDER BY d LIMIT %(kl)s) x JOIN v ON v.id = x.verb_id"
+            )
+        parts.append(
+            "SELECT 'bs', v.name, 1.0 - x.d, x.phrase, NULL, 1.0::float8, '' FROM ("
+            f"SELECT t.verb_id, t.phrase, t.embedding <=> (SELECT v FROM q) AS d FROM learning_phraseblock t "
+            f"WHERE {scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s) AND t.embedding_model = %(m)s "
+            "ORDER BY d LIMIT %(kb)s) x JOIN v ON v.id = x.verb_id"
+        )
+        if k_evidence:
+            # Evidence is kept per scope: the user's own, or global rows for global resolution.
+            own = "t.user_id = %(u)s" if user_id else "t.user_id IS NULL"
+            params.update(ke=k_evidence, de=1.0 - evidence_similarity)
+            parts.append(
+                "SELECT 'ev', x.verb, 1.0 - x.d, '', NULL, x.net, '' FROM ("
+                f"SELECT t.verb, t.negative - t.positive AS net, t.embedding <=> (SELECT v FROM q) AS d FROM {PhraseEvidence._meta.db_table} t "
+                f"WHERE {own} AND t.embedding_model = %(m)s ORDER BY d LIMIT %(ke)s) x WHERE x.d <= %(de)s"
+            )
+        parts.append(
+            "SELECT 'cs', v.name, 1.0 - x.d, x.text, NULL, 1.0::float8, v.description FROM ("
+            "SELECT t.verb_id, t.text, t.embedding <=> (SELECT v FROM q) AS d FROM learning_verbphrase t "
+            f"WHERE t.embedding_model = %(m)s{in_domain} ORDER BY d LIMIT %(kc)s) x JOIN v ON v.id = x.verb_id"
+        )
+    ctes = f"v AS MATERIALIZED ({verbs})" + (", q AS (SELECT %(q)s::vector AS v)" if vector is not None else "")
+    sql = f"WITH {ctes} " + " UNION ALL ".join(f"({p})" for p in parts)
+    out = TierRows([], set(), [], [], {}, [])
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    for tier, verb, score, text, extra, confidence, description in rows:
+        if description:
+            out.descriptions[verb] = description
+        if tier == "bx" or (tier == "bs" and score >= block_threshold):
+            out.blocked.add(verb)
+        elif tier == "ls":
+            out.learned.append(Hit(verb, float(score), text, extra, float(confidence)))
+        elif tier == "cs":
+            out.catalogue.append(Hit(verb, float(score), text, None))
+        elif tier == "ev":
+            out.evidence.append((verb, float(score), float(confidence)))
+        elif tier == "px":
+            out.phrases.append((verb, text, "exact"))
+        elif tier == "ps" and min(len(extra), len(normalized)) >= 4:
+            out.phrases.append((verb, text, "substring"))
+    out.learned.sort(key=lambda h: -h.similarity)
+    out.catalogue.sort(key=lambda h: -h.similarity)
+    return out
+
+
+def unexpired_blocks() -> QuerySet[PhraseBlock]:
+    """Blocks in force now, in every scope."""
+    return PhraseBlock.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+
+
+def active_blocks(*, user_id: str | None) -> QuerySet[PhraseBlock]:
+    """Blocks in force now for this user: global ones and the user's own."""
+    return unexpired_blocks().filter(scope_q(user_id))
+
+
+_VERB_DETAILS: dict[str, tuple[float, dict]] = {}
+
+
+def verb_details(names: list[str]) -> dict[str, dict]:
+    """Description, display name and one example phrase per verb (for ambiguity options).
+
+    Kept per process for VERB_DETAILS_CACHE_S seconds: options are shown on many answers and the
+    catalogue changes rarely, so an edit shows up in options within that time."""
+    now = time.monotonic()
+    out = {n: hit[1] for n in names if (hit := _VERB_DETAILS.get(n)) and hit[0] > now}
+    missing = [n for n in names if n not in out]
+    if missing:
+        verbs = {v.name: v for v in Verb.objects.filter(name__in=missing)}
+        examples: dict[str, str] = {}
+        rows = VerbPhrase.objects.filter(verb__name__in=missing).order_by("verb__name", "id").values_list("verb__name", "text")
+        for verb, text in rows:
+            examples.setdefault(verb, text)
+        expires = now + settings.VERB_DETAILS_CACHE_S
+        for n, v in verbs.items():
+            out[n] = {"description": v.description, "display_name": v.label, "example": examples.get(n, "")}
+            _VERB_DETAILS[n] = (expires, out[n])
+    return out
+
+
+def verb_details_forget() -> None:
+    """Drop this process's cached verb details (after the catalogue changed)."""
+    _VERB_DETAILS.clear()
