@@ -318,24 +318,19 @@ def _merge(*, memory_id: int, artifact: Artifact, sha: str, fingerprint: int, me
     Answers whether the content changed (then the vector is cleared for re-embedding).
     """
     target = Memory.objects.select_for_update().get(pk=memory_id)
-    changes = {
-        "version": F("version") + 1,
-        "hits": F("hits") + 1,
-        "tags": list(dict.fromkeys([*target.tags, *artifact.tags])),
-        "metadata": {**target.metadata, **metadata},
-        "updated_at": timezone.now(),
-    }
+    fields = ["version", "hits", "tags", "metadata", "updated_at"]
+    target.version += 1
+    target.hits += 1
+    target.tags = list(dict.fromkeys([*target.tags, *artifact.tags]))
+    target.metadata = {**target.metadata, **metadata}
     changed = len(artifact.content) > len(target.content)
     if changed:
-        changes.update(
-            content=artifact.content,
-            content_sha256=sha,
-            simhash=to_hex(fingerprint),
-            embedding=None,
-            embedding_model="",
-            embedding_hash="",
-        )
-    Memory.objects.filter(pk=memory_id).update(**changes)
+        target.content, target.content_sha256, target.simhash = artifact.content, sha, to_hex(fingerprint)
+        target.embedding, target.embedding_model, target.embedding_hash = None, "", ""
+        fields += ["content", "content_sha256", "simhash", "embedding", "embedding_model", "embedding_hash"]
+    target._change_reason = "merged a duplicate observation" + (" (longer text kept)" if changed else "")
+    # A save (not QuerySet.update) so the history keeps a row per merge, and with it the text it replaced.
+    target.save(update_fields=fields)
     _auto_promote([memory_id])
     return changed
 

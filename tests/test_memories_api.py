@@ -59,6 +59,10 @@ class TestObserve:
         assert second["memory_id"] == m.pk and m.version == 2 and m.hits == 1
         assert m.content == changed  # the longer text wins
         assert Memory.objects.count() == 1
+        # The merge is in the history, and the history still has the text it replaced.
+        history = list(m.history.order_by("history_date"))
+        assert [h.content for h in history] == [base, changed]
+        assert history[-1].history_change_reason.startswith("merged a duplicate observation")
 
     def test_paraphrase_above_semantic_threshold_is_merged(self, api):
         a = "Always run the database migrations before deploying the web application to production."
