@@ -7,6 +7,7 @@ from django.db import models
 from simple_history.models import HistoricalRecords
 
 from common.history import history_user
+from tenants.models import TenantOwned
 
 ACTION_NAME_RE = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
 ACTION_NAME_PATTERN = re.compile(ACTION_NAME_RE)
@@ -18,7 +19,7 @@ class AutonomyLevel(models.IntegerChoices):
     AUTONOMOUS = 3, "3 · act alone"
 
 
-class Action(models.Model):
+class Action(TenantOwned):
     """An action agents may take, with the autonomy level it runs at.
 
     The level changes only through an approved ``AutonomyTransition``.
@@ -26,7 +27,6 @@ class Action(models.Model):
 
     name = models.CharField(
         max_length=100,
-        unique=True,
         validators=[RegexValidator(ACTION_NAME_RE, "Action names are lowercase dotted identifiers such as 'email.send'.")],
     )
     description = models.TextField(blank=True)
@@ -41,6 +41,7 @@ class Action(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=models.Q(autonomy_level__gte=1, autonomy_level__lte=3), name="action_level_1_3"),
+            models.UniqueConstraint(fields=["tenant", "name"], name="action_name_unique_per_tenant"),
         ]
 
     def __str__(self):

@@ -6,6 +6,7 @@ from simple_history.admin import SimpleHistoryAdmin
 from agents.authentication import verified_keys_forget
 from agents.models import Agent, ApiKey
 from agents.services import api_key_revoke
+from tenants.context import tenant_filter_ids
 
 
 class ApiKeyInline(admin.TabularInline):
@@ -37,19 +38,29 @@ class ForgetVerifiedKeysMixin:
 
 @admin.register(Agent)
 class AgentAdmin(ForgetVerifiedKeysMixin, SimpleHistoryAdmin):
-    list_display = ["name", "is_active", "created_at"]
-    list_filter = ["is_active"]
+    list_display = ["name", "tenant", "is_active", "private_user_data", "created_at"]
+    list_filter = ["is_active", "private_user_data", "tenant"]
+    list_select_related = ["tenant"]
     search_fields = ["name", "description"]
+    readonly_fields = ["tenant"]
     inlines = [ApiKeyInline]
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(ForgetVerifiedKeysMixin, SimpleHistoryAdmin):
+    """Keys of the agents of the reviewer's tenants."""
+
     list_display = ["name", "agent", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), "agent"]
     search_fields = ["name", "prefix", "agent__name"]
     readonly_fields = ["agent", "prefix", "created_at", "last_used_at", "revoked_at"]
     fields = ["agent", "name", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        ids = tenant_filter_ids()
+        return queryset if ids is None else queryset.filter(agent__tenant_id__in=ids)
+
     actions = ["revoke"]
 
     def has_add_permission(self, request):

@@ -25,8 +25,11 @@ from django.core.cache import cache
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, throttling
+from rest_framework.authtoken.models import Token
 
 from agents.models import ApiKey, hash_key
+from tenants.context import tenant_enter
+from tenants.selectors import user_tenant_ids
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +96,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if not header:
             return None
         parts = header.split()
+        if parts and parts[0].lower() == ReviewerTokenAuthentication.keyword.lower():
+            return None  # a reviewer's token: the next authenticator checks it
         if len(parts) != 2 or parts[0].lower() != self.keyword.lower():
             self._fail(request, None, "Authorization header must be 'Bearer <key>'.")
         key = _active_key(hash_key(parts[1]))
@@ -102,6 +107,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if key.last_used_at is None or (now - key.last_used_at).total_seconds() > LAST_USED_RESOLUTION_S:
             ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
             key.last_used_at = now
+        tenant_enter([key.agent.tenant_id], agent=key.agent)
         return key.agent, key
 
     def _fail(self, request, raw_key: str | None, message: str):
@@ -158,14 +164,45 @@ def verified_keys_forget() -> None:
         _verified.clear()
 
 
+class ReviewerTokenAuthentication(authentication.TokenAuthentication):
+    """A human reviewer's personal token: ``Authorization: Token <key>`` (DRF's token, one per user, revocable
+    and listed in the admin). The request sees the reviewer's tenants; decisions record the user."""
+
+    def authenticate_credentials(self, key):
+        user, token = super().authenticate_credentials(key)
+        tenant_enter(user_tenant_ids(user))
+        return user, token
+
+
 class ScopePermission:
-    """DRF permission: the key must carry every scope the view names in ``required_scopes``."""
+    """DRF permission for agent keys and reviewer tokens.
+
+    An agent key must carry every scope the view names in ``required_scopes``; a view with
+    ``human_only = True`` refuses every agent key. A reviewer token is accepted only by views that name
+    ``reviewer_permissions``, and only for a user who holds them all.
+    """
 
     message = "This API key lacks the scope this endpoint needs."
 
     def has_permission(self, request, view):
         key = request.auth
+        if isinstance(key, Token):
+            needed = getattr(view, "reviewer_permissions", None)
+            if not needed:
+                self.message = "This endpoint is for agent keys, not reviewer tokens."
+                return False
+            if not request.user.has_perms(needed):
+                self.message = f"This reviewer lacks the permission: {', '.join(needed)}."
+                return False
+            return True
         if not isinstance(key, ApiKey):
+            return False
+        if getattr(view, "human_only", False):
+            needed = ", ".join(getattr(view, "reviewer_permissions", []))
+            self.message = (
+                "Only a human reviewer decides this: send a reviewer token (Authorization: Token <key>) "
+                f"of a user with the permission {needed}; agent keys never can."
+            )
             return False
         missing = [s for s in getattr(view, "required_scopes", []) if not key.has_scope(s)]
         if missing:
@@ -175,6 +212,19 @@ class ScopePermission:
 
     def has_object_permission(self, request, view, obj):
         return True
+
+
+class ReviewerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "agents.authentication.ReviewerTokenAuthentication"
+    name = "ReviewerToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "A human reviewer's token: `Authorization: Token <key>`",
+        }
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):

@@ -6,6 +6,8 @@ import secrets
 from django.db import models
 from simple_history.models import HistoricalRecords
 
+from tenants.models import TenantOwned
+
 
 class Scope(models.TextChoices):
     RESOLVE = "resolve", "Resolve"
@@ -16,18 +18,24 @@ class Scope(models.TextChoices):
 DEFAULT_SCOPES = [Scope.RESOLVE.value, Scope.FEEDBACK.value]
 
 
-class Agent(models.Model):
+class Agent(TenantOwned):
     """An AI agent that calls the API with one or more keys."""
 
-    name = models.CharField(max_length=100, unique=True)
+    name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
     is_active = models.BooleanField(default=True)
+    private_user_data = models.BooleanField(
+        default=False,
+        help_text="Users' learned phrases and memories written through this agent are its own; "
+        "by default the tenant's agents share them",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     history = HistoricalRecords()
 
     class Meta:
         ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="agent_name_unique_per_tenant")]
 
     def __str__(self):
         return self.name

@@ -6,10 +6,15 @@ from django.utils import timezone
 from agents.authentication import verified_keys_forget
 from agents.models import Agent, ApiKey, Scope, generate_key, hash_key
 from common.api import ApplicationError
+from tenants.models import Tenant
+from tenants.selectors import tenant_default
 
 
-def agent_key_create(*, agent_name: str, scopes: list[str], key_name: str = "default") -> tuple[ApiKey, str]:
-    """Create the agent if needed and a new key for it; return (key, raw key shown once)."""
+def agent_key_create(
+    *, agent_name: str, scopes: list[str], key_name: str = "default", tenant: Tenant | None = None
+) -> tuple[ApiKey, str]:
+    """Create the agent (in ``tenant``, default: the default tenant) if needed and a new key for it;
+    return (key, raw key shown once)."""
     valid = {s.value for s in Scope}
     unknown = sorted(set(scopes) - valid)
     if unknown:
@@ -19,8 +24,9 @@ def agent_key_create(*, agent_name: str, scopes: list[str], key_name: str = "def
     name = agent_name.strip()
     if not name or len(name) > 100:
         raise ApplicationError("Agent name must be 1 to 100 characters.", field="name")
+    tenant = tenant or tenant_default()
     with transaction.atomic():
-        agent, _ = Agent.objects.get_or_create(name=name)
+        agent, _ = Agent.objects.get_or_create(name=name, tenant=tenant)
         raw, prefix = generate_key()
         key = ApiKey.objects.create(agent=agent, name=key_name, prefix=prefix, key_hash=hash_key(raw), scopes=sorted(set(scopes)))
     return key, raw

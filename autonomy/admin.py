@@ -2,13 +2,20 @@
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
+from django.template.response import TemplateResponse
 from simple_history.admin import SimpleHistoryAdmin
 
+from actions.admin import ActionAdmin
+from actions.models import Action
 from autonomy import selectors as autonomy_selectors
 from autonomy import services as autonomy_services
 from autonomy.models import AutonomyTransition, CalibrationRecord, Episode, EpisodeEvent, TransitionStatus
 from common.admin import pretty_json, run_bulk
 from common.api import ApplicationError
+
+APPROVE_PERMISSION = "autonomy.approve_autonomytransition"
 
 
 @admin.register(CalibrationRecord)
@@ -137,6 +144,8 @@ class AutonomyTransitionAdmin(SimpleHistoryAdmin):
 
     def save_model(self, request, obj, form, change):
         d = form.cleaned_data
+        if d.get("decision") in ("approve", "reject") and not self.has_approve_permission(request):
+            raise PermissionDenied
         try:
             if d.get("decision") == "approve":
                 autonomy_services.autonomy_transition_approve(transition=obj.pk, user=request.user, notes=d["notes"])
@@ -148,25 +157,59 @@ class AutonomyTransitionAdmin(SimpleHistoryAdmin):
     def save_related(self, request, form, formsets, change):
         pass
 
-    @admin.action(description="Approve and apply selected transitions", permissions=["change"])
-    def approve_selected(self, request, queryset):
-        run_bulk(
-            self,
-            request,
-            queryset,
-            lambda t: autonomy_services.autonomy_transition_approve(transition=t.pk, user=request.user),
-            "Applied",
-        )
+    def has_approve_permission(self, request):
+        return request.user.has_perm(APPROVE_PERMISSION)
 
-    @admin.action(description="Reject selected transitions", permissions=["change"])
-    def reject_selected(self, request, queryset):
+    def _decide(self, request, queryset, *, action: str, approve: bool):
+        """A confirmation page naming each action and both levels; the decision only after "post"."""
+        queryset = queryset.select_related("action")
+        if request.POST.get("post") != "yes":
+            verb = "Approve and apply" if approve else "Reject"
+            rows = [
+                (
+                    t,
+                    f"{t.action.name}: level {t.from_level} → {t.to_level}"
+                    if approve
+                    else f"{t.action.name} stays at level {t.from_level}",
+                )
+                for t in queryset
+            ]
+            context = {
+                **self.admin_site.each_context(request),
+                "title": f"{verb} autonomy transitions",
+                "intro": (
+                    "Approving changes what each agent may do alone, at once."
+                    if approve
+                    else "Rejecting leaves each level as it is."
+                ),
+                "submit": verb,
+                "opts": self.model._meta,
+                "queryset": queryset,
+                "rows": rows,
+                "action_name": action,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "media": self.media,
+            }
+            request.current_app = self.admin_site.name
+            return TemplateResponse(request, "admin/autonomy/autonomytransition/decision_confirmation.html", context)
+        notes = request.POST.get("notes", "")
+        service = autonomy_services.autonomy_transition_approve if approve else autonomy_services.autonomy_transition_reject
         run_bulk(
             self,
             request,
             queryset,
-            lambda t: autonomy_services.autonomy_transition_reject(transition=t.pk, user=request.user),
-            "Rejected",
+            lambda t: service(transition=t.pk, user=request.user, notes=notes),
+            "Applied" if approve else "Rejected",
         )
+        return None
+
+    @admin.action(description="Approve and apply selected transitions", permissions=["approve"])
+    def approve_selected(self, request, queryset):
+        return self._decide(request, queryset, action="approve_selected", approve=True)
+
+    @admin.action(description="Reject selected transitions", permissions=["approve"])
+    def reject_selected(self, request, queryset):
+        return self._decide(request, queryset, action="reject_selected", approve=False)
 
 
 class EpisodeEventInline(admin.TabularInline):
@@ -205,3 +248,41 @@ class EpisodeAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+admin.site.unregister(Action)
+
+
+@admin.register(Action)
+class ActionAutonomyAdmin(ActionAdmin):
+    """The action catalogue, with the emergency stop: a human demotes an action to level 1 at once."""
+
+    actions = ["emergency_stop"]
+
+    def has_approve_permission(self, request):
+        return request.user.has_perm(APPROVE_PERMISSION)
+
+    @admin.action(description="Emergency stop: demote to level 1 (propose only) now", permissions=["approve"])
+    def emergency_stop(self, request, queryset):
+        reason = request.POST.get("reason", "").strip()
+        if request.POST.get("post") != "yes" or not reason:
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Emergency stop",
+                "opts": self.model._meta,
+                "queryset": queryset,
+                "action_name": "emergency_stop",
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "error": "Say why the actions are stopped." if request.POST.get("post") == "yes" else "",
+                "media": self.media,
+            }
+            request.current_app = self.admin_site.name
+            return TemplateResponse(request, "admin/actions/action/stop_confirmation.html", context)
+        run_bulk(
+            self,
+            request,
+            queryset,
+            lambda a: autonomy_services.action_autonomy_stop(action=a, user=request.user, reason=reason),
+            "Stopped",
+        )
+        return None

@@ -2,13 +2,15 @@
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from actions.models import ACTION_NAME_RE, Action
+from actions.selectors import action_get
+from agents.api import TenantApiView
 from agents.authentication import ScopePermission
 from autonomy import selectors, services
 from autonomy.serializers import (
     ActionSerializer,
+    ActionStopSerializer,
     ConsultQuerySerializer,
     ConsultSerializer,
     TransitionDecisionSerializer,
@@ -20,7 +22,7 @@ from common.schema import ERROR_RESPONSES, ErrorSerializer
 _ERRORS = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
 
 
-class ActionListApi(APIView):
+class ActionListApi(TenantApiView):
     permission_classes = [ScopePermission]
     required_scopes = ["resolve"]
 
@@ -29,7 +31,7 @@ class ActionListApi(APIView):
         return Response(ActionSerializer(Action.objects.order_by("name"), many=True).data)
 
 
-class ActionConsultApi(APIView):
+class ActionConsultApi(TenantApiView):
     permission_classes = [ScopePermission]
     required_scopes = ["resolve"]
 
@@ -50,7 +52,7 @@ class ActionConsultApi(APIView):
         return Response(ConsultSerializer(answer).data)
 
 
-class TransitionListApi(APIView):
+class TransitionListApi(TenantApiView):
     permission_classes = [ScopePermission]
     required_scopes = ["governance"]
 
@@ -66,9 +68,12 @@ class TransitionListApi(APIView):
         return Response(TransitionSerializer(rows, many=True).data)
 
 
-class _DecisionApi(APIView):
+class _DecisionApi(TenantApiView):
+    """Decided only by a human: a reviewer token of a user with the permission; agent keys get 403."""
+
     permission_classes = [ScopePermission]
-    required_scopes = ["governance"]
+    human_only = True
+    reviewer_permissions = ["autonomy.approve_autonomytransition"]
     service = None
 
     @extend_schema(
@@ -79,7 +84,7 @@ class _DecisionApi(APIView):
     def post(self, request, pk):
         s = TransitionDecisionSerializer(data=request.data)
         s.is_valid(raise_exception=True)
-        t = type(self).service(transition=pk, key=request.auth, notes=s.validated_data["notes"])
+        t = type(self).service(transition=pk, user=request.user, notes=s.validated_data["notes"])
         return Response(TransitionSerializer(t).data)
 
 
@@ -93,3 +98,25 @@ class TransitionRejectApi(_DecisionApi):
     """Reject a proposed transition (governance)."""
 
     service = staticmethod(services.autonomy_transition_reject)
+
+
+class ActionStopApi(TenantApiView):
+    """Emergency stop: the action drops to level 1 at once. A human reviewer's token only; agent keys get 403."""
+
+    permission_classes = [ScopePermission]
+    human_only = True
+    reviewer_permissions = ["autonomy.approve_autonomytransition"]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=ACTION_NAME_RE)],
+        request=ActionStopSerializer,
+        responses={200: TransitionSerializer, **_ERRORS},
+        summary="Emergency stop: demote an action to level 1 now (reviewer token)",
+    )
+    def post(self, request, name):
+        body = ActionStopSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        stop = services.action_autonomy_stop(
+            action=action_get(name=name), user=request.user, reason=body.validated_data["reason"]
+        )
+        return Response(TransitionSerializer(stop).data)

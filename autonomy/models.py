@@ -6,9 +6,10 @@ from simple_history.models import HistoricalRecords
 from actions.models import Action, AutonomyLevel
 from agents.models import Agent, ApiKey
 from common.history import history_user
+from tenants.models import TenantOwned
 
 
-class CalibrationRecord(models.Model):
+class CalibrationRecord(TenantOwned):
     """One calibration run for an agent, overall (action NULL) or for one action."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="calibrations")
@@ -42,7 +43,7 @@ class TransitionStatus(models.TextChoices):
     REJECTED = "rejected", "Rejected"
 
 
-class AutonomyTransition(models.Model):
+class AutonomyTransition(TenantOwned):
     """A proposed change of an action's autonomy level; applied only by a human."""
 
     action = models.ForeignKey(Action, on_delete=models.CASCADE, related_name="transitions")
@@ -62,6 +63,7 @@ class AutonomyTransition(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        permissions = [("approve_autonomytransition", "Can approve or reject autonomy transitions")]
         constraints = [
             models.UniqueConstraint(
                 fields=["action"], condition=models.Q(status="proposed"), name="one_open_transition_per_action"
@@ -90,7 +92,7 @@ class EpisodeStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
-class Episode(models.Model):
+class Episode(TenantOwned):
     """Episodic memory: one learning run and what happened in it, in order."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, null=True, blank=True, related_name="episodes")
@@ -109,7 +111,7 @@ class Episode(models.Model):
         return f"episode #{self.pk} {self.kind} {self.agent or 'all agents'} ({self.status})"
 
 
-class EpisodeEvent(models.Model):
+class EpisodeEvent(TenantOwned):
     """One ordered step of an episode: pattern detected, rule created, calibration, autonomy evaluation…"""
 
     episode = models.ForeignKey(Episode, on_delete=models.CASCADE, related_name="events")

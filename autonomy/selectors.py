@@ -6,7 +6,7 @@ from actions.models import AutonomyLevel
 from actions.selectors import action_get
 from agents.models import Agent
 from autonomy.calibration import clamp
-from autonomy.models import AutonomyTransition, CalibrationRecord
+from autonomy.models import AutonomyTransition, CalibrationRecord, TransitionStatus
 from common.validation import confidence_validate
 from feedback.selectors import active_patterns, active_rules
 
@@ -106,3 +106,14 @@ def calibration_history(*, agent_id: int, action_id: int | None, limit: int = 50
     qs = CalibrationRecord.objects.filter(agent_id=agent_id, ece__isnull=False)
     qs = qs.filter(action_id=action_id) if action_id else qs.filter(action__isnull=True)
     return list(reversed(qs.order_by("-computed_at", "-id")[:limit]))
+
+
+# --- The review inbox ---
+
+
+def transitions_waiting():
+    return AutonomyTransition.objects.filter(status=TransitionStatus.PROPOSED)
+
+
+def transitions_by_ids(ids: list[int]):
+    return AutonomyTransition.objects.filter(pk__in=ids).select_related("action", "decided_by")

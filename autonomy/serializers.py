@@ -75,3 +75,9 @@ class TransitionSerializer(serializers.Serializer):
     decided_at = serializers.DateTimeField(allow_null=True)
     decided_by = serializers.CharField(source="decided_by_label")
     decision_notes = serializers.CharField()
+
+
+class ActionStopSerializer(StrictSerializer):
+    reason = serializers.CharField(
+        max_length=5000, validators=[RegexValidator(r"^[^\x00]*$", "Must not contain NUL characters.")]
+    )

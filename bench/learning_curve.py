@@ -232,6 +232,8 @@ def main():
     from learning.catalogue import VerbEntry
     from learning.services.catalogue import verb_catalogue_load
     from learning.services.decisions import decision_prior_fit
+    from tenants.context import tenant_scope
+    from tenants.selectors import tenant_default
 
     for d in (ds, other_ds):
         if not datasets.available(d):
@@ -268,8 +270,10 @@ def main():
     tqdm.write(f"@0 {curve[-1]} fixed {fixed_cold}")
     stats = Counter()
     t0 = time.perf_counter()
+    tenant = tenant_default().pk
     for i, ex in enumerate(tqdm(stream, desc=f"stream ({ds})", unit="turn", mininterval=10), 1):
-        interact(ex, stats)
+        with tenant_scope([tenant]):  # each turn as an API request: one transaction in the agent's tenant
+            interact(ex, stats)
         if i % EVERY == 0 or i == len(stream):
             curve.append({"interactions": i, **summary(outcomes(test))})
             tqdm.write(f"@{i} {curve[-1]}")

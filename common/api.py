@@ -39,6 +39,11 @@ class NotFound(ApplicationError):
     code = "not_found"
 
 
+class Forbidden(ApplicationError):
+    status_code = status.HTTP_403_FORBIDDEN
+    code = "permission_denied"
+
+
 class Conflict(ApplicationError):
     status_code = status.HTTP_409_CONFLICT
     code = "conflict"

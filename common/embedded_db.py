@@ -71,20 +71,82 @@ def ensure_server(pgdata: str | Path) -> str:
 
 _databases: set[tuple[str, str]] = set()
 
+SUPERUSER = "postgres"
+APP_ROLE = "alg_app"
 
-def ensure_database(socket_dir: str, name: str, user: str = "postgres") -> None:
-    """Create database ``name`` on the embedded server if it does not exist."""
+
+def _ensure_role(conn, role: str) -> None:
+    """The app's own role: may log in and create (test) databases, is no superuser and cannot bypass
+    row-level security, so the tenant policies bind it (docs/tenants.md)."""
+    if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
+        try:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS CREATEDB").format(sql.Identifier(role)))
+        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+            pass  # another process created it first
+    # New databases (test databases included) are copies of template1: give them pgvector, which only a
+    # superuser may create.
+    with psycopg.connect(host=conn.info.host, dbname="template1", user=SUPERUSER, autocommit=True) as template:
+        _create_vector_extension(template)
+
+
+def _create_vector_extension(conn) -> None:
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
+        pass  # another process created it at the same moment
+
+
+def _adopt(socket_dir: str, name: str, role: str) -> None:
+    """Hand an existing database, made when the app still connected as the superuser, to the app's role."""
+    with psycopg.connect(host=socket_dir, dbname=name, user=SUPERUSER, autocommit=True) as conn:
+        _create_vector_extension(conn)
+        conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(name), sql.Identifier(role)))
+        conn.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(role)))
+        rows = conn.execute(
+            "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "JOIN pg_roles r ON r.oid = c.relowner WHERE n.nspname = 'public' AND r.rolname <> %s "
+            "AND c.relkind IN ('r', 'p', 'v', 'm', 'S') "
+            "AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype = 'e')",
+            [role],
+        ).fetchall()
+        for relname, relkind in rows:
+            kind = {"v": "VIEW", "m": "MATERIALIZED VIEW", "S": "SEQUENCE"}.get(relkind, "TABLE")
+            conn.execute(sql.SQL("ALTER {} {} OWNER TO {}").format(sql.SQL(kind), sql.Identifier(relname), sql.Identifier(role)))
+        functions = conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = 'public' AND p.proname LIKE 'tenants\\_%%'"
+        ).fetchall()
+        for (signature,) in functions:
+            conn.execute(sql.SQL("ALTER FUNCTION {} OWNER TO {}").format(sql.SQL(signature), sql.Identifier(role)))
+
+
+def ensure_database(socket_dir: str, name: str, user: str = APP_ROLE) -> None:
+    """Create database ``name`` on the embedded server, owned by ``user`` (the app's role), if needed."""
     if (socket_dir, name) in _databases:
         return
-    with psycopg.connect(host=socket_dir, dbname="postgres", user=user, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
-        if exists:
+    with psycopg.connect(host=socket_dir, dbname="postgres", user=SUPERUSER, autocommit=True) as conn:
+        if user != SUPERUSER:
+            _ensure_role(conn, user)
+        if name == "postgres":  # the maintenance database, where test databases are created and dropped
+            for (stale,) in conn.execute(
+                "SELECT d.datname FROM pg_database d JOIN pg_roles r ON r.oid = d.datdba "
+                "WHERE d.datname LIKE 'test\\_%%' AND r.rolname <> %s",
+                [user],
+            ).fetchall():
+                conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(stale), sql.Identifier(user)))
             _databases.add((socket_dir, name))
             return
-        try:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
-            pass  # another process created it first
+        owner = conn.execute(
+            "SELECT r.rolname FROM pg_database d JOIN pg_roles r ON r.oid = d.datdba WHERE d.datname = %s", [name]
+        ).fetchone()
+        if owner is None:
+            try:
+                conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(user)))
+            except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                pass  # another process created it first
+            owner = (user,)
+    if owner[0] != user:
+        _adopt(socket_dir, name, user)
     _databases.add((socket_dir, name))
 
 

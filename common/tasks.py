@@ -9,6 +9,7 @@ import logging
 
 from celery import current_app
 from django.conf import settings
+from django.db import transaction
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 logger = logging.getLogger(__name__)
@@ -22,16 +23,40 @@ def task_get(name: str):
     return current_app.tasks[name]
 
 
-def task_send(task, *args, **kwargs) -> bool:
-    """Queue ``task`` (a task or its registered name); answer False when it ran inline or was deferred instead."""
+_header_providers: list = []
+
+
+def task_headers_register(provider) -> None:
+    """Add headers to every task sent from here on: ``provider()`` answers a dict (the caller's tenant, say)."""
+    _header_providers.append(provider)
+
+
+def task_headers() -> dict:
+    headers: dict = {}
+    for provider in _header_providers:
+        headers.update(provider())
+    return headers
+
+
+def task_send(task, *args, headers: dict | None = None, **kwargs) -> bool:
+    """Queue ``task`` (a task or its registered name); answer False when it ran inline or was deferred instead.
+
+    ``headers`` (default: ``task_headers()`` now) travel with the task, inline runs included."""
     task = task_get(task) if isinstance(task, str) else task
+    headers = task_headers() if headers is None else headers
     try:
-        task.apply_async(args=args, kwargs=kwargs, retry=False)
+        task.apply_async(args=args, kwargs=kwargs, retry=False, headers=headers)
         return True
     except (KombuOperationalError, ConnectionError, OSError) as exc:
         if getattr(settings, "CELERY_FALLBACK_INLINE", True):
             logger.warning("broker unavailable (%s): running %s inline", exc.__class__.__name__, task.name)
-            task.apply(args=args, kwargs=kwargs)
+            task.apply(args=args, kwargs=kwargs, headers=headers)
         else:
             logger.warning("broker unavailable (%s): %s deferred to the periodic sweep", exc.__class__.__name__, task.name)
         return False
+
+
+def task_send_on_commit(task, *args, **kwargs) -> None:
+    """Send ``task`` once the current transaction commits, with the headers of now (the caller's tenant)."""
+    headers = task_headers()
+    transaction.on_commit(lambda: task_send(task, *args, headers=headers, **kwargs), robust=True)

@@ -4,10 +4,15 @@ Services send work with ``common.tasks.task_send`` (inline when the broker is do
 """
 
 import os
+import sys
 
 from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+if {"worker", "beat"} & set(sys.argv[1:]):
+    # Workers and the beat see every tenant outside a task's own scope (tenants/tasks.py), even when they
+    # inherit a web process's environment.
+    os.environ["DB_TENANT_DEFAULT"] = "*"
 
 
 app = Celery("agent_learning")

@@ -84,10 +84,12 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
+    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "simple_history",
     "common",
+    "tenants",
     "agents",
     "embeddings",
     "learning",
@@ -96,6 +98,7 @@ INSTALLED_APPS = [
     "feedback",
     "autonomy",
     "mcp_server",
+    "review",
 ]
 
 MIDDLEWARE = [
@@ -108,6 +111,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "tenants.middleware.TenantSessionMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "simple_history.middleware.HistoryRequestMiddleware",
@@ -136,6 +140,12 @@ TEMPLATES = [
 # pgvector's iterative index scans keep filtered vector queries from coming back
 # short (pgvector >= 0.8); set on every connection.
 PG_OPTIONS = os.environ.get("PG_OPTIONS", "-c hnsw.iterative_scan=relaxed_order -c hnsw.ef_search=100")
+# What a connection sees outside any tenant scope (tenants/context.py): "*" every tenant (commands, workers,
+# tests); "none" nothing (config/wsgi.py and config/asgi.py set it for web processes).
+DB_TENANT_DEFAULT = os.environ.get("DB_TENANT_DEFAULT", "*")
+if DB_TENANT_DEFAULT not in {"*", "none"}:
+    raise ImproperlyConfigured('DB_TENANT_DEFAULT must be "*" or "none".')
+PG_OPTIONS = f"{PG_OPTIONS} -c app.tenant_ids={DB_TENANT_DEFAULT}"
 
 
 def database_from_url(url: str) -> dict:
@@ -145,6 +155,8 @@ def database_from_url(url: str) -> dict:
     query = dict(parse_qsl(parsed.query))
     options = {k: v for k, v in query.items() if k != "host"}
     options.setdefault("options", PG_OPTIONS)
+    if "app.tenant_ids" not in options["options"]:
+        options["options"] += f" -c app.tenant_ids={DB_TENANT_DEFAULT}"
     return {
         "ENGINE": "config.db",
         "NAME": unquote(parsed.path.lstrip("/")) or "postgres",
@@ -163,7 +175,7 @@ else:
     _db = {
         "ENGINE": "config.db",
         "NAME": os.environ.get("EMBEDDED_DB_NAME", "agent_learning"),
-        "USER": "postgres",
+        "USER": os.environ.get("EMBEDDED_DB_USER", "alg_app"),
         "PASSWORD": "",
         "HOST": "",
         "PORT": "",
@@ -211,7 +223,10 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = DATA_UPLOAD_MAX_MEMORY_SIZE
 # takes effect at once in the process that made it, within this time in every other process.
 API_KEY_CACHE_S = env_float("API_KEY_CACHE_S", 5.0)
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["agents.authentication.ApiKeyAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "agents.authentication.ApiKeyAuthentication",
+        "agents.authentication.ReviewerTokenAuthentication",
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["common.parsers.LimitedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
@@ -371,7 +386,7 @@ LOGGING = {
 }
 
 # --- Memories ---
-# Dedupe rule (memories/services.py): exact text -> skip; SimHash Hamming
+# Dedupe rule (memories/dedupe.py, applied in memories/services/store.py): exact text -> skip; SimHash Hamming
 # distance <= MEMORY_SIMHASH_MAX_DISTANCE -> skip (same substance) or merge;
 # contradiction on a similar topic -> new_version; cosine >= MEMORY_SEMANTIC_DUPLICATE_THRESHOLD
 # (same user and type) -> merge; otherwise saved.
@@ -384,6 +399,8 @@ MEMORY_SEMANTIC_DUPLICATE_THRESHOLD = (
     env_float("MEMORY_SEMANTIC_DUPLICATE_THRESHOLD", 0.0) or None
 )  # set to force one value for every model
 MEMORY_TOPIC_SIMILARITY_THRESHOLD = env_float("MEMORY_TOPIC_SIMILARITY_THRESHOLD", 0.80)
+# A user's "that worked" / "that didn't work" judges the memories of their latest retrieval within this window.
+MEMORY_OUTCOME_WINDOW_S = env_int("MEMORY_OUTCOME_WINDOW_S", 3600)
 MEMORY_DEDUPE_NEIGHBOURS = env_int("MEMORY_DEDUPE_NEIGHBOURS", 5)
 MEMORY_RETRIEVE_TOP_K = env_int("MEMORY_RETRIEVE_TOP_K", 6)
 MEMORY_RETRIEVE_MAX_ITEMS = env_int("MEMORY_RETRIEVE_MAX_ITEMS", 6)

@@ -59,6 +59,7 @@ api_v1 += [
 api_v1 += [
     path("actions", autonomy_api.ActionListApi.as_view(), name="action-list"),
     path("actions/<str:name>/consult", autonomy_api.ActionConsultApi.as_view(), name="action-consult"),
+    path("actions/<str:name>/stop", autonomy_api.ActionStopApi.as_view(), name="action-stop"),
     path("autonomy/transitions", autonomy_api.TransitionListApi.as_view(), name="transition-list"),
     path("autonomy/transitions/<int:pk>/approve", autonomy_api.TransitionApproveApi.as_view(), name="transition-approve"),
     path("autonomy/transitions/<int:pk>/reject", autonomy_api.TransitionRejectApi.as_view(), name="transition-reject"),

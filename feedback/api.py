@@ -4,8 +4,8 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import serializers as drf_serializers
 from rest_framework import status
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from agents.api import TenantApiView
 from agents.authentication import ScopePermission
 from common.schema import ERROR_RESPONSES, ErrorSerializer
 from feedback import selectors, serializers
@@ -45,12 +45,12 @@ def _list_schema(serializer_cls, name):
 _LIST_PARAMS = [serializers.ListQuerySerializer]
 
 
-class AgentApi(APIView):
+class AgentApi(TenantApiView):
     permission_classes = [ScopePermission]
     required_scopes = ["feedback"]
 
 
-class ReviewApi(APIView):
+class ReviewApi(TenantApiView):
     permission_classes = [ScopePermission]
     required_scopes = ["governance"]
 

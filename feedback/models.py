@@ -6,6 +6,7 @@ from django.db.models import Q
 from simple_history.models import HistoricalRecords
 
 from common.history import history_user
+from tenants.models import TenantOwned
 
 
 class ProposalStatus(models.TextChoices):
@@ -28,7 +29,7 @@ PROPOSAL_TRANSITIONS = {
 }
 
 
-class Proposal(models.Model):
+class Proposal(TenantOwned):
     """An action an agent proposes and a human reviews before it runs."""
 
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="proposals", db_index=False)
@@ -71,7 +72,7 @@ class ReviewOutcome(models.TextChoices):
     INCORRECT = "incorrect", "Incorrect"
 
 
-class Execution(models.Model):
+class Execution(TenantOwned):
     """An action an agent ran on its own (autonomy level 2 or 3), reviewed afterwards."""
 
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="executions", db_index=False)
@@ -126,7 +127,7 @@ NEGATIVE_FEEDBACK_TYPES = [
 ]
 
 
-class FeedbackRecord(models.Model):
+class FeedbackRecord(TenantOwned):
     """Feedback a human (or an outcome) gave on an agent action; written with the change that caused it."""
 
     # Single-column FK indexes are left out where a composite or partial index below covers the lookups:
@@ -192,7 +193,7 @@ class PatternStatus(models.TextChoices):
     DISMISSED = "dismissed", "Dismissed"
 
 
-class MistakePattern(models.Model):
+class MistakePattern(TenantOwned):
     """A mistake one agent repeated on one action; one row per (agent, action, category)."""
 
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="mistake_patterns")
@@ -228,7 +229,7 @@ class CorrectionRuleStatus(models.TextChoices):
     EXPIRED = "expired", "Expired"
 
 
-class CorrectionRule(models.Model):
+class CorrectionRule(TenantOwned):
     """Procedural memory: what an agent must do differently for one action."""
 
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="correction_rules")
@@ -251,13 +252,14 @@ class CorrectionRule(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        permissions = [("approve_correctionrule", "Can approve or deactivate correction rules")]
         indexes = [models.Index(fields=["agent", "action", "status"], name="rule_agent_action_status")]
 
     def __str__(self):
         return f"rule #{self.pk} {self.agent} · {self.action}"
 
 
-class FeedbackRecordArchive(models.Model):
+class FeedbackRecordArchive(TenantOwned):
     """Feedback records past ``FEEDBACK_RECORD_RETENTION_DAYS``, moved here by ``feedback_records_archive``.
 
     The same columns as FeedbackRecord (and the same id), plus when it was archived. The

@@ -210,3 +210,59 @@ def agents_action_ids(*, agent_ids: list[int], since) -> dict[int, list[int]]:
         for agent_id, action_id in cur.fetchall():
             out.setdefault(agent_id, []).append(action_id)
     return out
+
+
+# --- The review inbox: what waits for a human, and the evidence beside a decision ---
+
+
+def proposals_waiting():
+    return Proposal.objects.filter(status="pending")
+
+
+def executions_waiting():
+    return Execution.objects.filter(review_outcome__isnull=True)
+
+
+def rules_waiting():
+    return CorrectionRule.objects.filter(status=CorrectionRuleStatus.PENDING)
+
+
+def proposals_by_ids(ids: list[int]):
+    return Proposal.objects.filter(pk__in=ids).select_related("agent", "action", "reviewed_by")
+
+
+def executions_by_ids(ids: list[int]):
+    return Execution.objects.filter(pk__in=ids).select_related("agent", "action", "reviewed_by")
+
+
+def rules_by_ids(ids: list[int]):
+    return CorrectionRule.objects.filter(pk__in=ids).select_related("agent", "action", "pattern", "approved_by")
+
+
+def mistake_categories_in_use(*, limit: int = 50) -> list[str]:
+    """The mistake categories reviewers and agents have used, most frequent first (patterns group by them)."""
+    return list(
+        FeedbackRecord.objects.exclude(mistake_category="")
+        .values("mistake_category")
+        .annotate(n=Count("id"))
+        .order_by("-n", "mistake_category")
+        .values_list("mistake_category", flat=True)[:limit]
+    )
+
+
+def action_review_context(*, agent_id: int, action_id: int, limit: int = 10) -> dict:
+    """For a decision on an action of an agent: its active patterns and rules, and its latest outcomes."""
+    patterns = list(
+        MistakePattern.objects.filter(agent_id=agent_id, action_id=action_id, status=PatternStatus.ACTIVE).order_by("-last_seen")[
+            :limit
+        ]
+    )
+    rules = list(
+        CorrectionRule.objects.filter(active_rules_q(), agent_id=agent_id, action_id=action_id).order_by("-created_at")[:limit]
+    )
+    outcomes = list(
+        FeedbackRecord.objects.filter(action_id=action_id)
+        .order_by("-created_at", "-id")
+        .values("id", "feedback_type", "mistake_category", "human_explanation", "created_at", "agent__name")[:limit]
+    )
+    return {"patterns": patterns, "rules": rules, "outcomes": outcomes}

@@ -8,9 +8,10 @@ from rest_framework import status
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from agents.api import TenantApiView
 from agents.authentication import ScopePermission
+from agents.models import Agent
 from common.api import ApplicationError, error_response
 from common.parsers import LimitedJSONParser
 from common.schema import ERROR_RESPONSES, ErrorSerializer
@@ -52,7 +53,7 @@ from learning.services.imports import phrases_import
 # Learning API: resolve what a user typed.
 
 
-class ResolveApi(APIView):
+class ResolveApi(TenantApiView):
     """Resolve a user's text to a verb, ambiguity options, or no match."""
 
     permission_classes = [ScopePermission]
@@ -92,7 +93,7 @@ def abandon_answer(row) -> dict:
     return {"request_id": str(row.request_id), "status": row.status, "selected_verb": None, "reason": row.abandon_event.reason}
 
 
-class DisambiguationSelectApi(APIView):
+class DisambiguationSelectApi(TenantApiView):
     """The user picked one of the options: answers the verb to run and learns from the choice."""
 
     permission_classes = [ScopePermission]
@@ -117,7 +118,7 @@ class DisambiguationSelectApi(APIView):
         return Response(selection_answer(row))
 
 
-class DisambiguationAbandonApi(APIView):
+class DisambiguationAbandonApi(TenantApiView):
     """The user left the options unanswered (typed something else, closed the session, timed out)."""
 
     permission_classes = [ScopePermission]
@@ -149,9 +150,20 @@ class DisambiguationAbandonApi(APIView):
 ERRORS_404_409 = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
 
 
-class GovernanceApi(APIView):
+class GovernanceApi(TenantApiView):
     permission_classes = [ScopePermission]
     required_scopes = ["governance"]
+
+
+class CandidateDecisionApi(GovernanceApi):
+    """Decided by a governance key of another agent than the proposer, or by a reviewer's token."""
+
+    reviewer_permissions = ["learning.review_learningcandidate"]
+
+    def decider(self, request) -> dict:
+        if isinstance(request.user, Agent):
+            return {"agent": request.user}
+        return {"reviewer": request.user}
 
 
 class CandidatePagination(LimitOffsetPagination):
@@ -159,7 +171,7 @@ class CandidatePagination(LimitOffsetPagination):
     max_limit = 200
 
 
-class CandidateListApi(GovernanceApi):
+class CandidateListApi(CandidateDecisionApi):
     """Learning candidates, pending first, then by occurrences and recency."""
 
     @extend_schema(parameters=[CandidateListQuerySerializer], responses={200: CandidatePageSerializer, **ERROR_RESPONSES})
@@ -179,7 +191,7 @@ class CandidateListApi(GovernanceApi):
         return paginator.get_paginated_response(LearningCandidateSerializer(page, many=True).data)
 
 
-class CandidateApproveApi(GovernanceApi):
+class CandidateApproveApi(CandidateDecisionApi):
     """Approve a candidate; with ``apply_immediately`` (default) write the learned phrase or alias now."""
 
     @extend_schema(request=CandidateApproveSerializer, responses={200: LearningCandidateSerializer, **ERRORS_404_409})
@@ -188,12 +200,12 @@ class CandidateApproveApi(GovernanceApi):
         body.is_valid(raise_exception=True)
         candidate = candidate_get(candidate_id=candidate_id)
         done = candidate_approve(
-            candidate=candidate, apply_immediately=body.validated_data["apply_immediately"], agent=request.user
+            candidate=candidate, apply_immediately=body.validated_data["apply_immediately"], **self.decider(request)
         )
         return Response(LearningCandidateSerializer(done).data)
 
 
-class CandidateRejectApi(GovernanceApi):
+class CandidateRejectApi(CandidateDecisionApi):
     """Reject a candidate with a reason; optionally blocklist its phrase for the suggested verb."""
 
     @extend_schema(request=CandidateRejectSerializer, responses={200: LearningCandidateSerializer, **ERRORS_404_409})
@@ -201,7 +213,7 @@ class CandidateRejectApi(GovernanceApi):
         body = CandidateRejectSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         candidate = candidate_get(candidate_id=candidate_id)
-        done = candidate_reject(candidate=candidate, agent=request.user, **body.validated_data)
+        done = candidate_reject(candidate=candidate, **self.decider(request), **body.validated_data)
         return Response(LearningCandidateSerializer(done).data)
 
 
@@ -252,7 +264,7 @@ class BlockExpireApi(GovernanceApi):
         return Response(BlockSerializer(phrase_block_expire(block_id=block_id, agent=request.user)).data)
 
 
-class ResolutionCorrectApi(APIView):
+class ResolutionCorrectApi(TenantApiView):
     """The agent resolved ``text`` to ``wrong_verb`` but the user meant ``correct_verb``."""
 
     permission_classes = [ScopePermission]
@@ -269,7 +281,7 @@ class ResolutionCorrectApi(APIView):
         return Response(CorrectionResultSerializer(result).data)
 
 
-class ResolutionConfirmApi(APIView):
+class ResolutionConfirmApi(TenantApiView):
     """The agent resolved ``text`` to ``verb``, ran it, and the user accepted it: the user's phrase is learned."""
 
     permission_classes = [ScopePermission]
@@ -335,7 +347,7 @@ class PhraseImportApi(GovernanceApi):
 # Alias API: what a name stands for.
 
 
-class AliasResolveApi(APIView):
+class AliasResolveApi(TenantApiView):
     """What a name stands for: the user's own aliases, then global ones; exact spelling first, then by meaning."""
 
     permission_classes = [ScopePermission]

@@ -32,7 +32,10 @@ from learning.serializers import (
     DisambiguationSelectSerializer,
     ResolveResponseSerializer,
 )
+from learning.services.decisions import resolution_record
 from learning.services.disambiguations import disambiguation_abandon, disambiguation_record, disambiguation_select
+from tenants.context import tenant_scope
+from tenants.selectors import user_home_tenant_id
 
 CONSOLE = DisambiguationRequest.Channel.CONSOLE
 
@@ -52,9 +55,18 @@ def console_page(request):
 
 
 class ConsoleApi(APIView):
+    """Session-authenticated; resolves within the person's home tenant (``user_home_tenant_id``)."""
+
     authentication_classes = [SessionAuthentication]  # enforces CSRF
     permission_classes = [IsAuthenticated]
     parser_classes = [JSONParser, FormParser, MultiPartParser]  # sendBeacon posts form data
+
+    def dispatch(self, request, *args, **kwargs):
+        tenant_id = user_home_tenant_id(getattr(request, "user", None))
+        if tenant_id is None:
+            return super().dispatch(request, *args, **kwargs)
+        with tenant_scope([tenant_id]):
+            return super().dispatch(request, *args, **kwargs)
 
 
 class ConsoleResolveSerializer(serializers.Serializer):
@@ -68,6 +80,7 @@ class ConsoleResolveApi(ConsoleApi):
         serializer.is_valid(raise_exception=True)
         result = resolve(text=serializer.validated_data["text"], user_id=console_user_id(request.user))
         disambiguation_record(resolution=result, channel=CONSOLE)
+        resolution_record(resolution=result)  # the console's answers are labels for the decision too
         return Response(ResolveResponseSerializer(result).data)
 
 

@@ -17,15 +17,16 @@ from simple_history.models import HistoricalRecords
 from common.history import history_user
 from common.validators import user_id_validator
 from embeddings.models import Embedded, hnsw_index
+from tenants.models import TenantOwned
 
 VERB_NAME_RE = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
 verb_name_validator = RegexValidator(VERB_NAME_RE, "Use a dotted lowercase name such as cbu.create.")
 
 
-class Verb(models.Model):
+class Verb(TenantOwned):
     """An action the agent can run, such as ``cbu.create``."""
 
-    name = models.CharField(max_length=120, unique=True, validators=[verb_name_validator])
+    name = models.CharField(max_length=120, validators=[verb_name_validator])
     domain = models.CharField(max_length=60, db_index=True)
     display_name = models.CharField(max_length=120, blank=True)
     description = models.TextField(blank=True)
@@ -37,6 +38,7 @@ class Verb(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="verb_name_unique_per_tenant")]
 
     def __str__(self):
         return self.name
@@ -46,7 +48,7 @@ class Verb(models.Model):
         return self.display_name or self.name.split(".", 1)[-1].replace("_", " ").capitalize()
 
 
-class VerbPhrase(Embedded):
+class VerbPhrase(TenantOwned, Embedded):
     """An invocation phrase from the verb catalogue."""
 
     verb = models.ForeignKey(Verb, on_delete=models.CASCADE, related_name="phrases")
@@ -61,7 +63,7 @@ class VerbPhrase(Embedded):
         return self.text
 
 
-class LearnedPhrase(Embedded):
+class LearnedPhrase(TenantOwned, Embedded):
     """A phrase learned to mean a verb, globally or for one user: a semantic anchor."""
 
     phrase = models.CharField(max_length=500)
@@ -71,6 +73,14 @@ class LearnedPhrase(Embedded):
     confidence = models.FloatField(default=1.0)
     occurrence_count = models.PositiveIntegerField(default=1)
     source = models.CharField(max_length=40, default="manual")
+    agent = models.ForeignKey(
+        "agents.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The agent whose user taught it (none: imported or approved by a reviewer)",
+    )
     is_active = models.BooleanField(default=True)
     last_matched_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -81,7 +91,7 @@ class LearnedPhrase(Embedded):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["normalized", "user_id"], name="learnedphrase_one_verb_per_scope", nulls_distinct=False
+                fields=["tenant", "normalized", "user_id"], name="learnedphrase_one_verb_per_scope", nulls_distinct=False
             ),
             models.CheckConstraint(
                 condition=Q(confidence__gte=0.0) & Q(confidence__lte=1.0), name="learnedphrase_confidence_0_1"
@@ -89,7 +99,7 @@ class LearnedPhrase(Embedded):
         ]
         indexes = [
             hnsw_index("learnedphrase_embedding_hnsw"),
-            models.Index(fields=["user_id", "normalized"], name="learnedphrase_user_norm"),
+            models.Index(fields=["tenant", "user_id", "normalized"], name="learnedphrase_user_norm"),
         ]
 
     def __str__(self):
@@ -97,7 +107,7 @@ class LearnedPhrase(Embedded):
         return f"{self.phrase} → {self.verb_id} ({scope})"
 
 
-class EntityAlias(Embedded):
+class EntityAlias(TenantOwned, Embedded):
     """Another name for an entity (``big blue`` → ``IBM``), globally or for one user."""
 
     alias = models.CharField(max_length=300)
@@ -118,7 +128,9 @@ class EntityAlias(Embedded):
         verbose_name_plural = "entity aliases"
         constraints = [
             models.UniqueConstraint(
-                fields=["normalized", "entity_type", "user_id"], name="entityalias_unique_per_scope", nulls_distinct=False
+                fields=["tenant", "normalized", "entity_type", "user_id"],
+                name="entityalias_unique_per_scope",
+                nulls_distinct=False,
             )
         ]
         indexes = [hnsw_index("entityalias_embedding_hnsw")]
@@ -127,7 +139,7 @@ class EntityAlias(Embedded):
         return f"{self.alias} → {self.canonical_name}"
 
 
-class PhraseBlock(Embedded):
+class PhraseBlock(TenantOwned, Embedded):
     """A blocked (phrase, verb) pair: the verb is never offered for that phrase or its paraphrases."""
 
     phrase = models.CharField(max_length=500)
@@ -158,7 +170,7 @@ class PhraseBlock(Embedded):
 # --- Learning governance ---
 
 
-class LearningCandidate(models.Model):
+class LearningCandidate(TenantOwned):
     """A proposed learning waiting for (or past) review.
 
     The same proposal (type, normalized input, suggested output, user scope)
@@ -197,6 +209,14 @@ class LearningCandidate(models.Model):
     reviewed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="reviewed_candidates"
     )
+    proposed_by_agent = models.ForeignKey(
+        "agents.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="proposed_candidates",
+        help_text="The agent whose user's interaction proposed it; that agent's keys may not decide it",
+    )
     reviewed_by_agent = models.ForeignKey(
         "agents.Agent",
         null=True,
@@ -217,7 +237,7 @@ class LearningCandidate(models.Model):
         permissions = [("review_learningcandidate", "Can approve or reject learning candidates")]
         constraints = [
             models.UniqueConstraint(
-                fields=["candidate_type", "normalized", "suggested_output", "user_id"],
+                fields=["tenant", "candidate_type", "normalized", "suggested_output", "user_id"],
                 condition=Q(status="pending"),
                 nulls_distinct=False,
                 name="candidate_one_pending_per_proposal",
@@ -234,7 +254,7 @@ class LearningCandidate(models.Model):
         return f"{self.input_pattern} → {self.suggested_output} ({scope}, {self.status})"
 
 
-class DisambiguationRequest(models.Model):
+class DisambiguationRequest(TenantOwned):
     """One ``ambiguous`` answer of the resolver: the options a user was shown and what became of them."""
 
     class Status(models.TextChoices):
@@ -281,7 +301,7 @@ class DisambiguationRequest(models.Model):
         return [o["verb"] for o in self.options]
 
 
-class AbandonEvent(models.Model):
+class AbandonEvent(TenantOwned):
     """A user walked away from the options: typed something else, closed the session, or let it time out."""
 
     class Reason(models.TextChoices):
@@ -297,7 +317,7 @@ class AbandonEvent(models.Model):
         return f"{self.request_id}: {self.reason}"
 
 
-class LearningSignal(models.Model):
+class LearningSignal(TenantOwned):
     """Evidence from one disambiguation: a (phrase, verb) pair, positive or negative, with a confidence."""
 
     class Outcome(models.TextChoices):
@@ -345,7 +365,7 @@ class LearningSignal(models.Model):
         return f"{self.phrase} {sign} {self.verb} ({self.confidence:.2f})"
 
 
-class PhraseEvidence(Embedded):
+class PhraseEvidence(TenantOwned, Embedded):
     """Aggregated evidence for one (phrase, verb) pair in one user's scope; the resolver reads it near the query."""
 
     user_id = models.CharField(max_length=128, null=True, blank=True, validators=[user_id_validator])
@@ -375,7 +395,7 @@ class PhraseEvidence(Embedded):
         return self.negative - self.positive
 
 
-class FittedResolutionProfile(models.Model):
+class FittedResolutionProfile(TenantOwned):
     """Resolve threshold and margin fitted on gold labels (clicks, corrections); live only once a reviewer activates it."""
 
     class Status(models.TextChoices):
@@ -409,7 +429,7 @@ class FittedResolutionProfile(models.Model):
         ordering = ["-created_at"]
         constraints = [
             models.UniqueConstraint(
-                fields=["embedding_model"], condition=Q(status="active"), name="fittedprofile_one_active_per_model"
+                fields=["tenant", "embedding_model"], condition=Q(status="active"), name="fittedprofile_one_active_per_model"
             )
         ]
 
@@ -420,7 +440,7 @@ class FittedResolutionProfile(models.Model):
 # --- The learned auto-resolve decision ---
 
 
-class ResolutionRecord(models.Model):
+class ResolutionRecord(TenantOwned):
     """One answer of the resolver with its explanation; the label arrives later (click, confirmation, correction,
     abandon) and feeds the decision fit. Purged after RESOLUTION_RETENTION_DAYS."""
 
@@ -474,7 +494,7 @@ class ResolutionRecord(models.Model):
         return f"{self.text!r} → {self.outcome} {self.verb or ''}"
 
 
-class DecisionFit(models.Model):
+class DecisionFit(TenantOwned):
     """A versioned fit of the auto-resolve decision (and the classifier heads trained with it)."""
 
     class Source(models.TextChoices):
@@ -509,15 +529,15 @@ class DecisionFit(models.Model):
     class Meta:
         ordering = ["-version"]
         constraints = [
-            models.UniqueConstraint(fields=["status"], condition=Q(status="live"), name="decisionfit_one_live"),
-            models.UniqueConstraint(fields=["status"], condition=Q(status="shadow"), name="decisionfit_one_shadow"),
+            models.UniqueConstraint(fields=["tenant", "status"], condition=Q(status="live"), name="decisionfit_one_live"),
+            models.UniqueConstraint(fields=["tenant", "status"], condition=Q(status="shadow"), name="decisionfit_one_shadow"),
         ]
 
     def __str__(self):
         return f"decision fit v{self.version} ({self.source}, {self.status}{', pinned' if self.pinned else ''})"
 
 
-class DecisionHead(models.Model):
+class DecisionHead(TenantOwned):
     """A classifier head of a fit: the deployment's (user_id NULL) or one user's (trained on that user's phrases only)."""
 
     fit = models.ForeignKey(DecisionFit, on_delete=models.CASCADE, related_name="heads")
@@ -535,7 +555,7 @@ class DecisionHead(models.Model):
         return f"head of v{self.fit_id} ({self.user_id or 'deployment'})"
 
 
-class DecisionFitEvent(models.Model):
+class DecisionFitEvent(TenantOwned):
     """Every switch of the fit in use (automatic promotion, pin, unpin, roll back)."""
 
     fit = models.ForeignKey(DecisionFit, on_delete=models.CASCADE, related_name="events")

@@ -7,6 +7,8 @@ from celery import shared_task
 from learning.services.blocks import phrase_blocks_purge_expired
 from learning.services.decisions import decision_refit, resolution_records_purge
 from learning.services.disambiguations import disambiguation_signals_process, disambiguations_expire
+from tenants.context import tenant_filter_ids, tenant_scope
+from tenants.selectors import tenant_ids_all
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,13 @@ def decision_refit_task(force: bool = False) -> dict:
     """Promote the shadow decision fit if it earned it, refit on the newest labels (beat: daily; also sent every
     RESOLVE_REFIT_EVERY_LABELS labels)."""
 
-    return decision_refit(force=force)
+    if tenant_filter_ids() is not None:
+        return decision_refit(force=force)  # sent from a tenant's request: that tenant's decision
+    out = {}
+    for tenant_id in tenant_ids_all():  # the daily beat: every tenant's decision, each on its own labels
+        with tenant_scope([tenant_id]):
+            out[tenant_id] = decision_refit(force=force)
+    return out
 
 
 @shared_task(name="learning.resolution_records_purge", ignore_result=True)

@@ -4,6 +4,11 @@ Rules: drop leading politeness and filler words (articles, quantifiers,
 possessives, fillers); swap the leading action word within its synonym group;
 flip the number of the last word (plural <-> singular). Rules compose, so
 "list all cbus" yields "list cbus", "show cbus", "list all cbu", ...
+
+A flipped word must be English as people write it: wordfreq's English frequencies (word lists that ship in
+the package, no download) must know it, and it may be at most ``number_flip_max_rarity`` Zipf points rarer
+than the word it replaces. That keeps "cards" and "identities", and drops "arriveds" (a verb, no such
+word), "moneys" and "cashes" (mass nouns: their plurals are rare).
 """
 
 import functools
@@ -12,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from wordfreq import zipf_frequency
 
 from common.text import normalize_phrase
 
@@ -30,6 +36,7 @@ class Rules:
     invariant: frozenset[str]
     irregular: dict
     singular_articles: frozenset[str] = frozenset()
+    number_flip_max_rarity: float = 1.0
 
 
 def rules_parse(data: dict) -> Rules:
@@ -47,6 +54,7 @@ def rules_parse(data: dict) -> Rules:
         invariant=frozenset(str(w).lower() for w in data.get("invariant") or []),
         irregular=irregular,
         singular_articles=frozenset(str(w).lower() for w in data.get("singular_articles") or []),
+        number_flip_max_rarity=float(data.get("number_flip_max_rarity", 1.0)),
     )
 
 
@@ -83,8 +91,25 @@ def _is_consonant_y(word: str) -> bool:
     return len(word) >= 2 and word.endswith("y") and word[-2] not in _VOWELS
 
 
+@functools.lru_cache(maxsize=50_000)
+def word_zipf(word: str) -> float:
+    """How common ``word`` is in written English (Zipf scale, 0: unknown)."""
+    return zipf_frequency(word, "en")
+
+
+def plausible_flip(word: str, flipped: str, rules: Rules) -> bool:
+    """A known English word, not much rarer than the word it replaces."""
+    rarity = word_zipf(flipped)
+    return rarity > 0 and rarity >= word_zipf(word) - rules.number_flip_max_rarity
+
+
 def flip_number(word: str, rules: Rules) -> str | None:
-    """Plural <-> singular of one word, or None when the rules leave it alone."""
+    """Plural <-> singular of one word, or None when the rules leave it alone or the result is not good English."""
+    flipped = _flip_number(word, rules)
+    return flipped if flipped and plausible_flip(word, flipped, rules) else None
+
+
+def _flip_number(word: str, rules: Rules) -> str | None:
     if not re.fullmatch(r"[a-z]{3,}", word) or word in rules.invariant:
         return None
     reverse = {v: k for k, v in rules.irregular.items()}

@@ -45,6 +45,7 @@ from learning import api as learning_api
 from learning import selectors as learning_selectors
 from mcp_server.schemas import serializer_json_schema
 from mcp_server.tools import TOOLS, TOOLS_BY_NAME, Caller, Tool
+from tenants.context import tenant_request
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +149,8 @@ def _in_django(fn: Callable[..., Outcome], *args: Any) -> Outcome:
     """Run like a Django request: stale connections closed before and after; REST's error bodies."""
     close_old_connections()
     try:
-        return fn(*args)
+        with tenant_request():  # one transaction that sees only the key's tenant, as a REST request
+            return fn(*args)
     except MCPError:
         raise
     except Exception as exc:
@@ -159,6 +161,12 @@ def _in_django(fn: Callable[..., Outcome], *args: Any) -> Outcome:
         return Outcome(error=body)
     finally:
         close_old_connections()
+
+
+def tools_permitted_sync(authorization: str | None, client: str) -> Outcome:
+    """Names of the tools this key may call (its scopes cover the tool's REST view)."""
+    request = authenticate(authorization, client)
+    return Outcome(data=[t.name for t in TOOLS if ScopePermission().has_permission(request, t.view)])
 
 
 def call_tool_sync(tool: Tool, authorization: str | None, client: str, arguments: dict[str, Any]) -> Outcome:
@@ -272,7 +280,11 @@ def build_server(key_source: KeySource, *, threads: int | None = None) -> Server
         return await sync_to_async(_in_django, thread_sensitive=False, executor=executor)(fn, *args)
 
     async def list_tools(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=definitions)
+        """Only the tools the key's scopes allow: an agent is not shown what it may not do."""
+        authorization, client = key_source(ctx)
+        outcome = await in_thread(tools_permitted_sync, authorization, client)
+        permitted = set(outcome.data or [])
+        return types.ListToolsResult(tools=[d for d in definitions if d.name in permitted])
 
     async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestParams) -> types.CallToolResult:
         tool = TOOLS_BY_NAME.get(params.name)

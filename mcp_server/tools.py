@@ -241,7 +241,12 @@ def _observe(caller: Caller, d: dict) -> dict:
 
 
 def _retrieve(caller: Caller, d: dict) -> dict:
-    result = memory_retrieve(user_id=d["user_id"], query=d["query"], filters=d.get("filters") or {})
+    result = memory_retrieve(
+        user_id=d["user_id"],
+        query=d["query"],
+        filters=d.get("filters") or {},
+        count_hits=caller.key.has_scope("feedback"),  # a read-only key reads and writes nothing
+    )
     return {
         "items": MemoryItemSerializer(result.items, many=True).data,
         "block": result.block,

@@ -1,7 +1,7 @@
 """Reviewer screens for memories and the quarantine queue.
 
 Memories: browse by user, status, type and topic; promote; deprecate with a reason;
-see the version chain; purge deprecated memories older than N days. Quarantine:
+see the version chain and the skip/merge decisions folded into a memory; purge deprecated memories older than N days. Quarantine:
 edit the redacted preview, then release it (it must pass the write-gate) or discard it.
 """
 
@@ -16,7 +16,7 @@ from django.utils.html import format_html, format_html_join
 from simple_history.admin import SimpleHistoryAdmin
 
 from common.api import ApplicationError
-from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, QuarantineStatus
+from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryWriteDecision, QuarantineStatus
 from memories.selectors import memory_version_chain
 from memories.services import memories_purge_deprecated, memory_deprecate, memory_promote, quarantine_discard, quarantine_release
 
@@ -64,6 +64,50 @@ class TopicFilter(TopValuesFilter):
 class MemoryActionForm(ActionForm):
     reason = forms.CharField(required=False, max_length=500, help_text="Required to deprecate")
     days = forms.IntegerField(required=False, min_value=0, initial=90, help_text="Purge: deprecated for at least this many days")
+
+
+class MemoryWriteDecisionInline(admin.TabularInline):
+    """Observations skipped as duplicates of this memory or merged into it, with the dedupe rule's evidence. Read only."""
+
+    model = MemoryWriteDecision
+    fk_name = "memory"
+    extra = 0
+    can_delete = False
+    ordering = ["-created_at"]
+    verbose_name = "skip/merge decision"
+    verbose_name_plural = "skip/merge decisions (observations folded into this memory)"
+    fields = ["created_at", "kind", "rule", "evidence", "incoming", "source"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="evidence")
+    def evidence(self, obj):
+        parts = []
+        if obj.hamming is not None:
+            limit = obj.thresholds.get("simhash_max_distance")
+            parts.append(f"SimHash distance {obj.hamming}" + (f" (≤ {limit})" if limit is not None else ""))
+        if obj.similarity is not None:
+            limit = obj.thresholds.get("semantic_duplicate")
+            parts.append(f"cosine {obj.similarity:.3f}" + (f" (≥ {limit})" if limit is not None else ""))
+        elif obj.thresholds.get("semantic_checked") is False:
+            parts.append("no vector compared (embedder unavailable)")
+        if obj.text_changed:
+            parts.append("longer incoming text kept")
+        return "; ".join(parts) or "—"
+
+    @admin.display(description="incoming text (redacted)")
+    def incoming(self, obj):
+        return format_html('<span style="display: block; white-space: pre-wrap; max-width: 60em">{}</span>', obj.incoming_text)
+
+    @admin.display(description="source")
+    def source(self, obj):
+        parts = [p for p in (obj.extractor, obj.source_session_id, obj.source_message_id) if p]
+        return " · ".join(parts) or "—"
 
 
 @admin.register(Memory)
@@ -117,6 +161,7 @@ class MemoryAdmin(SimpleHistoryAdmin):
         "updated_at",
     ]
     exclude = ["embedding", "embedding_hash"]
+    inlines = [MemoryWriteDecisionInline]
 
     def has_add_permission(self, request):
         return False  # memories come from observe and from quarantine release

@@ -4,12 +4,14 @@ Scopes: ``feedback`` for observe and feedback, ``resolve`` for retrieve and sear
 Every call names one user; memory ids of another user answer 404 like unknown ids.
 """
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from agents.api import TenantApiView
 from agents.authentication import ScopePermission
 from common.schema import ERROR_RESPONSES
+from embeddings.budget import PENDING_HEADER
 from memories.selectors import memory_search_text
 from memories.serializers import (
     MemoryFeedbackRequestSerializer,
@@ -28,14 +30,31 @@ from memories.services import memory_feedback, memory_observe, memory_retrieve
 
 ERRORS_404 = {**ERROR_RESPONSES, 404: ERROR_RESPONSES[400]}
 
+EMBEDDING_PENDING = OpenApiParameter(
+    PENDING_HEADER,
+    OpenApiTypes.STR,
+    location=OpenApiParameter.HEADER,
+    response=[200],
+    enum=["1"],
+    description="1 when the stored or changed memory has no vector yet (the embedder is down or the request's "
+    "embedding budget is spent); it is embedded later and retrieval finds it then. Absent otherwise.",
+)
 
-class MemoryObserveApi(APIView):
+
+class MemoryObserveApi(TenantApiView):
     """Learn from one conversation turn: extract, gate, deduplicate, store."""
 
     permission_classes = [ScopePermission]
     required_scopes = ["feedback"]
 
-    @extend_schema(request=ObserveRequestSerializer, responses={200: ObserveResponseSerializer, **ERROR_RESPONSES})
+    @extend_schema(
+        request=ObserveRequestSerializer,
+        responses={
+            200: OpenApiResponse(ObserveResponseSerializer, description=f"The decision; see the {PENDING_HEADER} header"),
+            **ERRORS_404,
+        },
+        parameters=[EMBEDDING_PENDING],
+    )
     def post(self, request):
         serializer = ObserveRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -46,10 +65,13 @@ class MemoryObserveApi(APIView):
             assistant_message=data["assistant_message"],
             meta=data.get("meta") or {},
         )
-        return Response({"decision": result.decision, "memory_id": result.memory_id, "evidence": result.evidence})
+        response = Response({"decision": result.decision, "memory_id": result.memory_id, "evidence": result.evidence})
+        if result.embedding_pending:
+            response[PENDING_HEADER] = "1"
+        return response
 
 
-class MemoryRetrieveApi(APIView):
+class MemoryRetrieveApi(TenantApiView):
     """The user's best memories for a query, with a block ready to inject into a prompt."""
 
     permission_classes = [ScopePermission]
@@ -60,7 +82,12 @@ class MemoryRetrieveApi(APIView):
         serializer = RetrieveRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        result = memory_retrieve(user_id=data["user_id"], query=data["query"], filters=data.get("filters") or {})
+        result = memory_retrieve(
+            user_id=data["user_id"],
+            query=data["query"],
+            filters=data.get("filters") or {},
+            count_hits=request.auth.has_scope("feedback"),  # a read-only key reads and writes nothing
+        )
         return Response(
             {
                 "items": MemoryItemSerializer(result.items, many=True).data,
@@ -72,7 +99,7 @@ class MemoryRetrieveApi(APIView):
         )
 
 
-class MemoryOutcomeApi(APIView):
+class MemoryOutcomeApi(TenantApiView):
     """Promote (success) or deprecate (failure) memories, by id or the user's last retrieval."""
 
     permission_classes = [ScopePermission]
@@ -93,7 +120,7 @@ class MemoryOutcomeApi(APIView):
         return Response({"outcome": data["outcome"], "memories": MemoryStateSerializer(rows, many=True).data})
 
 
-class MemorySearchApi(APIView):
+class MemorySearchApi(TenantApiView):
     """Semantic and/or substring search over the user's memories, ranked, with scores. Read only."""
 
     permission_classes = [ScopePermission]

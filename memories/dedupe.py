@@ -23,6 +23,8 @@ highest cosine, then lowest id), so the outcome never depends on row order.
 import re
 from dataclasses import dataclass
 
+from django.conf import settings
+
 from memories.extraction import STOPWORDS
 from memories.simhash import tokens
 
@@ -115,8 +117,9 @@ def _jaccard(a: set, b: set) -> float:
     return len(a & b) / len(a | b) if a | b else 1.0
 
 
-def contradicts(new: str, old: str) -> bool:
-    """Deterministic contradiction test between two statements on the same topic."""
+def contradicts(new: str, old: str, *, correction: bool = False) -> bool:
+    """Deterministic contradiction test between two statements on the same topic; ``correction``: the new one
+    was said as a correction ("actually", "I changed my mind"), which counts like "no longer"."""
     wn, wo = set(content_words(new)), set(content_words(old))
     overlap = _jaccard({w for w in wn if not w[0].isdigit()}, {w for w in wo if not w[0].isdigit()})
     if _polarity(new) != _polarity(old) and overlap >= 0.5:
@@ -128,7 +131,7 @@ def contradicts(new: str, old: str) -> bool:
     for x, y in _OPPOSITES:
         if ((x in tn and y in to and x not in to) or (y in tn and x in to and y not in to)) and overlap >= 0.4:
             return True
-    return bool(_CORRECTION.search(new)) and not _CORRECTION.search(old) and overlap >= 0.3
+    return (correction or bool(_CORRECTION.search(new))) and not _CORRECTION.search(old) and overlap >= 0.3
 
 
 def _nearest(neighbours: list[Neighbour]) -> Neighbour:
@@ -145,6 +148,7 @@ def decide(
     simhash_max_distance: int,
     semantic_threshold: float,
     topic_threshold: float,
+    correction: bool = False,
 ) -> Decision:
     def evidence(action, rule, n):
         return Decision(action, rule, n.id, n.hamming, None if n.similarity is None else round(n.similarity, 4))
@@ -167,7 +171,7 @@ def decide(
             or n.hamming <= simhash_max_distance
         )
     ]
-    contradicting = [n for n in on_topic if contradicts(content, n.content)]
+    contradicting = [n for n in on_topic if contradicts(content, n.content, correction=correction)]
     if contradicting:
         return evidence(NEW_VERSION, "contradiction", _nearest(contradicting))
     if near:
@@ -183,8 +187,6 @@ def decide(
 
 def semantic_duplicate_threshold(model_name: str) -> float:
     """The cosine above which two memories of one user and type are the same lesson, for this model."""
-    from django.conf import settings
-
     if settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLD:
         return settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLD
     table = settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLDS

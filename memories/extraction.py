@@ -34,10 +34,38 @@ STOPWORDS = set(
     """.split()
 )
 
-_ACK = re.compile(
-    r"^(?:ok(?:ay)?|sure|got it|noted|understood|will do|thanks?|thank you|great|done|yes|right|alright|of course|perfect)"
-    r"[\s,.!]*(?:i(?:'ll| will) remember(?: that)?|noted|will do|thanks?)?[\s.!]*$",
-    re.IGNORECASE,
+_ACK_WORDS = (
+    r"(?:ok(?:ay)?|sure|got it|noted|understood|will do|thanks?|thank you|great|done|yes|right|alright|of course|perfect|"
+    r"absolutely|certainly|sounds good|no problem|makes sense|good to know|i see|all right|roger|gotcha|hi|hello|hey|"
+    r"hi there|hello there|sorry(?: about that)?|my apologies)"
+)
+# One sentence of an acknowledgement: leading "got it"s, then nothing, a promise about what the assistant will
+# remember or do ("Got it, I'll note your April travel to Japan."), a "your … is saved", or a pleasantry.
+_ACK_SENTENCE = re.compile(
+    rf"(?i)^(?:{_ACK_WORDS}(?:[\s,.!:;\u2014\u2013-]+|$))*(?:$|"
+    r"(?:i(?:'ll| will| am going to|'m going to|'ve| have)|will do|noted|i'm noting|i am noting)\b|"
+    r"(?:your|that|this)\b.*\b(?:is|are|has been|have been)\s+(?:now\s+)?(?:noted|saved|recorded|updated|remembered|stored)\b|"
+    r"(?:you're welcome|you are welcome|glad|happy to help|my pleasure|no worries|anytime|let me know|have a (?:great|good|nice)|"
+    r"enjoy|anything else|is there anything|feel free|sorry to hear|for (?:letting me know|telling me|the (?:info|update|heads[- ]up|context))))"
+)
+_ACK_ONLY = re.compile(rf"(?i)^(?:{_ACK_WORDS}[\s,.!:;\u2014\u2013-]*)+$")
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+# Lead-ins of a user's statement that are not part of the lesson.
+_LEAD_IN = re.compile(
+    r"(?i)^(?:(?:hi|hey|hello|so|ok(?:ay)?|btw|by the way|fyi|just so you know|for the record|quick note|note|heads up|"
+    r"please (?:note|remember)(?: that)?|remember(?: that)?|keep in mind(?: that)?)\b[\s,.:;!\u2014\u2013-]*)+"
+)
+_CORRECTION_LEAD_IN = re.compile(
+    r"(?i)^(?:actually|correction|scratch that|wait|i(?:'ve| have)? changed my mind(?: about that)?|"
+    r"i was wrong(?: earlier)?)\b[\s,.:;!\u2014\u2013-]*"
+)
+_TRAILING_THANKS = re.compile(r"(?i)[\s,.!\u2014\u2013-]*(?:thanks|thank you|thx|cheers)(?: (?:a lot|so much))?[\s.!]*$")
+_CHATTER_WORDS = STOPWORDS | set(
+    """
+    great perfect cool nice awesome bye goodbye cheers welcome glad helped help worked works good fine noted remember
+    note got alright right see later that's it's i'm you're let's there's what's all today tonight day evening morning
+    night week something anything everything else
+    """.split()
 )
 _QUESTION_START = re.compile(r"(?i)^(?:how|what|why|when|where|which|who|can|could|should|is|are|do|does|did|will|would)\b")
 _CODE_FENCE = re.compile(r"```(\w+)?")
@@ -47,7 +75,10 @@ _DECISION = re.compile(
     r"(?i)\b(?:we|i|the team|team)\s+(?:have\s+)?(?:decided|chose|agreed|settled on|will use|are going with|go with)\b|"
     r"\bdecision\b|\bgoing forward\b|\bfrom now on\b"
 )
-_PATTERN = re.compile(r"(?i)\b(?:always|never|prefer|avoid|whenever|make sure|don't|do not|should|must)\b")
+_PATTERN = re.compile(
+    r"(?i)\b(?:always|never|prefer|avoid|whenever|make sure|don't|do not|should|must|rather)\b|"
+    r"\b(?:i|we)\s+(?:really\s+)?(?:like|love|hate|dislike|want)\b|\bmy\s+(?:preference|favou?rite)\b"
+)
 _SPACE = re.compile(r"[ \t]+")
 
 
@@ -58,6 +89,7 @@ class Artifact:
     content: str
     tags: list[str] = field(default_factory=list)
     extractor: str = "deterministic"
+    correction: bool = False  # the user corrects an earlier statement ("actually", "I changed my mind")
 
 
 def _clean(text: str) -> str:
@@ -128,20 +160,74 @@ def _code_tags(text: str) -> list[str]:
     return sorted({m.group(1).lower() for m in _CODE_FENCE.finditer(text) if m.group(1)})
 
 
-def extract_deterministic(*, user_message: str, assistant_message: str, hints: dict | None = None) -> Artifact:
+def is_acknowledgement(text: str) -> bool:
+    """True when the assistant adds no lesson: no code, no steps, and every sentence an acknowledgement, a promise to
+    remember or act, a pleasantry or a question back. Empty text counts as one."""
+    text = _clean(text)
+    if _CODE_FENCE.search(text) or len(_STEPS.findall(text)) >= 2:
+        return False
+    sentences = [s.strip() for s in _SENTENCES.split(text) if s.strip()]
+    return all(_ACK_SENTENCE.match(s) or s.endswith("?") for s in sentences)
+
+
+def has_substance(text: str) -> bool:
+    """At least two content words that are not greetings, thanks or acknowledgements."""
+    words = re.findall(r"[a-z][a-z0-9_\-']*", text.lower())
+    return sum(1 for w in words if w not in _CHATTER_WORDS and len(w) > 1) >= 2
+
+
+def user_statement(text: str) -> tuple[str, bool]:
+    """The user's statement without lead-ins ("fyi", "please note that", "actually, I changed my mind") and trailing
+    thanks, and whether it corrects something said before."""
+    text = _clean(text)
+    correction = False
+    while True:
+        stripped = _LEAD_IN.sub("", text, count=1)
+        m = _CORRECTION_LEAD_IN.match(stripped)
+        if m:
+            correction, stripped = True, stripped[m.end() :]
+        if stripped == text:
+            break
+        text = stripped
+    text = _TRAILING_THANKS.sub("", text).strip()
+    if text and text[-1] not in ".!?":
+        text += "."
+    return (text[:1].upper() + text[1:]) if text else "", correction
+
+
+def _without_leading_ack(text: str) -> str:
+    """The answer without a first sentence that only acknowledges ("Sure! Run …" → "Run …")."""
+    parts = _SENTENCES.split(text, maxsplit=1)
+    return parts[1].strip() if len(parts) == 2 and _ACK_ONLY.match(parts[0].strip()) else text
+
+
+def extract_deterministic(*, user_message: str, assistant_message: str, hints: dict | None = None) -> Artifact | None:
+    """The lesson of one turn, or None when it holds nothing reusable.
+
+    A question keeps the assistant's answer (``Q: … A: …`` for an faq). When the assistant only acknowledges, the
+    lesson is what the user said or decided (never the acknowledgement); when neither side has substance, nothing.
+    """
     hints = hints or {}
     user, answer = _clean(user_message), _clean(assistant_message)
-    memory_type = hints.get("type") or detect_type(user, answer)
-    if _ACK.match(answer) or not answer:
-        lesson = user
-    elif memory_type == MemoryType.FAQ and _is_question(user):
-        lesson = f"Q: {_first_question(user)}\nA: {answer}"
+    correction = False
+    if is_acknowledgement(answer):
+        lesson, correction = user_statement(user)
+        if not has_substance(lesson) or _is_question(lesson):  # chatter, or a question nobody answered
+            return None
+        answer = ""
     else:
-        lesson = answer
+        answer = _without_leading_ack(answer)
+        if _is_question(user) and (hints.get("type") or detect_type(user, answer)) == MemoryType.FAQ:
+            lesson = f"Q: {_first_question(user)}\nA: {answer}"
+        else:
+            lesson = answer
+    memory_type = hints.get("type") or detect_type(user, answer)
     content = _truncate(lesson, settings.MEMORY_MAX_CONTENT_CHARS)
     topic = (hints.get("topic") or derive_topic(content)).strip()[:200]
     tags = list(hints["tags"]) if hints.get("tags") is not None else _code_tags(answer)
-    return Artifact(memory_type=memory_type, topic=topic, content=content, tags=tags, extractor="deterministic")
+    return Artifact(
+        memory_type=memory_type, topic=topic, content=content, tags=tags, extractor="deterministic", correction=correction
+    )
 
 
 _LLM_PROMPT = """You turn one conversation turn into at most one reusable lesson for an AI assistant's memory.

@@ -10,6 +10,7 @@ from simple_history.models import HistoricalRecords
 from common.history import history_user
 from common.validators import user_id_validator
 from embeddings.models import Embedded, hnsw_index
+from tenants.models import TenantOwned
 
 DEFAULT_NAMESPACE = "learning"
 
@@ -28,7 +29,7 @@ class MemoryStatus(models.TextChoices):
     DEPRECATED = "deprecated"
 
 
-class Memory(Embedded):
+class Memory(TenantOwned, Embedded):
     """One lesson of one user: canonical content plus its lifecycle and fingerprints."""
 
     namespace = models.CharField(max_length=60, default=DEFAULT_NAMESPACE)
@@ -44,6 +45,14 @@ class Memory(Embedded):
     version = models.PositiveIntegerField(default=1)
     simhash = models.CharField(max_length=16, help_text="64-bit SimHash, 16 hex characters")
     content_sha256 = models.CharField(max_length=64)
+    agent = models.ForeignKey(
+        "agents.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The agent that stored it",
+    )
     source_session_id = models.CharField(max_length=200, blank=True, default="")
     source_message_id = models.CharField(max_length=200, blank=True, default="")
     metadata = models.JSONField(default=dict, blank=True, help_text="Filter values (saved from the request's filters)")
@@ -72,7 +81,7 @@ class Memory(Embedded):
         constraints = [
             # One live copy of a text per user and namespace: a concurrent duplicate observe cannot insert twice.
             models.UniqueConstraint(
-                fields=["namespace", "user_id", "content_sha256"],
+                fields=["tenant", "namespace", "user_id", "content_sha256"],
                 condition=~Q(status="deprecated"),
                 name="memory_one_live_copy_per_user",
             ),
@@ -98,7 +107,7 @@ class QuarantineStatus(models.TextChoices):
     DISCARDED = "discarded"
 
 
-class MemoryQuarantine(models.Model):
+class MemoryQuarantine(TenantOwned):
     """A lesson the write-gate blocked, kept for reviewers. Only a redacted preview is stored."""
 
     namespace = models.CharField(max_length=60, default=DEFAULT_NAMESPACE)
@@ -129,7 +138,7 @@ class MemoryQuarantine(models.Model):
         return f"{self.reason}: {self.redacted_preview[:60]}"
 
 
-class MemoryRetrieval(models.Model):
+class MemoryRetrieval(TenantOwned):
     """Which memories one retrieval returned, so feedback can say ``"last"``. The query itself is not kept."""
 
     namespace = models.CharField(max_length=60, default=DEFAULT_NAMESPACE)
@@ -144,3 +153,38 @@ class MemoryRetrieval(models.Model):
 
     def __str__(self):
         return f"{self.user_id} @ {self.created_at:%Y-%m-%d %H:%M}: {len(self.memory_ids)} memories"
+
+
+class WriteDecisionKind(models.TextChoices):
+    SKIP = "skip"
+    MERGE = "merge"
+
+
+class MemoryWriteDecision(TenantOwned):
+    """Why an observed lesson was not stored as a new memory: skipped as a duplicate of, or merged into, ``memory``.
+
+    Keeps the incoming text (redacted) and the evidence of the dedupe rule, for reviewers.
+    """
+
+    memory = models.ForeignKey(Memory, on_delete=models.CASCADE, related_name="write_decisions")
+    kind = models.CharField(max_length=10, choices=WriteDecisionKind.choices)
+    rule = models.CharField(max_length=40, help_text="exact, simhash_same_substance, simhash or semantic")
+    incoming_text = models.TextField(help_text="The observed lesson, secrets replaced by [REDACTED:kind]")
+    incoming_simhash = models.CharField(max_length=16, blank=True, default="")
+    hamming = models.PositiveSmallIntegerField(null=True, blank=True, help_text="SimHash distance to the memory (0-64)")
+    similarity = models.FloatField(null=True, blank=True, help_text="Cosine similarity to the memory; empty without vectors")
+    thresholds = models.JSONField(default=dict, blank=True)
+    text_changed = models.BooleanField(default=False, help_text="A merge whose longer incoming text replaced the memory's")
+    extractor = models.CharField(max_length=80, blank=True, default="")
+    source_session_id = models.CharField(max_length=200, blank=True, default="")
+    source_message_id = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["memory", "-created_at"], name="memwritedecision_memory_recent")]
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=["skip", "merge"]), name="memwritedecision_kind_valid"),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} ({self.rule}) into memory {self.memory_id}"

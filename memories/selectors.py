@@ -15,22 +15,29 @@ from django.db.models import Q, QuerySet
 from pgvector.django import CosineDistance
 
 from embeddings.embedders import current_model_name, embed_query
-from embeddings.selectors import embedding_rows_needing_work
+from embeddings.selectors import embedding_rows_needing_work, nearest
 from memories.dedupe import Neighbour
-from memories.models import Memory, MemoryRetrieval, MemoryStatus
+from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryStatus, QuarantineStatus
 from memories.simhash import hamming, to_hex
+from tenants.context import private_agent_id
 
 LIVE = [MemoryStatus.VERIFIED, MemoryStatus.CANDIDATE]
 _STATUS_RANK = {MemoryStatus.VERIFIED: 0, MemoryStatus.CANDIDATE: 1, MemoryStatus.DEPRECATED: 2}
 
 
+def _users_data() -> QuerySet[Memory]:
+    """Memories the caller may read: the tenant's (the manager filters), only its own when the agent is private."""
+    private = private_agent_id()
+    return Memory.objects.all() if private is None else Memory.objects.filter(agent_id=private)
+
+
 def memories_of(*, user_id: str, namespace: str | None = None) -> QuerySet[Memory]:
-    return Memory.objects.filter(user_id=user_id, namespace=namespace or settings.MEMORY_DEFAULT_NAMESPACE)
+    return _users_data().filter(user_id=user_id, namespace=namespace or settings.MEMORY_DEFAULT_NAMESPACE)
 
 
 def memory_get(*, user_id: str, memory_id: int) -> Memory | None:
     """The user's memory, or None (also when it belongs to someone else)."""
-    return Memory.objects.filter(user_id=user_id, pk=memory_id).first()
+    return _users_data().filter(user_id=user_id, pk=memory_id).first()
 
 
 def memory_filter_q(filters: dict | None) -> Q:
@@ -77,13 +84,8 @@ def memory_neighbours(
         rows[r["id"]] = r
     similarities: dict[int, float] = {}
     if vector is not None:
-        nearest = (
-            live.filter(embedding_model=model)
-            .annotate(distance=CosineDistance("embedding", vector))
-            .order_by("distance")
-            .values(*fields, "distance")[:k]
-        )
-        for r in nearest:
+        closest = nearest(live.filter(embedding_model=model), vector, k, project=lambda q: q.values(*fields, "distance"))
+        for r in closest:
             similarities[r["id"]] = 1.0 - float(r.pop("distance"))
             rows.setdefault(r["id"], r)
         missing = [i for i in rows if i not in similarities]
@@ -125,12 +127,7 @@ def memory_semantic_candidates(
     base = memories_of(user_id=user_id, namespace=namespace).filter(memory_filter_q(filters), embedding_model=model)
     out: list[RetrievedMemory] = []
     for status in LIVE:
-        rows = (
-            base.filter(status=status)
-            .defer("embedding")
-            .annotate(distance=CosineDistance("embedding", vector))
-            .order_by("distance")[:k]
-        )
+        rows = nearest(base.filter(status=status).defer("embedding"), vector, k)
         out.extend(RetrievedMemory(m, 1.0 - float(m.distance)) for m in rows if 1.0 - float(m.distance) >= min_score)
     return out
 
@@ -202,6 +199,29 @@ def memory_last_retrieval(*, user_id: str, namespace: str) -> MemoryRetrieval | 
     return MemoryRetrieval.objects.filter(user_id=user_id, namespace=namespace).order_by("-created_at", "-id").first()
 
 
+def memory_retrieval_for_outcome(
+    *, user_id: str, namespace: str, since: datetime, exclude_query_sha256: str = "", retrieval_id: int | None = None
+) -> MemoryRetrieval | None:
+    """The retrieval an outcome signal is about: ``retrieval_id`` when given (the user's own only), else the user's
+    latest retrieval since ``since`` that returned memories, leaving out one made for the signal's own text."""
+    qs = MemoryRetrieval.objects.filter(user_id=user_id, namespace=namespace)
+    if retrieval_id is not None:
+        return qs.filter(pk=retrieval_id).first()
+    qs = qs.filter(created_at__gte=since).exclude(memory_ids=[])
+    if exclude_query_sha256:
+        qs = qs.exclude(query_sha256=exclude_query_sha256)
+    return qs.order_by("-created_at", "-id").first()
+
+
+def memory_retrieval_exists(*, user_id: str, namespace: str, retrieval_id: int) -> bool:
+    return MemoryRetrieval.objects.filter(user_id=user_id, namespace=namespace, pk=retrieval_id).exists()
+
+
+def memory_ids_of_user(*, user_id: str, ids: list[int]) -> list[int]:
+    """Those of ``ids`` that are memories of this user (others, or purged ones, are left out)."""
+    return list(Memory.objects.filter(user_id=user_id, pk__in=ids).order_by("pk").values_list("pk", flat=True))
+
+
 def memories_needing_embedding(*, model: str, user_id: str | None = None, namespace: str | None = None) -> QuerySet[Memory]:
     """Memories whose vector is missing, from another model, or from other text."""
 
@@ -269,7 +289,7 @@ def memory_search(
 
     ``user_id`` None searches every user (operator commands only; the API always passes one).
     """
-    qs = Memory.objects.filter(memory_filter_q(filters))
+    qs = _users_data().filter(memory_filter_q(filters))
     if user_id is not None:
         qs = qs.filter(user_id=user_id)
     if namespace:
@@ -278,9 +298,7 @@ def memory_search(
         qs = qs.filter(status__in=LIVE)
     hits: dict[int, SearchHit] = {}
     if semantic and vector is not None:
-        rows = (
-            qs.filter(embedding_model=model).annotate(distance=CosineDistance("embedding", vector)).order_by("distance")[:limit]
-        )
+        rows = nearest(qs.filter(embedding_model=model), vector, limit)
         for m in rows:
             sim = 1.0 - float(m.distance)
             if sim >= min_score:
@@ -341,3 +359,14 @@ def memory_search_text(
         limit=limit,
     )
     return hits, reason
+
+
+# --- The review inbox ---
+
+
+def quarantine_waiting() -> QuerySet[MemoryQuarantine]:
+    return MemoryQuarantine.objects.filter(status=QuarantineStatus.PENDING)
+
+
+def quarantine_by_ids(ids: list[int]) -> QuerySet[MemoryQuarantine]:
+    return MemoryQuarantine.objects.filter(pk__in=ids)

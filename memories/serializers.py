@@ -59,6 +59,16 @@ class ObserveMetaSerializer(StrictSerializer):
     tags = TagsField(required=False)
     namespace = StrictNamespaceField(required=False)
     filters = serializers.DictField(required=False, help_text="Saved into the memory's metadata; retrieve can filter on them")
+    validation_passed = StrictBooleanField(
+        required=False,
+        help_text="The outcome of what the assistant did before: true promotes, false deprecates the memories it used",
+    )
+    retrieval_id = StrictIntegerField(
+        min_value=1,
+        max_value=2**63 - 1,
+        required=False,
+        help_text="The retrieval an outcome in this turn is about (default: the user's latest one with memories)",
+    )
 
 
 class ObserveRequestSerializer(StrictSerializer):
@@ -71,7 +81,12 @@ class ObserveRequestSerializer(StrictSerializer):
 class ObserveResponseSerializer(serializers.Serializer):
     decision = serializers.ChoiceField(choices=["saved", "skipped", "merged", "new_version", "blocked"])
     memory_id = serializers.IntegerField(allow_null=True)
-    evidence = serializers.DictField(help_text="Which rule decided and why; for blocked, the gate's reason (never the secret)")
+    evidence = serializers.DictField(
+        help_text=(
+            "Which rule decided and why; for blocked, the gate's reason (never the secret); outcome_signal when the user's "
+            "turn said whether the memories used before worked (outcome, cue, retrieval_id, memory_ids)"
+        )
+    )
 
 
 class RetrieveRequestSerializer(StrictSerializer):
@@ -100,7 +115,9 @@ class RetrieveResponseSerializer(serializers.Serializer):
     block = serializers.CharField(allow_blank=True, help_text="<learning_memories> … </learning_memories>, empty when no item")
     degraded = serializers.BooleanField()
     degraded_reason = serializers.CharField(allow_blank=True, help_text="embedder_unavailable or no_embeddings")
-    retrieval_id = serializers.IntegerField()
+    retrieval_id = serializers.IntegerField(
+        allow_null=True, help_text="None for a key without the feedback scope: nothing was logged"
+    )
 
 
 @extend_schema_field(

@@ -1,8 +1,10 @@
 """Celery tasks of the memories app."""
 
 import logging
+from datetime import timedelta
 
 from celery import shared_task
+from django.conf import settings
 
 from memories.models import Memory
 from memories.services import memories_embed, memories_purge_deprecated
@@ -29,10 +31,6 @@ def memory_embed(self, memory_ids: list[int]) -> int:
 @shared_task(ignore_result=True)
 def memory_purge_deprecated_task() -> dict:
     """Periodic: delete deprecated memories and retrieval logs older than MEMORY_PURGE_DEFAULT_DAYS."""
-    from datetime import timedelta
-
-    from django.conf import settings
-
     counts = memories_purge_deprecated(older_than=timedelta(days=settings.MEMORY_PURGE_DEFAULT_DAYS))
     logger.info("purged %(memories)d deprecated memories and %(retrievals)d retrieval logs", counts)
-    return counts  # end mem tasks
+    return counts

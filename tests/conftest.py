@@ -4,6 +4,9 @@ import os
 
 import numpy as np
 import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agents.models import Scope
@@ -17,6 +20,8 @@ from learning.services.catalogue import verb_catalogue_load
 from memories.models import Memory
 from memories.services import memories_embed
 from memories.simhash import simhash_hex
+from tenants.selectors import tenant_default
+from tenants.services import membership_add
 
 CATALOGUE = [
     VerbEntry("cbu.list", "cbu", "List CBUs", "List client business units.", ["list all cbus", "show my client business units"]),
@@ -51,12 +56,13 @@ def catalogue(db):
     return {v.name: v for v in Verb.objects.all()}
 
 
-def make_client(scopes, name="agent-a"):
-    key, raw = agent_key_create(agent_name=name, scopes=scopes)
+def make_client(scopes, name="agent-a", tenant=None):
+    key, raw = agent_key_create(agent_name=name, scopes=scopes, tenant=tenant)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     client.agent = key.agent
     client.key = key
+    client.raw = raw
     return client
 
 
@@ -267,3 +273,22 @@ def browser_page(monkeypatch):
         # ORM calls made while Playwright's loop runs may have opened a connection in another context: close it.
         connections.close_all()
     connections.close_all()
+
+
+def reviewer_user(name, *codenames, superuser=False, **fields):
+    """A staff user with these permissions, member of the default tenant (reviewers see only their tenants)."""
+    user = get_user_model().objects.create_user(
+        name, password=fields.pop("password", "pw-1234-xyz"), is_staff=True, is_superuser=superuser, **fields
+    )
+    if codenames:
+        user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    membership_add(user=user, tenant=tenant_default())
+    return user
+
+
+def reviewer_client(user):
+    """An API client with the reviewer's personal token (``Authorization: Token <key>``)."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.user = user
+    return client

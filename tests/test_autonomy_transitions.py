@@ -9,9 +9,15 @@ from django.db import connection
 from actions.models import Action
 from agents.models import Agent
 from autonomy.models import AutonomyTransition
-from autonomy.services import autonomy_decision, autonomy_evaluate, autonomy_transition_approve, autonomy_transition_reject
+from autonomy.services import (
+    action_autonomy_stop,
+    autonomy_decision,
+    autonomy_evaluate,
+    autonomy_transition_approve,
+    autonomy_transition_reject,
+)
 from common.api import ApplicationError, Conflict
-from tests.conftest import fill_history, make_client
+from tests.conftest import fill_history, make_client, reviewer_client, reviewer_user
 
 pytestmark = pytest.mark.django_db
 
@@ -76,9 +82,12 @@ def test_approval_through_the_api_applies_once_and_decisions_are_final(agent):
     plain = make_client(["resolve", "feedback"], name="plain-agent")
     assert plain.post(f"/api/v1/autonomy/transitions/{t.pk}/approve", {}, format="json").status_code == 403
     gov = make_client(["resolve", "feedback", "governance"], name="review-tool")
+    r = gov.post(f"/api/v1/autonomy/transitions/{t.pk}/approve", {}, format="json")
+    assert r.status_code == 403 and "human" in r.data["detail"]  # an agent's key never decides autonomy
+    gov = reviewer_client(reviewer_user("rita", "approve_autonomytransition"))
     assert gov.post("/api/v1/autonomy/transitions/999999/approve", {}, format="json").status_code == 404
     r = gov.post(f"/api/v1/autonomy/transitions/{t.pk}/approve", {"notes": "looks good"}, format="json")
-    assert r.status_code == 200 and r.data["status"] == "applied" and "review-tool" in r.data["decided_by"]
+    assert r.status_code == 200 and r.data["status"] == "applied" and "rita" in r.data["decided_by"]
     send.refresh_from_db()
     assert send.autonomy_level == 2
     r = gov.post(f"/api/v1/autonomy/transitions/{t.pk}/approve", {}, format="json")
@@ -90,16 +99,18 @@ def test_approval_through_the_api_applies_once_and_decisions_are_final(agent):
     # audit trail: the level change in the action's history names the transition
     latest = send.history.first()
     assert latest.autonomy_level == 2 and f"transition #{t.pk}" in latest.history_change_reason
-    assert gov.get("/api/v1/autonomy/transitions?status=applied").data[0]["id"] == t.pk
+    listing = make_client(["governance"], name="lister")
+    assert listing.get("/api/v1/autonomy/transitions?status=applied").data[0]["id"] == t.pk
 
 
 def test_rejected_transition_cannot_be_approved(agent):
     send = Action.objects.create(name="email.send", autonomy_level=1)
     fill_history(send, agent, completed=25)
     (t,) = autonomy_evaluate()["proposed"]
-    autonomy_transition_reject(transition=t, notes="not yet")
+    rita = reviewer_user("rita", "approve_autonomytransition")
+    autonomy_transition_reject(transition=t, user=rita, notes="not yet")
     with pytest.raises(Conflict):
-        autonomy_transition_approve(transition=t)
+        autonomy_transition_approve(transition=t, user=rita)
     send.refresh_from_db()
     assert send.autonomy_level == 1
 
@@ -110,7 +121,7 @@ def test_approval_refused_when_the_level_changed_since(agent):
     (t,) = autonomy_evaluate()["proposed"]
     Action.objects.filter(pk=send.pk).update(autonomy_level=3)
     with pytest.raises(Conflict) as exc:
-        autonomy_transition_approve(transition=t)
+        autonomy_transition_approve(transition=t, user=reviewer_user("rita", "approve_autonomytransition"))
     assert exc.value.code == "level_changed"
     t.refresh_from_db()
     send.refresh_from_db()
@@ -123,7 +134,7 @@ def test_two_concurrent_approvals_apply_exactly_once():
     send = Action.objects.create(name="email.send", autonomy_level=1)
     fill_history(send, agent, completed=25)
     (t,) = autonomy_evaluate()["proposed"]
-    users = [User.objects.create_user(f"rev{i}", password="pw-1234-xyz") for i in range(2)]
+    users = [reviewer_user(f"rev{i}", "approve_autonomytransition") for i in range(2)]
     history_before = send.history.count()
     barrier = threading.Barrier(2)
     outcomes = []
@@ -165,6 +176,13 @@ def test_admin_approval_and_bulk(agent, client):
     t1.refresh_from_db()
     assert t1.status == "applied" and t1.decided_by == admin
     r = client.post("/admin/autonomy/autonomytransition/", {"action": "reject_selected", "_selected_action": [t1.pk, t2.pk]})
+    assert r.status_code == 200 and "email.send stays at level 1" in r.content.decode()  # the confirmation first
+    t2.refresh_from_db()
+    assert t2.status == "proposed"
+    r = client.post(
+        "/admin/autonomy/autonomytransition/",
+        {"action": "reject_selected", "_selected_action": [t1.pk, t2.pk], "post": "yes", "notes": "not yet"},
+    )
     assert r.status_code == 302
     t2.refresh_from_db()
     t1.refresh_from_db()
@@ -172,3 +190,52 @@ def test_admin_approval_and_bulk(agent, client):
     assert t1.action.name == "crm.update" and Action.objects.get(name="crm.update").autonomy_level == 2
     assert Action.objects.get(name="email.send").autonomy_level == 1
     assert Action.objects.get(name="crm.update").history.first().history_user == admin
+
+
+def test_emergency_stop_demotes_at_once_by_a_human_only(agent, client):
+    send = Action.objects.create(name="email.send", autonomy_level=3)
+    crm = Action.objects.create(name="crm.update", autonomy_level=2)
+    fill_history(crm, agent, completed=25)
+    (open_promotion,) = autonomy_evaluate()["proposed"]
+    with pytest.raises(ApplicationError, match="permission"):
+        action_autonomy_stop(action=send, user=reviewer_user("viewer", "view_action"), reason="wrong emails")
+    staff = reviewer_user("staff", "view_action", "change_action")
+    client.force_login(staff)
+    changelist = "/admin/actions/action/"
+    assert "emergency_stop" not in client.get(changelist).content.decode()  # no permission: no such action
+    approver = reviewer_user("approver", "view_action", "approve_autonomytransition")
+    client.force_login(approver)
+    page = client.post(changelist, {"action": "emergency_stop", "_selected_action": [send.pk, crm.pk]})
+    text = page.content.decode()
+    assert page.status_code == 200 and "email.send" in text and "level 3 → 1" in text and "level 2 → 1" in text
+    assert Action.objects.get(pk=send.pk).autonomy_level == 3  # nothing before the confirmation
+    refused = client.post(changelist, {"action": "emergency_stop", "_selected_action": [send.pk], "post": "yes"})
+    assert refused.status_code == 200 and Action.objects.get(pk=send.pk).autonomy_level == 3  # a reason is required
+    r = client.post(
+        changelist,
+        {"action": "emergency_stop", "_selected_action": [send.pk, crm.pk], "post": "yes", "reason": "sent to the CEO"},
+    )
+    assert r.status_code == 302
+    assert Action.objects.get(pk=send.pk).autonomy_level == 1 and Action.objects.get(pk=crm.pk).autonomy_level == 1
+    stop = AutonomyTransition.objects.get(action=send, status="applied")
+    assert (stop.from_level, stop.to_level, stop.decided_by, stop.reason) == (3, 1, approver, "sent to the CEO")
+    open_promotion.refresh_from_db()
+    assert open_promotion.status == "rejected" and "emergency stop" in open_promotion.decision_notes
+    latest = Action.objects.get(pk=send.pk).history.first()
+    assert latest.history_user == approver and "emergency stop" in latest.history_change_reason
+    with pytest.raises(Conflict):
+        action_autonomy_stop(action=send, user=approver, reason="again")
+
+
+def test_emergency_stop_through_the_api_takes_a_reviewer_token(agent):
+    Action.objects.create(name="email.send", autonomy_level=3)
+    gov = make_client(["resolve", "feedback", "governance"], name="review-tool")
+    r = gov.post("/api/v1/actions/email.send/stop", {"reason": "wrong emails"}, format="json")
+    assert r.status_code == 403  # never an agent's key
+    rita = reviewer_client(reviewer_user("rita", "approve_autonomytransition"))
+    assert rita.post("/api/v1/actions/email.send/stop", {}, format="json").status_code == 400  # the reason is required
+    assert rita.post("/api/v1/actions/nope.none/stop", {"reason": "x"}, format="json").status_code == 404
+    r = rita.post("/api/v1/actions/email.send/stop", {"reason": "wrong emails"}, format="json")
+    assert r.status_code == 200 and (r.data["from_level"], r.data["to_level"], r.data["status"]) == (3, 1, "applied")
+    assert Action.objects.get(name="email.send").autonomy_level == 1
+    assert rita.post("/api/v1/actions/email.send/stop", {"reason": "again"}, format="json").status_code == 409

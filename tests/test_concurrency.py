@@ -8,7 +8,6 @@ import threading
 import time
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -22,7 +21,7 @@ from learning.models import DisambiguationRequest, LearnedPhrase, LearningCandid
 from learning.services.candidates import candidate_record
 from learning.services.catalogue import verb_catalogue_load
 from learning.services.phrases import learned_phrase_upsert
-from tests.conftest import CBU_VERBS, fill_history, make_client, reject_n
+from tests.conftest import CBU_VERBS, fill_history, make_client, reject_n, reviewer_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WRITERS = 50
@@ -115,7 +114,7 @@ def test_fifty_approvals_of_one_transition_apply_once(db):
     send = Action.objects.create(name="email.send", autonomy_level=1)
     fill_history(send, agent, completed=25)
     (transition,) = autonomy_evaluate()["proposed"]
-    reviewers = [get_user_model().objects.create_user(f"rev{i}", password="pw-1234-xyz") for i in range(WRITERS)]
+    reviewers = [reviewer_user(f"rev{i}", "approve_autonomytransition") for i in range(WRITERS)]
 
     def approve(i):
         try:

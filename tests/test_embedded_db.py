@@ -74,3 +74,19 @@ def test_killed_server_restarts_without_losing_committed_rows(pgdata):
     socket_dir = embedded_db.ensure_server(pgdata)
     with psycopg.connect(host=socket_dir, dbname="durable", user="postgres") as conn:
         assert conn.execute("SELECT v FROM t").fetchall() == [("committed",)]
+
+
+def test_a_database_made_by_the_superuser_is_handed_to_the_apps_role(pgdata):
+    """Databases of older versions were owned by postgres: the app's role takes them over on first use."""
+    socket_dir = embedded_db.ensure_server(pgdata)
+    with psycopg.connect(host=socket_dir, dbname="postgres", user="postgres", autocommit=True) as conn:
+        conn.execute("CREATE DATABASE legacy")
+    with psycopg.connect(host=socket_dir, dbname="legacy", user="postgres", autocommit=True) as conn:
+        conn.execute("CREATE TABLE learning_verb (id bigserial PRIMARY KEY, name text)")
+    embedded_db.ensure_database(socket_dir, "legacy", embedded_db.APP_ROLE)
+    with psycopg.connect(host=socket_dir, dbname="legacy", user=embedded_db.APP_ROLE, autocommit=True) as conn:
+        owner = conn.execute("SELECT tableowner FROM pg_tables WHERE tablename = 'learning_verb'").fetchone()
+        role = conn.execute("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user").fetchone()
+        conn.execute("INSERT INTO learning_verb (name) VALUES ('cbu.list')")  # owns it: may write, sequence included
+        extension = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+    assert owner == (embedded_db.APP_ROLE,) and role == (False, False) and extension == (1,)

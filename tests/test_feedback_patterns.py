@@ -31,7 +31,7 @@ from feedback.services.rules import (
     correction_rules_create,
     correction_rules_expire,
 )
-from tests.conftest import REVIEWER, make_proposal, reject_n
+from tests.conftest import REVIEWER, make_proposal, reject_n, reviewer_user
 
 pytestmark = pytest.mark.django_db
 
@@ -228,11 +228,16 @@ def test_rule_approval_setting_and_expiry(agent):
     (rule,) = correction_rules_create()
     assert rule.status == "pending_approval"
     assert abs((rule.expires_at - timezone.now()) - timedelta(days=7)) < timedelta(minutes=1)
-    correction_rule_approve(rule=rule)
+    with pytest.raises(ApplicationError, match="permission"):
+        correction_rule_approve(rule=rule, user=reviewer_user("sam", "view_correctionrule"))
+    with pytest.raises(ApplicationError, match="permission"):
+        correction_rule_approve(rule=rule, user=None)  # never without a human
+    rita = reviewer_user("rita", "approve_correctionrule")
+    correction_rule_approve(rule=rule, user=rita)
     rule.refresh_from_db()
-    assert rule.status == "active" and rule.approved_at is not None
+    assert rule.status == "active" and rule.approved_at is not None and rule.approved_by == rita
     with pytest.raises(ApplicationError):
-        correction_rule_approve(rule=rule)
+        correction_rule_approve(rule=rule, user=rita)
     CorrectionRule.objects.filter(pk=rule.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert correction_rules_expire() == 1
     rule.refresh_from_db()

@@ -14,6 +14,7 @@ import pytest
 import schemathesis
 from django.core.cache import cache
 from django.core.signals import request_finished, request_started
+from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import CheckContext
@@ -21,10 +22,10 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from agents.models import Scope
 from agents.services import agent_key_create
-from config.wsgi import application
 from learning.services.catalogue import verb_catalogue_load
 from tests.conftest import CATALOGUE
 
+application = get_wsgi_application()  # not config.wsgi: it would mark this whole test process as a web server
 schema = schemathesis.openapi.from_wsgi("/api/schema/", application)
 EXAMPLES = 12
 

@@ -11,6 +11,7 @@ import pytest
 from django.db import DataError, InterfaceError, OperationalError
 
 from common.api import database_unreachable
+from tests.conftest import reviewer_client, reviewer_user
 
 SURROGATE = '"\\ud800"'  # JSON text for a lone surrogate
 NUL = '"a\\u0000b"'  # JSON text for a string holding NUL
@@ -171,7 +172,9 @@ def test_reasoning_keeps_its_own_keys(api, catalogue):
     ],
 )
 def test_unknown_body_fields_are_refused_naming_them(gov_api, catalogue, path, body):
-    response = gov_api.post(path, body, format="json")
+    # autonomy decisions take a human reviewer's token; every other path the agent's governance key
+    caller = reviewer_client(reviewer_user("rita", "approve_autonomytransition")) if "/transitions/" in path else gov_api
+    response = caller.post(path, body, format="json")
     _assert_refused(response)
     unknown = (set(body) - {"text", "wrong_verb", "correct_verb", "action", "confidence", "success", "phrase", "verb"}) - {
         "user_id",

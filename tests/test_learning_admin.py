@@ -1,20 +1,17 @@
 """Learning admin: the reviewer screens for learning candidates (review actions, confirmations, dashboard)."""
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
 from learning.models import LearnedPhrase, LearningCandidate, PhraseBlock
 from learning.services.candidates import candidate_record
+from tests.conftest import reviewer_user
 
 CHANGELIST = "/admin/learning/learningcandidate/"
 
 
 def make_user(name, *codenames, superuser=False):
-    user = User.objects.create_user(name, is_staff=True, is_superuser=superuser)
-    for codename in codenames:
-        user.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="learning"))
-    return user
+    return reviewer_user(name, *codenames, superuser=superuser)
 
 
 @pytest.fixture

@@ -3,17 +3,16 @@
 import time
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
-from learning.models import AbandonEvent, DisambiguationRequest, LearningSignal
+from learning.models import AbandonEvent, DisambiguationRequest, LearningSignal, ResolutionRecord
 from learning.services.catalogue import verb_catalogue_load
-from tests.conftest import CBU_CATALOGUE
+from tests.conftest import CBU_CATALOGUE, reviewer_user
 
 
 @pytest.fixture
 def person(db):
-    return get_user_model().objects.create_user("alice", password="s3cret-pass")
+    return reviewer_user("alice", password="s3cret-pass")
 
 
 def test_console_needs_a_session_login(client):
@@ -53,6 +52,8 @@ def test_console_endpoints_enforce_csrf_and_use_the_same_services(person, cbus, 
         )
     assert chosen.status_code == 200 and chosen.json()["selected_verb"] == "cbu.list"
     assert LearningSignal.objects.filter(request=row, outcome="selected_alt", verb="cbu.list", user_id="console:alice").exists()
+    record = ResolutionRecord.objects.get(request_id=row.request_id)  # the console's answers label the decision too
+    assert record.user_id == "console:alice" and record.gold_verb == "cbu.list" and record.label is not None
     again = browser.post(
         f"/console/api/disambiguations/{row.request_id}/select",
         {"selected_verb": "cbu.show"},
@@ -91,7 +92,7 @@ def test_beacon_style_form_post_abandons(person, cbus):
 
 
 def _sign_in(page, live_server, username):
-    get_user_model().objects.create_user(username, password="s3cret-pass")
+    reviewer_user(username, password="s3cret-pass")
     page.goto(f"{live_server.url}/console/")
     page.fill("#id_username", username)
     page.fill("#id_password", "s3cret-pass")

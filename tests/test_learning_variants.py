@@ -3,7 +3,18 @@
 import pytest
 import yaml
 
-from learning.variants import RULES_PATH, drop_fillers, flip_number, phrase_variants, rules_load, rules_parse, swap_verbs
+from common.text import normalize_phrase
+from learning import datasets
+from learning.variants import (
+    RULES_PATH,
+    drop_fillers,
+    flip_number,
+    phrase_variants,
+    rules_load,
+    rules_parse,
+    swap_verbs,
+    word_zipf,
+)
 
 
 @pytest.fixture
@@ -120,3 +131,40 @@ def test_rules_are_not_tied_to_one_domain():
         "purchase apple",
         "purchase some apple",
     ]
+
+
+@pytest.mark.parametrize(
+    "phrase, junk",
+    [
+        ("my card has not arrived", "card has not arriveds"),
+        ("transfer money", "transfer moneys"),
+        ("get cash", "obtain cashes"),
+        ("withdraw cash", "withdraw cashes"),
+    ],
+)
+def test_no_ungrammatical_number_flips(rules, phrase, junk):
+    variants = phrase_variants(phrase, limit=50, rules=rules)
+    assert junk not in variants and not any(v.endswith(("arriveds", "moneys", "cashes")) for v in variants)
+
+
+def test_number_flips_that_english_uses_are_kept(rules):
+    assert flip_number("cards", rules) == "card" and flip_number("card", rules) == "cards"
+    assert flip_number("identity", rules) == "identities"  # a real plural, about as common
+    assert flip_number("cbus", rules) == "cbu"  # a domain's own word: both forms are known
+    assert flip_number("arrived", rules) is None and flip_number("money", rules) is None
+
+
+@pytest.mark.parametrize("dataset", ["banking77", "hwu64"])
+def test_variants_of_every_training_phrase_use_only_english_words(rules, dataset):
+    """Every word a variant adds to a phrase is in wordfreq's English word list (the maintained frequency lists
+    that ship with the package), over all training phrases of both data sets."""
+    assert datasets.available(dataset), f"{dataset} is missing under {datasets.dataset_dir(dataset)}"
+    unknown: dict[str, str] = {}
+    phrases = {normalize_phrase(e.text) for e in datasets.load("train", dataset)}
+    for phrase in phrases:
+        words = set(phrase.split())
+        for variant in phrase_variants(phrase, limit=12, rules=rules):
+            for word in set(variant.split()) - words:
+                if word_zipf(word) == 0:
+                    unknown.setdefault(word, f"{phrase!r} -> {variant!r}")
+    assert not unknown, list(unknown.items())[:20]

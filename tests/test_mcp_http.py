@@ -16,7 +16,7 @@ from embeddings.services import embedding_assign, embeddings_compute
 from feedback.models import Proposal
 from learning.models import EntityAlias, LearnedPhrase, PhraseBlock
 from learning.services.catalogue import verb_catalogue_load
-from mcp_server.server import tool_definitions
+from mcp_server.server import tool_definitions, tools_permitted_sync
 from tests.conftest import CBU_CATALOGUE
 from tests.test_mcp_stdio import (
     ROOT,
@@ -88,7 +88,8 @@ def session_flow(url: str, raw: str, body):
 def test_http_tools_and_the_disambiguation_loop(base_url):
     verb_catalogue_load(entries=CBU_CATALOGUE)
     _, raw = new_key()
-    expected = {t.name: t.input_schema for t in tool_definitions()}
+    permitted = set(tools_permitted_sync(f"Bearer {raw}", "test").data)  # tools/list: only what the scopes allow
+    expected = {t.name: t.input_schema for t in tool_definitions() if t.name in permitted}
 
     async def body(session):
         listed = {t.name: t.input_schema for t in (await session.list_tools()).tools}

@@ -18,7 +18,7 @@ from agents.models import Scope
 from agents.services import agent_key_create, api_key_revoke
 from learning.models import LearnedPhrase, LearningCandidate, PhraseBlock
 from learning.services.catalogue import verb_catalogue_load
-from mcp_server.server import tool_definitions
+from mcp_server.server import tool_definitions, tools_permitted_sync
 from tests.conftest import CBU_CATALOGUE
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -107,7 +107,10 @@ def test_stdio_tools_loop_scopes_and_revocation():
     key, raw = new_key()
     candidate = pending_candidate()
     blocks, phrases = PhraseBlock.objects.count(), LearnedPhrase.objects.count()
-    expected = {t.name: t.input_schema for t in tool_definitions()}
+    # tools/list shows only what the key's scopes allow (resolve + feedback: no governance tools)
+    permitted = set(tools_permitted_sync(f"Bearer {raw}", "test").data)
+    expected = {t.name: t.input_schema for t in tool_definitions() if t.name in permitted}
+    assert permitted and len(expected) < len(tool_definitions())
 
     async def flow():
         async with stdio_client(stdio_params(raw)) as (read, write), ClientSession(read, write) as session:

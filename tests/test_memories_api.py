@@ -153,8 +153,11 @@ class TestObserve:
             api, user_message="What is the EUR rate?", assistant_message="Right now the transfer fee is €4.50 per payment."
         ).json()
         assert r["decision"] == "blocked" and r["evidence"]["reason"] == "unstable"
-        r = observe(api, user_message="ok?", assistant_message="Yes.", type="pattern").json()
+        r = observe(api, user_message="note", assistant_message="Use tabs.", type="pattern").json()
         assert r["decision"] == "blocked" and r["evidence"]["reason"] == "too_short"
+        # Chatter on both sides is not a lesson at all: nothing is stored, not even in the quarantine.
+        r = observe(api, user_message="ok?", assistant_message="Yes.", type="pattern").json()
+        assert r["decision"] == "skipped" and r["evidence"]["rule"] == "nothing_reusable"
 
 
 @pytest.mark.django_db

@@ -13,7 +13,7 @@ from actions.models import Action, AutonomyLevel
 from actions.services import actions_claim_for_evaluation
 from autonomy.models import AutonomyTransition, CalibrationRecord, TransitionStatus
 from autonomy.services.calibration import _window
-from common.api import Conflict, NotFound
+from common.api import ApplicationError, Conflict, Forbidden, NotFound
 from feedback.selectors import outcome_rates, recent_patterns
 
 logger = logging.getLogger(__name__)
@@ -241,12 +241,22 @@ def _transition_locked(transition) -> AutonomyTransition:
     return obj
 
 
-def autonomy_transition_approve(*, transition, user=None, key=None, notes: str = "") -> AutonomyTransition:
+APPROVE_PERMISSION = "autonomy.approve_autonomytransition"
+
+
+def _check_human(user) -> None:
+    """Every autonomy change is decided by a human with the permission, never by an agent's key."""
+    if user is None or not getattr(user, "is_authenticated", False) or not user.has_perm(APPROVE_PERMISSION):
+        raise Forbidden(f"Only a reviewer with the permission {APPROVE_PERMISSION} decides autonomy transitions.", field="user")
+
+
+def autonomy_transition_approve(*, transition, user, notes: str = "") -> AutonomyTransition:
     """Apply the new level and mark the transition applied, in one transaction, exactly once.
 
     Both rows are locked (SELECT … FOR UPDATE), so of two concurrent approvals the
     second sees ``applied`` and gets 409. Refused if the level changed since the proposal.
     """
+    _check_human(user)
     with transaction.atomic():
         obj = _transition_locked(transition)
         action = Action.objects.select_for_update().get(pk=obj.action_id)
@@ -259,10 +269,10 @@ def autonomy_transition_approve(*, transition, user=None, key=None, notes: str =
                 extra={"current_level": action.autonomy_level},
             )
         now = timezone.now()
-        obj.status, obj.decided_by, obj.decided_by_key, obj.decided_at = TransitionStatus.APPLIED, user, key, now
+        obj.status, obj.decided_by, obj.decided_at = TransitionStatus.APPLIED, user, now
         obj.decision_notes = (notes or "").strip()[:5000]
         obj._history_user = user
-        obj.save(update_fields=["status", "decided_by", "decided_by_key", "decided_at", "decision_notes"])
+        obj.save(update_fields=["status", "decided_by", "decided_at", "decision_notes"])
         action.autonomy_level = obj.to_level
         action._history_user = user
         action._change_reason = f"autonomy transition #{obj.pk} approved by {obj.decided_by_label}"
@@ -271,11 +281,55 @@ def autonomy_transition_approve(*, transition, user=None, key=None, notes: str =
     return obj
 
 
-def autonomy_transition_reject(*, transition, user=None, key=None, notes: str = "") -> AutonomyTransition:
+def autonomy_transition_reject(*, transition, user, notes: str = "") -> AutonomyTransition:
+    _check_human(user)
     with transaction.atomic():
         obj = _transition_locked(transition)
-        obj.status, obj.decided_by, obj.decided_by_key, obj.decided_at = TransitionStatus.REJECTED, user, key, timezone.now()
+        obj.status, obj.decided_by, obj.decided_at = TransitionStatus.REJECTED, user, timezone.now()
         obj.decision_notes = (notes or "").strip()[:5000]
         obj._history_user = user
-        obj.save(update_fields=["status", "decided_by", "decided_by_key", "decided_at", "decision_notes"])
+        obj.save(update_fields=["status", "decided_by", "decided_at", "decision_notes"])
     return obj
+
+
+def action_autonomy_stop(*, action, user, reason: str) -> AutonomyTransition:
+    """Emergency stop: the action drops to level 1 (propose only) at once, decided by a human with the permission.
+
+    Recorded as an applied transition (and in the action's history) naming the human and the reason; an open
+    proposal for the action is rejected as superseded."""
+    _check_human(user)
+    reason = (reason or "").strip()
+    if not reason:
+        raise ApplicationError("Say why the action is stopped.", field="reason")
+    pk = action.pk if hasattr(action, "pk") else int(action)
+    with transaction.atomic():
+        row = Action.objects.select_for_update().filter(pk=pk).first()
+        if row is None:
+            raise NotFound(f"Action {pk} not found.", field="action")
+        if row.autonomy_level == AutonomyLevel.PROPOSE:
+            raise Conflict(f"{row.name} already runs at level 1 (propose only).", field="action", code="already_stopped")
+        now = timezone.now()
+        for open_row in AutonomyTransition.objects.select_for_update().filter(action=row, status=TransitionStatus.PROPOSED):
+            open_row.status, open_row.decided_by, open_row.decided_at = TransitionStatus.REJECTED, user, now
+            open_row.decision_notes = f"superseded by an emergency stop: {reason}"[:5000]
+            open_row._history_user = user
+            open_row.save(update_fields=["status", "decided_by", "decided_at", "decision_notes"])
+        stop = AutonomyTransition(
+            action=row,
+            from_level=row.autonomy_level,
+            to_level=AutonomyLevel.PROPOSE,
+            status=TransitionStatus.APPLIED,
+            evidence={"emergency_stop": True},
+            reason=reason[:5000],
+            decided_by=user,
+            decided_at=now,
+            decision_notes=reason[:5000],
+        )
+        stop._history_user = user
+        stop.save()
+        row.autonomy_level = AutonomyLevel.PROPOSE
+        row._history_user = user
+        row._change_reason = f"emergency stop #{stop.pk} by user {user}: {reason}"[:100]
+        row.save(update_fields=["autonomy_level"])
+    logger.warning("emergency stop of %s by %s: %s", row.name, user, reason)
+    return stop

@@ -18,7 +18,6 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if pgdata:
             socket_dir = embedded_db.ensure_server(pgdata)
             self.settings_dict["HOST"] = socket_dir
-            name = self.settings_dict["NAME"]
-            if name and name != "postgres":
-                embedded_db.ensure_database(socket_dir, name, self.settings_dict.get("USER") or "postgres")
+            name = self.settings_dict["NAME"] or "postgres"
+            embedded_db.ensure_database(socket_dir, name, self.settings_dict.get("USER") or embedded_db.APP_ROLE)
         return super().get_connection_params()

@@ -192,7 +192,10 @@ class CorrectionRuleAdmin(SimpleHistoryAdmin):
     def has_add_permission(self, request):
         return False  # rules come from patterns
 
-    @admin.action(description="Approve selected pending rules", permissions=["change"])
+    def has_approve_permission(self, request):
+        return request.user.has_perm("feedback.approve_correctionrule")
+
+    @admin.action(description="Approve selected pending rules", permissions=["approve"])
     def approve_selected(self, request, queryset):
         run_bulk(self, request, queryset, lambda r: correction_rule_approve(rule=r, user=request.user), "Approved")
 

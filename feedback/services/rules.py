@@ -9,7 +9,7 @@ from django.db.models import Count
 from django.utils import timezone
 from simple_history.utils import bulk_create_with_history
 
-from common.api import Conflict, NotFound
+from common.api import Conflict, Forbidden, NotFound
 from feedback.models import CorrectionRule, CorrectionRuleStatus, FeedbackRecord, MistakePattern, PatternStatus
 
 logger = logging.getLogger(__name__)
@@ -101,7 +101,13 @@ def _rule_locked(rule) -> CorrectionRule:
     return obj
 
 
-def correction_rule_approve(*, rule, user=None) -> CorrectionRule:
+APPROVE_PERMISSION = "feedback.approve_correctionrule"
+
+
+def correction_rule_approve(*, rule, user) -> CorrectionRule:
+    """Activate a pending rule: only a human with the permission, never an agent's key."""
+    if user is None or not getattr(user, "is_authenticated", False) or not user.has_perm(APPROVE_PERMISSION):
+        raise Forbidden(f"Only a reviewer with the permission {APPROVE_PERMISSION} approves correction rules.", field="user")
     with transaction.atomic():
         obj = _rule_locked(rule)
         if obj.status != CorrectionRuleStatus.PENDING:

@@ -2,10 +2,9 @@
 
 from collections import defaultdict
 
-from pgvector.django import CosineDistance
-
 from common.text import normalize_phrase
 from embeddings.embedders import embed_query
+from embeddings.selectors import nearest
 from learning.models import (
     EntityAlias,
     Verb,
@@ -45,11 +44,7 @@ def entity_alias_resolve(*, text: str, user_id: str | None = None, entity_type: 
         vector, model, reason = embed_query(normalized)
         if vector is not None:
             threshold = ALIAS_SEMANTIC_THRESHOLDS.get(model, ALIAS_SEMANTIC_THRESHOLDS["default"])
-            near = (
-                rows.filter(embedding_model=model)
-                .annotate(distance=CosineDistance("embedding", vector))
-                .order_by("distance")[: max(limit * 4, 20)]
-            )
+            near = nearest(rows.filter(embedding_model=model), vector, max(limit * 4, 20))
             hits = sorted(((r, 1.0 - r.distance) for r in near), key=lambda h: (-round(h[1], 4), h[0].user_id is None, h[0].pk))
             hits = [(r, s) for r, s in hits if s >= threshold]
     seen_names: set[tuple[str, str]] = set()

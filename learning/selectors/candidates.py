@@ -6,8 +6,8 @@ import numpy as np
 from django.conf import settings
 from django.db.models import Count, QuerySet
 from django.utils import timezone
-from pgvector.django import CosineDistance
 
+from embeddings.selectors import nearest
 from learning.models import (
     EntityAlias,
     LearnedPhrase,
@@ -23,12 +23,13 @@ def correction_decay_targets(
     *, vector: np.ndarray, model: str, user_id: str, verb: Verb, exclude_normalized: str, threshold: float, k: int = 20
 ) -> list[int]:
     """The user's own active phrases for ``verb`` that match the vector within ``threshold`` (semantic anchors)."""
-    rows = (
-        LearnedPhrase.objects.filter(user_id=user_id, verb=verb, is_active=True, embedding_model=model)
-        .exclude(normalized=exclude_normalized)
-        .annotate(distance=CosineDistance("embedding", vector))
-        .order_by("distance")
-        .values_list("pk", "distance")[:k]
+    rows = nearest(
+        LearnedPhrase.objects.filter(user_id=user_id, verb=verb, is_active=True, embedding_model=model).exclude(
+            normalized=exclude_normalized
+        ),
+        vector,
+        k,
+        project=lambda q: q.values_list("pk", "distance"),
     )
     return [pk for pk, d in rows if 1.0 - d >= threshold]
 

@@ -17,13 +17,14 @@ from learning.models import (
     Verb,
     VerbPhrase,
 )
+from tenants.context import tenant_filter_ids
 
 # --- The learned auto-resolve decision: the fits in force, their heads, the labels ---
 
-_decision_cache: list = [0.0, None]  # [expires (monotonic), state]
+_decision_cache: dict = {}  # tenants in scope -> (expires (monotonic), state)
 _head_cache: "OrderedDict[tuple[int, str | None], tuple]" = OrderedDict()
 _HEAD_CACHE_SIZE = 256
-_active_verbs_cache: list = [0.0, frozenset()]
+_active_verbs_cache: dict = {}  # tenants in scope -> (expires, names)
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,10 @@ def decision_state() -> dict:
     """{"live", "shadow", "prior"}: FitState or None each (prior: the newest catalogue prior, whatever its status).
     One small query, cached per process for RESOLVE_DECISION_CACHE_S seconds."""
     now = _time.monotonic()
-    if _decision_cache[1] is not None and _decision_cache[0] > now:
-        return _decision_cache[1]
+    tenants = tenant_filter_ids()
+    hit = _decision_cache.get(tenants)
+    if hit is not None and hit[0] > now:
+        return hit[1]
     rows = list(
         DecisionFit.objects.filter(Q(status__in=[DecisionFit.Status.LIVE, DecisionFit.Status.SHADOW]) | Q(source="prior"))
         .order_by("-version")
@@ -51,14 +54,14 @@ def decision_state() -> dict:
             state[r["status"]] = fs
         if r["source"] == DecisionFit.Source.PRIOR and state["prior"] is None:
             state["prior"] = fs
-    _decision_cache[:] = [now + settings.RESOLVE_DECISION_CACHE_S, state]
+    _decision_cache[tenants] = (now + settings.RESOLVE_DECISION_CACHE_S, state)
     return state
 
 
 def decision_cache_clear() -> None:
-    _decision_cache[:] = [0.0, None]
+    _decision_cache.clear()
     _head_cache.clear()
-    _active_verbs_cache[:] = [0.0, frozenset()]
+    _active_verbs_cache.clear()
 
 
 def decision_head(version: int, user_id: str | None) -> tuple | None:
@@ -88,10 +91,12 @@ def decision_head(version: int, user_id: str | None) -> tuple | None:
 def active_verb_names() -> frozenset:
     """Names of the active verbs, cached like the decision state (head-only options must still exist)."""
     now = _time.monotonic()
-    if _active_verbs_cache[0] > now:
-        return _active_verbs_cache[1]
+    tenants = tenant_filter_ids()
+    hit = _active_verbs_cache.get(tenants)
+    if hit is not None and hit[0] > now:
+        return hit[1]
     names = frozenset(Verb.objects.filter(is_active=True).values_list("name", flat=True))
-    _active_verbs_cache[:] = [now + settings.RESOLVE_DECISION_CACHE_S, names]
+    _active_verbs_cache[tenants] = (now + settings.RESOLVE_DECISION_CACHE_S, names)
     return names
 
 

@@ -6,8 +6,8 @@ from collections import defaultdict
 
 from django.db import connection
 from django.db.models import Count, Q, Sum
-from pgvector.django import CosineDistance
 
+from embeddings.selectors import nearest
 from learning.models import (
     DisambiguationRequest,
     FittedResolutionProfile,
@@ -17,6 +17,7 @@ from learning.models import (
 )
 from learning.scoring import semantic_scores
 from learning.selectors.tiers import Hit, scope_q
+from tenants.context import tenant_filter_ids
 
 
 def verb_evidence_balance(evidence: list[tuple[str, float, float]], *, verbs: list[str], similarity: float) -> dict[str, float]:
@@ -76,13 +77,14 @@ def signals_per_phrase(*, search: str = "", limit: int = 200) -> list[dict]:
 
 
 _ACTIVE_PROFILE_TTL_S = 10.0
-_active_profile_cache: dict[str, tuple[float, dict]] = {}
+_active_profile_cache: dict[tuple, tuple[float, dict]] = {}  # (tenants in scope, model) -> (expiry, values)
 
 
 def active_profile_values(model_name: str) -> dict:
     """{resolve_threshold, margin} of the active fitted profile for the model ({} if none); cached for a few seconds."""
     now = _time.monotonic()
-    hit = _active_profile_cache.get(model_name)
+    key = (tenant_filter_ids(), model_name)
+    hit = _active_profile_cache.get(key)
     if hit and hit[0] > now:
         return hit[1]
     row = (
@@ -91,7 +93,7 @@ def active_profile_values(model_name: str) -> dict:
         .first()
     )
     values = dict(row) if row else {}
-    _active_profile_cache[model_name] = (now + _ACTIVE_PROFILE_TTL_S, values)
+    _active_profile_cache[key] = (now + _ACTIVE_PROFILE_TTL_S, values)
     return values
 
 
@@ -124,18 +126,19 @@ def leave_one_out_scores(
     """Per-verb scores from the semantic tiers, scored as the resolver scores them
     (learning.scoring.semantic_scores, the function resolve uses), without the text's own learned rows."""
 
-    learned = list(
-        LearnedPhrase.objects.filter(scope_q(user_id), is_active=True, verb__is_active=True, embedding_model=model)
-        .exclude(normalized=normalized)
-        .annotate(distance=CosineDistance("embedding", vector))
-        .order_by("distance")
-        .values_list("verb__name", "distance", "confidence")[:k_learned]
+    learned = nearest(
+        LearnedPhrase.objects.filter(scope_q(user_id), is_active=True, verb__is_active=True, embedding_model=model).exclude(
+            normalized=normalized
+        ),
+        vector,
+        k_learned,
+        project=lambda q: q.values_list("verb__name", "distance", "confidence"),
     )
-    catalogue = list(
-        VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model)
-        .annotate(distance=CosineDistance("embedding", vector))
-        .order_by("distance")
-        .values_list("verb__name", "distance")[:k_catalogue]
+    catalogue = nearest(
+        VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model),
+        vector,
+        k_catalogue,
+        project=lambda q: q.values_list("verb__name", "distance"),
     )
     scored = semantic_scores(
         learned=[Hit(verb, 1.0 - d, "", None, confidence) for verb, d, confidence in learned],

@@ -5,6 +5,7 @@ Vector searches order by pgvector's cosine distance so the HNSW index is used; c
 ``hnsw.iterative_scan`` so user and domain filters never starve a search of results."""
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,7 @@ from learning.models import (
     Verb,
     VerbPhrase,
 )
+from tenants.context import private_agent_id, tenant_filter_ids
 
 """Reads for the learning app: catalogue, learned phrases, blocklist, vector searches, candidates,
 disambiguations, evidence and fitted profiles.
@@ -67,7 +69,14 @@ class ExactHit:
 
 def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -> list[ExactHit]:
     """Exact learned matches, the user's first, then global; in one query, on the resolve hot path."""
-    params = {"n": normalized, "u": user_id, "now": timezone.now(), "d": domain}
+    params = {
+        "n": normalized,
+        "u": user_id,
+        "now": timezone.now(),
+        "d": domain,
+        "t": None if tenant_filter_ids() is None else list(tenant_filter_ids()),
+        "pa": private_agent_id(),
+    }
     sql = f"""
         SELECT v.name, v.description, t.confidence, t.user_id, t.phrase,
                EXISTS (SELECT 1 FROM {PhraseBlock._meta.db_table} b
@@ -75,7 +84,8 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
                          AND (b.expires_at IS NULL OR b.expires_at > %(now)s))
         FROM {LearnedPhrase._meta.db_table} t JOIN {Verb._meta.db_table} v ON v.id = t.verb_id
         WHERE t.normalized = %(n)s AND t.is_active AND v.is_active
-          AND (t.user_id IS NULL OR t.user_id = %(u)s){" AND v.domain = %(d)s" if domain else ""}
+          AND (t.user_id IS NULL OR (t.user_id = %(u)s AND (%(pa)s::bigint IS NULL OR t.agent_id = %(pa)s)))
+          AND (%(t)s::bigint[] IS NULL OR t.tenant_id = ANY(%(t)s::bigint[])){" AND v.domain = %(d)s" if domain else ""}
         ORDER BY t.user_id IS NULL, t.id
     """
     with connection.cursor() as cursor:
@@ -97,6 +107,9 @@ class TierRows:
     evidence: list[tuple[str, float, float]]  # (verb, similarity, negative - positive) near the query
 
 
+VECTOR_TIERS = {"ls", "bs", "ev", "cs"}
+
+
 def tier_rows(
     *,
     normalized: str,
@@ -116,12 +129,24 @@ def tier_rows(
     matches and catalogue neighbours, and (``k_evidence`` > 0) the user's feedback evidence within
     ``evidence_similarity`` of the query. Each vector part orders by cosine distance so its HNSW index
     is used. Without a vector, only the text parts run (degraded mode)."""
+    tenants = tenant_filter_ids()
     params: dict = {"n": normalized, "pat": f"%{normalized}%", "u": user_id, "m": model, "now": timezone.now()}
     verbs = "SELECT id, name, description FROM learning_verb WHERE is_active"
+    # The tenant in scope, also inside each ordered scan so other tenants' rows never take a neighbour's place
+    # (row-level security filters the same way; this is the app's own filter).
+    in_tenant = ""
+    if tenants is not None:
+        params["tenants"] = list(tenants)
+        verbs += " AND tenant_id = ANY(%(tenants)s)"
+        in_tenant = " AND t.tenant_id = ANY(%(tenants)s)"
     if domain:
         verbs += " AND domain = %(domain)s"
         params["domain"] = domain
     scope = "(t.user_id IS NULL OR t.user_id = %(u)s)"
+    learned_scope = scope
+    if private_agent_id() is not None:  # this agent's users' phrases are its own
+        params["pa"] = private_agent_id()
+        learned_scope = "(t.user_id IS NULL OR (t.user_id = %(u)s AND t.agent_id = %(pa)s))"
     # With a domain, filter inside the ordered scans (iterative index scans keep them from starving).
     in_domain = " AND t.verb_id = ANY(ARRAY(SELECT id FROM v))" if domain else ""
     parts = [
@@ -133,43 +158,57 @@ def tier_rows(
         "FROM learning_verbphrase t JOIN v ON v.id = t.verb_id "
         "WHERE %(n)s LIKE '%%' || t.normalized || '%%' OR t.normalized LIKE %(pat)s",
     ]
-    if vector is not None:
-        # The vector travels once, as an InitPlan parameter ((SELECT v FROM q)): the HNSW scans still use it as
-        # their ordering key, and the server parses 384 floats once instead of once per tier.
-        params.update(q=vector_literal(vector), kl=k_learned, kc=k_catalogue, kb=k_blocks)
+
+    def vector_parts(order: str) -> list[str]:
+        """The vector tiers, each ordered by ``order``: ``d`` uses the HNSW indexes; the distance ``+ 0`` is no
+        indexed ordering, so the rows in scope are scanned exactly."""
+        out: list[str] = []
         if learned:
-            parts.append(
+            out.append(
                 "SELECT 'ls', v.name, 1.0 - x.d, x.phrase, x.user_id, x.confidence, v.description FROM ("
                 f"SELECT t.verb_id, t.phrase, t.user_id, t.confidence, t.embedding <=> (SELECT v FROM q) AS d "
-                f"FROM learning_learnedphrase t WHERE t.is_active AND {scope} AND t.embedding_model = %(m)s{in_domain} "
-                "ORDER BY d LIMIT %(kl)s) x JOIN v ON v.id = x.verb_id"
+                f"FROM learning_learnedphrase t WHERE t.is_active AND {learned_scope} AND t.embedding_model = %(m)s{in_domain}{in_tenant} "
+                f"ORDER BY {order} LIMIT %(kl)s) x JOIN v ON v.id = x.verb_id"
             )
-        parts.append(
+        out.append(
             "SELECT 'bs', v.name, 1.0 - x.d, x.phrase, NULL, 1.0::float8, '' FROM ("
             f"SELECT t.verb_id, t.phrase, t.embedding <=> (SELECT v FROM q) AS d FROM learning_phraseblock t "
-            f"WHERE {scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s) AND t.embedding_model = %(m)s "
-            "ORDER BY d LIMIT %(kb)s) x JOIN v ON v.id = x.verb_id"
+            f"WHERE {scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s) AND t.embedding_model = %(m)s{in_tenant} "
+            f"ORDER BY {order} LIMIT %(kb)s) x JOIN v ON v.id = x.verb_id"
         )
         if k_evidence:
             # Evidence is kept per scope: the user's own, or global rows for global resolution.
             own = "t.user_id = %(u)s" if user_id else "t.user_id IS NULL"
             params.update(ke=k_evidence, de=1.0 - evidence_similarity)
-            parts.append(
+            out.append(
                 "SELECT 'ev', x.verb, 1.0 - x.d, '', NULL, x.net, '' FROM ("
                 f"SELECT t.verb, t.negative - t.positive AS net, t.embedding <=> (SELECT v FROM q) AS d FROM {PhraseEvidence._meta.db_table} t "
-                f"WHERE {own} AND t.embedding_model = %(m)s ORDER BY d LIMIT %(ke)s) x WHERE x.d <= %(de)s"
+                f"WHERE {own} AND t.embedding_model = %(m)s{in_tenant} ORDER BY {order} LIMIT %(ke)s) x WHERE x.d <= %(de)s"
             )
-        parts.append(
+        out.append(
             "SELECT 'cs', v.name, 1.0 - x.d, x.text, NULL, 1.0::float8, v.description FROM ("
             "SELECT t.verb_id, t.text, t.embedding <=> (SELECT v FROM q) AS d FROM learning_verbphrase t "
-            f"WHERE t.embedding_model = %(m)s{in_domain} ORDER BY d LIMIT %(kc)s) x JOIN v ON v.id = x.verb_id"
+            f"WHERE t.embedding_model = %(m)s{in_domain}{in_tenant} ORDER BY {order} LIMIT %(kc)s) x JOIN v ON v.id = x.verb_id"
         )
+        return out
+
+    if vector is not None:
+        # The vector travels once, as an InitPlan parameter ((SELECT v FROM q)): the HNSW scans still use it as
+        # their ordering key, and the server parses 384 floats once instead of once per tier.
+        params.update(q=vector_literal(vector), kl=k_learned, kc=k_catalogue, kb=k_blocks)
+        parts += vector_parts("d")
     ctes = f"v AS MATERIALIZED ({verbs})" + (", q AS (SELECT %(q)s::vector AS v)" if vector is not None else "")
-    sql = f"WITH {ctes} " + " UNION ALL ".join(f"({p})" for p in parts)
     out = TierRows([], set(), [], [], {}, [])
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(f"WITH {ctes} " + " UNION ALL ".join(f"({p})" for p in parts), params)
         rows = cursor.fetchall()
+        if vector is not None:
+            found = Counter(r[0] for r in rows)
+            if (learned and found["ls"] < k_learned) or found["cs"] < k_catalogue:
+                # An index scan came back short: fewer rows in scope, or a graph crowded with identical vectors
+                # (embeddings.selectors.nearest). The vector tiers again, exactly, over the rows in scope.
+                cursor.execute(f"WITH {ctes} " + " UNION ALL ".join(f"({p})" for p in vector_parts("(t.embedding <=> (SELECT v FROM q)) + 0")), params)
+                rows = [r for r in rows if r[0] not in VECTOR_TIERS] + cursor.fetchall()
     for tier, verb, score, text, extra, confidence, description in rows:
         if description:
             out.descriptions[verb] = description
@@ -200,7 +239,7 @@ def active_blocks(*, user_id: str | None) -> QuerySet[PhraseBlock]:
     return unexpired_blocks().filter(scope_q(user_id))
 
 
-_VERB_DETAILS: dict[str, tuple[float, dict]] = {}
+_VERB_DETAILS: dict[tuple, tuple[float, dict]] = {}  # (tenants in scope, verb name) -> (expiry, details)
 
 
 def verb_details(names: list[str]) -> dict[str, dict]:
@@ -209,7 +248,8 @@ def verb_details(names: list[str]) -> dict[str, dict]:
     Kept per process for VERB_DETAILS_CACHE_S seconds: options are shown on many answers and the
     catalogue changes rarely, so an edit shows up in options within that time."""
     now = time.monotonic()
-    out = {n: hit[1] for n in names if (hit := _VERB_DETAILS.get(n)) and hit[0] > now}
+    tenants = tenant_filter_ids()
+    out = {n: hit[1] for n in names if (hit := _VERB_DETAILS.get((tenants, n))) and hit[0] > now}
     missing = [n for n in names if n not in out]
     if missing:
         verbs = {v.name: v for v in Verb.objects.filter(name__in=missing)}
@@ -220,7 +260,7 @@ def verb_details(names: list[str]) -> dict[str, dict]:
         expires = now + settings.VERB_DETAILS_CACHE_S
         for n, v in verbs.items():
             out[n] = {"description": v.description, "display_name": v.label, "example": examples.get(n, "")}
-            _VERB_DETAILS[n] = (expires, out[n])
+            _VERB_DETAILS[(tenants, n)] = (expires, out[n])
     return out
 
 

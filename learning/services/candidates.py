@@ -8,13 +8,14 @@ from django.db.models import F, Value
 from django.db.models.functions import Least
 from django.utils import timezone
 
-from common.api import ApplicationError, Conflict, NotFound
+from common.api import ApplicationError, Conflict, Forbidden, NotFound
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import EntityAlias, LearningCandidate, Verb
 from learning.selectors import active_blocks
 from learning.services.blocks import _RISK_ORDER, _phrase_block_put
 from learning.services.phrases import _learned_phrase_put
+from tenants.context import acting_agent_id
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ def candidate_record(
                         risk_level=risk_level,
                         rejected_alternatives=alternatives,
                         explanation=explanation,
+                        proposed_by_agent_id=acting_agent_id(),
                     )
             except IntegrityError:
                 continue  # another connection created it meanwhile: bump that row instead
@@ -118,6 +120,15 @@ def candidate_record(
     return row
 
 
+def _candidate_check_decider(row: LearningCandidate, *, agent) -> None:
+    """Four eyes: an agent's key never decides a candidate that agent's own traffic proposed."""
+    if agent is not None and row.proposed_by_agent_id == agent.pk:
+        raise Forbidden(
+            "An agent may not decide a candidate it proposed; a reviewer or another agent's governance key must.",
+            field="candidate_id",
+        )
+
+
 def _decided_by(row, *, reviewer, agent) -> None:
     """Record who decided (a Django user in the admin, or the agent whose key called the API) and when."""
     row.reviewed_by, row.reviewed_by_agent, row.reviewed_at = reviewer, agent, timezone.now()
@@ -139,6 +150,7 @@ def candidate_approve(
     with transaction.atomic():
         row = LearningCandidate.objects.select_for_update().get(pk=candidate.pk)
         _candidate_check_open(row, allowed=(LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED))
+        _candidate_check_decider(row, agent=agent)
         if row.status == LearningCandidate.Status.APPROVED and not apply_immediately:
             return row
         if apply_immediately:
@@ -204,6 +216,7 @@ def candidate_reject(
     with transaction.atomic():
         row = LearningCandidate.objects.select_for_update().get(pk=candidate.pk)
         _candidate_check_open(row, allowed=allowed)
+        _candidate_check_decider(row, agent=agent)
         row.status, row.review_reason = LearningCandidate.Status.REJECTED, reason
         _decided_by(row, reviewer=reviewer, agent=agent)
         row.save()

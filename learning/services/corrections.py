@@ -19,6 +19,7 @@ from learning.services.blocks import _verb_by_name
 from learning.services.candidates import candidate_record
 from learning.services.decisions import resolution_label
 from learning.services.evidence import phrase_evidence_add
+from tenants.context import acting_agent_id
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +148,7 @@ def _user_phrase_lock_or_create(
                     user_id=user_id,
                     confidence=confidence,
                     source=source,
+                    agent_id=acting_agent_id(),
                 )
                 embedding_assign([row], vectors, model)
                 row.save()

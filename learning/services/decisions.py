@@ -17,7 +17,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from common.api import ApplicationError
-from common.tasks import task_send
+from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.embedders import current_model_name
 from learning import decision, selectors
@@ -90,7 +90,7 @@ def resolution_label(
     row.label_source = row.label_source or source
     row.labelled_at = timezone.now()
     row.save(update_fields=["label", "shadow_label", "gold_verb", "label_source", "labelled_at"])
-    transaction.on_commit(_refit_if_due, robust=True)
+    _refit_if_due()
     return row
 
 
@@ -98,10 +98,10 @@ _refit_checked = [0.0]
 
 
 def _refit_if_due() -> None:
-    """Send a refit once RESOLVE_REFIT_EVERY_LABELS labels arrived since the newest fit."""
+    """Send a refit (of this tenant's decision) once RESOLVE_REFIT_EVERY_LABELS labels arrived since its newest fit."""
     newest = DecisionFit.objects.filter(source=DecisionFit.Source.LABELS).order_by("-version").values("created_at").first()
     if selectors.labels_since(newest["created_at"] if newest else None) >= settings.RESOLVE_REFIT_EVERY_LABELS:
-        task_send("learning.decision_refit")
+        task_send_on_commit("learning.decision_refit")
 
 
 def resolution_records_purge(*, days: int | None = None) -> int:

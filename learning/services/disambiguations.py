@@ -9,7 +9,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from common.api import ApplicationError, Conflict, NotFound
-from common.tasks import task_send
+from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.services import embeddings_compute
 from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, LearningSignal
@@ -87,7 +87,7 @@ def _answered(row: DisambiguationRequest) -> Conflict:
 
 
 def _signals_enqueue(request_pk: int) -> None:
-    transaction.on_commit(lambda: task_send("learning.disambiguation_signals_process", request_pk), robust=True)
+    task_send_on_commit("learning.disambiguation_signals_process", request_pk)
 
 
 def disambiguation_select(

@@ -7,6 +7,7 @@ from django.db import transaction
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import LearnedPhrase, Verb
+from tenants.context import acting_agent_id
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def _learned_phrase_put(
     row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id=user_id).first()
     outcome = "updated"
     if row is None:
-        row = LearnedPhrase(normalized=normalized, user_id=user_id, occurrence_count=occurrence_count)
+        row = LearnedPhrase(normalized=normalized, user_id=user_id, occurrence_count=occurrence_count, agent_id=acting_agent_id())
         outcome = "added"
     elif row.verb_id == verb.pk and row.is_active and row.confidence == confidence and row.embedding is not None:
         return row, "unchanged"

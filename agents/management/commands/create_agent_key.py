@@ -1,8 +1,14 @@
+import re
+
 from django.core.management.base import BaseCommand, CommandError
 
 from agents.models import DEFAULT_SCOPES
 from agents.services import agent_key_create
 from common.api import ApplicationError
+from tenants.models import DEFAULT_SLUG
+from tenants.services import tenant_create
+
+slug_re = re.compile(r"^[-a-zA-Z0-9_]{1,60}$")
 
 
 class Command(BaseCommand):
@@ -16,13 +22,18 @@ class Command(BaseCommand):
             help="Comma-separated scopes: resolve, feedback, governance (default: %(default)s)",
         )
         parser.add_argument("--key-name", default="default", help="A label for this key")
+        parser.add_argument(
+            "--tenant", default=DEFAULT_SLUG, help="Slug of the agent's tenant, created if new (default: %(default)s)"
+        )
 
-    def handle(self, *args, name, scopes, key_name, **options):
+    def handle(self, *args, name, scopes, key_name, tenant, **options):
         scope_list = [s.strip() for s in scopes.split(",") if s.strip()]
+        if not slug_re.match(tenant):
+            raise CommandError(f"--tenant must be a slug (letters, digits, - and _), not {tenant!r}.")
         try:
-            key, raw = agent_key_create(agent_name=name, scopes=scope_list, key_name=key_name)
+            key, raw = agent_key_create(agent_name=name, scopes=scope_list, key_name=key_name, tenant=tenant_create(slug=tenant))
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
-        self.stderr.write(f"Agent {key.agent.name!r}, key {key.name!r}, scopes: {', '.join(key.scopes)}")
+        self.stderr.write(f"Agent {key.agent.name!r} of tenant {tenant!r}, key {key.name!r}, scopes: {', '.join(key.scopes)}")
         self.stderr.write("Store this key now; it is not shown again:")
         self.stdout.write(raw)

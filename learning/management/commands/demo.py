@@ -2,15 +2,45 @@ import logging
 import os
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand
+from rest_framework.authtoken.models import Token
 
 from agents.models import Agent, Scope
 from agents.services import agent_key_create
 from learning import datasets
 from learning.catalogue import VerbEntry, parse_path
 from learning.services.catalogue import verb_catalogue_load
+from tenants.context import tenant_scope
+from tenants.models import DEFAULT_SLUG
+from tenants.services import membership_add, tenant_create
 
 logger = logging.getLogger(__name__)
+# What the demo reviewer may do: see everything reviewers review, decide candidates, transitions and rules.
+REVIEWER_PERMISSIONS = [
+    "review_learningcandidate",
+    "approve_autonomytransition",
+    "approve_correctionrule",
+    "view_learningcandidate",
+    "view_learnedphrase",
+    "view_verb",
+    "view_disambiguationrequest",
+    "view_proposal",
+    "change_proposal",
+    "view_execution",
+    "change_execution",
+    "view_feedbackrecord",
+    "view_mistakepattern",
+    "view_correctionrule",
+    "change_correctionrule",
+    "view_autonomytransition",
+    "change_autonomytransition",
+    "view_calibrationrecord",
+    "view_episode",
+    "view_memory",
+    "view_memoryquarantine",
+    "view_action",
+]
 BUILT_IN = datasets.Path(__file__).resolve().parents[2] / "fixtures" / "demo_catalogue.yaml"
 
 
@@ -36,24 +66,38 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--no-key", action="store_true", help="Do not create a demo agent key")
-        parser.add_argument("--no-admin", action="store_true", help="Do not create the admin user")
+        parser.add_argument("--no-admin", action="store_true", help="Do not create the admin and reviewer users")
+        parser.add_argument("--tenant", default=DEFAULT_SLUG, help="Slug of the demo's tenant (default: %(default)s)")
 
-    def handle(self, *args, no_key, no_admin, **options):
+    def handle(self, *args, no_key, no_admin, tenant, **options):
+        workspace = tenant_create(slug=tenant)
         if datasets.available():
             entries = banking_entries()
             source = f"BANKING77 from {datasets.banking77_dir()}"
         else:
             entries = parse_path(BUILT_IN)
             source = "the built-in demo catalogue"
-        counts = verb_catalogue_load(entries=entries)
-        self.stdout.write(f"Loaded {len(entries)} verbs from {source} ({counts['phrases_added']} new phrases).")
+        with tenant_scope([workspace.pk]):
+            counts = verb_catalogue_load(entries=entries)
+        self.stdout.write(
+            f"Tenant {workspace.slug!r}: loaded {len(entries)} verbs from {source} ({counts['phrases_added']} new phrases)."
+        )
 
         if not no_admin:
             User = get_user_model()
+            password = os.environ.get("DEMO_ADMIN_PASSWORD", "admin")
             if not User.objects.filter(username="admin").exists():
-                password = os.environ.get("DEMO_ADMIN_PASSWORD", "admin")
                 User.objects.create_superuser("admin", "admin@example.com", password)
                 self.stdout.write(f"Admin user: admin / {password} (local demo only; change it).")
-        if not no_key and not Agent.objects.filter(name="demo-agent").exists():
-            _, raw = agent_key_create(agent_name="demo-agent", scopes=[s.value for s in Scope], key_name="demo")
-            self.stdout.write(f"Demo agent key (all scopes, shown once): {raw}")
+            if not User.objects.filter(username="reviewer").exists():
+                reviewer = User.objects.create_user("reviewer", "reviewer@example.com", password, is_staff=True)
+                reviewer.user_permissions.set(Permission.objects.filter(codename__in=REVIEWER_PERMISSIONS))
+                membership_add(user=reviewer, tenant=workspace)
+                token, _ = Token.objects.get_or_create(user=reviewer)
+                self.stdout.write(
+                    f"Reviewer of {workspace.slug!r}: reviewer / {password}; reviewer token (Authorization: Token ...): "
+                    f"{token.key}"
+                )
+        if not no_key and not Agent.objects.filter(name="demo-agent", tenant=workspace).exists():
+            _, raw = agent_key_create(agent_name="demo-agent", scopes=[s.value for s in Scope], key_name="demo", tenant=workspace)
+            self.stdout.write(f"Demo agent key of {workspace.slug!r} (all scopes, shown once): {raw}")

@@ -9,6 +9,8 @@ from common.api import ApplicationError
 from common.validators import USER_ID_RE
 from learning.importing import FORMATS, ImportFormatError, parse
 from learning.services.imports import ImportRejected, phrases_import
+from tenants.context import DEFAULT_SLUG, tenant_scope
+from tenants.selectors import tenant_get
 
 
 class Command(BaseCommand):
@@ -21,8 +23,9 @@ class Command(BaseCommand):
         parser.add_argument("--user-id", help="The user, for --scope user")
         parser.add_argument("--dry-run", action="store_true", help="Report what would change; write nothing")
         parser.add_argument("--no-progress", action="store_true", help="No progress bar")
+        parser.add_argument("--tenant", default=DEFAULT_SLUG, help="Slug of the tenant to import into (default: %(default)s)")
 
-    def handle(self, *args, file, format, scope, user_id, dry_run, no_progress, **options):
+    def handle(self, *args, file, format, scope, user_id, dry_run, no_progress, tenant, **options):
         import re
 
         path = Path(file)
@@ -44,14 +47,18 @@ class Command(BaseCommand):
             rows = parse(path.read_bytes(), fmt)
         except ImportFormatError as exc:
             raise CommandError(f"{path.name}: {exc}") from None
+        workspace = tenant_get(slug=tenant)
+        if workspace is None:
+            raise CommandError(f"No tenant {tenant!r}.")
         try:
-            result = phrases_import(
-                rows=rows,
-                user_id=user_id if scope == "user" else None,
-                dry_run=dry_run,
-                progress=not no_progress,
-                source="import",
-            )
+            with tenant_scope([workspace.pk]):
+                result = phrases_import(
+                    rows=rows,
+                    user_id=user_id if scope == "user" else None,
+                    dry_run=dry_run,
+                    progress=not no_progress,
+                    source="import",
+                )
         except ImportRejected as exc:
             for error in exc.extra["errors"]:
                 self.stderr.write(f"row {error['row']}: {error['field']}: {error['reason']}")

@@ -4,6 +4,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from learning.catalogue import CatalogueError, parse_path
 from learning.services.catalogue import verb_catalogue_load
+from tenants.context import DEFAULT_SLUG, tenant_scope
+from tenants.selectors import tenant_get
 
 
 class Command(BaseCommand):
@@ -11,13 +13,20 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("path", type=Path)
+        parser.add_argument(
+            "--tenant", default=DEFAULT_SLUG, help="Slug of the tenant whose catalogue it is (default: %(default)s)"
+        )
 
-    def handle(self, *args, path, **options):
+    def handle(self, *args, path, tenant, **options):
+        workspace = tenant_get(slug=tenant)
+        if workspace is None:
+            raise CommandError(f"No tenant {tenant!r} (create_agent_key --tenant creates one).")
         try:
             entries = parse_path(path)
         except CatalogueError as exc:
             raise CommandError(f"{len(exc.errors)} error(s), nothing loaded:\n" + "\n".join(exc.errors)) from exc
-        counts = verb_catalogue_load(entries=entries)
+        with tenant_scope([workspace.pk]):
+            counts = verb_catalogue_load(entries=entries)
         self.stdout.write(
             f"verbs created: {counts['verbs_created']}, updated: {counts['verbs_updated']}, "
             f"phrases added: {counts['phrases_added']}"

@@ -20,6 +20,7 @@ from mcp import MCPError
 from mcp.server.stdio import stdio_server
 
 from mcp_server.server import authenticate, build_server, fixed_key
+from tenants.context import tenant_request
 
 
 @contextlib.contextmanager
@@ -60,7 +61,8 @@ class Command(BaseCommand):
             raise CommandError("Set AGENT_API_KEY to the agent's API key (manage.py create_agent_key makes one).")
         with stdout_to_stderr():
             try:
-                authenticate(f"Bearer {raw_key}", "stdio")
+                with tenant_request():  # checked once at start, as each call will be
+                    authenticate(f"Bearer {raw_key}", "stdio")
             except MCPError as exc:
                 raise CommandError(f"AGENT_API_KEY was refused: {exc.message}") from None
         anyio.run(serve_stdio, raw_key)

@@ -1,3 +1,5 @@
+import re
+
 from django.core.management.base import BaseCommand, CommandError
 
 from common.validators import USER_ID_RE
@@ -22,8 +24,6 @@ class Command(BaseCommand):
         parser.add_argument("--include-deprecated", action="store_true")
 
     def handle(self, *args, query, user_id, semantic, substring, limit, include_deprecated, **options):
-        import re
-
         query = query.strip()
         if not query:
             raise CommandError("Give a non-empty query.")

@@ -1,0 +1,121 @@
+"""Lifecycle: feedback (promotion, demotion), reviewers' promote and deprecate, purge, embedding."""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from common.api import ApplicationError, NotFound
+from embeddings.embedders import current_model_name
+from embeddings.services import embeddings_refresh
+from memories.models import Memory, MemoryRetrieval, MemoryStatus
+from memories.selectors import memory_last_retrieval
+from memories.services.shared import namespace_or_default
+
+
+def memory_feedback(
+    *, user_id: str, memory_ids: list[int] | str, outcome: str, reason: str = "", namespace: str | None = None
+) -> list[Memory]:
+    """``success`` promotes the memories to verified; ``failure`` deprecates them and ends their streak.
+
+    ``memory_ids`` may be ``"last"``: the memories of the user's last retrieval. Ids of other users
+    are answered exactly like unknown ids (404), and then nothing changes.
+    """
+    if outcome not in ("success", "failure"):
+        raise ApplicationError("Use success or failure.", field="outcome")
+    namespace = namespace_or_default(namespace)
+    if memory_ids == "last":
+        last = memory_last_retrieval(user_id=user_id, namespace=namespace)
+        if last is None:
+            raise NotFound("This user has no retrieval yet.", field="memory_ids")
+        ids = [i for i in last.memory_ids]
+        strict = False
+    else:
+        ids = list(dict.fromkeys(int(i) for i in memory_ids))
+        strict = True
+    now = timezone.now()
+    with transaction.atomic():
+        rows = list(Memory.objects.select_for_update().filter(user_id=user_id, pk__in=ids).order_by("pk"))
+        if strict and len(rows) != len(ids):
+            missing = sorted(set(ids) - {m.pk for m in rows})
+            raise NotFound(f"Unknown memory id(s): {', '.join(map(str, missing))}.", field="memory_ids")
+        if not rows:
+            raise NotFound("The last retrieval returned no memories.", field="memory_ids")
+        for m in rows:
+            if outcome == "success":
+                if m.status == MemoryStatus.DEPRECATED:
+                    continue  # a deprecated memory comes back only through a reviewer
+                if m.status != MemoryStatus.VERIFIED or m.verified_at is None:
+                    m.verified_at = now
+                m.status = MemoryStatus.VERIFIED
+                m.confidence = max(m.confidence, settings.MEMORY_PROMOTE_CONFIDENCE)
+                m.status_changed_by = "feedback"
+                m.status_reason = reason or "positive feedback"
+                m.save(update_fields=["status", "confidence", "verified_at", "status_changed_by", "status_reason", "updated_at"])
+            else:
+                if m.status != MemoryStatus.DEPRECATED:
+                    m.deprecated_at = now
+                m.status = MemoryStatus.DEPRECATED
+                m.streak = 0
+                m.status_changed_by = "feedback"
+                m.status_reason = reason or "negative feedback"
+                m.save(update_fields=["status", "streak", "deprecated_at", "status_changed_by", "status_reason", "updated_at"])
+    return rows
+
+
+def memory_promote(*, memory: Memory, actor: str, reason: str = "") -> Memory:
+    """A reviewer verifies a memory (also a deprecated one)."""
+    with transaction.atomic():
+        m = Memory.objects.select_for_update().get(pk=memory.pk)
+        m.status = MemoryStatus.VERIFIED
+        m.confidence = max(m.confidence, settings.MEMORY_PROMOTE_CONFIDENCE)
+        m.verified_at = timezone.now()
+        m.deprecated_at = None
+        m.status_changed_by = actor
+        m.status_reason = reason or "promoted by a reviewer"
+        m.save()
+    return m
+
+
+def memory_deprecate(*, memory: Memory, actor: str, reason: str) -> Memory:
+    """A reviewer deprecates a memory; the reason is required."""
+    if not (reason or "").strip():
+        raise ApplicationError("Give a reason for deprecating.", field="reason")
+    with transaction.atomic():
+        m = Memory.objects.select_for_update().get(pk=memory.pk)
+        if m.status != MemoryStatus.DEPRECATED:
+            m.deprecated_at = timezone.now()
+        m.status = MemoryStatus.DEPRECATED
+        m.streak = 0
+        m.status_changed_by = actor
+        m.status_reason = reason.strip()
+        m.save()
+    return m
+
+
+def memories_purge_deprecated(*, older_than: timedelta, user_id: str | None = None, dry_run: bool = False) -> dict:
+    """Delete deprecated memories deprecated (or, without that date, last updated) before now - ``older_than``,
+    and retrieval logs older than that. Answers counts."""
+    cutoff = timezone.now() - older_than
+    memories = Memory.objects.filter(status=MemoryStatus.DEPRECATED).filter(
+        Q(deprecated_at__lt=cutoff) | Q(deprecated_at__isnull=True, updated_at__lt=cutoff)
+    )
+    retrievals = MemoryRetrieval.objects.filter(created_at__lt=cutoff)
+    if user_id:
+        memories = memories.filter(user_id=user_id)
+        retrievals = retrievals.filter(user_id=user_id)
+    counts = {"memories": memories.count(), "retrievals": retrievals.count()}
+    if not dry_run:
+        with transaction.atomic():
+            counts["memories"] = memories.delete()[1].get(Memory._meta.label, 0)
+            counts["retrievals"] = retrievals.delete()[0]
+    return counts
+
+
+def memories_embed(*, memory_ids: list[int]) -> int:
+    """Embed the given memories whose vector is missing or from another model; answers how many were embedded."""
+    model = current_model_name()
+    rows = list(Memory.objects.filter(pk__in=memory_ids).filter(Q(embedding__isnull=True) | ~Q(embedding_model=model)))
+    return embeddings_refresh(rows=rows) if rows else 0

@@ -1,0 +1,60 @@
+"""Helpers shared by the memory services: namespace default, per-user lock, embedding schedule, auto-promotion."""
+
+import logging
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, Q, Value
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from common.tasks import task_send
+from memories.models import Memory, MemoryStatus
+
+logger = logging.getLogger(__name__)
+
+
+def namespace_or_default(value: str | None) -> str:
+    return value or settings.MEMORY_DEFAULT_NAMESPACE
+
+
+def user_lock(namespace: str, user_id: str) -> None:
+    """Serialise writes to one user's memories until the transaction ends."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"memory:{namespace}:{user_id}"])
+
+
+def embedding_schedule(ids: list[int]) -> None:
+    """Embed these memories through the Celery task: now when eager, else after commit. Never raises."""
+    if not ids:
+        return
+
+    def send():
+        try:
+            task_send("memories.tasks.memory_embed", ids)
+        except Exception as exc:  # broker down or embedder down: the next retrieval embeds lazily
+            logger.warning("memory_embed for %s not run: %s: %s", ids, exc.__class__.__name__, exc)
+
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        send()
+    else:
+        transaction.on_commit(send)
+
+
+def auto_promote(ids: list[int]) -> int:
+    """One UPDATE: candidates among ``ids`` with streak >= N or hits >= M become verified (lower confidence)."""
+    if not ids:
+        return 0
+    return (
+        Memory.objects.filter(pk__in=ids, status=MemoryStatus.CANDIDATE)
+        .filter(Q(streak__gte=settings.MEMORY_AUTO_PROMOTE_STREAK) | Q(hits__gte=settings.MEMORY_AUTO_PROMOTE_HITS))
+        .update(
+            status=MemoryStatus.VERIFIED,
+            confidence=Greatest(F("confidence"), Value(settings.MEMORY_AUTO_PROMOTE_CONFIDENCE)),
+            verified_at=timezone.now(),
+            status_changed_by="auto",
+            status_reason=(
+                f"auto-promoted: streak >= {settings.MEMORY_AUTO_PROMOTE_STREAK} or hits >= {settings.MEMORY_AUTO_PROMOTE_HITS}"
+            ),
+        )
+    )

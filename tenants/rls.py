@@ -1,0 +1,153 @@
+"""Row-level security: PostgreSQL shows a tenant-owned row only to a scope that includes its tenant.
+
+Every tenant-owned table (and its history table) gets ``ENABLE`` and ``FORCE ROW LEVEL SECURITY`` (so the
+table owner, the app's own role, is bound too) and one policy that reads ``app.tenant_ids``
+(``tenants/context.py``). Superusers and roles with BYPASSRLS skip every policy: the app must connect as a
+role that is neither (docs/tenants.md).
+"""
+
+from django.db import migrations
+
+FUNCTIONS_SQL = """
+CREATE OR REPLACE FUNCTION tenants_scope() RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT coalesce(current_setting('app.tenant_ids', true), '')
+$$;
+CREATE OR REPLACE FUNCTION tenants_ids() RETURNS bigint[] LANGUAGE sql STABLE AS $$
+    SELECT CASE WHEN s ~ '^[0-9]+(,[0-9]+)*$' THEN string_to_array(s, ',')::bigint[] ELSE '{}'::bigint[] END
+    FROM tenants_scope() AS s
+$$;
+CREATE OR REPLACE FUNCTION tenants_current_id() RETURNS bigint LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN s ~ '^[0-9]+$' THEN s::bigint
+        WHEN s ~ ',' THEN NULL
+        ELSE (SELECT id FROM tenants_tenant WHERE slug = 'default')
+    END
+    FROM tenants_scope() AS s
+$$;
+-- Outside a one-tenant scope (commands, workers, a superuser's admin), a new row takes its parent's tenant
+-- (the agent, verb, action ... it belongs to) instead of the default one. TG_ARGV: parent table, FK column,
+-- parent key column.
+CREATE OR REPLACE FUNCTION tenants_inherit() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    parent_id text;
+    parent_tenant bigint;
+BEGIN
+    IF tenants_scope() ~ '^[0-9]+$' THEN
+        RETURN NEW;
+    END IF;
+    parent_id := to_jsonb(NEW) ->> TG_ARGV[1];
+    IF parent_id IS NULL THEN
+        RETURN NEW;
+    END IF;
+    EXECUTE format('SELECT tenant_id FROM %I WHERE %I::text = $1', TG_ARGV[0], TG_ARGV[2])
+        INTO parent_tenant USING parent_id;
+    IF parent_tenant IS NOT NULL THEN
+        NEW.tenant_id := parent_tenant;
+    END IF;
+    RETURN NEW;
+END
+$$;
+"""
+
+FUNCTIONS_DROP_SQL = """
+DROP FUNCTION IF EXISTS tenants_inherit();
+DROP FUNCTION IF EXISTS tenants_current_id();
+DROP FUNCTION IF EXISTS tenants_ids();
+DROP FUNCTION IF EXISTS tenants_scope();
+"""
+
+POLICY = "tenant_isolation"
+VISIBLE = "(tenants_scope() = '*' OR tenant_id = ANY (tenants_ids()))"
+
+
+def policy_sql(table: str) -> str:
+    return (
+        f'ALTER TABLE "{table}" ENABLE ROW LEVEL SECURITY; '
+        f'ALTER TABLE "{table}" FORCE ROW LEVEL SECURITY; '
+        f'DROP POLICY IF EXISTS {POLICY} ON "{table}"; '
+        f'CREATE POLICY {POLICY} ON "{table}" USING {VISIBLE} WITH CHECK {VISIBLE};'
+    )
+
+
+def policy_drop_sql(table: str) -> str:
+    return (
+        f'DROP POLICY IF EXISTS {POLICY} ON "{table}"; '
+        f'ALTER TABLE "{table}" NO FORCE ROW LEVEL SECURITY; '
+        f'ALTER TABLE "{table}" DISABLE ROW LEVEL SECURITY;'
+    )
+
+
+class EnableTenantRLS(migrations.operations.base.Operation):
+    """Turn row-level security on for a model's table and, when it has one, its history table."""
+
+    reversible = True
+
+    def __init__(self, model_name: str):
+        self.model_name = model_name
+
+    def deconstruct(self):
+        return self.__class__.__name__, [], {"model_name": self.model_name}
+
+    def state_forwards(self, app_label, state):
+        pass
+
+    def _tables(self, app_label, state) -> list[str]:
+        apps = state.apps
+        tables = [apps.get_model(app_label, self.model_name)._meta.db_table]
+        try:
+            tables.append(apps.get_model(app_label, f"Historical{self.model_name}")._meta.db_table)
+        except LookupError:
+            pass
+        return tables
+
+    def _parent(self, app_label, state):
+        """(table, FK column, parent key column) of the first foreign key to a model with a tenant, or None."""
+        model = state.apps.get_model(app_label, self.model_name)
+        fields = [f for f in model._meta.fields if f.is_relation and f.many_to_one and f.name != "tenant"]
+        fields.sort(key=lambda f: f.null)  # a required parent first
+        for field in fields:
+            target = field.related_model
+            if any(f.name == "tenant" for f in target._meta.fields):
+                return target._meta.db_table, field.column, field.target_field.column
+        return None
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        tables = self._tables(app_label, to_state)
+        for table in tables:
+            schema_editor.execute(policy_sql(table))
+        parent = self._parent(app_label, to_state)
+        if parent is not None:
+            schema_editor.execute(
+                f'DROP TRIGGER IF EXISTS tenant_inherit ON "{tables[0]}"; '
+                f'CREATE TRIGGER tenant_inherit BEFORE INSERT ON "{tables[0]}" FOR EACH ROW '
+                f"EXECUTE FUNCTION tenants_inherit('{parent[0]}', '{parent[1]}', '{parent[2]}');"
+            )
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        tables = self._tables(app_label, from_state)
+        schema_editor.execute(f'DROP TRIGGER IF EXISTS tenant_inherit ON "{tables[0]}";')
+        for table in tables:
+            schema_editor.execute(policy_drop_sql(table))
+
+    def describe(self):
+        return f"Row-level security by tenant on {self.model_name}"
+
+
+def tenant_owned_tables(connection) -> list[str]:
+    """Every table in the current schema with a tenant_id column (what must carry the policy)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT table_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND column_name = 'tenant_id' ORDER BY table_name"
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def tables_with_rls(connection) -> set[str]:
+    """Tables with row-level security both enabled and forced."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relrowsecurity AND c.relforcerowsecurity"
+        )
+        return {row[0] for row in cursor.fetchall()}

@@ -1,0 +1,36 @@
+"""Reads of tenants and reviewers' memberships."""
+
+from tenants.context import ALL
+from tenants.models import DEFAULT_SLUG, Membership, Tenant
+
+
+def tenant_default() -> Tenant:
+    return Tenant.objects.get(slug=DEFAULT_SLUG)
+
+
+def tenant_get(*, slug: str) -> Tenant | None:
+    return Tenant.objects.filter(slug=slug).first()
+
+
+def user_tenant_ids(user):
+    """The tenants a signed-in user may see: ``ALL`` for a superuser, else their memberships' ids."""
+    if user is None or not user.is_authenticated:
+        return ()
+    if user.is_superuser:
+        return ALL
+    return tuple(Membership.objects.filter(user=user).values_list("tenant_id", flat=True))
+
+
+def user_home_tenant_id(user) -> int | None:
+    """The one tenant a signed-in person works in where one is needed (the console): their first
+    membership; a superuser without memberships works in the default tenant."""
+    if user is None or not user.is_authenticated:
+        return None
+    first = Membership.objects.filter(user=user).order_by("tenant__slug").values_list("tenant_id", flat=True).first()
+    if first is None and user.is_superuser:
+        return Tenant.objects.filter(slug=DEFAULT_SLUG).values_list("pk", flat=True).first()
+    return first
+
+
+def tenant_ids_all() -> list[int]:
+    return list(Tenant.objects.order_by("pk").values_list("pk", flat=True))
