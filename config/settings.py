@@ -385,6 +385,21 @@ LOGGING = {
     },
 }
 
+# --- Review inbox (review/) ---
+# Opening an item holds it for this long; others see who holds it and cannot decide it meanwhile.
+REVIEW_CLAIM_SECONDS = env_int("REVIEW_CLAIM_SECONDS", 600)
+REVIEW_PAGE_SIZE = env_int("REVIEW_PAGE_SIZE", 50)
+REVIEW_NEXT_LOOKAHEAD = env_int("REVIEW_NEXT_LOOKAHEAD", 50)
+# Preset reasons for a rejection (patterns group negative feedback by them); categories already in use are added.
+REVIEW_MISTAKE_CATEGORIES = [
+    c.strip()
+    for c in os.environ.get(
+        "REVIEW_MISTAKE_CATEGORIES",
+        "wrong_target,wrong_parameters,not_needed,unsafe,policy_violation,duplicate,wrong_verb,other",
+    ).split(",")
+    if c.strip()
+]
+
 # --- Memories ---
 # Dedupe rule (memories/dedupe.py, applied in memories/services/store.py): exact text -> skip; SimHash Hamming
 # distance <= MEMORY_SIMHASH_MAX_DISTANCE -> skip (same substance) or merge;

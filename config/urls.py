@@ -6,6 +6,7 @@ from autonomy import api as autonomy_api
 from feedback import api as feedback_api
 from learning import api as learning_api
 from memories import api as memories_api
+from review import admin as review_admin
 
 # Resolve, and what users say about resolutions (they teach the user's phrases).
 api_v1 = [
@@ -66,6 +67,8 @@ api_v1 += [
 ]
 
 urlpatterns = [
+    path("admin/inbox/", admin.site.admin_view(review_admin.inbox_view), name="review-inbox"),
+    path("admin/inbox/<str:kind>/<int:pk>/", admin.site.admin_view(review_admin.decide_view), name="review-decide"),
     path("admin/", admin.site.urls),
     path("console/", include("learning.console")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

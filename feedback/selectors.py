@@ -250,15 +250,19 @@ def mistake_categories_in_use(*, limit: int = 50) -> list[str]:
     )
 
 
-def action_review_context(*, agent_id: int, action_id: int, limit: int = 10) -> dict:
-    """For a decision on an action of an agent: its active patterns and rules, and its latest outcomes."""
+def action_review_context(*, agent_id: int | None, action_id: int, limit: int = 10) -> dict:
+    """For a decision on an action (of one agent, or of every agent when ``agent_id`` is None): its active
+    patterns and rules, and its latest outcomes."""
+    of_agent = Q(agent_id=agent_id) if agent_id is not None else Q()
     patterns = list(
-        MistakePattern.objects.filter(agent_id=agent_id, action_id=action_id, status=PatternStatus.ACTIVE).order_by("-last_seen")[
-            :limit
-        ]
+        MistakePattern.objects.filter(of_agent, action_id=action_id, status=PatternStatus.ACTIVE)
+        .select_related("agent")
+        .order_by("-last_seen")[:limit]
     )
     rules = list(
-        CorrectionRule.objects.filter(active_rules_q(), agent_id=agent_id, action_id=action_id).order_by("-created_at")[:limit]
+        CorrectionRule.objects.filter(of_agent, active_rules_q(), action_id=action_id)
+        .select_related("agent")
+        .order_by("-created_at")[:limit]
     )
     outcomes = list(
         FeedbackRecord.objects.filter(action_id=action_id)

@@ -207,7 +207,11 @@ def tier_rows(
             if (learned and found["ls"] < k_learned) or found["cs"] < k_catalogue:
                 # An index scan came back short: fewer rows in scope, or a graph crowded with identical vectors
                 # (embeddings.selectors.nearest). The vector tiers again, exactly, over the rows in scope.
-                cursor.execute(f"WITH {ctes} " + " UNION ALL ".join(f"({p})" for p in vector_parts("(t.embedding <=> (SELECT v FROM q)) + 0")), params)
+                cursor.execute(
+                    f"WITH {ctes} "
+                    + " UNION ALL ".join(f"({p})" for p in vector_parts("(t.embedding <=> (SELECT v FROM q)) + 0")),
+                    params,
+                )
                 rows = [r for r in rows if r[0] not in VECTOR_TIERS] + cursor.fetchall()
     for tier, verb, score, text, extra, confidence, description in rows:
         if description:

@@ -1,0 +1,172 @@
+"""The review inbox in the admin: one queue of everything that waits for a human, and a decision page per item.
+
+Plain views behind ``admin.site.admin_view`` (the admin's login, staff check and CSRF); the permissions are the
+models' own (view to see a kind, the decide permission of the kind to decide it). Reads go through
+``review.selectors``, decisions through ``review.services``.
+"""
+
+from django.conf import settings
+from django.contrib import admin, messages
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+
+from common.api import ApplicationError, Conflict, Forbidden, NotFound
+from review import selectors, services
+from review.models import Decision, Kind
+
+SESSION_FILTERS = "review_inbox_filters"
+SESSION_SKIPPED = "review_inbox_skipped"
+RISKS = {"": 0, "medium": 1, "high": 2}
+
+
+def _filters_from(params) -> selectors.InboxFilters:
+    kinds = [k for k in params.getlist("kind") if k in Kind.values]
+    age = params.get("age", "")
+    tenant = params.get("tenant", "")
+    return selectors.InboxFilters(
+        kinds=kinds,
+        max_age_days=int(age) if age.isdigit() and 0 < int(age) <= 3650 else None,
+        min_risk=RISKS.get(params.get("risk", ""), 0),
+        agent=params.get("agent", "").strip()[:120],
+        tenant_id=int(tenant) if tenant.isdigit() else None,
+        order="risk" if params.get("order") == "risk" else "oldest",
+    )
+
+
+def _filters_session(request) -> selectors.InboxFilters:
+    raw = request.session.get(SESSION_FILTERS) or {}
+    return selectors.InboxFilters(**raw) if raw else selectors.InboxFilters()
+
+
+def inbox_view(request):
+    filters = _filters_from(request.GET)
+    request.session[SESSION_FILTERS] = filters.__dict__
+    request.session[SESSION_SKIPPED] = []
+    page_number = request.GET.get("page", "1")
+    data = selectors.inbox_page(
+        user=request.user,
+        filters=filters,
+        page=int(page_number) if page_number.isdigit() else 1,
+        per_page=settings.REVIEW_PAGE_SIZE,
+    )
+    context = {
+        **admin.site.each_context(request),
+        "title": "Review inbox",
+        "data": data,
+        "filters": filters,
+        "kind_choices": [(s.kind, s.label, data["counts"].get(s.kind, 0)) for s in data["kinds"]],
+        "progress": selectors.progress(),
+        "tenants": request.user.tenant_memberships.select_related("tenant") if not request.user.is_superuser else None,
+        "now": timezone.now(),
+    }
+    return render(request, "review/inbox.html", context)
+
+
+def decide_view(request, kind: str, pk: int):
+    spec = selectors.kind_spec(kind)
+    if spec is None or not request.user.has_perm(spec.view_perm):
+        raise Http404("No such item.")
+    obj = selectors.item_get(kind=kind, pk=pk)
+    if obj is None:
+        raise Http404("No such item.")
+    if request.method == "POST":
+        return _decide_post(request, spec, obj)
+    return _decide_page(request, spec, obj)
+
+
+def _decide_page(request, spec, obj, *, status: int = 200, form: dict | None = None):
+    waiting = selectors.item_is_waiting(kind=spec.kind, pk=obj.pk)
+    claim = None
+    held_by = None
+    if waiting:
+        claim = services.claim_take(kind=spec.kind, object_id=obj.pk, tenant_id=obj.tenant_id, user=request.user)
+        if claim is None:
+            held_by = selectors.claim_live(kind=spec.kind, object_id=obj.pk)
+    title, detail, agent = selectors.describe(spec.kind, obj)
+    last = None if waiting else selectors.last_decision(kind=spec.kind, object_id=obj.pk)
+    context = {
+        **admin.site.each_context(request),
+        "title": title,
+        "spec": spec,
+        "obj": obj,
+        "detail": detail,
+        "agent": agent,
+        "waiting": waiting,
+        "claim": claim,
+        "held_by": held_by,
+        "last": last,
+        "can_decide": waiting and held_by is None and request.user.has_perm(spec.decide_perm),
+        "evidence": selectors.item_evidence(spec.kind, obj),
+        "categories": selectors.mistake_categories(),
+        "form": form or {},
+        "change_url": _change_url(spec.kind, obj),
+    }
+    return render(request, f"review/decide_{spec.kind}.html", context, status=status)
+
+
+def _decide_post(request, spec, obj):
+    action = request.POST.get("action", "")
+    key = (spec.kind, obj.pk)
+    if action == "skip":
+        services.claim_release(kind=spec.kind, object_id=obj.pk, user=request.user)
+        skipped = request.session.get(SESSION_SKIPPED, [])
+        request.session[SESSION_SKIPPED] = [*skipped, list(key)][-500:]
+        return _to_next(request, after=key)
+    if action not in Decision.Verdict.values:
+        messages.error(request, "Choose approve, reject or skip.")
+        return _decide_page(request, spec, obj, status=400)
+    form = {
+        "category": request.POST.get("category", ""),
+        "reason": request.POST.get("reason", ""),
+        "acknowledged": request.POST.get("acknowledged") == "1",
+    }
+    confirmed = request.POST.get("confirmed") == "1"
+    if action == Decision.Verdict.APPROVE and spec.confirm_approve and not confirmed:
+        context = {
+            **admin.site.each_context(request),
+            "title": "Confirm the change",
+            "spec": spec,
+            "obj": obj,
+            "statement": services.change_statement(kind=spec.kind, obj=obj, verdict=action),
+            "action": action,
+            "form": form,
+        }
+        return render(request, "review/confirm.html", context)
+    try:
+        decision = services.item_decide(
+            kind=spec.kind,
+            object_id=obj.pk,
+            user=request.user,
+            verdict=action,
+            category=form["category"],
+            reason=form["reason"],
+            acknowledged=form["acknowledged"],
+            confirmed=confirmed,
+        )
+    except NotFound:
+        raise Http404("No such item.")
+    except (Conflict, Forbidden, ApplicationError) as exc:
+        messages.error(request, exc.message)
+        status = 409 if isinstance(exc, Conflict) else 403 if isinstance(exc, Forbidden) else 400
+        return _decide_page(request, spec, obj, status=status, form=form)
+    messages.success(request, f"{decision.get_verdict_display().capitalize()}: {decision.summary}")
+    return _to_next(request, after=key)
+
+
+def _to_next(request, *, after):
+    skipped = {tuple(k) for k in request.session.get(SESSION_SKIPPED, [])}
+    item = selectors.next_item(user=request.user, filters=_filters_session(request), after=after, skip=skipped)
+    if item is None:
+        messages.info(request, "Nothing else waits in this view of the inbox.")
+        return redirect("review-inbox")
+    return redirect("review-decide", kind=item.kind, pk=item.pk)
+
+
+def _change_url(kind: str, obj) -> str:
+    opts = obj._meta
+    try:
+        return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+    except NoReverseMatch:  # a kind without an admin page
+        return ""

@@ -1,0 +1,394 @@
+"""Reads of the review inbox: every kind of item that waits for a human, in one list, with its evidence.
+
+Each kind is read through its own app's selectors (the apps own their tables); this module only merges them.
+The inbox page costs a fixed number of queries whatever its size: one count and one slice per kind, one fetch
+per kind on the page, one for the claims and a few for progress.
+"""
+
+import heapq
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, When
+from django.utils import timezone
+
+from autonomy import selectors as autonomy_selectors
+from feedback import selectors as feedback_selectors
+from learning.selectors import review as learning_review
+from memories import selectors as memory_selectors
+from review.models import Claim, Decision, Kind
+
+RISK_NAMES = {0: "low", 1: "medium", 2: "high"}
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    kind: str
+    label: str
+    waiting: object  # () -> QuerySet of the items that wait
+    by_ids: object  # (ids) -> QuerySet with what the page shows
+    view_perm: str
+    decide_perm: str
+    risk: object  # an expression: 0 low, 1 medium, 2 high
+    agent: str | None  # lookup of the agent's name, None where the kind has no agent
+    approve: str  # the buttons' words
+    reject: str
+    confirm_approve: bool  # approving changes what an agent may do (or everyone's vocabulary): confirm first
+
+
+def _risk(*whens, default=0):
+    return Case(*whens, default=Value(default), output_field=IntegerField())
+
+
+KINDS: dict[str, KindSpec] = {
+    Kind.CANDIDATE: KindSpec(
+        Kind.CANDIDATE,
+        "Learning candidates",
+        learning_review.candidates_waiting,
+        learning_review.candidates_by_ids,
+        "learning.view_learningcandidate",
+        "learning.review_learningcandidate",
+        _risk(When(risk_level="high", then=Value(2)), When(Q(risk_level="medium") | Q(user_id__isnull=True), then=Value(1))),
+        "proposed_by_agent__name",
+        "Approve",
+        "Reject",
+        True,
+    ),
+    Kind.PROPOSAL: KindSpec(
+        Kind.PROPOSAL,
+        "Proposals",
+        feedback_selectors.proposals_waiting,
+        feedback_selectors.proposals_by_ids,
+        "feedback.view_proposal",
+        "feedback.change_proposal",
+        _risk(When(confidence__lt=0.5, then=Value(2)), When(confidence__lt=0.8, then=Value(1))),
+        "agent__name",
+        "Approve",
+        "Reject",
+        False,
+    ),
+    Kind.EXECUTION: KindSpec(
+        Kind.EXECUTION,
+        "Executions",
+        feedback_selectors.executions_waiting,
+        feedback_selectors.executions_by_ids,
+        "feedback.view_execution",
+        "feedback.change_execution",
+        _risk(When(success=False, then=Value(2)), When(confidence__lt=0.7, then=Value(1))),
+        "agent__name",
+        "Correct",
+        "Incorrect",
+        False,
+    ),
+    Kind.TRANSITION: KindSpec(
+        Kind.TRANSITION,
+        "Autonomy transitions",
+        autonomy_selectors.transitions_waiting,
+        autonomy_selectors.transitions_by_ids,
+        "autonomy.view_autonomytransition",
+        "autonomy.approve_autonomytransition",
+        _risk(When(to_level__gt=F("from_level"), then=Value(2)), default=1),
+        None,
+        "Apply",
+        "Reject",
+        True,
+    ),
+    Kind.RULE: KindSpec(
+        Kind.RULE,
+        "Correction rules",
+        feedback_selectors.rules_waiting,
+        feedback_selectors.rules_by_ids,
+        "feedback.view_correctionrule",
+        "feedback.approve_correctionrule",
+        _risk(default=1),
+        "agent__name",
+        "Activate",
+        "Deactivate",
+        True,
+    ),
+    Kind.QUARANTINE: KindSpec(
+        Kind.QUARANTINE,
+        "Quarantined memories",
+        memory_selectors.quarantine_waiting,
+        memory_selectors.quarantine_by_ids,
+        "memories.view_memoryquarantine",
+        "memories.change_memoryquarantine",
+        _risk(When(reason="secret", then=Value(2)), default=1),
+        None,
+        "Release",
+        "Discard",
+        True,
+    ),
+    Kind.PROFILE: KindSpec(
+        Kind.PROFILE,
+        "Fitted resolution profiles",
+        learning_review.profiles_waiting,
+        learning_review.profiles_by_ids,
+        "learning.view_fittedresolutionprofile",
+        "learning.change_fittedresolutionprofile",
+        _risk(default=1),
+        None,
+        "Activate",
+        "Retire",
+        True,
+    ),
+}
+
+
+def kinds_visible(user) -> list[KindSpec]:
+    return [spec for spec in KINDS.values() if user.has_perm(spec.view_perm)]
+
+
+def kind_spec(kind: str) -> KindSpec | None:
+    return KINDS.get(kind)
+
+
+@dataclass
+class InboxItem:
+    kind: str
+    pk: int
+    created_at: object
+    risk: int
+    tenant_id: int
+    agent: str = ""
+    title: str = ""
+    detail: str = ""
+    claim_user: str = ""
+    claim_expires: object = None
+
+    @property
+    def risk_name(self) -> str:
+        return RISK_NAMES[self.risk]
+
+    @property
+    def kind_label(self) -> str:
+        return Kind(self.kind).label
+
+
+@dataclass
+class InboxFilters:
+    kinds: list[str] = field(default_factory=list)  # empty: every visible kind
+    max_age_days: int | None = None
+    min_risk: int = 0
+    agent: str = ""
+    tenant_id: int | None = None
+    order: str = "oldest"  # oldest | risk
+
+
+def _filtered(spec: KindSpec, filters: InboxFilters) -> QuerySet | None:
+    qs = spec.waiting().annotate(risk_rank=spec.risk)
+    if filters.max_age_days is not None:
+        qs = qs.filter(created_at__gte=timezone.now() - timedelta(days=filters.max_age_days))
+    if filters.min_risk:
+        qs = qs.filter(risk_rank__gte=filters.min_risk)
+    if filters.agent:
+        if spec.agent is None:
+            return None
+        qs = qs.filter(**{spec.agent: filters.agent})
+    if filters.tenant_id is not None:
+        qs = qs.filter(tenant_id=filters.tenant_id)
+    return qs
+
+
+def _sort_key(order: str):
+    if order == "risk":
+        return lambda row: (-row["risk_rank"], row["created_at"], row["kind"], row["pk"])
+    return lambda row: (row["created_at"], row["kind"], row["pk"])
+
+
+def inbox_page(*, user, filters: InboxFilters, page: int = 1, per_page: int = 50) -> dict:
+    """One page of the merged queue (oldest or riskiest first), the count per kind, and the claims on the page."""
+    specs = [s for s in kinds_visible(user) if not filters.kinds or s.kind in filters.kinds]
+    per_page = max(1, min(per_page, 200))
+    page = max(1, page)
+    want = page * per_page
+    counts: dict[str, int] = {}
+    streams = []
+    ordering = ["-risk_rank", "created_at", "pk"] if filters.order == "risk" else ["created_at", "pk"]
+    for spec in specs:
+        qs = _filtered(spec, filters)
+        if qs is None:
+            counts[spec.kind] = 0
+            continue
+        counts[spec.kind] = qs.count()
+        if counts[spec.kind]:
+            rows = qs.order_by(*ordering).values("pk", "created_at", "risk_rank", "tenant_id")[:want]
+            streams.append([{**r, "kind": spec.kind} for r in rows])
+    merged = list(heapq.merge(*streams, key=_sort_key(filters.order)))[(page - 1) * per_page : want]
+    items = [InboxItem(r["kind"], r["pk"], r["created_at"], r["risk_rank"], r["tenant_id"]) for r in merged]
+    _describe(items)
+    _claims(items)
+    total = sum(counts.values())
+    return {
+        "items": items,
+        "counts": counts,
+        "kinds": specs,
+        "total": total,
+        "page": page,
+        "per_page": per_page,
+        "pages": max(1, -(-total // per_page)),
+    }
+
+
+def waiting_counts(*, user) -> dict[str, int]:
+    """The admin index's figures: how many items of each kind the user may see wait."""
+    return {spec.kind: spec.waiting().count() for spec in kinds_visible(user)}
+
+
+def _describe(items: list[InboxItem]) -> None:
+    by_kind: dict[str, list[InboxItem]] = {}
+    for item in items:
+        by_kind.setdefault(item.kind, []).append(item)
+    for kind, group in by_kind.items():
+        objects = {o.pk: o for o in KINDS[kind].by_ids([i.pk for i in group])}
+        for item in group:
+            obj = objects.get(item.pk)
+            if obj is not None:
+                item.title, item.detail, item.agent = describe(kind, obj)
+
+
+def describe(kind: str, obj) -> tuple[str, str, str]:
+    """(title, one line of detail, agent name) of an item, as the inbox and the decision page show it."""
+    if kind == Kind.CANDIDATE:
+        scope = f"user {obj.user_id}" if obj.user_id else "every user (global)"
+        agent = obj.proposed_by_agent.name if obj.proposed_by_agent_id else ""
+        return (
+            f"“{obj.input_pattern}” → {obj.suggested_output}",
+            f"{scope} · {obj.occurrence_count}× · confidence {obj.confidence:.2f} · {obj.source}",
+            agent,
+        )
+    if kind == Kind.PROPOSAL:
+        return f"{obj.action.name} proposed", f"confidence {obj.confidence:.2f}", obj.agent.name
+    if kind == Kind.EXECUTION:
+        state = "succeeded" if obj.success else "failed"
+        return f"{obj.action.name} ran on its own", f"{state} · confidence {obj.confidence:.2f}", obj.agent.name
+    if kind == Kind.TRANSITION:
+        return (
+            f"{obj.action.name}: level {obj.from_level} → {obj.to_level}",
+            f"{obj.direction} · {obj.reason[:120]}",
+            "",
+        )
+    if kind == Kind.RULE:
+        return f"Rule for {obj.action.name}", obj.precondition[:140], obj.agent.name
+    if kind == Kind.QUARANTINE:
+        return f"Memory of {obj.user_id} blocked: {obj.reason}", obj.redacted_preview[:140], ""
+    if kind == Kind.PROFILE:
+        return (
+            f"Resolution profile: threshold {obj.resolve_threshold:.3f}, margin {obj.margin:.3f}",
+            f"{obj.embedding_model} · {obj.gold_count} labels",
+            "",
+        )
+    return str(obj), "", ""
+
+
+def _claims(items: list[InboxItem]) -> None:
+    if not items:
+        return
+    live = claims_live(kinds={i.kind for i in items}, ids={i.pk for i in items})
+    for item in items:
+        claim = live.get((item.kind, item.pk))
+        if claim is not None:
+            item.claim_user, item.claim_expires = claim.user.get_username(), claim.expires_at
+
+
+def claims_live(*, kinds: set[str], ids: set[int]) -> dict[tuple[str, int], Claim]:
+    rows = Claim.objects.filter(kind__in=kinds, object_id__in=ids, expires_at__gt=timezone.now()).select_related("user")
+    return {(c.kind, c.object_id): c for c in rows}
+
+
+def claim_live(*, kind: str, object_id: int) -> Claim | None:
+    return Claim.objects.filter(kind=kind, object_id=object_id, expires_at__gt=timezone.now()).select_related("user").first()
+
+
+def item_get(*, kind: str, pk: int):
+    """The item (waiting or not) of that kind, or None (unknown, or another tenant's: the same answer)."""
+    spec = KINDS.get(kind)
+    return None if spec is None else spec.by_ids([pk]).first()
+
+
+def item_is_waiting(*, kind: str, pk: int) -> bool:
+    return KINDS[kind].waiting().filter(pk=pk).exists()
+
+
+def last_decision(*, kind: str, object_id: int) -> Decision | None:
+    return Decision.objects.filter(kind=kind, object_id=object_id).select_related("user").first()
+
+
+def next_item(*, user, filters: InboxFilters, after: tuple[str, int] | None, skip: set[tuple[str, int]]) -> InboxItem | None:
+    """The first item of the queue that is not the one just decided, not skipped and not held by someone else."""
+    page = inbox_page(user=user, filters=filters, page=1, per_page=settings.REVIEW_NEXT_LOOKAHEAD)
+    for item in page["items"]:
+        key = (item.kind, item.pk)
+        if key == after or key in skip:
+            continue
+        if item.claim_user and item.claim_user != user.get_username():
+            continue
+        return item
+    return None
+
+
+def progress(*, days: int = 14) -> dict:
+    """Decisions taken in the inbox: today and this week, per reviewer and in total; approvals per day."""
+    now = timezone.now()
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    week = today - timedelta(days=today.weekday())
+    since = today - timedelta(days=days - 1)
+    totals = Decision.objects.aggregate(
+        today=Count("id", filter=Q(decided_at__gte=today)), week=Count("id", filter=Q(decided_at__gte=week))
+    )
+    per_reviewer = list(
+        Decision.objects.filter(decided_at__gte=week)
+        .values("user__username")
+        .annotate(week=Count("id"), today=Count("id", filter=Q(decided_at__gte=today)))
+        .order_by("-week", "user__username")
+    )
+    daily = {
+        r["day"]: r
+        for r in Decision.objects.filter(decided_at__gte=since)
+        .annotate(day=F("decided_at__date"))
+        .values("day")
+        .annotate(n=Count("id"), approved=Count("id", filter=Q(verdict=Decision.Verdict.APPROVE)))
+    }
+    series = []
+    for offset in range(days):
+        day = (since + timedelta(days=offset)).date()
+        row = daily.get(day, {"n": 0, "approved": 0})
+        series.append(
+            {
+                "day": day.isoformat(),
+                "decided": row["n"],
+                "approval_rate": round(row["approved"] / row["n"], 3) if row["n"] else None,
+            }
+        )
+    return {"today": totals["today"], "week": totals["week"], "per_reviewer": per_reviewer, "daily": series}
+
+
+def item_evidence(kind: str, obj) -> dict:
+    """What the decision page shows beside the buttons, per kind."""
+    if kind == Kind.CANDIDATE:
+        return learning_review.candidate_evidence(obj)
+    if kind in (Kind.PROPOSAL, Kind.EXECUTION, Kind.RULE):
+        return feedback_selectors.action_review_context(agent_id=obj.agent_id, action_id=obj.action_id)
+    if kind == Kind.TRANSITION:
+        return {
+            **feedback_selectors.action_review_context(agent_id=None, action_id=obj.action_id),
+            "rates": _transition_rates(obj.evidence or {}),
+        }
+    return {}
+
+
+def _transition_rates(evidence: dict) -> list[dict]:
+    """Success and rejection rates at proposal time beside the thresholds they were compared with."""
+    out = []
+    for key, label in (("success_rate", "success"), ("rejection_rate", "rejection")):
+        value = evidence.get(key)
+        if isinstance(value, int | float):
+            out.append({"label": label, "value": round(float(value), 3)})
+    return out
+
+
+def mistake_categories() -> list[str]:
+    """Preset reasons for rejections: the configured ones, then those already in use (patterns group by them)."""
+    preset = list(settings.REVIEW_MISTAKE_CATEGORIES)
+    return preset + [c for c in feedback_selectors.mistake_categories_in_use() if c not in preset]

@@ -1,0 +1,233 @@
+"""Writes of the review inbox: claims, and decisions that call each app's own service.
+
+A decision is one transaction: the claim is checked under a row lock, the owning app's service decides the
+item (and refuses a second decision with a conflict), the decision is logged and the claim dropped.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from autonomy.services import autonomy_transition_approve, autonomy_transition_reject
+from common.api import ApplicationError, Conflict, Forbidden, NotFound
+from feedback.services.reviews import Reviewer, execution_review, proposal_approve, proposal_reject
+from feedback.services.rules import correction_rule_approve, correction_rule_deactivate
+from learning.services.candidates import candidate_approve, candidate_reject
+from learning.services.profiles import resolution_profile_activate, resolution_profile_retire
+from memories.services import quarantine_discard, quarantine_release
+from review import selectors
+from review.models import Claim, Decision, Kind
+
+logger = logging.getLogger(__name__)
+
+
+def claim_take(*, kind: str, object_id: int, tenant_id: int, user) -> Claim | None:
+    """Hold the item for ``REVIEW_CLAIM_SECONDS``: a new claim, an expired one taken over, or the user's own renewed.
+    None when someone else holds it (``selectors.claim_live`` says who and until when)."""
+    now = timezone.now()
+    expires = now + timedelta(seconds=settings.REVIEW_CLAIM_SECONDS)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {Claim._meta.db_table} (tenant_id, kind, object_id, user_id, claimed_at, expires_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (kind, object_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id, user_id = EXCLUDED.user_id, "
+            "claimed_at = EXCLUDED.claimed_at, expires_at = EXCLUDED.expires_at "
+            f"WHERE {Claim._meta.db_table}.expires_at <= EXCLUDED.claimed_at OR {Claim._meta.db_table}.user_id = EXCLUDED.user_id "
+            "RETURNING id",
+            [tenant_id, kind, object_id, user.pk, now, expires],
+        )
+        row = cursor.fetchone()
+    return None if row is None else Claim.objects.select_related("user").get(pk=row[0])
+
+
+def claim_release(*, kind: str, object_id: int, user) -> int:
+    """Let go of an item (skip): only the holder's own claim goes."""
+    deleted, _ = Claim.objects.filter(kind=kind, object_id=object_id, user=user).delete()
+    return deleted
+
+
+def claims_expired_purge() -> int:
+    """Delete claims that ran out (they stop applying at expiry anyway; this keeps the table small)."""
+    deleted, _ = Claim.objects.filter(expires_at__lte=timezone.now()).delete()
+    return deleted
+
+
+def change_statement(*, kind: str, obj, verdict: str) -> str:
+    """What a decision changes, in one sentence: the confirmation page says it and the decision log keeps it."""
+    approve = verdict == Decision.Verdict.APPROVE
+    if kind == Kind.CANDIDATE:
+        scope = f"for user {obj.user_id}" if obj.user_id else "for every user of this tenant (a global phrase)"
+        if approve:
+            return f"“{obj.input_pattern}” will resolve to {obj.suggested_output} {scope}."
+        return f"“{obj.input_pattern}” → {obj.suggested_output} is rejected {scope}; nothing is learned."
+    if kind == Kind.TRANSITION:
+        if approve:
+            return f"Autonomy of {obj.action.name} changes from level {obj.from_level} to level {obj.to_level}."
+        return f"Autonomy of {obj.action.name} stays at level {obj.from_level} (level {obj.to_level} rejected)."
+    if kind == Kind.RULE:
+        if approve:
+            return f"The correction rule for {obj.agent.name} on {obj.action.name} becomes active: {obj.precondition[:200]}"
+        return f"The correction rule for {obj.agent.name} on {obj.action.name} is deactivated."
+    if kind == Kind.QUARANTINE:
+        if approve:
+            return f"The redacted lesson is stored as a memory of {obj.user_id} (it must pass the write-gate again)."
+        return f"The quarantined lesson of {obj.user_id} is discarded."
+    if kind == Kind.PROFILE:
+        if approve:
+            return (
+                f"Resolution threshold {obj.baseline.get('resolve_threshold')} → {obj.resolve_threshold:.3f}, "
+                f"margin {obj.baseline.get('margin')} → {obj.margin:.3f} for {obj.embedding_model}."
+            )
+        return "The fitted profile is retired; the thresholds in force stay."
+    if kind == Kind.PROPOSAL:
+        return f"Proposal #{obj.pk} ({obj.action.name}) is {'approved' if approve else 'rejected'}."
+    if kind == Kind.EXECUTION:
+        return f"Execution #{obj.pk} ({obj.action.name}) is marked {'correct' if approve else 'incorrect'}."
+    return ""
+
+
+def _decided_already(kind: str, object_id: int, obj) -> Conflict:
+    """The conflict for a lost race: who decided the item, and when."""
+    last = selectors.last_decision(kind=kind, object_id=object_id)
+    if last is not None:
+        who, when, what = (last.user.get_username() if last.user else "someone"), last.decided_at, last.get_verdict_display()
+    else:
+        who = str(
+            getattr(obj, "reviewed_by", None)
+            or getattr(obj, "decided_by", None)
+            or getattr(obj, "approved_by", None)
+            or getattr(obj, "activated_by", None)
+            or "someone"
+        )
+        when = (
+            getattr(obj, "reviewed_at", None)
+            or getattr(obj, "decided_at", None)
+            or getattr(obj, "approved_at", None)
+            or getattr(obj, "activated_at", None)
+        )
+        what = getattr(obj, "status", "") or getattr(obj, "review_outcome", "") or "decided"
+    stamp = timezone.localtime(when).strftime("%Y-%m-%d %H:%M") if when else "earlier"
+    return Conflict(
+        f"Already decided: {what} by {who} at {stamp}.",
+        field="verdict",
+        code="decided",
+        extra={"decided_by": who, "decided_at": when.isoformat() if when else None},
+    )
+
+
+def item_decide(
+    *,
+    kind: str,
+    object_id: int,
+    user,
+    verdict: str,
+    category: str = "",
+    reason: str = "",
+    acknowledged: bool = False,
+    confirmed: bool = False,
+) -> Decision:
+    """Decide one waiting item as ``user`` through its app's service, and log the decision. Raises NotFound (unknown
+    or another tenant's), Forbidden (no permission), Conflict (held by another reviewer, or decided already) or
+    ApplicationError (a change not confirmed, a conflict not acknowledged, a service's refusal)."""
+    spec = selectors.kind_spec(kind)
+    if spec is None:
+        raise NotFound(f"Unknown kind {kind!r}.", field="kind")
+    if not user.has_perm(spec.decide_perm):
+        raise Forbidden(f"Deciding {spec.label.lower()} needs the permission {spec.decide_perm}.", field="user")
+    if verdict not in Decision.Verdict.values:
+        raise ApplicationError(f"verdict must be one of {', '.join(Decision.Verdict.values)}.", field="verdict")
+    category, reason = category.strip()[:40], reason.strip()[:5000]
+    with transaction.atomic():
+        claim = Claim.objects.select_for_update().filter(kind=kind, object_id=object_id).select_related("user").first()
+        if claim is not None and claim.user_id != user.pk and claim.expires_at > timezone.now():
+            until = timezone.localtime(claim.expires_at).strftime("%H:%M")
+            raise Conflict(
+                f"{claim.user.get_username()} holds this item until {until}.",
+                field="claim",
+                code="claimed",
+                extra={"claimed_by": claim.user.get_username(), "expires_at": claim.expires_at.isoformat()},
+            )
+        obj = selectors.item_get(kind=kind, pk=object_id)
+        if obj is None:
+            raise NotFound(f"{Kind(kind).label.capitalize()} {object_id} not found.", field="id")
+        if not selectors.item_is_waiting(kind=kind, pk=object_id):
+            raise _decided_already(kind, object_id, obj)
+        approve = verdict == Decision.Verdict.APPROVE
+        if approve and spec.confirm_approve and not confirmed:
+            raise ApplicationError(
+                "This changes what agents do; confirm it first: " + change_statement(kind=kind, obj=obj, verdict=verdict),
+                field="confirmed",
+                code="confirmation_required",
+            )
+        if kind == Kind.CANDIDATE and approve and not acknowledged:
+            if selectors.item_evidence(kind, obj)["conflicts"]:
+                raise ApplicationError(
+                    "Other phrases or users' confirmations map this text to another verb; acknowledge the conflict to approve.",
+                    field="acknowledged",
+                    code="conflict_unacknowledged",
+                )
+        summary = change_statement(kind=kind, obj=obj, verdict=verdict)
+        try:
+            _apply(kind, obj, user=user, approve=approve, category=category, reason=reason)
+        except Conflict as exc:
+            if exc.code in ("invalid_transition", "already_reviewed", "conflict"):
+                raise _decided_already(kind, object_id, obj) from exc
+            raise
+        decision = Decision.objects.create(
+            tenant_id=obj.tenant_id,
+            kind=kind,
+            object_id=object_id,
+            user=user,
+            verdict=verdict,
+            category=category,
+            reason=reason,
+            summary=summary[:300],
+        )
+        Claim.objects.filter(kind=kind, object_id=object_id).delete()
+    logger.info("review: %s %s %s by %s", kind, object_id, verdict, user.get_username())
+    return decision
+
+
+def _apply(kind: str, obj, *, user, approve: bool, category: str, reason: str) -> None:
+    reviewer = Reviewer(user=user, source="admin")
+    if kind == Kind.CANDIDATE:
+        if approve:
+            candidate_approve(candidate=obj, reviewer=user)
+        else:
+            candidate_reject(candidate=obj, reviewer=user, reason=" · ".join(x for x in (category, reason) if x))
+    elif kind == Kind.PROPOSAL:
+        if approve:
+            proposal_approve(proposal=obj, reviewer=reviewer, notes=reason)
+        else:
+            proposal_reject(proposal=obj, reviewer=reviewer, notes=reason, mistake_category=category)
+    elif kind == Kind.EXECUTION:
+        execution_review(
+            execution=obj,
+            reviewer=reviewer,
+            outcome="correct" if approve else "incorrect",
+            notes=reason,
+            mistake_category="" if approve else category,
+        )
+    elif kind == Kind.TRANSITION:
+        if approve:
+            autonomy_transition_approve(transition=obj, user=user, notes=reason)
+        else:
+            autonomy_transition_reject(transition=obj, user=user, notes=reason)
+    elif kind == Kind.RULE:
+        if approve:
+            correction_rule_approve(rule=obj, user=user)
+        else:
+            correction_rule_deactivate(rule=obj, user=user)
+    elif kind == Kind.QUARANTINE:
+        if approve:
+            quarantine_release(item=obj, actor=user.get_username())
+        else:
+            quarantine_discard(item=obj, actor=user.get_username())
+    elif kind == Kind.PROFILE:
+        if approve:
+            resolution_profile_activate(fitted=obj, reviewer=user)
+        else:
+            resolution_profile_retire(fitted=obj)

@@ -1,0 +1,405 @@
+"""The review inbox: one queue of every kind that waits, decision pages with evidence, claims, confirmations."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from actions.models import Action
+from agents.services import agent_key_create
+from autonomy.models import AutonomyTransition
+from feedback.models import CorrectionRule, Execution, FeedbackRecord, Proposal
+from learning.models import FittedResolutionProfile, LearnedPhrase, LearningCandidate, Verb
+from learning.services.candidates import candidate_record
+from learning.services.catalogue import verb_catalogue_load
+from learning.services.phrases import learned_phrase_upsert
+from memories.models import MemoryQuarantine
+from review.models import Claim, Decision
+from review.selectors import InboxFilters, inbox_page
+from tenants.services import membership_add, tenant_create
+from tests.conftest import CBU_CATALOGUE, reviewer_user
+
+pytestmark = pytest.mark.django_db
+
+ALL_PERMS = (
+    "view_learningcandidate",
+    "review_learningcandidate",
+    "view_proposal",
+    "change_proposal",
+    "view_execution",
+    "change_execution",
+    "view_autonomytransition",
+    "approve_autonomytransition",
+    "view_correctionrule",
+    "approve_correctionrule",
+    "view_memoryquarantine",
+    "change_memoryquarantine",
+    "view_fittedresolutionprofile",
+    "change_fittedresolutionprofile",
+)
+
+
+def mixed_inbox(agent_name="agent-a"):
+    """One waiting item of every kind; the candidate conflicts with two users' confirmed phrases."""
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    key, _ = agent_key_create(agent_name=agent_name, scopes=["resolve", "feedback"])
+    agent = key.agent
+    delete = Verb.objects.get(name="cbu.delete")
+    for user in ("ann", "ben"):
+        learned_phrase_upsert(phrase="drop the unit", verb=delete, user_id=user, source="confirmation")
+    items = {}
+    items["candidate"] = candidate_record(
+        input_pattern="drop the unit", suggested_output="cbu.show", user_id=None, source="correction", confidence=0.6
+    )
+    email = Action.objects.create(name="email.send", autonomy_level=1)
+    deploy = Action.objects.create(name="deploy.run", autonomy_level=2)
+    items["proposal"] = Proposal.objects.create(
+        agent=agent, action=email, proposed_action={"to": "ceo@example.com"}, reasoning={"confidence": 0.4}, confidence=0.4
+    )
+    items["execution"] = Execution.objects.create(
+        agent=agent, action=deploy, params={"env": "staging"}, reasoning={"why": "asked"}, confidence=0.9, success=False
+    )
+    items["transition"] = AutonomyTransition.objects.create(
+        action=email,
+        from_level=1,
+        to_level=2,
+        evidence={"success_rate": 0.97, "rejection_rate": 0.01, "sample_size": 40},
+        reason="97% success over 40 samples",
+    )
+    items["rule"] = CorrectionRule.objects.create(
+        agent=agent,
+        action=email,
+        precondition="when emailing executives",
+        correction={"require_review": True},
+        require_review=True,
+        status="pending_approval",
+    )
+    items["quarantine"] = MemoryQuarantine.objects.create(
+        user_id="ann", reason="secret", redacted_preview="The key is [REDACTED:aws_key]", finding_kinds=["aws_key"]
+    )
+    items["profile"] = FittedResolutionProfile.objects.create(
+        embedding_model="m",
+        resolve_threshold=0.7,
+        margin=0.05,
+        max_wrong_pct=3.0,
+        gold_count=40,
+        train_count=30,
+        held_out_count=10,
+        baseline={"resolve_threshold": 0.69, "margin": 0.045},
+        held_out_current={"correct": 80.0, "wrong": 3.0, "asked": 17.0},
+        held_out_fitted={"correct": 85.0, "wrong": 2.0, "asked": 13.0},
+    )
+    return agent, items
+
+
+def signed_in(user):
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def inbox():
+    return mixed_inbox()
+
+
+def test_every_kind_waits_in_one_list_with_counts_on_the_admin_index(inbox):
+    _, items = inbox
+    rita = reviewer_user("rita", *ALL_PERMS)
+    client = signed_in(rita)
+    page = client.get("/admin/inbox/")
+    assert page.status_code == 200
+    data = page.context["data"]
+    assert data["total"] == 7 and all(n == 1 for n in data["counts"].values())
+    assert {i.kind for i in data["items"]} == set(items)
+    assert [i.created_at for i in data["items"]] == sorted(i.created_at for i in data["items"])  # oldest first
+    index = client.get("/admin/").content.decode()
+    assert 'id="waiting-total">7<' in index
+    for kind in items:
+        assert f'class="waiting-{kind}">1<' in index
+
+
+def test_filters_by_kind_risk_and_agent_and_orders_riskiest_first(inbox):
+    rita = reviewer_user("rita", *ALL_PERMS)
+    riskiest = inbox_page(user=rita, filters=InboxFilters(order="risk"))["items"]
+    assert [i.risk for i in riskiest] == sorted((i.risk for i in riskiest), reverse=True)
+    assert riskiest[0].risk == 2
+    high = inbox_page(user=rita, filters=InboxFilters(min_risk=2))
+    assert {i.kind for i in high["items"]} == {"proposal", "execution", "transition", "quarantine"}
+    only = inbox_page(user=rita, filters=InboxFilters(kinds=["rule", "profile"]))
+    assert {i.kind for i in only["items"]} == {"rule", "profile"}
+    by_agent = inbox_page(user=rita, filters=InboxFilters(agent="agent-a"))
+    assert {i.kind for i in by_agent["items"]} == {"proposal", "execution", "rule"}  # the candidate came from no agent
+
+
+def test_a_reviewer_sees_only_kinds_they_may_view():
+    mixed_inbox()
+    tom = reviewer_user("tom", "view_proposal", "change_proposal")
+    data = signed_in(tom).get("/admin/inbox/").context["data"]
+    assert set(data["counts"]) == {"proposal"} and data["total"] == 1
+    assert signed_in(tom).get(f"/admin/inbox/transition/{AutonomyTransition.objects.get().pk}/").status_code == 404
+
+
+def test_a_conflicting_candidate_needs_the_acknowledgement_then_a_confirmation(inbox):
+    _, items = inbox
+    rita = reviewer_user("rita", *ALL_PERMS)
+    client = signed_in(rita)
+    url = f"/admin/inbox/candidate/{items['candidate'].pk}/"
+    page = client.get(url)
+    body = page.content.decode()
+    assert 'id="conflict-warning"' in body and "cbu.delete" in body and "ann" in body
+    refused = client.post(url, {"action": "approve", "confirmed": "1"})
+    assert refused.status_code == 400
+    assert "acknowledge the conflict" in refused.content.decode()
+    asked = client.post(url, {"action": "approve", "acknowledged": "1"})
+    assert asked.status_code == 200 and 'id="change-statement"' in asked.content.decode()
+    assert "for every user of this tenant" in asked.content.decode()
+    assert LearningCandidate.objects.get(pk=items["candidate"].pk).status == "pending"  # nothing yet
+    done = client.post(url, {"action": "approve", "acknowledged": "1", "confirmed": "1"})
+    assert done.status_code == 302 and "/admin/inbox/" in done["Location"]
+    candidate = LearningCandidate.objects.get(pk=items["candidate"].pk)
+    assert candidate.status == "applied" and candidate.reviewed_by == rita
+    assert LearnedPhrase.objects.filter(normalized="drop the unit", user_id__isnull=True, verb__name="cbu.show").exists()
+    decision = Decision.objects.get(kind="candidate", object_id=candidate.pk)
+    assert decision.user == rita and decision.verdict == "approve" and "every user" in decision.summary
+
+
+def test_the_transition_confirmation_names_the_action_and_both_levels(inbox):
+    _, items = inbox
+    rita = reviewer_user("rita", *ALL_PERMS)
+    client = signed_in(rita)
+    url = f"/admin/inbox/transition/{items['transition'].pk}/"
+    asked = client.post(url, {"action": "approve"})
+    statement = asked.content.decode()
+    assert "Autonomy of email.send changes from level 1 to level 2." in statement
+    assert Action.objects.get(name="email.send").autonomy_level == 1
+    client.post(url, {"action": "approve", "confirmed": "1", "reason": "good record"})
+    assert Action.objects.get(name="email.send").autonomy_level == 2
+    assert AutonomyTransition.objects.get(pk=items["transition"].pk).decided_by == rita
+
+
+def test_deciding_needs_the_kinds_permission(inbox):
+    _, items = inbox
+    viewer = reviewer_user("vera", "view_autonomytransition")
+    response = signed_in(viewer).post(
+        f"/admin/inbox/transition/{items['transition'].pk}/", {"action": "approve", "confirmed": "1"}
+    )
+    assert response.status_code == 403
+    assert Action.objects.get(name="email.send").autonomy_level == 1
+
+
+def test_a_rejection_keeps_the_mistake_category_patterns_are_built_from(inbox):
+    _, items = inbox
+    rita = reviewer_user("rita", *ALL_PERMS)
+    signed_in(rita).post(
+        f"/admin/inbox/proposal/{items['proposal'].pk}/",
+        {"action": "reject", "category": "wrong_target", "reason": "never email the CEO"},
+    )
+    proposal = Proposal.objects.get(pk=items["proposal"].pk)
+    assert proposal.status == "rejected"
+    record = FeedbackRecord.objects.get(proposal=proposal)
+    assert record.mistake_category == "wrong_target" and record.created_by == rita
+
+
+def test_opening_an_item_claims_it_and_others_cannot_decide_it_meanwhile(inbox, settings):
+    _, items = inbox
+    rita, sam = reviewer_user("rita", *ALL_PERMS), reviewer_user("sam", *ALL_PERMS)
+    url = f"/admin/inbox/proposal/{items['proposal'].pk}/"
+    assert 'id="claim-note"' in signed_in(rita).get(url).content.decode()
+    seen = signed_in(sam).get(url).content.decode()
+    assert 'id="held-note"' in seen and "rita holds this item" in seen and 'id="btn-approve"' not in seen
+    refused = signed_in(sam).post(url, {"action": "approve"})
+    assert refused.status_code == 409 and "rita holds this item" in refused.content.decode()
+    assert Proposal.objects.get(pk=items["proposal"].pk).status == "pending"
+    listed = inbox_page(user=sam, filters=InboxFilters(kinds=["proposal"]))["items"][0]
+    assert listed.claim_user == "rita"
+    Claim.objects.update(expires_at=timezone.now() - timedelta(seconds=1))  # claims expire by themselves
+    assert 'id="claim-note"' in signed_in(sam).get(url).content.decode()
+    assert signed_in(sam).post(url, {"action": "approve"}).status_code == 302
+    assert Proposal.objects.get(pk=items["proposal"].pk).reviewed_by == sam
+
+
+def test_a_lost_race_says_who_decided_and_when(inbox):
+    _, items = inbox
+    rita, sam = reviewer_user("rita", *ALL_PERMS), reviewer_user("sam", *ALL_PERMS)
+    url = f"/admin/inbox/execution/{items['execution'].pk}/"
+    signed_in(rita).post(url, {"action": "reject", "category": "unsafe"})
+    late = signed_in(sam).post(url, {"action": "approve"})
+    assert late.status_code == 409
+    body = late.content.decode()
+    assert "Already decided: rejected by rita at" in body
+    assert Execution.objects.get(pk=items["execution"].pk).review_outcome == "incorrect"
+
+
+def test_skip_moves_on_and_a_decision_opens_the_next_item(inbox):
+    _, items = inbox
+    rita = reviewer_user("rita", *ALL_PERMS)
+    client = signed_in(rita)
+    client.get("/admin/inbox/?kind=proposal&kind=execution")
+    first = f"/admin/inbox/proposal/{items['proposal'].pk}/"
+    nxt = client.post(first, {"action": "skip"})
+    assert nxt["Location"] == f"/admin/inbox/execution/{items['execution'].pk}/"
+    assert not Claim.objects.filter(kind="proposal").exists()
+    last = client.post(nxt["Location"], {"action": "approve"})
+    assert last["Location"] == "/admin/inbox/"  # the skipped proposal is not offered again in this pass
+
+
+def test_variants_a_user_applies_alone_never_wait_for_a_human(db):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    rita = reviewer_user("rita", *ALL_PERMS)
+    candidate_record(
+        input_pattern="cbus please", suggested_output="cbu.list", user_id="ann", source="generated_variant", confidence=0.8
+    )
+    candidate_record(
+        input_pattern="cbus please", suggested_output="cbu.list", user_id=None, source="user_disambiguation", confidence=0.9
+    )
+    kinds = inbox_page(user=rita, filters=InboxFilters())["items"]
+    assert [(i.kind, i.title) for i in kinds] == [("candidate", "“cbus please” → cbu.list")]
+    assert LearningCandidate.objects.filter(status="pending").count() == 2
+
+
+def test_reviewers_see_only_their_tenants_items():
+    mixed_inbox()
+    other = tenant_create(slug="acme", name="Acme")
+    olga = reviewer_user("olga", *ALL_PERMS)
+    olga.tenant_memberships.all().delete()
+    membership_add(user=olga, tenant=other)
+    client = signed_in(olga)
+    assert client.get("/admin/inbox/").context["data"]["total"] == 0
+    assert client.get(f"/admin/inbox/proposal/{Proposal.objects.get().pk}/").status_code == 404
+
+
+def test_the_inbox_costs_the_same_queries_whatever_the_page_size(inbox):
+    agent, _ = inbox
+    email = Action.objects.get(name="email.send")
+    Proposal.objects.bulk_create(
+        Proposal(agent=agent, action=email, proposed_action={"n": n}, reasoning={"confidence": 0.9}, confidence=0.9)
+        for n in range(60)
+    )
+    rita = reviewer_user("rita", *ALL_PERMS)
+    counts = []
+    for per_page in (5, 60):
+        with CaptureQueriesContext(connection) as ctx:
+            page = inbox_page(user=rita, filters=InboxFilters(), per_page=per_page)
+        assert len(page["items"]) == per_page
+        counts.append(len(ctx.captured_queries))
+    assert counts[0] == counts[1]
+
+
+def test_every_kinds_decision_page_shows_its_evidence_without_raw_json(inbox):
+    _, items = inbox
+    rita = reviewer_user("rita", *ALL_PERMS)
+    client = signed_in(rita)
+    expected = {
+        "candidate": "Interactions that produced it",
+        "proposal": "Active mistake patterns",
+        "execution": "Recent outcomes",
+        "transition": "rates-data",
+        "rule": "when emailing executives",
+        "quarantine": "[REDACTED:aws_key]",
+        "profile": "held out: right %",
+    }
+    for kind, obj in items.items():
+        page = client.get(f"/admin/inbox/{kind}/{obj.pk}/")
+        body = page.content.decode()
+        assert page.status_code == 200, kind
+        assert expected[kind] in body, kind
+        assert "{&quot;" not in body and '{"' not in body.split('id="rates-data"')[0].split("<body")[-1], kind
+
+
+# --- in a browser --------------------------------------------------------------------------------------------
+
+SCREENS = __import__("pathlib").Path(__file__).resolve().parent.parent / "docs" / "screens"
+
+
+@pytest.fixture
+def chromium(monkeypatch):
+    import os
+
+    from django.db import connections
+
+    from tests.conftest import CHROMIUM, CHROMIUM_ARGS
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
+    from playwright.sync_api import sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+        connections.close_all()
+    connections.close_all()
+
+
+def _login(browser, live_server, username):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/inbox/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", "s3cret-pass")
+    page.press("#id_password", "Enter")
+    page.wait_for_selector("#review-inbox")
+    return page
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_browser_a_reviewer_works_through_every_kind_by_keyboard(live_server, chromium):
+    mixed_inbox()
+    reviewer_user("rita", *ALL_PERMS, password="s3cret-pass")
+    page = _login(chromium, live_server, "rita")
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENS / "inbox.png"), full_page=True)
+    assert page.locator("#inbox-total").inner_text() == "7"
+    page.keyboard.press("Enter")  # the oldest item
+    decided = []
+    for _ in range(7):
+        page.wait_for_selector("#review-decide")
+        kind = page.locator("#review-decide").get_attribute("data-kind")
+        if kind == "candidate":
+            page.screenshot(path=str(SCREENS / "decide_candidate.png"), full_page=True)
+        decided.append(kind)
+        if kind in ("transition", "rule", "profile"):
+            page.keyboard.press("a")
+            page.wait_for_selector("#change-statement")
+            if kind == "transition":
+                assert "from level 1 to level 2" in page.locator("#change-statement").inner_text()
+                page.screenshot(path=str(SCREENS / "confirm_transition.png"), full_page=True)
+            with page.expect_navigation():
+                page.keyboard.press("c")
+        else:
+            with page.expect_navigation():
+                page.keyboard.press("r")
+    page.wait_for_selector("#review-inbox")
+    assert sorted(decided) == sorted(["candidate", "proposal", "execution", "transition", "rule", "quarantine", "profile"])
+    assert Decision.objects.count() == 7
+    assert page.locator("#inbox-total").inner_text() == "0"
+    assert page.locator("#done-today").inner_text() == "7"
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_browser_a_second_reviewer_sees_the_claim_and_cannot_decide(live_server, chromium):
+    _, items = mixed_inbox()
+    for name in ("rita", "sam"):
+        reviewer_user(name, *ALL_PERMS, password="s3cret-pass")
+    rita, sam = _login(chromium, live_server, "rita"), _login(chromium, live_server, "sam")
+    url = f"{live_server.url}/admin/inbox/proposal/{items['proposal'].pk}/"
+    rita.goto(url)
+    rita.wait_for_selector("#claim-note")
+    sam.goto(url)
+    assert "rita holds this item" in sam.locator("#held-note").inner_text()
+    assert sam.locator("#btn-approve").count() == 0
+    sam.keyboard.press("a")  # no button: nothing happens
+    sam.screenshot(path=str(SCREENS / "claimed.png"), full_page=True)
+    assert Proposal.objects.get(pk=items["proposal"].pk).status == "pending"
+    with rita.expect_navigation():
+        rita.keyboard.press("r")
+    assert Proposal.objects.get(pk=items["proposal"].pk).reviewed_by.username == "rita"
