@@ -4,6 +4,9 @@ from django.contrib import admin
 from simple_history.admin import SimpleHistoryAdmin
 
 from actions.models import Action
+from common.admin import revert_link
+
+REVERT_LEVEL = revert_link("autonomy")
 
 
 @admin.register(Action)
@@ -17,7 +20,7 @@ class ActionAdmin(SimpleHistoryAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ["last_evaluated_at"]
-        return ["name", "autonomy_level", "auto_registered", "last_evaluated_at", "created_at"]
+        return ["name", "autonomy_level", "auto_registered", "last_evaluated_at", "created_at", REVERT_LEVEL]
 
     def has_delete_permission(self, request, obj=None):
         return False

@@ -11,3 +11,7 @@ def action_get(*, name: str) -> Action:
     if action is None:
         raise NotFound(f"Action {name} is not in the catalogue.", field="action")
     return action
+
+
+def action_by_id(pk: int) -> Action | None:
+    return Action.objects.filter(pk=pk).first()

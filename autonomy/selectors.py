@@ -117,3 +117,12 @@ def transitions_waiting():
 
 def transitions_by_ids(ids: list[int]):
     return AutonomyTransition.objects.filter(pk__in=ids).select_related("action", "decided_by")
+
+
+def last_applied_transition(*, action_id: int) -> AutonomyTransition | None:
+    """The change that set the action's current level, if any (what a revert undoes)."""
+    return (
+        AutonomyTransition.objects.filter(action_id=action_id, status=TransitionStatus.APPLIED)
+        .order_by("-decided_at", "-id")
+        .first()
+    )

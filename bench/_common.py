@@ -23,7 +23,7 @@ def setup_django(db_name: str | None = None) -> None:
 
 
 # The project's apps: fresh_database empties their tables (Django's own, such as users, are kept).
-APPS = ("common", "agents", "embeddings", "learning", "memories", "actions", "feedback", "autonomy")
+APPS = ("common", "agents", "embeddings", "learning", "memories", "actions", "feedback", "autonomy", "review")
 
 
 def fresh_database() -> None:

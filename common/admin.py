@@ -4,6 +4,7 @@ import json
 
 from django import forms
 from django.contrib import messages
+from django.urls import reverse
 from django.utils.html import format_html
 
 from common.api import ApplicationError
@@ -44,3 +45,36 @@ def run_bulk(modeladmin, request, queryset, fn, done: str) -> None:
         modeladmin.message_user(request, f"{done}: {ok}.", messages.SUCCESS)
     if refused:
         modeladmin.message_user(request, "Refused — " + "; ".join(refused[:10]), messages.WARNING)
+
+
+def rounded(field: str, places: int = 2, *, description: str | None = None):
+    """A list_display column showing a float field rounded (no 0.9974999999999999 in a changelist)."""
+
+    def column(obj):
+        value = getattr(obj, field)
+        return "—" if value is None else f"{value:.{places}f}"
+
+    column.short_description = description or field.replace("_", " ")
+    column.admin_order_field = field
+    return column
+
+
+def signal_direction(obj) -> str:
+    """A signal for or against its verb, in words (a negative signal is no green tick)."""
+    return "✗ against" if obj.is_negative else "✓ for"
+
+
+signal_direction.short_description = "direction"
+signal_direction.admin_order_field = "is_negative"
+
+
+def revert_link(kind: str):
+    """A read-only field with the link to revert the object (a confirmation with a reason: review.admin.revert_view)."""
+
+    def column(obj):
+        if obj is None or obj.pk is None:
+            return "—"
+        return format_html('<a class="button" href="{}">Revert…</a>', reverse("review-revert", args=[kind, obj.pk]))
+
+    column.short_description = "revert"
+    return column

@@ -69,6 +69,7 @@ api_v1 += [
 urlpatterns = [
     path("admin/inbox/", admin.site.admin_view(review_admin.inbox_view), name="review-inbox"),
     path("admin/inbox/<str:kind>/<int:pk>/", admin.site.admin_view(review_admin.decide_view), name="review-decide"),
+    path("admin/revert/<str:kind>/<int:pk>/", admin.site.admin_view(review_admin.revert_view), name="review-revert"),
     path("admin/", admin.site.urls),
     path("console/", include("learning.console")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

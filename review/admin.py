@@ -123,6 +123,11 @@ def _decide_post(request, spec, obj):
         "acknowledged": request.POST.get("acknowledged") == "1",
     }
     confirmed = request.POST.get("confirmed") == "1"
+    # Similar pending candidates decided together with this one (same kind; the confirmation lists each).
+    together = []
+    if spec.kind == Kind.CANDIDATE:
+        wanted = {int(x) for x in request.POST.getlist("together") if x.isdigit() and int(x) != obj.pk}
+        together = [d for d in selectors.item_evidence(spec.kind, obj)["duplicates"] if d.pk in wanted]
     if action == Decision.Verdict.APPROVE and spec.confirm_approve and not confirmed:
         context = {
             **admin.site.each_context(request),
@@ -130,6 +135,7 @@ def _decide_post(request, spec, obj):
             "spec": spec,
             "obj": obj,
             "statement": services.change_statement(kind=spec.kind, obj=obj, verdict=action),
+            "together": [(d, services.change_statement(kind=spec.kind, obj=d, verdict=action)) for d in together],
             "action": action,
             "form": form,
         }
@@ -152,6 +158,21 @@ def _decide_post(request, spec, obj):
         status = 409 if isinstance(exc, Conflict) else 403 if isinstance(exc, Forbidden) else 400
         return _decide_page(request, spec, obj, status=status, form=form)
     messages.success(request, f"{decision.get_verdict_display().capitalize()}: {decision.summary}")
+    for other in together:
+        try:
+            services.item_decide(
+                kind=spec.kind,
+                object_id=other.pk,
+                user=request.user,
+                verdict=action,
+                category=form["category"],
+                reason=form["reason"],
+                acknowledged=form["acknowledged"],
+                confirmed=confirmed or action != Decision.Verdict.APPROVE,
+            )
+            messages.success(request, f"Also {decision.get_verdict_display()}: “{other.input_pattern}”.")
+        except (NotFound, Conflict, Forbidden, ApplicationError) as exc:
+            messages.warning(request, f"“{other.input_pattern}” was not decided: {exc.message}")
     return _to_next(request, after=key)
 
 
@@ -164,9 +185,42 @@ def _to_next(request, *, after):
     return redirect("review-decide", kind=item.kind, pk=item.pk)
 
 
-def _change_url(kind: str, obj) -> str:
+def _change_url(kind, obj) -> str:
     opts = obj._meta
     try:
         return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
     except NoReverseMatch:  # a kind without an admin page
         return ""
+
+
+def revert_view(request, kind: str, pk: int):
+    """Revert a learned phrase, a block, a correction rule or an action's level: a confirmation with a reason."""
+    perm = selectors.REVERT_PERMS.get(kind)
+    obj = selectors.revert_target(kind, pk) if perm else None
+    if obj is None:
+        raise Http404("Nothing to revert.")
+    back = _change_url(kind, obj)
+    error = ""
+    if request.method == "POST":
+        try:
+            statement = services.revert_apply(kind=kind, obj=obj, user=request.user, reason=request.POST.get("reason", ""))
+        except NotFound:
+            raise Http404("Nothing to revert.")
+        except (Conflict, Forbidden, ApplicationError) as exc:
+            error = exc.message
+            status = 409 if isinstance(exc, Conflict) else 403 if isinstance(exc, Forbidden) else 400
+        else:
+            messages.success(request, f"Reverted: {statement}")
+            return redirect(back or "review-inbox")
+    else:
+        status = 200
+    context = {
+        **admin.site.each_context(request),
+        "title": "Confirm the revert",
+        "obj": obj,
+        "statement": selectors.revert_statement(kind, obj),
+        "back": back,
+        "error": error,
+        "reason": request.POST.get("reason", ""),
+    }
+    return render(request, "review/revert.html", context, status=status)

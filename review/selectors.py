@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
 
+from actions.selectors import action_by_id
 from autonomy import selectors as autonomy_selectors
 from feedback import selectors as feedback_selectors
 from learning.selectors import review as learning_review
@@ -392,3 +393,43 @@ def mistake_categories() -> list[str]:
     """Preset reasons for rejections: the configured ones, then those already in use (patterns group by them)."""
     preset = list(settings.REVIEW_MISTAKE_CATEGORIES)
     return preset + [c for c in feedback_selectors.mistake_categories_in_use() if c not in preset]
+
+
+# --- Reverting what was learned or granted (from the object's own admin page) ---
+
+REVERT_PERMS = {
+    "phrase": "learning.change_learnedphrase",
+    "block": "learning.change_phraseblock",
+    "rule": "feedback.approve_correctionrule",
+    "autonomy": "autonomy.approve_autonomytransition",
+}
+
+
+def revert_target(kind: str, pk: int):
+    """The object a revert acts on: a learned phrase, a block, a correction rule or an action; None if unknown."""
+    if kind == "phrase":
+        return learning_review.learned_phrase_by_id(pk)
+    if kind == "block":
+        return learning_review.phrase_block_by_id(pk)
+    if kind == "rule":
+        return feedback_selectors.rules_by_ids([pk]).first()
+    if kind == "autonomy":
+        return action_by_id(pk)
+    return None
+
+
+def revert_statement(kind: str, obj) -> str:
+    """What the revert changes, in one sentence (shown on the confirmation and kept in the history)."""
+    if kind == "phrase":
+        scope = f"user {obj.user_id}" if obj.user_id else "every user (global)"
+        return f"“{obj.phrase}” stops resolving to {obj.verb.name} for {scope}."
+    if kind == "block":
+        return f"The block “{obj.phrase}” → {obj.verb.name} ends now; the resolver may offer that verb again."
+    if kind == "rule":
+        return f"The correction rule for {obj.agent.name} on {obj.action.name} stops applying."
+    if kind == "autonomy":
+        last = autonomy_selectors.last_applied_transition(action_id=obj.pk)
+        if last is None or last.to_level != obj.autonomy_level:
+            return f"{obj.name} has no applied change of level to revert."
+        return f"Autonomy of {obj.name} goes back from level {obj.autonomy_level} to level {last.from_level}."
+    return ""

@@ -11,11 +11,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from autonomy.services import autonomy_transition_approve, autonomy_transition_reject
+from autonomy.services import action_autonomy_revert, autonomy_transition_approve, autonomy_transition_reject
 from common.api import ApplicationError, Conflict, Forbidden, NotFound
 from feedback.services.reviews import Reviewer, execution_review, proposal_approve, proposal_reject
 from feedback.services.rules import correction_rule_approve, correction_rule_deactivate
+from learning.services.blocks import phrase_block_expire
 from learning.services.candidates import candidate_approve, candidate_reject
+from learning.services.phrases import learned_phrase_deactivate
 from learning.services.profiles import resolution_profile_activate, resolution_profile_retire
 from memories.services import quarantine_discard, quarantine_release
 from review import selectors
@@ -231,3 +233,27 @@ def _apply(kind: str, obj, *, user, approve: bool, category: str, reason: str) -
             resolution_profile_activate(fitted=obj, reviewer=user)
         else:
             resolution_profile_retire(fitted=obj)
+
+
+def revert_apply(*, kind: str, obj, user, reason: str) -> str:
+    """Revert a learned phrase, a block, a correction rule or an action's last change of level, as ``user``, with
+    a reason (required); answers what changed. The object's history records the revert."""
+    perm = selectors.REVERT_PERMS.get(kind)
+    if perm is None:
+        raise NotFound(f"Nothing of kind {kind!r} can be reverted.", field="kind")
+    if not user.has_perm(perm):
+        raise Forbidden(f"Reverting needs the permission {perm}.", field="user")
+    reason = (reason or "").strip()
+    if not reason:
+        raise ApplicationError("Say why you revert it.", field="reason")
+    statement = selectors.revert_statement(kind, obj)
+    if kind == "phrase":
+        learned_phrase_deactivate(phrase_id=obj.pk, reviewer=user, reason=reason)
+    elif kind == "block":
+        phrase_block_expire(block_id=obj.pk, reviewer=user, reason=reason)
+    elif kind == "rule":
+        correction_rule_deactivate(rule=obj, user=user, reason=reason)
+    elif kind == "autonomy":
+        action_autonomy_revert(action=obj, user=user, reason=reason)
+    logger.info("revert: %s %s by %s: %s", kind, obj.pk, user.get_username(), reason)
+    return statement

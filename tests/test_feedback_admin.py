@@ -74,9 +74,17 @@ def test_proposal_queue_reject_with_notes_and_modify_with_validation(admin_clien
 def test_bulk_actions_write_one_record_each(admin_client, agent):
     ps = [propose(agent) for _ in range(3)]
     proposal_approve(proposal=ps[0], reviewer=Reviewer())
-    r = admin_client.post("/admin/feedback/proposal/", {"action": "reject_selected", "_selected_action": [p.pk for p in ps]})
+    selected = {"action": "reject_selected", "_selected_action": [p.pk for p in ps]}
+    page = admin_client.post("/admin/feedback/proposal/", selected)
+    assert page.status_code == 200 and 'id="changes"' in page.content.decode()  # a confirmation listing each
+    assert page.content.decode().count('class="change"') == 3
+    no_reason = admin_client.post("/admin/feedback/proposal/", {**selected, "post": "yes", "category": ""})
+    assert "Choose a reason" in no_reason.content.decode()
+    assert not FeedbackRecord.objects.exists()
+    r = admin_client.post("/admin/feedback/proposal/", {**selected, "post": "yes", "category": "wrong_target", "notes": "no"})
     assert r.status_code == 302
-    assert FeedbackRecord.objects.filter(source="admin_bulk", feedback_type="rejection").count() == 2
+    records = FeedbackRecord.objects.filter(source="admin_bulk", feedback_type="rejection")
+    assert records.count() == 2 and set(records.values_list("mistake_category", flat=True)) == {"wrong_target"}
     assert Proposal.objects.get(pk=ps[0].pk).status == "approved"  # refused, reported, untouched
 
 
@@ -86,7 +94,7 @@ def test_execution_review_queue(admin_client, agent):
         execution_create(agent=agent, action="email.send", params={"to": "x"}, reasoning={"confidence": 0.8}, success=True)
         for _ in range(3)
     ]
-    assert admin_client.get("/admin/feedback/execution/?review_outcome__isempty=1").status_code == 200
+    assert admin_client.get("/admin/feedback/execution/?review=unreviewed").status_code == 200
     r = admin_client.post(
         f"/admin/feedback/execution/{es[0].pk}/change/",
         {"outcome": "incorrect", "notes": "wrong person", "corrected": '{"to": "y"}', "category": ""},

@@ -403,3 +403,120 @@ def test_browser_a_second_reviewer_sees_the_claim_and_cannot_decide(live_server,
     with rita.expect_navigation():
         rita.keyboard.press("r")
     assert Proposal.objects.get(pk=items["proposal"].pk).reviewed_by.username == "rita"
+
+
+# --- reverting from an object's page ------------------------------------------------------------------------
+
+
+def test_a_learned_phrase_and_a_block_are_reverted_with_a_reason_kept_in_history(db):
+    from learning.models import PhraseBlock
+    from learning.services.blocks import phrase_block_create
+
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    verb = Verb.objects.get(name="cbu.delete")
+    phrase = learned_phrase_upsert(phrase="wipe the unit", verb=verb, user_id=None, source="candidate")
+    rita = reviewer_user("rita", "change_learnedphrase", "view_learnedphrase", "change_phraseblock", "view_phraseblock")
+    client = signed_in(rita)
+    page = client.get(f"/admin/learning/learnedphrase/{phrase.pk}/change/").content.decode()
+    assert f"/admin/revert/phrase/{phrase.pk}/" in page
+    url = f"/admin/revert/phrase/{phrase.pk}/"
+    asked = client.get(url).content.decode()
+    assert "“wipe the unit” stops resolving to cbu.delete for every user (global)." in asked
+    assert client.post(url, {"reason": ""}).status_code == 400
+    assert LearnedPhrase.objects.get(pk=phrase.pk).is_active
+    done = client.post(url, {"reason": "wrong verb for everyone"})
+    assert done.status_code == 302 and done["Location"].endswith(f"/learnedphrase/{phrase.pk}/change/")
+    row = LearnedPhrase.objects.get(pk=phrase.pk)
+    latest = row.history.first()
+    assert not row.is_active and latest.history_user == rita and "wrong verb for everyone" in latest.history_change_reason
+    assert client.post(url, {"reason": "again"}).status_code == 409  # already reverted
+
+    block = phrase_block_create(phrase="remove all", verb=verb, user_id=None, reason="unsafe")
+    client.post(f"/admin/revert/block/{block.pk}/", {"reason": "the block was too wide"})
+    block = PhraseBlock.objects.get(pk=block.pk)
+    assert block.expires_at is not None and block.expires_at <= timezone.now()
+    assert "too wide" in block.history.first().history_change_reason
+
+
+def test_an_autonomy_level_is_reverted_to_the_level_before_its_last_change(db):
+    from autonomy.services import autonomy_transition_approve
+
+    email = Action.objects.create(name="email.send", autonomy_level=1)
+    boss = reviewer_user("boss", "approve_autonomytransition", "view_action", "change_action")
+    transition = AutonomyTransition.objects.create(action=email, from_level=1, to_level=2, evidence={}, reason="good")
+    autonomy_transition_approve(transition=transition, user=boss)
+    assert Action.objects.get(pk=email.pk).autonomy_level == 2
+    viewer = reviewer_user("vic", "view_action", "change_action")
+    assert signed_in(viewer).post(f"/admin/revert/autonomy/{email.pk}/", {"reason": "no"}).status_code == 403
+    client = signed_in(boss)
+    assert "from level 2 to level 1" in client.get(f"/admin/revert/autonomy/{email.pk}/").content.decode()
+    client.post(f"/admin/revert/autonomy/{email.pk}/", {"reason": "too many complaints"})
+    assert Action.objects.get(pk=email.pk).autonomy_level == 1
+    revert = AutonomyTransition.objects.filter(status="applied").order_by("-id").first()
+    assert revert.evidence == {"revert_of": transition.pk} and revert.decided_by == boss
+    # the revert is itself a change of level, so it can be reverted in turn (by a human, behind the same page)
+    assert "from level 1 to level 2" in client.get(f"/admin/revert/autonomy/{email.pk}/").content.decode()
+    never = Action.objects.create(name="sms.send", autonomy_level=1)
+    refused = client.post(f"/admin/revert/autonomy/{never.pk}/", {"reason": "why not"})
+    assert refused.status_code == 409 and "No applied change" in refused.content.decode()
+
+
+def test_a_correction_rule_is_reverted_from_its_page(inbox):
+    agent, items = inbox
+    rule = items["rule"]
+    CorrectionRule.objects.filter(pk=rule.pk).update(status="active")
+    rita = reviewer_user("rita", *ALL_PERMS)
+    client = signed_in(rita)
+    assert f"/admin/revert/rule/{rule.pk}/" in client.get(f"/admin/feedback/correctionrule/{rule.pk}/change/").content.decode()
+    client.post(f"/admin/revert/rule/{rule.pk}/", {"reason": "it blocks every email"})
+    rule = CorrectionRule.objects.get(pk=rule.pk)
+    assert rule.status == "inactive" and rule.deactivated_by == rita
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_browser_every_changelist_and_the_inbox_fit_1400_pixels(live_server, chromium):
+    from django.contrib import admin as django_admin
+
+    from autonomy.models import Episode
+
+    agent, _ = mixed_inbox()
+    long = "please could you move the quarterly reconciliation report for the northern region " * 3
+    candidate_record(input_pattern=long[:480], suggested_output="cbu.list", user_id=None, source="correction", confidence=0.9)
+    Episode.objects.create(agent=agent, status="finished", summary_text=("patterns 3, rules 2, calibration 0.91; " * 12))
+    reviewer_user("root", superuser=True, password="s3cret-pass")
+    page = _login(chromium, live_server, "root")
+    paths = ["/admin/inbox/", "/admin/"] + [
+        f"/admin/{model._meta.app_label}/{model._meta.model_name}/" for model in django_admin.site._registry
+    ]
+    too_wide = {}
+    for path in paths:
+        page.goto(f"{live_server.url}{path}")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        if width > 1400:
+            too_wide[path] = width
+    assert too_wide == {}
+
+
+def test_similar_candidates_are_decided_together_and_the_confirmation_lists_each(db):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    rita = reviewer_user("rita", *ALL_PERMS)
+    main = candidate_record(
+        input_pattern="show the units", suggested_output="cbu.list", user_id=None, source="correction", confidence=0.6
+    )
+    twin = candidate_record(
+        input_pattern="show the unit", suggested_output="cbu.list", user_id=None, source="correction", confidence=0.6
+    )
+    other = candidate_record(
+        input_pattern="show units", suggested_output="cbu.list", user_id=None, source="correction", confidence=0.6
+    )
+    client = signed_in(rita)
+    url = f"/admin/inbox/candidate/{main.pk}/"
+    page = client.get(url).content.decode()
+    assert f'name="together" value="{twin.pk}"' in page and f'name="together" value="{other.pk}"' in page
+    asked = client.post(url, {"action": "approve", "together": [twin.pk, other.pk]}).content.decode()
+    assert 'id="together"' in asked and f"#{twin.pk}:" in asked and f"#{other.pk}:" in asked
+    client.post(url, {"action": "approve", "together": [twin.pk, other.pk], "confirmed": "1"})
+    statuses = set(LearningCandidate.objects.filter(pk__in=[main.pk, twin.pk, other.pk]).values_list("status", flat=True))
+    assert statuses == {"applied"}
+    assert Decision.objects.filter(kind="candidate").count() == 3

@@ -12,6 +12,7 @@ from autonomy.services.episodes import (
     episode_start,
 )
 from autonomy.services.evaluation import (
+    action_autonomy_revert,
     action_autonomy_stop,
     autonomy_decision,
     autonomy_evaluate,
@@ -21,6 +22,7 @@ from autonomy.services.evaluation import (
 )
 
 __all__ = [
+    "action_autonomy_revert",
     "action_autonomy_stop",
     "LOCK_NAMESPACE_CYCLE",
     "CycleSetResult",

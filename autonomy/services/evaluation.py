@@ -333,3 +333,54 @@ def action_autonomy_stop(*, action, user, reason: str) -> AutonomyTransition:
         row.save(update_fields=["autonomy_level"])
     logger.warning("emergency stop of %s by %s: %s", row.name, user, reason)
     return stop
+
+
+def action_autonomy_revert(*, action, user, reason: str) -> AutonomyTransition:
+    """Undo the last applied change of an action's level (back to the level it had before), decided by a human with
+    the permission; recorded as an applied transition that names the one it reverts. Refused when nothing was
+    applied, or when the level changed since that transition."""
+    _check_human(user)
+    reason = (reason or "").strip()
+    if not reason:
+        raise ApplicationError("Say why the level is reverted.", field="reason")
+    pk = action.pk if hasattr(action, "pk") else int(action)
+    with transaction.atomic():
+        row = Action.objects.select_for_update().filter(pk=pk).first()
+        if row is None:
+            raise NotFound(f"Action {pk} not found.", field="action")
+        last = (
+            AutonomyTransition.objects.filter(action=row, status=TransitionStatus.APPLIED).order_by("-decided_at", "-id").first()
+        )
+        if last is None:
+            raise Conflict(f"No applied change of {row.name}'s level to revert.", field="action", code="nothing_to_revert")
+        if row.autonomy_level != last.to_level or last.from_level == last.to_level:
+            raise Conflict(
+                f"{row.name} is at level {row.autonomy_level}, not the level {last.to_level} transition #{last.pk} set.",
+                field="action",
+                code="level_changed",
+            )
+        now = timezone.now()
+        for open_row in AutonomyTransition.objects.select_for_update().filter(action=row, status=TransitionStatus.PROPOSED):
+            open_row.status, open_row.decided_by, open_row.decided_at = TransitionStatus.REJECTED, user, now
+            open_row.decision_notes = f"superseded by a revert: {reason}"[:5000]
+            open_row._history_user = user
+            open_row.save(update_fields=["status", "decided_by", "decided_at", "decision_notes"])
+        revert = AutonomyTransition(
+            action=row,
+            from_level=row.autonomy_level,
+            to_level=last.from_level,
+            status=TransitionStatus.APPLIED,
+            evidence={"revert_of": last.pk},
+            reason=reason[:5000],
+            decided_by=user,
+            decided_at=now,
+            decision_notes=reason[:5000],
+        )
+        revert._history_user = user
+        revert.save()
+        row.autonomy_level = last.from_level
+        row._history_user = user
+        row._change_reason = f"revert of transition #{last.pk} by user {user}: {reason}"[:100]
+        row.save(update_fields=["autonomy_level"])
+    logger.warning("autonomy of %s reverted to %s by %s: %s", row.name, row.autonomy_level, user, reason)
+    return revert

@@ -10,7 +10,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from simple_history.admin import SimpleHistoryAdmin
 
-from common.admin import pretty_json, run_bulk
+from common.admin import pretty_json, revert_link, run_bulk
 from common.api import ApplicationError
 from feedback.models import (
     CorrectionRule,
@@ -141,6 +141,7 @@ class CorrectionRuleAdmin(SimpleHistoryAdmin):
         "approved_at",
         "deactivated_by",
         "deactivated_at",
+        revert_link("rule"),
     ]
     fields = readonly_fields
     actions = ["approve_selected", "deactivate_selected"]

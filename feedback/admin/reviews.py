@@ -1,9 +1,11 @@
 """Admin queues of proposals and executions, and feedback records. Every screen calls the same services as the API."""
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
+from django.template.response import TemplateResponse
 
-from common.admin import JsonObjectField, pretty_json, run_bulk
+from common.admin import JsonObjectField, pretty_json, rounded, run_bulk
 from common.api import ApplicationError
 from feedback.delta import delta_is_empty, json_delta
 from feedback.models import (
@@ -13,6 +15,7 @@ from feedback.models import (
     ProposalStatus,
     ReviewOutcome,
 )
+from feedback.selectors import mistake_categories_in_use
 from feedback.services.reviews import Reviewer, execution_review, proposal_approve, proposal_modify, proposal_reject
 
 """Admin screens of the feedback app: proposal and execution review queues, feedback records, mistake
@@ -65,7 +68,7 @@ class ProposalAdmin(admin.ModelAdmin):
     """The proposal queue: approve, reject with notes, or modify the action JSON."""
 
     form = ProposalReviewForm
-    list_display = ["id", "agent", "action", "status", "confidence", "created_at", "reviewed_at"]
+    list_display = ["id", "agent", "action", "status", rounded("confidence"), "created_at", "reviewed_at"]
     list_filter = ["status", "agent", "action"]
     search_fields = ["action__name", "agent__name", "review_notes"]
     list_select_related = ["agent", "action"]
@@ -159,12 +162,15 @@ class ProposalAdmin(admin.ModelAdmin):
     @admin.action(description="Reject selected pending proposals", permissions=["change"])
     def reject_selected(self, request, queryset):
         reviewer = Reviewer(user=request.user, source="admin_bulk")
-        run_bulk(
+        return bulk_rejection(
             self,
             request,
             queryset,
-            lambda p: proposal_reject(proposal=p.pk, reviewer=reviewer, notes=f"Rejected in bulk by {request.user}"),
-            "Rejected",
+            change="rejected",
+            apply=lambda p, category, notes: proposal_reject(
+                proposal=p.pk, reviewer=reviewer, notes=notes, mistake_category=category
+            ),
+            done="Rejected",
         )
 
 
@@ -187,13 +193,30 @@ class ExecutionReviewForm(forms.ModelForm):
         return data
 
 
+class ReviewStateFilter(admin.SimpleListFilter):
+    """One filter for the review state (unreviewed, correct, incorrect), not two with the same title."""
+
+    title = "review outcome"
+    parameter_name = "review"
+
+    def lookups(self, request, model_admin):
+        return [("unreviewed", "unreviewed"), ("correct", "correct"), ("incorrect", "incorrect")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "unreviewed":
+            return queryset.filter(review_outcome__isnull=True)
+        if self.value() in ("correct", "incorrect"):
+            return queryset.filter(review_outcome=self.value())
+        return queryset
+
+
 @admin.register(Execution)
 class ExecutionAdmin(admin.ModelAdmin):
     """The execution review queue: correct or incorrect, with notes."""
 
     form = ExecutionReviewForm
-    list_display = ["id", "agent", "action", "success", "confidence", "review_outcome", "created_at"]
-    list_filter = [("review_outcome", admin.EmptyFieldListFilter), "review_outcome", "success", "agent", "action"]
+    list_display = ["id", "agent", "action", "success", rounded("confidence"), "review_outcome", "created_at"]
+    list_filter = [ReviewStateFilter, "success", "agent", "action"]
     list_select_related = ["agent", "action"]
     search_fields = ["action__name", "agent__name"]
     readonly_fields = [
@@ -292,7 +315,49 @@ class ExecutionAdmin(admin.ModelAdmin):
 
     @admin.action(description="Review selected executions: incorrect", permissions=["change"])
     def mark_incorrect(self, request, queryset):
-        self._bulk(request, queryset, ReviewOutcome.INCORRECT)
+        reviewer = Reviewer(user=request.user, source="admin_bulk")
+        return bulk_rejection(
+            self,
+            request,
+            queryset,
+            change="marked incorrect",
+            apply=lambda e, category, notes: execution_review(
+                execution=e.pk, reviewer=reviewer, outcome=ReviewOutcome.INCORRECT, notes=notes, mistake_category=category
+            ),
+            done="Reviewed incorrect",
+        )
+
+
+def bulk_rejection(modeladmin, request, queryset, *, change: str, apply, done: str):
+    """Reject several items of one kind behind a confirmation that lists each and asks the mistake category."""
+    rows = list(queryset.select_related("agent", "action"))
+    error = ""
+    if request.POST.get("post") == "yes":
+        category = request.POST.get("category", "").strip()
+        notes = request.POST.get("notes", "").strip()
+        if category:
+            run_bulk(modeladmin, request, queryset, lambda obj: apply(obj, category, notes), done)
+            return None
+        error = "Choose a reason: rejections without one never form mistake patterns."
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": f"Confirm: {len(rows)} {modeladmin.model._meta.verbose_name_plural} {change}",
+        "intro": f"Each of these {len(rows)} items will be {change}.",
+        "opts": modeladmin.model._meta,
+        "rows": [(obj, change) for obj in rows],
+        "queryset": rows,
+        "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+        "action_name": request.POST.get("action", ""),
+        "categories": review_categories(),
+        "submit": f"Yes, {change.split()[0]} {len(rows)}",
+        "error": error,
+    }
+    return TemplateResponse(request, "admin/feedback/bulk_rejection.html", context)
+
+
+def review_categories() -> list[str]:
+    preset = list(settings.REVIEW_MISTAKE_CATEGORIES)
+    return preset + [c for c in mistake_categories_in_use() if c not in preset]
 
 
 class FeedbackRecordReadOnlyMixin:

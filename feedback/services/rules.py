@@ -122,13 +122,16 @@ def correction_rule_approve(*, rule, user) -> CorrectionRule:
     return obj
 
 
-def correction_rule_deactivate(*, rule, user=None) -> CorrectionRule:
+def correction_rule_deactivate(*, rule, user=None, reason: str = "") -> CorrectionRule:
+    """Stop a rule (pending or active); its history keeps who and why."""
     with transaction.atomic():
         obj = _rule_locked(rule)
         if obj.status in (CorrectionRuleStatus.INACTIVE, CorrectionRuleStatus.EXPIRED):
             raise Conflict(f"Rule {obj.pk} is already {obj.status}.", field="status", extra={"current_status": obj.status})
         obj.status, obj.deactivated_by, obj.deactivated_at = CorrectionRuleStatus.INACTIVE, user, timezone.now()
         obj._history_user = user
+        if reason:
+            obj._change_reason = f"reverted: {reason}"[:100]
         obj.save(update_fields=["status", "deactivated_by", "deactivated_at"])
     return obj
 

@@ -57,20 +57,16 @@ def candidate_change_preview(candidate: LearningCandidate) -> str:
 
 @admin.register(LearningCandidate)
 class LearningCandidateAdmin(SimpleHistoryAdmin):
+    # Fits 1400 px: the rest (type, source, who decided and when) is on the detail page.
     list_display = [
         "input_pattern",
         "suggested_output",
-        "candidate_type",
         "status",
         "occurrence_count",
         "confidence_pct",
         "risk_level",
         "user_id",
-        "source",
         "last_seen_at",
-        "reviewed_by",
-        "reviewed_by_agent",
-        "reviewed_at",
     ]
     list_filter = [
         "status",

@@ -3,6 +3,7 @@
 from django.contrib import admin
 from simple_history.admin import SimpleHistoryAdmin
 
+from common.admin import revert_link
 from embeddings.admin import EmbeddingStatusMixin
 from learning.models import (
     EntityAlias,
@@ -49,7 +50,7 @@ class LearnedPhraseAdmin(EmbeddingStatusMixin, SimpleHistoryAdmin):
     search_fields = ["phrase", "normalized", "verb__name", "user_id"]
     list_select_related = ["verb"]
     autocomplete_fields = ["verb"]
-    readonly_fields = ["normalized", "created_at", "updated_at", "last_matched_at"]
+    readonly_fields = ["normalized", "created_at", "updated_at", "last_matched_at", revert_link("phrase")]
 
 
 @admin.register(EntityAlias)
@@ -67,4 +68,4 @@ class PhraseBlockAdmin(EmbeddingStatusMixin, SimpleHistoryAdmin):
     search_fields = ["phrase", "verb__name", "user_id", "reason"]
     list_select_related = ["verb"]
     autocomplete_fields = ["verb"]
-    readonly_fields = ["normalized", "created_at"]
+    readonly_fields = ["normalized", "created_at", revert_link("block")]

@@ -4,8 +4,9 @@ from django.contrib import admin, messages
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 
+from common.admin import rounded, signal_direction
 from common.api import ApplicationError as _ApplicationError
 from learning import selectors as _selectors
 from learning.models import (
@@ -17,13 +18,54 @@ from learning.models import (
 )
 from learning.services.profiles import resolution_profile_activate, resolution_profile_fit, resolution_profile_retire
 
+CHART_ROWS = 30  # bars drawn above a table; the table lists every row
+
+
+def _outcomes_chart(rows: list[dict]) -> dict:
+    """Shares of what became of the requests that showed each verb, as stacked horizontal bars (percent)."""
+    parts = [
+        ("chosen", "chosen", "#2e7d32"),
+        ("another chosen", None, "#90caf9"),
+        ("abandoned", "abandoned", "#e57373"),
+        ("expired", "expired", "#ffb74d"),
+        ("open", "open", "#bdbdbd"),
+    ]
+    datasets = []
+    for label, key, color in parts:
+        if key is None:
+            data = [round(r["selected_pct"] - r["chosen_pct"], 1) for r in rows]
+        else:
+            data = [r[f"{key}_pct"] for r in rows]
+        datasets.append({"label": label, "data": data, "color": color})
+    return {"labels": [r["verb"] for r in rows], "datasets": datasets, "stacked": True, "horizontal": True, "max": 100}
+
+
+def _signals_chart(rows: list[dict]) -> dict:
+    """Positive and negative signals per phrase and verb, as stacked horizontal bars (counts)."""
+    return {
+        "labels": [f"{r['normalized'][:40]} → {r['verb']}" for r in rows],
+        "datasets": [
+            {"label": "for", "data": [r["positive"] for r in rows], "color": "#2e7d32"},
+            {"label": "against", "data": [r["negative"] for r in rows], "color": "#c62828"},
+        ],
+        "stacked": True,
+        "horizontal": True,
+    }
+
 
 class LearningSignalInline(admin.TabularInline):
     model = LearningSignal
     extra = 0
     can_delete = False
-    fields = ["phrase", "verb", "outcome", "is_negative", "confidence", "result", "candidate_id", "processed_at"]
+    fields = ["phrase", "verb", "outcome", signal_direction, rounded("confidence"), "result", "candidate_link", "processed_at"]
     readonly_fields = fields
+
+    @admin.display(description="candidate")
+    def candidate_link(self, obj):
+        if not obj.candidate_id:
+            return "—"
+        url = reverse("admin:learning_learningcandidate_change", args=[obj.candidate_id])
+        return format_html('<a href="{}">#{}</a>', url, obj.candidate_id)
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -79,8 +121,11 @@ class DisambiguationRequestAdmin(admin.ModelAdmin):
     def options_table(self, obj):
         return format_html_join(
             "",
-            "<div>{}. <strong>{}</strong> — {} <small>({:.3f}, e.g. “{}”)</small></div>",
-            ((i + 1, o["verb"], o.get("display_name", ""), o["score"], o.get("example", "")) for i, o in enumerate(obj.options)),
+            "<div>{}. <strong>{}</strong> — {} <small>({}, e.g. “{}”)</small></div>",
+            (
+                (i + 1, o["verb"], o.get("display_name", ""), f"{float(o.get('score') or 0.0):.3f}", o.get("example", ""))
+                for i, o in enumerate(obj.options)
+            ),
         )
 
     def get_urls(self):
@@ -93,14 +138,15 @@ class DisambiguationRequestAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": "Disambiguation outcomes per verb",
             "opts": self.model._meta,
-            "rows": _selectors.disambiguation_outcomes_per_verb(),
+            "rows": (rows := _selectors.disambiguation_outcomes_per_verb()),
+            "chart": _outcomes_chart(rows[:CHART_ROWS]),
         }
         return TemplateResponse(request, "admin/learning/disambiguation_outcomes.html", context)
 
 
 @admin.register(LearningSignal)
 class LearningSignalAdmin(admin.ModelAdmin):
-    list_display = ["phrase", "verb", "outcome", "is_negative", "confidence", "source", "user_id", "result", "created_at"]
+    list_display = ["phrase", "verb", "outcome", signal_direction, rounded("confidence"), "user_id", "result", "created_at"]
     list_filter = ["outcome", "source", "is_negative", "result"]
     search_fields = ["normalized", "verb", "user_id"]
     readonly_fields = [f.name for f in LearningSignal._meta.fields]
@@ -123,14 +169,15 @@ class LearningSignalAdmin(admin.ModelAdmin):
             "title": "Learning signals per phrase",
             "opts": self.model._meta,
             "search": search,
-            "rows": _selectors.signals_per_phrase(search=search),
+            "rows": (rows := _selectors.signals_per_phrase(search=search)),
+            "chart": _signals_chart(rows[:CHART_ROWS]),
         }
         return TemplateResponse(request, "admin/learning/signals_per_phrase.html", context)
 
 
 @admin.register(PhraseEvidence)
 class PhraseEvidenceAdmin(admin.ModelAdmin):
-    list_display = ["phrase", "verb", "user_id", "negative", "positive", "signal_count", "updated_at"]
+    list_display = ["phrase", "verb", "user_id", rounded("negative"), rounded("positive"), "signal_count", "updated_at"]
     search_fields = ["normalized", "verb", "user_id"]
     list_filter = ["verb"]
     readonly_fields = [

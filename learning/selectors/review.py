@@ -7,6 +7,7 @@ from learning.models import (
     LearnedPhrase,
     LearningCandidate,
     LearningSignal,
+    PhraseBlock,
     PhraseEvidence,
 )
 
@@ -110,3 +111,11 @@ def _near_spellings(normalized: str) -> list[str]:
         out.add(" ".join(bare))
     out.discard(normalized)
     return sorted(out)
+
+
+def learned_phrase_by_id(pk: int) -> LearnedPhrase | None:
+    return LearnedPhrase.objects.select_related("verb").filter(pk=pk).first()
+
+
+def phrase_block_by_id(pk: int) -> PhraseBlock | None:
+    return PhraseBlock.objects.select_related("verb").filter(pk=pk).first()

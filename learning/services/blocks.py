@@ -96,7 +96,7 @@ def _phrase_block_locked(block_id: int) -> PhraseBlock:
     return block
 
 
-def phrase_block_expire(*, block_id: int, reviewer=None, agent=None) -> PhraseBlock:
+def phrase_block_expire(*, block_id: int, reviewer=None, agent=None, reason: str = "") -> PhraseBlock:
     """End a block now; the entry stays (expired) for the audit trail until purged."""
     with transaction.atomic():
         block = _phrase_block_locked(block_id)
@@ -106,6 +106,8 @@ def phrase_block_expire(*, block_id: int, reviewer=None, agent=None) -> PhraseBl
             block._history_user = reviewer
             if agent is not None:
                 block._change_reason = f"expired via API, agent {agent.name}"
+            elif reason:
+                block._change_reason = f"reverted: {reason}"[:100]
             block.save()
     return block
 

@@ -4,6 +4,7 @@ import logging
 
 from django.db import transaction
 
+from common.api import ApplicationError, Conflict, NotFound
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import LearnedPhrase, Verb
@@ -61,3 +62,22 @@ def _learned_phrase_put(
     row._history_user = history_user
     row.save()
     return row, outcome
+
+
+def learned_phrase_deactivate(*, phrase_id: int, reviewer, reason: str) -> LearnedPhrase:
+    """Revert a learned phrase: it stops resolving at once; the row and its history stay (with the reason)."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ApplicationError("Say why the phrase is reverted.", field="reason")
+    with transaction.atomic():
+        row = LearnedPhrase.objects.select_for_update().filter(pk=phrase_id).first()
+        if row is None:
+            raise NotFound(f"Learned phrase {phrase_id} not found.", field="id")
+        if not row.is_active:
+            raise Conflict(f"“{row.phrase}” is already inactive.", field="id", code="already_inactive")
+        row.is_active = False
+        row._history_user = reviewer
+        row._change_reason = f"reverted: {reason}"[:100]
+        row.save()
+    logger.info("learned phrase %s (%r) reverted by %s: %s", row.pk, row.phrase, reviewer, reason)
+    return row
