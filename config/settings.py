@@ -390,6 +390,11 @@ LOGGING = {
 REVIEW_CLAIM_SECONDS = env_int("REVIEW_CLAIM_SECONDS", 600)
 REVIEW_PAGE_SIZE = env_int("REVIEW_PAGE_SIZE", 50)
 REVIEW_NEXT_LOOKAHEAD = env_int("REVIEW_NEXT_LOOKAHEAD", 50)
+# The backlog chart's daily rows per kind (and the purge of expired claims) are taken this often.
+CELERY_BEAT_SCHEDULE["review-backlog-snapshot"] = {
+    "task": "review.backlog_snapshot",
+    "schedule": env_float("REVIEW_BACKLOG_EVERY_S", 3600.0),
+}
 # Preset reasons for a rejection (patterns group negative feedback by them); categories already in use are added.
 REVIEW_MISTAKE_CATEGORIES = [
     c.strip()

@@ -224,3 +224,22 @@ def revert_view(request, kind: str, pk: int):
         "reason": request.POST.get("reason", ""),
     }
     return render(request, "review/revert.html", context, status=status)
+
+
+@admin.register(Decision)
+class DecisionAdmin(admin.ModelAdmin):
+    """The inbox's decision log: who decided what, when and why (read-only)."""
+
+    list_display = ["decided_at", "user", "kind", "object_id", "verdict", "category", "summary"]
+    list_filter = ["kind", "verdict", "category", "user"]
+    search_fields = ["summary", "reason", "user__username"]
+    date_hierarchy = "decided_at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

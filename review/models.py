@@ -59,3 +59,19 @@ class Decision(TenantOwned):
 
     def __str__(self):
         return f"{self.kind} {self.object_id} {self.verdict} by {self.user}"
+
+
+class BacklogSnapshot(TenantOwned):
+    """How many items of one kind waited at the end of a day (the inbox's backlog chart); one row per day and kind."""
+
+    day = models.DateField()
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    waiting = models.PositiveIntegerField()
+    taken_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "day", "kind"], name="backlog_one_per_day_and_kind")]
+        indexes = [models.Index(fields=["day"], name="backlog_day")]
+
+    def __str__(self):
+        return f"{self.day} {self.kind}: {self.waiting}"

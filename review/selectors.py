@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, When
+from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Value, When
 from django.utils import timezone
 
 from actions.selectors import action_by_id
@@ -18,7 +18,7 @@ from autonomy import selectors as autonomy_selectors
 from feedback import selectors as feedback_selectors
 from learning.selectors import review as learning_review
 from memories import selectors as memory_selectors
-from review.models import Claim, Decision, Kind
+from review.models import BacklogSnapshot, Claim, Decision, Kind
 
 RISK_NAMES = {0: "low", 1: "medium", 2: "high"}
 
@@ -351,6 +351,9 @@ def progress(*, days: int = 14) -> dict:
         .values("day")
         .annotate(n=Count("id"), approved=Count("id", filter=Q(verdict=Decision.Verdict.APPROVE)))
     }
+    backlog = dict(
+        BacklogSnapshot.objects.filter(day__gte=since.date()).values("day").annotate(n=Sum("waiting")).values_list("day", "n")
+    )
     series = []
     for offset in range(days):
         day = (since + timedelta(days=offset)).date()
@@ -360,6 +363,7 @@ def progress(*, days: int = 14) -> dict:
                 "day": day.isoformat(),
                 "decided": row["n"],
                 "approval_rate": round(row["approved"] / row["n"], 3) if row["n"] else None,
+                "backlog": backlog.get(day),
             }
         )
     return {"today": totals["today"], "week": totals["week"], "per_reviewer": per_reviewer, "daily": series}

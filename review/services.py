@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from autonomy.services import action_autonomy_revert, autonomy_transition_approve, autonomy_transition_reject
@@ -21,7 +22,7 @@ from learning.services.phrases import learned_phrase_deactivate
 from learning.services.profiles import resolution_profile_activate, resolution_profile_retire
 from memories.services import quarantine_discard, quarantine_release
 from review import selectors
-from review.models import Claim, Decision, Kind
+from review.models import BacklogSnapshot, Claim, Decision, Kind
 
 logger = logging.getLogger(__name__)
 
@@ -257,3 +258,17 @@ def revert_apply(*, kind: str, obj, user, reason: str) -> str:
         action_autonomy_revert(action=obj, user=user, reason=reason)
     logger.info("revert: %s %s by %s: %s", kind, obj.pk, user.get_username(), reason)
     return statement
+
+
+def backlog_snapshot_take() -> int:
+    """Record, per tenant and kind, how many items wait now (today's row is overwritten until the day ends)."""
+    today = timezone.localdate()
+    rows = []
+    for spec in selectors.KINDS.values():
+        for row in spec.waiting().order_by().values("tenant_id").annotate(n=Count("id")):
+            rows.append(BacklogSnapshot(tenant_id=row["tenant_id"], day=today, kind=spec.kind, waiting=row["n"]))
+    with transaction.atomic():
+        BacklogSnapshot.objects.bulk_create(
+            rows, update_conflicts=True, unique_fields=["tenant", "day", "kind"], update_fields=["waiting", "taken_at"]
+        )
+    return len(rows)

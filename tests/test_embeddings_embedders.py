@@ -100,3 +100,39 @@ def test_openai_backend_failure_is_an_embedding_error():
     e = OpenAIEmbedder(model="m", base_url="http://127.0.0.1:9/v1", api_key="k", timeout=0.5, max_retries=0, batch_size=8)
     with pytest.raises(EmbeddingError):
         e.embed("hello")
+
+
+def test_length_sorted_batches_answer_in_the_order_asked():
+    model = LocalMiniLMEmbedder(threads=1, batch_size=2)
+    texts = ["a much longer sentence about moving money between two accounts today", "hi", "my card", "where is it"]
+    together = model.embed_batch(texts)
+    for text, vector in zip(texts, together, strict=True):
+        assert np.allclose(vector, model.embed(text), atol=1e-5)
+
+
+@pytest.mark.django_db
+def test_bulk_jobs_embed_with_several_processes_and_the_same_vectors(tmp_path):
+    from django.core.management import call_command
+
+    from embeddings.embedders import set_embedder
+    from embeddings.parallel import ParallelEmbedder, embedding_workers
+    from learning.models import LearnedPhrase
+    from learning.services.catalogue import verb_catalogue_load
+    from tests.conftest import CBU_CATALOGUE
+
+    set_embedder(None)
+    texts = [f"please show me client unit number {n} and its owners" if n % 2 else f"unit {n}" for n in range(40)]
+    with embedding_workers(2) as parallel:
+        assert isinstance(parallel, ParallelEmbedder) and isinstance(get_embedder().inner, ParallelEmbedder)
+        many = parallel.embed_batch(texts)
+    assert isinstance(get_embedder().inner, LocalMiniLMEmbedder)  # put back after the block
+    single = get_embedder().inner.embed_batch(texts)
+    assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(many, single, strict=True))
+
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    f = tmp_path / "phrases.csv"
+    f.write_text("phrase,verb\n" + "".join(f"{t},cbu.list\n" for t in texts[:20]))
+    call_command("import_phrases", str(f), "--workers", "2", "--no-progress")
+    rows = LearnedPhrase.objects.filter(user_id__isnull=True).order_by("id")
+    assert rows.count() == 20 and all(r.embedding is not None for r in rows)
+    assert np.allclose(np.asarray(rows[0].embedding), get_embedder().embed(rows[0].normalized), atol=1e-4)

@@ -520,3 +520,18 @@ def test_similar_candidates_are_decided_together_and_the_confirmation_lists_each
     statuses = set(LearningCandidate.objects.filter(pk__in=[main.pk, twin.pk, other.pk]).values_list("status", flat=True))
     assert statuses == {"applied"}
     assert Decision.objects.filter(kind="candidate").count() == 3
+
+
+def test_the_backlog_is_recorded_per_day_and_drawn_on_the_inbox(inbox):
+    from review.models import BacklogSnapshot
+    from review.tasks import backlog_snapshot_task
+
+    Claim.objects.create(
+        kind="proposal", object_id=1, user=reviewer_user("old", *ALL_PERMS), claimed_at=timezone.now(), expires_at=timezone.now()
+    )
+    assert backlog_snapshot_task() == {"rows": 7, "claims_purged": 1}
+    assert backlog_snapshot_task()["rows"] == 7  # the same day: overwritten, not added
+    assert BacklogSnapshot.objects.count() == 7
+    rita = reviewer_user("rita", *ALL_PERMS)
+    daily = signed_in(rita).get("/admin/inbox/").context["progress"]["daily"]
+    assert daily[-1]["backlog"] == 7 and daily[0]["backlog"] is None

@@ -2,6 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from embeddings.embedders import EmbeddingError
+from embeddings.parallel import embedding_workers
 from embeddings.services import embeddings_backfill
 
 
@@ -14,10 +15,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--batch-size", type=int, default=128)
         parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar")
+        parser.add_argument(
+            "--workers", type=int, default=1, help="Processes embedding at once with the local model (default 1; up to the cores)"
+        )
 
-    def handle(self, *args, batch_size, no_progress, **options):
+    def handle(self, *args, batch_size, no_progress, workers, **options):
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
+        if workers < 1:
+            raise CommandError("--workers must be at least 1")
         bars = []
 
         def progress(model, total):
@@ -26,7 +32,8 @@ class Command(BaseCommand):
             return bar.update
 
         try:
-            totals = embeddings_backfill(batch_size=batch_size, progress=progress)
+            with embedding_workers(workers):
+                totals = embeddings_backfill(batch_size=batch_size * workers, progress=progress)
         except EmbeddingError as exc:
             raise CommandError(f"The embedder cannot load: {exc}") from exc
         finally:

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from common.api import ApplicationError
 from common.validators import USER_ID_RE
+from embeddings.parallel import embedding_workers
 from learning.importing import FORMATS, ImportFormatError, parse
 from learning.services.imports import ImportRejected, phrases_import
 from tenants.context import DEFAULT_SLUG, tenant_scope
@@ -24,8 +25,11 @@ class Command(BaseCommand):
         parser.add_argument("--dry-run", action="store_true", help="Report what would change; write nothing")
         parser.add_argument("--no-progress", action="store_true", help="No progress bar")
         parser.add_argument("--tenant", default=DEFAULT_SLUG, help="Slug of the tenant to import into (default: %(default)s)")
+        parser.add_argument(
+            "--workers", type=int, default=1, help="Processes embedding at once with the local model (default 1; up to the cores)"
+        )
 
-    def handle(self, *args, file, format, scope, user_id, dry_run, no_progress, tenant, **options):
+    def handle(self, *args, file, format, scope, user_id, dry_run, no_progress, tenant, workers, **options):
         import re
 
         path = Path(file)
@@ -38,6 +42,8 @@ class Command(BaseCommand):
             raise CommandError("--user-id needs --scope user.")
         if user_id and not re.match(USER_ID_RE, user_id):
             raise CommandError(f"Malformed user id {user_id!r}.")
+        if workers < 1:
+            raise CommandError("--workers must be at least 1.")
         if not path.is_file():
             raise CommandError(f"No such file: {path}")
         size = path.stat().st_size
@@ -51,7 +57,7 @@ class Command(BaseCommand):
         if workspace is None:
             raise CommandError(f"No tenant {tenant!r}.")
         try:
-            with tenant_scope([workspace.pk]):
+            with embedding_workers(workers), tenant_scope([workspace.pk]):
                 result = phrases_import(
                     rows=rows,
                     user_id=user_id if scope == "user" else None,

@@ -45,6 +45,7 @@
         labels: rows.map((r) => r.day.slice(5)),
         datasets: [
           { type: "bar", label: "decided", data: rows.map((r) => r.decided), yAxisID: "y" },
+          { type: "line", label: "backlog", data: rows.map((r) => r.backlog), yAxisID: "y", spanGaps: true },
           { type: "line", label: "approval rate", data: rows.map((r) => r.approval_rate), yAxisID: "rate", spanGaps: true },
         ],
       },
