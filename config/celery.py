@@ -15,6 +15,6 @@ if {"worker", "beat"} & set(sys.argv[1:]):
     os.environ["DB_TENANT_DEFAULT"] = "*"
 
 
-app = Celery("agent_learning")
+app = Celery("agent_learning", task_cls="tenants.tasks:TenantTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

@@ -264,6 +264,8 @@ CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL or env_bool("CELERY_TASK_ALWAYS
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", CELERY_BROKER_URL or None)
 CELERY_TASK_ACKS_LATE = True
+# The queue tasks are sent to and workers read by default (one name per deployment sharing a broker).
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "celery")
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

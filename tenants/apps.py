@@ -1,7 +1,7 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
-import tenants.tasks  # noqa: F401  (connects the task signals that carry the sender's tenant)
+import tenants.tasks  # noqa: F401  (registers the header that carries the sender's tenant with every task sent)
 from tenants.context import DEFAULT_SLUG
 
 

@@ -1,14 +1,17 @@
-"""Tasks run in the tenant scope of whoever sent them: a header carries it, a worker enters it."""
+"""Tasks run in the tenant scope of whoever sent them: a header carries it, the task enters it.
 
-from contextlib import ExitStack
+The scope (one transaction with ``SET LOCAL app.tenant_ids``) is entered around the task's own call
+(``TenantTask.__call__``, the base of every task of ``config.celery.app``), not in a ``task_prerun`` handler:
+Celery's Django fixup closes the worker's database connection at ``task_prerun`` when it is not in autocommit,
+which would close the scope's open transaction under the task ("the connection is closed").
+"""
 
-from celery.signals import task_postrun, task_prerun
+from celery import Task
 
 from common.tasks import task_headers_register
 from tenants.context import ALL, tenant_scope, tenant_scope_value
 
 HEADER = "alg_tenants"
-_open: dict[str, ExitStack] = {}
 
 
 def _headers() -> dict:
@@ -27,21 +30,15 @@ def _sent_scope(request):
     return tuple(int(t) for t in str(value).split(",") if t.strip().isdigit())
 
 
-@task_prerun.connect
-def _scope_enter(task_id=None, task=None, **kwargs):
-    scope = _sent_scope(task.request) if task is not None else None
-    if scope is None:
-        return  # sent by a command or the beat: the worker's own default (every tenant)
-    stack = ExitStack()
-    stack.enter_context(tenant_scope(scope))
-    _open[task_id] = stack
+class TenantTask(Task):
+    """Runs in the scope its sender's header names; without one (a command, the beat), in the worker's default."""
 
-
-@task_postrun.connect
-def _scope_exit(task_id=None, **kwargs):
-    stack = _open.pop(task_id, None)
-    if stack is not None:
-        stack.close()
+    def __call__(self, *args, **kwargs):
+        scope = _sent_scope(self.request)
+        if scope is None:
+            return super().__call__(*args, **kwargs)
+        with tenant_scope(scope):
+            return super().__call__(*args, **kwargs)
 
 
 task_headers_register(_headers)

@@ -24,7 +24,7 @@ def candidates_waiting() -> QuerySet[LearningCandidate]:
 
 
 def candidates_by_ids(ids: list[int]) -> QuerySet[LearningCandidate]:
-    return LearningCandidate.objects.filter(pk__in=ids)
+    return LearningCandidate.objects.filter(pk__in=ids).select_related("proposed_by_agent")
 
 
 def profiles_waiting() -> QuerySet[FittedResolutionProfile]:
