@@ -251,6 +251,7 @@ def main():
         for p in procs:
             p.join()
         elapsed = time.perf_counter() - started
+        quiet_results = list(results)
         abuse = None
         if ABUSE_SECONDS > 0:  # abusive traffic beside a second round of normal traffic
             abuse_queue, normal_queue = mp.Queue(), mp.Queue()
@@ -264,7 +265,8 @@ def main():
             abuse_started = time.perf_counter()
             for p in abusers + normal:
                 p.start()
-            results += [normal_queue.get() for _ in normal]
+            beside = [normal_queue.get() for _ in normal]
+            results += beside
             elapsed += time.perf_counter() - abuse_started  # rps: normal requests over both rounds' time
             abuse = [abuse_queue.get() for _ in abusers]
             for p in abusers + normal:
@@ -294,7 +296,15 @@ def main():
     )
     valid_throttled = sum(" HTTP 429 " in e for e in errors)
     errors_5xx = sum(" HTTP 5" in e for e in errors)
+    p95_quiet = np.percentile(np.concatenate([np.array(v) for lat, _ in quiet_results for v in lat.values()]), 95)
+    extra = ""
     if abuse is not None:
+        p95_beside = np.percentile(np.concatenate([np.array(v) for lat, _ in beside for v in lat.values()]), 95)
+        extra = f" p95_quiet_ms={p95_quiet:.1f} p95_beside_abuse_ms={p95_beside:.1f}"
+        body += (
+            f"\n\nNormal traffic p95: {p95_quiet:.1f} ms in the quiet round, {p95_beside:.1f} ms beside the abusive "
+            f"clients ({p95_beside / p95_quiet:.2f}x; target <= 2x)."
+        )
         errors_5xx += sum(a[0] for a in abuse)
         body += (
             f"\n\nAbusive phase: {ABUSE_CLIENTS} clients for {ABUSE_SECONDS:.0f} s sent {sum(a[3] for a in abuse)} bad requests "
@@ -308,7 +318,8 @@ def main():
     record(
         "load",
         body,
-        f"RESULT rps={rps:.1f} p95_ms={np.percentile(every, 95):.1f} errors_5xx={errors_5xx} valid_throttled={valid_throttled}",
+        f"RESULT rps={rps:.1f} p95_ms={np.percentile(every, 95):.1f} errors_5xx={errors_5xx} valid_throttled={valid_throttled}"
+        + extra,
     )
 
 

@@ -52,6 +52,9 @@ def load_phrases(target: int, base_vecs, base: list, verb_ids: dict, rng: random
     model = get_embedder().model_name
     np_rng = np.random.default_rng(have)
     with connection.cursor() as cur, tqdm(total=target - have, desc=f"learned phrases to {target}", unit="row") as bar:
+        # PostgreSQL refuses COPY FROM under row-level security; the table's owner (the app's role) loads it with
+        # the policy lifted for this load only (rows go to the default tenant; share_among_tenants moves them).
+        cur.execute("ALTER TABLE learning_learnedphrase NO FORCE ROW LEVEL SECURITY")
         with cur.connection.cursor().copy(
             "COPY learning_learnedphrase (phrase, normalized, verb_id, user_id, confidence, occurrence_count, source, "
             "is_active, created_at, updated_at, embedding, embedding_model, embedding_hash) FROM STDIN"
@@ -83,6 +86,7 @@ def load_phrases(target: int, base_vecs, base: list, verb_ids: dict, rng: random
                     ]
                 )
                 bar.update(1)
+        cur.execute("ALTER TABLE learning_learnedphrase FORCE ROW LEVEL SECURITY")
     with connection.cursor() as cur:
         cur.execute("ANALYZE learning_learnedphrase")
 
