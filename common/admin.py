@@ -78,3 +78,35 @@ def revert_link(kind: str):
 
     column.short_description = "revert"
     return column
+
+
+def confirm_bulk(modeladmin, request, queryset, *, describe, apply, done: str, submit: str, reason_required: bool = False):
+    """A bulk action behind a confirmation that lists each item and what will change for it; applied on "post".
+
+    ``describe(obj)`` says the change for one item; ``apply(obj, reason)`` makes it through the app's service."""
+    from django.contrib.admin import helpers
+    from django.template.response import TemplateResponse
+
+    rows = list(queryset)
+    error = ""
+    if request.POST.get("post") == "yes":
+        reason = request.POST.get("reason", "").strip()
+        if reason or not reason_required:
+            run_bulk(modeladmin, request, queryset, lambda obj: apply(obj, reason), done)
+            return None
+        error = "Give a reason."
+    opts = modeladmin.model._meta
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": f"Confirm: {submit.lower()} {len(rows)} {opts.verbose_name_plural}",
+        "intro": f"Each of these {len(rows)} {opts.verbose_name_plural} changes as listed.",
+        "opts": opts,
+        "rows": [(obj, describe(obj)) for obj in rows],
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "action_name": request.POST.get("action", ""),
+        "ask_reason": True,
+        "reason_required": reason_required,
+        "submit": f"Yes, {submit.lower()} {len(rows)}",
+        "error": error,
+    }
+    return TemplateResponse(request, "admin/bulk_confirmation.html", context)

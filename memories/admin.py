@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from simple_history.admin import SimpleHistoryAdmin
 
+from common.admin import confirm_bulk
 from common.api import ApplicationError
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryWriteDecision, QuarantineStatus
 from memories.selectors import memory_version_chain
@@ -193,10 +194,15 @@ class MemoryAdmin(SimpleHistoryAdmin):
 
     @admin.action(description="Promote to verified")
     def promote(self, request, queryset):
-        reason = request.POST.get("reason", "")
-        for m in queryset:
-            memory_promote(memory=m, actor=_actor(request), reason=reason)
-        self.message_user(request, f"{queryset.count()} memories promoted.", messages.SUCCESS)
+        return confirm_bulk(
+            self,
+            request,
+            queryset,
+            describe=lambda m: f"{m.status} → verified: retrieved first for {m.user_id}",
+            apply=lambda m, reason: memory_promote(memory=m, actor=_actor(request), reason=reason),
+            done="Promoted",
+            submit="Promote",
+        )
 
     @admin.action(description="Deprecate (give a reason)")
     def deprecate(self, request, queryset):
@@ -268,13 +274,15 @@ class MemoryQuarantineAdmin(admin.ModelAdmin):
 
     @admin.action(description="Release (the edited preview must pass the write-gate)")
     def release(self, request, queryset):
-        for item in queryset:
-            try:
-                result = quarantine_release(item=item, actor=_actor(request))
-            except ApplicationError as exc:
-                self.message_user(request, f"#{item.pk} not released: {exc.message}", messages.ERROR)
-                continue
-            self.message_user(request, f"#{item.pk} released: {result.decision}, memory {result.memory_id}.", messages.SUCCESS)
+        return confirm_bulk(
+            self,
+            request,
+            queryset,
+            describe=lambda item: f"stored as a memory of {item.user_id}: {item.redacted_preview[:100]}",
+            apply=lambda item, reason: quarantine_release(item=item, actor=_actor(request)),
+            done="Released",
+            submit="Release",
+        )
 
     @admin.action(description="Discard")
     def discard(self, request, queryset):

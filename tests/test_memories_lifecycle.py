@@ -294,7 +294,11 @@ class TestAdmin:
     def test_promote_deprecate_purge_actions(self, admin_client):
         m = make_memory(content=LOG_LESSONS[0])
         url = "/admin/memories/memory/"
-        admin_client.post(url, {"action": "promote", "_selected_action": [m.pk], "reason": "", "days": ""})
+        asked = admin_client.post(url, {"action": "promote", "_selected_action": [m.pk]})
+        assert 'class="change"' in asked.content.decode()  # a confirmation listing the memory first
+        m.refresh_from_db()
+        assert m.status == "candidate"
+        admin_client.post(url, {"action": "promote", "_selected_action": [m.pk], "post": "yes", "reason": "proven"})
         m.refresh_from_db()
         assert m.status == "verified" and m.status_changed_by == "admin:rev"
         admin_client.post(url, {"action": "deprecate", "_selected_action": [m.pk], "reason": ""})
@@ -317,7 +321,12 @@ class TestAdmin:
         assert "CorrectHorse9" not in page and "[REDACTED:" in page
         item.redacted_preview = "Use the admin account on the staging grafana console; the credentials are in the team vault."
         item.save(update_fields=["redacted_preview"])
-        admin_client.post("/admin/memories/memoryquarantine/", {"action": "release", "_selected_action": [item.pk]})
+        selected = {"action": "release", "_selected_action": [item.pk]}
+        asked = admin_client.post("/admin/memories/memoryquarantine/", selected)
+        assert "stored as a memory of alice" in asked.content.decode()
+        item.refresh_from_db()
+        assert item.status == "pending"
+        admin_client.post("/admin/memories/memoryquarantine/", {**selected, "post": "yes"})
         item.refresh_from_db()
         assert item.status == "released" and Memory.objects.filter(pk=item.released_memory_id, user_id="alice").exists()
 

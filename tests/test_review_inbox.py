@@ -546,3 +546,17 @@ def test_the_backlog_is_recorded_per_day_and_drawn_on_the_inbox(inbox):
     rita = reviewer_user("rita", *ALL_PERMS)
     daily = signed_in(rita).get("/admin/inbox/").context["progress"]["daily"]
     assert daily[-1]["backlog"] == 7 and daily[0]["backlog"] is None
+
+
+def test_bulk_rule_activation_lists_each_rule_before_it_applies(inbox):
+    _, items = inbox
+    rule = items["rule"]
+    boss = reviewer_user("boss", "view_correctionrule", "change_correctionrule", "approve_correctionrule")
+    client = signed_in(boss)
+    selected = {"action": "approve_selected", "_selected_action": [rule.pk]}
+    asked = client.post("/admin/feedback/correctionrule/", selected).content.decode()
+    assert "becomes active for agent-a on email.send" in asked
+    assert CorrectionRule.objects.get(pk=rule.pk).status == "pending_approval"
+    client.post("/admin/feedback/correctionrule/", {**selected, "post": "yes"})
+    rule = CorrectionRule.objects.get(pk=rule.pk)
+    assert rule.status == "active" and rule.approved_by == boss

@@ -10,7 +10,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from simple_history.admin import SimpleHistoryAdmin
 
-from common.admin import pretty_json, revert_link, run_bulk
+from common.admin import confirm_bulk, pretty_json, revert_link, run_bulk
 from common.api import ApplicationError
 from feedback.models import (
     CorrectionRule,
@@ -198,7 +198,15 @@ class CorrectionRuleAdmin(SimpleHistoryAdmin):
 
     @admin.action(description="Approve selected pending rules", permissions=["approve"])
     def approve_selected(self, request, queryset):
-        run_bulk(self, request, queryset, lambda r: correction_rule_approve(rule=r, user=request.user), "Approved")
+        return confirm_bulk(
+            self,
+            request,
+            queryset.select_related("agent", "action"),
+            describe=lambda r: f"becomes active for {r.agent.name} on {r.action.name}: {r.precondition[:120]}",
+            apply=lambda r, reason: correction_rule_approve(rule=r, user=request.user),
+            done="Approved",
+            submit="Approve",
+        )
 
     @admin.action(description="Deactivate selected rules", permissions=["change"])
     def deactivate_selected(self, request, queryset):
