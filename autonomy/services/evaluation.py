@@ -292,45 +292,64 @@ def autonomy_transition_reject(*, transition, user, notes: str = "") -> Autonomy
     return obj
 
 
+def _action_locked(action) -> Action:
+    pk = action.pk if hasattr(action, "pk") else int(action)
+    row = Action.objects.select_for_update().filter(pk=pk).first()
+    if row is None:
+        raise NotFound(f"Action {pk} not found.", field="action")
+    return row
+
+
+def _level_set_now(row: Action, *, to_level: int, user, reason: str, evidence: dict, why: str) -> AutonomyTransition:
+    """Inside the caller's transaction, with the action locked: set its level at once as ``user`` decided, record it as
+    an applied transition, and reject an open proposal for the action as superseded (``why`` names what did)."""
+    now = timezone.now()
+    for open_row in AutonomyTransition.objects.select_for_update().filter(action=row, status=TransitionStatus.PROPOSED):
+        open_row.status, open_row.decided_by, open_row.decided_at = TransitionStatus.REJECTED, user, now
+        open_row.decision_notes = f"superseded by {why}: {reason}"[:5000]
+        open_row._history_user = user
+        open_row.save(update_fields=["status", "decided_by", "decided_at", "decision_notes"])
+    applied = AutonomyTransition(
+        action=row,
+        from_level=row.autonomy_level,
+        to_level=to_level,
+        status=TransitionStatus.APPLIED,
+        evidence=evidence,
+        reason=reason[:5000],
+        decided_by=user,
+        decided_at=now,
+        decision_notes=reason[:5000],
+    )
+    applied._history_user = user
+    applied.save()
+    row.autonomy_level = to_level
+    row._history_user = user
+    row._change_reason = f"{why} #{applied.pk} by user {user}: {reason}"[:100]
+    row.save(update_fields=["autonomy_level"])
+    return applied
+
+
+def _reason_required(reason: str, what: str) -> str:
+    reason = (reason or "").strip()
+    if not reason:
+        raise ApplicationError(f"Say why the {what}.", field="reason")
+    return reason
+
+
 def action_autonomy_stop(*, action, user, reason: str) -> AutonomyTransition:
     """Emergency stop: the action drops to level 1 (propose only) at once, decided by a human with the permission.
 
     Recorded as an applied transition (and in the action's history) naming the human and the reason; an open
     proposal for the action is rejected as superseded."""
     _check_human(user)
-    reason = (reason or "").strip()
-    if not reason:
-        raise ApplicationError("Say why the action is stopped.", field="reason")
-    pk = action.pk if hasattr(action, "pk") else int(action)
+    reason = _reason_required(reason, "action is stopped")
     with transaction.atomic():
-        row = Action.objects.select_for_update().filter(pk=pk).first()
-        if row is None:
-            raise NotFound(f"Action {pk} not found.", field="action")
+        row = _action_locked(action)
         if row.autonomy_level == AutonomyLevel.PROPOSE:
             raise Conflict(f"{row.name} already runs at level 1 (propose only).", field="action", code="already_stopped")
-        now = timezone.now()
-        for open_row in AutonomyTransition.objects.select_for_update().filter(action=row, status=TransitionStatus.PROPOSED):
-            open_row.status, open_row.decided_by, open_row.decided_at = TransitionStatus.REJECTED, user, now
-            open_row.decision_notes = f"superseded by an emergency stop: {reason}"[:5000]
-            open_row._history_user = user
-            open_row.save(update_fields=["status", "decided_by", "decided_at", "decision_notes"])
-        stop = AutonomyTransition(
-            action=row,
-            from_level=row.autonomy_level,
-            to_level=AutonomyLevel.PROPOSE,
-            status=TransitionStatus.APPLIED,
-            evidence={"emergency_stop": True},
-            reason=reason[:5000],
-            decided_by=user,
-            decided_at=now,
-            decision_notes=reason[:5000],
+        stop = _level_set_now(
+            row, to_level=AutonomyLevel.PROPOSE, user=user, reason=reason, evidence={"emergency_stop": True}, why="emergency stop"
         )
-        stop._history_user = user
-        stop.save()
-        row.autonomy_level = AutonomyLevel.PROPOSE
-        row._history_user = user
-        row._change_reason = f"emergency stop #{stop.pk} by user {user}: {reason}"[:100]
-        row.save(update_fields=["autonomy_level"])
     logger.warning("emergency stop of %s by %s: %s", row.name, user, reason)
     return stop
 
@@ -340,14 +359,9 @@ def action_autonomy_revert(*, action, user, reason: str) -> AutonomyTransition:
     the permission; recorded as an applied transition that names the one it reverts. Refused when nothing was
     applied, or when the level changed since that transition."""
     _check_human(user)
-    reason = (reason or "").strip()
-    if not reason:
-        raise ApplicationError("Say why the level is reverted.", field="reason")
-    pk = action.pk if hasattr(action, "pk") else int(action)
+    reason = _reason_required(reason, "level is reverted")
     with transaction.atomic():
-        row = Action.objects.select_for_update().filter(pk=pk).first()
-        if row is None:
-            raise NotFound(f"Action {pk} not found.", field="action")
+        row = _action_locked(action)
         last = (
             AutonomyTransition.objects.filter(action=row, status=TransitionStatus.APPLIED).order_by("-decided_at", "-id").first()
         )
@@ -359,28 +373,8 @@ def action_autonomy_revert(*, action, user, reason: str) -> AutonomyTransition:
                 field="action",
                 code="level_changed",
             )
-        now = timezone.now()
-        for open_row in AutonomyTransition.objects.select_for_update().filter(action=row, status=TransitionStatus.PROPOSED):
-            open_row.status, open_row.decided_by, open_row.decided_at = TransitionStatus.REJECTED, user, now
-            open_row.decision_notes = f"superseded by a revert: {reason}"[:5000]
-            open_row._history_user = user
-            open_row.save(update_fields=["status", "decided_by", "decided_at", "decision_notes"])
-        revert = AutonomyTransition(
-            action=row,
-            from_level=row.autonomy_level,
-            to_level=last.from_level,
-            status=TransitionStatus.APPLIED,
-            evidence={"revert_of": last.pk},
-            reason=reason[:5000],
-            decided_by=user,
-            decided_at=now,
-            decision_notes=reason[:5000],
+        revert = _level_set_now(
+            row, to_level=last.from_level, user=user, reason=reason, evidence={"revert_of": last.pk}, why="revert"
         )
-        revert._history_user = user
-        revert.save()
-        row.autonomy_level = last.from_level
-        row._history_user = user
-        row._change_reason = f"revert of transition #{last.pk} by user {user}: {reason}"[:100]
-        row.save(update_fields=["autonomy_level"])
     logger.warning("autonomy of %s reverted to %s by %s: %s", row.name, row.autonomy_level, user, reason)
     return revert
