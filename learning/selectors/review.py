@@ -103,14 +103,14 @@ def _near_spellings(normalized: str) -> list[str]:
     words = normalized.split()
     if not words:
         return []
-    out = set()
+    spellings = set()
     last = words[-1]
-    out.add(" ".join([*words[:-1], last[:-1]]) if last.endswith("s") else " ".join([*words[:-1], last + "s"]))
+    spellings.add(" ".join([*words[:-1], last[:-1]]) if last.endswith("s") else " ".join([*words[:-1], last + "s"]))
     bare = [w for w in words if w not in {"a", "an", "the", "my", "your"}]
     if bare != words:
-        out.add(" ".join(bare))
-    out.discard(normalized)
-    return sorted(out)
+        spellings.add(" ".join(bare))
+    spellings.discard(normalized)
+    return sorted(spellings)
 
 
 def learned_phrase_by_id(pk: int) -> LearnedPhrase | None:
