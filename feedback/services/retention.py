@@ -26,13 +26,16 @@ logger = logging.getLogger(__name__)
 
 _COLUMNS = [f.column for f in FeedbackRecord._meta.concrete_fields]
 
+# The batch is chosen once, in a MATERIALIZED CTE: written as ``WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP
+# LOCKED)`` the planner may rescan the sub-select and move more than n rows in one statement (seen under load).
 _ARCHIVE_BATCH_SQL = """
-WITH moved AS (
-    DELETE FROM {live} fr
-     WHERE fr.id IN (SELECT id FROM {live}
-                      WHERE created_at < %(cutoff)s AND id > %(after)s
-                      ORDER BY id LIMIT %(batch)s
-                        FOR UPDATE SKIP LOCKED)
+WITH batch AS MATERIALIZED (
+    SELECT id AS batch_id FROM {live}
+     WHERE created_at < %(cutoff)s AND id > %(after)s
+     ORDER BY id LIMIT %(batch)s
+       FOR UPDATE SKIP LOCKED
+), moved AS (
+    DELETE FROM {live} fr USING batch WHERE fr.id = batch.batch_id
     RETURNING {columns}
 ), archived AS (
     INSERT INTO {archive} ({columns}, archived_at)
