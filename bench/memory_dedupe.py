@@ -22,7 +22,7 @@ import random
 import time
 
 import numpy as np
-from _common import fresh_database, record, setup_django, table
+from _common import fresh_database, record, rls_lifted, setup_django, table
 from django.conf import settings
 from django.db import connection
 from tqdm import tqdm
@@ -56,6 +56,7 @@ def insert_firsts(pairs, vectors: dict[str, np.ndarray], model: str) -> None:
     from memories.simhash import simhash, to_hex
 
     with (
+        rls_lifted("memories_memory"),
         connection.cursor() as cur,
         cur.connection.cursor().copy(
             "COPY memories_memory (namespace, user_id, memory_type, topic, tags, content, status, confidence, hits, streak, "

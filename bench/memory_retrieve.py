@@ -22,7 +22,7 @@ import random
 import time
 
 import numpy as np
-from _common import fresh_database, record, setup_django, start_gunicorn, stop_gunicorn, table
+from _common import fresh_database, record, rls_lifted, setup_django, start_gunicorn, stop_gunicorn, table
 from django.conf import settings
 from django.db import connection, transaction
 from tqdm import tqdm
@@ -55,7 +55,11 @@ def load_memories(texts: list[str], vectors: np.ndarray, model: str, rng: random
         indexdef = cur.fetchone()[0]
         cur.execute("DROP INDEX memory_embedding_hnsw")
     now = time.time()
-    with connection.cursor() as cur, tqdm(total=USERS * PER_USER, desc="memories", unit="row") as bar:
+    with (
+        rls_lifted("memories_memory"),
+        connection.cursor() as cur,
+        tqdm(total=USERS * PER_USER, desc="memories", unit="row") as bar,
+    ):
         with cur.connection.cursor().copy(
             "COPY memories_memory (namespace, user_id, memory_type, topic, tags, content, status, confidence, hits, streak, "
             "version, simhash, content_sha256, source_session_id, source_message_id, metadata, status_reason, "

@@ -26,7 +26,7 @@ import random
 import time
 
 import numpy as np
-from _common import fresh_database, record, setup_django, start_gunicorn, stop_gunicorn, table
+from _common import fresh_database, record, rls_lifted, setup_django, start_gunicorn, stop_gunicorn, table
 from django.db import connection
 from tqdm import tqdm
 
@@ -51,10 +51,12 @@ def load_phrases(target: int, base_vecs, base: list, verb_ids: dict, rng: random
         return
     model = get_embedder().model_name
     np_rng = np.random.default_rng(have)
-    with connection.cursor() as cur, tqdm(total=target - have, desc=f"learned phrases to {target}", unit="row") as bar:
-        # PostgreSQL refuses COPY FROM under row-level security; the table's owner (the app's role) loads it with
-        # the policy lifted for this load only (rows go to the default tenant; share_among_tenants moves them).
-        cur.execute("ALTER TABLE learning_learnedphrase NO FORCE ROW LEVEL SECURITY")
+    # Rows go to the default tenant; share_among_tenants moves them.
+    with (
+        rls_lifted("learning_learnedphrase"),
+        connection.cursor() as cur,
+        tqdm(total=target - have, desc=f"learned phrases to {target}", unit="row") as bar,
+    ):
         with cur.connection.cursor().copy(
             "COPY learning_learnedphrase (phrase, normalized, verb_id, user_id, confidence, occurrence_count, source, "
             "is_active, created_at, updated_at, embedding, embedding_model, embedding_hash) FROM STDIN"
@@ -86,7 +88,6 @@ def load_phrases(target: int, base_vecs, base: list, verb_ids: dict, rng: random
                     ]
                 )
                 bar.update(1)
-        cur.execute("ALTER TABLE learning_learnedphrase FORCE ROW LEVEL SECURITY")
     with connection.cursor() as cur:
         cur.execute("ANALYZE learning_learnedphrase")
 
