@@ -128,6 +128,14 @@ def _decide_post(request, spec, obj):
     if spec.kind == Kind.CANDIDATE:
         wanted = {int(x) for x in request.POST.getlist("together") if x.isdigit() and int(x) != obj.pk}
         together = [d for d in selectors.item_evidence(spec.kind, obj)["duplicates"] if d.pk in wanted]
+    if (
+        spec.kind == Kind.CANDIDATE
+        and action == Decision.Verdict.APPROVE
+        and not form["acknowledged"]
+        and selectors.item_evidence(spec.kind, obj)["conflicts"]
+    ):  # said before the confirmation page, not after it
+        messages.error(request, services.CONFLICT_UNACKNOWLEDGED)
+        return _decide_page(request, spec, obj, status=400, form=form)
     if action == Decision.Verdict.APPROVE and spec.confirm_approve and not confirmed:
         context = {
             **admin.site.each_context(request),

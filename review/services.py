@@ -26,6 +26,10 @@ from review.models import BacklogSnapshot, Claim, Decision, Kind
 
 logger = logging.getLogger(__name__)
 
+CONFLICT_UNACKNOWLEDGED = (
+    "Other phrases or users' confirmations map this text to another verb; acknowledge the conflict to approve."
+)
+
 
 def claim_take(*, kind: str, object_id: int, tenant_id: int, user) -> Claim | None:
     """Hold the item for ``REVIEW_CLAIM_SECONDS``: a new claim, an expired one taken over, or the user's own renewed.
@@ -167,11 +171,7 @@ def item_decide(
             )
         if kind == Kind.CANDIDATE and approve and not acknowledged:
             if selectors.item_evidence(kind, obj)["conflicts"]:
-                raise ApplicationError(
-                    "Other phrases or users' confirmations map this text to another verb; acknowledge the conflict to approve.",
-                    field="acknowledged",
-                    code="conflict_unacknowledged",
-                )
+                raise ApplicationError(CONFLICT_UNACKNOWLEDGED, field="acknowledged", code="conflict_unacknowledged")
         summary = change_statement(kind=kind, obj=obj, verdict=verdict)
         try:
             _apply(kind, obj, user=user, approve=approve, category=category, reason=reason)

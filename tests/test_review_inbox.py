@@ -381,7 +381,7 @@ def test_browser_a_reviewer_works_through_every_kind_by_keyboard(live_server, ch
             page.keyboard.press("a")
             page.wait_for_selector("#change-statement")
             if kind == "transition":
-                assert "from level 1 to level 2" in page.locator("#change-statement").inner_text()
+                assert "Autonomy of email.send changes from level 1 to level 2" in page.locator("#change-statement").inner_text()
                 page.screenshot(path=str(SCREENS / "confirm_transition.png"), full_page=True)
             with page.expect_navigation():
                 page.keyboard.press("c")
@@ -560,3 +560,26 @@ def test_bulk_rule_activation_lists_each_rule_before_it_applies(inbox):
     client.post("/admin/feedback/correctionrule/", {**selected, "post": "yes"})
     rule = CorrectionRule.objects.get(pk=rule.pk)
     assert rule.status == "active" and rule.approved_by == boss
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_browser_a_conflicting_candidate_is_approved_only_after_the_acknowledgement(live_server, chromium):
+    _, items = mixed_inbox()
+    reviewer_user("rita", *ALL_PERMS, password="s3cret-pass")
+    page = _login(chromium, live_server, "rita")
+    candidate = items["candidate"]
+    page.goto(f"{live_server.url}/admin/inbox/candidate/{candidate.pk}/")
+    assert page.locator("#conflict-warning").is_visible()
+    with page.expect_navigation():
+        page.keyboard.press("a")  # no acknowledgement: refused, the same page says why
+    assert "acknowledge the conflict" in page.content()
+    assert LearningCandidate.objects.get(pk=candidate.pk).status == "pending"
+    page.check("#id_acknowledged")
+    page.locator("body").click()  # leave the checkbox so the shortcut is not typed into a field
+    with page.expect_navigation():
+        page.keyboard.press("a")
+    assert "for every user of this tenant" in page.locator("#change-statement").inner_text()
+    with page.expect_navigation():
+        page.keyboard.press("c")
+    assert LearningCandidate.objects.get(pk=candidate.pk).status == "applied"
