@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from common.api import ApplicationError, Conflict, Forbidden, NotFound
+from common.api import ApplicationError, NotFound
 from review import selectors, services
 from review.models import Decision, Kind
 
@@ -148,10 +148,11 @@ def _decide_post(request, spec, obj):
             "form": form,
         }
         return render(request, "review/confirm.html", context)
-    try:
-        decision = services.item_decide(
+
+    def decide(object_id: int):
+        return services.item_decide(
             kind=spec.kind,
-            object_id=obj.pk,
+            object_id=object_id,
             user=request.user,
             verdict=action,
             category=form["category"],
@@ -159,27 +160,20 @@ def _decide_post(request, spec, obj):
             acknowledged=form["acknowledged"],
             confirmed=confirmed,
         )
+
+    try:
+        decision = decide(obj.pk)
     except NotFound:
         raise Http404("No such item.")
-    except (Conflict, Forbidden, ApplicationError) as exc:
+    except ApplicationError as exc:  # claimed, decided already, no permission, not confirmed, refused
         messages.error(request, exc.message)
-        status = 409 if isinstance(exc, Conflict) else 403 if isinstance(exc, Forbidden) else 400
-        return _decide_page(request, spec, obj, status=status, form=form)
+        return _decide_page(request, spec, obj, status=exc.status_code, form=form)
     messages.success(request, f"{decision.get_verdict_display().capitalize()}: {decision.summary}")
     for other in together:
         try:
-            services.item_decide(
-                kind=spec.kind,
-                object_id=other.pk,
-                user=request.user,
-                verdict=action,
-                category=form["category"],
-                reason=form["reason"],
-                acknowledged=form["acknowledged"],
-                confirmed=confirmed or action != Decision.Verdict.APPROVE,
-            )
+            decide(other.pk)
             messages.success(request, f"Also {decision.get_verdict_display()}: “{other.input_pattern}”.")
-        except (NotFound, Conflict, Forbidden, ApplicationError) as exc:
+        except ApplicationError as exc:
             messages.warning(request, f"“{other.input_pattern}” was not decided: {exc.message}")
     return _to_next(request, after=key)
 
@@ -214,9 +208,8 @@ def revert_view(request, kind: str, pk: int):
             statement = services.revert_apply(kind=kind, obj=obj, user=request.user, reason=request.POST.get("reason", ""))
         except NotFound:
             raise Http404("Nothing to revert.")
-        except (Conflict, Forbidden, ApplicationError) as exc:
-            error = exc.message
-            status = 409 if isinstance(exc, Conflict) else 403 if isinstance(exc, Forbidden) else 400
+        except ApplicationError as exc:
+            error, status = exc.message, exc.status_code
         else:
             messages.success(request, f"Reverted: {statement}")
             return redirect(back or "review-inbox")
