@@ -19,6 +19,7 @@ from review.models import Decision, Kind
 SESSION_FILTERS = "review_inbox_filters"
 SESSION_SKIPPED = "review_inbox_skipped"
 RISKS = {"": 0, "medium": 1, "high": 2}
+MAX_PAGE = 10_000  # beyond it a page would ask the database for more rows than a LIMIT holds
 
 
 def _filters_from(params) -> selectors.InboxFilters:
@@ -48,7 +49,7 @@ def inbox_view(request):
     data = selectors.inbox_page(
         user=request.user,
         filters=filters,
-        page=int(page_number) if page_number.isdigit() else 1,
+        page=min(int(page_number), MAX_PAGE) if page_number.isdigit() else 1,
         per_page=settings.REVIEW_PAGE_SIZE,
     )
     context = {

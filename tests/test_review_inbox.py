@@ -583,3 +583,13 @@ def test_browser_a_conflicting_candidate_is_approved_only_after_the_acknowledgem
     with page.expect_navigation():
         page.keyboard.press("c")
     assert LearningCandidate.objects.get(pk=candidate.pk).status == "applied"
+
+
+def test_bad_inbox_parameters_answer_a_page_not_an_error(inbox):
+    client = signed_in(reviewer_user("rita", *ALL_PERMS))
+    for query in ("page=99999999999999999999999", "page=-1", "age=abc", "risk=extreme", "kind=nope", "tenant=x", "order=';--"):
+        assert client.get(f"/admin/inbox/?{query}").status_code == 200, query
+    assert client.get("/admin/inbox/?risk=%00").status_code == 400  # the input policy refuses NUL everywhere
+    assert client.get("/admin/inbox/nope/1/").status_code == 404
+    assert client.post(f"/admin/inbox/proposal/{inbox[1]['proposal'].pk}/", {"action": "explode"}).status_code == 400
+    assert client.get("/admin/revert/nope/1/").status_code == 404
