@@ -292,3 +292,52 @@ def reviewer_client(user):
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
     client.user = user
     return client
+
+
+# --- real Celery workers (Redis broker), for the tests that need separate processes -------------------------
+
+ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REDIS_URL = os.environ.get("CELERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+def redis_required() -> None:
+    """Fail (never skip) when the broker these tests need is not there."""
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"Redis is not reachable at {REDIS_URL} ({exc}); this test needs a real broker and must not be skipped.")
+
+
+def process_env(**extra) -> dict:
+    """The environment of a worker or app process on this test's database and the test broker."""
+    from urllib.parse import urlparse, urlunparse
+
+    from django.db import connection
+
+    db_name = connection.settings_dict["NAME"]
+    env = dict(
+        os.environ,
+        CELERY_BROKER_URL=REDIS_URL,
+        CELERY_RESULT_BACKEND=REDIS_URL,
+        CELERY_TASK_ALWAYS_EAGER="0",
+        EMBEDDED_DB_NAME=db_name,
+        DJANGO_SETTINGS_MODULE="config.settings",
+        LOG_LEVEL="INFO",
+        **extra,
+    )
+    if os.environ.get("DATABASE_URL"):  # the test database on the same server
+        u = urlparse(os.environ["DATABASE_URL"])
+        env["DATABASE_URL"] = urlunparse(u._replace(path="/" + db_name))
+    return env
+
+
+def celery_worker_start(*, queue: str, name: str, env: dict, log):
+    """A real worker process (solo pool) reading ``queue``, its output in ``log``."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-Q", queue, "-n", f"{name}@%h"]
+    argv += ["--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO"]
+    return subprocess.Popen(argv, cwd=ROOT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)

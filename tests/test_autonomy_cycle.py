@@ -2,13 +2,10 @@
 
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import uuid
 from io import StringIO
-from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 import pytest
 from django.conf import settings
@@ -22,8 +19,8 @@ from autonomy.models import Episode
 from autonomy.services import LOCK_NAMESPACE_CYCLE, autonomy_cycle_run
 from feedback.models import CorrectionRule, MistakePattern, Proposal
 from feedback.services.reviews import Reviewer, proposal_create, proposal_reject
+from tests.conftest import REDIS_URL, celery_worker_start, process_env, redis_required
 
-ROOT = Path(__file__).resolve().parent.parent
 REVIEWER = Reviewer(source="command")
 
 
@@ -145,61 +142,16 @@ def test_all_agents_task_runs_eagerly_without_a_broker():
     assert Episode.objects.filter(status="completed").count() == 2
 
 
-REDIS_URL = os.environ.get("CELERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
-
-
 @pytest.mark.celery_worker
 @pytest.mark.django_db(transaction=True)
 def test_a_real_celery_worker_runs_a_cycle():
-    import redis
     from celery import Celery
 
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
-    except redis.RedisError as exc:
-        pytest.fail(
-            f"Redis is not reachable at {REDIS_URL} ({exc}); start it (redis-server --port 6379) — "
-            "this test needs a real broker and must not be skipped."
-        )
+    redis_required()
     agent = seed()
-    db_name = connection.settings_dict["NAME"]
     queue = f"cycle-test-{uuid.uuid4().hex[:8]}"
-    env = dict(
-        os.environ,
-        CELERY_BROKER_URL=REDIS_URL,
-        CELERY_RESULT_BACKEND=REDIS_URL,
-        EMBEDDED_DB_NAME=db_name,
-        DJANGO_SETTINGS_MODULE="config.settings",
-        CELERY_TASK_ALWAYS_EAGER="0",
-        LOG_LEVEL="INFO",
-    )
-    if os.environ.get("DATABASE_URL"):  # point the worker at the test database on the same server
-        u = urlparse(os.environ["DATABASE_URL"])
-        env["DATABASE_URL"] = urlunparse(u._replace(path="/" + db_name))
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "--pool=solo",
-            "-Q",
-            queue,
-            "-n",
-            f"{queue}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "--loglevel=INFO",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    worker = celery_worker_start(queue=queue, name=queue, env=process_env(), log=log)
     client = Celery("cycle-test", broker=REDIS_URL, backend=REDIS_URL)
     try:
         result = client.send_task("autonomy.cycle", args=[agent.pk, "celery"], queue=queue)

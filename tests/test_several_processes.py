@@ -16,20 +16,16 @@ import sys
 import tempfile
 import time
 import uuid
-from urllib.parse import urlparse, urlunparse
 
 import pytest
-from django.db import connection
 
 from actions.models import Action
 from agents.services import agent_key_create
 from autonomy.models import AutonomyTransition, Episode
 from learning.models import DisambiguationRequest, LearningSignal, ResolutionRecord
 from learning.services.catalogue import verb_catalogue_load
-from tests.conftest import CBU_CATALOGUE, fill_history
+from tests.conftest import CBU_CATALOGUE, REDIS_URL, ROOT_DIR, celery_worker_start, fill_history, process_env, redis_required
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REDIS_URL = os.environ.get("CELERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 TEXTS = [
     "list all cbus",
     "cbu overview please",
@@ -90,39 +86,25 @@ def _wait_until(predicate, seconds: float, what: str, logs) -> None:
 @pytest.mark.celery_worker
 @pytest.mark.django_db(transaction=True)
 def test_two_app_processes_and_two_workers_lose_nothing_and_do_nothing_twice():
-    import redis
     from celery import Celery
 
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
-    except redis.RedisError as exc:
-        pytest.fail(f"Redis is not reachable at {REDIS_URL} ({exc}); this test needs a real broker and must not be skipped.")
+    redis_required()
     verb_catalogue_load(entries=CBU_CATALOGUE)
     key, raw = agent_key_create(agent_name="ops", scopes=["resolve", "feedback"])
     send = Action.objects.create(name="email.send", autonomy_level=1)
     fill_history(send, key.agent, completed=25)  # enough success for the cycle to propose a promotion
 
-    db_name = connection.settings_dict["NAME"]
     queue = f"several-{uuid.uuid4().hex[:8]}"
-    env = dict(
-        os.environ,
-        CELERY_BROKER_URL=REDIS_URL,
-        CELERY_RESULT_BACKEND=REDIS_URL,
+    env = process_env(
         CELERY_TASK_DEFAULT_QUEUE=queue,
-        CELERY_TASK_ALWAYS_EAGER="0",
         CELERY_FALLBACK_INLINE="0",
-        EMBEDDED_DB_NAME=db_name,
-        DJANGO_SETTINGS_MODULE="config.settings",
         API_KEY_RATE="100000/min",
     )
-    if os.environ.get("DATABASE_URL"):
-        u = urlparse(os.environ["DATABASE_URL"])
-        env["DATABASE_URL"] = urlunparse(u._replace(path="/" + db_name))
     procs, logs = [], []
 
     def start(argv):
         log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
-        procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+        procs.append(subprocess.Popen(argv, cwd=ROOT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT))
         logs.append(log)
         return procs[-1], log
 
@@ -132,28 +114,13 @@ def test_two_app_processes_and_two_workers_lose_nothing_and_do_nothing_twice():
             start([sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "1", "--timeout", "120"])
             for port in ports
         ]
-        workers = [
-            start(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "config",
-                    "worker",
-                    "--pool=solo",
-                    "-Q",
-                    queue,
-                    "-n",
-                    f"{queue}-{n}@%h",
-                    "--without-gossip",
-                    "--without-mingle",
-                    "--without-heartbeat",
-                    "--loglevel=INFO",
-                ]
-            )
-            for n in range(2)
-        ]
+        workers = []
+        for n in range(2):
+            log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+            worker = celery_worker_start(queue=queue, name=f"{queue}-{n}", env=env, log=log)
+            procs.append(worker)
+            logs.append(log)
+            workers.append((worker, log))
         for port, (proc, log) in zip(ports, apps, strict=True):
             _wait_for_port(port, proc, log)
 
