@@ -13,8 +13,8 @@ def make_agents_and_actions(n_agents: int) -> None:
     Action.objects.bulk_create([Action(name=f"bench.action_{i:02d}", autonomy_level=1 + i % 3) for i in range(ACTIONS)])
     with connection.cursor() as cur:
         cur.execute(
-            "INSERT INTO agents_agent (name, description, is_active, created_at) "
-            "SELECT 'bench-agent-' || g, '', true, now() FROM generate_series(1, %s) g",
+            "INSERT INTO agents_agent (name, description, is_active, private_user_data, created_at) "
+            "SELECT 'bench-agent-' || g, '', true, false, now() FROM generate_series(1, %s) g",
             [n_agents],
         )
         cur.execute("SELECT min(id) FROM agents_agent WHERE name LIKE 'bench-agent-%%'")
