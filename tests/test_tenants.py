@@ -13,14 +13,15 @@ from rest_framework.test import APIClient, APIRequestFactory
 
 from actions.models import Action
 from agents.authentication import ApiKeyAuthentication, verified_keys_forget
-from autonomy.models import AutonomyTransition
+from agents.models import Agent
+from autonomy.models import AutonomyTransition, Episode
 from learning.models import LearnedPhrase, LearningCandidate, Verb
 from learning.services.catalogue import verb_catalogue_load
 from mcp_server.server import Outcome, call_tool_sync, error_body
 from mcp_server.tools import TOOLS_BY_NAME
 from memories.models import Memory, MemoryRetrieval
 from tenants.context import tenant_request, tenant_scope
-from tenants.rls import tables_with_rls, tenant_owned_tables
+from tenants.rls import inherit_function_name, tables_with_rls, tenant_owned_tables
 from tenants.services import membership_add, tenant_create
 from tests.conftest import CBU_VERBS, make_client
 
@@ -261,6 +262,27 @@ def test_rows_written_outside_a_tenant_scope_take_their_parents_tenant(two):
     )
     assert phrase.tenant_id == two["t2"].pk
     assert phrase.history.first().tenant_id == two["t2"].pk
+
+
+def test_a_bulk_insert_outside_a_scope_follows_each_rows_parent_through_a_per_table_trigger(two):
+    """Set-based cycles bulk-insert rows for agents of many tenants at once: each row takes its own agent's tenant,
+    through one trigger per table whose lookup is written out (no dynamic query per row) and which a one-tenant
+    scope never enters (its WHEN clause)."""
+    agents = list(Agent.objects.filter(tenant__in=[two["t1"], two["t2"]]).order_by("pk"))
+    episodes = Episode.objects.bulk_create([Episode(agent=a, trigger="command") for a in agents])
+    assert [e.tenant_id for e in Episode.objects.filter(pk__in=[e.pk for e in episodes]).order_by("agent_id")] == [
+        a.tenant_id for a in agents
+    ]
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT c.relname, p.proname, pg_get_triggerdef(t.oid) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "JOIN pg_proc p ON p.oid = t.tgfoid WHERE t.tgname = 'tenant_inherit'"
+        )
+        triggers = cur.fetchall()
+    assert {"autonomy_episode", "autonomy_calibrationrecord", "learning_learnedphrase"} <= {t[0] for t in triggers}
+    for table, function, definition in triggers:
+        assert function == inherit_function_name(table), definition
+        assert "WHEN" in definition and "tenants_scope()" in definition, definition
 
 
 def test_a_resolve_only_key_changes_nothing(two):
