@@ -347,11 +347,16 @@ def anchor_scores(
     return score, learned_top, top_cos, [int(verbs[i]) for i in idx[:KNN]]
 
 
-def _prior_rows(S, verbs_tr, n_verbs: int, p: dict, exclude, chunk: int = 256):
-    """``anchor_scores`` for many queries at once (catalogue anchors: none learned, full trust): S (n x a) raw
-    cosines to the anchors, ``exclude`` (n, or None) a verb per query scored as if it had no anchors. Answers
-    (score n x V, top cosine n, KNN verbs n x KNN with -1 padding). Same numbers as the per-query loop."""
+def _prior_rows(S, verbs_tr, n_verbs: int, p: dict, exclude, chunk: int = 256, learned=None, trust=None):
+    """``anchor_scores`` for many queries at once: S (n x a) raw cosines to the anchors, ``exclude`` (n, or None)
+    a verb per query scored as if it had no anchors; ``learned`` / ``trust`` (a, or None: catalogue anchors, full
+    trust) as the resolver counts learned anchors (their own floor, similarity times trust). Answers (score n x V,
+    top cosine n, KNN verbs n x KNN with -1 padding, best-anchor-is-learned n x V). Same numbers as the per-query
+    loop."""
     n, a = S.shape
+    learned = np.zeros(a, dtype=bool) if learned is None else np.asarray(learned, dtype=bool)
+    trust = np.ones(a) if trust is None else np.asarray(trust, dtype=np.float64)
+    floor = np.where(learned, p["learned_threshold"], p["min_score"])
     w = [float(x) for x in p["anchor_weights"]]
     order = np.argsort(verbs_tr, kind="stable")  # anchors grouped by verb, ascending index within a verb
     counts = np.bincount(verbs_tr, minlength=n_verbs)
@@ -364,14 +369,18 @@ def _prior_rows(S, verbs_tr, n_verbs: int, p: dict, exclude, chunk: int = 256):
     score = np.zeros((n, n_verbs))
     top_cos = np.zeros(n)
     knn = np.full((n, KNN), -1, dtype=np.int64)
+    learned_top = np.zeros((n, n_verbs), dtype=bool)
+    ext_learned = np.r_[learned, False]
     for s in range(0, n, chunk):
         sims = S[s : s + chunk]
         if exclude is not None:
             sims = np.where(verbs_tr[None, :] == np.asarray(exclude[s : s + chunk])[:, None], np.float32(-1.0), sims)
         top_cos[s : s + len(sims)] = sims.max(axis=1) if a else 0.0
-        eff = np.where(sims >= p["min_score"], sims.astype(np.float64), -np.inf)
+        eff = np.where(sims >= floor[None, :], sims.astype(np.float64) * trust[None, :], -np.inf)
         ext = np.concatenate([eff, np.full((len(eff), 1), -np.inf)], axis=1)
         per_verb = ext[:, pad]  # (rows, V, width)
+        first_best = np.argmax(per_verb, axis=2)  # each verb's best anchor (ties: the lower anchor order)
+        learned_top[s : s + len(sims)] = ext_learned[np.take_along_axis(pad[None, :, :], first_best[:, :, None], axis=2)[:, :, 0]]
         best = -np.sort(-per_verb, axis=2)[:, :, :m]
         num = np.zeros(best.shape[:2])
         den = np.zeros(best.shape[:2])
@@ -391,12 +400,13 @@ def _prior_rows(S, verbs_tr, n_verbs: int, p: dict, exclude, chunk: int = 256):
             rank = np.arange(len(rows)) - np.repeat(first, np.diff(np.r_[first, len(rows)]))
             keep = rank < KNN
             knn[s + rows[keep], rank[keep]] = verbs_tr[cols[keep]]
-    return score, top_cos, knn
+    return score, top_cos, knn, learned_top
 
 
-def _prior_features(score, P, top_cos, knn, n_anch):
-    """``features`` of every row's top verb (catalogue anchors: never learned); rows whose best combined score is
-    not positive are dropped. Answers (kept mask, top verb per row, feature rows)."""
+def _prior_features(score, P, top_cos, knn, n_anch, learned_top=None):
+    """``features`` of every row's top verb (``learned_top``: n x V, the verb's best anchor is a learned phrase;
+    None: never); rows whose best combined score is not positive are dropped. Answers (kept mask, top verb per
+    row, feature rows)."""
     n, V = score.shape
     comb = combine(score, P)
     top = np.argmax(comb, axis=1)
@@ -427,7 +437,7 @@ def _prior_features(score, P, top_cos, knn, n_anch):
             hagree,
             (np.argmax(score, axis=1) == top).astype(np.float64),
             share,
-            np.zeros(n),
+            np.zeros(n) if learned_top is None else learned_top[r, top].astype(np.float64),
             np.log1p(na),
             (na < NEW_VERB_ANCHORS).astype(np.float64),
         ]
@@ -437,15 +447,28 @@ def _prior_features(score, P, top_cos, knn, n_anch):
 
 @_one_blas_thread
 def catalogue_prior(
-    vectors, verbs, n_verbs: int, p: dict, *, max_wrong_rate: float, min_labels: int, folds: int = FOLDS, seed: int = 0
+    vectors,
+    verbs,
+    n_verbs: int,
+    p: dict,
+    *,
+    max_wrong_rate: float,
+    min_labels: int,
+    folds: int = FOLDS,
+    seed: int = 0,
+    learned=None,
+    trust=None,
 ):
     """Labelled examples from the anchors a deployment loaded, and the decision fit on them.
 
     Fold k holds out every verb's k-th anchor (a verb with one anchor loses it: what a query for a missing verb
     looks like); the rest are the anchors and train the head; each held-out anchor is a query labelled "the top
-    verb is its own verb". Answers (fit or None, number of examples)."""
+    verb is its own verb". ``learned`` / ``trust`` (per anchor): learned phrases (an import) are scored as the
+    resolver scores them. Answers (fit or None, number of examples)."""
     vectors = np.asarray(vectors, dtype=np.float32)
     verbs = np.asarray(verbs, dtype=np.int64)
+    learned = np.zeros(len(verbs), dtype=bool) if learned is None else np.asarray(learned, dtype=bool)
+    trust = np.ones(len(verbs)) if trust is None else np.asarray(trust, dtype=np.float64)
     rng = np.random.default_rng(seed)
     fold = np.zeros(len(verbs), dtype=np.int64)
     for v in np.unique(verbs):
@@ -462,13 +485,13 @@ def catalogue_prior(
         S = vectors[te] @ vectors[tr].T
         gold = verbs[te]
         # every held-out phrase as a query (labelled), then as if its own verb did not exist (open set)
-        score, tc, knn = _prior_rows(S, verbs[tr], n_verbs, p, None)
-        keep, top, f = _prior_features(score, P, tc, knn, n_anch)
+        score, tc, knn, lt = _prior_rows(S, verbs[tr], n_verbs, p, None, learned=learned[tr], trust=trust[tr])
+        keep, top, f = _prior_features(score, P, tc, knn, n_anch, lt)
         F.append(f[keep])
         y.append((top == gold)[keep].astype(np.int64))
-        score, tc, knn = _prior_rows(S, verbs[tr], n_verbs, p, gold)
+        score, tc, knn, lt = _prior_rows(S, verbs[tr], n_verbs, p, gold, learned=learned[tr], trust=trust[tr])
         P_open = None if P is None else np.stack([without(P[j], int(g)) for j, g in enumerate(gold)])
-        keep, _, f = _prior_features(score, P_open, tc, knn, n_anch)
+        keep, _, f = _prior_features(score, P_open, tc, knn, n_anch, lt)
         F_open.append(f[keep])
     F = np.vstack(F) if F else np.zeros((0, len(FEATURES)))
     y = np.concatenate(y) if y else np.zeros(0, dtype=np.int64)

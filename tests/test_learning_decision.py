@@ -124,6 +124,35 @@ def test_a_stricter_target_never_resolves_more():
     assert strict["held_out"]["right"] <= loose["held_out"]["right"]
 
 
+def test_the_prior_scores_learned_anchors_as_the_resolver_does():
+    """The vectorised prior rows equal the per-query scoring, with learned anchors held to their own floor and
+    counted at their trust, and each verb's best anchor known to be learned or not."""
+    rng = np.random.default_rng(3)
+    a, n, n_verbs = 40, 12, 6
+    anchors = rng.normal(size=(a, 16))
+    anchors /= np.linalg.norm(anchors, axis=1, keepdims=True)
+    queries = anchors[rng.integers(0, a, n)] + rng.normal(0, 0.6, (n, 16))
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    verbs = rng.integers(0, n_verbs, a)
+    learned = rng.random(a) < 0.5
+    trust = np.where(learned, rng.uniform(0.4, 1.0, a), 1.0)
+    p = {"learned_threshold": 0.35, "min_score": 0.1, "anchor_weights": (1.0, 0.5, 0.25)}
+    S = queries @ anchors.T
+    exclude = rng.integers(0, n_verbs, n)
+    for ex in (None, exclude):
+        score, top_cos, knn, learned_top = decision._prior_rows(S, verbs, n_verbs, p, ex, learned=learned, trust=trust)
+        for i in range(n):
+            one, one_learned, one_cos, one_knn = decision.anchor_scores(
+                S[i], verbs, trust, learned, n_verbs, p, exclude=None if ex is None else int(ex[i])
+            )
+            np.testing.assert_allclose(score[i], one, atol=1e-9)
+            assert top_cos[i] == pytest.approx(one_cos)
+            assert [k for k in knn[i] if k >= 0] == one_knn
+            has = one > 0
+            assert (learned_top[i][has] == one_learned[has]).all()
+    assert learned_top.any() and not learned_top.all()
+
+
 def test_corrupt_params_and_heads_are_rejected():
     with pytest.raises(ValueError):
         decision.check_params({"features": ["x"]})

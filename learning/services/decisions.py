@@ -23,6 +23,7 @@ from embeddings.embedders import current_model_name
 from learning import decision, selectors
 from learning.models import DecisionFit, DecisionFitEvent, DecisionHead, ResolutionRecord
 from learning.resolution import profile
+from learning.scoring import anchor_trust
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ def decision_prior_fit() -> DecisionFit | None:
     when no fit is live (or when the live one is a prior); None when the catalogue is too small to fit one."""
     model = current_model_name()
     # the deployment's own phrases: its catalogue and its global learned phrases (imports, reviewed candidates)
-    vectors, names, is_learned, _ = selectors.decision_anchor_rows(model=model)
+    vectors, names, is_learned, confidence = selectors.decision_anchor_rows(model=model)
     if len(vectors) < settings.RESOLVE_PRIOR_MIN_EXAMPLES:
         return None
     verbs = sorted(set(names))
@@ -179,6 +180,8 @@ def decision_prior_fit() -> DecisionFit | None:
         profile(model),
         max_wrong_rate=settings.RESOLVE_MAX_WRONG_RATE,
         min_labels=settings.RESOLVE_PRIOR_MIN_EXAMPLES,
+        learned=np.array(is_learned, dtype=bool),
+        trust=np.array([anchor_trust(c) for c in confidence]),
     )
     if params is None:
         return None
