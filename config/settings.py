@@ -361,6 +361,14 @@ CELERY_BEAT_SCHEDULE["learning-decision-refit"] = {
     "task": "learning.decision_refit",
     "schedule": env_float("RESOLVE_REFIT_EVERY_S", 86400.0),
 }
+# A tenant with this many learned phrases (and under half of all of them) gets its own partial HNSW index
+# (learning.services.indexes); the index build may use this much memory.
+LEARNED_TENANT_INDEX_MIN_PHRASES = env_int("LEARNED_TENANT_INDEX_MIN_PHRASES", 5000)
+LEARNED_INDEX_BUILD_MEMORY = os.environ.get("LEARNED_INDEX_BUILD_MEMORY", "1GB")
+CELERY_BEAT_SCHEDULE["learning-tenant-indexes-sync"] = {
+    "task": "learning.tenant_indexes_sync",
+    "schedule": env_float("LEARNED_TENANT_INDEX_EVERY_S", 3600.0),
+}
 CELERY_BEAT_SCHEDULE["learning-resolution-records-purge"] = {
     "task": "learning.resolution_records_purge",
     "schedule": env_float("RESOLUTION_PURGE_EVERY_S", 86400.0),

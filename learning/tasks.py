@@ -7,6 +7,7 @@ from celery import shared_task
 from learning.services.blocks import phrase_blocks_purge_expired
 from learning.services.decisions import decision_refit, resolution_records_purge
 from learning.services.disambiguations import disambiguation_signals_process, disambiguations_expire
+from learning.services.indexes import learned_phrase_tenant_indexes_sync
 from tenants.context import tenant_filter_ids, tenant_scope
 from tenants.selectors import tenant_ids_all
 
@@ -70,3 +71,15 @@ def resolution_records_purge_task() -> int:
     """Delete resolution records older than RESOLUTION_RETENTION_DAYS (beat: daily)."""
 
     return resolution_records_purge()
+
+
+@shared_task(name="learning.tenant_indexes_sync", ignore_result=True)
+def tenant_indexes_sync_task() -> dict:
+    """Keep a partial HNSW index for every tenant large enough to need one (beat: hourly). Sizes are compared
+    across tenants, so it runs with every tenant in view (a worker's default), never inside one tenant's scope."""
+
+    if tenant_filter_ids() is not None:
+        logger.warning("tenant index sync refused inside one tenant's scope; the hourly beat runs it")
+        return {"refused": True}
+    result = learned_phrase_tenant_indexes_sync()
+    return {"created": result.created, "rebuilt": result.rebuilt, "dropped": result.dropped, "kept": result.kept}

@@ -1,0 +1,24 @@
+"""Create, rebuild and drop the per-tenant partial HNSW indexes on learned phrases (learning.services.indexes)."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from learning.services.indexes import learned_phrase_tenant_indexes_sync
+
+
+class Command(BaseCommand):
+    help = (
+        "Give every tenant with at least LEARNED_TENANT_INDEX_MIN_PHRASES learned phrases (and under half of all) its "
+        "own partial HNSW index, built concurrently; drop those no longer needed. The hourly beat task does the same."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--min-phrases", type=int, default=None, help="override LEARNED_TENANT_INDEX_MIN_PHRASES")
+
+    def handle(self, *args, min_phrases=None, **options):
+        if min_phrases is not None and min_phrases < 1:
+            raise CommandError("--min-phrases must be a positive number")
+        result = learned_phrase_tenant_indexes_sync(min_phrases=min_phrases)
+        self.stdout.write(
+            f"Tenant indexes: created {result.created or 'none'}, rebuilt {result.rebuilt or 'none'}, "
+            f"dropped {result.dropped or 'none'}, kept {result.kept or 'none'}."
+        )

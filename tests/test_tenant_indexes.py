@@ -1,0 +1,89 @@
+"""Per-tenant partial HNSW indexes on learned phrases: made for tenants that need them, used by the planner
+through the app's own tenant filter, dropped when a tenant shrinks, and the command's errors."""
+
+import numpy as np
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from learning.models import LearnedPhrase, Verb
+from learning.selectors.indexes import TENANT_INDEX_PREFIX, learned_tenant_indexes
+from learning.services.catalogue import verb_catalogue_load
+from learning.services.indexes import learned_phrase_tenant_indexes_sync
+from tenants.context import tenant_scope
+from tenants.selectors import tenant_default
+from tenants.services import tenant_create
+from tests.conftest import CBU_VERBS
+
+pytestmark = pytest.mark.django_db
+
+
+def _phrases(tenant, n: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    with tenant_scope([tenant.pk]):
+        if not Verb.objects.exists():
+            verb_catalogue_load(entries=CBU_VERBS)
+        verb = Verb.objects.get(name="cbu.list")
+        vectors = rng.normal(size=(n, 384)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        LearnedPhrase.objects.bulk_create(
+            [
+                LearnedPhrase(
+                    phrase=f"p{seed}-{i}", normalized=f"p{seed}-{i}", verb=verb, embedding=v.tolist(), embedding_model="m"
+                )
+                for i, v in enumerate(vectors)
+            ]
+        )
+
+
+@pytest.fixture
+def tenants(db):
+    big, small = tenant_create(slug="big"), tenant_create(slug="small")
+    _phrases(tenant_default(), 100, 1)
+    _phrases(big, 30, 2)
+    _phrases(small, 8, 3)
+    return {"big": big, "small": small, "default": tenant_default()}
+
+
+def test_a_tenant_with_enough_phrases_gets_its_own_index_which_its_filter_selects(tenants):
+    result = learned_phrase_tenant_indexes_sync(min_phrases=10)
+    big = tenants["big"].pk
+    # big: 30 >= 10 and under half of 138; small: under the minimum; default: more than half (the global index serves it)
+    assert result.created == [big] and learned_tenant_indexes() == {big: True}
+    with connection.cursor() as cur:
+        cur.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [f"{TENANT_INDEX_PREFIX}{big}"])
+        definition = cur.fetchone()[0]
+    assert "USING hnsw (embedding vector_cosine_ops)" in definition and f"WHERE (tenant_id = {big})" in definition
+    with tenant_scope([big]), connection.cursor() as cur:
+        # the tier query's filter, tenant_id = ANY(ids): the planner proves the partial index's predicate from it
+        cur.execute("SET LOCAL enable_seqscan = off")
+        cur.execute("SET LOCAL enable_sort = off")  # a tiny table: make an ordered index scan the only choice
+        cur.execute(
+            "EXPLAIN SELECT id FROM learning_learnedphrase t WHERE t.tenant_id = ANY(%s) "
+            "ORDER BY t.embedding <=> (SELECT embedding FROM learning_learnedphrase LIMIT 1) LIMIT 5",
+            [[big]],
+        )
+        plan = "\n".join(r[0] for r in cur.fetchall())
+    assert f"{TENANT_INDEX_PREFIX}{big}" in plan, plan
+    # a second run changes nothing
+    again = learned_phrase_tenant_indexes_sync(min_phrases=10)
+    assert again.kept == [big] and not (again.created or again.dropped or again.rebuilt)
+
+
+def test_an_index_stays_near_the_threshold_and_goes_when_its_tenant_shrinks(tenants):
+    big = tenants["big"].pk
+    learned_phrase_tenant_indexes_sync(min_phrases=10)
+    with tenant_scope([big]):
+        LearnedPhrase.objects.filter(pk__in=LearnedPhrase.objects.order_by("pk").values("pk")[:22]).delete()  # 8 left
+    assert learned_phrase_tenant_indexes_sync(min_phrases=10).kept == [big]  # 8 >= 10 / 2: kept, no flapping
+    with tenant_scope([big]):
+        LearnedPhrase.objects.filter(pk__in=LearnedPhrase.objects.order_by("pk").values("pk")[:4]).delete()  # 4 left
+    assert learned_phrase_tenant_indexes_sync(min_phrases=10).dropped == [big]
+    assert learned_tenant_indexes() == {}
+
+
+def test_the_command_reports_and_refuses_a_bad_minimum(tenants, capsys):
+    call_command("sync_tenant_indexes", "--min-phrases", "10")
+    assert f"created [{tenants['big'].pk}]" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="positive"):
+        call_command("sync_tenant_indexes", "--min-phrases", "0")
