@@ -24,30 +24,6 @@ CREATE OR REPLACE FUNCTION tenants_current_id() RETURNS bigint LANGUAGE sql STAB
     END
     FROM tenants_scope() AS s
 $$;
--- Outside a one-tenant scope (commands, workers, a superuser's admin), a new row takes its parent's tenant
--- (the agent, verb, action ... it belongs to) instead of the default one. TG_ARGV: parent table, FK column,
--- parent key column. Superseded by one function per table (inherit_trigger_sql); kept for migrations that
--- ran before it.
-CREATE OR REPLACE FUNCTION tenants_inherit() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    parent_id text;
-    parent_tenant bigint;
-BEGIN
-    IF tenants_scope() ~ '^[0-9]+$' THEN
-        RETURN NEW;
-    END IF;
-    parent_id := to_jsonb(NEW) ->> TG_ARGV[1];
-    IF parent_id IS NULL THEN
-        RETURN NEW;
-    END IF;
-    EXECUTE format('SELECT tenant_id FROM %I WHERE %I::text = $1', TG_ARGV[0], TG_ARGV[2])
-        INTO parent_tenant USING parent_id;
-    IF parent_tenant IS NOT NULL THEN
-        NEW.tenant_id := parent_tenant;
-    END IF;
-    RETURN NEW;
-END
-$$;
 """
 
 FUNCTIONS_DROP_SQL = """
@@ -105,8 +81,8 @@ def inherit_trigger_drop_sql(table: str) -> str:
 
 
 def inherit_triggers_rewrite(apps, schema_editor) -> None:
-    """Replace triggers that call the generic ``tenants_inherit(parent, fk, key)`` (a dynamic query per row) with
-    the per-table ones of ``inherit_trigger_sql``."""
+    """Replace triggers that call the generic ``tenants_inherit(parent, fk, key)`` of earlier installs (a dynamic
+    query per row) with the per-table ones of ``inherit_trigger_sql``, then drop the generic function."""
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(
             "SELECT c.relname, encode(t.tgargs, 'escape') FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
@@ -116,6 +92,7 @@ def inherit_triggers_rewrite(apps, schema_editor) -> None:
     for table, args in rows:
         parent_table, fk_column, parent_key = args.split("\\000")[:3]
         schema_editor.execute(inherit_trigger_sql(table, parent_table, fk_column, parent_key))
+    schema_editor.execute("DROP FUNCTION IF EXISTS tenants_inherit()")
 
 
 def policy_drop_sql(table: str) -> str:
