@@ -340,6 +340,9 @@ RESOLUTION_OVERRIDES = {
 RESOLVE_TRUSTED_CONFIDENCE = env_float("RESOLVE_TRUSTED_CONFIDENCE", 0.90)
 # Display names and examples shown with ambiguity options are cached per process this long.
 VERB_DETAILS_CACHE_S = env_float("VERB_DETAILS_CACHE_S", 30.0)
+# Catalogue phrases (all tenants' catalogues together) a process keeps in memory for the catalogue tiers; a
+# larger catalogue is searched in PostgreSQL instead (learning.selectors.tiers.catalogue_arrays).
+RESOLVE_CATALOGUE_CACHE_PHRASES = env_int("RESOLVE_CATALOGUE_CACHE_PHRASES", 50000)
 RESOLVE_MAX_TEXT_LENGTH = env_int("RESOLVE_MAX_TEXT_LENGTH", 2000)
 RESOLVE_DEFAULT_LIMIT = 5
 RESOLVE_MAX_OPTIONS = env_int("RESOLVE_MAX_OPTIONS", 4)

@@ -279,3 +279,42 @@ def test_negative_evidence_never_makes_an_auto_resolution(catalogue, settings):
     phrase_evidence_add(user_id="carol", phrase=text, verb=first.verb, negative=10.0, vector=vector, model=model)
     settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": 0.0001}
     assert resolve(text=text, user_id="carol").outcome == "ambiguous"
+
+
+def test_the_catalogue_kept_in_process_answers_as_the_query_and_follows_every_edit(catalogue, settings):
+    """The catalogue tiers read from process memory give the rows the tier query gives; an edit made anywhere
+    (here a raw UPDATE, as another process would make it) shows up on the next resolve, not after a timeout."""
+    from embeddings.embedders import current_model_name, get_embedder
+    from learning.models import Verb, VerbPhrase
+    from learning.selectors.tiers import tier_rows
+
+    model = current_model_name()
+    text = "show me the client business units"
+    args = {
+        "normalized": text,
+        "vector": get_embedder().embed(text),
+        "model": model,
+        "user_id": None,
+        "domain": None,
+        "k_learned": 5,
+        "k_catalogue": 8,
+        "k_blocks": 5,
+        "block_threshold": 0.9,
+    }
+
+    def seen(rows):
+        return [(h.verb, round(h.similarity, 5), h.text) for h in rows.catalogue], sorted(rows.phrases)
+
+    in_memory = tier_rows(**args)
+    settings.RESOLVE_CATALOGUE_CACHE_PHRASES = 0  # too small to keep: the tier query reads the catalogue
+    in_query = tier_rows(**args)
+    assert seen(in_memory) == seen(in_query) and len(in_memory.catalogue) == 8
+    settings.RESOLVE_CATALOGUE_CACHE_PHRASES = 50000
+    assert "cbu.list" in {h.verb for h in tier_rows(**args).catalogue}
+    Verb.objects.filter(name="cbu.list").update(is_active=False)
+    assert "cbu.list" not in {h.verb for h in tier_rows(**args).catalogue}
+    Verb.objects.filter(name="cbu.list").update(is_active=True)
+    phrase = VerbPhrase.objects.filter(verb__name="cbu.list").order_by("pk").first()
+    VerbPhrase.objects.filter(pk=phrase.pk).update(text="show me the client business units", normalized=text)
+    after = tier_rows(**args)
+    assert ("cbu.list", "show me the client business units", "exact") in after.phrases

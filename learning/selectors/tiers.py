@@ -5,7 +5,7 @@ Vector searches order by pgvector's cosine distance so the HNSW index is used; c
 ``hnsw.iterative_scan`` so user and domain filters never starve a search of results."""
 
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,6 +97,114 @@ def vector_literal(vector) -> str:
     return "[" + ",".join(map(str, np.asarray(vector, dtype=np.float32).tolist())) + "]"
 
 
+@dataclass(frozen=True)
+class CatalogueArrays:
+    """The catalogue in scope, in process memory: its phrases (verb, text, normalized) and their unit vectors."""
+
+    verbs: list[str]
+    texts: list[str]
+    normalized: list[str]
+    descriptions: dict[str, str]
+    vectors: np.ndarray  # (phrases with a vector of the model) x d, unit rows
+    with_vector: np.ndarray  # indices of those phrases
+
+    @property
+    def size(self) -> int:
+        return len(self.texts)
+
+
+_CATALOGUES: "OrderedDict[tuple, tuple[tuple, CatalogueArrays]]" = OrderedDict()
+
+
+def _catalogue_verbs_sql(tenants, domain) -> tuple[str, dict]:
+    sql, params = "SELECT id, name, description FROM learning_verb WHERE is_active", {}
+    if tenants is not None:
+        sql += " AND tenant_id = ANY(%(tenants)s)"
+        params["tenants"] = list(tenants)
+    if domain:
+        sql += " AND domain = %(domain)s"
+        params["domain"] = domain
+    return sql, params
+
+
+def catalogue_arrays(*, domain: str | None, model: str) -> CatalogueArrays | None:
+    """The catalogue in scope (active verbs of the caller's tenants, ``domain``) from a per-process cache that one
+    small query validates on every call: a checksum of the verbs and phrases in scope, so an edit in any process
+    shows up at once. None when the catalogue is larger than ``RESOLVE_CATALOGUE_CACHE_PHRASES`` (the tier
+    query then reads it in PostgreSQL)."""
+    tenants = tenant_filter_ids()
+    verbs_sql, params = _catalogue_verbs_sql(tenants, domain)
+    params["m"] = model
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH v AS MATERIALIZED ({verbs_sql}) SELECT "
+            "(SELECT count(*) FROM v), (SELECT coalesce(sum(hashtext(id::text || name || description)), 0) FROM v), "
+            "count(t.id), coalesce(sum(hashtext(t.id::text || ':' || t.verb_id::text || ':' || t.text || ':' || "
+            "t.embedding_model || ':' || t.embedding_hash || (t.embedding IS NULL)::text)), 0) "
+            "FROM learning_verbphrase t WHERE t.verb_id IN (SELECT id FROM v)",
+            params,
+        )
+        stamp = cursor.fetchone()
+        if stamp[2] > settings.RESOLVE_CATALOGUE_CACHE_PHRASES:
+            return None
+        key = (tenants, domain, model)
+        hit = _CATALOGUES.get(key)
+        if hit is not None and hit[0] == stamp:
+            _CATALOGUES.move_to_end(key)
+            return hit[1]
+        cursor.execute(
+            f"WITH v AS MATERIALIZED ({verbs_sql}) SELECT v.name, v.description, t.text, t.normalized, "
+            "CASE WHEN t.embedding_model = %(m)s THEN t.embedding END FROM learning_verbphrase t JOIN v ON v.id = t.verb_id "
+            "ORDER BY t.id",
+            params,
+        )
+        rows = cursor.fetchall()
+    vectors = [_vector(r[4]) for r in rows if r[4] is not None]
+    matrix = np.vstack(vectors) if vectors else np.zeros((0, 1), dtype=np.float32)
+    if len(matrix):
+        matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    arrays = CatalogueArrays(
+        verbs=[r[0] for r in rows],
+        texts=[r[2] for r in rows],
+        normalized=[r[3] for r in rows],
+        descriptions={r[0]: r[1] for r in rows if r[1]},
+        vectors=matrix,
+        with_vector=np.array([i for i, r in enumerate(rows) if r[4] is not None], dtype=np.int64),
+    )
+    _CATALOGUES[key] = (stamp, arrays)
+    while sum(a.size for _, a in _CATALOGUES.values()) > settings.RESOLVE_CATALOGUE_CACHE_PHRASES and len(_CATALOGUES) > 1:
+        _CATALOGUES.popitem(last=False)
+    return arrays
+
+
+def _vector(value) -> np.ndarray:
+    """A vector column as a raw cursor answers it: pgvector's text form, or an array where an adapter is registered."""
+    if isinstance(value, str):
+        return np.array(value.strip("[]").split(","), dtype=np.float32)
+    return np.asarray(value, dtype=np.float32)
+
+
+def _catalogue_rows(arrays: CatalogueArrays, normalized: str, vector, k: int) -> list[tuple]:
+    """The catalogue tiers' rows, as the tier query answers them: phrases equal to the text ('px'), contained in it
+    or containing it ('ps'), and the ``k`` nearest by cosine ('cs')."""
+    rows = []
+    for verb, text, norm in zip(arrays.verbs, arrays.texts, arrays.normalized, strict=True):
+        if norm == normalized:
+            rows.append(("px", verb, 1.0, text, norm, 1.0, arrays.descriptions.get(verb, "")))
+        elif norm in normalized or normalized in norm:
+            rows.append(("ps", verb, 1.0, text, norm, 1.0, arrays.descriptions.get(verb, "")))
+    if vector is not None and len(arrays.with_vector):
+        q = np.asarray(vector, dtype=np.float32)
+        # capped at 1, as PostgreSQL's 1 - cosine distance: float rounding never lifts a neighbour above an equal text
+        sims = np.minimum((arrays.vectors @ (q / max(float(np.linalg.norm(q)), 1e-12))).astype(np.float64), 1.0)
+        top = np.argsort(-sims, kind="stable")[:k]
+        for j in top:
+            i = int(arrays.with_vector[j])
+            verb = arrays.verbs[i]
+            rows.append(("cs", verb, float(sims[j]), arrays.texts[i], None, 1.0, arrays.descriptions.get(verb, "")))
+    return rows
+
+
 @dataclass
 class TierRows:
     learned: list[Hit]
@@ -149,15 +257,20 @@ def tier_rows(
         learned_scope = "(t.user_id IS NULL OR (t.user_id = %(u)s AND t.agent_id = %(pa)s))"
     # With a domain, filter inside the ordered scans (iterative index scans keep them from starving).
     in_domain = " AND t.verb_id = ANY(ARRAY(SELECT id FROM v))" if domain else ""
+    # The catalogue (text and vector tiers) from process memory when it is small enough, else in the query.
+    catalogue = catalogue_arrays(domain=domain, model=model)
     parts = [
         # blocklist, exact text
         f"SELECT 'bx', v.name, 1.0::float8, t.phrase, NULL, 1.0::float8, '' FROM learning_phraseblock t "
         f"JOIN v ON v.id = t.verb_id WHERE t.normalized = %(n)s AND {scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s)",
-        # catalogue phrases: equal to the text, contained in it, or containing it
-        "SELECT CASE WHEN t.normalized = %(n)s THEN 'px' ELSE 'ps' END, v.name, 1.0::float8, t.text, t.normalized, 1.0::float8, v.description "
-        "FROM learning_verbphrase t JOIN v ON v.id = t.verb_id "
-        "WHERE %(n)s LIKE '%%' || t.normalized || '%%' OR t.normalized LIKE %(pat)s",
     ]
+    if catalogue is None:
+        # catalogue phrases: equal to the text, contained in it, or containing it
+        parts.append(
+            "SELECT CASE WHEN t.normalized = %(n)s THEN 'px' ELSE 'ps' END, v.name, 1.0::float8, t.text, t.normalized, 1.0::float8, v.description "
+            "FROM learning_verbphrase t JOIN v ON v.id = t.verb_id "
+            "WHERE %(n)s LIKE '%%' || t.normalized || '%%' OR t.normalized LIKE %(pat)s"
+        )
 
     def vector_parts(order: str) -> list[str]:
         """The vector tiers, each ordered by ``order``: ``d`` uses the HNSW indexes; the distance ``+ 0`` is no
@@ -185,11 +298,12 @@ def tier_rows(
                 f"SELECT t.verb, t.negative - t.positive AS net, t.embedding <=> (SELECT v FROM q) AS d FROM {PhraseEvidence._meta.db_table} t "
                 f"WHERE {own} AND t.embedding_model = %(m)s{in_tenant} ORDER BY {order} LIMIT %(ke)s) x WHERE x.d <= %(de)s"
             )
-        out.append(
-            "SELECT 'cs', v.name, 1.0 - x.d, x.text, NULL, 1.0::float8, v.description FROM ("
-            "SELECT t.verb_id, t.text, t.embedding <=> (SELECT v FROM q) AS d FROM learning_verbphrase t "
-            f"WHERE t.embedding_model = %(m)s{in_domain}{in_tenant} ORDER BY {order} LIMIT %(kc)s) x JOIN v ON v.id = x.verb_id"
-        )
+        if catalogue is None:
+            out.append(
+                "SELECT 'cs', v.name, 1.0 - x.d, x.text, NULL, 1.0::float8, v.description FROM ("
+                "SELECT t.verb_id, t.text, t.embedding <=> (SELECT v FROM q) AS d FROM learning_verbphrase t "
+                f"WHERE t.embedding_model = %(m)s{in_domain}{in_tenant} ORDER BY {order} LIMIT %(kc)s) x JOIN v ON v.id = x.verb_id"
+            )
         return out
 
     if vector is not None:
@@ -204,7 +318,7 @@ def tier_rows(
         rows = cursor.fetchall()
         if vector is not None:
             found = Counter(r[0] for r in rows)
-            if (learned and found["ls"] < k_learned) or found["cs"] < k_catalogue:
+            if (learned and found["ls"] < k_learned) or (catalogue is None and found["cs"] < k_catalogue):
                 # An index scan came back short: fewer rows in scope, or a graph crowded with identical vectors
                 # (embeddings.selectors.nearest). The vector tiers again, exactly, over the rows in scope.
                 cursor.execute(
@@ -213,6 +327,8 @@ def tier_rows(
                     params,
                 )
                 rows = [r for r in rows if r[0] not in VECTOR_TIERS] + cursor.fetchall()
+    if catalogue is not None:
+        rows = rows + _catalogue_rows(catalogue, normalized, vector, k_catalogue)
     for tier, verb, score, text, extra, confidence, description in rows:
         if description:
             out.descriptions[verb] = description
