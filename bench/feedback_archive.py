@@ -86,7 +86,7 @@ def main():
     load_s = time.perf_counter() - started
     mistake_patterns_detect()
     patterns_before = list(MistakePattern.objects.order_by("pk").values_list("pk", "occurrence_count"))
-    cutoff, old = feedback_records_to_archive()
+    _, old = feedback_records_to_archive()
     action_id = FeedbackRecord.objects.values_list("action_id", flat=True).first()
 
     idle, _ = writer_during(20.0, action_id, first_agent)
@@ -111,9 +111,10 @@ def main():
 
     live, archived = FeedbackRecord.objects.count(), FeedbackRecordArchive.objects.count()
     written = len(idle) + len(busy)
-    assert archived == result.archived == old, (archived, result.archived, old)
+    # the archive's own cutoff is a little later than the count's: records kept crossing it meanwhile
+    assert archived == result.archived >= old, (archived, result.archived, old)
     assert live + archived == args.records + written, (live, archived, args.records, written)
-    assert not FeedbackRecord.objects.filter(created_at__lt=cutoff).exists()
+    assert not FeedbackRecord.objects.filter(created_at__lt=result.cutoff).exists()
     assert list(MistakePattern.objects.order_by("pk").values_list("pk", "occurrence_count")) == patterns_before
 
     def pct(values, q):
