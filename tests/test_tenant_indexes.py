@@ -87,3 +87,31 @@ def test_the_command_reports_and_refuses_a_bad_minimum(tenants, capsys):
     assert f"created [{tenants['big'].pk}]" in capsys.readouterr().out
     with pytest.raises(CommandError, match="positive"):
         call_command("sync_tenant_indexes", "--min-phrases", "0")
+
+
+def test_a_tenant_with_its_own_index_walks_it_and_finds_its_nearest_phrases(tenants):
+    """The tier query of a tenant with its own index turns sorting off for that statement (the planner would read
+    and sort the tenant's rows instead); the answer is the same nearest phrase either way; other tenants unchanged."""
+    from django.test.utils import CaptureQueriesContext
+
+    from learning.selectors.tiers import tier_rows
+
+    learned_phrase_tenant_indexes_sync(min_phrases=10)
+    for tenant, walks in ((tenants["big"], True), (tenants["small"], False)):
+        with tenant_scope([tenant.pk]):
+            target = LearnedPhrase.objects.order_by("pk")[3]
+            vector = np.asarray(target.embedding, dtype=np.float32)
+            with CaptureQueriesContext(connection) as ctx:
+                rows = tier_rows(
+                    normalized="no such text",
+                    vector=vector,
+                    model="m",
+                    user_id=None,
+                    domain=None,
+                    k_learned=3,
+                    k_catalogue=3,
+                    k_blocks=3,
+                    block_threshold=0.9,
+                )
+        assert rows.learned[0].text == target.phrase and rows.learned[0].similarity == pytest.approx(1.0, abs=1e-5)
+        assert any("enable_sort = off" in q["sql"] for q in ctx.captured_queries) is walks

@@ -23,6 +23,7 @@ from learning.selectors.indexes import (
     learned_phrase_counts_by_tenant,
     learned_tenant_indexes,
 )
+from learning.selectors.tiers import tenants_with_own_index_forget
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ def learned_phrase_tenant_indexes_sync(*, min_phrases: int | None = None) -> Ind
     if out.created or out.rebuilt or out.dropped:
         with connection.cursor() as cursor:
             cursor.execute(f"ANALYZE {LEARNED_TABLE}")
+        tenants_with_own_index_forget()
     logger.info(
         "tenant indexes on learned phrases: %s created, %s rebuilt, %s dropped, %s kept",
         len(out.created),
