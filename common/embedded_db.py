@@ -174,13 +174,17 @@ def _memory_tune(socket_dir: str) -> bool:
     from psycopg import sql
 
     wanted = shared_buffers_wanted()
-    with psycopg.connect(host=socket_dir, dbname="postgres", user=SUPERUSER, autocommit=True) as conn:
-        current, target = conn.execute(
-            "SELECT setting::bigint * 8192, pg_size_bytes(%s) FROM pg_settings WHERE name = 'shared_buffers'", [wanted]
-        ).fetchone()
-        if current == target:
-            return False
-        conn.execute(sql.SQL("ALTER SYSTEM SET shared_buffers = {}").format(sql.Literal(wanted)))
+    try:
+        with psycopg.connect(host=socket_dir, dbname="postgres", user=SUPERUSER, autocommit=True) as conn:
+            current, target = conn.execute(
+                "SELECT setting::bigint * 8192, pg_size_bytes(%s) FROM pg_settings WHERE name = 'shared_buffers'", [wanted]
+            ).fetchone()
+            if current == target:
+                return False
+            conn.execute(sql.SQL("ALTER SYSTEM SET shared_buffers = {}").format(sql.Literal(wanted)))
+    except psycopg.Error as exc:  # a bad EMBEDDED_DB_SHARED_BUFFERS: say so, keep the server as it is
+        logger.warning("embedded PostgreSQL: shared_buffers %r not applied: %s", wanted, exc)
+        return False
     logger.info("embedded PostgreSQL: shared_buffers set to %s (restarting)", wanted)
     return True
 

@@ -90,3 +90,24 @@ def test_a_database_made_by_the_superuser_is_handed_to_the_apps_role(pgdata):
         conn.execute("INSERT INTO learning_verb (name) VALUES ('cbu.list')")  # owns it: may write, sequence included
         extension = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
     assert owner == (embedded_db.APP_ROLE,) and role == (False, False) and extension == (1,)
+
+
+def test_shared_buffers_follow_the_setting_and_a_bad_value_changes_nothing(monkeypatch):
+    """The embedded server's shared_buffers: a quarter of memory between 128 MB and 4 GB unless set; the server
+    in use already has the wanted value (nothing to do), and a value PostgreSQL cannot read is reported, not applied."""
+    from django.conf import settings
+
+    socket_dir = embedded_db.ensure_server(settings.DATABASES["default"]["EMBEDDED_PGDATA"])
+    monkeypatch.delenv("EMBEDDED_DB_SHARED_BUFFERS", raising=False)
+    wanted = embedded_db.shared_buffers_wanted()
+    assert wanted.endswith("MB") and 128 <= int(wanted[:-2]) <= 4096
+    assert embedded_db._memory_tune(socket_dir) is False  # the running server was started with it
+    monkeypatch.setenv("EMBEDDED_DB_SHARED_BUFFERS", "plenty")
+    assert embedded_db._memory_tune(socket_dir) is False
+    with psycopg.connect(host=socket_dir, dbname="postgres", user=embedded_db.SUPERUSER, autocommit=True) as conn:
+        assert (
+            conn.execute("SELECT count(*) FROM pg_file_settings WHERE name = 'shared_buffers' AND setting = 'plenty'").fetchone()[
+                0
+            ]
+            == 0
+        )

@@ -4,6 +4,7 @@ phrases, evidence), blocks in force and verb details.
 Vector searches order by pgvector's cosine distance so the HNSW index is used; connections run with
 ``hnsw.iterative_scan`` so user and domain filters never starve a search of results."""
 
+import threading
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
@@ -115,6 +116,7 @@ class CatalogueArrays:
 
 
 _CATALOGUES: "OrderedDict[tuple, tuple[tuple, CatalogueArrays]]" = OrderedDict()
+_CATALOGUES_LOCK = threading.Lock()  # threaded servers share the cache
 
 
 def _catalogue_verbs_sql(tenants, domain) -> tuple[str, dict]:
@@ -149,10 +151,11 @@ def catalogue_arrays(*, domain: str | None, model: str) -> CatalogueArrays | Non
         if stamp[2] > settings.RESOLVE_CATALOGUE_CACHE_PHRASES:
             return None
         key = (tenants, domain, model)
-        hit = _CATALOGUES.get(key)
-        if hit is not None and hit[0] == stamp:
-            _CATALOGUES.move_to_end(key)
-            return hit[1]
+        with _CATALOGUES_LOCK:
+            hit = _CATALOGUES.get(key)
+            if hit is not None and hit[0] == stamp:
+                _CATALOGUES.move_to_end(key)
+                return hit[1]
         cursor.execute(
             f"WITH v AS MATERIALIZED ({verbs_sql}) SELECT v.name, v.description, t.text, t.normalized, "
             "CASE WHEN t.embedding_model = %(m)s THEN t.embedding END FROM learning_verbphrase t JOIN v ON v.id = t.verb_id "
@@ -172,9 +175,10 @@ def catalogue_arrays(*, domain: str | None, model: str) -> CatalogueArrays | Non
         vectors=matrix,
         with_vector=np.array([i for i, r in enumerate(rows) if r[4] is not None], dtype=np.int64),
     )
-    _CATALOGUES[key] = (stamp, arrays)
-    while sum(a.size for _, a in _CATALOGUES.values()) > settings.RESOLVE_CATALOGUE_CACHE_PHRASES and len(_CATALOGUES) > 1:
-        _CATALOGUES.popitem(last=False)
+    with _CATALOGUES_LOCK:
+        _CATALOGUES[key] = (stamp, arrays)
+        while sum(a.size for _, a in _CATALOGUES.values()) > settings.RESOLVE_CATALOGUE_CACHE_PHRASES and len(_CATALOGUES) > 1:
+            _CATALOGUES.popitem(last=False)
     return arrays
 
 
