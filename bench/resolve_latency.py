@@ -1,7 +1,8 @@
 """Latency of POST /api/v1/resolve over HTTP with 10,000, 100,000 and (``--phrases``) up to 1,000,000 learned phrases.
 
-A gunicorn worker on loopback serves the app on a benchmark database holding
-the BANKING77 demo catalogue plus N learned phrases spread over 1,000 users (N / 100 users beyond 100,000:
+A gunicorn worker on loopback serves the app (DEBUG off, as in production) on a benchmark database holding
+the BANKING77 demo catalogue with its catalogue prior fitted (the decision in force, as after
+``manage.py fit_decision``) plus N learned phrases spread over 1,000 users (N / 100 users beyond 100,000:
 10,000 at a million) and global scope. The first 10,003 phrases are BANKING77 training utterances with
 their real vectors; the rest are distinct texts whose vectors are those utterances' vectors leaning half-way
 towards another random utterance, plus noise (index size and shape matter for latency, not meaning). Queries are distinct test utterances, so the embedder's
@@ -215,6 +216,7 @@ def share_among_tenants(n: int, catalogue) -> list:
     """Give the learned phrases to ``n`` tenants (half to the first, 1% to the last, the rest spread), each
     with its own copy of the catalogue; answer the tenants, biggest first."""
     from learning.services.catalogue import verb_catalogue_load
+    from learning.services.decisions import decision_prior_fit
     from tenants.context import tenant_scope
     from tenants.selectors import tenant_default
     from tenants.services import tenant_create
@@ -223,6 +225,7 @@ def share_among_tenants(n: int, catalogue) -> list:
     for t in tqdm(tenants[1:], desc="catalogue per tenant"):
         with tenant_scope([t.pk]):
             verb_catalogue_load(entries=catalogue)
+            decision_prior_fit()
     # id % 100: 0-49 the first tenant, 99 the last (small) one, the rest round-robin over the others.
     middle = [t.pk for t in tenants[1:-1]]
     with connection.cursor() as cur:
@@ -279,12 +282,16 @@ def main():
     from learning.management.commands.demo import banking_entries
     from learning.models import Verb
     from learning.services.catalogue import verb_catalogue_load
+    from learning.services.decisions import decision_prior_fit
     from learning.services.indexes import learned_phrase_tenant_indexes_sync
 
     if not datasets.available():
         raise SystemExit(f"BANKING77 not found under {datasets.banking77_dir()}")
     fresh_database()
     verb_catalogue_load(entries=banking_entries())
+    # The decision in force, as in a deployment: the catalogue prior (manage.py fit_decision; the daily refit)
+    if decision_prior_fit() is None:
+        raise SystemExit("the catalogue prior could not be fitted")
     verb_ids = dict(Verb.objects.values_list("name", "id"))
     _, raw = agent_key_create(agent_name="bench", scopes=["resolve"])
     train = datasets.load("train")

@@ -45,7 +45,12 @@ class Verb(TenantOwned):
 
     @property
     def label(self) -> str:
-        return self.display_name or self.name.split(".", 1)[-1].replace("_", " ").capitalize()
+        return verb_label(self.name, self.display_name)
+
+
+def verb_label(name: str, display_name: str = "") -> str:
+    """What a person sees for a verb: its display name, else its last part in words (``cbu.create`` -> Create)."""
+    return display_name or name.split(".", 1)[-1].replace("_", " ").capitalize()
 
 
 class VerbPhrase(TenantOwned, Embedded):
@@ -61,6 +66,20 @@ class VerbPhrase(TenantOwned, Embedded):
 
     def __str__(self):
         return self.text
+
+
+class CatalogueStamp(TenantOwned):
+    """The version of a tenant's catalogue. Triggers on verbs and catalogue phrases (``learning/triggers.py``)
+    set it from one global sequence on every change, so a process that keeps the catalogue in memory knows with
+    one small query whether its copy is current."""
+
+    version = models.BigIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant"], name="cataloguestamp_one_per_tenant")]
+
+    def __str__(self):
+        return f"catalogue v{self.version}"
 
 
 class LearnedPhrase(TenantOwned, Embedded):

@@ -192,6 +192,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
         model=model,
         unpenalized=unpenalized,
         endorsed=endorsed,
+        known=rows.details,
     )
     ranked = [c for c in candidates if c.score >= p["min_score"]]
     r.explanation = {
@@ -384,7 +385,7 @@ def _learned_finish(
         shown = [i for i in ranked_idx if i == top or view.anchor[i] >= best_anchor - p["options_window"]][
             : settings.RESOLVE_MAX_OPTIONS
         ]
-        details = selectors.verb_details([view.verbs[i] for i in shown])
+        details = selectors.verb_details([view.verbs[i] for i in shown], rows.details)
         options = []
         for i in shown:
             c, d = by_verb[view.verbs[i]], details.get(view.verbs[i], {})
@@ -456,7 +457,7 @@ def _decide(candidates: list[Candidate], p: dict) -> tuple[str, str | None]:
 
 
 def _finish(
-    request_id, text, user_id, candidates, p, limit, *, degraded_reason, model, unpenalized=None, endorsed=None
+    request_id, text, user_id, candidates, p, limit, *, degraded_reason, model, unpenalized=None, endorsed=None, known=None
 ) -> Resolution:
     # Decided and offered on every ranked candidate: how many the caller wants listed (limit) changes neither.
     ranked = [c for c in candidates if c.score >= p["min_score"]]
@@ -470,7 +471,7 @@ def _finish(
     options = []
     if outcome == Outcome.AMBIGUOUS:
         shown = ranked[: settings.RESOLVE_MAX_OPTIONS]
-        details = selectors.verb_details([c.verb for c in shown])
+        details = selectors.verb_details([c.verb for c in shown], known)
         floor = shown[0].score - p["options_window"]
         for c in shown:
             if c is shown[0] or c.score >= floor:

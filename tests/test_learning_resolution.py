@@ -318,3 +318,36 @@ def test_the_catalogue_kept_in_process_answers_as_the_query_and_follows_every_ed
     VerbPhrase.objects.filter(pk=phrase.pk).update(text="show me the client business units", normalized=text)
     after = tier_rows(**args)
     assert ("cbu.list", "show me the client business units", "exact") in after.phrases
+
+
+def test_a_tenants_catalogue_stamp_moves_with_its_own_edits_only(catalogue):
+    """Triggers stamp a tenant's catalogue on every insert, update and delete of its verbs and phrases (one version
+    per statement, from a sequence that never repeats); another tenant's edits leave it alone."""
+    from learning.catalogue import VerbEntry
+    from learning.models import VerbPhrase
+    from learning.selectors.tiers import catalogue_stamp
+    from learning.services.catalogue import verb_catalogue_load
+    from tenants.context import tenant_scope
+    from tenants.selectors import tenant_default
+    from tenants.services import tenant_create
+
+    home, other = tenant_default().pk, tenant_create(slug="stamped").pk
+    with tenant_scope([home]):
+        first = catalogue_stamp((home,))
+    assert first[0] > 0 and first[1] == 1  # the catalogue fixture's load stamped it
+    with tenant_scope([other]):
+        verb_catalogue_load(entries=[VerbEntry("cbu.list", "cbu", phrases=["list the units", "show the units"])])
+        theirs = catalogue_stamp((other,))
+    with tenant_scope([home]):
+        assert catalogue_stamp((home,)) == first
+        phrase = VerbPhrase.objects.order_by("pk").first()
+        VerbPhrase.objects.filter(pk=phrase.pk).update(text="list every unit")
+        edited = catalogue_stamp((home,))
+        assert edited[0] > theirs[0]
+        VerbPhrase.objects.filter(pk=phrase.pk).delete()
+        deleted = catalogue_stamp((home,))
+        assert deleted[0] > edited[0]
+    with tenant_scope([other]):
+        assert catalogue_stamp((other,)) == theirs
+    with tenant_scope([home, other]):
+        assert catalogue_stamp((home, other)) == (deleted[0], 2)

@@ -7,7 +7,7 @@ Vector searches order by pgvector's cosine distance so the HNSW index is used; c
 import threading
 import time
 from collections import Counter, OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from django.conf import settings
@@ -21,6 +21,7 @@ from learning.models import (
     PhraseEvidence,
     Verb,
     VerbPhrase,
+    verb_label,
 )
 from learning.selectors.indexes import learned_tenant_indexes
 from tenants.context import private_agent_id, tenant_filter_ids
@@ -109,18 +110,19 @@ class CatalogueArrays:
     descriptions: dict[str, str]
     vectors: np.ndarray  # (phrases with a vector of the model) x d, unit rows
     with_vector: np.ndarray  # indices of those phrases
+    details: dict[str, dict]  # verb -> what an option shows (verb_details): description, display name, first phrase
 
     @property
     def size(self) -> int:
         return len(self.texts)
 
 
-_CATALOGUES: "OrderedDict[tuple, tuple[tuple, CatalogueArrays]]" = OrderedDict()
+_CATALOGUES: "OrderedDict[tuple, tuple[tuple, int, CatalogueArrays | None]]" = OrderedDict()  # key -> (stamp, phrases, copy)
 _CATALOGUES_LOCK = threading.Lock()  # threaded servers share the cache
 
 
 def _catalogue_verbs_sql(tenants, domain) -> tuple[str, dict]:
-    sql, params = "SELECT id, name, description FROM learning_verb WHERE is_active", {}
+    sql, params = "SELECT id, name, description, display_name FROM learning_verb WHERE is_active", {}
     if tenants is not None:
         sql += " AND tenant_id = ANY(%(tenants)s)"
         params["tenants"] = list(tenants)
@@ -130,56 +132,75 @@ def _catalogue_verbs_sql(tenants, domain) -> tuple[str, dict]:
     return sql, params
 
 
+def catalogue_stamp(tenants) -> tuple:
+    """(newest version, tenants with a version) of the catalogues in scope (``learning/triggers.py``): it changes
+    with every edit of a verb or a catalogue phrase in scope, committed by any process."""
+    sql, params = "SELECT coalesce(max(version), 0), count(*) FROM learning_cataloguestamp", {}
+    if tenants is not None:
+        sql += " WHERE tenant_id = ANY(%(tenants)s)"
+        params["tenants"] = list(tenants)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return tuple(cursor.fetchone())
+
+
 def catalogue_arrays(*, domain: str | None, model: str) -> CatalogueArrays | None:
     """The catalogue in scope (active verbs of the caller's tenants, ``domain``) from a per-process cache that one
-    small query validates on every call: a checksum of the verbs and phrases in scope, so an edit in any process
-    shows up at once. None when the catalogue is larger than ``RESOLVE_CATALOGUE_CACHE_PHRASES`` (the tier
-    query then reads it in PostgreSQL)."""
+    small query validates on every call (``catalogue_stamp``), so an edit in any process shows up at once. None
+    when the catalogue is larger than ``RESOLVE_CATALOGUE_CACHE_PHRASES`` (the tier query then reads it in
+    PostgreSQL)."""
     tenants = tenant_filter_ids()
+    stamp = catalogue_stamp(tenants)
+    key = (tenants, domain, model)
+    with _CATALOGUES_LOCK:
+        hit = _CATALOGUES.get(key)
+        if hit is not None and hit[0] == stamp and (hit[1] <= settings.RESOLVE_CATALOGUE_CACHE_PHRASES) == (hit[2] is not None):
+            _CATALOGUES.move_to_end(key)
+            return hit[2]
+    # Read after the stamp: a copy is never older than the stamp it is kept under (an edit committed in between
+    # only makes the next call read again).
     verbs_sql, params = _catalogue_verbs_sql(tenants, domain)
     params["m"] = model
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH v AS MATERIALIZED ({verbs_sql}) SELECT "
-            "(SELECT count(*) FROM v), (SELECT coalesce(sum(hashtext(id::text || name || description)), 0) FROM v), "
-            "count(t.id), coalesce(sum(hashtext(t.id::text || ':' || t.verb_id::text || ':' || t.text || ':' || "
-            "t.embedding_model || ':' || t.embedding_hash || (t.embedding IS NULL)::text)), 0) "
-            "FROM learning_verbphrase t WHERE t.verb_id IN (SELECT id FROM v)",
+            f"WITH v AS MATERIALIZED ({verbs_sql}) SELECT count(*) FROM learning_verbphrase t WHERE t.verb_id IN (SELECT id FROM v)",
             params,
         )
-        stamp = cursor.fetchone()
-        if stamp[2] > settings.RESOLVE_CATALOGUE_CACHE_PHRASES:
-            return None
-        key = (tenants, domain, model)
-        with _CATALOGUES_LOCK:
-            hit = _CATALOGUES.get(key)
-            if hit is not None and hit[0] == stamp:
-                _CATALOGUES.move_to_end(key)
-                return hit[1]
-        cursor.execute(
-            f"WITH v AS MATERIALIZED ({verbs_sql}) SELECT v.name, v.description, t.text, t.normalized, "
-            "CASE WHEN t.embedding_model = %(m)s THEN t.embedding END FROM learning_verbphrase t JOIN v ON v.id = t.verb_id "
-            "ORDER BY t.id",
-            params,
-        )
-        rows = cursor.fetchall()
+        rows, count = None, cursor.fetchone()[0]
+        if count <= settings.RESOLVE_CATALOGUE_CACHE_PHRASES:
+            cursor.execute(
+                f"WITH v AS MATERIALIZED ({verbs_sql}) SELECT v.name, v.description, t.text, t.normalized, "
+                "CASE WHEN t.embedding_model = %(m)s THEN t.embedding END, v.display_name "
+                "FROM learning_verbphrase t JOIN v ON v.id = t.verb_id "
+                "ORDER BY t.id",
+                params,
+            )
+            rows = cursor.fetchall()
+    arrays = None if rows is None else _arrays(rows)
+    with _CATALOGUES_LOCK:
+        _CATALOGUES[key] = (stamp, count, arrays)
+        while len(_CATALOGUES) > 1 and sum(a.size for _, _, a in _CATALOGUES.values() if a) > settings.RESOLVE_CATALOGUE_CACHE_PHRASES:
+            _CATALOGUES.popitem(last=False)
+    return arrays
+
+
+def _arrays(rows) -> CatalogueArrays:
     vectors = [_vector(r[4]) for r in rows if r[4] is not None]
     matrix = np.vstack(vectors) if vectors else np.zeros((0, 1), dtype=np.float32)
     if len(matrix):
         matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
-    arrays = CatalogueArrays(
+    details: dict[str, dict] = {}
+    for name, description, text, _, _, display_name in rows:  # phrases in id order: the first is the example
+        details.setdefault(name, {"description": description, "display_name": verb_label(name, display_name), "example": text})
+    return CatalogueArrays(
         verbs=[r[0] for r in rows],
         texts=[r[2] for r in rows],
         normalized=[r[3] for r in rows],
         descriptions={r[0]: r[1] for r in rows if r[1]},
         vectors=matrix,
         with_vector=np.array([i for i, r in enumerate(rows) if r[4] is not None], dtype=np.int64),
+        details=details,
     )
-    with _CATALOGUES_LOCK:
-        _CATALOGUES[key] = (stamp, arrays)
-        while sum(a.size for _, a in _CATALOGUES.values()) > settings.RESOLVE_CATALOGUE_CACHE_PHRASES and len(_CATALOGUES) > 1:
-            _CATALOGUES.popitem(last=False)
-    return arrays
 
 
 def _vector(value) -> np.ndarray:
@@ -237,6 +258,7 @@ class TierRows:
     catalogue: list[Hit]
     descriptions: dict[str, str]
     evidence: list[tuple[str, float, float]]  # (verb, similarity, negative - positive) near the query
+    details: dict[str, dict] = field(default_factory=dict)  # verb_details of the catalogue in scope, when in memory
 
 
 VECTOR_TIERS = {"ls", "bs", "ev", "cs"}
@@ -362,6 +384,7 @@ def tier_rows(
                 rows = [r for r in rows if r[0] not in VECTOR_TIERS] + cursor.fetchall()
     if catalogue is not None:
         rows = rows + _catalogue_rows(catalogue, normalized, vector, k_catalogue)
+        out.details = catalogue.details
     for tier, verb, score, text, extra, confidence, description in rows:
         if description:
             out.descriptions[verb] = description
@@ -395,11 +418,14 @@ def active_blocks(*, user_id: str | None) -> QuerySet[PhraseBlock]:
 _VERB_DETAILS: dict[tuple, tuple[float, dict]] = {}  # (tenants in scope, verb name) -> (expiry, details)
 
 
-def verb_details(names: list[str]) -> dict[str, dict]:
+def verb_details(names: list[str], known: dict[str, dict] | None = None) -> dict[str, dict]:
     """Description, display name and one example phrase per verb (for ambiguity options).
 
-    Kept per process for VERB_DETAILS_CACHE_S seconds: options are shown on many answers and the
-    catalogue changes rarely, so an edit shows up in options within that time."""
+    ``known``: the details of the catalogue in scope kept in memory (``TierRows.details``), current on this
+    resolve; otherwise kept per process for VERB_DETAILS_CACHE_S seconds: options are shown on many answers and
+    the catalogue changes rarely, so an edit shows up in options within that time."""
+    if known and all(n in known for n in names):
+        return {n: known[n] for n in names}
     now = time.monotonic()
     tenants = tenant_filter_ids()
     out = {n: hit[1] for n in names if (hit := _VERB_DETAILS.get((tenants, n))) and hit[0] > now}

@@ -35,7 +35,7 @@ def resolution_record(*, resolution, agent=None, domain: str | None = None) -> R
     """Store one resolution with its explanation: one INSERT, committed without waiting for the WAL flush
     (as disambiguation_record: a crash can lose the last fraction of a second of records, nothing else)."""
     t, e = resolution.trace or {}, resolution.explanation or {}
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # inside a request: its transaction, no savepoint round trips
         with connection.cursor() as cur:
             cur.execute("SET LOCAL synchronous_commit TO OFF")
         return ResolutionRecord.objects.create(

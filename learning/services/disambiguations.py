@@ -41,7 +41,7 @@ def disambiguation_record(
     corrupts anything. Every other write keeps the server's setting."""
     if resolution.outcome != "ambiguous":
         return None
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # inside a request: its transaction, no savepoint round trips
         with connection.cursor() as cur:
             cur.execute("SET LOCAL synchronous_commit TO OFF")
         return DisambiguationRequest.objects.create(
