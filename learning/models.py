@@ -526,7 +526,7 @@ class DecisionFit(TenantOwned):
         LIVE = "live", "live"
         RETIRED = "retired", "retired"
 
-    version = models.PositiveIntegerField(unique=True)
+    version = models.PositiveIntegerField(help_text="Counts a tenant's fits: v1, v2, ...")
     source = models.CharField(max_length=10, choices=Source.choices)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.CANDIDATE, db_index=True)
     pinned = models.BooleanField(default=False, help_text="A reviewer holds it live: no automatic promotion replaces it")
@@ -548,6 +548,7 @@ class DecisionFit(TenantOwned):
     class Meta:
         ordering = ["-version"]
         constraints = [
+            models.UniqueConstraint(fields=["tenant", "version"], name="decisionfit_version_unique_per_tenant"),
             models.UniqueConstraint(fields=["tenant", "status"], condition=Q(status="live"), name="decisionfit_one_live"),
             models.UniqueConstraint(fields=["tenant", "status"], condition=Q(status="shadow"), name="decisionfit_one_shadow"),
         ]

@@ -12,7 +12,7 @@ from learning import decision
 from learning.catalogue import VerbEntry
 from learning.models import DecisionFit, DecisionFitEvent, DecisionHead, ResolutionRecord
 from learning.resolution import resolve
-from learning.selectors import decision_cache_clear
+from learning.selectors import decision_cache_clear, decision_head
 from learning.services.catalogue import verb_catalogue_load
 from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
 from learning.services.decisions import (
@@ -181,6 +181,32 @@ def test_catalogue_prior_goes_live_and_explains_every_answer(big):
     assert r.outcome == (
         "resolved" if e["cut"] is not None and e["probability"] >= e["cut"] and e["top_cos"] >= e["min_top_cos"] else "ambiguous"
     )
+
+
+def test_each_tenant_counts_its_own_fits_and_decides_with_its_own_head(big):
+    """A second tenant fits its own prior (version 1 too, not a clash with the first tenant's v1) and its resolves
+    use its own fit and head, never a head another tenant's fit of the same version left in the process."""
+    from tenants.context import tenant_scope
+    from tenants.selectors import tenant_default
+    from tenants.services import tenant_create
+
+    home, other = tenant_default(), tenant_create(slug="second")
+    with tenant_scope([home.pk]):
+        first = decision_prior_fit()
+        assert resolve(text="send an email to bob").explanation["version"] == first.version == 1
+    with tenant_scope([other.pk]):
+        verb_catalogue_load(entries=[VerbEntry(e.name.replace("cbu.", "unit."), e.domain, "", "", e.phrases) for e in BIG])
+        second = decision_prior_fit()
+        assert second.version == 1 and second.tenant_id == other.pk
+        r = resolve(text="show my client business units")
+        assert r.explanation["version"] == 1 and r.candidates[0].verb == "unit.list"
+        assert {c.verb for c in r.candidates} <= {e.name.replace("cbu.", "unit.") for e in BIG}
+        assert "unit.list" in decision_head(1, None)[1]
+        assert decision_prior_fit().version == 2
+    with tenant_scope([home.pk]):
+        assert DecisionFit.objects.get(status="live").version == 1
+        assert resolve(text="show my client business units").candidates[0].verb == "cbu.list"
+        assert "cbu.list" in decision_head(1, None)[1]
 
 
 def test_tiny_catalogue_has_no_prior_and_the_fixed_rule_says_so(catalogue):

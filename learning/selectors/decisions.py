@@ -68,7 +68,7 @@ def decision_head(version: int, user_id: str | None) -> tuple | None:
     """(head, verbs, anchors per verb) of fit ``version`` for this user: the user's own head when the fit trained
     one, else the deployment's; None when the fit has no head. Loaded once per process and version (LRU).
     Raises ValueError when the stored head is unreadable."""
-    key = (version, user_id)
+    key = (tenant_filter_ids(), version, user_id)  # versions count per tenant
     if key in _head_cache:
         _head_cache.move_to_end(key)
         return _head_cache[key]

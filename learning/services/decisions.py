@@ -24,6 +24,7 @@ from learning import decision, selectors
 from learning.models import DecisionFit, DecisionFitEvent, DecisionHead, ResolutionRecord
 from learning.resolution import profile
 from learning.scoring import anchor_trust
+from tenants.context import tenant_filter_ids
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,11 @@ def resolution_records_purge(*, days: int | None = None) -> int:
 
 
 def _next_version() -> int:
+    """The next version of the tenant's fits. Call inside the transaction that creates the fit: a lock per tenant
+    (held to its end) makes a concurrent fit wait and then count this one."""
+    tenants = tenant_filter_ids()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtext('learning.decisionfit'), %s::int)", [tenants[0] if tenants else 0])
     last = DecisionFit.objects.order_by("-version").values_list("version", flat=True).first()
     return (last or 0) + 1
 
