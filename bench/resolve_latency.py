@@ -153,6 +153,19 @@ def hnsw_drop() -> str:
     return definition
 
 
+def hnsw_ensure() -> None:
+    """Put the index back if an interrupted run dropped it (fresh_database empties tables, it keeps indexes)."""
+    from learning.models import LearnedPhrase
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [INDEX])
+        if cur.fetchone():
+            return
+    index = next(i for i in LearnedPhrase._meta.indexes if i.name == INDEX)
+    with connection.schema_editor() as editor:
+        editor.add_index(LearnedPhrase, index)
+
+
 def hnsw_build(definition: str) -> tuple[float, int]:
     """Build the index from its definition with room for the graph in memory and one parallel worker (2 cores);
     answer (seconds, bytes)."""
@@ -288,6 +301,7 @@ def main():
     if not datasets.available():
         raise SystemExit(f"BANKING77 not found under {datasets.banking77_dir()}")
     fresh_database()
+    hnsw_ensure()
     verb_catalogue_load(entries=banking_entries())
     # The decision in force, as in a deployment: the catalogue prior (manage.py fit_decision; the daily refit)
     if decision_prior_fit() is None:

@@ -135,6 +135,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
         learned=settings.RESOLVE_USE_LEARNED_SEMANTIC,
         k_evidence=settings.FEEDBACK_EVIDENCE_K if settings.RESOLVE_USE_FEEDBACK_PENALTY else 0,
         evidence_similarity=settings.FEEDBACK_EVIDENCE_SIMILARITY,
+        stamp=exact.stamp,
     )
     # Tier 5: the semantic blocklist (blocked verbs are dropped below).
     blocked = rows.blocked

@@ -34,7 +34,9 @@ DROP FUNCTION IF EXISTS tenants_scope();
 """
 
 POLICY = "tenant_isolation"
-VISIBLE = "(tenants_scope() = '*' OR tenant_id = ANY (tenants_ids()))"
+# Each function in a scalar subquery: PostgreSQL evaluates it once per statement (an InitPlan), not once per row
+# read (a regular expression and an array parse per row: 0.2 ms of a 77-row scan, far more on bulk reads).
+VISIBLE = "((SELECT tenants_scope()) = '*' OR tenant_id = ANY ((SELECT tenants_ids())::bigint[]))"
 
 
 def policy_sql(table: str) -> str:
@@ -93,6 +95,19 @@ def inherit_triggers_rewrite(apps, schema_editor) -> None:
         parent_table, fk_column, parent_key = args.split("\\000")[:3]
         schema_editor.execute(inherit_trigger_sql(table, parent_table, fk_column, parent_key))
     schema_editor.execute("DROP FUNCTION IF EXISTS tenants_inherit()")
+
+
+def policies_rewrite(apps, schema_editor) -> None:
+    """Re-create the policy of every table that has one with the current ``VISIBLE``."""
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND p.polname = %s ORDER BY 1",
+            [POLICY],
+        )
+        tables = [row[0] for row in cursor.fetchall()]
+    for table in tables:
+        schema_editor.execute(policy_sql(table))
 
 
 def policy_drop_sql(table: str) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Count, F, Q
+from django.db.models import Count, Q
 
 from learning import decision
 from learning.models import (
@@ -22,7 +22,7 @@ from tenants.context import tenant_filter_ids
 # --- The learned auto-resolve decision: the fits in force, their heads, the labels ---
 
 _decision_cache: dict = {}  # tenants in scope -> (expires (monotonic), state)
-_head_cache: "OrderedDict[tuple[int, str | None], tuple]" = OrderedDict()
+_head_cache: "OrderedDict[tuple, object]" = OrderedDict()  # (tenants, version, user, None or ("owners",)) -> value
 _HEAD_CACHE_SIZE = 256
 _active_verbs_cache: dict = {}  # tenants in scope -> (expires, names)
 
@@ -65,27 +65,40 @@ def decision_cache_clear() -> None:
 
 
 def decision_head(version: int, user_id: str | None) -> tuple | None:
-    """(head, verbs, anchors per verb) of fit ``version`` for this user: the user's own head when the fit trained
-    one, else the deployment's; None when the fit has no head. Loaded once per process and version (LRU).
+    """(head, verbs, anchors per verb, owner) of fit ``version`` for this user: the user's own head when the fit
+    trained one, else the deployment's; None when the fit has no head. A fit's heads never change once it exists
+    (they are written in the transaction that creates it), so each is read once per process (LRU); which users
+    have their own is read with the deployment's head, so a user without one costs no query.
     Raises ValueError when the stored head is unreadable."""
-    key = (tenant_filter_ids(), version, user_id)  # versions count per tenant
+    tenants = tenant_filter_ids()  # versions count per tenant
+    owners = _head_cached((tenants, version, ("owners",)), lambda: _head_owners(version))
+    owner = user_id if user_id is not None and user_id in owners else None
+    return _head_cached((tenants, version, owner), lambda: _head_read(version, owner))
+
+
+def _head_cached(key, load):
     if key in _head_cache:
         _head_cache.move_to_end(key)
         return _head_cache[key]
-    rows = list(
-        DecisionHead.objects.filter(Q(user_id__isnull=True) | Q(user_id=user_id) if user_id else Q(user_id__isnull=True))
-        .filter(fit__version=version)
-        .order_by(F("user_id").asc(nulls_last=True))
-        .values("user_id", "weights", "anchors")[:1]
-    )
-    value = None
-    if rows:
-        head, verbs = decision.head_loads(rows[0]["weights"])
-        value = (head, verbs, {v: int(n) for v, n in (rows[0]["anchors"] or {}).items()}, rows[0]["user_id"])
+    value = load()
     _head_cache[key] = value
     while len(_head_cache) > _HEAD_CACHE_SIZE:
         _head_cache.popitem(last=False)
     return value
+
+
+def _head_owners(version: int) -> frozenset:
+    return frozenset(DecisionHead.objects.filter(fit__version=version, user_id__isnull=False).values_list("user_id", flat=True))
+
+
+def _head_read(version: int, user_id: str | None) -> tuple | None:
+    qs = DecisionHead.objects.filter(fit__version=version)
+    qs = qs.filter(user_id=user_id) if user_id is not None else qs.filter(user_id__isnull=True)
+    rows = list(qs.values("user_id", "weights", "anchors")[:1])
+    if not rows:
+        return None
+    head, verbs = decision.head_loads(rows[0]["weights"])
+    return head, verbs, {v: int(n) for v, n in (rows[0]["anchors"] or {}).items()}, rows[0]["user_id"]
 
 
 def active_verb_names() -> frozenset:

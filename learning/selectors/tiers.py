@@ -70,8 +70,15 @@ class ExactHit:
     blocked: bool  # a block in force (this scope) names the verb, for any phrase
 
 
-def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -> list[ExactHit]:
-    """Exact learned matches, the user's first, then global; in one query, on the resolve hot path."""
+class ExactHits(list):
+    """``learned_exact``'s hits, with the catalogue stamp read by the same statement (``catalogue_stamp``)."""
+
+    stamp: tuple | None = None
+
+
+def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -> ExactHits:
+    """Exact learned matches, the user's first, then global; in one query, on the resolve hot path. The same
+    statement reads the catalogue stamp (``catalogue_stamp``), which the tier query needs next: one round trip."""
     params = {
         "n": normalized,
         "u": user_id,
@@ -81,19 +88,26 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
         "pa": private_agent_id(),
     }
     sql = f"""
-        SELECT v.name, v.description, t.confidence, t.user_id, t.phrase,
-               EXISTS (SELECT 1 FROM {PhraseBlock._meta.db_table} b
-                       WHERE b.verb_id = t.verb_id AND (b.user_id IS NULL OR b.user_id = %(u)s)
-                         AND (b.expires_at IS NULL OR b.expires_at > %(now)s))
-        FROM {LearnedPhrase._meta.db_table} t JOIN {Verb._meta.db_table} v ON v.id = t.verb_id
-        WHERE t.normalized = %(n)s AND t.is_active AND v.is_active
-          AND (t.user_id IS NULL OR (t.user_id = %(u)s AND (%(pa)s::bigint IS NULL OR t.agent_id = %(pa)s)))
-          AND (%(t)s::bigint[] IS NULL OR t.tenant_id = ANY(%(t)s::bigint[])){" AND v.domain = %(d)s" if domain else ""}
-        ORDER BY t.user_id IS NULL, t.id
+        SELECT s.version, s.n, x.name, x.description, x.confidence, x.user_id, x.phrase, x.blocked
+        FROM ({_STAMP_SQL}{" WHERE tenant_id = ANY(%(t)s::bigint[])" if params["t"] is not None else ""}) s
+        LEFT JOIN LATERAL (
+            SELECT v.name, v.description, t.confidence, t.user_id, t.phrase, t.id,
+                   EXISTS (SELECT 1 FROM {PhraseBlock._meta.db_table} b
+                           WHERE b.verb_id = t.verb_id AND (b.user_id IS NULL OR b.user_id = %(u)s)
+                             AND (b.expires_at IS NULL OR b.expires_at > %(now)s)) AS blocked
+            FROM {LearnedPhrase._meta.db_table} t JOIN {Verb._meta.db_table} v ON v.id = t.verb_id
+            WHERE t.normalized = %(n)s AND t.is_active AND v.is_active
+              AND (t.user_id IS NULL OR (t.user_id = %(u)s AND (%(pa)s::bigint IS NULL OR t.agent_id = %(pa)s)))
+              AND (%(t)s::bigint[] IS NULL OR t.tenant_id = ANY(%(t)s::bigint[])){" AND v.domain = %(d)s" if domain else ""}
+        ) x ON true
+        ORDER BY x.user_id IS NULL, x.id
     """
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return [ExactHit(*row) for row in cursor.fetchall()]
+        rows = cursor.fetchall()
+    hits = ExactHits(ExactHit(*row[2:]) for row in rows if row[2] is not None)
+    hits.stamp = (rows[0][0], rows[0][1])
+    return hits
 
 
 def vector_literal(vector) -> str:
@@ -132,10 +146,13 @@ def _catalogue_verbs_sql(tenants, domain) -> tuple[str, dict]:
     return sql, params
 
 
+_STAMP_SQL = "SELECT coalesce(max(version), 0) AS version, count(*) AS n FROM learning_cataloguestamp"
+
+
 def catalogue_stamp(tenants) -> tuple:
     """(newest version, tenants with a version) of the catalogues in scope (``learning/triggers.py``): it changes
     with every edit of a verb or a catalogue phrase in scope, committed by any process."""
-    sql, params = "SELECT coalesce(max(version), 0), count(*) FROM learning_cataloguestamp", {}
+    sql, params = _STAMP_SQL, {}
     if tenants is not None:
         sql += " WHERE tenant_id = ANY(%(tenants)s)"
         params["tenants"] = list(tenants)
@@ -144,13 +161,13 @@ def catalogue_stamp(tenants) -> tuple:
         return tuple(cursor.fetchone())
 
 
-def catalogue_arrays(*, domain: str | None, model: str) -> CatalogueArrays | None:
+def catalogue_arrays(*, domain: str | None, model: str, stamp: tuple | None = None) -> CatalogueArrays | None:
     """The catalogue in scope (active verbs of the caller's tenants, ``domain``) from a per-process cache that one
     small query validates on every call (``catalogue_stamp``), so an edit in any process shows up at once. None
     when the catalogue is larger than ``RESOLVE_CATALOGUE_CACHE_PHRASES`` (the tier query then reads it in
-    PostgreSQL)."""
+    PostgreSQL). ``stamp``: read already in this transaction (``learned_exact``)."""
     tenants = tenant_filter_ids()
-    stamp = catalogue_stamp(tenants)
+    stamp = catalogue_stamp(tenants) if stamp is None else stamp
     key = (tenants, domain, model)
     with _CATALOGUES_LOCK:
         hit = _CATALOGUES.get(key)
@@ -179,7 +196,10 @@ def catalogue_arrays(*, domain: str | None, model: str) -> CatalogueArrays | Non
     arrays = None if rows is None else _arrays(rows)
     with _CATALOGUES_LOCK:
         _CATALOGUES[key] = (stamp, count, arrays)
-        while len(_CATALOGUES) > 1 and sum(a.size for _, _, a in _CATALOGUES.values() if a) > settings.RESOLVE_CATALOGUE_CACHE_PHRASES:
+        while (
+            len(_CATALOGUES) > 1
+            and sum(a.size for _, _, a in _CATALOGUES.values() if a) > settings.RESOLVE_CATALOGUE_CACHE_PHRASES
+        ):
             _CATALOGUES.popitem(last=False)
     return arrays
 
@@ -278,6 +298,7 @@ def tier_rows(
     learned: bool = True,
     k_evidence: int = 0,
     evidence_similarity: float = 1.0,
+    stamp: tuple | None = None,
 ) -> TierRows:
     """Tiers 3-7 of resolution in ONE round trip: learned neighbours, blocked verbs, catalogue phrase
     matches and catalogue neighbours, and (``k_evidence`` > 0) the user's feedback evidence within
@@ -304,7 +325,7 @@ def tier_rows(
     # With a domain, filter inside the ordered scans (iterative index scans keep them from starving).
     in_domain = " AND t.verb_id = ANY(ARRAY(SELECT id FROM v))" if domain else ""
     # The catalogue (text and vector tiers) from process memory when it is small enough, else in the query.
-    catalogue = catalogue_arrays(domain=domain, model=model)
+    catalogue = catalogue_arrays(domain=domain, model=model, stamp=stamp)
     parts = [
         # blocklist, exact text
         f"SELECT 'bx', v.name, 1.0::float8, t.phrase, NULL, 1.0::float8, '' FROM learning_phraseblock t "

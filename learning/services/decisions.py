@@ -17,6 +17,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from common.api import ApplicationError
+from common.db import row_insert
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.embedders import current_model_name
@@ -33,13 +34,14 @@ logger = logging.getLogger(__name__)
 
 
 def resolution_record(*, resolution, agent=None, domain: str | None = None) -> ResolutionRecord:
-    """Store one resolution with its explanation: one INSERT, committed without waiting for the WAL flush
-    (as disambiguation_record: a crash can lose the last fraction of a second of records, nothing else)."""
+    """Store one resolution with its explanation: one plain INSERT (common.db.row_insert), committed without
+    waiting for the WAL flush (as disambiguation_record: a crash can lose the last fraction of a second of
+    records, nothing else)."""
     t, e = resolution.trace or {}, resolution.explanation or {}
     with transaction.atomic(savepoint=False):  # inside a request: its transaction, no savepoint round trips
         with connection.cursor() as cur:
             cur.execute("SET LOCAL synchronous_commit TO OFF")
-        return ResolutionRecord.objects.create(
+        record = ResolutionRecord(
             request_id=uuid.UUID(resolution.request_id),
             agent=agent,
             user_id=resolution.user_id,
@@ -64,6 +66,8 @@ def resolution_record(*, resolution, agent=None, domain: str | None = None) -> R
             shadow_outcome=t.get("shadow_outcome", ""),
             shadow_verb=t.get("shadow_verb", ""),
         )
+        row_insert(record)
+        return record
 
 
 def resolution_label(

@@ -9,6 +9,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from common.api import ApplicationError, Conflict, NotFound
+from common.db import row_insert
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.services import embeddings_compute
@@ -44,7 +45,7 @@ def disambiguation_record(
     with transaction.atomic(savepoint=False):  # inside a request: its transaction, no savepoint round trips
         with connection.cursor() as cur:
             cur.execute("SET LOCAL synchronous_commit TO OFF")
-        return DisambiguationRequest.objects.create(
+        request = DisambiguationRequest(
             request_id=uuid.UUID(resolution.request_id),
             agent=agent,
             channel=channel,
@@ -54,6 +55,8 @@ def disambiguation_record(
             domain=domain or "",
             options=[asdict(o) for o in resolution.options],
         )
+        row_insert(request)  # a plain INSERT (no signals or history on this model)
+        return request
 
 
 def _locked_request(request_id, *, agent_id: int | None, user_id: str | None, channel: str) -> DisambiguationRequest:
