@@ -18,7 +18,8 @@ eager, so signal processing and decision refits run inline as the API would trig
 Every EVERY interactions the test set is resolved for the same user through ``learning.resolution.resolve``
 (nothing recorded) and counted right / wrong / asked / no match. The stream and both test sets are embedded
 once, in batches, up front (the embedder's cache serves them); the vectors are kept in
-``var/bench_embeddings/<model>.npz``, so a later run on the same machine does not run the model again. In the same run, at cold start and at the end,
+``var/bench_embeddings/<model>.npz`` (with the phrase variants the stream embeds; both data sets' runs merge into
+it, side by side too), so a later run on the same machine does not run the model again. In the same run, at cold start and at the end,
 the old fixed-threshold rule (RESOLVE_DECISION=fixed with the former BANKING77-fitted 0.69 / 0.045) is
 measured on the same state, and the other data set's test set is resolved against the final state
 (out of scope: it must not auto-resolve).
@@ -145,15 +146,26 @@ class DiskVectors:
         return [self.known[t] for t in texts]
 
     def save(self) -> None:
+        """Add this run's vectors to the file, keeping what another run (the other data set, side by side) added
+        since this one read it: read, merge and replace under a lock."""
         if not self.added:
             return
+        import fcntl
+
         import numpy as np
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        texts = list(self.known)
-        tmp = self.path.with_suffix(".tmp.npz")
-        np.savez(tmp, texts=np.array(texts, dtype=str), vectors=np.stack([self.known[t] for t in texts]).astype(np.float32))
-        tmp.replace(self.path)
+        with open(self.path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.path.exists():
+                with np.load(self.path, allow_pickle=False) as z:
+                    for text, vector in zip(z["texts"].tolist(), z["vectors"], strict=True):
+                        self.known.setdefault(text, vector)
+            texts = list(self.known)
+            tmp = self.path.with_suffix(".tmp.npz")
+            vectors = np.stack([self.known[t] for t in texts]).astype(np.float32)
+            np.savez(tmp, texts=np.array(texts, dtype=str), vectors=vectors)
+            tmp.replace(self.path)
         self.added = 0
 
 
@@ -278,6 +290,7 @@ def main():
             curve.append({"interactions": i, **summary(outcomes(test))})
             tqdm.write(f"@{i} {curve[-1]}")
     stream_s = time.perf_counter() - t0
+    disk.save()  # the variants the stream embedded (learning.variants): the next run reads them
     fixed_final = fixed_rule(test)
     oos = oos_caught(other)
     from learning.models import DecisionFit  # bench only (outside the apps' layering)

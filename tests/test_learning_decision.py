@@ -257,6 +257,29 @@ def test_every_resolution_is_recorded_and_labelled_by_the_users_answer(big):
     assert (wrong.label, wrong.label_source, wrong.gold_verb) == (False, "correction", correct)
 
 
+def test_a_record_from_the_plain_insert_reads_back_as_the_orm_would_write_it(big):
+    """Records are written with common.db.row_insert: every field as the ORM prepares it (defaults, JSON, the
+    creation time, the tenant from the database default, the agent)."""
+    from agents.models import Agent
+    from common.db import row_insert
+    from tenants.selectors import tenant_default
+
+    decision_prior_fit()
+    agent = Agent.objects.create(name="recorder")
+    r = resolve(text="send an email to bob", user_id="bea")
+    before = timezone.now()
+    record = ResolutionRecord(
+        request_id=uuid.UUID(r.request_id), agent=agent, user_id="bea", text=r.text, normalized="send an email to bob",
+        outcome=r.outcome, rule="prior", features=r.trace["features"], penalties={"email.send": 0.1},
+    )  # fmt: skip
+    row_insert(record)
+    row = ResolutionRecord.objects.get(pk=record.pk)
+    assert row.tenant_id == tenant_default().pk and row.agent_id == agent.pk and row.user_id == "bea"
+    assert row.features == r.trace["features"] and row.penalties == {"email.send": 0.1}
+    assert row.top_verbs == [] and row.blocks == [] and row.domain == "" and row.label is None
+    assert before <= row.created_at <= timezone.now() and not record._state.adding
+
+
 def test_clicks_and_abandons_label_by_request_id(big, settings):
     settings.RESOLVE_DECISION = "fixed"
     settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 1.01}  # always ask
