@@ -153,6 +153,15 @@ def hnsw_drop() -> str:
     return definition
 
 
+def tenant_indexes_drop() -> None:
+    """Drop every tenant's partial HNSW index (learning.services.indexes builds them)."""
+    from learning.selectors.indexes import TENANT_INDEX_PREFIX, learned_tenant_indexes
+
+    with connection.cursor() as cur:
+        for tenant_id in learned_tenant_indexes():
+            cur.execute(f'DROP INDEX IF EXISTS "{TENANT_INDEX_PREFIX}{tenant_id}"')
+
+
 def hnsw_ensure() -> None:
     """Put the index back if an interrupted run dropped it (fresh_database empties tables, it keeps indexes)."""
     from learning.models import LearnedPhrase
@@ -294,6 +303,7 @@ def main():
     from learning import datasets
     from learning.management.commands.demo import banking_entries
     from learning.models import Verb
+    from learning.selectors.indexes import TENANT_INDEX_PREFIX, learned_tenant_indexes
     from learning.services.catalogue import verb_catalogue_load
     from learning.services.decisions import decision_prior_fit
     from learning.services.indexes import learned_phrase_tenant_indexes_sync
@@ -352,13 +362,14 @@ def main():
     if args.tenants > 1:
         catalogue = banking_entries()
         definition = hnsw_drop()  # moving every row re-inserts it in the index: rebuild after the move instead
+        tenant_indexes_drop()  # the same for partial indexes an earlier size or run left: built afresh below
         tenants = share_among_tenants(args.tenants, catalogue)
         hnsw_build(definition)
         # what the hourly beat task does: a partial HNSW index for each tenant big enough to need one
         started = time.perf_counter()
         synced = learned_phrase_tenant_indexes_sync()
         sync_s = time.perf_counter() - started
-        prewarm(INDEX, *(f"learnedphrase_hnsw_tenant_{t}" for t in synced.created))
+        prewarm(INDEX, *(f"{TENANT_INDEX_PREFIX}{t}" for t in learned_tenant_indexes()))
         keys = [agent_key_create(agent_name=f"bench-{t.slug}", scopes=["resolve"], tenant=t)[1] for t in tenants]
         queries = test[len(sizes) * (WARMUP + QUERIES) : (len(sizes) + 1) * (WARMUP + QUERIES)]
         users = [f"user{rng.randrange(n_users)}" if i % 2 else None for i in range(len(queries))]

@@ -353,6 +353,9 @@ RESOLVE_MAX_LIMIT = 20
 # applies only when neither exists (or with "fixed").
 RESOLVE_DECISION = os.environ.get("RESOLVE_DECISION", "learned")  # learned | fixed
 RESOLVE_MAX_WRONG_RATE = env_float("RESOLVE_MAX_WRONG_RATE", 0.03)  # wrong auto-resolutions / labels, held out
+# At most this share of out-of-scope queries may auto-resolve, as estimated on open-set rows (labelled queries scored
+# as if their verb did not exist); empty: no such bound.
+RESOLVE_MAX_OPEN_RATE = env_float("RESOLVE_MAX_OPEN_RATE", 0.0) or None
 RESOLVE_REFIT_EVERY_LABELS = env_int("RESOLVE_REFIT_EVERY_LABELS", 200)
 RESOLVE_PROMOTE_MIN_LABELS = env_int("RESOLVE_PROMOTE_MIN_LABELS", 200)  # a fit never goes live on fewer
 RESOLVE_FIT_WINDOW_LABELS = env_int("RESOLVE_FIT_WINDOW_LABELS", 3000)  # the newest labels describe the current state

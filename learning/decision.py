@@ -229,12 +229,41 @@ def choose_cut(p: np.ndarray, y: np.ndarray, max_wrong_rate: float, z: float = B
     return float(ps[i]), {"right": float(right[i] / n), "wrong": float(wrong[i] / n), "asked": float(1 - (i + 1) / n)}
 
 
+def open_cut(p_open: np.ndarray, max_open_rate: float | None) -> float:
+    """The lowest cut at which at most ``max_open_rate`` of the open-set rows (queries scored as if their verb did
+    not exist: what an out-of-scope query looks like) would auto-resolve; -inf without a bound or rows."""
+    if max_open_rate is None or not len(p_open):
+        return float("-inf")
+    ranked = np.sort(np.asarray(p_open, dtype=np.float64))[::-1]
+    k = int(np.floor(max_open_rate * len(ranked)))  # at most k rows may reach the cut
+    return float("-inf") if k >= len(ranked) else float(np.nextafter(ranked[k], np.inf))
+
+
+def shares_at(p: np.ndarray, y: np.ndarray, cut: float) -> dict:
+    """right / wrong / asked shares of labelled rows at ``cut``."""
+    n = max(len(y), 1)
+    auto = p >= cut
+    right, wrong = int((auto & (y == 1)).sum()), int((auto & (y == 0)).sum())
+    return {"right": right / n, "wrong": wrong / n, "asked": 1 - (right + wrong) / n}
+
+
 @_one_blas_thread
-def fit_decision(F, y, *, max_wrong_rate: float, min_labels: int, F_open=None, folds: int = FOLDS, seed: int = 0) -> dict | None:
+def fit_decision(
+    F,
+    y,
+    *,
+    max_wrong_rate: float,
+    min_labels: int,
+    F_open=None,
+    max_open_rate: float | None = None,
+    folds: int = FOLDS,
+    seed: int = 0,
+) -> dict | None:
     """P(top verb is right | features) and its cut, from labelled rows ``F`` (n x len(FEATURES)) and ``y`` (1 =
     the top verb was right). ``F_open``: open-set rows (queries scored with their verb removed; always wrong).
     Probabilities for the cut are out-of-fold; the model is then refitted on everything. None with fewer than
-    ``min_labels`` labels or one class only."""
+    ``min_labels`` labels or one class only. ``max_open_rate``: the cut is also high enough that at most this share
+    of the open-set rows (held out) would auto-resolve."""
     y = np.asarray(y, dtype=np.int64)
     if len(y) < min_labels or y.min() == y.max():
         return None
@@ -253,6 +282,9 @@ def fit_decision(F, y, *, max_wrong_rate: float, min_labels: int, F_open=None, f
     for tr, te in StratifiedKFold(k, shuffle=True, random_state=seed).split(Z, strata):
         oof[te] = MonoLR(_signs()).fit(Z[tr], y_all[tr]).predict_proba1(Z[te])
     cut, held = choose_cut(oof[~is_open], y, max_wrong_rate)
+    cut_open = open_cut(oof[is_open], max_open_rate) if n_open else float("-inf")
+    if np.isfinite(cut) and cut_open > cut:
+        cut, held = cut_open, shares_at(oof[~is_open], y, cut_open)
     clf = MonoLR(_signs()).fit(Z, y_all)
     right_cos = F[y == 1, FEATURES.index("top_cos")]
     min_top_cos = float(np.quantile(right_cos, SUPPORT_QUANTILE)) if len(right_cos) else -1.0
@@ -270,6 +302,8 @@ def fit_decision(F, y, *, max_wrong_rate: float, min_labels: int, F_open=None, f
         "n_open": int(n_open),
         "base_rate": round(float(y.mean()), 4),
         "max_wrong_rate": max_wrong_rate,
+        "max_open_rate": max_open_rate,
+        "open_cut_binds": bool(np.isfinite(cut) and cut_open >= cut),
     }
 
 
@@ -458,6 +492,7 @@ def catalogue_prior(
     seed: int = 0,
     learned=None,
     trust=None,
+    max_open_rate: float | None = None,
 ):
     """Labelled examples from the anchors a deployment loaded, and the decision fit on them.
 
@@ -502,5 +537,6 @@ def catalogue_prior(
         max_wrong_rate=max_wrong_rate,
         min_labels=min_labels,
         F_open=F_open if len(F_open) else None,
+        max_open_rate=max_open_rate,
     )
     return fit, len(y)

@@ -124,6 +124,22 @@ def test_a_stricter_target_never_resolves_more():
     assert strict["held_out"]["right"] <= loose["held_out"]["right"]
 
 
+def test_an_open_set_bound_raises_the_cut_until_few_out_of_scope_rows_pass():
+    """With ``max_open_rate`` the cut is also high enough that at most that share of the open-set rows (held out)
+    would auto-resolve; the held-out figures are those of the raised cut; without open rows nothing changes."""
+    F, y = _synthetic(seed=2)
+    rng = np.random.default_rng(5)
+    F_open = rng.normal(size=(600, len(decision.FEATURES)))
+    F_open[:, 1] += 1.0  # out-of-scope rows that look rather confident
+    free = decision.fit_decision(F, y, max_wrong_rate=0.03, min_labels=200, F_open=F_open)
+    bound = decision.fit_decision(F, y, max_wrong_rate=0.03, min_labels=200, F_open=F_open, max_open_rate=0.02)
+    assert bound["cut"] >= free["cut"] and bound["open_cut_binds"]
+    assert bound["held_out_open_auto"] <= 0.02 < free["held_out_open_auto"]
+    assert bound["held_out"]["right"] <= free["held_out"]["right"] and bound["held_out"]["wrong"] <= 0.03
+    assert decision.open_cut(np.array([0.9, 0.8, 0.1]), 0.34) > 0.8 >= decision.open_cut(np.array([0.9, 0.8, 0.1]), 0.67)
+    assert decision.open_cut(np.array([]), 0.05) == float("-inf") == decision.open_cut(np.array([0.5]), None)
+
+
 def test_the_prior_scores_learned_anchors_as_the_resolver_does():
     """The vectorised prior rows equal the per-query scoring, with learned anchors held to their own floor and
     counted at their trust, and each verb's best anchor known to be learned or not."""

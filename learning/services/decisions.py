@@ -192,6 +192,7 @@ def decision_prior_fit() -> DecisionFit | None:
         min_labels=settings.RESOLVE_PRIOR_MIN_EXAMPLES,
         learned=np.array(is_learned, dtype=bool),
         trust=np.array([anchor_trust(c) for c in confidence]),
+        max_open_rate=settings.RESOLVE_MAX_OPEN_RATE,
     )
     if params is None:
         return None
@@ -291,6 +292,7 @@ def decision_refit(*, force: bool = False) -> dict:
         max_wrong_rate=settings.RESOLVE_MAX_WRONG_RATE,
         min_labels=1 if force else settings.RESOLVE_PROMOTE_MIN_LABELS,
         F_open=np.array(F_open) if F_open else None,
+        max_open_rate=settings.RESOLVE_MAX_OPEN_RATE,
     )
     if params is None:
         out["reason"] = "too few labels or one class only"
