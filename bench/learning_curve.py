@@ -102,11 +102,16 @@ def fixed_rule(test) -> dict:
         settings.RESOLVE_DECISION, settings.RESOLUTION_OVERRIDES = saved
 
 
-def oos_caught(other) -> float:
+def oos_caught(other) -> tuple[float, Counter]:
+    """Share of the other data set's test utterances not auto-resolved, and the verbs the rest resolved to."""
     from learning.resolution import resolve
 
-    auto = sum(resolve(text=ex.text, user_id=USER).outcome == "resolved" for ex in other)
-    return round(100.0 * (len(other) - auto) / max(len(other), 1), 2)
+    verbs = Counter()
+    for ex in other:
+        r = resolve(text=ex.text, user_id=USER)
+        if r.outcome == "resolved":
+            verbs[r.verb] += 1
+    return round(100.0 * (len(other) - sum(verbs.values())) / max(len(other), 1), 2), verbs
 
 
 class DiskVectors:
@@ -292,7 +297,7 @@ def main():
     stream_s = time.perf_counter() - t0
     disk.save()  # the variants the stream embedded (learning.variants): the next run reads them
     fixed_final = fixed_rule(test)
-    oos = oos_caught(other)
+    oos, oos_verbs = oos_caught(other)
     from learning.models import DecisionFit  # bench only (outside the apps' layering)
 
     fits = list(DecisionFit.objects.order_by("version").values("version", "source", "status", "n_labels", "held_out"))
@@ -306,7 +311,8 @@ def main():
         f"(seed {SEED}), one user; test {len(test)} utterances. Stream: {dict(stats)}. "
         f"Catalogue prior v{prior.version if prior else '-'}: held out on the catalogue {prior.held_out if prior else None}. "
         f"Old fixed rule (0.69 / 0.045) on the same state: cold {fixed_cold}, final {fixed_final}. "
-        f"Out of scope ({other_ds} test, {len(other)} utterances, against the final state): {oos}% not auto-resolved. "
+        f"Out of scope ({other_ds} test, {len(other)} utterances, against the final state): {oos}% not auto-resolved; "
+        f"the rest went to {', '.join(f'{v} {n}' for v, n in oos_verbs.most_common(6)) or 'none'}. "
         f"Fits: {len(fits)} ({sum(f['source'] == 'labels' for f in fits)} from labels); live at the end: {live}. "
         f"Times: embedding {embed_s:.0f} s, prior {prior_s:.0f} s, stream + measurements {stream_s:.0f} s, total {total_s:.0f} s."
     )
