@@ -1,5 +1,6 @@
 """Reads for the learned act-or-ask decision: the fits in force, their heads, the labels."""
 
+import threading
 import time as _time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from tenants.context import tenant_filter_ids
 _decision_cache: dict = {}  # tenants in scope -> (expires (monotonic), state)
 _head_cache: "OrderedDict[tuple, object]" = OrderedDict()  # (tenants, version, user, None or ("owners",)) -> value
 _HEAD_CACHE_SIZE = 256
+_head_lock = threading.Lock()
 _active_verbs_cache: dict = {}  # tenants in scope -> (expires, names)
 
 
@@ -77,13 +79,15 @@ def decision_head(version: int, user_id: str | None) -> tuple | None:
 
 
 def _head_cached(key, load):
-    if key in _head_cache:
-        _head_cache.move_to_end(key)
-        return _head_cache[key]
+    with _head_lock:  # threaded servers share the cache
+        if key in _head_cache:
+            _head_cache.move_to_end(key)
+            return _head_cache[key]
     value = load()
-    _head_cache[key] = value
-    while len(_head_cache) > _HEAD_CACHE_SIZE:
-        _head_cache.popitem(last=False)
+    with _head_lock:
+        _head_cache[key] = value
+        while len(_head_cache) > _HEAD_CACHE_SIZE:
+            _head_cache.popitem(last=False)
     return value
 
 
