@@ -153,6 +153,13 @@ def hnsw_drop() -> str:
     return definition
 
 
+def vacuum() -> None:
+    """VACUUM ANALYZE the learned phrases after a bulk load or move, as an operator would: otherwise autovacuum
+    starts on the new or dead rows (and walks the HNSW graphs) while latency is being measured."""
+    with connection.cursor() as cur:
+        cur.execute("VACUUM (ANALYZE) learning_learnedphrase")
+
+
 def tenant_indexes_drop() -> None:
     """Drop every tenant's partial HNSW index (learning.services.indexes builds them)."""
     from learning.selectors.indexes import TENANT_INDEX_PREFIX, learned_tenant_indexes
@@ -336,6 +343,7 @@ def main():
             build_s, index_bytes = hnsw_build(definition)
             index_mb = index_bytes / 2**20
             logger.info("HNSW build at %s phrases: %.1f s, %.0f MB", size, build_s, index_mb)
+        vacuum()
         warmed = prewarm(INDEX)
         queries = test[n * (WARMUP + QUERIES) : (n + 1) * (WARMUP + QUERIES)]
         users = [f"user{rng.randrange(n_users)}" if i % 2 else None for i in range(len(queries))]
@@ -369,6 +377,7 @@ def main():
         started = time.perf_counter()
         synced = learned_phrase_tenant_indexes_sync()
         sync_s = time.perf_counter() - started
+        vacuum()
         prewarm(INDEX, *(f"{TENANT_INDEX_PREFIX}{t}" for t in learned_tenant_indexes()))
         keys = [agent_key_create(agent_name=f"bench-{t.slug}", scopes=["resolve"], tenant=t)[1] for t in tenants]
         queries = test[len(sizes) * (WARMUP + QUERIES) : (len(sizes) + 1) * (WARMUP + QUERIES)]
@@ -415,7 +424,7 @@ def main():
         ],
         rows,
     )
-    body += f"\n\n{QUERIES} distinct test utterances per size over HTTP (gunicorn, 1 sync worker, loopback; the sync worker closes each connection, so every request includes a TCP connect), half with a user id. Target: p50 <= embed + 10 ms."
+    body += f"\n\n{QUERIES} distinct test utterances per size over HTTP (gunicorn, 1 sync worker, loopback; the sync worker closes each connection, so every request includes a TCP connect), half with a user id. Target: p50 <= embed + 10 ms. The learned phrases were vacuumed after each load and move (VACUUM ANALYZE), so autovacuum does not run beside the measurement."
     body += (
         f" The HNSW index{'es were' if tenant_rows else ' was'} loaded into shared buffers (pg_prewarm) before measuring, as a server "
         f"in service has {'them' if tenant_rows else 'it'}; shared_buffers {shared_buffers}."
