@@ -121,7 +121,6 @@ class CatalogueArrays:
     verbs: list[str]
     texts: list[str]
     normalized: list[str]
-    descriptions: dict[str, str]
     vectors: np.ndarray  # (phrases with a vector of the model) x d, unit rows
     with_vector: np.ndarray  # indices of those phrases
     details: dict[str, dict]  # verb -> what an option shows (verb_details): description, display name, first phrase
@@ -216,7 +215,6 @@ def _arrays(rows) -> CatalogueArrays:
         verbs=[r[0] for r in rows],
         texts=[r[2] for r in rows],
         normalized=[r[3] for r in rows],
-        descriptions={r[0]: r[1] for r in rows if r[1]},
         vectors=matrix,
         with_vector=np.array([i for i, r in enumerate(rows) if r[4] is not None], dtype=np.int64),
         details=details,
@@ -236,9 +234,9 @@ def _catalogue_rows(arrays: CatalogueArrays, normalized: str, vector, k: int) ->
     rows = []
     for verb, text, norm in zip(arrays.verbs, arrays.texts, arrays.normalized, strict=True):
         if norm == normalized:
-            rows.append(("px", verb, 1.0, text, norm, 1.0, arrays.descriptions.get(verb, "")))
+            rows.append(("px", verb, 1.0, text, norm, 1.0, arrays.details[verb]["description"]))
         elif norm in normalized or normalized in norm:
-            rows.append(("ps", verb, 1.0, text, norm, 1.0, arrays.descriptions.get(verb, "")))
+            rows.append(("ps", verb, 1.0, text, norm, 1.0, arrays.details[verb]["description"]))
     if vector is not None and len(arrays.with_vector):
         q = np.asarray(vector, dtype=np.float32)
         # capped at 1, as PostgreSQL's 1 - cosine distance: float rounding never lifts a neighbour above an equal text
@@ -247,7 +245,7 @@ def _catalogue_rows(arrays: CatalogueArrays, normalized: str, vector, k: int) ->
         for j in top:
             i = int(arrays.with_vector[j])
             verb = arrays.verbs[i]
-            rows.append(("cs", verb, float(sims[j]), arrays.texts[i], None, 1.0, arrays.descriptions.get(verb, "")))
+            rows.append(("cs", verb, float(sims[j]), arrays.texts[i], None, 1.0, arrays.details[verb]["description"]))
     return rows
 
 
