@@ -296,6 +296,36 @@ def test_a_record_from_the_plain_insert_reads_back_as_the_orm_would_write_it(big
     assert before <= row.created_at <= timezone.now() and not record._state.adding
 
 
+@pytest.mark.parametrize("binding", ["client", "server"])
+def test_a_statement_and_its_set_local_lines_travel_together_and_the_settings_hold(db, binding):
+    """common.db.rows_fetch: the statement's own rows come back, the SET LOCAL lines before it apply to it and
+    those after it to what follows, with client-side binding (one simple query) and server-side (one each)."""
+    import psycopg
+    from django.db import connection, transaction
+    from django.db.backends.utils import CursorWrapper
+
+    from common.db import rows_fetch
+
+    with transaction.atomic():
+        connection.ensure_connection()
+        cls = psycopg.ClientCursor if binding == "client" else psycopg.Cursor
+        cursor = CursorWrapper(cls(connection.connection), connection)
+        rows = rows_fetch(
+            cursor,
+            "SELECT current_setting('enable_sort'), %s::int + 1",
+            [41],
+            before=("SET LOCAL enable_sort = off", "SET LOCAL synchronous_commit TO OFF"),
+            after=("SET LOCAL enable_sort = on",),
+        )
+        assert rows == [("off", 42)]
+        cursor.execute("SELECT current_setting('enable_sort'), current_setting('synchronous_commit')")
+        assert cursor.fetchone() == ("on", "off")
+        assert rows_fetch(cursor, "SELECT %s::text", ["plain"]) == [("plain",)]
+    with connection.cursor() as plain:
+        plain.execute("SELECT current_setting('synchronous_commit')")
+        assert plain.fetchone()[0] == "on"  # LOCAL: gone with the transaction
+
+
 def test_clicks_and_abandons_label_by_request_id(big, settings):
     settings.RESOLVE_DECISION = "fixed"
     settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 1.01}  # always ask

@@ -15,6 +15,7 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from common.db import rows_fetch
 from learning.models import (
     LearnedPhrase,
     PhraseBlock,
@@ -383,13 +384,12 @@ def tier_rows(
     walk_own = (
         vector is not None and learned and tenants is not None and len(tenants) == 1 and tenants[0] in tenants_with_own_index()
     )
+    sort_off = ("SET LOCAL enable_sort = off",) if walk_own else ()
+    sort_on = ("SET LOCAL enable_sort = on",) if walk_own else ()
     with connection.cursor() as cursor:
-        if walk_own:
-            cursor.execute("SET LOCAL enable_sort = off")
-        cursor.execute(f"WITH {ctes} " + " UNION ALL ".join(f"({p})" for p in parts), params)
-        rows = cursor.fetchall()
-        if walk_own:
-            cursor.execute("SET LOCAL enable_sort = on")
+        rows = rows_fetch(
+            cursor, f"WITH {ctes} " + " UNION ALL ".join(f"({p})" for p in parts), params, before=sort_off, after=sort_on
+        )
         if vector is not None:
             found = Counter(r[0] for r in rows)
             if (learned and found["ls"] < k_learned) or (catalogue is None and found["cs"] < k_catalogue):

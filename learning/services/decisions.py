@@ -39,8 +39,6 @@ def resolution_record(*, resolution, agent=None, domain: str | None = None) -> R
     records, nothing else)."""
     t, e = resolution.trace or {}, resolution.explanation or {}
     with transaction.atomic(savepoint=False):  # inside a request: its transaction, no savepoint round trips
-        with connection.cursor() as cur:
-            cur.execute("SET LOCAL synchronous_commit TO OFF")
         record = ResolutionRecord(
             request_id=uuid.UUID(resolution.request_id),
             agent=agent,
@@ -66,7 +64,7 @@ def resolution_record(*, resolution, agent=None, domain: str | None = None) -> R
             shadow_outcome=t.get("shadow_outcome", ""),
             shadow_verb=t.get("shadow_verb", ""),
         )
-        row_insert(record)
+        row_insert(record, before=("SET LOCAL synchronous_commit TO OFF",))
         return record
 
 

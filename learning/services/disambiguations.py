@@ -5,7 +5,7 @@ import uuid
 from dataclasses import asdict
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from common.api import ApplicationError, Conflict, NotFound
@@ -43,8 +43,6 @@ def disambiguation_record(
     if resolution.outcome != "ambiguous":
         return None
     with transaction.atomic(savepoint=False):  # inside a request: its transaction, no savepoint round trips
-        with connection.cursor() as cur:
-            cur.execute("SET LOCAL synchronous_commit TO OFF")
         request = DisambiguationRequest(
             request_id=uuid.UUID(resolution.request_id),
             agent=agent,
@@ -55,7 +53,9 @@ def disambiguation_record(
             domain=domain or "",
             options=[asdict(o) for o in resolution.options],
         )
-        row_insert(request)  # a plain INSERT (no signals or history on this model)
+        row_insert(
+            request, before=("SET LOCAL synchronous_commit TO OFF",)
+        )  # a plain INSERT (no signals or history on this model)
         return request
 
 
