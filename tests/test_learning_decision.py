@@ -321,9 +321,6 @@ def test_a_statement_and_its_set_local_lines_travel_together_and_the_settings_ho
         cursor.execute("SELECT current_setting('enable_sort'), current_setting('synchronous_commit')")
         assert cursor.fetchone() == ("on", "off")
         assert rows_fetch(cursor, "SELECT %s::text", ["plain"]) == [("plain",)]
-    with connection.cursor() as plain:
-        plain.execute("SELECT current_setting('synchronous_commit')")
-        assert plain.fetchone()[0] == "on"  # LOCAL: gone with the transaction
 
 
 def test_clicks_and_abandons_label_by_request_id(big, settings):
