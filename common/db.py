@@ -6,10 +6,46 @@ from django.db import connection
 from django.db.models.expressions import DatabaseDefault
 
 
-def rows_fetch(cursor, sql: str, params=None, *, before: tuple[str, ...] = (), after: tuple[str, ...] = ()) -> list:
-    """The rows of ``sql``, run between the parameterless statements ``before`` and ``after`` (``SET LOCAL`` lines):
-    one round trip where the connection binds parameters on the client (the default, ``DB_SERVER_SIDE_BINDING``
-    off: psycopg sends the lines as one simple query), one per statement where it binds them on the server."""
+class _PreparedCursor(psycopg.Cursor):
+    """Binds on the server and prepares each statement once per connection (psycopg keeps the names)."""
+
+    def execute(self, query, params=None, *, prepare=None, binary=None):
+        return super().execute(query, params, prepare=True, binary=binary)
+
+
+def _prepared_cursor():
+    """A cursor whose statements run from a plan prepared once per connection, wrapped as Django wraps its own
+    (errors, query log, execute wrappers); None when the connection keeps no prepared statements."""
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        return None
+    cursor = _PreparedCursor(raw)
+    return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
+
+
+def rows_fetch(
+    cursor, sql: str, params=None, *, before: tuple[str, ...] = (), after: tuple[str, ...] = (), prepared: bool = False
+) -> list:
+    """The rows of ``sql``, run between the parameterless statements ``before`` and ``after`` (``SET LOCAL`` lines)
+    in one round trip.
+
+    ``prepared``: ``sql`` runs from a plan PostgreSQL made once for this connection (``DB_PREPARED_STATEMENTS``;
+    for statements on every request whose planning costs more than their execution). Its text must name
+    everything that decides the plan (a tenant whose partial index serves it, a LIMIT) as literals: a generic
+    plan sees parameters as unknown. The lines around it, and a BEGIN, travel in the same pipeline.
+    Otherwise, with client-side binding (the default) psycopg sends the lines as one simple query; with
+    server-side binding, one statement at a time."""
+    prepared_cursor = _prepared_cursor() if prepared else None
+    if prepared_cursor is not None:
+        # a pipeline: the lines around it, and the BEGIN psycopg sends first in a new transaction, share its round trip
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            for line in before:
+                cursor.execute(line)
+            prepared_cursor.execute(sql, params)
+            for line in after:
+                cursor.execute(line)
+        return prepared_cursor.fetchall()
     if not before and not after:
         cursor.execute(sql, params)
         return cursor.fetchall()
@@ -48,6 +84,6 @@ def row_insert(obj, *, before: tuple[str, ...] = ()) -> None:
         f"VALUES ({', '.join(['%s'] * len(values))}) RETURNING {connection.ops.quote_name(meta.pk.column)}"
     )
     with connection.cursor() as cursor:
-        obj.pk = rows_fetch(cursor, sql, values, before=before)[0][0]
+        obj.pk = rows_fetch(cursor, sql, values, before=before, prepared=True)[0][0]
     obj._state.adding = False
     obj._state.db = connection.alias

@@ -15,6 +15,8 @@ import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 
+from common.db import rows_fetch
+
 ALL = "*"
 SETTING = "app.tenant_ids"
 DEFAULT_SLUG = "default"  # the tenant of a single-tenant deployment and of rows written outside any scope
@@ -73,7 +75,7 @@ def _setting_get() -> str | None:
 
 def _setting_set(value: str) -> None:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config(%s, %s, true)", [SETTING, value])
+        rows_fetch(cursor, "SELECT set_config(%s, %s, true)", [SETTING, value], prepared=True)  # with the BEGIN
 
 
 @contextmanager

@@ -40,12 +40,13 @@ def test_verified_keys_are_remembered_briefly_and_revocation_elsewhere_lands_wit
     body = {"text": "list all cbus"}  # an exact catalogue phrase: the resolver's own queries are fixed
     assert api.post(URL, body, format="json").status_code == 200
     # The resolver's two (exact phrases with the catalogue's version: the catalogue itself is kept in process
-    # memory, the tier query), and the resolution record (one statement: SET LOCAL synchronous_commit and the
-    # INSERT, in the request's transaction, no savepoint); the request's tenant transaction (savepoint, read
-    # the setting, no tenant, the key's tenant, restore, release; outside a test transaction: one SET LOCAL of
-    # the key's tenant, and "no tenant" when the process default is not "none"); the vector tiers once more, as an
-    # exact scan, because there are fewer learned phrases than the resolver asks the index for; no key lookup.
-    with django_assert_num_queries(10):
+    # memory, the tier query; both prepared), and the resolution record (SET LOCAL synchronous_commit and the
+    # INSERT, one pipeline: one round trip, in the request's transaction, no savepoint); the request's tenant
+    # transaction (savepoint, read the setting, no tenant, the key's tenant, restore, release; outside a test
+    # transaction: one set_config of the key's tenant, sent with the BEGIN, and "no tenant" when the process
+    # default is not "none"); the vector tiers once more, as an exact scan, because there are fewer learned
+    # phrases than the resolver asks the index for; no key lookup.
+    with django_assert_num_queries(11):
         assert api.post(URL, body, format="json").status_code == 200
     ApiKey.objects.filter(pk=api.key.pk).update(revoked_at=timezone.now())  # as another process would
     assert api.post(URL, body, format="json").status_code == 200  # still remembered here ...

@@ -323,6 +323,39 @@ def test_a_statement_and_its_set_local_lines_travel_together_and_the_settings_ho
         assert rows_fetch(cursor, "SELECT %s::text", ["plain"]) == [("plain",)]
 
 
+@pytest.mark.parametrize("keeps_prepared", [True, False])
+def test_a_prepared_statement_runs_from_its_plan_with_its_lines_and_without_one_when_turned_off(db, keeps_prepared):
+    """rows_fetch(prepared=True): the statement is prepared once per connection and its SET LOCAL lines travel in
+    the same pipeline; with DB_PREPARED_STATEMENTS off (no prepare threshold) it runs as any other statement."""
+    from django.db import connection, transaction
+
+    from common.db import rows_fetch
+
+    connection.ensure_connection()
+    raw = connection.connection
+    saved = raw.prepare_threshold
+    raw.prepare_threshold = saved if keeps_prepared else None
+    sql = "SELECT current_setting('enable_sort'), %s::int * 2 AS prepared_probe"
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            for n in range(3):
+                rows = rows_fetch(
+                    cursor,
+                    sql,
+                    [n],
+                    before=("SET LOCAL enable_sort = off",),
+                    after=("SET LOCAL enable_sort = on",),
+                    prepared=True,
+                )
+                assert rows == [("off", 2 * n)]
+            cursor.execute("SELECT current_setting('enable_sort')")
+            assert cursor.fetchone()[0] == "on"
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%prepared_probe%%'")
+            assert cursor.fetchone()[0] == (1 if keeps_prepared else 0)
+    finally:
+        raw.prepare_threshold = saved
+
+
 def test_clicks_and_abandons_label_by_request_id(big, settings):
     settings.RESOLVE_DECISION = "fixed"
     settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 1.01}  # always ask

@@ -115,3 +115,37 @@ def test_a_tenant_with_its_own_index_walks_it_and_finds_its_nearest_phrases(tena
                 )
         assert rows.learned[0].text == target.phrase and rows.learned[0].similarity == pytest.approx(1.0, abs=1e-5)
         assert any("enable_sort = off" in q["sql"] for q in ctx.captured_queries) is walks
+
+
+def test_the_prepared_tier_statement_keeps_walking_a_tenants_index_once_its_plan_is_generic(tenants):
+    """The tier statement is prepared once per connection; after five runs PostgreSQL may keep one generic plan.
+    The tenant is a literal in its text, so that plan still proves the partial index's predicate: every run walks
+    the tenant's own index, and each run answers its own query."""
+    from learning.selectors.tiers import tier_rows
+
+    learned_phrase_tenant_indexes_sync(min_phrases=10)
+    big = tenants["big"].pk
+    with tenant_scope([big]):
+        targets = list(LearnedPhrase.objects.order_by("pk")[:8])
+        for target in targets:
+            rows = tier_rows(
+                normalized="no such text",
+                vector=np.asarray(target.embedding, dtype=np.float32),
+                model="m",
+                user_id=None,
+                domain=None,
+                k_learned=3,
+                k_catalogue=3,
+                k_blocks=3,
+                block_threshold=0.9,
+            )
+            assert rows.learned[0].text == target.phrase
+        with connection.cursor() as cur:
+            # index scans of this transaction so far
+            cur.execute("SELECT pg_stat_get_xact_numscans(%s::regclass)", [f"{TENANT_INDEX_PREFIX}{big}"])
+            assert cur.fetchone()[0] == len(targets)
+            cur.execute(
+                "SELECT generic_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+                [f"%learning_learnedphrase%tenant_id = ANY('{{{big}}}'::bigint[])%"],
+            )
+            assert cur.fetchone()[0] >= 1

@@ -104,8 +104,7 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
         ORDER BY x.user_id IS NULL, x.id
     """
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+        rows = rows_fetch(cursor, sql, params, prepared=True)  # planning costs several times its execution
     hits = ExactHits(ExactHit(*row[2:]) for row in rows if row[2] is not None)
     hits.stamp = (rows[0][0], rows[0][1])
     return hits
@@ -307,12 +306,13 @@ def tier_rows(
     params: dict = {"n": normalized, "pat": f"%{normalized}%", "u": user_id, "m": model, "now": timezone.now()}
     verbs = "SELECT id, name, description FROM learning_verb WHERE is_active"
     # The tenant in scope, also inside each ordered scan so other tenants' rows never take a neighbour's place
-    # (row-level security filters the same way; this is the app's own filter).
+    # (row-level security filters the same way; this is the app's own filter). A literal: the statement is
+    # prepared, and a tenant's partial HNSW index serves it only when the plan knows the tenant.
     in_tenant = ""
     if tenants is not None:
-        params["tenants"] = list(tenants)
-        verbs += " AND tenant_id = ANY(%(tenants)s)"
-        in_tenant = " AND t.tenant_id = ANY(%(tenants)s)"
+        ids = "'{" + ",".join(str(int(t)) for t in tenants) + "}'::bigint[]"
+        verbs += f" AND tenant_id = ANY({ids})"
+        in_tenant = f" AND t.tenant_id = ANY({ids})"
     if domain:
         verbs += " AND domain = %(domain)s"
         params["domain"] = domain
@@ -347,35 +347,35 @@ def tier_rows(
                 "SELECT 'ls', v.name, 1.0 - x.d, x.phrase, x.user_id, x.confidence, v.description FROM ("
                 f"SELECT t.verb_id, t.phrase, t.user_id, t.confidence, t.embedding <=> (SELECT v FROM q) AS d "
                 f"FROM learning_learnedphrase t WHERE t.is_active AND {learned_scope} AND t.embedding_model = %(m)s{in_domain}{in_tenant} "
-                f"ORDER BY {order} LIMIT %(kl)s) x JOIN v ON v.id = x.verb_id"
+                f"ORDER BY {order} LIMIT {int(k_learned)}) x JOIN v ON v.id = x.verb_id"
             )
         out.append(
             "SELECT 'bs', v.name, 1.0 - x.d, x.phrase, NULL, 1.0::float8, '' FROM ("
             f"SELECT t.verb_id, t.phrase, t.embedding <=> (SELECT v FROM q) AS d FROM learning_phraseblock t "
             f"WHERE {scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s) AND t.embedding_model = %(m)s{in_tenant} "
-            f"ORDER BY {order} LIMIT %(kb)s) x JOIN v ON v.id = x.verb_id"
+            f"ORDER BY {order} LIMIT {int(k_blocks)}) x JOIN v ON v.id = x.verb_id"
         )
         if k_evidence:
             # Evidence is kept per scope: the user's own, or global rows for global resolution.
             own = "t.user_id = %(u)s" if user_id else "t.user_id IS NULL"
-            params.update(ke=k_evidence, de=1.0 - evidence_similarity)
+            params.update(de=1.0 - evidence_similarity)
             out.append(
                 "SELECT 'ev', x.verb, 1.0 - x.d, '', NULL, x.net, '' FROM ("
                 f"SELECT t.verb, t.negative - t.positive AS net, t.embedding <=> (SELECT v FROM q) AS d FROM {PhraseEvidence._meta.db_table} t "
-                f"WHERE {own} AND t.embedding_model = %(m)s{in_tenant} ORDER BY {order} LIMIT %(ke)s) x WHERE x.d <= %(de)s"
+                f"WHERE {own} AND t.embedding_model = %(m)s{in_tenant} ORDER BY {order} LIMIT {int(k_evidence)}) x WHERE x.d <= %(de)s"
             )
         if catalogue is None:
             out.append(
                 "SELECT 'cs', v.name, 1.0 - x.d, x.text, NULL, 1.0::float8, v.description FROM ("
                 "SELECT t.verb_id, t.text, t.embedding <=> (SELECT v FROM q) AS d FROM learning_verbphrase t "
-                f"WHERE t.embedding_model = %(m)s{in_domain}{in_tenant} ORDER BY {order} LIMIT %(kc)s) x JOIN v ON v.id = x.verb_id"
+                f"WHERE t.embedding_model = %(m)s{in_domain}{in_tenant} ORDER BY {order} LIMIT {int(k_catalogue)}) x JOIN v ON v.id = x.verb_id"
             )
         return out
 
     if vector is not None:
         # The vector travels once, as an InitPlan parameter ((SELECT v FROM q)): the HNSW scans still use it as
         # their ordering key, and the server parses 384 floats once instead of once per tier.
-        params.update(q=vector_literal(vector), kl=k_learned, kc=k_catalogue, kb=k_blocks)
+        params.update(q=vector_literal(vector))
         parts += vector_parts("d")
     ctes = f"v AS MATERIALIZED ({verbs})" + (", q AS (SELECT %(q)s::vector AS v)" if vector is not None else "")
     out = TierRows([], set(), [], [], {}, [])
@@ -387,9 +387,8 @@ def tier_rows(
     sort_off = ("SET LOCAL enable_sort = off",) if walk_own else ()
     sort_on = ("SET LOCAL enable_sort = on",) if walk_own else ()
     with connection.cursor() as cursor:
-        rows = rows_fetch(
-            cursor, f"WITH {ctes} " + " UNION ALL ".join(f"({p})" for p in parts), params, before=sort_off, after=sort_on
-        )
+        statement = f"WITH {ctes} " + " UNION ALL ".join(f"({p})" for p in parts)
+        rows = rows_fetch(cursor, statement, params, before=sort_off, after=sort_on, prepared=True)
         if vector is not None:
             found = Counter(r[0] for r in rows)
             if (learned and found["ls"] < k_learned) or (catalogue is None and found["cs"] < k_catalogue):
