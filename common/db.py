@@ -18,7 +18,7 @@ def _prepared_cursor():
     (errors, query log, execute wrappers); None when the connection keeps no prepared statements."""
     connection.ensure_connection()
     raw = connection.connection
-    if raw.prepare_threshold is None:
+    if raw.prepare_threshold is None or not psycopg.Pipeline.is_supported():  # pipelines need libpq 14+
         return None
     cursor = _PreparedCursor(raw)
     return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
