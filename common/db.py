@@ -1,16 +1,56 @@
 """Statements on every request's path: a plain INSERT for a model instance, and a statement sent together with the
 ``SET LOCAL`` lines it needs, in one round trip."""
 
+import struct
+
+import numpy as np
 import psycopg
 from django.db import connection
 from django.db.models.expressions import DatabaseDefault
 
 
+class VectorParam:
+    """A query vector as a statement parameter (``%(q)s::vector``): sent in pgvector's binary form by a prepared
+    statement (1.5 kB instead of 8 kB of text formatted and parsed again), as its text literal otherwise."""
+
+    __slots__ = ("vector",)
+
+    def __init__(self, vector):
+        self.vector = np.asarray(vector, dtype=np.float32)
+
+    def literal(self) -> str:
+        return "[" + ",".join(map(str, self.vector.tolist())) + "]"
+
+
+class _VectorBinaryDumper(psycopg.adapt.Dumper):
+    """pgvector's binary input (``vector_recv``): dimensions and a reserved word as int16, then float4, all in
+    network order. The type is left for the server to infer from the statement's ``::vector`` cast."""
+
+    format = psycopg.pq.Format.BINARY
+    oid = 0
+
+    def dump(self, obj: VectorParam) -> bytes:
+        return struct.pack(">HH", obj.vector.shape[0], 0) + obj.vector.astype(">f4").tobytes()
+
+
 class _PreparedCursor(psycopg.Cursor):
     """Binds on the server and prepares each statement once per connection (psycopg keeps the names)."""
 
+    def __init__(self, connection):
+        super().__init__(connection)
+        self.adapters.register_dumper(VectorParam, _VectorBinaryDumper)
+
     def execute(self, query, params=None, *, prepare=None, binary=None):
         return super().execute(query, params, prepare=True, binary=binary)
+
+
+def _as_text(params):
+    """``params`` with each VectorParam as its text literal (for cursors that bind on the client)."""
+    if isinstance(params, dict):
+        return {k: v.literal() if isinstance(v, VectorParam) else v for k, v in params.items()}
+    if isinstance(params, list | tuple):
+        return [v.literal() if isinstance(v, VectorParam) else v for v in params]
+    return params
 
 
 def _prepared_cursor():
@@ -46,6 +86,7 @@ def rows_fetch(
             for line in after:
                 cursor.execute(line)
         return prepared_cursor.fetchall()
+    params = _as_text(params)
     if not before and not after:
         cursor.execute(sql, params)
         return cursor.fetchall()

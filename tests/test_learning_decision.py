@@ -323,6 +323,21 @@ def test_a_statement_and_its_set_local_lines_travel_together_and_the_settings_ho
         assert rows_fetch(cursor, "SELECT %s::text", ["plain"]) == [("plain",)]
 
 
+def test_a_query_vector_goes_in_pgvectors_binary_form_to_a_prepared_statement_and_as_text_otherwise(db):
+    from django.db import connection, transaction
+
+    from common.db import VectorParam, rows_fetch
+
+    vector = VectorParam(np.random.default_rng(1).normal(size=384))
+    sql = "SELECT %(q)s::vector::text, vector_dims(%(q)s::vector), %(q)s::vector <=> %(t)s::vector"
+    params = {"q": vector, "t": vector.literal()}
+    with transaction.atomic(), connection.cursor() as cursor:
+        binary = rows_fetch(cursor, sql, params, prepared=True)
+        text = rows_fetch(cursor, sql, params)
+    assert binary[0][0] == text[0][0] and binary[0][1] == text[0][1] == 384
+    assert binary[0][2] == pytest.approx(0.0, abs=1e-6) and text[0][2] == pytest.approx(0.0, abs=1e-6)
+
+
 @pytest.mark.parametrize("keeps_prepared", [True, False])
 def test_a_prepared_statement_runs_from_its_plan_with_its_lines_and_without_one_when_turned_off(db, keeps_prepared):
     """rows_fetch(prepared=True): the statement is prepared once per connection and its SET LOCAL lines travel in

@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from common.db import rows_fetch
+from common.db import VectorParam, rows_fetch
 from learning.models import (
     LearnedPhrase,
     PhraseBlock,
@@ -375,7 +375,7 @@ def tier_rows(
     if vector is not None:
         # The vector travels once, as an InitPlan parameter ((SELECT v FROM q)): the HNSW scans still use it as
         # their ordering key, and the server parses 384 floats once instead of once per tier.
-        params.update(q=vector_literal(vector))
+        params.update(q=VectorParam(vector))
         parts += vector_parts("d")
     ctes = f"v AS MATERIALIZED ({verbs})" + (", q AS (SELECT %(q)s::vector AS v)" if vector is not None else "")
     out = TierRows([], set(), [], [], {}, [])
@@ -394,12 +394,13 @@ def tier_rows(
             if (learned and found["ls"] < k_learned) or (catalogue is None and found["cs"] < k_catalogue):
                 # An index scan came back short: fewer rows in scope, or a graph crowded with identical vectors
                 # (embeddings.selectors.nearest). The vector tiers again, exactly, over the rows in scope.
-                cursor.execute(
+                exact = rows_fetch(
+                    cursor,
                     f"WITH {ctes} "
                     + " UNION ALL ".join(f"({p})" for p in vector_parts("(t.embedding <=> (SELECT v FROM q)) + 0")),
                     params,
                 )
-                rows = [r for r in rows if r[0] not in VECTOR_TIERS] + cursor.fetchall()
+                rows = [r for r in rows if r[0] not in VECTOR_TIERS] + exact
     if catalogue is not None:
         rows = rows + _catalogue_rows(catalogue, normalized, vector, k_catalogue)
         out.details = catalogue.details
