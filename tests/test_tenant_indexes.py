@@ -36,6 +36,23 @@ def _phrases(tenant, n: int, seed: int) -> None:
         )
 
 
+def _nearest(vector):
+    """The tier rows of the tenant in scope for ``vector`` (three of each kind), as the resolver asks for them."""
+    from learning.selectors.tiers import tier_rows
+
+    return tier_rows(
+        normalized="no such text",
+        vector=vector,
+        model="m",
+        user_id=None,
+        domain=None,
+        k_learned=3,
+        k_catalogue=3,
+        k_blocks=3,
+        block_threshold=0.9,
+    )
+
+
 @pytest.fixture
 def tenants(db):
     big, small = tenant_create(slug="big"), tenant_create(slug="small")
@@ -94,25 +111,13 @@ def test_a_tenant_with_its_own_index_walks_it_and_finds_its_nearest_phrases(tena
     and sort the tenant's rows instead); the answer is the same nearest phrase either way; other tenants unchanged."""
     from django.test.utils import CaptureQueriesContext
 
-    from learning.selectors.tiers import tier_rows
-
     learned_phrase_tenant_indexes_sync(min_phrases=10)
     for tenant, walks in ((tenants["big"], True), (tenants["small"], False)):
         with tenant_scope([tenant.pk]):
             target = LearnedPhrase.objects.order_by("pk")[3]
             vector = np.asarray(target.embedding, dtype=np.float32)
             with CaptureQueriesContext(connection) as ctx:
-                rows = tier_rows(
-                    normalized="no such text",
-                    vector=vector,
-                    model="m",
-                    user_id=None,
-                    domain=None,
-                    k_learned=3,
-                    k_catalogue=3,
-                    k_blocks=3,
-                    block_threshold=0.9,
-                )
+                rows = _nearest(vector)
         assert rows.learned[0].text == target.phrase and rows.learned[0].similarity == pytest.approx(1.0, abs=1e-5)
         assert any("enable_sort = off" in q["sql"] for q in ctx.captured_queries) is walks
 
@@ -121,24 +126,12 @@ def test_the_prepared_tier_statement_keeps_walking_a_tenants_index_once_its_plan
     """The tier statement is prepared once per connection; after five runs PostgreSQL may keep one generic plan.
     The tenant is a literal in its text, so that plan still proves the partial index's predicate: every run walks
     the tenant's own index, and each run answers its own query."""
-    from learning.selectors.tiers import tier_rows
-
     learned_phrase_tenant_indexes_sync(min_phrases=10)
     big = tenants["big"].pk
     with tenant_scope([big]):
         targets = list(LearnedPhrase.objects.order_by("pk")[:8])
         for target in targets:
-            rows = tier_rows(
-                normalized="no such text",
-                vector=np.asarray(target.embedding, dtype=np.float32),
-                model="m",
-                user_id=None,
-                domain=None,
-                k_learned=3,
-                k_catalogue=3,
-                k_blocks=3,
-                block_threshold=0.9,
-            )
+            rows = _nearest(np.asarray(target.embedding, dtype=np.float32))
             assert rows.learned[0].text == target.phrase
         with connection.cursor() as cur:
             # index scans of this transaction so far
