@@ -1,5 +1,5 @@
 """Statements on every request's path: a plain INSERT for a model instance, and a statement sent together with the
-``SET LOCAL`` lines it needs, in one round trip."""
+``SET LOCAL`` lines it needs in one round trip, prepared once per connection where it is on every resolve."""
 
 import struct
 

@@ -111,7 +111,7 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
 
 
 def vector_literal(vector) -> str:
-    return "[" + ",".join(map(str, np.asarray(vector, dtype=np.float32).tolist())) + "]"
+    return VectorParam(vector).literal()
 
 
 @dataclass(frozen=True)
