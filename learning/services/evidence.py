@@ -4,14 +4,11 @@ import logging
 
 from django.db import connection, transaction
 
+from common.db import VectorParam
 from common.text import normalize_phrase, text_hash
 from learning.models import PhraseEvidence
 
 logger = logging.getLogger(__name__)
-
-
-def _vector_literal(vector) -> str:
-    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
 
 def phrase_evidence_add(
@@ -54,7 +51,7 @@ def phrase_evidence_add_many(*, rows: list[dict], model: str) -> int:
             round(m["negative"], 6),
             round(m["positive"], 6),
             m["count"],
-            _vector_literal(vector) if vector is not None else None,
+            VectorParam(vector).literal() if vector is not None else None,
             model if vector is not None else "",
             text_hash(normalized) if vector is not None else "",
         ]
