@@ -8,6 +8,10 @@ import psycopg
 from django.db import connection
 from django.db.models.expressions import DatabaseDefault
 
+# For rows on every request whose loss in a crash costs nothing stored (records of resolutions and open
+# disambiguations): the commit does not wait for the WAL flush.
+ASYNC_COMMIT = ("SET LOCAL synchronous_commit TO OFF",)
+
 
 class VectorParam:
     """A query vector as a statement parameter (``%(q)s::vector``): sent in pgvector's binary form by a prepared

@@ -186,8 +186,9 @@ _db["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
 _db["CONN_HEALTH_CHECKS"] = True
 # Queries bind their parameters on the client (Django's default); DB_SERVER_SIDE_BINDING binds them on the server.
 _db["OPTIONS"]["server_side_binding"] = env_bool("DB_SERVER_SIDE_BINDING", False)
-# The statements every resolve runs (exact phrases, the tier statement) are prepared once per connection and
-# run from their plan (common.db.rows_fetch): about a millisecond of planning a request. Turn off behind a
+# The statements every resolve runs (the tenant setting, exact phrases, the tier statement, the record INSERTs) are
+# prepared once per connection and run from their plan (common.db.rows_fetch): about a millisecond of planning a
+# request. Turn off behind a
 # pooler that cannot keep prepared statements (PgBouncer before 1.21 in transaction mode). Other queries are
 # never prepared (the threshold is out of reach).
 DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)

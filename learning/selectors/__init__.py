@@ -46,7 +46,6 @@ from learning.selectors.tiers import (
     scope_q,
     tier_rows,
     unexpired_blocks,
-    vector_literal,
     verb_details,
     verb_details_forget,
 )
@@ -87,7 +86,6 @@ __all__ = [
     "top_pending_candidates",
     "unexpired_blocks",
     "users_with_phrases",
-    "vector_literal",
     "verb_catalogue",
     "verb_details",
     "verb_details_forget",

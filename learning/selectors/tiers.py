@@ -110,10 +110,6 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     return hits
 
 
-def vector_literal(vector) -> str:
-    return VectorParam(vector).literal()
-
-
 @dataclass(frozen=True)
 class CatalogueArrays:
     """The catalogue in scope, in process memory: its phrases (verb, text, normalized) and their unit vectors."""

@@ -17,7 +17,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from common.api import ApplicationError
-from common.db import row_insert
+from common.db import ASYNC_COMMIT, row_insert
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.embedders import current_model_name
@@ -64,7 +64,7 @@ def resolution_record(*, resolution, agent=None, domain: str | None = None) -> R
             shadow_outcome=t.get("shadow_outcome", ""),
             shadow_verb=t.get("shadow_verb", ""),
         )
-        row_insert(record, before=("SET LOCAL synchronous_commit TO OFF",))
+        row_insert(record, before=ASYNC_COMMIT)
         return record
 
 

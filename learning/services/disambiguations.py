@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.api import ApplicationError, Conflict, NotFound
-from common.db import row_insert
+from common.db import ASYNC_COMMIT, row_insert
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.services import embeddings_compute
@@ -53,9 +53,7 @@ def disambiguation_record(
             domain=domain or "",
             options=[asdict(o) for o in resolution.options],
         )
-        row_insert(
-            request, before=("SET LOCAL synchronous_commit TO OFF",)
-        )  # a plain INSERT (no signals or history on this model)
+        row_insert(request, before=ASYNC_COMMIT)  # a plain INSERT (no signals or history on this model)
         return request
 
 
