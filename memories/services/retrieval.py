@@ -7,6 +7,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from common.db import ASYNC_COMMIT
 from common.text import text_hash
 from embeddings.embedders import embed_query
 from embeddings.services import embeddings_refresh
@@ -94,7 +95,7 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
         # Hits, streaks and the log are statistics: don't make the caller wait for the WAL flush.
         # A crash may lose the last few hundred milliseconds of them, never a memory.
         with connection.cursor() as cur:
-            cur.execute("SET LOCAL synchronous_commit = off")
+            cur.execute(*ASYNC_COMMIT)
         if ids:
             Memory.objects.filter(pk__in=ids).update(hits=F("hits") + 1, streak=F("streak") + 1, last_retrieved_at=timezone.now())
             auto_promote(ids)
