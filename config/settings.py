@@ -368,6 +368,9 @@ RESOLVE_PROMOTE_MIN_LABELS = env_int("RESOLVE_PROMOTE_MIN_LABELS", 200)  # a fit
 RESOLVE_FIT_WINDOW_LABELS = env_int("RESOLVE_FIT_WINDOW_LABELS", 3000)  # the newest labels describe the current state
 RESOLVE_PRIOR_MIN_EXAMPLES = env_int("RESOLVE_PRIOR_MIN_EXAMPLES", 20)  # catalogue phrases needed for a prior
 RESOLVE_USER_HEAD_MIN_PHRASES = env_int("RESOLVE_USER_HEAD_MIN_PHRASES", 100)  # a personal head from this many phrases
+# Retired fits from labels beyond the newest this many keep no heads (a head is about 1.4 MB per scope):
+# they can no longer be pinned; the catalogue priors keep theirs.
+RESOLVE_HEADS_KEEP_FITS = env_int("RESOLVE_HEADS_KEEP_FITS", 10)
 RESOLVE_DECISION_CACHE_S = env_float("RESOLVE_DECISION_CACHE_S", 5.0)  # how long a process trusts the fit in force
 RESOLUTION_RETENTION_DAYS = env_int("RESOLUTION_RETENTION_DAYS", 90)
 CELERY_BEAT_SCHEDULE["learning-decision-refit"] = {

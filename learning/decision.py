@@ -1,7 +1,8 @@
 """The learned auto-resolve decision (pure numpy / scikit-learn / scipy: no Django, no database).
 
 * ``head_train`` / ``head_predict``: the per-deployment classifier head, a multinomial logistic regression over
-  the embeddings of the anchors (catalogue and learned phrases). Predicting is one d x V matmul and a softmax.
+  the embeddings of the anchors (catalogue and learned phrases) and their character n-grams (``lexical``).
+  Predicting is one d x V matmul, a few rows of the n-gram weights and a softmax.
 * ``combine``: the ranking, anchor score (cosine scale) and head probability blended 0.5 / 0.5, so a verb with
   three examples the head barely knows still ranks by its anchors.
 * ``features``: what the resolver knows about its top verb (FEATURES, in that order).
@@ -22,7 +23,9 @@ import functools
 import io
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.optimize import minimize
+from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import threadpool_limits
@@ -49,6 +52,13 @@ SUPPORT_QUANTILE = 0.01  # the guard loses at most 1% of right answers by constr
 HEAD_C = 10.0
 HEAD_MAX_ITER = 300  # a cap, not a budget: fits stop at the tolerance well before it
 ALPHA = 0.5  # ranking blend: anchor weight
+# The head's lexical features: character 2- to 4-grams within word boundaries, hashed into LEX_FEATURES columns
+# (stateless: a head stores weights only, no vocabulary), sublinear counts, each row L2-normalised like the
+# embeddings beside them. Words a deployment's users share (names of things, typos, short commands) carry what a
+# sentence embedding blurs: measured on both public data sets, the combined head ranks and separates better than
+# either part alone (docs/thresholds.md).
+LEX_FEATURES = 2**12
+_LEX = HashingVectorizer(analyzer="char_wb", ngram_range=(2, 4), n_features=LEX_FEATURES, alternate_sign=False, norm=None)
 FOLDS = 5
 
 
@@ -69,13 +79,29 @@ def _one_blas_thread(fn):
 # --- classifier head ------------------------------------------------------------------------------------------
 
 
-@_one_blas_thread
-def head_train(X, y, n_verbs: int, sample_weight=None, C: float = HEAD_C, warm: dict | None = None) -> dict | None:
-    """Multinomial LR over anchor embeddings (classes: verb indices 0..n_verbs-1), balanced class weights so
-    verbs with few anchors are not drowned. Answers {W (d x V), b (V), classes} or None (fewer than 2 verbs).
-    ``warm``: a previous head over the same verbs; the refit starts from it (to the same tolerance: on 10,000
-    anchors of 64 verbs it converged in about 50 iterations instead of about 95)."""
+def lexical(texts) -> sp.csr_matrix:
+    """The lexical feature rows (n x LEX_FEATURES, sparse) of normalised texts."""
+    M = _LEX.transform(list(texts)).astype(np.float32)
+    M.data = 1.0 + np.log(M.data)
+    norms = np.sqrt(np.asarray(M.multiply(M).sum(axis=1)).ravel())
+    return sp.csr_matrix(sp.diags(1.0 / np.maximum(norms, 1e-12)) @ M, dtype=np.float32)
+
+
+def _head_inputs(X, texts):
     X = np.asarray(X, dtype=np.float32)
+    if texts is None:
+        return X
+    return sp.hstack([sp.csr_matrix(X), lexical(texts)], format="csr", dtype=np.float32)
+
+
+@_one_blas_thread
+def head_train(X, y, n_verbs: int, sample_weight=None, C: float = HEAD_C, warm: dict | None = None, texts=None) -> dict | None:
+    """Multinomial LR over anchor embeddings X (classes: verb indices 0..n_verbs-1) and, with ``texts`` (the
+    anchors' normalised texts), their lexical features; balanced class weights so verbs with few anchors are not
+    drowned. Answers {W ((d [+ LEX_FEATURES]) x V), b (V), classes} or None (fewer than 2 verbs).
+    ``warm``: a previous head over the same verbs and features; the refit starts from it (to the same tolerance:
+    on 10,000 anchors of 64 verbs it converged in about 50 iterations instead of about 95)."""
+    X = _head_inputs(X, texts)
     y = np.asarray(y, dtype=np.int64)
     classes = np.unique(y)
     if len(classes) < 2:
@@ -83,7 +109,12 @@ def head_train(X, y, n_verbs: int, sample_weight=None, C: float = HEAD_C, warm: 
     counts = np.bincount(y, minlength=n_verbs).astype(np.float64)
     cw = len(y) / (len(classes) * np.maximum(counts, 1))
     sw = cw[y] * (1.0 if sample_weight is None else np.asarray(sample_weight, dtype=np.float64))
-    use_warm = warm is not None and len(warm["classes"]) == len(classes) and np.array_equal(warm["classes"], classes)
+    use_warm = (
+        warm is not None
+        and warm["W"].shape[0] == X.shape[1]
+        and len(warm["classes"]) == len(classes)
+        and np.array_equal(warm["classes"], classes)
+    )
     clf = LogisticRegression(C=C, max_iter=HEAD_MAX_ITER, tol=1e-5, warm_start=use_warm)
     if use_warm and len(classes) > 2:
         clf.coef_ = warm["W"][:, classes].T.astype(np.float64).copy()
@@ -100,11 +131,21 @@ def head_train(X, y, n_verbs: int, sample_weight=None, C: float = HEAD_C, warm: 
     return {"W": W, "b": b, "classes": classes}
 
 
-def head_predict(head: dict | None, Q) -> np.ndarray | None:
-    """Softmax probabilities (n x V) for query vectors Q (n x d); None without a head."""
+def head_predict(head: dict | None, Q, texts=None) -> np.ndarray | None:
+    """Softmax probabilities (n x V) for query vectors Q (n x d) and their normalised ``texts`` (needed by a head
+    with lexical features); None without a head. Raises ValueError when the head does not fit the queries."""
     if head is None:
         return None
-    z = np.atleast_2d(np.asarray(Q, dtype=np.float32)) @ head["W"] + head["b"]
+    Q = np.atleast_2d(np.asarray(Q, dtype=np.float32))
+    W, d = head["W"], Q.shape[1]
+    if W.shape[0] == d:
+        z = Q @ W + head["b"]
+    elif W.shape[0] == d + LEX_FEATURES and texts is not None:
+        z = Q @ W[:d] + lexical(texts) @ W[d:] + head["b"]
+    else:
+        raise ValueError(
+            f"head of {W.shape[0]} inputs cannot score {d}-dimensional queries" + (" without text" * (texts is None))
+        )
     z -= z.max(axis=1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=1, keepdims=True)
@@ -495,13 +536,15 @@ def catalogue_prior(
     learned=None,
     trust=None,
     max_open_rate: float | None = None,
+    texts=None,
 ):
     """Labelled examples from the anchors a deployment loaded, and the decision fit on them.
 
     Fold k holds out every verb's k-th anchor (a verb with one anchor loses it: what a query for a missing verb
     looks like); the rest are the anchors and train the head; each held-out anchor is a query labelled "the top
     verb is its own verb". ``learned`` / ``trust`` (per anchor): learned phrases (an import) are scored as the
-    resolver scores them. Answers (fit or None, number of examples)."""
+    resolver scores them; ``texts`` (normalised, per anchor): the heads learn their lexical features too. Answers
+    (fit or None, number of examples)."""
     vectors = np.asarray(vectors, dtype=np.float32)
     verbs = np.asarray(verbs, dtype=np.int64)
     learned = np.zeros(len(verbs), dtype=bool) if learned is None else np.asarray(learned, dtype=bool)
@@ -516,8 +559,10 @@ def catalogue_prior(
         te, tr = np.where(fold == k)[0], np.where(fold != k)[0]
         if not te.size or not tr.size:
             continue
-        head = head_train(vectors[tr], verbs[tr], n_verbs)
-        P = head_predict(head, vectors[te])
+        texts_tr = None if texts is None else [texts[i] for i in tr]
+        texts_te = None if texts is None else [texts[i] for i in te]
+        head = head_train(vectors[tr], verbs[tr], n_verbs, texts=texts_tr)
+        P = head_predict(head, vectors[te], texts_te)
         n_anch = np.bincount(verbs[tr], minlength=n_verbs)
         S = vectors[te] @ vectors[tr].T
         gold = verbs[te]

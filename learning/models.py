@@ -540,6 +540,9 @@ class DecisionFit(TenantOwned):
     note = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     shadow_since = models.DateTimeField(null=True, blank=True)
+    heads_pruned_at = models.DateTimeField(
+        null=True, blank=True, help_text="Its heads were deleted (an old retired fit): it can no longer go live"
+    )
     promoted_at = models.DateTimeField(null=True, blank=True)
     promoted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="promoted_decision_fits"

@@ -259,14 +259,14 @@ class _View:
         )
 
 
-def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: bool):
+def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: bool, normalized: str):
     index = {c.verb: i for i, c in enumerate(candidates)}
     verbs = [c.verb for c in candidates]
     head = anchors_n = None
     P = None
     if head_tuple is not None:
         head, head_verbs, anchors_n, _ = head_tuple
-        probs = decision.head_predict(head, vector)[0]
+        probs = decision.head_predict(head, vector, [normalized])[0]
         active = selectors.active_verb_names() if allow_head_only else frozenset()
         order = np.argsort(-probs)
         shown = 0
@@ -317,7 +317,9 @@ def _learned_finish(
     reason = reason or degraded
     try:
         pool = [c for c in candidates if c.score >= p["min_score"]]
-        view = _view(pool, rows, vector, head_tuple, rows.blocked, p, allow_head_only=domain is None)
+        view = _view(
+            pool, rows, vector, head_tuple, rows.blocked, p, allow_head_only=domain is None, normalized=normalize_phrase(text)
+        )
     except ValueError as exc:  # an unreadable head: decide with the fixed rule, say so
         logger.error("decision head of v%s unusable: %s", fs.version, exc)
         return None, f"decision head v{fs.version} unusable; fell back"
@@ -376,7 +378,7 @@ def _learned_finish(
         margin=explanation["margin"],
         **context,
     )
-    _shadow(trace, user_id, candidates, rows, vector, p, domain)
+    _shadow(trace, user_id, candidates, rows, vector, p, domain, normalize_phrase(text))
     by_verb = {c.verb: c for c in pool}
     ordered = [by_verb[view.verbs[i]] for i in ranked_idx]
     if auto:
@@ -399,7 +401,7 @@ def _learned_finish(
     return r, reason
 
 
-def _shadow(trace, user_id, candidates, rows, vector, p, domain) -> None:
+def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized) -> None:
     """What the shadow fit would have answered (recorded with the resolution; never shown)."""
     shadow = selectors.decision_state()["shadow"]
     if shadow is None or shadow.params is None:
@@ -415,6 +417,7 @@ def _shadow(trace, user_id, candidates, rows, vector, p, domain) -> None:
             rows.blocked,
             p,
             allow_head_only=domain is None,
+            normalized=normalized,
         )
         eligible = np.array([bool(v) for v in view.verbs])
         if not eligible.any():

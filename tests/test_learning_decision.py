@@ -18,6 +18,7 @@ from learning.services.corrections import phrase_confirmation_apply, phrase_corr
 from learning.services.decisions import (
     decision_fit_pin,
     decision_fit_retire_live,
+    decision_heads_prune,
     decision_prior_fit,
     decision_refit,
     promotion_verdict,
@@ -179,6 +180,34 @@ def test_corrupt_params_and_heads_are_rejected():
     head = decision.head_train(np.eye(3, 4, dtype=np.float32), np.array([0, 1, 2]), 3)
     back, verbs = decision.head_loads(decision.head_dumps(head, ["a.x", "b.y", "c.z"]))
     assert verbs == ["a.x", "b.y", "c.z"] and back["W"].shape == (4, 3)
+
+
+def test_the_head_learns_words_the_embeddings_blur_and_needs_the_text_to_use_them():
+    # two verbs whose anchors embed alike: only a word tells them apart
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=8).astype(np.float32)
+    X = np.stack([base + 0.01 * rng.normal(size=8).astype(np.float32) for _ in range(8)])
+    texts = ["turn on the lamp", "lamp on", "switch the lamp on", "lamp please"] + [
+        "turn on the fan",
+        "fan on",
+        "switch the fan on",
+        "fan please",
+    ]
+    y = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    plain = decision.head_train(X, y, 2)
+    lexical = decision.head_train(X, y, 2, texts=texts)
+    assert lexical["W"].shape == (8 + decision.LEX_FEATURES, 2) and plain["W"].shape == (8, 2)
+    q = X[:1]
+    assert decision.head_predict(lexical, q, ["the lamp"])[0].argmax() == 0
+    assert decision.head_predict(lexical, q, ["the fan"])[0].argmax() == 1
+    assert decision.head_predict(lexical, q, ["the fan"])[0, 1] > decision.head_predict(plain, q)[0, 1]
+    with pytest.raises(ValueError):  # a lexical head never scores a query without its text (the resolver falls back)
+        decision.head_predict(lexical, q)
+    back, _ = decision.head_loads(decision.head_dumps(lexical, ["a.lamp", "a.fan"]))
+    np.testing.assert_allclose(decision.head_predict(back, q, ["fan"]), decision.head_predict(lexical, q, ["fan"]))
+    # the lexical rows are unit length, like the embeddings beside them, and the same text gives the same row
+    L = decision.lexical(["turn on the lamp", "turn on the lamp", ""]).toarray()
+    assert np.linalg.norm(L[0]) == pytest.approx(1.0, abs=1e-6) and (L[0] == L[1]).all() and not L[2].any()
 
 
 # --- the prior, the explanation, fallbacks ---
@@ -449,6 +478,29 @@ def test_a_fit_runs_in_shadow_then_goes_live_and_a_reviewer_can_pin_and_roll_bac
     assert DecisionFit.objects.get(status="live").pk == prior.pk
     pinned = decision_fit_pin(fit=shadow)
     assert pinned.status == "live" and DecisionFitEvent.objects.filter(fit=shadow, action="rolled_back").exists()
+
+
+def test_old_retired_fits_lose_their_heads_and_can_no_longer_be_pinned(big, settings):
+    from common.api import ApplicationError
+
+    prior = decision_prior_fit()
+    rng = np.random.default_rng(2)
+    versions = []
+    for _ in range(4):
+        _labelled(250, rng, prior)
+        versions.append(decision_refit()["shadow"])
+    fits = {f.version: f for f in DecisionFit.objects.all()}
+    assert decision_heads_prune(keep=2) >= 1
+    for f in DecisionFit.objects.all():
+        has_heads = DecisionHead.objects.filter(fit=f).exists()
+        newest_two = f.version >= sorted(fits)[-2]
+        kept = f.source == "prior" or f.status in ("live", "shadow") or newest_two
+        assert has_heads == kept and (f.heads_pruned_at is None) == kept, f
+    pruned = DecisionFit.objects.filter(heads_pruned_at__isnull=False).first()
+    with pytest.raises(ApplicationError, match="heads were deleted"):
+        decision_fit_pin(fit=pruned)
+    assert DecisionHead.objects.filter(fit=prior).exists() and decision_fit_retire_live().pk == prior.pk
+    assert decision_heads_prune(keep=2) == 0  # nothing left to prune
 
 
 def test_promotion_refuses_few_labels_a_high_wrong_rate_or_a_bad_shadow(settings):

@@ -143,15 +143,17 @@ def shadow_figures(version: int) -> dict:
 
 
 def decision_anchor_rows(*, model: str, user_id: str | None = None, learned: bool = True):
-    """(vectors, verb names, is_learned, trust) of the anchors a head trains on: active catalogue phrases and the
-    global learned phrases, plus (``user_id``) that user's own learned phrases only; verbs active only."""
-    vectors, names, is_learned, confidence = [], [], [], []
+    """(vectors, verb names, is_learned, confidence, normalised texts) of the anchors a head trains on: active
+    catalogue phrases and the global learned phrases, plus (``user_id``) that user's own learned phrases only;
+    verbs active only."""
+    vectors, names, is_learned, confidence, texts = [], [], [], [], []
     catalogue = VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model, embedding__isnull=False).order_by("pk")
-    for verb, emb in catalogue.values_list("verb__name", "embedding"):
+    for verb, emb, normalized in catalogue.values_list("verb__name", "embedding", "normalized"):
         vectors.append(np.asarray(emb, dtype=np.float32))
         names.append(verb)
         is_learned.append(False)
         confidence.append(1.0)
+        texts.append(normalized)
     if learned:
         scope = Q(user_id__isnull=True) | Q(user_id=user_id) if user_id else Q(user_id__isnull=True)
         rows = (
@@ -159,14 +161,15 @@ def decision_anchor_rows(*, model: str, user_id: str | None = None, learned: boo
                 scope, is_active=True, verb__is_active=True, embedding_model=model, embedding__isnull=False
             )
             .order_by("pk")
-            .values_list("verb__name", "embedding", "confidence")
+            .values_list("verb__name", "embedding", "confidence", "normalized")
         )
-        for verb, emb, conf in rows:
+        for verb, emb, conf, normalized in rows:
             vectors.append(np.asarray(emb, dtype=np.float32))
             names.append(verb)
             is_learned.append(True)
             confidence.append(float(conf))
-    return vectors, names, is_learned, confidence
+            texts.append(normalized)
+    return vectors, names, is_learned, confidence, texts
 
 
 def users_with_phrases(*, model: str, min_phrases: int) -> list[str]:

@@ -129,20 +129,20 @@ def _next_version() -> int:
 
 
 def _anchor_arrays(model: str, user_id: str | None = None):
-    vectors, names, is_learned, conf = selectors.decision_anchor_rows(model=model, user_id=user_id)
+    vectors, names, is_learned, conf, texts = selectors.decision_anchor_rows(model=model, user_id=user_id)
     if not vectors:
         return None
     verbs = sorted(set(names))
     vid = {v: i for i, v in enumerate(verbs)}
     trust = np.minimum(1.0, np.asarray(conf) / settings.RESOLVE_TRUSTED_CONFIDENCE)
-    return np.vstack(vectors), np.array([vid[n] for n in names]), np.asarray(is_learned), trust, verbs
+    return np.vstack(vectors), np.array([vid[n] for n in names]), np.asarray(is_learned), trust, verbs, texts
 
 
 def _train_head(model: str, user_id: str | None, warm_version: int | None):
     arrays = _anchor_arrays(model, user_id)
     if arrays is None:
         return None
-    X, y, _, trust, verbs = arrays
+    X, y, _, trust, verbs, texts = arrays
     warm = None
     if warm_version is not None:
         try:
@@ -151,7 +151,7 @@ def _train_head(model: str, user_id: str | None, warm_version: int | None):
                 warm = got[0]
         except ValueError:
             warm = None
-    head = decision.head_train(X, y, len(verbs), sample_weight=trust, warm=warm)
+    head = decision.head_train(X, y, len(verbs), sample_weight=trust, warm=warm, texts=texts)
     if head is None:
         return None
     counts = np.bincount(y, minlength=len(verbs))
@@ -176,7 +176,7 @@ def decision_prior_fit() -> DecisionFit | None:
     when no fit is live (or when the live one is a prior); None when the catalogue is too small to fit one."""
     model = current_model_name()
     # the deployment's own phrases: its catalogue and its global learned phrases (imports, reviewed candidates)
-    vectors, names, is_learned, confidence = selectors.decision_anchor_rows(model=model)
+    vectors, names, is_learned, confidence, texts = selectors.decision_anchor_rows(model=model)
     if len(vectors) < settings.RESOLVE_PRIOR_MIN_EXAMPLES:
         return None
     verbs = sorted(set(names))
@@ -191,6 +191,7 @@ def decision_prior_fit() -> DecisionFit | None:
         learned=np.array(is_learned, dtype=bool),
         trust=np.array([anchor_trust(c) for c in confidence]),
         max_open_rate=settings.RESOLVE_MAX_OPEN_RATE,
+        texts=texts,
     )
     if params is None:
         return None
@@ -317,11 +318,33 @@ def decision_refit(*, force: bool = False) -> dict:
         heads = _save_heads(fit, model, users=True, warm_version=in_use.version if in_use else None)
         fit.note = f"{params['n_labels']} labels ({params['n_open']} open-set rows), {heads} head(s)"
         fit.save(update_fields=["note"])
+        decision_heads_prune(keep=settings.RESOLVE_HEADS_KEEP_FITS)
         DecisionFitEvent.objects.create(fit=fit, action="shadow", previous_version=in_use.version if in_use else None)
         transaction.on_commit(selectors.decision_cache_clear)
     out["shadow"] = fit.version
     logger.info("decision fit v%s in shadow: held out %s (in use: %s)", fit.version, fit.held_out, fit.held_out_in_use)
     return out
+
+
+def decision_heads_prune(*, keep: int) -> int:
+    """Delete the heads of retired fits from labels older than the newest ``keep`` fits (never a live, shadow,
+    pinned or prior fit's); those fits are marked and can no longer go live. Answers how many fits lost theirs."""
+    newest = list(DecisionFit.objects.order_by("-version").values_list("version", flat=True)[: max(keep, 1)])
+    if not newest:
+        return 0
+    old = DecisionFit.objects.filter(
+        source=DecisionFit.Source.LABELS,
+        status=DecisionFit.Status.RETIRED,
+        pinned=False,
+        heads_pruned_at__isnull=True,
+        version__lt=newest[-1],
+    )
+    with transaction.atomic():
+        ids = list(old.select_for_update(skip_locked=True).values_list("pk", flat=True))
+        if ids:
+            DecisionHead.objects.filter(fit_id__in=ids).delete()
+            DecisionFit.objects.filter(pk__in=ids).update(heads_pruned_at=timezone.now())
+    return len(ids)
 
 
 # --- Reviewers: pin, unpin, roll back ---
@@ -336,6 +359,12 @@ def decision_fit_pin(*, fit: DecisionFit, reviewer=None) -> DecisionFit:
             decision.check_params(row.params)
         except (ValueError, TypeError) as exc:
             raise ApplicationError(f"v{row.version} cannot go live: {exc}", field="fit") from exc
+        if row.heads_pruned_at is not None:
+            raise ApplicationError(
+                f"v{row.version} cannot go live: its classifier heads were deleted on {row.heads_pruned_at:%Y-%m-%d} "
+                f"(only the newest {settings.RESOLVE_HEADS_KEEP_FITS} fits keep theirs); pin a newer fit or the prior",
+                field="fit",
+            )
         if row.status == DecisionFit.Status.LIVE:
             row.pinned = True
             row.save(update_fields=["pinned"])
