@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import io
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -120,7 +121,11 @@ def head_train(X, y, n_verbs: int, sample_weight=None, C: float = HEAD_C, warm: 
         clf.coef_ = warm["W"][:, classes].T.astype(np.float64).copy()
         clf.intercept_ = warm["b"][classes].astype(np.float64).copy()
         clf.classes_ = classes
-    clf.fit(X, y, sample_weight=sw)
+    with warnings.catch_warnings():
+        # a small catalogue has few phrases per verb: scikit-learn's guess that many classes mean a regression
+        # problem is wrong here, and would fill the logs on every prior
+        warnings.filterwarnings("ignore", message="The number of unique classes is greater than 50%")
+        clf.fit(X, y, sample_weight=sw)
     W = np.zeros((X.shape[1], n_verbs), dtype=np.float32)
     b = np.full(n_verbs, -1e4, dtype=np.float32)  # verbs without anchors are never predicted by the head
     if len(classes) == 2:
