@@ -371,6 +371,9 @@ RESOLVE_USER_HEAD_MIN_PHRASES = env_int("RESOLVE_USER_HEAD_MIN_PHRASES", 100)  #
 # Retired fits from labels beyond the newest this many keep no heads (a head is about 1.4 MB per scope):
 # they can no longer be pinned; the catalogue priors keep theirs.
 RESOLVE_HEADS_KEEP_FITS = env_int("RESOLVE_HEADS_KEEP_FITS", 10)
+# Each process keeps the heads it used (deployment's and users') up to this many MB of weights, least recently
+# used out first: a head over V verbs holds (384 + 4,096) x V floats (1.4 MB at 77 verbs).
+RESOLVE_HEAD_CACHE_MB = env_float("RESOLVE_HEAD_CACHE_MB", 256.0)
 RESOLVE_DECISION_CACHE_S = env_float("RESOLVE_DECISION_CACHE_S", 5.0)  # how long a process trusts the fit in force
 RESOLUTION_RETENTION_DAYS = env_int("RESOLUTION_RETENTION_DAYS", 90)
 CELERY_BEAT_SCHEDULE["learning-decision-refit"] = {

@@ -12,7 +12,7 @@ from learning import decision
 from learning.catalogue import VerbEntry
 from learning.models import DecisionFit, DecisionFitEvent, DecisionHead, ResolutionRecord
 from learning.resolution import resolve
-from learning.selectors import decision_cache_clear, decision_head
+from learning.selectors import decision_cache_clear, decision_head, head_cache_bytes
 from learning.services.catalogue import verb_catalogue_load
 from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
 from learning.services.decisions import (
@@ -532,3 +532,28 @@ def test_labels_of_one_user_never_train_another_users_head(big, settings):
     assert set(heads) == {None, "alice"}
     assert heads["alice"]["weather.get"] == heads[None]["weather.get"] + 3
     assert resolution_label(source="click", request_id=uuid.uuid4()) is None
+
+
+def test_a_process_keeps_at_most_its_budget_of_head_weights(big, settings):
+    from learning.models import Verb
+    from learning.services.phrases import learned_phrase_upsert
+
+    settings.RESOLVE_USER_HEAD_MIN_PHRASES = 3
+    prior = decision_prior_fit()
+    verb = Verb.objects.get(name="weather.get")
+    for user in ("alice", "bob", "carol"):
+        for text in ["umbrella needed?", "sunny or not", f"degrees outside now for {user}"]:
+            learned_phrase_upsert(phrase=text, verb=verb, user_id=user)
+    _labelled(300, np.random.default_rng(3), prior)
+    version = decision_refit()["shadow"]
+    decision_cache_clear()
+    one = decision_head(version, "alice")[0]["W"].nbytes
+    assert head_cache_bytes() >= one
+    settings.RESOLVE_HEAD_CACHE_MB = 2.5 * one / 2**20  # room for two heads
+    decision_cache_clear()
+    heads = {user: decision_head(version, user) for user in ("alice", "bob", "carol", None)}
+    assert {h[3] for h in heads.values()} == {"alice", "bob", "carol", None}  # each scope its own head
+    assert 2 * one <= head_cache_bytes() <= 2.5 * one  # the two read last; the others were let go
+    again = decision_head(version, "alice")  # read again from the database, the same weights
+    np.testing.assert_array_equal(again[0]["W"], heads["alice"][0]["W"])
+    assert head_cache_bytes() <= 2.5 * one

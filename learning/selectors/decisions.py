@@ -24,7 +24,8 @@ from tenants.context import tenant_filter_ids
 
 _decision_cache: dict = {}  # tenants in scope -> (expires (monotonic), state)
 _head_cache: "OrderedDict[tuple, object]" = OrderedDict()  # (tenants, version, user, None or ("owners",)) -> value
-_HEAD_CACHE_SIZE = 256
+_head_bytes: dict = {}  # key -> bytes of its weights
+_HEAD_CACHE_SIZE = 256  # entries at most, and at most RESOLVE_HEAD_CACHE_MB of weights
 _head_lock = threading.Lock()
 _active_verbs_cache: dict = {}  # tenants in scope -> (expires, names)
 
@@ -62,7 +63,9 @@ def decision_state() -> dict:
 
 def decision_cache_clear() -> None:
     _decision_cache.clear()
-    _head_cache.clear()
+    with _head_lock:
+        _head_cache.clear()
+        _head_bytes.clear()
     _active_verbs_cache.clear()
 
 
@@ -84,11 +87,23 @@ def _head_cached(key, load):
             _head_cache.move_to_end(key)
             return _head_cache[key]
     value = load()
+    size = value[0]["W"].nbytes + value[0]["b"].nbytes if isinstance(value, tuple) else 0
+    budget = settings.RESOLVE_HEAD_CACHE_MB * 2**20
     with _head_lock:
         _head_cache[key] = value
-        while len(_head_cache) > _HEAD_CACHE_SIZE:
-            _head_cache.popitem(last=False)
+        _head_bytes[key] = size
+        total = sum(_head_bytes.values())
+        # least recently used first; the entry just read stays even when it alone is over the budget
+        while len(_head_cache) > 1 and (len(_head_cache) > _HEAD_CACHE_SIZE or total > budget):
+            old, _ = _head_cache.popitem(last=False)
+            total -= _head_bytes.pop(old, 0)
     return value
+
+
+def head_cache_bytes() -> int:
+    """Bytes of head weights this process holds (what RESOLVE_HEAD_CACHE_MB bounds)."""
+    with _head_lock:
+        return sum(_head_bytes.values())
 
 
 def _head_owners(version: int) -> frozenset:
