@@ -29,6 +29,7 @@ RESULT dataset=.. final_correct=.. final_wrong=.. final_asked=.. cold_covered=..
 
 Environment (smoke runs, nothing recorded): LEARNING_CURVE_LIMIT=n streams n interactions,
 LEARNING_CURVE_TEST_LIMIT=n measures a fixed sample of n test utterances; LEARNING_CURVE_EVERY (default 1000).
+LEARNING_CURVE_SEED (default 2024) orders the stream another way (recorded, with its seed in the text).
 """
 
 import os
@@ -53,7 +54,7 @@ os.environ.setdefault("EMBEDDING_CACHE_SIZE", "200000")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 USER = "bench-user"
-SEED = 2024
+SEED = int(os.environ.get("LEARNING_CURVE_SEED", "2024"))  # the stream's order; another seed checks the figures hold
 EVERY = int(os.environ.get("LEARNING_CURVE_EVERY", "1000"))
 LIMIT = int(os.environ.get("LEARNING_CURVE_LIMIT", "0")) or None
 TEST_LIMIT = int(os.environ.get("LEARNING_CURVE_TEST_LIMIT", "0")) or None
@@ -313,7 +314,8 @@ def main():
         f"Old fixed rule (0.69 / 0.045) on the same state: cold {fixed_cold}, final {fixed_final}. "
         f"Out of scope ({other_ds} test, {len(other)} utterances, against the final state): {oos}% not auto-resolved; "
         f"the rest went to {', '.join(f'{v} {n}' for v, n in oos_verbs.most_common(6)) or 'none'}. "
-        f"Fits: {len(fits)} ({sum(f['source'] == 'labels' for f in fits)} from labels); live at the end: {live}. "
+        f"Fits: {len(fits)} ({sum(f['source'] == 'labels' for f in fits)} from labels, each on the newest "
+        f"{settings.RESOLVE_FIT_WINDOW_LABELS} labels); live at the end: {live}. "
         f"Times: embedding {embed_s:.0f} s, prior {prior_s:.0f} s, stream + measurements {stream_s:.0f} s, total {total_s:.0f} s."
     )
     print(body)
@@ -324,12 +326,13 @@ def main():
     if LIMIT or TEST_LIMIT:
         print(result)
         return
-    (ROOT / "bench" / f"learning_curve_{ds}.json").write_text(
+    stem = f"learning_curve_{ds}" + ("" if SEED == 2024 else f"_seed{SEED}")  # the default order's figures stay put
+    (ROOT / "bench" / f"{stem}.json").write_text(
         json.dumps(
             {"curve": curve, "fixed_cold": fixed_cold, "fixed_final": fixed_final, "oos_caught": oos, "fits": fits}, indent=1
         )
     )
-    plot(ds, curve, fixed_cold, fixed_final, ROOT / "bench" / f"learning_curve_{ds}.png")
+    plot(ds, curve, fixed_cold, fixed_final, ROOT / "bench" / f"{stem}.png")
     record(f"learning_curve ({ds})", body, result)
 
 
