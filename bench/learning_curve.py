@@ -243,7 +243,7 @@ def main():
     args = ap.parse_args()
     ds = args.dataset
     other_ds = "hwu64" if ds == "banking77" else "banking77"
-    setup_django(db_name=f"bench_learning_curve_{ds}")
+    setup_django(db_name=f"bench_learning_curve_{ds}" + ("" if SEED == 2024 else f"_seed{SEED}"))
     from common.text import normalize_phrase
     from embeddings.embedders import get_embedder
     from learning import datasets
