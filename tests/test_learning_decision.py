@@ -218,6 +218,9 @@ def test_catalogue_prior_goes_live_and_explains_every_answer(big):
     assert fit is not None and fit.status == "live" and fit.source == "prior"
     assert DecisionHead.objects.filter(fit=fit, user_id=None).exists()
     assert DecisionFitEvent.objects.filter(fit=fit, action="prior").exists()
+    # the catalogue's folds chose whether the head learns words; the stored head is the one chosen
+    head = decision_head(fit.version, None)[0]
+    assert head["W"].shape[0] == 384 + decision.LEX_FEATURES * fit.params["head_words"]
     r = resolve(text="please send an email to my manager")
     e = r.explanation
     assert e["rule"] == "prior" and e["fit_version"] == "prior" and e["version"] == fit.version

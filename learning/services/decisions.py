@@ -138,7 +138,7 @@ def _anchor_arrays(model: str, user_id: str | None = None):
     return np.vstack(vectors), np.array([vid[n] for n in names]), np.asarray(is_learned), trust, verbs, texts
 
 
-def _train_head(model: str, user_id: str | None, warm_version: int | None):
+def _train_head(model: str, user_id: str | None, warm_version: int | None, words: bool = True):
     arrays = _anchor_arrays(model, user_id)
     if arrays is None:
         return None
@@ -151,24 +151,33 @@ def _train_head(model: str, user_id: str | None, warm_version: int | None):
                 warm = got[0]
         except ValueError:
             warm = None
-    head = decision.head_train(X, y, len(verbs), sample_weight=trust, warm=warm, texts=texts)
+    head = decision.head_train(X, y, len(verbs), sample_weight=trust, warm=warm, texts=texts if words else None)
     if head is None:
         return None
     counts = np.bincount(y, minlength=len(verbs))
     return decision.head_dumps(head, verbs), {v: int(counts[i]) for i, v in enumerate(verbs)}
 
 
-def _save_heads(fit: DecisionFit, model: str, *, users: bool, warm_version: int | None) -> int:
+def _save_heads(fit: DecisionFit, model: str, *, users: bool, warm_version: int | None, words: bool = True) -> int:
     scopes = [None]
     if users:
         scopes += selectors.users_with_phrases(model=model, min_phrases=settings.RESOLVE_USER_HEAD_MIN_PHRASES)
     n = 0
     for user_id in scopes:  # a user's head trains on the catalogue, global phrases and that user's phrases only
-        got = _train_head(model, user_id, warm_version)
+        got = _train_head(model, user_id, warm_version, words)
         if got is not None:
             DecisionHead.objects.create(fit=fit, user_id=user_id, weights=got[0], anchors=got[1])
             n += 1
     return n
+
+
+def _held_out_better(a: dict, b: dict) -> bool:
+    """Does fit ``a`` resolve more held-out labels right than ``b`` (a fit without a cut resolves none)?"""
+
+    def right(p):
+        return p["held_out"]["right"] if p.get("cut") is not None else -1.0
+
+    return right(a) > right(b)
 
 
 def decision_prior_fit() -> DecisionFit | None:
@@ -181,18 +190,24 @@ def decision_prior_fit() -> DecisionFit | None:
         return None
     verbs = sorted(set(names))
     vid = {v: i for i, v in enumerate(verbs)}
-    params, n = decision.catalogue_prior(
-        np.vstack(vectors),
-        np.array([vid[v] for v in names]),
-        len(verbs),
-        profile(model),
-        max_wrong_rate=settings.RESOLVE_MAX_WRONG_RATE,
-        min_labels=settings.RESOLVE_PRIOR_MIN_EXAMPLES,
-        learned=np.array(is_learned, dtype=bool),
-        trust=np.array([anchor_trust(c) for c in confidence]),
-        max_open_rate=settings.RESOLVE_MAX_OPEN_RATE,
-        texts=texts,
-    )
+    # Whether the head learns words too is decided by the catalogue's own folds: with a few phrases a verb the
+    # n-grams can cost more than they bring (a fit from labels, on the phrases users taught, always uses them).
+    params, n = None, 0
+    for words in (False, True):
+        got, count = decision.catalogue_prior(
+            np.vstack(vectors),
+            np.array([vid[v] for v in names]),
+            len(verbs),
+            profile(model),
+            max_wrong_rate=settings.RESOLVE_MAX_WRONG_RATE,
+            min_labels=settings.RESOLVE_PRIOR_MIN_EXAMPLES,
+            learned=np.array(is_learned, dtype=bool),
+            trust=np.array([anchor_trust(c) for c in confidence]),
+            max_open_rate=settings.RESOLVE_MAX_OPEN_RATE,
+            texts=texts if words else None,
+        )
+        if got is not None and (params is None or _held_out_better(got, params)):
+            params, n = {**got, "head_words": words}, count
     if params is None:
         return None
     with transaction.atomic():
@@ -204,9 +219,10 @@ def decision_prior_fit() -> DecisionFit | None:
             params=params,
             n_labels=n,
             held_out=params["held_out"],
-            note=f"catalogue prior: {n} catalogue phrases, {len(verbs)} verbs",
+            note=f"catalogue prior: {n} catalogue phrases, {len(verbs)} verbs, "
+            + ("head over embeddings and words" if params["head_words"] else "head over embeddings"),
         )
-        _save_heads(fit, model, users=False, warm_version=None)
+        _save_heads(fit, model, users=False, warm_version=None, words=params["head_words"])
         live = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.LIVE).first()
         if live is None or (live.source == DecisionFit.Source.PRIOR and not live.pinned):
             _switch(fit, action="prior", reason="catalogue prior (no fit from labels is live)")
