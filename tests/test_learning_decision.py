@@ -534,6 +534,10 @@ def test_labels_of_one_user_never_train_another_users_head(big, settings):
     heads = {h.user_id: h.anchors for h in DecisionHead.objects.filter(fit__version=out["shadow"])}
     assert set(heads) == {None, "alice"}
     assert heads["alice"]["weather.get"] == heads[None]["weather.get"] + 3
+    # the deployment's head learns words as the catalogue's folds chose; a user's head, on taught phrases, always
+    decision_cache_clear()
+    assert decision_head(out["shadow"], None)[0]["W"].shape[0] == 384 + decision.LEX_FEATURES * prior.params["head_words"]
+    assert decision_head(out["shadow"], "alice")[0]["W"].shape[0] == 384 + decision.LEX_FEATURES
     assert resolution_label(source="click", request_id=uuid.uuid4()) is None
 
 

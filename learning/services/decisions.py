@@ -159,12 +159,14 @@ def _train_head(model: str, user_id: str | None, warm_version: int | None, words
 
 
 def _save_heads(fit: DecisionFit, model: str, *, users: bool, warm_version: int | None, words: bool = True) -> int:
+    """The deployment's head (learning words or not: ``words``, what the catalogue's folds chose) and, with
+    ``users``, one per user with enough phrases of their own (always learning words: users' taught phrases)."""
     scopes = [None]
     if users:
         scopes += selectors.users_with_phrases(model=model, min_phrases=settings.RESOLVE_USER_HEAD_MIN_PHRASES)
     n = 0
     for user_id in scopes:  # a user's head trains on the catalogue, global phrases and that user's phrases only
-        got = _train_head(model, user_id, warm_version, words)
+        got = _train_head(model, user_id, warm_version, words if user_id is None else True)
         if got is not None:
             DecisionHead.objects.create(fit=fit, user_id=user_id, weights=got[0], anchors=got[1])
             n += 1
@@ -331,7 +333,9 @@ def decision_refit(*, force: bool = False) -> dict:
             in_use_version=in_use.version if in_use else None,
             shadow_since=timezone.now(),
         )
-        heads = _save_heads(fit, model, users=True, warm_version=in_use.version if in_use else None)
+        prior = selectors.decision_state()["prior"]
+        words = bool((prior.params or {}).get("head_words", True)) if prior else True
+        heads = _save_heads(fit, model, users=True, warm_version=in_use.version if in_use else None, words=words)
         fit.note = f"{params['n_labels']} labels ({params['n_open']} open-set rows), {heads} head(s)"
         fit.save(update_fields=["note"])
         decision_heads_prune(keep=settings.RESOLVE_HEADS_KEEP_FITS)
