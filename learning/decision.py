@@ -29,6 +29,7 @@ from scipy.optimize import minimize
 from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
+from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
 
 FEATURES = (
@@ -84,8 +85,7 @@ def lexical(texts) -> sp.csr_matrix:
     """The lexical feature rows (n x LEX_FEATURES, sparse) of normalised texts."""
     M = _LEX.transform(list(texts)).astype(np.float32)
     M.data = 1.0 + np.log(M.data)
-    norms = np.sqrt(np.asarray(M.multiply(M).sum(axis=1)).ravel())
-    return sp.csr_matrix(sp.diags(1.0 / np.maximum(norms, 1e-12)) @ M, dtype=np.float32)
+    return normalize(M, copy=False)
 
 
 def _head_inputs(X, texts):

@@ -178,6 +178,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             before=before,
             endorsed=endorsed,
             context=context,
+            normalized=normalized,
         )
         if learned is not None:
             return learned
@@ -309,7 +310,7 @@ def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: 
 
 
 def _learned_finish(
-    request_id, text, user_id, domain, candidates, rows, vector, p, limit, *, model, reason, before, endorsed, context
+    request_id, text, user_id, domain, candidates, rows, vector, p, limit, *, model, reason, before, endorsed, context, normalized
 ):
     fs, head_tuple, degraded = _fit_in_force(user_id)
     if fs is None:
@@ -317,9 +318,7 @@ def _learned_finish(
     reason = reason or degraded
     try:
         pool = [c for c in candidates if c.score >= p["min_score"]]
-        view = _view(
-            pool, rows, vector, head_tuple, rows.blocked, p, allow_head_only=domain is None, normalized=normalize_phrase(text)
-        )
+        view = _view(pool, rows, vector, head_tuple, rows.blocked, p, allow_head_only=domain is None, normalized=normalized)
     except ValueError as exc:  # an unreadable head: decide with the fixed rule, say so
         logger.error("decision head of v%s unusable: %s", fs.version, exc)
         return None, f"decision head v{fs.version} unusable; fell back"
@@ -378,7 +377,7 @@ def _learned_finish(
         margin=explanation["margin"],
         **context,
     )
-    _shadow(trace, user_id, candidates, rows, vector, p, domain, normalize_phrase(text))
+    _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized)
     by_verb = {c.verb: c for c in pool}
     ordered = [by_verb[view.verbs[i]] for i in ranked_idx]
     if auto:
