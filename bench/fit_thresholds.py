@@ -1,4 +1,8 @@
-"""Fit the resolution thresholds for the configured embedding model on BANKING77's TRAIN file.
+"""Fit the old fixed resolution thresholds for the configured embedding model on BANKING77's TRAIN file.
+
+For comparison only: none of these values is a default. Whether to auto-resolve is learned from each
+deployment's labels, and the retrieval floors are measured on each deployment's own phrases
+(learning.decision.floors; docs/thresholds.md).
 
 The test file is never read here. A verb's score is the weighted mean of its best
 three anchor similarities (1, 0.5, 0.25), as learning.resolution scores it.
@@ -20,7 +24,7 @@ names the right verb at least 90% of the time (leave-one-out over train);
 blocklist_threshold, the lowest cosine at which two utterances share an intent at
 least 75% of the time (a block should catch paraphrases only).
 
-Prints the fitted values for config/settings.py RESOLUTION_PROFILES.
+Prints the fitted values (what config/settings.py RESOLUTION_PROFILES once held for this model).
 """
 
 import random

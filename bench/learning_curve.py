@@ -45,7 +45,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from _common import ROOT, fresh_database, record, setup_django, table
+from _common import ROOT, fresh_database, prior_refit_held, record, setup_django, table
 from django.conf import settings
 from django.db import connection
 from tqdm import tqdm
@@ -279,7 +279,8 @@ def main():
         VerbEntry(v, domain, v.split(".", 1)[1].replace("_", " ").capitalize(), datasets.describe(v.split(".", 1)[1]), p)
         for v, p in sorted(chosen.items())
     ]
-    verb_catalogue_load(entries=entries)
+    with prior_refit_held():
+        verb_catalogue_load(entries=entries)
     prior = decision_prior_fit()
     prior_s = time.perf_counter() - started - embed_s
 

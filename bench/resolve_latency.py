@@ -31,7 +31,7 @@ import random
 import time
 
 import numpy as np
-from _common import fresh_database, record, rls_lifted, setup_django, start_gunicorn, stop_gunicorn, table
+from _common import fresh_database, prior_refit_held, record, rls_lifted, setup_django, start_gunicorn, stop_gunicorn, table
 from django.db import connection, transaction
 from tqdm import tqdm
 
@@ -253,7 +253,8 @@ def share_among_tenants(n: int, catalogue) -> list:
     tenants = [tenant_default()] + [tenant_create(slug=f"bench-{i}") for i in range(1, n)]
     for t in tqdm(tenants[1:], desc="catalogue per tenant"):
         with tenant_scope([t.pk]):
-            verb_catalogue_load(entries=catalogue)
+            with prior_refit_held():
+                verb_catalogue_load(entries=catalogue)
             decision_prior_fit()
     # id % 100: 0-49 the first tenant, 99 the last (small) one, the rest round-robin over the others.
     middle = [t.pk for t in tenants[1:-1]]
@@ -319,7 +320,8 @@ def main():
         raise SystemExit(f"BANKING77 not found under {datasets.banking77_dir()}")
     fresh_database()
     hnsw_ensure()
-    verb_catalogue_load(entries=banking_entries())
+    with prior_refit_held():
+        verb_catalogue_load(entries=banking_entries())
     # The decision in force, as in a deployment: the catalogue prior (manage.py fit_decision; the daily refit)
     if decision_prior_fit() is None:
         raise SystemExit("the catalogue prior could not be fitted")

@@ -302,10 +302,11 @@ EMBEDDING_CACHE_SIZE = env_int("EMBEDDING_CACHE_SIZE", 20000)
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1)
 
 # --- Resolution ---
-# Per embedding model: cosine scores depend on the model, so each model has its
-# own thresholds. See docs/thresholds.md for how the local model's were fitted.
+# Per embedding model: cosine scores depend on the model (and the domain). The retrieval floors of a deployment
+# come from its own phrases (RESOLVE_FLOOR_QUANTILES, measured when the catalogue prior is fitted); the values
+# here are the last resort before a catalogue exists. docs/thresholds.md.
 RESOLUTION_PROFILES = {
-    # Seed design values, chosen for OpenAI's ada-002.
+    # Seed design values, chosen for OpenAI's ada-002. A model may add its own entry (same keys).
     "default": {
         "learned_threshold": 0.80,
         "blocklist_threshold": 0.75,
@@ -320,15 +321,6 @@ RESOLUTION_PROFILES = {
         # A verb's semantic score: the weighted mean of its best anchors, best first (learning.scoring.verb_anchor_scores).
         "anchor_weights": (1.0, 0.5, 0.25),
     },
-    # all-MiniLM-L6-v2 (int8 ONNX): retrieval floors only (candidate generation, blocks, decay), measured on
-    # BANKING77 train by bench/fit_thresholds.py. No resolve_threshold / margin: whether to auto-resolve is the
-    # learned decision's (RESOLVE_DECISION); the "default" seed values above are the fixed rule's last resort.
-    "all-MiniLM-L6-v2-onnx-int8": {
-        "learned_threshold": 0.50,
-        "blocklist_threshold": 0.73,
-        "min_score": 0.30,
-        "correction_decay_threshold": 0.85,
-    },
 }
 RESOLUTION_OVERRIDES = {
     k: env_float(f"RESOLVE_{k.upper()}", 0.0)
@@ -342,6 +334,18 @@ RESOLUTION_OVERRIDES = {
         "correction_decay_threshold",
     )
     if os.environ.get(f"RESOLVE_{k.upper()}")
+}
+# Retrieval floors from the deployment's own phrases: each floor is this quantile of the cosines between its
+# catalogue (and global learned) phrases of different verbs, i.e. how rarely unrelated text of this domain comes
+# that close with this model. min_score: a semantic candidate is offered; learned_threshold: a learned phrase
+# counts as an anchor; blocklist_threshold: a block reaches the text; correction_decay_threshold: a correction
+# decays a conflicting phrase. Measured when the catalogue prior is fitted (learning.decision.floors); a
+# RESOLVE_<NAME> override above still wins.
+RESOLVE_FLOOR_QUANTILES = {
+    "min_score": env_float("RESOLVE_FLOOR_Q_MIN_SCORE", 0.75),
+    "learned_threshold": env_float("RESOLVE_FLOOR_Q_LEARNED", 0.95),
+    "blocklist_threshold": env_float("RESOLVE_FLOOR_Q_BLOCKLIST", 0.999),
+    "correction_decay_threshold": env_float("RESOLVE_FLOOR_Q_CORRECTION_DECAY", 0.9999),
 }
 # Learned phrases at or above this confidence count their full similarity; below it, in proportion.
 RESOLVE_TRUSTED_CONFIDENCE = env_float("RESOLVE_TRUSTED_CONFIDENCE", 0.90)

@@ -12,6 +12,9 @@
   one-sided 90% bound, plus a support guard (never auto-resolve below the 1% quantile of the top cosine of
   right labels).
 * ``catalogue_prior``: the same fit before any user label exists, on K folds over the catalogue's own phrases.
+* ``floors``: the retrieval floors (which anchors count, what a block or a correction reaches), each a quantile
+  of the cosine between the deployment's own phrases of different verbs: how close unrelated text comes in this
+  domain with this model.
 
 Nothing here holds a number fitted on a benchmark: coefficients and cut come from the deployment's data; the
 remaining constants are the product's target and generic statistical choices (docs/thresholds.md).
@@ -62,6 +65,7 @@ ALPHA = 0.5  # ranking blend: anchor weight
 LEX_FEATURES = 2**12
 _LEX = HashingVectorizer(analyzer="char_wb", ngram_range=(2, 4), n_features=LEX_FEATURES, alternate_sign=False, norm=None)
 FOLDS = 5
+FLOOR_SAMPLE = 2000  # anchors sampled for the floors: about 2 million pairs, enough for a 1-in-10,000 quantile
 
 
 def _one_blas_thread(fn):
@@ -525,6 +529,27 @@ def _prior_features(score, P, top_cos, knn, n_anch, learned_top=None):
         ]
     )
     return keep, top, F
+
+
+def floors(vectors, verbs, quantiles: dict[str, float], *, sample: int = FLOOR_SAMPLE, seed: int = 0) -> dict:
+    """Each named floor at its quantile of the cosines between anchors of different verbs (``quantiles``: name ->
+    q in (0, 1)). A floor whose quantile the pairs cannot resolve (fewer than 1 / (1 - q) of them) is left out.
+    More than ``sample`` anchors: a fixed random sample of them. Answers {name: value}."""
+    X = np.asarray(vectors, dtype=np.float32)
+    v = np.asarray(verbs)
+    if len(v) > sample:
+        keep = np.sort(np.random.default_rng(seed).choice(len(v), sample, replace=False))
+        X, v = X[keep], v[keep]
+    if len(v) < 2:
+        return {}
+    i, j = np.triu_indices(len(v), 1)
+    cross = v[i] != v[j]
+    cos = (X @ X.T)[i[cross], j[cross]]
+    out = {}
+    for name, q in quantiles.items():
+        if cos.size and cos.size * (1.0 - q) >= 1.0:
+            out[name] = round(float(np.quantile(cos, q)), 4)
+    return out
 
 
 @_one_blas_thread

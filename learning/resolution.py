@@ -72,14 +72,37 @@ class Resolution:
         return body
 
 
-def profile(model_name: str | None = None) -> dict:
-    """Thresholds for the given (default: configured) embedding model."""
+def profile(model_name: str | None = None, floors: dict | None = None) -> dict:
+    """Thresholds for the given (default: configured) embedding model: the seed values, the model's own, the
+    retrieval floors measured on the deployment's phrases (``floors``; default: those of the newest catalogue
+    prior for this model), a reviewer-activated fitted profile, then RESOLVE_* overrides."""
     model_name = model_name or current_model_name()
     values = dict(settings.RESOLUTION_PROFILES["default"])
     values.update(settings.RESOLUTION_PROFILES.get(model_name, {}))
+    values.update(catalogue_floors(model_name) if floors is None else floors)
     values.update(_fitted_profile_values(model_name))  # a reviewer-activated fit
     values.update(settings.RESOLUTION_OVERRIDES)
     return values
+
+
+FLOOR_NAMES = ("min_score", "learned_threshold", "blocklist_threshold", "correction_decay_threshold")
+
+
+def catalogue_floors(model_name: str) -> dict:
+    """The retrieval floors the newest catalogue prior measured for ``model_name`` ({} if none). A value that is
+    not a cosine (a damaged fit) is skipped: that floor keeps the seed value."""
+    prior = selectors.decision_state()["prior"]
+    if prior is None or prior.embedding_model != model_name or not isinstance(prior.params, dict):
+        return {}
+    stored = prior.params.get("floors")
+    if not isinstance(stored, dict):
+        return {}
+    out = {}
+    for name in FLOOR_NAMES:
+        value = stored.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and -1.0 <= value <= 1.0:
+            out[name] = float(value)
+    return out
 
 
 def _substring_score(phrase: str, normalized: str, base: float) -> float:

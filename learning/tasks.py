@@ -5,7 +5,7 @@ import logging
 from celery import shared_task
 
 from learning.services.blocks import phrase_blocks_purge_expired
-from learning.services.decisions import decision_refit, resolution_records_purge
+from learning.services.decisions import decision_prior_fit, decision_refit, resolution_records_purge
 from learning.services.disambiguations import disambiguation_signals_process, disambiguations_expire
 from learning.services.indexes import learned_phrase_tenant_indexes_sync
 from tenants.context import tenant_filter_ids, tenant_scope
@@ -63,6 +63,23 @@ def decision_refit_task(force: bool = False) -> dict:
     for tenant_id in tenant_ids_all():  # the daily beat: every tenant's decision, each on its own labels
         with tenant_scope([tenant_id]):
             out[tenant_id] = decision_refit(force=force)
+    return out
+
+
+@shared_task(name="learning.decision_prior_fit", ignore_result=True)
+def decision_prior_fit_task() -> int | None | dict:
+    """Refit the catalogue prior and the retrieval floors of the sending tenant (sent when its catalogue or its
+    global phrases change): the new version, or None when the catalogue is too small for a prior. Sent with no
+    tenant in scope: every tenant's, each on its own phrases."""
+
+    if tenant_filter_ids() is not None:
+        fit = decision_prior_fit()
+        return fit.version if fit else None
+    out = {}
+    for tenant_id in tenant_ids_all():
+        with tenant_scope([tenant_id]):
+            fit = decision_prior_fit()
+            out[tenant_id] = fit.version if fit else None
     return out
 
 

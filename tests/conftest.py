@@ -145,6 +145,21 @@ def cbus(db):
     verb_catalogue_load(entries=CBU_CATALOGUE)
 
 
+# The retrieval floors some tests were written for. A deployment measures its own from its phrases when its
+# catalogue prior is fitted; a catalogue this small has none, so the seed values would apply.
+WRITTEN_FOR_FLOORS = {
+    "learned_threshold": 0.50,
+    "min_score": 0.30,
+    "blocklist_threshold": 0.73,
+    "correction_decay_threshold": 0.85,
+}
+
+
+@pytest.fixture
+def written_for_floors(settings):
+    settings.RESOLUTION_OVERRIDES = {**settings.RESOLUTION_OVERRIDES, **WRITTEN_FOR_FLOORS}
+
+
 # --- feedback: proposals and executions ----------------------------------------------
 
 REVIEWER = Reviewer(source="command")

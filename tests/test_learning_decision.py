@@ -257,6 +257,99 @@ def test_each_tenant_counts_its_own_fits_and_decides_with_its_own_head(big):
         assert "cbu.list" in decision_head(1, None)[1]
 
 
+def test_floors_are_quantiles_of_the_cosines_between_phrases_of_different_verbs():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 16)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    verbs = np.repeat(np.arange(6), 10)
+    S = X @ X.T
+    i, j = np.triu_indices(60, 1)
+    cross = S[i, j][verbs[i] != verbs[j]]  # 1,500 pairs; same-verb pairs never count
+    got = decision.floors(X, verbs, {"min_score": 0.75, "blocklist_threshold": 0.999, "correction_decay_threshold": 0.9999})
+    assert got["min_score"] == pytest.approx(np.quantile(cross, 0.75), abs=1e-4)
+    assert got["blocklist_threshold"] == pytest.approx(np.quantile(cross, 0.999), abs=1e-4)
+    assert "correction_decay_threshold" not in got  # 1,500 pairs cannot resolve a 1-in-10,000 quantile
+    # a domain whose unrelated phrases sit closer together gets higher floors
+    tight = X + 2.0 * rng.normal(size=(1, 16)).astype(np.float32)
+    tight /= np.linalg.norm(tight, axis=1, keepdims=True)
+    assert decision.floors(tight, verbs, {"min_score": 0.75})["min_score"] > got["min_score"]
+    # more anchors than the sample: a fixed sample, the same answer twice
+    sampled = decision.floors(X, verbs, {"min_score": 0.75}, sample=30)
+    assert sampled == decision.floors(X, verbs, {"min_score": 0.75}, sample=30) and sampled["min_score"] != got["min_score"]
+    assert decision.floors(X[:10], np.zeros(10), {"min_score": 0.75}) == {}  # one verb: nothing to measure
+
+
+def test_the_prior_measures_the_deployments_floors_and_the_resolver_applies_them(
+    big, settings, django_capture_on_commit_callbacks
+):
+    from learning.resolution import profile
+
+    assert profile()["min_score"] == settings.RESOLUTION_PROFILES["default"]["min_score"]  # no prior yet: seed values
+    with django_capture_on_commit_callbacks(execute=True):  # the fit clears the cached state once it commits
+        fit = decision_prior_fit()
+    floors = fit.params["floors"]
+    # 25 phrases, 250 pairs of different verbs: enough for the 75% and 95% quantiles, not for 1 in 1,000
+    assert set(floors) == {"min_score", "learned_threshold"}
+    assert 0.0 < floors["min_score"] < floors["learned_threshold"] < 1.0
+    assert "floors min_score" in fit.note
+    p = profile()
+    assert {k: p[k] for k in floors} == floors
+    for unresolved in ("blocklist_threshold", "correction_decay_threshold"):
+        assert p[unresolved] == settings.RESOLUTION_PROFILES["default"][unresolved]
+    # the resolver offers semantic candidates down to the measured floor, not the seed's
+    r = resolve(text="please send an email to my manager")
+    assert all(c.score >= floors["min_score"] for c in r.candidates if c.source != "head")
+    assert r.explanation["version"] == fit.version
+    # an operator's RESOLVE_<NAME> still wins; the floors follow the newest prior, live or not
+    settings.RESOLUTION_OVERRIDES = {"min_score": 0.42}
+    assert profile()["min_score"] == 0.42
+    settings.RESOLUTION_OVERRIDES = {}
+    settings.RESOLVE_FLOOR_QUANTILES = {**settings.RESOLVE_FLOOR_QUANTILES, "min_score": 0.5}
+    with django_capture_on_commit_callbacks(execute=True):
+        again = decision_prior_fit()
+    assert (
+        again.params["floors"]["min_score"] < floors["min_score"]
+        and profile()["min_score"] == again.params["floors"]["min_score"]
+    )
+    # a damaged value is skipped (that floor keeps the seed value), never a 500
+    DecisionFit.objects.filter(pk=again.pk).update(
+        params={**again.params, "floors": {"min_score": "low", "learned_threshold": 7.0, "blocklist_threshold": 0.61}}
+    )
+    decision_cache_clear()
+    seed = settings.RESOLUTION_PROFILES["default"]
+    p = profile()
+    assert (p["min_score"], p["learned_threshold"], p["blocklist_threshold"]) == (
+        seed["min_score"],
+        seed["learned_threshold"],
+        0.61,
+    )
+    DecisionFit.objects.filter(pk=again.pk).update(params={**again.params, "floors": "junk"})
+    decision_cache_clear()
+    assert profile()["min_score"] == seed["min_score"] and resolve(text="send an email to bob").candidates
+    # another embedding model's prior says nothing about this model's cosines
+    DecisionFit.objects.filter(pk=again.pk).update(embedding_model="another-model")
+    decision_cache_clear()
+    assert profile()["min_score"] == settings.RESOLUTION_PROFILES["default"]["min_score"]
+
+
+def test_loading_the_catalogue_or_importing_global_phrases_refits_the_prior(db, django_capture_on_commit_callbacks):
+    from learning.importing import ImportRow
+    from learning.services.imports import phrases_import
+
+    with django_capture_on_commit_callbacks(execute=True):
+        verb_catalogue_load(entries=BIG)
+    prior = DecisionFit.objects.get(source="prior")
+    assert prior.status == "live" and prior.params["floors"]
+    with django_capture_on_commit_callbacks(execute=True):
+        verb_catalogue_load(entries=BIG)  # nothing new: no refit
+        phrases_import(rows=[ImportRow(number=1, phrase="show me my units", verb="cbu.list")], user_id="bob")  # a user's
+    assert DecisionFit.objects.filter(source="prior").count() == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        phrases_import(rows=[ImportRow(number=1, phrase="give me the units", verb="cbu.list")])
+    newest = DecisionFit.objects.filter(source="prior").order_by("-version").first()
+    assert newest.version > prior.version and newest.status == "live"
+
+
 def test_tiny_catalogue_has_no_prior_and_the_fixed_rule_says_so(catalogue):
     assert decision_prior_fit() is None
     r = resolve(text="List all CBUs!")
@@ -403,9 +496,9 @@ def test_a_prepared_statement_runs_from_its_plan_with_its_lines_and_without_one_
         raw.prepare_threshold = saved
 
 
-def test_clicks_and_abandons_label_by_request_id(big, settings):
+def test_clicks_and_abandons_label_by_request_id(big, settings, written_for_floors):
     settings.RESOLVE_DECISION = "fixed"
-    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 1.01}  # always ask
+    settings.RESOLUTION_OVERRIDES = {**settings.RESOLUTION_OVERRIDES, "resolve_threshold": 1.01}  # always ask
     api = make_client(["resolve", "feedback"])
     a = api.post(URL, {"text": "find the report", "user_id": "bob"}, format="json").json()
     b = api.post(URL, {"text": "schedule something", "user_id": "bob"}, format="json").json()

@@ -101,7 +101,7 @@ def test_split_is_deterministic_and_near_the_share():
     assert not {e.key for e in train} & {e.key for e in held_out}
 
 
-def test_fitted_profile_is_proposed_then_live_only_when_activated(gold, settings, django_user_model):
+def test_fitted_profile_is_proposed_then_live_only_when_activated(gold, settings, django_user_model, written_for_floors):
     before = profile()
     row = resolution_profile_fit(held_out_share=0.3)
     assert row.status == "proposed" and row.gold_count == 40

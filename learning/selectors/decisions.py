@@ -35,6 +35,7 @@ class FitState:
     version: int
     source: str
     params: dict | None
+    embedding_model: str = ""
 
 
 def decision_state() -> dict:
@@ -48,11 +49,11 @@ def decision_state() -> dict:
     rows = list(
         DecisionFit.objects.filter(Q(status__in=[DecisionFit.Status.LIVE, DecisionFit.Status.SHADOW]) | Q(source="prior"))
         .order_by("-version")
-        .values("version", "source", "status", "params")[:50]
+        .values("version", "source", "status", "params", "embedding_model")[:50]
     )
     state = {"live": None, "shadow": None, "prior": None}
     for r in rows:
-        fs = FitState(r["version"], r["source"], r["params"])
+        fs = FitState(r["version"], r["source"], r["params"], r["embedding_model"])
         if r["status"] in ("live", "shadow") and state[r["status"]] is None:
             state[r["status"]] = fs
         if r["source"] == DecisionFit.Source.PRIOR and state["prior"] is None:

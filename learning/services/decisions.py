@@ -192,15 +192,20 @@ def decision_prior_fit() -> DecisionFit | None:
         return None
     verbs = sorted(set(names))
     vid = {v: i for i, v in enumerate(verbs)}
+    ids = np.array([vid[v] for v in names])
+    # The retrieval floors of this deployment, from its own phrases; the prior is fitted under them and the
+    # resolver applies them while this is the newest prior.
+    floors = decision.floors(np.vstack(vectors), ids, settings.RESOLVE_FLOOR_QUANTILES)
+    p = profile(model, floors=floors)
     # Whether the head learns words too is decided by the catalogue's own folds: with a few phrases a verb the
     # n-grams can cost more than they bring (a fit from labels, on the phrases users taught, always uses them).
     params, n = None, 0
     for words in (False, True):
         got, count = decision.catalogue_prior(
             np.vstack(vectors),
-            np.array([vid[v] for v in names]),
+            ids,
             len(verbs),
-            profile(model),
+            p,
             max_wrong_rate=settings.RESOLVE_MAX_WRONG_RATE,
             min_labels=settings.RESOLVE_PRIOR_MIN_EXAMPLES,
             learned=np.array(is_learned, dtype=bool),
@@ -209,7 +214,7 @@ def decision_prior_fit() -> DecisionFit | None:
             texts=texts if words else None,
         )
         if got is not None and (params is None or _held_out_better(got, params)):
-            params, n = {**got, "head_words": words}, count
+            params, n = {**got, "head_words": words, "floors": floors}, count
     if params is None:
         return None
     with transaction.atomic():
@@ -222,7 +227,9 @@ def decision_prior_fit() -> DecisionFit | None:
             n_labels=n,
             held_out=params["held_out"],
             note=f"catalogue prior: {n} catalogue phrases, {len(verbs)} verbs, "
-            + ("head over embeddings and words" if params["head_words"] else "head over embeddings"),
+            + ("head over embeddings and words" if params["head_words"] else "head over embeddings")
+            + "; floors "
+            + (", ".join(f"{k} {v:.2f}" for k, v in floors.items()) or "of the model (too few phrases to measure)"),
         )
         _save_heads(fit, model, users=False, warm_version=None, words=params["head_words"])
         live = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.LIVE).first()
@@ -231,7 +238,8 @@ def decision_prior_fit() -> DecisionFit | None:
         else:
             fit.status = DecisionFit.Status.RETIRED
             fit.save(update_fields=["status"])
-    logger.info("decision prior v%s: %s", fit.version, params["held_out"])
+        transaction.on_commit(selectors.decision_cache_clear)  # its floors apply at once
+    logger.info("decision prior v%s: %s; floors %s", fit.version, params["held_out"], floors)
     return fit
 
 

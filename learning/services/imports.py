@@ -7,6 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.api import ApplicationError
+from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning import selectors
@@ -220,6 +221,8 @@ def phrases_import(
                 batch_size=1000,
                 default_change_reason=f"import ({source})",
             )
+        if user_id is None and (added or updated):
+            task_send_on_commit("learning.decision_prior_fit")  # global phrases are the prior's anchors too
     result["unembedded"] = sum(
         1 for n in added + updated if n not in vectors and not (existing.get(n) and existing[n].embedding_model)
     )
