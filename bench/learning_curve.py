@@ -311,7 +311,8 @@ def main():
     body += (
         f"\n\nData set {ds}: {len(entries)} verbs, 5 catalogue phrases each; stream {len(stream)} training utterances "
         f"(seed {SEED}), one user; test {len(test)} utterances. Stream: {dict(stats)}. "
-        f"Catalogue prior v{prior.version if prior else '-'}: held out on the catalogue {prior.held_out if prior else None}. "
+        f"Catalogue prior v{prior.version if prior else '-'}: held out on the catalogue {prior.held_out if prior else None}; "
+        f"floors measured on the catalogue {(prior.params or {}).get('floors') if prior else None}. "
         f"Old fixed rule (0.69 / 0.045) on the same state: cold {fixed_cold}, final {fixed_final}. "
         f"Out of scope ({other_ds} test, {len(other)} utterances, against the final state): {oos}% not auto-resolved; "
         f"the rest went to {', '.join(f'{v} {n}' for v, n in oos_verbs.most_common(6)) or 'none'}. "

@@ -320,6 +320,10 @@ RESOLUTION_PROFILES = {
         "correction_decay_threshold": 0.90,
         # A verb's semantic score: the weighted mean of its best anchors, best first (learning.scoring.verb_anchor_scores).
         "anchor_weights": (1.0, 0.5, 0.25),
+        # Negative evidence (options a user passed over or abandoned) this close to the text lowers a verb's score;
+        # a penalty lets a verb resolve only when the user chose it for text this close (a near-paraphrase).
+        "evidence_similarity": 0.75,
+        "decide_similarity": 0.90,
     },
 }
 RESOLUTION_OVERRIDES = {
@@ -332,20 +336,31 @@ RESOLUTION_OVERRIDES = {
         "min_score",
         "options_window",
         "correction_decay_threshold",
+        "evidence_similarity",
+        "decide_similarity",
     )
     if os.environ.get(f"RESOLVE_{k.upper()}")
 }
+for _key, _old_name in (
+    ("evidence_similarity", "FEEDBACK_EVIDENCE_SIMILARITY"),
+    ("decide_similarity", "FEEDBACK_DECIDE_SIMILARITY"),
+):
+    if os.environ.get(_old_name) and _key not in RESOLUTION_OVERRIDES:  # the names these had before
+        RESOLUTION_OVERRIDES[_key] = env_float(_old_name, 0.0)
 # Retrieval floors from the deployment's own phrases: each floor is this quantile of the cosines between its
 # catalogue (and global learned) phrases of different verbs, i.e. how rarely unrelated text of this domain comes
 # that close with this model. min_score: a semantic candidate is offered; learned_threshold: a learned phrase
 # counts as an anchor; blocklist_threshold: a block reaches the text; correction_decay_threshold: a correction
-# decays a conflicting phrase. Measured when the catalogue prior is fitted (learning.decision.floors); a
-# RESOLVE_<NAME> override above still wins.
+# decays a conflicting phrase; evidence_similarity: a user's negative evidence reaches the text;
+# decide_similarity: a penalty may let the verb the user chose for text this close resolve. Measured when the
+# catalogue prior is fitted (learning.decision.floors); a RESOLVE_<NAME> override above still wins.
 RESOLVE_FLOOR_QUANTILES = {
     "min_score": env_float("RESOLVE_FLOOR_Q_MIN_SCORE", 0.75),
     "learned_threshold": env_float("RESOLVE_FLOOR_Q_LEARNED", 0.95),
     "blocklist_threshold": env_float("RESOLVE_FLOOR_Q_BLOCKLIST", 0.999),
+    "evidence_similarity": env_float("RESOLVE_FLOOR_Q_EVIDENCE", 0.9999),
     "correction_decay_threshold": env_float("RESOLVE_FLOOR_Q_CORRECTION_DECAY", 0.9999),
+    "decide_similarity": env_float("RESOLVE_FLOOR_Q_DECIDE", 0.99999),
 }
 # Learned phrases at or above this confidence count their full similarity; below it, in proportion.
 RESOLVE_TRUSTED_CONFIDENCE = env_float("RESOLVE_TRUSTED_CONFIDENCE", 0.90)
@@ -571,13 +586,11 @@ FEEDBACK_SIGNAL_CONFIDENCE = {
     "abandoned": env_float("FEEDBACK_ABANDONED_CONFIDENCE", 0.30),
 }
 FEEDBACK_MAX_VARIANTS = env_int("FEEDBACK_MAX_VARIANTS", 12)
-# Negative evidence near the query lowers a verb's score: per verb, the sum over evidence
-# rows within FEEDBACK_EVIDENCE_SIMILARITY cosine of (negative - positive), weighted by how
-# close the row is, times FEEDBACK_PENALTY_PER_UNIT, capped at FEEDBACK_PENALTY_MAX.
-FEEDBACK_EVIDENCE_SIMILARITY = env_float("FEEDBACK_EVIDENCE_SIMILARITY", 0.75)
-# Penalties reorder and demote; they let a verb resolve that its own evidence would not have chosen only
-# when this user chose that verb for a near-paraphrase of the query (net positive evidence this close).
-FEEDBACK_DECIDE_SIMILARITY = env_float("FEEDBACK_DECIDE_SIMILARITY", 0.90)
+# Negative evidence near the query lowers a verb's score: per verb, the sum over evidence rows within the
+# profile's evidence_similarity (measured per deployment, see RESOLVE_FLOOR_QUANTILES) of (negative - positive),
+# weighted by how close the row is, times FEEDBACK_PENALTY_PER_UNIT, capped at FEEDBACK_PENALTY_MAX. Penalties
+# reorder and demote; they let a verb resolve that its own evidence would not have chosen only when this user
+# chose that verb for a near-paraphrase of the query (net positive evidence within decide_similarity).
 FEEDBACK_PENALTY_PER_UNIT = env_float("FEEDBACK_PENALTY_PER_UNIT", 0.5)
 FEEDBACK_PENALTY_MAX = env_float("FEEDBACK_PENALTY_MAX", 0.3)
 FEEDBACK_EVIDENCE_K = env_int("FEEDBACK_EVIDENCE_K", 20)

@@ -65,7 +65,7 @@ ALPHA = 0.5  # ranking blend: anchor weight
 LEX_FEATURES = 2**12
 _LEX = HashingVectorizer(analyzer="char_wb", ngram_range=(2, 4), n_features=LEX_FEATURES, alternate_sign=False, norm=None)
 FOLDS = 5
-FLOOR_SAMPLE = 2000  # anchors sampled for the floors: about 2 million pairs, enough for a 1-in-10,000 quantile
+FLOOR_SAMPLE = 2000  # anchors sampled for the floors: about 2 million pairs, enough for a 1-in-100,000 quantile
 
 
 def _one_blas_thread(fn):

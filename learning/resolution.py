@@ -85,7 +85,14 @@ def profile(model_name: str | None = None, floors: dict | None = None) -> dict:
     return values
 
 
-FLOOR_NAMES = ("min_score", "learned_threshold", "blocklist_threshold", "correction_decay_threshold")
+FLOOR_NAMES = (
+    "min_score",
+    "learned_threshold",
+    "blocklist_threshold",
+    "evidence_similarity",
+    "correction_decay_threshold",
+    "decide_similarity",
+)
 
 
 def catalogue_floors(model_name: str) -> dict:
@@ -157,7 +164,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
         block_threshold=p["blocklist_threshold"],
         learned=settings.RESOLVE_USE_LEARNED_SEMANTIC,
         k_evidence=settings.FEEDBACK_EVIDENCE_K if settings.RESOLVE_USE_FEEDBACK_PENALTY else 0,
-        evidence_similarity=settings.FEEDBACK_EVIDENCE_SIMILARITY,
+        evidence_similarity=p["evidence_similarity"],
         stamp=exact.stamp,
     )
     # Tier 5: the semantic blocklist (blocked verbs are dropped below).
@@ -180,7 +187,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     candidates.sort(key=lambda c: (-c.score, c.verb))
     before = {c.verb: c.score for c in candidates}
     unpenalized = _decide([c for c in candidates if c.score >= p["min_score"]], p)
-    endorsed = _apply_feedback_penalties(candidates, rows.evidence)
+    endorsed = _apply_feedback_penalties(candidates, rows.evidence, p)
     if endorsed is not None:
         candidates.sort(key=lambda c: (-c.score, c.verb))
     penalties = {c.verb: round(before[c.verb] - c.score, 4) for c in candidates if before[c.verb] != c.score}
@@ -520,17 +527,17 @@ def _finish(
 # --- Disambiguation feedback loop ---
 
 
-def _apply_feedback_penalties(candidates: list[Candidate], evidence) -> set[str] | None:
-    """Lower the score of verbs this user turned down for similar phrases (net of positive evidence within
-    FEEDBACK_EVIDENCE_SIMILARITY).
+def _apply_feedback_penalties(candidates: list[Candidate], evidence, p: dict) -> set[str] | None:
+    """Lower the score of verbs this user turned down for similar phrases (net of positive evidence within the
+    profile's ``evidence_similarity``).
 
     Answers None when no score changed, else the verbs this user chose for near-paraphrases of the query
-    (net positive evidence within FEEDBACK_DECIDE_SIMILARITY): the only ones a penalty may let resolve."""
+    (net positive evidence within ``decide_similarity``): the only ones a penalty may let resolve."""
     if not evidence or not candidates or not settings.RESOLVE_USE_FEEDBACK_PENALTY:
         return None
 
     verbs = [c.verb for c in candidates]
-    balance = verb_evidence_balance(evidence, verbs=verbs, similarity=settings.FEEDBACK_EVIDENCE_SIMILARITY)
+    balance = verb_evidence_balance(evidence, verbs=verbs, similarity=p["evidence_similarity"])
     changed = False
     for c in candidates:
         net = balance.get(c.verb, 0.0)
@@ -539,7 +546,7 @@ def _apply_feedback_penalties(candidates: list[Candidate], evidence) -> set[str]
             changed = True
     if not changed:
         return None
-    close = verb_evidence_balance(evidence, verbs=verbs, similarity=settings.FEEDBACK_DECIDE_SIMILARITY)
+    close = verb_evidence_balance(evidence, verbs=verbs, similarity=p["decide_similarity"])
     return {v for v, net in close.items() if net < 0.0}
 
 

@@ -294,7 +294,7 @@ def test_the_prior_measures_the_deployments_floors_and_the_resolver_applies_them
     assert "floors min_score" in fit.note
     p = profile()
     assert {k: p[k] for k in floors} == floors
-    for unresolved in ("blocklist_threshold", "correction_decay_threshold"):
+    for unresolved in ("blocklist_threshold", "correction_decay_threshold", "evidence_similarity", "decide_similarity"):
         assert p[unresolved] == settings.RESOLUTION_PROFILES["default"][unresolved]
     # the resolver offers semantic candidates down to the measured floor, not the seed's
     r = resolve(text="please send an email to my manager")

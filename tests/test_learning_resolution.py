@@ -271,6 +271,10 @@ def test_negative_evidence_never_makes_an_auto_resolution(catalogue, settings):
         user_id="alice", phrase=text + " please", verb=leader, positive=1.0, vector=embed_query(text + " please")[0], model=model
     )
     assert (resolve(text=text, user_id="alice").outcome, resolve(text=text, user_id="alice").verb) == ("resolved", leader)
+    # How near "nearly" is belongs to the profile (measured on the deployment's phrases; overridden here): asked
+    # for text nearer than "... please", Alice's choice no longer decides.
+    settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": 0.01, "decide_similarity": 0.9999}
+    assert resolve(text=text, user_id="alice").outcome == "ambiguous"
     # A verb that resolves on its own evidence still resolves when a penalty only hits the others.
     phrase_evidence_add(user_id="bob", phrase=text, verb=second.verb, negative=10.0, vector=vector, model=model)
     settings.RESOLUTION_OVERRIDES = {"resolve_threshold": 0.0, "margin": 0.0}
