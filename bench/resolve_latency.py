@@ -252,9 +252,8 @@ def share_among_tenants(n: int, catalogue) -> list:
 
     tenants = [tenant_default()] + [tenant_create(slug=f"bench-{i}") for i in range(1, n)]
     for t in tqdm(tenants[1:], desc="catalogue per tenant"):
-        with tenant_scope([t.pk]):
-            with prior_refit_held():
-                verb_catalogue_load(entries=catalogue)
+        with prior_refit_held(), tenant_scope([t.pk]):  # held until the scope's transaction commits
+            verb_catalogue_load(entries=catalogue)
             decision_prior_fit()
     # id % 100: 0-49 the first tenant, 99 the last (small) one, the rest round-robin over the others.
     middle = [t.pk for t in tenants[1:-1]]
