@@ -567,14 +567,18 @@ def catalogue_prior(
     trust=None,
     max_open_rate: float | None = None,
     texts=None,
+    max_queries: int | None = None,
+    max_train: int | None = None,
 ):
     """Labelled examples from the anchors a deployment loaded, and the decision fit on them.
 
     Fold k holds out every verb's k-th anchor (a verb with one anchor loses it: what a query for a missing verb
     looks like); the rest are the anchors and train the head; each held-out anchor is a query labelled "the top
     verb is its own verb". ``learned`` / ``trust`` (per anchor): learned phrases (an import) are scored as the
-    resolver scores them; ``texts`` (normalised, per anchor): the heads learn their lexical features too. Answers
-    (fit or None, number of examples)."""
+    resolver scores them; ``texts`` (normalised, per anchor): the heads learn their lexical features too.
+    ``max_queries`` / ``max_train``: with more anchors, each fold asks a fixed random sample of its held-out
+    anchors (all folds together at most ``max_queries``) and its head trains on a sample of at most ``max_train``
+    of the rest (all of them still score as anchors). Answers (fit or None, number of examples)."""
     vectors = np.asarray(vectors, dtype=np.float32)
     verbs = np.asarray(verbs, dtype=np.int64)
     learned = np.zeros(len(verbs), dtype=bool) if learned is None else np.asarray(learned, dtype=bool)
@@ -589,9 +593,14 @@ def catalogue_prior(
         te, tr = np.where(fold == k)[0], np.where(fold != k)[0]
         if not te.size or not tr.size:
             continue
-        texts_tr = None if texts is None else [texts[i] for i in tr]
+        if max_queries is not None and len(te) > -(-max_queries // folds):
+            te = np.sort(rng.choice(te, -(-max_queries // folds), replace=False))
+        fit_rows = tr
+        if max_train is not None and len(tr) > max_train:
+            fit_rows = np.sort(rng.choice(tr, max_train, replace=False))
+        texts_fit = None if texts is None else [texts[i] for i in fit_rows]
         texts_te = None if texts is None else [texts[i] for i in te]
-        head = head_train(vectors[tr], verbs[tr], n_verbs, texts=texts_tr)
+        head = head_train(vectors[fit_rows], verbs[fit_rows], n_verbs, texts=texts_fit)
         P = head_predict(head, vectors[te], texts_te)
         n_anch = np.bincount(verbs[tr], minlength=n_verbs)
         S = vectors[te] @ vectors[tr].T

@@ -170,6 +170,22 @@ def test_the_prior_scores_learned_anchors_as_the_resolver_does():
     assert learned_top.any() and not learned_top.all()
 
 
+def test_a_large_prior_asks_a_bounded_sample_and_a_small_one_is_untouched():
+    rng = np.random.default_rng(5)
+    centres = rng.normal(size=(8, 16))
+    verbs = np.repeat(np.arange(8), 50)
+    X = centres[verbs] + rng.normal(0, 0.9, (400, 16))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    p = {"learned_threshold": 0.3, "min_score": 0.1, "anchor_weights": (1.0, 0.5, 0.25)}
+    args = dict(max_wrong_rate=0.03, min_labels=20)
+    full, n_full = decision.catalogue_prior(X, verbs, 8, p, **args)
+    assert full is not None and n_full == 400  # every anchor asked once (its verb exists: all score > 0)
+    same, n_same = decision.catalogue_prior(X, verbs, 8, p, max_queries=400, max_train=400, **args)
+    assert n_same == n_full and same["coef"] == full["coef"]  # under the caps nothing changes
+    capped, n_capped = decision.catalogue_prior(X, verbs, 8, p, max_queries=100, max_train=150, **args)
+    assert n_capped == 100 and capped is not None
+
+
 def test_corrupt_params_and_heads_are_rejected():
     with pytest.raises(ValueError):
         decision.check_params({"features": ["x"]})

@@ -212,6 +212,8 @@ def decision_prior_fit() -> DecisionFit | None:
             trust=np.array([anchor_trust(c) for c in confidence]),
             max_open_rate=settings.RESOLVE_MAX_OPEN_RATE,
             texts=texts if words else None,
+            max_queries=settings.RESOLVE_PRIOR_MAX_QUERIES,
+            max_train=settings.RESOLVE_PRIOR_MAX_TRAIN,
         )
         if got is not None and (params is None or _held_out_better(got, params)):
             params, n = {**got, "head_words": words, "floors": floors}, count
