@@ -38,17 +38,19 @@ def task_headers() -> dict:
     return headers
 
 
-def task_send(task, *args, headers: dict | None = None, **kwargs) -> bool:
+def task_send(task, *args, headers: dict | None = None, fallback_inline: bool = True, **kwargs) -> bool:
     """Queue ``task`` (a task or its registered name); answer False when it ran inline or was deferred instead.
 
-    ``headers`` (default: ``task_headers()`` now) travel with the task, inline runs included."""
+    ``headers`` (default: ``task_headers()`` now) travel with the task, inline runs included. With the broker
+    down the task runs inline (CELERY_FALLBACK_INLINE), unless ``fallback_inline`` is False: work too long for
+    a request, which a periodic sweep catches up on."""
     task = task_get(task) if isinstance(task, str) else task
     headers = task_headers() if headers is None else headers
     try:
         task.apply_async(args=args, kwargs=kwargs, retry=False, headers=headers)
         return True
     except (KombuOperationalError, ConnectionError, OSError) as exc:
-        if getattr(settings, "CELERY_FALLBACK_INLINE", True):
+        if fallback_inline and getattr(settings, "CELERY_FALLBACK_INLINE", True):
             logger.warning("broker unavailable (%s): running %s inline", exc.__class__.__name__, task.name)
             task.apply(args=args, kwargs=kwargs, headers=headers)
         else:
@@ -56,7 +58,7 @@ def task_send(task, *args, headers: dict | None = None, **kwargs) -> bool:
         return False
 
 
-def task_send_on_commit(task, *args, **kwargs) -> None:
+def task_send_on_commit(task, *args, fallback_inline: bool = True, **kwargs) -> None:
     """Send ``task`` once the current transaction commits, with the headers of now (the caller's tenant)."""
     headers = task_headers()
-    transaction.on_commit(lambda: task_send(task, *args, headers=headers, **kwargs), robust=True)
+    transaction.on_commit(lambda: task_send(task, *args, headers=headers, fallback_inline=fallback_inline, **kwargs), robust=True)

@@ -547,7 +547,7 @@ def floors(vectors, verbs, quantiles: dict[str, float], *, sample: int = FLOOR_S
     cos = (X @ X.T)[i[cross], j[cross]]
     out = {}
     for name, q in quantiles.items():
-        if cos.size and cos.size * (1.0 - q) >= 1.0:
+        if cos.size and cos.size * (1.0 - q) >= 1.0 - 1e-9:  # (1 - q) is not exact in floating point
             out[name] = round(float(np.quantile(cos, q)), 4)
     return out
 
@@ -576,9 +576,10 @@ def catalogue_prior(
     looks like); the rest are the anchors and train the head; each held-out anchor is a query labelled "the top
     verb is its own verb". ``learned`` / ``trust`` (per anchor): learned phrases (an import) are scored as the
     resolver scores them; ``texts`` (normalised, per anchor): the heads learn their lexical features too.
-    ``max_queries`` / ``max_train``: with more anchors, each fold asks a fixed random sample of its held-out
-    anchors (all folds together at most ``max_queries``) and its head trains on a sample of at most ``max_train``
-    of the rest (all of them still score as anchors). Answers (fit or None, number of examples)."""
+    ``max_queries`` / ``max_train``: with more than ``max_queries`` anchors, each fold asks a fixed random sample
+    of its held-out anchors in proportion (all folds together at most ``max_queries``), and a fold whose other
+    anchors number more than ``max_train`` trains its head on a sample of them (all of them still score as
+    anchors). Answers (fit or None, number of examples)."""
     vectors = np.asarray(vectors, dtype=np.float32)
     verbs = np.asarray(verbs, dtype=np.int64)
     learned = np.zeros(len(verbs), dtype=bool) if learned is None else np.asarray(learned, dtype=bool)
@@ -588,13 +589,15 @@ def catalogue_prior(
     for v in np.unique(verbs):
         idx = np.where(verbs == v)[0]
         fold[idx] = rng.permutation(len(idx)) % folds
+    # more anchors than max_queries: each fold asks its share of them (folds are uneven when verbs are small)
+    share = 1.0 if max_queries is None or len(verbs) <= max_queries else max_queries / len(verbs)
     F, y, F_open = [], [], []
     for k in range(folds):
         te, tr = np.where(fold == k)[0], np.where(fold != k)[0]
         if not te.size or not tr.size:
             continue
-        if max_queries is not None and len(te) > -(-max_queries // folds):
-            te = np.sort(rng.choice(te, -(-max_queries // folds), replace=False))
+        if share < 1.0:
+            te = np.sort(rng.choice(te, max(1, int(len(te) * share)), replace=False))
         fit_rows = tr
         if max_train is not None and len(tr) > max_train:
             fit_rows = np.sort(rng.choice(tr, max_train, replace=False))

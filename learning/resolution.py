@@ -82,6 +82,8 @@ def profile(model_name: str | None = None, floors: dict | None = None) -> dict:
     values.update(catalogue_floors(model_name) if floors is None else floors)
     values.update(_fitted_profile_values(model_name))  # a reviewer-activated fit
     values.update(settings.RESOLUTION_OVERRIDES)
+    # a measured evidence level with a seed decide level: "chose it for nearly these words" is never looser
+    values["decide_similarity"] = max(values["decide_similarity"], values["evidence_similarity"])
     return values
 
 
@@ -96,10 +98,10 @@ FLOOR_NAMES = (
 
 
 def catalogue_floors(model_name: str) -> dict:
-    """The retrieval floors the newest catalogue prior measured for ``model_name`` ({} if none). A value that is
+    """The retrieval floors the newest catalogue prior of ``model_name`` measured ({} if none). A value that is
     not a cosine (a damaged fit) is skipped: that floor keeps the seed value."""
-    prior = selectors.decision_state()["prior"]
-    if prior is None or prior.embedding_model != model_name or not isinstance(prior.params, dict):
+    prior = selectors.decision_state()["priors"].get(model_name)
+    if prior is None or not isinstance(prior.params, dict):
         return {}
     stored = prior.params.get("floors")
     if not isinstance(stored, dict):
@@ -107,7 +109,7 @@ def catalogue_floors(model_name: str) -> dict:
     out = {}
     for name in FLOOR_NAMES:
         value = stored.get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and -1.0 <= value <= 1.0:
+        if isinstance(value, int | float) and not isinstance(value, bool) and -1.0 <= value <= 1.0:  # NaN fails too
             out[name] = float(value)
     return out
 

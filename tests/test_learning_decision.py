@@ -18,6 +18,7 @@ from learning.services.corrections import phrase_confirmation_apply, phrase_corr
 from learning.services.decisions import (
     decision_fit_pin,
     decision_fit_retire_live,
+    decision_fit_unpin,
     decision_heads_prune,
     decision_prior_fit,
     decision_refit,
@@ -314,7 +315,9 @@ def test_the_prior_measures_the_deployments_floors_and_the_resolver_applies_them
         assert p[unresolved] == settings.RESOLUTION_PROFILES["default"][unresolved]
     # the resolver offers semantic candidates down to the measured floor, not the seed's
     r = resolve(text="please send an email to my manager")
-    assert all(c.score >= floors["min_score"] for c in r.candidates if c.source != "head")
+    semantic = [c.score for c in r.candidates if c.source != "head"]
+    assert all(s >= floors["min_score"] for s in semantic)
+    assert any(s < settings.RESOLUTION_PROFILES["default"]["min_score"] for s in semantic)  # the seed would drop it
     assert r.explanation["version"] == fit.version
     # an operator's RESOLVE_<NAME> still wins; the floors follow the newest prior, live or not
     settings.RESOLUTION_OVERRIDES = {"min_score": 0.42}
@@ -342,8 +345,11 @@ def test_the_prior_measures_the_deployments_floors_and_the_resolver_applies_them
     DecisionFit.objects.filter(pk=again.pk).update(params={**again.params, "floors": "junk"})
     decision_cache_clear()
     assert profile()["min_score"] == seed["min_score"] and resolve(text="send an email to bob").candidates
-    # another embedding model's prior says nothing about this model's cosines
+    # another embedding model's prior says nothing about this model's cosines: this model's newest prior counts
     DecisionFit.objects.filter(pk=again.pk).update(embedding_model="another-model")
+    decision_cache_clear()
+    assert profile()["min_score"] == floors["min_score"]
+    DecisionFit.objects.filter(source="prior").update(embedding_model="another-model")
     decision_cache_clear()
     assert profile()["min_score"] == settings.RESOLUTION_PROFILES["default"]["min_score"]
 
@@ -364,6 +370,21 @@ def test_loading_the_catalogue_or_importing_global_phrases_refits_the_prior(db, 
         phrases_import(rows=[ImportRow(number=1, phrase="give me the units", verb="cbu.list")])
     newest = DecisionFit.objects.filter(source="prior").order_by("-version").first()
     assert newest.version > prior.version and newest.status == "live"
+
+
+def test_the_refit_replaces_a_stale_prior_and_keeps_a_current_one(big, settings):
+    from learning.models import Verb
+
+    settings.RESOLVE_PROMOTE_MIN_LABELS = 10**6  # no fit from labels here: only the prior's upkeep
+    first = decision_prior_fit()
+    assert first.params["anchors"] == 30
+    assert decision_refit()["prior"] is None  # current: kept
+    Verb.objects.filter(name="weather.get").update(is_active=False)  # 5 fewer anchors
+    second = decision_refit()["prior"]
+    assert second > first.version and DecisionFit.objects.get(version=second).params["anchors"] == 25
+    # a prior from before floors were measured is refitted too
+    DecisionFit.objects.filter(version=second).update(params={k: v for k, v in first.params.items() if k != "floors"})
+    assert decision_refit()["prior"] > second
 
 
 def test_tiny_catalogue_has_no_prior_and_the_fixed_rule_says_so(catalogue):
@@ -613,6 +634,12 @@ def test_old_retired_fits_lose_their_heads_and_can_no_longer_be_pinned(big, sett
         decision_fit_pin(fit=pruned)
     assert DecisionHead.objects.filter(fit=prior).exists() and decision_fit_retire_live().pk == prior.pk
     assert decision_heads_prune(keep=2) == 0  # nothing left to prune
+    # a newer prior (the catalogue changed) supersedes the old one once the old one is no longer in use
+    decision_fit_unpin(fit=prior)
+    newer = decision_prior_fit()
+    assert DecisionFit.objects.get(pk=prior.pk).status == "retired" and newer.status == "live"
+    assert decision_heads_prune(keep=2) >= 1  # the old prior (and a fit from labels the new version pushed out)
+    assert not DecisionHead.objects.filter(fit=prior).exists() and DecisionHead.objects.filter(fit=newer).exists()
 
 
 def test_promotion_refuses_few_labels_a_high_wrong_rate_or_a_bad_shadow(settings):

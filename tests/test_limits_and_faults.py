@@ -63,6 +63,10 @@ def test_enqueue_runs_inline_when_the_broker_is_down(settings):
     settings.CELERY_FALLBACK_INLINE = False
     assert enqueue(record_call_down, 2) is False
     assert RAN == [1]
+    # work too long for a request (the catalogue prior's refit) is left to its periodic sweep even when inline is on
+    settings.CELERY_FALLBACK_INLINE = True
+    assert enqueue(record_call_down, 3, fallback_inline=False) is False
+    assert RAN == [1]
 
 
 def test_enqueue_eager_without_broker():

@@ -18,6 +18,7 @@ from learning.selectors.candidates import (
 from learning.selectors.decisions import (
     FitState,
     active_verb_names,
+    decision_anchor_count,
     decision_anchor_rows,
     decision_cache_clear,
     decision_head,
@@ -65,6 +66,7 @@ __all__ = [
     "candidate_list",
     "correction_decay_targets",
     "dashboard_counts",
+    "decision_anchor_count",
     "decision_anchor_rows",
     "decision_cache_clear",
     "decision_head",

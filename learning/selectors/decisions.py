@@ -39,8 +39,9 @@ class FitState:
 
 
 def decision_state() -> dict:
-    """{"live", "shadow", "prior"}: FitState or None each (prior: the newest catalogue prior, whatever its status).
-    One small query, cached per process for RESOLVE_DECISION_CACHE_S seconds."""
+    """{"live", "shadow", "prior"}: FitState or None each (prior: the newest catalogue prior, whatever its status);
+    "priors": the newest prior of each embedding model. One small query, cached per process for
+    RESOLVE_DECISION_CACHE_S seconds."""
     now = _time.monotonic()
     tenants = tenant_filter_ids()
     hit = _decision_cache.get(tenants)
@@ -51,13 +52,15 @@ def decision_state() -> dict:
         .order_by("-version")
         .values("version", "source", "status", "params", "embedding_model")[:50]
     )
-    state = {"live": None, "shadow": None, "prior": None}
+    state = {"live": None, "shadow": None, "prior": None, "priors": {}}
     for r in rows:
         fs = FitState(r["version"], r["source"], r["params"], r["embedding_model"])
         if r["status"] in ("live", "shadow") and state[r["status"]] is None:
             state[r["status"]] = fs
-        if r["source"] == DecisionFit.Source.PRIOR and state["prior"] is None:
-            state["prior"] = fs
+        if r["source"] == DecisionFit.Source.PRIOR:
+            if state["prior"] is None:
+                state["prior"] = fs
+            state["priors"].setdefault(r["embedding_model"], fs)  # the newest per embedding model
     _decision_cache[tenants] = (now + settings.RESOLVE_DECISION_CACHE_S, state)
     return state
 
@@ -186,6 +189,16 @@ def decision_anchor_rows(*, model: str, user_id: str | None = None, learned: boo
             confidence.append(float(conf))
             texts.append(normalized)
     return vectors, names, is_learned, confidence, texts
+
+
+def decision_anchor_count(*, model: str) -> int:
+    """How many anchors the catalogue prior would train on now (``decision_anchor_rows`` without a user): a
+    prior fitted on another number is stale."""
+    catalogue = VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model, embedding__isnull=False).count()
+    learned = LearnedPhrase.objects.filter(
+        user_id__isnull=True, is_active=True, verb__is_active=True, embedding_model=model, embedding__isnull=False
+    ).count()
+    return catalogue + learned
 
 
 def users_with_phrases(*, model: str, min_phrases: int) -> list[str]:

@@ -16,8 +16,8 @@ logger = logging.getLogger(__name__)
 
 
 def verb_catalogue_load(*, entries: Iterable[VerbEntry]) -> dict:
-    """Create or update verbs and their phrases, all or nothing; when phrases or verbs were added, the catalogue
-    prior (and the retrieval floors measured with it) is refitted once this commits. Answers counts."""
+    """Create or update verbs and their phrases, all or nothing; when phrases were added, the catalogue prior (and
+    the retrieval floors measured with it) is refitted once this commits. Answers counts."""
     entries = list(entries)
     wanted = {e.name: [(p, normalize_phrase(p)) for p in e.phrases] for e in entries}
     existing = {(v, n) for v, n in VerbPhrase.objects.filter(verb__name__in=wanted).values_list("verb__name", "normalized")}
@@ -49,8 +49,9 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry]) -> dict:
         embedding_assign(rows, vectors, model)
         VerbPhrase.objects.bulk_create(rows, ignore_conflicts=True)
         transaction.on_commit(verb_details_forget)
-        if new_phrases or counts["verbs_created"]:
-            task_send_on_commit("learning.decision_prior_fit")  # the prior and the floors follow the catalogue
+        if new_phrases:
+            # the prior and the floors follow the catalogue (a broker outage: the daily refit catches up)
+            task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
     if vectors is None:
         counts["unembedded"] = len(rows)
     return counts

@@ -193,16 +193,17 @@ def decision_prior_fit() -> DecisionFit | None:
     verbs = sorted(set(names))
     vid = {v: i for i, v in enumerate(verbs)}
     ids = np.array([vid[v] for v in names])
+    matrix = np.vstack(vectors)
     # The retrieval floors of this deployment, from its own phrases; the prior is fitted under them and the
     # resolver applies them while this is the newest prior.
-    floors = decision.floors(np.vstack(vectors), ids, settings.RESOLVE_FLOOR_QUANTILES)
+    floors = decision.floors(matrix, ids, settings.RESOLVE_FLOOR_QUANTILES)
     p = profile(model, floors=floors)
     # Whether the head learns words too is decided by the catalogue's own folds: with a few phrases a verb the
     # n-grams can cost more than they bring (a fit from labels, on the phrases users taught, always uses them).
     params, n = None, 0
     for words in (False, True):
         got, count = decision.catalogue_prior(
-            np.vstack(vectors),
+            matrix,
             ids,
             len(verbs),
             p,
@@ -216,7 +217,7 @@ def decision_prior_fit() -> DecisionFit | None:
             max_train=settings.RESOLVE_PRIOR_MAX_TRAIN,
         )
         if got is not None and (params is None or _held_out_better(got, params)):
-            params, n = {**got, "head_words": words, "floors": floors}, count
+            params, n = {**got, "head_words": words, "floors": floors, "anchors": len(vectors)}, count
     if params is None:
         return None
     with transaction.atomic():
@@ -240,7 +241,7 @@ def decision_prior_fit() -> DecisionFit | None:
         else:
             fit.status = DecisionFit.Status.RETIRED
             fit.save(update_fields=["status"])
-        transaction.on_commit(selectors.decision_cache_clear)  # its floors apply at once
+        transaction.on_commit(selectors.decision_cache_clear)  # here at once; other processes within RESOLVE_DECISION_CACHE_S
     logger.info("decision prior v%s: %s; floors %s", fit.version, params["held_out"], floors)
     return fit
 
@@ -283,11 +284,22 @@ def promotion_verdict(fit: DecisionFit) -> tuple[bool, str]:
     return True, "held-out wrong within the target"
 
 
+def _prior_stale() -> bool:
+    """No catalogue prior for the current model, one from before floors were measured, or one fitted on another
+    number of phrases than the deployment has now (a load or import whose refit was deferred, a verb turned off,
+    phrases embedded later, reviewed phrases): the refit makes a new one."""
+    model = current_model_name()
+    newest = DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR, embedding_model=model).order_by("-version").first()
+    if newest is None or not isinstance(newest.params, dict) or "floors" not in newest.params:
+        return True
+    return newest.params.get("anchors") != selectors.decision_anchor_count(model=model)
+
+
 def decision_refit(*, force: bool = False) -> dict:
     """Promote the shadow fit if it earned it, then fit the newest labels (and the heads) into a new shadow fit.
-    Also makes the catalogue prior when none exists. Answers what happened."""
+    Also refits the catalogue prior when it is stale (``_prior_stale``). Answers what happened."""
     out = {"prior": None, "promoted": None, "shadow": None, "reason": ""}
-    if not DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR).exists():
+    if _prior_stale():
         prior = decision_prior_fit()
         out["prior"] = prior.version if prior else None
     with transaction.atomic():
@@ -357,17 +369,23 @@ def decision_refit(*, force: bool = False) -> dict:
 
 
 def decision_heads_prune(*, keep: int) -> int:
-    """Delete the heads of retired fits from labels older than the newest ``keep`` fits (never a live, shadow,
-    pinned or prior fit's); those fits are marked and can no longer go live. Answers how many fits lost theirs."""
+    """Delete the heads of retired fits from labels older than the newest ``keep`` fits, and of retired priors older
+    than their model's newest prior (never a live, shadow or pinned fit's); those fits are marked and can no longer
+    go live. Answers how many fits lost theirs."""
     newest = list(DecisionFit.objects.order_by("-version").values_list("version", flat=True)[: max(keep, 1)])
     if not newest:
         return 0
+    newest_prior: dict[str, int] = {}
+    for model, version in DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR).values_list("embedding_model", "version"):
+        newest_prior[model] = max(version, newest_prior.get(model, 0))
+    superseded = Q()
+    for model, version in newest_prior.items():
+        superseded |= Q(source=DecisionFit.Source.PRIOR, embedding_model=model, version__lt=version)
     old = DecisionFit.objects.filter(
-        source=DecisionFit.Source.LABELS,
+        Q(source=DecisionFit.Source.LABELS, version__lt=newest[-1]) | superseded,
         status=DecisionFit.Status.RETIRED,
         pinned=False,
         heads_pruned_at__isnull=True,
-        version__lt=newest[-1],
     )
     with transaction.atomic():
         ids = list(old.select_for_update(skip_locked=True).values_list("pk", flat=True))

@@ -222,7 +222,8 @@ def phrases_import(
                 default_change_reason=f"import ({source})",
             )
         if user_id is None and (added or updated):
-            task_send_on_commit("learning.decision_prior_fit")  # global phrases are the prior's anchors too
+            # global phrases are the prior's anchors too (a broker outage: the daily refit catches up)
+            task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
     result["unembedded"] = sum(
         1 for n in added + updated if n not in vectors and not (existing.get(n) and existing[n].embedding_model)
     )
