@@ -59,10 +59,20 @@ def decision_refit_task(force: bool = False) -> dict:
 
     if tenant_filter_ids() is not None:
         return decision_refit(force=force)  # sent from a tenant's request: that tenant's decision
+    return _each_tenant(lambda: decision_refit(force=force))  # the daily beat: each tenant on its own labels
+
+
+def _each_tenant(work) -> dict:
+    """``work()`` in each tenant's scope (its own transaction); one tenant's failure is logged and answered as
+    "error", and the others still run."""
     out = {}
-    for tenant_id in tenant_ids_all():  # the daily beat: every tenant's decision, each on its own labels
-        with tenant_scope([tenant_id]):
-            out[tenant_id] = decision_refit(force=force)
+    for tenant_id in tenant_ids_all():
+        try:
+            with tenant_scope([tenant_id]):
+                out[tenant_id] = work()
+        except Exception:
+            logger.exception("tenant %s: %s failed", tenant_id, getattr(work, "__name__", "task"))
+            out[tenant_id] = "error"
     return out
 
 
@@ -72,15 +82,11 @@ def decision_prior_fit_task() -> int | None | dict:
     global phrases change): the new version, or None when the catalogue is too small for a prior. Sent with no
     tenant in scope: every tenant's, each on its own phrases."""
 
-    if tenant_filter_ids() is not None:
+    def fit_one():
         fit = decision_prior_fit()
         return fit.version if fit else None
-    out = {}
-    for tenant_id in tenant_ids_all():
-        with tenant_scope([tenant_id]):
-            fit = decision_prior_fit()
-            out[tenant_id] = fit.version if fit else None
-    return out
+
+    return fit_one() if tenant_filter_ids() is not None else _each_tenant(fit_one)
 
 
 @shared_task(name="learning.resolution_records_purge", ignore_result=True)

@@ -387,6 +387,29 @@ def test_the_refit_replaces_a_stale_prior_and_keeps_a_current_one(big, settings)
     assert decision_refit()["prior"] > second
 
 
+def test_the_all_tenants_prior_task_goes_on_past_a_failing_tenant(big, monkeypatch):
+    from learning import tasks
+    from tenants.context import tenant_current_id, tenant_scope
+    from tenants.selectors import tenant_default
+    from tenants.services import tenant_create
+
+    home, other = tenant_default(), tenant_create(slug="second")
+    with tenant_scope([other.pk]):
+        verb_catalogue_load(entries=[VerbEntry(e.name.replace("cbu.", "unit."), e.domain, "", "", e.phrases) for e in BIG])
+    real = tasks.decision_prior_fit
+
+    def failing_at_home():
+        if tenant_current_id() == home.pk:
+            raise RuntimeError("the home tenant's fit fails")
+        return real()
+
+    monkeypatch.setattr(tasks, "decision_prior_fit", failing_at_home)
+    out = tasks.decision_prior_fit_task()
+    assert out[home.pk] == "error" and out[other.pk] == 1
+    with tenant_scope([other.pk]):
+        assert DecisionFit.objects.get(source="prior").params["floors"]
+
+
 def test_tiny_catalogue_has_no_prior_and_the_fixed_rule_says_so(catalogue):
     assert decision_prior_fit() is None
     r = resolve(text="List all CBUs!")
