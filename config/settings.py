@@ -386,10 +386,15 @@ RESOLVE_REFIT_EVERY_LABELS = env_int("RESOLVE_REFIT_EVERY_LABELS", 200)
 RESOLVE_PROMOTE_MIN_LABELS = env_int("RESOLVE_PROMOTE_MIN_LABELS", 200)  # a fit never goes live on fewer
 RESOLVE_FIT_WINDOW_LABELS = env_int("RESOLVE_FIT_WINDOW_LABELS", 3000)  # the newest labels describe the current state
 RESOLVE_PRIOR_MIN_EXAMPLES = env_int("RESOLVE_PRIOR_MIN_EXAMPLES", 20)  # catalogue phrases needed for a prior
+for _name, _q in RESOLVE_FLOOR_QUANTILES.items():
+    if not 0.0 < _q < 1.0:
+        raise ImproperlyConfigured(f"RESOLVE_FLOOR_QUANTILES[{_name!r}] must be a quantile between 0 and 1, not {_q}.")
 # A prior over more phrases than this holds out a fixed sample of them as its queries, and its fold heads train on
 # at most RESOLVE_PRIOR_MAX_TRAIN phrases: its cost stops growing with the square of a large import.
 RESOLVE_PRIOR_MAX_QUERIES = env_int("RESOLVE_PRIOR_MAX_QUERIES", 20000)
 RESOLVE_PRIOR_MAX_TRAIN = env_int("RESOLVE_PRIOR_MAX_TRAIN", 40000)
+if RESOLVE_PRIOR_MAX_QUERIES < 1 or RESOLVE_PRIOR_MAX_TRAIN < 1:
+    raise ImproperlyConfigured("RESOLVE_PRIOR_MAX_QUERIES and RESOLVE_PRIOR_MAX_TRAIN must be 1 or more.")
 RESOLVE_USER_HEAD_MIN_PHRASES = env_int("RESOLVE_USER_HEAD_MIN_PHRASES", 100)  # a personal head from this many phrases
 # Retired fits from labels beyond the newest this many keep no heads (a head is about 1.4 MB per scope):
 # they can no longer be pinned; the catalogue priors keep theirs.

@@ -59,10 +59,10 @@ def decision_refit_task(force: bool = False) -> dict:
 
     if tenant_filter_ids() is not None:
         return decision_refit(force=force)  # sent from a tenant's request: that tenant's decision
-    return _each_tenant(lambda: decision_refit(force=force))  # the daily beat: each tenant on its own labels
+    return _each_tenant("decision refit", lambda: decision_refit(force=force))  # the daily beat: each tenant's labels
 
 
-def _each_tenant(work) -> dict:
+def _each_tenant(name: str, work) -> dict:
     """``work()`` in each tenant's scope (its own transaction); one tenant's failure is logged and answered as
     "error", and the others still run."""
     out = {}
@@ -71,7 +71,7 @@ def _each_tenant(work) -> dict:
             with tenant_scope([tenant_id]):
                 out[tenant_id] = work()
         except Exception:
-            logger.exception("tenant %s: %s failed", tenant_id, getattr(work, "__name__", "task"))
+            logger.exception("tenant %s: %s failed", tenant_id, name)
             out[tenant_id] = "error"
     return out
 
@@ -86,7 +86,7 @@ def decision_prior_fit_task() -> int | None | dict:
         fit = decision_prior_fit()
         return fit.version if fit else None
 
-    return fit_one() if tenant_filter_ids() is not None else _each_tenant(fit_one)
+    return fit_one() if tenant_filter_ids() is not None else _each_tenant("catalogue prior", fit_one)
 
 
 @shared_task(name="learning.resolution_records_purge", ignore_result=True)

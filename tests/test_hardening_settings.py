@@ -43,6 +43,20 @@ def test_refuses_to_start_without_secret_key_and_hosts_when_debug_is_off(env, mi
     assert "ImproperlyConfigured" in result.stderr and missing in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"RESOLVE_FLOOR_Q_BLOCKLIST": "1.5"}, "blocklist_threshold"),
+        ({"RESOLVE_FLOOR_Q_MIN_SCORE": "0"}, "min_score"),
+        ({"RESOLVE_PRIOR_MAX_TRAIN": "0"}, "RESOLVE_PRIOR_MAX_TRAIN"),
+    ],
+)
+def test_refuses_to_start_with_a_floor_quantile_or_prior_cap_out_of_range(env, named):
+    result = _run(SETUP, DEBUG="1", **env)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr and named in result.stderr
+
+
 def test_starts_for_local_use_with_debug_and_in_production_with_both_set():
     assert "started" in _run(SETUP, DEBUG="1").stdout
     assert "started" in _run(SETUP, SECRET_KEY=PROD["SECRET_KEY"], ALLOWED_HOSTS="a.example").stdout

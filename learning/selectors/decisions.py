@@ -161,27 +161,30 @@ def shadow_figures(version: int) -> dict:
     return {"n": n, "right": right, "wrong": wrong, "asked": n - right - wrong}
 
 
+def _anchor_querysets(model: str, user_id: str | None = None):
+    """The anchors a head trains on: active catalogue phrases, and the global learned phrases plus (``user_id``)
+    that user's own; embedded with ``model``, verbs active only. One definition for the rows and their count."""
+    catalogue = VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model, embedding__isnull=False)
+    scope = Q(user_id__isnull=True) | Q(user_id=user_id) if user_id else Q(user_id__isnull=True)
+    learned = LearnedPhrase.objects.filter(
+        scope, is_active=True, verb__is_active=True, embedding_model=model, embedding__isnull=False
+    )
+    return catalogue, learned
+
+
 def decision_anchor_rows(*, model: str, user_id: str | None = None, learned: bool = True):
-    """(vectors, verb names, is_learned, confidence, normalised texts) of the anchors a head trains on: active
-    catalogue phrases and the global learned phrases, plus (``user_id``) that user's own learned phrases only;
-    verbs active only."""
+    """(vectors, verb names, is_learned, confidence, normalised texts) of the anchors a head trains on
+    (``_anchor_querysets``; ``learned`` False: the catalogue only)."""
     vectors, names, is_learned, confidence, texts = [], [], [], [], []
-    catalogue = VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model, embedding__isnull=False).order_by("pk")
-    for verb, emb, normalized in catalogue.values_list("verb__name", "embedding", "normalized"):
+    catalogue, learned_rows = _anchor_querysets(model, user_id)
+    for verb, emb, normalized in catalogue.order_by("pk").values_list("verb__name", "embedding", "normalized"):
         vectors.append(np.asarray(emb, dtype=np.float32))
         names.append(verb)
         is_learned.append(False)
         confidence.append(1.0)
         texts.append(normalized)
     if learned:
-        scope = Q(user_id__isnull=True) | Q(user_id=user_id) if user_id else Q(user_id__isnull=True)
-        rows = (
-            LearnedPhrase.objects.filter(
-                scope, is_active=True, verb__is_active=True, embedding_model=model, embedding__isnull=False
-            )
-            .order_by("pk")
-            .values_list("verb__name", "embedding", "confidence", "normalized")
-        )
+        rows = learned_rows.order_by("pk").values_list("verb__name", "embedding", "confidence", "normalized")
         for verb, emb, conf, normalized in rows:
             vectors.append(np.asarray(emb, dtype=np.float32))
             names.append(verb)
@@ -194,11 +197,8 @@ def decision_anchor_rows(*, model: str, user_id: str | None = None, learned: boo
 def decision_anchor_count(*, model: str) -> int:
     """How many anchors the catalogue prior would train on now (``decision_anchor_rows`` without a user): a
     prior fitted on another number is stale."""
-    catalogue = VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model, embedding__isnull=False).count()
-    learned = LearnedPhrase.objects.filter(
-        user_id__isnull=True, is_active=True, verb__is_active=True, embedding_model=model, embedding__isnull=False
-    ).count()
-    return catalogue + learned
+    catalogue, learned = _anchor_querysets(model)
+    return catalogue.count() + learned.count()
 
 
 def users_with_phrases(*, model: str, min_phrases: int) -> list[str]:
