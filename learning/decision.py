@@ -11,7 +11,8 @@
   probability whose out-of-fold wrong auto-resolutions stay within ``max_wrong_rate`` of all labels counting a
   one-sided 90% bound, plus a support guard (never auto-resolve below the 1% quantile of the top cosine of
   right labels).
-* ``catalogue_prior``: the same fit before any user label exists, on K folds over the catalogue's own phrases.
+* ``catalogue_priors``: the same fit before any user label exists, on K folds over the catalogue's own phrases
+  (one fit per head option, sharing the folds and the anchor scores).
 * ``floors``: the retrieval floors (which anchors count, what a block or a correction reaches), each a quantile
   of the cosine between the deployment's own phrases of different verbs: how close unrelated text comes in this
   domain with this model.
@@ -438,7 +439,8 @@ def _prior_rows(S, verbs_tr, n_verbs: int, p: dict, exclude, chunk: int = 256, l
     a verb per query scored as if it had no anchors; ``learned`` / ``trust`` (a, or None: catalogue anchors, full
     trust) as the resolver counts learned anchors (their own floor, similarity times trust). Answers (score n x V,
     top cosine n, KNN verbs n x KNN with -1 padding, best-anchor-is-learned n x V). Same numbers as the per-query
-    loop."""
+    loop. Each verb's best anchors are found in segments of the anchors grouped by verb (a few passes over n x a),
+    so the cost does not grow with the size of the largest verb times the number of verbs."""
     n, a = S.shape
     learned = np.zeros(a, dtype=bool) if learned is None else np.asarray(learned, dtype=bool)
     trust = np.ones(a) if trust is None else np.asarray(trust, dtype=np.float64)
@@ -446,35 +448,41 @@ def _prior_rows(S, verbs_tr, n_verbs: int, p: dict, exclude, chunk: int = 256, l
     w = [float(x) for x in p["anchor_weights"]]
     order = np.argsort(verbs_tr, kind="stable")  # anchors grouped by verb, ascending index within a verb
     counts = np.bincount(verbs_tr, minlength=n_verbs)
-    width = max(int(counts.max()) if counts.size else 0, 1)
-    starts = np.r_[0, np.cumsum(counts)[:-1]]
-    slot = np.arange(a) - np.repeat(starts, counts)  # position of each (sorted) anchor within its verb
-    pad = np.full((n_verbs, width), a, dtype=np.int64)  # index a: a -inf column
-    pad[verbs_tr[order], slot] = order
-    m = min(len(w), width)
+    present = np.flatnonzero(counts)  # verbs with anchors: one segment each, in order
+    starts = np.r_[0, np.cumsum(counts[present])[:-1]].astype(np.int64)
+    seg = np.repeat(np.arange(len(present)), counts[present])  # segment of each grouped anchor
+    learned_grouped = learned[order]
+    col = np.arange(a)
+    m = min(len(w), int(counts.max()) if a else 0)
     score = np.zeros((n, n_verbs))
     top_cos = np.zeros(n)
     knn = np.full((n, KNN), -1, dtype=np.int64)
     learned_top = np.zeros((n, n_verbs), dtype=bool)
-    ext_learned = np.r_[learned, False]
+    chunk = max(16, min(chunk, (1 << 22) // max(a, 1)))  # about 32 MB a working array
     for s in range(0, n, chunk):
         sims = S[s : s + chunk]
+        nrow = len(sims)
         if exclude is not None:
             sims = np.where(verbs_tr[None, :] == np.asarray(exclude[s : s + chunk])[:, None], np.float32(-1.0), sims)
-        top_cos[s : s + len(sims)] = sims.max(axis=1) if a else 0.0
+        top_cos[s : s + nrow] = sims.max(axis=1) if a else 0.0
         eff = np.where(sims >= floor[None, :], sims.astype(np.float64) * trust[None, :], -np.inf)
-        ext = np.concatenate([eff, np.full((len(eff), 1), -np.inf)], axis=1)
-        per_verb = ext[:, pad]  # (rows, V, width)
-        first_best = np.argmax(per_verb, axis=2)  # each verb's best anchor (ties: the lower anchor order)
-        learned_top[s : s + len(sims)] = ext_learned[np.take_along_axis(pad[None, :, :], first_best[:, :, None], axis=2)[:, :, 0]]
-        best = -np.sort(-per_verb, axis=2)[:, :, :m]
-        num = np.zeros(best.shape[:2])
-        den = np.zeros(best.shape[:2])
-        for i in range(m):
-            ok = np.isfinite(best[:, :, i])
-            num = num + np.where(ok, w[i] * np.where(ok, best[:, :, i], 0.0), 0.0)
-            den = den + np.where(ok, w[i], 0.0)
-        score[s : s + len(sims)] = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+        if m:
+            grouped = np.ascontiguousarray(eff[:, order])  # indexing gives a column-major copy; rows are reduced
+            num = np.zeros((nrow, len(present)))
+            den = np.zeros((nrow, len(present)))
+            line = np.arange(nrow)[:, None]
+            for i in range(m):  # the i-th best anchor of every verb: its maximum, then that anchor set aside
+                best = np.maximum.reduceat(grouped, starts, axis=1)
+                # the first anchor holding it (ties: the lower anchor order)
+                at = np.minimum.reduceat(np.where(grouped == best[:, seg], col, a), starts, axis=1)
+                if i == 0:
+                    learned_top[s : s + nrow, present] = learned_grouped[at]
+                ok = np.isfinite(best)
+                num += np.where(ok, w[i] * np.where(ok, best, 0.0), 0.0)
+                den += np.where(ok, w[i], 0.0)
+                if i + 1 < m:
+                    grouped[line, at] = -np.inf
+            score[s : s + nrow, present] = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
         # the KNN nearest kept anchors, best first, ties by anchor order (a stable sort)
         kth = min(KNN, a)
         if kth:
@@ -552,13 +560,20 @@ def floors(vectors, verbs, quantiles: dict[str, float], *, sample: int = FLOOR_S
     return out
 
 
+def catalogue_prior(vectors, verbs, n_verbs: int, p: dict, *, texts=None, **kwargs):
+    """``catalogue_priors`` with one head: over the embeddings, and over ``texts`` (normalised, per anchor) too when
+    given. Answers (fit or None, number of examples)."""
+    return catalogue_priors(vectors, verbs, n_verbs, p, texts_options=[texts], **kwargs)[0]
+
+
 @_one_blas_thread
-def catalogue_prior(
+def catalogue_priors(
     vectors,
     verbs,
     n_verbs: int,
     p: dict,
     *,
+    texts_options: list,
     max_wrong_rate: float,
     min_labels: int,
     folds: int = FOLDS,
@@ -566,20 +581,20 @@ def catalogue_prior(
     learned=None,
     trust=None,
     max_open_rate: float | None = None,
-    texts=None,
     max_queries: int | None = None,
     max_train: int | None = None,
-):
-    """Labelled examples from the anchors a deployment loaded, and the decision fit on them.
+) -> list:
+    """Labelled examples from the anchors a deployment loaded, and the decision fit on them, once per head option.
 
     Fold k holds out every verb's k-th anchor (a verb with one anchor loses it: what a query for a missing verb
     looks like); the rest are the anchors and train the head; each held-out anchor is a query labelled "the top
     verb is its own verb". ``learned`` / ``trust`` (per anchor): learned phrases (an import) are scored as the
-    resolver scores them; ``texts`` (normalised, per anchor): the heads learn their lexical features too.
-    ``max_queries`` / ``max_train``: with more than ``max_queries`` anchors, each fold asks a fixed random sample
-    of its held-out anchors in proportion (all folds together at most ``max_queries``), and a fold whose other
-    anchors number more than ``max_train`` trains its head on a sample of them (all of them still score as
-    anchors). Answers (fit or None, number of examples)."""
+    resolver scores them. ``texts_options``: one fit per entry, its head over the embeddings (None) or over the
+    embeddings and these texts (normalised, per anchor); the folds, samples and anchor scores are shared, only the
+    heads differ. ``max_queries`` / ``max_train``: with more than ``max_queries`` anchors, each fold asks a fixed
+    random sample of its held-out anchors in proportion (all folds together at most ``max_queries``), and a fold
+    whose other anchors number more than ``max_train`` trains its head on a sample of them (all of them still
+    score as anchors). Answers [(fit or None, number of examples)] in the order of ``texts_options``."""
     vectors = np.asarray(vectors, dtype=np.float32)
     verbs = np.asarray(verbs, dtype=np.int64)
     learned = np.zeros(len(verbs), dtype=bool) if learned is None else np.asarray(learned, dtype=bool)
@@ -591,7 +606,7 @@ def catalogue_prior(
         fold[idx] = rng.permutation(len(idx)) % folds
     # more anchors than max_queries: each fold asks its share of them (folds are uneven when verbs are small)
     share = 1.0 if max_queries is None or len(verbs) <= max_queries else max_queries / len(verbs)
-    F, y, F_open = [], [], []
+    rows = [([], [], []) for _ in texts_options]  # per option: F, y, F_open
     for k in range(folds):
         te, tr = np.where(fold == k)[0], np.where(fold != k)[0]
         if not te.size or not tr.size:
@@ -601,31 +616,38 @@ def catalogue_prior(
         fit_rows = tr
         if max_train is not None and len(tr) > max_train:
             fit_rows = np.sort(rng.choice(tr, max_train, replace=False))
-        texts_fit = None if texts is None else [texts[i] for i in fit_rows]
-        texts_te = None if texts is None else [texts[i] for i in te]
-        head = head_train(vectors[fit_rows], verbs[fit_rows], n_verbs, texts=texts_fit)
-        P = head_predict(head, vectors[te], texts_te)
         n_anch = np.bincount(verbs[tr], minlength=n_verbs)
         S = vectors[te] @ vectors[tr].T
         gold = verbs[te]
         # every held-out phrase as a query (labelled), then as if its own verb did not exist (open set)
-        score, tc, knn, lt = _prior_rows(S, verbs[tr], n_verbs, p, None, learned=learned[tr], trust=trust[tr])
-        keep, top, f = _prior_features(score, P, tc, knn, n_anch, lt)
-        F.append(f[keep])
-        y.append((top == gold)[keep].astype(np.int64))
-        score, tc, knn, lt = _prior_rows(S, verbs[tr], n_verbs, p, gold, learned=learned[tr], trust=trust[tr])
-        P_open = None if P is None else np.stack([without(P[j], int(g)) for j, g in enumerate(gold)])
-        keep, _, f = _prior_features(score, P_open, tc, knn, n_anch, lt)
-        F_open.append(f[keep])
-    F = np.vstack(F) if F else np.zeros((0, len(FEATURES)))
-    y = np.concatenate(y) if y else np.zeros(0, dtype=np.int64)
-    F_open = np.vstack(F_open) if F_open else np.zeros((0, len(FEATURES)))
-    fit = fit_decision(
-        F,
-        y,
-        max_wrong_rate=max_wrong_rate,
-        min_labels=min_labels,
-        F_open=F_open if len(F_open) else None,
-        max_open_rate=max_open_rate,
-    )
-    return fit, len(y)
+        asked = _prior_rows(S, verbs[tr], n_verbs, p, None, learned=learned[tr], trust=trust[tr])
+        opened = _prior_rows(S, verbs[tr], n_verbs, p, gold, learned=learned[tr], trust=trust[tr])
+        del S
+        for texts, (F, y, F_open) in zip(texts_options, rows, strict=True):
+            texts_fit = None if texts is None else [texts[i] for i in fit_rows]
+            texts_te = None if texts is None else [texts[i] for i in te]
+            head = head_train(vectors[fit_rows], verbs[fit_rows], n_verbs, texts=texts_fit)
+            P = head_predict(head, vectors[te], texts_te)
+            score, tc, knn, lt = asked
+            keep, top, f = _prior_features(score, P, tc, knn, n_anch, lt)
+            F.append(f[keep])
+            y.append((top == gold)[keep].astype(np.int64))
+            score, tc, knn, lt = opened
+            P_open = None if P is None else np.stack([without(P[j], int(g)) for j, g in enumerate(gold)])
+            keep, _, f = _prior_features(score, P_open, tc, knn, n_anch, lt)
+            F_open.append(f[keep])
+    out = []
+    for F, y, F_open in rows:
+        F = np.vstack(F) if F else np.zeros((0, len(FEATURES)))
+        y = np.concatenate(y) if y else np.zeros(0, dtype=np.int64)
+        F_open = np.vstack(F_open) if F_open else np.zeros((0, len(FEATURES)))
+        fit = fit_decision(
+            F,
+            y,
+            max_wrong_rate=max_wrong_rate,
+            min_labels=min_labels,
+            F_open=F_open if len(F_open) else None,
+            max_open_rate=max_open_rate,
+        )
+        out.append((fit, len(y)))
+    return out

@@ -48,6 +48,14 @@ def _fresh_verb_details():
     verb_details_forget()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_django_cache():
+    """Each test starts with an empty Django cache (rate-limit buckets, a failed prior fit remembered)."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def catalogue(db):
     verb_catalogue_load(entries=CATALOGUE)

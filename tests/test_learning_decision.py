@@ -146,19 +146,22 @@ def test_the_prior_scores_learned_anchors_as_the_resolver_does():
     """The vectorised prior rows equal the per-query scoring, with learned anchors held to their own floor and
     counted at their trust, and each verb's best anchor known to be learned or not."""
     rng = np.random.default_rng(3)
-    a, n, n_verbs = 40, 12, 6
+    a, n, n_verbs = 40, 40, 7  # verb 6 has no anchors; 40 queries cross chunks of 16
     anchors = rng.normal(size=(a, 16))
     anchors /= np.linalg.norm(anchors, axis=1, keepdims=True)
     queries = anchors[rng.integers(0, a, n)] + rng.normal(0, 0.6, (n, 16))
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    verbs = rng.integers(0, n_verbs, a)
+    verbs = rng.integers(0, n_verbs - 1, a)
     learned = rng.random(a) < 0.5
     trust = np.where(learned, rng.uniform(0.4, 1.0, a), 1.0)
+    for dup, of in ((9, 2), (17, 2), (30, 11)):  # the same phrase again (a tie), learned the other way
+        anchors[dup], verbs[dup], learned[dup], trust[dup] = anchors[of], verbs[of], not learned[of], 1.0
+        trust[of] = 1.0
     p = {"learned_threshold": 0.35, "min_score": 0.1, "anchor_weights": (1.0, 0.5, 0.25)}
     S = queries @ anchors.T
     exclude = rng.integers(0, n_verbs, n)
     for ex in (None, exclude):
-        score, top_cos, knn, learned_top = decision._prior_rows(S, verbs, n_verbs, p, ex, learned=learned, trust=trust)
+        score, top_cos, knn, learned_top = decision._prior_rows(S, verbs, n_verbs, p, ex, chunk=16, learned=learned, trust=trust)
         for i in range(n):
             one, one_learned, one_cos, one_knn = decision.anchor_scores(
                 S[i], verbs, trust, learned, n_verbs, p, exclude=None if ex is None else int(ex[i])
@@ -185,6 +188,15 @@ def test_a_large_prior_asks_a_bounded_sample_and_a_small_one_is_untouched():
     assert n_same == n_full and same["coef"] == full["coef"]  # under the caps nothing changes
     capped, n_capped = decision.catalogue_prior(X, verbs, 8, p, max_queries=100, max_train=150, **args)
     assert n_capped == 100 and capped is not None
+    # both heads in one pass (shared folds, samples and anchor scores) fit what two separate passes fit
+    texts = [f"phrase {v} number {i}" for i, v in enumerate(verbs)]
+    args_capped = dict(args, max_queries=100, max_train=150)
+    both = decision.catalogue_priors(X, verbs, 8, p, texts_options=[None, texts], **args_capped)
+    words, n_words = decision.catalogue_prior(X, verbs, 8, p, texts=texts, **args_capped)
+    assert [n for _, n in both] == [n_capped, n_words]
+    np.testing.assert_allclose(both[0][0]["coef"], capped["coef"])
+    np.testing.assert_allclose(both[1][0]["coef"], words["coef"])
+    assert both[1][0]["held_out"] == words["held_out"]
 
 
 def test_corrupt_params_and_heads_are_rejected():
@@ -385,6 +397,72 @@ def test_the_refit_replaces_a_stale_prior_and_keeps_a_current_one(big, settings)
     # a prior from before floors were measured is refitted too
     DecisionFit.objects.filter(version=second).update(params={k: v for k, v in first.params.items() if k != "floors"})
     assert decision_refit()["prior"] > second
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fit_waits_for_the_one_under_way_and_then_fits_what_is_there(settings):
+    """Two fits of one tenant never overlap: one that started on older phrases cannot commit after a newer one."""
+    import threading
+
+    from django.db import connection
+
+    from learning.services.decisions import decision_fits_serialised
+
+    settings.RESOLVE_PROMOTE_MIN_LABELS = 10**6
+    verb_catalogue_load(entries=BIG)
+    before = DecisionFit.objects.filter(source="prior").count()
+    held, release, done = threading.Event(), threading.Event(), []
+
+    def hold():
+        with decision_fits_serialised():
+            held.set()
+            release.wait(30)
+        connection.close()
+
+    def fit():
+        done.append(decision_prior_fit())
+        connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    waiter = threading.Thread(target=fit)
+    try:
+        waiter.start()
+        waiter.join(1.5)
+        assert waiter.is_alive() and not done  # waits for the fit under way
+        assert DecisionFit.objects.filter(source="prior").count() == before
+        from learning.models import Verb
+
+        Verb.objects.filter(name="weather.get").update(is_active=False)  # the phrases change meanwhile
+    finally:
+        release.set()
+        holder.join()
+        waiter.join(60)
+    assert done and done[0].params["anchors"] == 25  # it fitted what was there once it had the lock
+    assert DecisionFit.objects.filter(source="prior").order_by("-version").first() == done[0]
+    with decision_fits_serialised(), decision_fits_serialised():  # re-entrant (a refit fits the prior under it)
+        assert decision_refit()["prior"] is None
+
+
+def test_a_prior_that_cannot_be_fitted_is_not_attempted_again_until_the_phrases_change(db, settings, monkeypatch):
+    """One phrase a verb: every fold asks for a verb it holds out, so no prior fits; the refit every 200 labels must
+    not pay for that fit again and again, only once the phrases change."""
+    from learning.models import Verb
+
+    settings.RESOLVE_PROMOTE_MIN_LABELS = 10**6
+    entries = [VerbEntry(f"{e.name}.{i}", e.domain, "", "", [p]) for e in BIG for i, p in enumerate(e.phrases)]
+    verb_catalogue_load(entries=entries)
+    calls = []
+    real = decision.catalogue_priors
+    monkeypatch.setattr(decision, "catalogue_priors", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert decision_refit()["prior"] is None and calls  # attempted: no prior fits one phrase a verb
+    tried = len(calls)
+    assert decision_refit()["prior"] is None and len(calls) == tried  # the same phrases: not attempted again
+    Verb.objects.filter(name="weather.get.0").update(is_active=False)
+    decision_refit()
+    assert len(calls) > tried  # the phrases changed: attempted again
+    assert decision_prior_fit() is None and len(calls) > tried + 1  # asked for directly, it always tries
 
 
 def test_the_all_tenants_prior_task_goes_on_past_a_failing_tenant(big, monkeypatch):

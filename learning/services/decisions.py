@@ -7,12 +7,14 @@ RESOLVE_REFIT_EVERY_LABELS labels (and daily, beat) learning.decision_refit -> d
 shadow fit if it earned it, fit the newest labels and the classifier heads into a new version that runs in shadow.
 """
 
+import contextlib
 import logging
 import uuid
 
 import numpy as np
 from django.conf import settings
-from django.db import connection, transaction
+from django.core.cache import cache
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -28,6 +30,9 @@ from learning.scoring import anchor_trust
 from tenants.context import tenant_filter_ids
 
 logger = logging.getLogger(__name__)
+
+LOCK_NAMESPACE_FIT = 61003
+PRIOR_UNFIT_MEMO_S = 24 * 3600
 
 
 # --- Recording and labelling ---
@@ -118,6 +123,27 @@ def resolution_records_purge(*, days: int | None = None) -> int:
 # --- Fitting ---
 
 
+@contextlib.contextmanager
+def decision_fits_serialised():
+    """One fit (prior or from labels) at a time per tenant: a PostgreSQL session advisory lock that a second fit
+    waits for. A fit that started on older phrases or labels can then never commit after a newer one and take the
+    higher version; the one that waited fits what is there when it gets the lock. Re-entrant (a refit that fits
+    the prior holds it once more)."""
+    tenants = tenant_filter_ids()
+    key = [LOCK_NAMESPACE_FIT, tenants[0] if tenants else 0]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s, %s)", key)
+    try:
+        yield
+    finally:
+        try:
+            if connection.connection is not None:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+        except DatabaseError:  # an aborted outer transaction; the lock ends with the session
+            logger.warning("decision fit lock not released (the transaction was aborted); it ends with the connection")
+
+
 def _next_version() -> int:
     """The next version of the tenant's fits. Call inside the transaction that creates the fit: a lock per tenant
     (held to its end) makes a concurrent fit wait and then count this one."""
@@ -158,19 +184,25 @@ def _train_head(model: str, user_id: str | None, warm_version: int | None, words
     return decision.head_dumps(head, verbs), {v: int(counts[i]) for i, v in enumerate(verbs)}
 
 
-def _save_heads(fit: DecisionFit, model: str, *, users: bool, warm_version: int | None, words: bool = True) -> int:
+def _heads_train(model: str, *, users: bool, warm_version: int | None, words: bool = True) -> list[tuple]:
     """The deployment's head (learning words or not: ``words``, what the catalogue's folds chose) and, with
-    ``users``, one per user with enough phrases of their own (always learning words: users' taught phrases)."""
+    ``users``, one per user with enough phrases of their own (always learning words: users' taught phrases).
+    Trained before the transaction that stores them (a head over many phrases takes a while). Answers
+    [(user id or None, weights, phrases per verb)]."""
     scopes = [None]
     if users:
         scopes += selectors.users_with_phrases(model=model, min_phrases=settings.RESOLVE_USER_HEAD_MIN_PHRASES)
-    n = 0
+    heads = []
     for user_id in scopes:  # a user's head trains on the catalogue, global phrases and that user's phrases only
         got = _train_head(model, user_id, warm_version, words if user_id is None else True)
         if got is not None:
-            DecisionHead.objects.create(fit=fit, user_id=user_id, weights=got[0], anchors=got[1])
-            n += 1
-    return n
+            heads.append((user_id, *got))
+    return heads
+
+
+def _heads_save(fit: DecisionFit, heads: list[tuple]) -> int:
+    DecisionHead.objects.bulk_create([DecisionHead(fit=fit, user_id=u, weights=w, anchors=a) for u, w, a in heads])
+    return len(heads)
 
 
 def _held_out_better(a: dict, b: dict) -> bool:
@@ -183,12 +215,19 @@ def _held_out_better(a: dict, b: dict) -> bool:
 
 
 def decision_prior_fit() -> DecisionFit | None:
-    """The catalogue prior: folds over the catalogue's own phrases (and global learned ones) (learning.decision.catalogue_prior). Live at once
-    when no fit is live (or when the live one is a prior); None when the catalogue is too small to fit one."""
+    """The catalogue prior: folds over the catalogue's own phrases (and global learned ones) (learning.decision.catalogue_priors). Live at once
+    when no fit is live (or when the live one is a prior); None when the catalogue is too small to fit one. One
+    fit at a time per tenant (``decision_fits_serialised``)."""
+    with decision_fits_serialised():
+        return _prior_fit()
+
+
+def _prior_fit() -> DecisionFit | None:
     model = current_model_name()
     # the deployment's own phrases: its catalogue and its global learned phrases (imports, reviewed candidates)
     vectors, names, is_learned, confidence, texts = selectors.decision_anchor_rows(model=model)
     if len(vectors) < settings.RESOLVE_PRIOR_MIN_EXAMPLES:
+        _unfit_remember(model, len(vectors))
         return None
     verbs = sorted(set(names))
     vid = {v: i for i, v in enumerate(verbs)}
@@ -200,26 +239,29 @@ def decision_prior_fit() -> DecisionFit | None:
     p = profile(model, floors=floors)
     # Whether the head learns words too is decided by the catalogue's own folds: with a few phrases a verb the
     # n-grams can cost more than they bring (a fit from labels, on the phrases users taught, always uses them).
+    # The two heads share the folds and the anchor scores (one pass over the phrases).
+    fits = decision.catalogue_priors(
+        matrix,
+        ids,
+        len(verbs),
+        p,
+        texts_options=[None, texts],
+        max_wrong_rate=settings.RESOLVE_MAX_WRONG_RATE,
+        min_labels=settings.RESOLVE_PRIOR_MIN_EXAMPLES,
+        learned=np.array(is_learned, dtype=bool),
+        trust=np.array([anchor_trust(c) for c in confidence]),
+        max_open_rate=settings.RESOLVE_MAX_OPEN_RATE,
+        max_queries=settings.RESOLVE_PRIOR_MAX_QUERIES,
+        max_train=settings.RESOLVE_PRIOR_MAX_TRAIN,
+    )
     params, n = None, 0
-    for words in (False, True):
-        got, count = decision.catalogue_prior(
-            matrix,
-            ids,
-            len(verbs),
-            p,
-            max_wrong_rate=settings.RESOLVE_MAX_WRONG_RATE,
-            min_labels=settings.RESOLVE_PRIOR_MIN_EXAMPLES,
-            learned=np.array(is_learned, dtype=bool),
-            trust=np.array([anchor_trust(c) for c in confidence]),
-            max_open_rate=settings.RESOLVE_MAX_OPEN_RATE,
-            texts=texts if words else None,
-            max_queries=settings.RESOLVE_PRIOR_MAX_QUERIES,
-            max_train=settings.RESOLVE_PRIOR_MAX_TRAIN,
-        )
+    for words, (got, count) in zip((False, True), fits, strict=True):
         if got is not None and (params is None or _held_out_better(got, params)):
             params, n = {**got, "head_words": words, "floors": floors, "anchors": len(vectors)}, count
     if params is None:
+        _unfit_remember(model, len(vectors))
         return None
+    heads = _heads_train(model, users=False, warm_version=None, words=params["head_words"])
     with transaction.atomic():
         fit = DecisionFit.objects.create(
             version=_next_version(),
@@ -234,7 +276,7 @@ def decision_prior_fit() -> DecisionFit | None:
             + "; floors "
             + (", ".join(f"{k} {v:.2f}" for k, v in floors.items()) or "of the model (too few phrases to measure)"),
         )
-        _save_heads(fit, model, users=False, warm_version=None, words=params["head_words"])
+        _heads_save(fit, heads)
         live = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.LIVE).first()
         if live is None or (live.source == DecisionFit.Source.PRIOR and not live.pinned):
             _switch(fit, action="prior", reason="catalogue prior (no fit from labels is live)")
@@ -284,20 +326,53 @@ def promotion_verdict(fit: DecisionFit) -> tuple[bool, str]:
     return True, "held-out wrong within the target"
 
 
+def _unfit_key(model: str) -> str:
+    tenants = tenant_filter_ids()
+    return f"learning:prior-unfit:{tenants[0] if tenants else 0}:{model}"
+
+
+def _unfit_remember(model: str, anchors: int) -> None:
+    """Remember for a day that no prior could be fitted on this many phrases (too few, or a catalogue whose folds
+    are all wrong, such as one phrase a verb), so the refit every RESOLVE_REFIT_EVERY_LABELS labels does not
+    attempt the same fit again until the phrases change."""
+    try:
+        cache.set(_unfit_key(model), anchors, PRIOR_UNFIT_MEMO_S)
+    except Exception:  # the cache is an optimisation: without it the refit only tries again
+        logger.warning("cache unavailable: the failed prior fit is not remembered", exc_info=True)
+
+
+def _unfit_at(model: str) -> int | None:
+    try:
+        return cache.get(_unfit_key(model))
+    except Exception:
+        logger.warning("cache unavailable: a failed prior fit may be attempted again", exc_info=True)
+        return None
+
+
 def _prior_stale() -> bool:
     """No catalogue prior for the current model, one from before floors were measured, or one fitted on another
     number of phrases than the deployment has now (a load or import whose refit was deferred, a verb turned off,
-    phrases embedded later, reviewed phrases): the refit makes a new one."""
+    phrases embedded later, reviewed phrases): the refit makes a new one; not when a fit on the same number of
+    phrases failed within the last day (``_unfit_remember``)."""
     model = current_model_name()
+    count = selectors.decision_anchor_count(model=model)
     newest = DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR, embedding_model=model).order_by("-version").first()
     if newest is None or not isinstance(newest.params, dict) or "floors" not in newest.params:
-        return True
-    return newest.params.get("anchors") != selectors.decision_anchor_count(model=model)
+        stale = True
+    else:
+        stale = newest.params.get("anchors") != count
+    return stale and _unfit_at(model) != count
 
 
 def decision_refit(*, force: bool = False) -> dict:
     """Promote the shadow fit if it earned it, then fit the newest labels (and the heads) into a new shadow fit.
-    Also refits the catalogue prior when it is stale (``_prior_stale``). Answers what happened."""
+    Also refits the catalogue prior when it is stale (``_prior_stale``). One fit at a time per tenant
+    (``decision_fits_serialised``). Answers what happened."""
+    with decision_fits_serialised():
+        return _refit(force=force)
+
+
+def _refit(*, force: bool) -> dict:
     out = {"prior": None, "promoted": None, "shadow": None, "reason": ""}
     if _prior_stale():
         prior = decision_prior_fit()
@@ -337,7 +412,10 @@ def decision_refit(*, force: bool = False) -> dict:
         out["reason"] = "too few labels or one class only"
         return out
     model = current_model_name()
-    in_use = selectors.decision_state()["live"]
+    state = selectors.decision_state()
+    in_use, prior = state["live"], state["prior"]
+    words = bool((prior.params or {}).get("head_words", True)) if prior else True
+    trained = _heads_train(model, users=True, warm_version=in_use.version if in_use else None, words=words)
     with transaction.atomic():
         previous = DecisionFit.objects.filter(status=DecisionFit.Status.SHADOW).first()
         if previous is not None:
@@ -355,9 +433,7 @@ def decision_refit(*, force: bool = False) -> dict:
             in_use_version=in_use.version if in_use else None,
             shadow_since=timezone.now(),
         )
-        prior = selectors.decision_state()["prior"]
-        words = bool((prior.params or {}).get("head_words", True)) if prior else True
-        heads = _save_heads(fit, model, users=True, warm_version=in_use.version if in_use else None, words=words)
+        heads = _heads_save(fit, trained)
         fit.note = f"{params['n_labels']} labels ({params['n_open']} open-set rows), {heads} head(s)"
         fit.save(update_fields=["note"])
         decision_heads_prune(keep=settings.RESOLVE_HEADS_KEEP_FITS)
