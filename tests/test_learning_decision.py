@@ -445,6 +445,60 @@ def test_a_fit_waits_for_the_one_under_way_and_then_fits_what_is_there(settings)
         assert decision_refit()["prior"] is None
 
 
+def _fit_locks_held() -> int:
+    from django.db import connection
+
+    from learning.services.decisions import LOCK_NAMESPACE_FIT
+
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND pid = pg_backend_pid()",
+            [LOCK_NAMESPACE_FIT],
+        )
+        return cur.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_a_tenant_scope_the_fit_lock_ends_with_its_transaction_even_when_the_fit_fails(monkeypatch):
+    """A task runs the fit inside its tenant's transaction: the lock is that transaction's, so the next fit reads
+    what this one committed, and a failed statement (which aborts the transaction) cannot leave it held."""
+    from django.db import DatabaseError, connection
+
+    from learning import selectors
+    from tenants.context import tenant_scope
+    from tenants.selectors import tenant_default
+
+    home = tenant_default()
+    with tenant_scope([home.pk]):
+        verb_catalogue_load(entries=BIG)
+        assert decision_prior_fit() is not None
+        assert _fit_locks_held() == 2  # the tenant's, and every tenant's key taken shared; held to the commit
+    assert _fit_locks_held() == 0
+
+    def failing(**kwargs):
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1 / 0")  # aborts the transaction
+
+    monkeypatch.setattr(selectors, "decision_anchor_rows", failing)
+    with pytest.raises(DatabaseError), tenant_scope([home.pk]):
+        decision_prior_fit()
+    assert _fit_locks_held() == 0
+    # outside a transaction (autocommit) the session's lock is released at the end
+    monkeypatch.undo()
+    decision_prior_fit()
+    assert _fit_locks_held() == 0
+
+
+def test_the_fit_decision_command_fits_one_tenants_decision(big):
+    from django.core.management import CommandError, call_command
+
+    before = DecisionFit.objects.filter(source="prior").count()
+    call_command("fit_decision", "--prior")
+    assert DecisionFit.objects.filter(source="prior").count() == before + 1
+    with pytest.raises(CommandError):
+        call_command("fit_decision", "--tenant", "nobody")
+
+
 def test_a_prior_that_cannot_be_fitted_is_not_attempted_again_until_the_phrases_change(db, settings, monkeypatch):
     """One phrase a verb: every fold asks for a verb it holds out, so no prior fits; the refit every 200 labels must
     not pay for that fit again and again, only once the phrases change."""

@@ -125,23 +125,36 @@ def resolution_records_purge(*, days: int | None = None) -> int:
 
 @contextlib.contextmanager
 def decision_fits_serialised():
-    """One fit (prior or from labels) at a time per tenant: a PostgreSQL session advisory lock that a second fit
-    waits for. A fit that started on older phrases or labels can then never commit after a newer one and take the
-    higher version; the one that waited fits what is there when it gets the lock. Re-entrant (a refit that fits
-    the prior holds it once more)."""
+    """One fit (prior or from labels) at a time per tenant: a PostgreSQL advisory lock that a second fit waits
+    for. A fit that started on older phrases or labels can then never commit after a newer one and take the
+    higher version; the one that waited fits what is there when it gets the lock. Inside a transaction (a task's
+    tenant scope) the lock is the transaction's: it ends with its commit or rollback, so the next fit reads what
+    this one committed and an error cannot leave it held. Outside one (a command) it is the session's, released at
+    the end. A fit with every tenant in scope excludes every tenant's fit (key 0, taken shared by each tenant's).
+    Re-entrant (a refit that fits the prior takes it once more)."""
     tenants = tenant_filter_ids()
-    key = [LOCK_NAMESPACE_FIT, tenants[0] if tenants else 0]
+    keys = [(0, True), (tenants[0], False)] if tenants else [(0, False)]  # (key, shared)
+    if connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            for key, shared in keys:
+                lock = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+                cursor.execute(f"SELECT {lock}(%s, %s)", [LOCK_NAMESPACE_FIT, key])
+        yield
+        return
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s, %s)", key)
+        for key, shared in keys:
+            cursor.execute(f"SELECT pg_advisory_lock{'_shared' if shared else ''}(%s, %s)", [LOCK_NAMESPACE_FIT, key])
     try:
         yield
     finally:
         try:
             if connection.connection is not None:
                 with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_unlock(%s, %s)", key)
-        except DatabaseError:  # an aborted outer transaction; the lock ends with the session
-            logger.warning("decision fit lock not released (the transaction was aborted); it ends with the connection")
+                    for key, shared in reversed(keys):
+                        unlock = "pg_advisory_unlock_shared" if shared else "pg_advisory_unlock"
+                        cursor.execute(f"SELECT {unlock}(%s, %s)", [LOCK_NAMESPACE_FIT, key])
+        except DatabaseError:  # the lock ends with the session
+            logger.warning("decision fit lock not released; it ends with the connection", exc_info=True)
 
 
 def _next_version() -> int:
@@ -284,6 +297,7 @@ def _prior_fit() -> DecisionFit | None:
             fit.status = DecisionFit.Status.RETIRED
             fit.save(update_fields=["status"])
         transaction.on_commit(selectors.decision_cache_clear)  # here at once; other processes within RESOLVE_DECISION_CACHE_S
+    _unfit_remember(model, None)  # fitted: nothing to skip
     logger.info("decision prior v%s: %s; floors %s", fit.version, params["held_out"], floors)
     return fit
 
@@ -328,15 +342,19 @@ def promotion_verdict(fit: DecisionFit) -> tuple[bool, str]:
 
 def _unfit_key(model: str) -> str:
     tenants = tenant_filter_ids()
-    return f"learning:prior-unfit:{tenants[0] if tenants else 0}:{model}"
+    return f"learning:prior-unfit:{'-'.join(map(str, tenants)) if tenants else 'all'}:{model}"
 
 
-def _unfit_remember(model: str, anchors: int) -> None:
+def _unfit_remember(model: str, anchors: int | None) -> None:
     """Remember for a day that no prior could be fitted on this many phrases (too few, or a catalogue whose folds
     are all wrong, such as one phrase a verb), so the refit every RESOLVE_REFIT_EVERY_LABELS labels does not
-    attempt the same fit again until the phrases change."""
+    attempt the same fit again until the phrases change (None: forget it). In the Django cache: per process
+    without CACHE_URL, so each worker process tries once."""
     try:
-        cache.set(_unfit_key(model), anchors, PRIOR_UNFIT_MEMO_S)
+        if anchors is None:
+            cache.delete(_unfit_key(model))
+        else:
+            cache.set(_unfit_key(model), anchors, PRIOR_UNFIT_MEMO_S)
     except Exception:  # the cache is an optimisation: without it the refit only tries again
         logger.warning("cache unavailable: the failed prior fit is not remembered", exc_info=True)
 
