@@ -476,7 +476,7 @@ def _prior_rows(S, verbs_tr, n_verbs: int, p: dict, exclude, chunk: int = 256, l
                 # the first anchor holding it (ties: the lower anchor order)
                 at = np.minimum.reduceat(np.where(grouped == best[:, seg], col, a), starts, axis=1)
                 if i == 0:
-                    learned_top[s : s + nrow, present] = learned_grouped[at]
+                    learned_top[s : s + nrow, present] = learned_grouped[at] & np.isfinite(best)  # none kept: False
                 ok = np.isfinite(best)
                 num += np.where(ok, w[i] * np.where(ok, best, 0.0), 0.0)
                 den += np.where(ok, w[i], 0.0)
