@@ -152,7 +152,7 @@ def test_a_real_celery_worker_runs_a_cycle():
     queue = f"cycle-test-{uuid.uuid4().hex[:8]}"
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     worker = celery_worker_start(queue=queue, name=queue, env=process_env(), log=log)
-    client = Celery("cycle-test", broker=REDIS_URL, backend=REDIS_URL)
+    client = Celery("cycle-test", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
     try:
         result = client.send_task("autonomy.cycle", args=[agent.pk, "celery"], queue=queue)
         try:

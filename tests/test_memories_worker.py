@@ -26,7 +26,7 @@ def test_a_real_worker_embeds_new_memories():
     queue = f"memory-test-{uuid.uuid4().hex[:8]}"
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     worker = celery_worker_start(queue=queue, name=queue, env=process_env(), log=log)
-    client = Celery("memory-test", broker=REDIS_URL, backend=REDIS_URL)
+    client = Celery("memory-test", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
     try:
         client.send_task("memories.tasks.memory_embed", args=[[r.pk for r in rows]], queue=queue)
         deadline = time.monotonic() + 120

@@ -149,7 +149,7 @@ def test_two_app_processes_and_two_workers_lose_nothing_and_do_nothing_twice():
                 confirms += 1
         assert selects > 0 and confirms > 0, (selects, confirms)
 
-        client = Celery("several-test", broker=REDIS_URL, backend=REDIS_URL)
+        client = Celery("several-test", broker=REDIS_URL, backend=REDIS_URL, set_as_current=False)
         for _ in range(2):  # two beats at once
             client.send_task("autonomy.cycle_all", kwargs={"trigger": "beat"}, queue=queue)
 
@@ -186,7 +186,7 @@ def test_two_app_processes_and_two_workers_lose_nothing_and_do_nothing_twice():
                 proc.kill()
                 proc.wait(5)
         try:
-            Celery("cleanup", broker=REDIS_URL).connection_for_write().default_channel.queue_delete(queue)
+            Celery("cleanup", broker=REDIS_URL, set_as_current=False).connection_for_write().default_channel.queue_delete(queue)
         except Exception:  # the broker may be gone; the queue is per test anyway
             pass
         for log in logs:
