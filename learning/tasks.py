@@ -8,7 +8,7 @@ from learning.services.blocks import phrase_blocks_purge_expired
 from learning.services.decisions import decision_prior_fit, decision_refit, resolution_records_purge
 from learning.services.disambiguations import disambiguation_signals_process, disambiguations_expire
 from learning.services.indexes import learned_phrase_tenant_indexes_sync
-from tenants.context import tenant_filter_ids, tenant_scope
+from tenants.context import tenant_filter_ids, tenant_session
 from tenants.selectors import tenant_ids_all
 
 logger = logging.getLogger(__name__)
@@ -52,7 +52,11 @@ def disambiguations_expire_task() -> int:
 # --- The learned auto-resolve decision ---
 
 
-@shared_task(name="learning.decision_refit", ignore_result=True)
+# The decision fits train for minutes on a large deployment: they run in their tenant's scope without one
+# transaction around them (tenant_session); each stores its fit in a short transaction of its own.
+
+
+@shared_task(name="learning.decision_refit", ignore_result=True, one_transaction=False)
 def decision_refit_task(force: bool = False) -> dict:
     """Promote the shadow decision fit if it earned it, refit on the newest labels (beat: daily; also sent every
     RESOLVE_REFIT_EVERY_LABELS labels)."""
@@ -63,12 +67,12 @@ def decision_refit_task(force: bool = False) -> dict:
 
 
 def _each_tenant(name: str, work) -> dict:
-    """``work()`` in each tenant's scope (its own transaction); one tenant's failure is logged and answered as
-    "error", and the others still run."""
+    """``work()`` in each tenant's scope (``tenant_session``: the work's own transactions); one tenant's failure
+    is logged and answered as "error", and the others still run."""
     out = {}
     for tenant_id in tenant_ids_all():
         try:
-            with tenant_scope([tenant_id]):
+            with tenant_session([tenant_id]):
                 out[tenant_id] = work()
         except Exception:
             logger.exception("tenant %s: %s failed", tenant_id, name)
@@ -76,7 +80,7 @@ def _each_tenant(name: str, work) -> dict:
     return out
 
 
-@shared_task(name="learning.decision_prior_fit", ignore_result=True)
+@shared_task(name="learning.decision_prior_fit", ignore_result=True, one_transaction=False)
 def decision_prior_fit_task() -> int | None | dict:
     """Refit the catalogue prior and the retrieval floors of the sending tenant (sent when its catalogue or its
     global phrases change): the new version, or None when the catalogue is too small for a prior. Sent with no

@@ -13,7 +13,7 @@ from contextvars import ContextVar
 
 import psycopg
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from common.db import rows_fetch
 
@@ -90,6 +90,36 @@ def tenant_scope(tenants):
         finally:
             _scope.reset(token)
             _restore(previous)
+
+
+@contextmanager
+def tenant_session(tenants):
+    """``tenant_scope`` for long work (a decision fit over many phrases): the scope is the connection's for the
+    block (``set_config(..., false)`` in autocommit), so the work's own short transactions see it and no
+    transaction stays open for the block's length (an open one holds back vacuum and keeps what it locked).
+    Inside a transaction it is ``tenant_scope``. The connection's setting is put back at the end; when that
+    fails the connection is closed, so nothing later runs in the block's scope."""
+    if connection.in_atomic_block:
+        with tenant_scope(tenants):
+            yield
+        return
+    scope = ALL if tenants == ALL else tuple(sorted({int(t) for t in tenants}))
+    previous = _setting_get()
+    _session_set(_value(scope))
+    token = _scope.set(scope)
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+        try:
+            _session_set(previous or "")  # unset: none (fail closed)
+        except DatabaseError:
+            connection.close()
+
+
+def _session_set(value: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config(%s, %s, false)", [SETTING, value])
 
 
 @contextmanager

@@ -9,7 +9,7 @@ which would close the scope's open transaction under the task ("the connection i
 from celery import Task
 
 from common.tasks import task_headers_register
-from tenants.context import ALL, tenant_scope, tenant_scope_value
+from tenants.context import ALL, tenant_scope, tenant_scope_value, tenant_session
 
 HEADER = "alg_tenants"
 
@@ -31,13 +31,17 @@ def _sent_scope(request):
 
 
 class TenantTask(Task):
-    """Runs in the scope its sender's header names; without one (a command, the beat), in the worker's default."""
+    """Runs in the scope its sender's header names; without one (a command, the beat), in the worker's default.
+    The scope is one transaction (``tenant_scope``), or for a task declared with ``one_transaction=False`` (long
+    work that commits as it goes, such as a decision fit) the connection's (``tenant_session``)."""
+
+    one_transaction = True
 
     def __call__(self, *args, **kwargs):
         scope = _sent_scope(self.request)
         if scope is None:
             return super().__call__(*args, **kwargs)
-        with tenant_scope(scope):
+        with (tenant_scope if self.one_transaction else tenant_session)(scope):
             return super().__call__(*args, **kwargs)
 
 

@@ -488,6 +488,61 @@ def test_in_a_tenant_scope_the_fit_lock_ends_with_its_transaction_even_when_the_
     assert _fit_locks_held() == 0
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_fit_task_trains_in_its_tenants_scope_with_no_transaction_open(settings, monkeypatch):
+    """A fit over many phrases trains for minutes: the task runs it in its sender's scope (the app's filter and
+    row-level security) without one transaction around it, and stores the fit in a short one of its own."""
+    from django.db import connection
+
+    from common.tasks import task_send
+    from tenants.context import tenant_scope
+    from tenants.selectors import tenant_default
+    from tenants.services import tenant_create
+    from tenants.tasks import HEADER
+
+    settings.RESOLVE_PROMOTE_MIN_LABELS = 10**6
+    home, other = tenant_default(), tenant_create(slug="second")
+    with tenant_scope([home.pk]):
+        verb_catalogue_load(entries=BIG)
+    with tenant_scope([other.pk]):
+        verb_catalogue_load(entries=BIG[:3])
+    from learning import selectors
+
+    seen = []
+
+    def watched(work):
+        def run(*args, **kwargs):
+            with connection.cursor() as cur:
+                cur.execute("SELECT current_setting('app.tenant_ids'), count(*) FROM learning_verb")  # RLS alone
+                seen.append((connection.in_atomic_block, *cur.fetchone()))
+            return work(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(decision, "catalogue_priors", watched(decision.catalogue_priors))
+    monkeypatch.setattr(selectors, "decision_labels", watched(selectors.decision_labels))
+    with connection.cursor() as cur:
+        cur.execute("SELECT current_setting('app.tenant_ids')")
+        before = cur.fetchone()[0]
+    fits = {}
+    for t in (home, other):  # the loads above fitted a prior each already
+        with tenant_scope([t.pk]):
+            fits[t.pk] = DecisionFit.objects.count()
+    task_send("learning.decision_prior_fit", headers={HEADER: str(home.pk)})
+    assert seen == [(False, str(home.pk), len(BIG))]  # no transaction open; this tenant's rows only
+    with connection.cursor() as cur:
+        cur.execute("SELECT current_setting('app.tenant_ids')")
+        assert cur.fetchone()[0] == before  # the connection's scope is put back
+    assert _fit_locks_held() == 0
+    with tenant_scope([home.pk]):
+        assert DecisionFit.objects.count() == fits[home.pk] + 1
+        assert DecisionFit.objects.order_by("-version").first().params["anchors"] == len(BIG) * 5
+    with tenant_scope([other.pk]):
+        assert DecisionFit.objects.count() == fits[other.pk]
+    task_send("learning.decision_refit", headers={HEADER: str(other.pk)})  # the refit runs the same way
+    assert seen[-1] == (False, str(other.pk), 3)
+
+
 def test_the_fit_decision_command_fits_one_tenants_decision(big):
     from django.core.management import CommandError, call_command
 

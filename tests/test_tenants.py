@@ -375,6 +375,39 @@ def test_every_object_endpoint_answers_another_tenant_as_unknown(acme_objects, c
     assert AutonomyTransition.objects.get(pk=o["transition"]).status == "proposed"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_session_scope_binds_the_connection_for_the_block_and_is_put_back_even_after_an_error(two):
+    """``tenant_session`` (long work, such as a decision fit): statements in autocommit see the tenant's rows only,
+    and afterwards the connection sees what it saw before, also when the block fails."""
+    from django.db import DatabaseError, transaction
+
+    from tenants.context import tenant_filter_ids, tenant_session
+    from tenants.selectors import tenant_get
+
+    acme = tenant_get(slug="acme").pk
+
+    def visible():
+        with connection.cursor() as cur:
+            cur.execute("SELECT current_setting('app.tenant_ids'), count(DISTINCT tenant_id) FROM learning_verb")
+            return cur.fetchone()
+
+    before = visible()
+    assert before == ("*", 2)
+    with tenant_session([acme]):
+        assert not connection.in_atomic_block and tenant_filter_ids() == (acme,)
+        assert visible() == (str(acme), 1)
+        with transaction.atomic():  # the work's own transactions see the scope too
+            assert visible() == (str(acme), 1)
+    assert visible() == before and tenant_filter_ids() is None
+    with pytest.raises(DatabaseError), tenant_session([acme]):
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1 / 0")
+    assert visible() == before
+    with transaction.atomic(), tenant_session([acme]):  # inside a transaction: that transaction's scope
+        assert visible() == (str(acme), 1)
+    assert visible() == before
+
+
 @pytest.mark.parametrize(
     "argv, module, expected", [(["gunicorn"], "config.wsgi", "none"), (["celery", "worker"], "config.celery", "*")]
 )

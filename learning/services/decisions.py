@@ -127,10 +127,10 @@ def resolution_records_purge(*, days: int | None = None) -> int:
 def decision_fits_serialised():
     """One fit (prior or from labels) at a time per tenant: a PostgreSQL advisory lock that a second fit waits
     for. A fit that started on older phrases or labels can then never commit after a newer one and take the
-    higher version; the one that waited fits what is there when it gets the lock. Inside a transaction (a task's
-    tenant scope) the lock is the transaction's: it ends with its commit or rollback, so the next fit reads what
-    this one committed and an error cannot leave it held. Outside one (a command) it is the session's, released at
-    the end. A fit with every tenant in scope excludes every tenant's fit (key 0, taken shared by each tenant's).
+    higher version; the one that waited fits what is there when it gets the lock. Inside a transaction the lock
+    is the transaction's: it ends with its commit or rollback, so the next fit reads what this one committed and
+    an error cannot leave it held. Outside one (the fit tasks and ``fit_decision`` run in ``tenant_session``,
+    each fit committing its own short transactions) it is the session's, released at the end. A fit with every tenant in scope excludes every tenant's fit (key 0, taken shared by each tenant's).
     Re-entrant (a refit that fits the prior takes it once more)."""
     tenants = tenant_filter_ids()
     keys = [(0, True), (tenants[0], False)] if tenants else [(0, False)]  # (key, shared)

@@ -4,7 +4,7 @@ labels, which runs in shadow and goes live automatically once it meets the promo
 from django.core.management.base import BaseCommand, CommandError
 
 from learning.services.decisions import decision_prior_fit, decision_refit
-from tenants.context import DEFAULT_SLUG, tenant_scope
+from tenants.context import DEFAULT_SLUG, tenant_session
 from tenants.selectors import tenant_get
 
 
@@ -22,7 +22,7 @@ class Command(BaseCommand):
         workspace = tenant_get(slug=tenant)
         if workspace is None:
             raise CommandError(f"No tenant {tenant!r}.")
-        with tenant_scope([workspace.pk]):  # the tenant's phrases and labels only, in one transaction
+        with tenant_session([workspace.pk]):  # the tenant's phrases and labels only; each fit commits on its own
             if options["prior"]:
                 fit = decision_prior_fit()
                 self.stdout.write(f"prior: {fit if fit else 'catalogue too small for a prior'}")
