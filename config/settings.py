@@ -396,6 +396,10 @@ RESOLVE_PRIOR_MAX_TRAIN = env_int("RESOLVE_PRIOR_MAX_TRAIN", 40000)
 if RESOLVE_PRIOR_MAX_QUERIES < 1 or RESOLVE_PRIOR_MAX_TRAIN < 1:
     raise ImproperlyConfigured("RESOLVE_PRIOR_MAX_QUERIES and RESOLVE_PRIOR_MAX_TRAIN must be 1 or more.")
 RESOLVE_USER_HEAD_MIN_PHRASES = env_int("RESOLVE_USER_HEAD_MIN_PHRASES", 100)  # a personal head from this many phrases
+# Personal heads a refit trains at most (a head over 20,000 shared phrases takes about 25 s from cold on 2 cores);
+# a head whose inputs did not change is reused, not counted; users past the cap keep their newest head until a
+# later refit reaches them (the most phrases first).
+RESOLVE_USER_HEADS_PER_REFIT = env_int("RESOLVE_USER_HEADS_PER_REFIT", 50)
 # Retired fits from labels beyond the newest this many keep no heads (a head is about 1.4 MB per scope):
 # they can no longer be pinned; the catalogue priors keep theirs.
 RESOLVE_HEADS_KEEP_FITS = env_int("RESOLVE_HEADS_KEEP_FITS", 10)

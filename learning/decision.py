@@ -24,6 +24,7 @@ remaining constants are the product's target and generic statistical choices (do
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import warnings
 
@@ -159,6 +160,19 @@ def head_predict(head: dict | None, Q, texts=None) -> np.ndarray | None:
     z -= z.max(axis=1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=1, keepdims=True)
+
+
+def head_inputs_digest(X, names, sample_weight, texts=None, *, prefix: str = "") -> str:
+    """sha256 of what ``head_train`` would learn from (rows, their verbs, weights, texts, and how it trains), after
+    ``prefix`` (the digest of rows that come first): equal inputs train equal heads, so a stored head with the
+    same digest is reused instead of trained again."""
+    h = hashlib.sha256(f"{prefix}|C={HEAD_C}|iter={HEAD_MAX_ITER}|lex={LEX_FEATURES if texts is not None else 0}|".encode())
+    h.update(np.ascontiguousarray(X, dtype=np.float32).tobytes())
+    h.update(np.asarray(sample_weight, dtype=np.float64).tobytes())
+    h.update("\x1f".join(names).encode())
+    if texts is not None:
+        h.update(b"\x1e" + "\x1f".join(texts).encode())
+    return h.hexdigest()
 
 
 def head_dumps(head: dict, verbs: list[str]) -> bytes:

@@ -567,6 +567,12 @@ class DecisionHead(TenantOwned):
     user_id = models.CharField(max_length=128, null=True, blank=True, validators=[user_id_validator])
     weights = models.BinaryField(help_text="npz: W (d x V), b (V), classes, verbs")
     anchors = models.JSONField(default=dict, help_text="{verb: anchors it was trained on}")
+    inputs_digest = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="sha256 of what it was trained on: a later fit with the same inputs reuses it",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -18,7 +18,7 @@ from learning.models import (
     Verb,
     VerbPhrase,
 )
-from tenants.context import tenant_filter_ids
+from tenants.context import private_agent_id, tenant_filter_ids
 
 # --- The learned auto-resolve decision: the fits in force, their heads, the labels ---
 
@@ -81,7 +81,11 @@ def decision_head(version: int, user_id: str | None) -> tuple | None:
     Raises ValueError when the stored head is unreadable."""
     tenants = tenant_filter_ids()  # versions count per tenant
     owners = _head_cached((tenants, version, ("owners",)), lambda: _head_owners(version))
-    owner = user_id if user_id is not None and user_id in owners else None
+    # A personal head learns from the user's phrases written by any of the tenant's agents: an agent that reads
+    # only the user data it wrote (``private_user_data``) decides with the deployment's head, and its users' own
+    # phrases still count as anchors.
+    shared = private_agent_id() is None
+    owner = user_id if shared and user_id is not None and user_id in owners else None
     return _head_cached((tenants, version, owner), lambda: _head_read(version, owner))
 
 
@@ -184,14 +188,49 @@ def decision_anchor_rows(*, model: str, user_id: str | None = None, learned: boo
         confidence.append(1.0)
         texts.append(normalized)
     if learned:
-        rows = learned_rows.order_by("pk").values_list("verb__name", "embedding", "confidence", "normalized")
-        for verb, emb, conf, normalized in rows:
-            vectors.append(np.asarray(emb, dtype=np.float32))
-            names.append(verb)
-            is_learned.append(True)
-            confidence.append(float(conf))
-            texts.append(normalized)
+        _learned_rows_add(learned_rows, (vectors, names, is_learned, confidence, texts))
     return vectors, names, is_learned, confidence, texts
+
+
+def decision_user_anchor_rows(*, model: str, user_id: str):
+    """The user's own anchors (``decision_anchor_rows``' shape): what a personal head trains on beside the shared
+    ones (``decision_anchor_rows`` without a user), read once for every user."""
+    rows = ([], [], [], [], [])
+    _, learned = _anchor_querysets(model, user_id)
+    _learned_rows_add(learned.filter(user_id=user_id), rows)
+    return rows
+
+
+def _learned_rows_add(queryset, out) -> None:
+    vectors, names, is_learned, confidence, texts = out
+    for verb, emb, conf, normalized in queryset.order_by("pk").values_list("verb__name", "embedding", "confidence", "normalized"):
+        vectors.append(np.asarray(emb, dtype=np.float32))
+        names.append(verb)
+        is_learned.append(True)
+        confidence.append(float(conf))
+        texts.append(normalized)
+
+
+def decision_heads_newest(*, model: str, users: list[str | None]) -> dict:
+    """{user id (None: the deployment): (head id, inputs digest)} of the newest stored head of each scope in
+    ``users`` among the fits of embedding ``model`` (weights are read apart, ``decision_head_weights``: only the
+    heads that are reused)."""
+    scope = Q(user_id__in=[u for u in users if u is not None])
+    if None in users:
+        scope |= Q(user_id__isnull=True)
+    rows = (
+        DecisionHead.objects.filter(scope, fit__embedding_model=model)
+        .order_by("user_id", "-fit__version")
+        .distinct("user_id")
+        .values_list("user_id", "pk", "inputs_digest")
+    )
+    return {user_id: (pk, digest) for user_id, pk, digest in rows}
+
+
+def decision_head_weights(head_id: int) -> tuple[bytes, dict]:
+    """(weights, anchors per verb) of a stored head."""
+    weights, anchors = DecisionHead.objects.values_list("weights", "anchors").get(pk=head_id)
+    return bytes(weights), anchors
 
 
 def decision_anchor_count(*, model: str) -> int:

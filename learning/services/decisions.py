@@ -167,21 +167,21 @@ def _next_version() -> int:
     return (last or 0) + 1
 
 
-def _anchor_arrays(model: str, user_id: str | None = None):
-    vectors, names, is_learned, conf, texts = selectors.decision_anchor_rows(model=model, user_id=user_id)
+def _rows_join(*parts):
+    """Anchor rows (``selectors.decision_anchor_rows``' shape) one after another."""
+    return tuple([x for part in parts for x in part[i]] for i in range(5))
+
+
+def _train_head(rows, user_id: str | None, warm_version: int | None, words: bool):
+    """(weights, phrases per verb) of a head over anchor ``rows``, warm from the same scope's head of
+    ``warm_version``; None without two verbs."""
+    vectors, names, _, conf, texts = rows
     if not vectors:
         return None
     verbs = sorted(set(names))
     vid = {v: i for i, v in enumerate(verbs)}
+    X, y = np.vstack(vectors), np.array([vid[n] for n in names])
     trust = np.minimum(1.0, np.asarray(conf) / settings.RESOLVE_TRUSTED_CONFIDENCE)
-    return np.vstack(vectors), np.array([vid[n] for n in names]), np.asarray(is_learned), trust, verbs, texts
-
-
-def _train_head(model: str, user_id: str | None, warm_version: int | None, words: bool = True):
-    arrays = _anchor_arrays(model, user_id)
-    if arrays is None:
-        return None
-    X, y, _, trust, verbs, texts = arrays
     warm = None
     if warm_version is not None:
         try:
@@ -197,24 +197,57 @@ def _train_head(model: str, user_id: str | None, warm_version: int | None, words
     return decision.head_dumps(head, verbs), {v: int(counts[i]) for i, v in enumerate(verbs)}
 
 
+def _digest(rows, words: bool, prefix: str = "") -> str:
+    vectors, names, _, conf, texts = rows
+    X = np.vstack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
+    return decision.head_inputs_digest(X, names, conf, texts if words else None, prefix=prefix)
+
+
 def _heads_train(model: str, *, users: bool, warm_version: int | None, words: bool = True) -> list[tuple]:
     """The deployment's head (learning words or not: ``words``, what the catalogue's folds chose) and, with
-    ``users``, one per user with enough phrases of their own (always learning words: users' taught phrases).
+    ``users``, one per user with enough phrases of their own (always learning words: users' taught phrases),
+    trained on the shared anchors (catalogue and global phrases, read once) and that user's phrases only.
+    A scope whose newest stored head was trained on the same inputs (``inputs_digest``) reuses it; at most
+    RESOLVE_USER_HEADS_PER_REFIT personal heads are trained, the users past it keep their newest head.
     Trained before the transaction that stores them (a head over many phrases takes a while). Answers
-    [(user id or None, weights, phrases per verb)]."""
+    [(user id or None, weights, phrases per verb, inputs digest)]."""
+    shared = selectors.decision_anchor_rows(model=model)
+    if not shared[0]:
+        return []
     scopes = [None]
     if users:
         scopes += selectors.users_with_phrases(model=model, min_phrases=settings.RESOLVE_USER_HEAD_MIN_PHRASES)
-    heads = []
-    for user_id in scopes:  # a user's head trains on the catalogue, global phrases and that user's phrases only
-        got = _train_head(model, user_id, warm_version, words if user_id is None else True)
+    newest = selectors.decision_heads_newest(model=model, users=scopes)
+    shared_digests = {w: _digest(shared, w) for w in {words, True} if users or w == words}
+    heads, trained, kept = [], 0, 0
+    for user_id in scopes:
+        if user_id is None:
+            rows, digest = shared, shared_digests[words]
+        else:  # a user's head trains on the shared anchors and that user's phrases only
+            own = selectors.decision_user_anchor_rows(model=model, user_id=user_id)
+            rows, digest = _rows_join(shared, own), _digest(own, True, prefix=f"{shared_digests[True]}|{user_id}")
+        stored = newest.get(user_id)
+        if stored is not None and stored[1] == digest:
+            heads.append((user_id, *selectors.decision_head_weights(stored[0]), digest))
+            continue
+        if user_id is not None and trained >= settings.RESOLVE_USER_HEADS_PER_REFIT:
+            if stored is not None:  # trained by a later refit; until then the newest it has
+                heads.append((user_id, *selectors.decision_head_weights(stored[0]), stored[1]))
+                kept += 1
+            continue
+        got = _train_head(rows, user_id, warm_version, words if user_id is None else True)
         if got is not None:
-            heads.append((user_id, *got))
+            heads.append((user_id, *got, digest))
+            trained += user_id is not None
+    if kept:
+        logger.info("%d personal heads kept from an earlier fit: over RESOLVE_USER_HEADS_PER_REFIT", kept)
     return heads
 
 
 def _heads_save(fit: DecisionFit, heads: list[tuple]) -> int:
-    DecisionHead.objects.bulk_create([DecisionHead(fit=fit, user_id=u, weights=w, anchors=a) for u, w, a in heads])
+    DecisionHead.objects.bulk_create(
+        [DecisionHead(fit=fit, user_id=u, weights=w, anchors=a, inputs_digest=d) for u, w, a, d in heads]
+    )
     return len(heads)
 
 
