@@ -194,6 +194,10 @@ _db["OPTIONS"]["server_side_binding"] = env_bool("DB_SERVER_SIDE_BINDING", False
 DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
 _db["OPTIONS"]["prepare_threshold"] = 2**31 - 1 if DB_PREPARED_STATEMENTS else None
 _db["ATOMIC_REQUESTS"] = False
+# Reached through a pooler in transaction mode (PgBouncer ``pool_mode = transaction``): no state may outlive a
+# transaction, so the long work that would otherwise scope the connection to a tenant and take session advisory
+# locks (tenants.context.tenant_session: the decision fits) runs in one transaction instead.
+DB_TRANSACTION_POOLER = env_bool("DB_TRANSACTION_POOLER", False)
 if os.environ.get("TEST_DATABASE_NAME"):
     _db["TEST"] = {"NAME": os.environ["TEST_DATABASE_NAME"]}
 DATABASES = {"default": _db}
@@ -397,9 +401,11 @@ if RESOLVE_PRIOR_MAX_QUERIES < 1 or RESOLVE_PRIOR_MAX_TRAIN < 1:
     raise ImproperlyConfigured("RESOLVE_PRIOR_MAX_QUERIES and RESOLVE_PRIOR_MAX_TRAIN must be 1 or more.")
 RESOLVE_USER_HEAD_MIN_PHRASES = env_int("RESOLVE_USER_HEAD_MIN_PHRASES", 100)  # a personal head from this many phrases
 # Personal heads a refit trains at most (a head over 20,000 shared phrases takes about 25 s from cold on 2 cores);
-# a head whose inputs did not change is reused, not counted; users past the cap keep their newest head until a
-# later refit reaches them (the most phrases first).
+# a head whose inputs did not change is reused, not counted; users without a head are trained first, then those
+# trained longest ago; the others keep their newest head (while it covers the same verbs) until a later refit.
 RESOLVE_USER_HEADS_PER_REFIT = env_int("RESOLVE_USER_HEADS_PER_REFIT", 50)
+if RESOLVE_USER_HEADS_PER_REFIT < 1:
+    raise ImproperlyConfigured("RESOLVE_USER_HEADS_PER_REFIT must be 1 or more.")
 # Retired fits from labels beyond the newest this many keep no heads (a head is about 1.4 MB per scope):
 # they can no longer be pinned; the catalogue priors keep theirs.
 RESOLVE_HEADS_KEEP_FITS = env_int("RESOLVE_HEADS_KEEP_FITS", 10)

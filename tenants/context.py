@@ -14,6 +14,8 @@ from contextvars import ContextVar
 import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
+from django.db.backends.signals import connection_created
+from django.dispatch import receiver
 
 from common.db import rows_fetch
 
@@ -92,34 +94,49 @@ def tenant_scope(tenants):
             _restore(previous)
 
 
+# The scope ``tenant_session`` gave the connection (None outside one): a connection opened inside the block (after
+# the old one was closed) takes it too, instead of the process default.
+_session: ContextVar = ContextVar("tenant_session", default=None)
+
+
 @contextmanager
 def tenant_session(tenants):
     """``tenant_scope`` for long work (a decision fit over many phrases): the scope is the connection's for the
     block (``set_config(..., false)`` in autocommit), so the work's own short transactions see it and no
     transaction stays open for the block's length (an open one holds back vacuum and keeps what it locked).
-    Inside a transaction it is ``tenant_scope``. The connection's setting is put back at the end; when that
-    fails the connection is closed, so nothing later runs in the block's scope."""
-    if connection.in_atomic_block:
+    Inside a transaction, or behind a pooler in transaction mode (``DB_TRANSACTION_POOLER``), it is
+    ``tenant_scope``. The connection's setting is put back at the end; when that fails the connection is
+    closed, so nothing later runs in the block's scope."""
+    if connection.in_atomic_block or settings.DB_TRANSACTION_POOLER:
         with tenant_scope(tenants):
             yield
         return
     scope = ALL if tenants == ALL else tuple(sorted({int(t) for t in tenants}))
     previous = _setting_get()
-    _session_set(_value(scope))
-    token = _scope.set(scope)
+    _session_set(connection, _value(scope))
+    token, session_token = _scope.set(scope), _session.set(_value(scope))
     try:
         yield
     finally:
+        _session.reset(session_token)
         _scope.reset(token)
         try:
-            _session_set(previous or "")  # unset: none (fail closed)
+            _session_set(connection, previous or "")  # unset: none (fail closed)
         except DatabaseError:
             connection.close()
 
 
-def _session_set(value: str) -> None:
-    with connection.cursor() as cursor:
+def _session_set(conn, value: str) -> None:
+    with conn.cursor() as cursor:
         cursor.execute("SELECT set_config(%s, %s, false)", [SETTING, value])
+
+
+@receiver(connection_created, dispatch_uid="tenants.session_scope")
+def _session_reapply(sender, connection, **kwargs) -> None:
+    """A connection opened inside ``tenant_session`` (the previous one closed under it) gets the block's scope."""
+    value = _session.get()
+    if value is not None:
+        _session_set(connection, value)
 
 
 @contextmanager

@@ -406,6 +406,41 @@ def test_a_session_scope_binds_the_connection_for_the_block_and_is_put_back_even
     with transaction.atomic(), tenant_session([acme]):  # inside a transaction: that transaction's scope
         assert visible() == (str(acme), 1)
     assert visible() == before
+    with tenant_session([acme]):  # a connection opened inside the block (the old one closed) takes its scope
+        connection.close()
+        assert visible() == (str(acme), 1)
+    assert visible() == before
+    from tenants import context
+
+    real = context._session_set
+
+    def failing_restore(conn, value):
+        if value == before[0]:
+            raise DatabaseError("connection lost")
+        real(conn, value)
+
+    context._session_set = failing_restore
+    try:
+        with tenant_session([acme]):
+            pid = connection.connection.info.backend_pid
+    finally:
+        context._session_set = real
+    assert connection.connection is None  # closed rather than left in the block's scope
+    assert visible() == before and connection.connection.info.backend_pid != pid
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_a_transaction_pooler_a_session_scope_is_one_transaction(two, settings):
+    """PgBouncer in transaction mode hands each transaction any server connection: nothing may be left on one."""
+    from tenants.context import tenant_session
+    from tenants.selectors import tenant_get
+
+    settings.DB_TRANSACTION_POOLER = True
+    with tenant_session([tenant_get(slug="acme").pk]):
+        assert connection.in_atomic_block
+    with connection.cursor() as cur:
+        cur.execute("SELECT current_setting('app.tenant_ids')")
+        assert cur.fetchone()[0] == "*"
 
 
 @pytest.mark.parametrize(
