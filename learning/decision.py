@@ -58,6 +58,9 @@ BOUND_Z = 1.28  # one-sided 90% bound on the wrong count
 SUPPORT_QUANTILE = 0.01  # the guard loses at most 1% of right answers by construction
 HEAD_C = 10.0
 HEAD_MAX_ITER = 300  # a cap, not a budget: fits stop at the tolerance well before it
+# How a head is trained (features, weighting, solver tolerance): part of every head's inputs digest, so a change
+# here retrains stored heads instead of reusing them. Change it with any change to head_train or lexical.
+HEAD_FORMAT = "lr-balanced-tol1e-5+char_wb2-4-sublinear-v1"
 ALPHA = 0.5  # ranking blend: anchor weight
 # The head's lexical features: character 2- to 4-grams within word boundaries, hashed into LEX_FEATURES columns
 # (stateless: a head stores weights only, no vocabulary), sublinear counts, each row L2-normalised like the
@@ -166,7 +169,8 @@ def head_inputs_digest(X, names, sample_weight, texts=None, *, prefix: str = "")
     """sha256 of what ``head_train`` would learn from (rows, their verbs, weights, texts, and how it trains), after
     ``prefix`` (the digest of rows that come first): equal inputs train equal heads, so a stored head with the
     same digest is reused instead of trained again."""
-    h = hashlib.sha256(f"{prefix}|C={HEAD_C}|iter={HEAD_MAX_ITER}|lex={LEX_FEATURES if texts is not None else 0}|".encode())
+    lex = LEX_FEATURES if texts is not None else 0
+    h = hashlib.sha256(f"{prefix}|{HEAD_FORMAT}|C={HEAD_C}|iter={HEAD_MAX_ITER}|lex={lex}|".encode())
     h.update(np.ascontiguousarray(X, dtype=np.float32).tobytes())
     h.update(np.asarray(sample_weight, dtype=np.float64).tobytes())
     h.update("\x1f".join(names).encode())

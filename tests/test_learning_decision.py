@@ -940,6 +940,12 @@ def test_a_refit_trains_only_the_heads_whose_phrases_changed_and_at_most_its_cap
     fourth = heads(decision_refit()["shadow"])
     assert len(trained) == 7  # the next user's, the others reused (up to date) or kept for the refit after
     assert len([u for u in ("alice", "bob", "carol") if fourth[u].inputs_digest != second[u].inputs_digest]) == 2
+    # a new verb: a head kept past the cap would give it no probability at all, so the deployment's serves instead
+    verb_catalogue_load(entries=[VerbEntry("tide.get", "weather", "", "", ["when is high tide", "tide times today"])])
+    _labelled(300, rng, prior)
+    fifth = heads(decision_refit()["shadow"])
+    assert len(trained) == 9 and len(fifth) == 2 and None in fifth  # the deployment's and one user's (the oldest)
+    assert all("tide.get" in h.anchors for h in fifth.values())
 
 
 def test_an_agent_that_reads_only_its_own_user_data_decides_without_personal_heads(big, settings):

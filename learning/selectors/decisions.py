@@ -212,7 +212,7 @@ def _learned_rows_add(queryset, out) -> None:
 
 
 def decision_heads_newest(*, model: str, users: list[str | None]) -> dict:
-    """{user id (None: the deployment): (head id, inputs digest)} of the newest stored head of each scope in
+    """{user id (None: the deployment): (head id, inputs digest, fit version)} of the newest stored head of each scope in
     ``users`` among the fits of embedding ``model`` (weights are read apart, ``decision_head_weights``: only the
     heads that are reused)."""
     scope = Q(user_id__in=[u for u in users if u is not None])
@@ -222,9 +222,9 @@ def decision_heads_newest(*, model: str, users: list[str | None]) -> dict:
         DecisionHead.objects.filter(scope, fit__embedding_model=model)
         .order_by("user_id", "-fit__version")
         .distinct("user_id")
-        .values_list("user_id", "pk", "inputs_digest")
+        .values_list("user_id", "pk", "inputs_digest", "fit__version")
     )
-    return {user_id: (pk, digest) for user_id, pk, digest in rows}
+    return {user_id: (pk, digest, version) for user_id, pk, digest, version in rows}
 
 
 def decision_head_weights(head_id: int) -> tuple[bytes, dict]:

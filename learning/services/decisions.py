@@ -141,20 +141,23 @@ def decision_fits_serialised():
                 cursor.execute(f"SELECT {lock}(%s, %s)", [LOCK_NAMESPACE_FIT, key])
         yield
         return
-    with connection.cursor() as cursor:
-        for key, shared in keys:
-            cursor.execute(f"SELECT pg_advisory_lock{'_shared' if shared else ''}(%s, %s)", [LOCK_NAMESPACE_FIT, key])
+    held = []
     try:
+        with connection.cursor() as cursor:
+            for key, shared in keys:
+                cursor.execute(f"SELECT pg_advisory_lock{'_shared' if shared else ''}(%s, %s)", [LOCK_NAMESPACE_FIT, key])
+                held.append((key, shared))
         yield
     finally:
         try:
-            if connection.connection is not None:
+            if held and connection.connection is not None:
                 with connection.cursor() as cursor:
-                    for key, shared in reversed(keys):
+                    for key, shared in reversed(held):
                         unlock = "pg_advisory_unlock_shared" if shared else "pg_advisory_unlock"
                         cursor.execute(f"SELECT {unlock}(%s, %s)", [LOCK_NAMESPACE_FIT, key])
-        except DatabaseError:  # the lock ends with the session
-            logger.warning("decision fit lock not released; it ends with the connection", exc_info=True)
+        except DatabaseError:  # a session lock ends with its connection: close it rather than keep it held
+            logger.warning("decision fit lock not released; closing the connection", exc_info=True)
+            connection.close()
 
 
 def _next_version() -> int:
@@ -200,47 +203,65 @@ def _train_head(rows, user_id: str | None, warm_version: int | None, words: bool
 def _digest(rows, words: bool, prefix: str = "") -> str:
     vectors, names, _, conf, texts = rows
     X = np.vstack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
-    return decision.head_inputs_digest(X, names, conf, texts if words else None, prefix=prefix)
+    trust = np.minimum(1.0, np.asarray(conf, dtype=np.float64) / settings.RESOLVE_TRUSTED_CONFIDENCE)
+    return decision.head_inputs_digest(X, names, trust, texts if words else None, prefix=prefix)
 
 
 def _heads_train(model: str, *, users: bool, warm_version: int | None, words: bool = True) -> list[tuple]:
     """The deployment's head (learning words or not: ``words``, what the catalogue's folds chose) and, with
     ``users``, one per user with enough phrases of their own (always learning words: users' taught phrases),
     trained on the shared anchors (catalogue and global phrases, read once) and that user's phrases only.
-    A scope whose newest stored head was trained on the same inputs (``inputs_digest``) reuses it; at most
-    RESOLVE_USER_HEADS_PER_REFIT personal heads are trained, the users past it keep their newest head.
-    Trained before the transaction that stores them (a head over many phrases takes a while). Answers
-    [(user id or None, weights, phrases per verb, inputs digest)]."""
+    A scope whose newest stored head was trained on the same inputs (``inputs_digest``) reuses it. At most
+    RESOLVE_USER_HEADS_PER_REFIT personal heads are trained, users without a head first, then those trained
+    longest ago; the others keep their newest head while it covers the same verbs (else the deployment's
+    serves them) until a later refit reaches them. Trained before the transaction that stores them (a head
+    over many phrases takes a while). Answers [(user id or None, weights, phrases per verb, inputs digest)]."""
     shared = selectors.decision_anchor_rows(model=model)
-    if not shared[0]:
-        return []
     scopes = [None]
     if users:
         scopes += selectors.users_with_phrases(model=model, min_phrases=settings.RESOLVE_USER_HEAD_MIN_PHRASES)
     newest = selectors.decision_heads_newest(model=model, users=scopes)
     shared_digests = {w: _digest(shared, w) for w in {words, True} if users or w == words}
-    heads, trained, kept = [], 0, 0
+    heads, due = [], []
     for user_id in scopes:
+        own = None
         if user_id is None:
-            rows, digest = shared, shared_digests[words]
+            if not shared[0]:
+                continue
+            digest = shared_digests[words]
         else:  # a user's head trains on the shared anchors and that user's phrases only
             own = selectors.decision_user_anchor_rows(model=model, user_id=user_id)
-            rows, digest = _rows_join(shared, own), _digest(own, True, prefix=f"{shared_digests[True]}|{user_id}")
+            digest = _digest(own, True, prefix=f"{shared_digests[True]}|{user_id}")
         stored = newest.get(user_id)
         if stored is not None and stored[1] == digest:
             heads.append((user_id, *selectors.decision_head_weights(stored[0]), digest))
-            continue
+        else:
+            due.append((user_id, own, digest, stored))
+    due.sort(key=lambda d: (d[0] is not None, d[3] is not None, d[3][2] if d[3] else 0))
+    trained = kept = 0
+    for user_id, own, digest, stored in due:
+        rows = shared if own is None else _rows_join(shared, own)
         if user_id is not None and trained >= settings.RESOLVE_USER_HEADS_PER_REFIT:
-            if stored is not None:  # trained by a later refit; until then the newest it has
-                heads.append((user_id, *selectors.decision_head_weights(stored[0]), stored[1]))
-                kept += 1
+            if stored is not None:
+                weights, anchors = selectors.decision_head_weights(stored[0])
+                if set(anchors) == set(rows[1]):  # it still scores every verb in play
+                    heads.append((user_id, weights, anchors, stored[1]))
+                    kept += 1
             continue
         got = _train_head(rows, user_id, warm_version, words if user_id is None else True)
         if got is not None:
             heads.append((user_id, *got, digest))
             trained += user_id is not None
-    if kept:
-        logger.info("%d personal heads kept from an earlier fit: over RESOLVE_USER_HEADS_PER_REFIT", kept)
+    left = sum(1 for d in due if d[0] is not None) - trained - kept
+    if kept or left:
+        logger.info(
+            "personal heads: %d trained, %d kept from an earlier fit, %d left to the deployment's head "
+            "(RESOLVE_USER_HEADS_PER_REFIT %d)",
+            trained,
+            kept,
+            left,
+            settings.RESOLVE_USER_HEADS_PER_REFIT,
+        )
     return heads
 
 
