@@ -886,10 +886,9 @@ def test_labels_of_one_user_never_train_another_users_head(big, settings):
     assert resolution_label(source="click", request_id=uuid.uuid4()) is None
 
 
-def test_a_refit_trains_only_the_heads_whose_phrases_changed_and_at_most_its_cap(big, settings, monkeypatch):
-    """Every refit trained every user's head again over all shared phrases (28 users over 20,000 shared phrases:
-    13 minutes a refit). A head trained on the same inputs is reused; a refit trains at most
-    RESOLVE_USER_HEADS_PER_REFIT personal heads, the others keep their newest head until a later refit."""
+def _three_users_with_heads(settings):
+    """The prior, and three users with enough phrases of their own for a personal head (answers the prior and
+    the verb they taught)."""
     from learning.models import Verb
     from learning.services.phrases import learned_phrase_upsert
 
@@ -899,6 +898,17 @@ def test_a_refit_trains_only_the_heads_whose_phrases_changed_and_at_most_its_cap
     for user in ("alice", "bob", "carol"):
         for text in ["umbrella needed?", "sunny or not", f"degrees outside now for {user}"]:
             learned_phrase_upsert(phrase=text, verb=verb, user_id=user)
+    return prior, verb
+
+
+def test_a_refit_trains_only_the_heads_whose_phrases_changed_and_at_most_its_cap(big, settings, monkeypatch):
+    """Every refit trained every user's head again over all shared phrases (28 users over 20,000 shared phrases:
+    13 minutes a refit). A head trained on the same inputs is reused; a refit trains at most
+    RESOLVE_USER_HEADS_PER_REFIT personal heads (no head first, then the least recently trained); the others keep
+    their newest head while it covers the same verbs."""
+    from learning.services.phrases import learned_phrase_upsert
+
+    prior, verb = _three_users_with_heads(settings)
     from learning.services import decisions as fitting
 
     trained = []
@@ -978,15 +988,7 @@ def test_an_agent_that_reads_only_its_own_user_data_decides_without_personal_hea
 
 
 def test_a_process_keeps_at_most_its_budget_of_head_weights(big, settings):
-    from learning.models import Verb
-    from learning.services.phrases import learned_phrase_upsert
-
-    settings.RESOLVE_USER_HEAD_MIN_PHRASES = 3
-    prior = decision_prior_fit()
-    verb = Verb.objects.get(name="weather.get")
-    for user in ("alice", "bob", "carol"):
-        for text in ["umbrella needed?", "sunny or not", f"degrees outside now for {user}"]:
-            learned_phrase_upsert(phrase=text, verb=verb, user_id=user)
+    prior, verb = _three_users_with_heads(settings)
     _labelled(300, np.random.default_rng(3), prior)
     version = decision_refit()["shadow"]
     decision_cache_clear()
