@@ -31,6 +31,11 @@ _agent: ContextVar = ContextVar("tenant_agent", default=None)
 _in_request: ContextVar = ContextVar("tenant_in_request", default=False)
 
 
+def _normalised(tenants):
+    """``ALL``, or the tenant ids as a sorted tuple without repeats."""
+    return ALL if tenants == ALL else tuple(sorted({int(t) for t in tenants}))
+
+
 def _value(scope) -> str:
     if scope == ALL:
         return ALL
@@ -83,7 +88,7 @@ def _setting_set(value: str) -> None:
 @contextmanager
 def tenant_scope(tenants):
     """Run the block in one transaction that sees only ``tenants`` (ids, or ``ALL``)."""
-    scope = ALL if tenants == ALL else tuple(sorted({int(t) for t in tenants}))
+    scope = _normalised(tenants)
     with _transaction() as previous:
         _setting_set(_value(scope))
         token = _scope.set(scope)
@@ -111,7 +116,7 @@ def tenant_session(tenants):
         with tenant_scope(tenants):
             yield
         return
-    scope = ALL if tenants == ALL else tuple(sorted({int(t) for t in tenants}))
+    scope = _normalised(tenants)
     previous = _setting_get()
     _session_set(connection, _value(scope))
     token, session_token = _scope.set(scope), _session.set(_value(scope))
@@ -168,7 +173,7 @@ def _transaction():
 
 def tenant_enter(tenants, *, agent=None) -> None:
     """Inside ``tenant_request``: from here on the request sees ``tenants`` (ids, or ``ALL``), acting as ``agent``."""
-    scope = ALL if tenants == ALL else tuple(sorted({int(t) for t in tenants}))
+    scope = _normalised(tenants)
     if not _in_request.get():
         return  # a view that reads no tenant's rows (the schema): nothing to scope, nothing left behind
     _setting_set(_value(scope))

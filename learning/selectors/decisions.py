@@ -212,9 +212,9 @@ def _learned_rows_add(queryset, out) -> None:
 
 
 def decision_heads_newest(*, model: str, users: list[str | None]) -> dict:
-    """{user id (None: the deployment): (head id, inputs digest, fit version)} of the newest stored head of each scope in
-    ``users`` among the fits of embedding ``model`` (weights are read apart, ``decision_head_weights``: only the
-    heads that are reused)."""
+    """{user id (None: the deployment): (head id, inputs digest, fit version, verbs it scores)} of the newest
+    stored head of each scope in ``users`` among the fits of embedding ``model`` (not its weights: a head that
+    is reused is copied in the database, ``services.decisions._heads_save``)."""
     scope = Q(user_id__in=[u for u in users if u is not None])
     if None in users:
         scope |= Q(user_id__isnull=True)
@@ -222,15 +222,9 @@ def decision_heads_newest(*, model: str, users: list[str | None]) -> dict:
         DecisionHead.objects.filter(scope, fit__embedding_model=model)
         .order_by("user_id", "-fit__version")
         .distinct("user_id")
-        .values_list("user_id", "pk", "inputs_digest", "fit__version")
+        .values_list("user_id", "pk", "inputs_digest", "fit__version", "anchors")
     )
-    return {user_id: (pk, digest, version) for user_id, pk, digest, version in rows}
-
-
-def decision_head_weights(head_id: int) -> tuple[bytes, dict]:
-    """(weights, anchors per verb) of a stored head."""
-    weights, anchors = DecisionHead.objects.values_list("weights", "anchors").get(pk=head_id)
-    return bytes(weights), anchors
+    return {user_id: (pk, digest, version, frozenset(anchors)) for user_id, pk, digest, version, anchors in rows}
 
 
 def decision_anchor_count(*, model: str) -> int:

@@ -130,8 +130,8 @@ def decision_fits_serialised():
     higher version; the one that waited fits what is there when it gets the lock. Inside a transaction the lock
     is the transaction's: it ends with its commit or rollback, so the next fit reads what this one committed and
     an error cannot leave it held. Outside one (the fit tasks and ``fit_decision`` run in ``tenant_session``,
-    each fit committing its own short transactions) it is the session's, released at the end. A fit with every tenant in scope excludes every tenant's fit (key 0, taken shared by each tenant's).
-    Re-entrant (a refit that fits the prior takes it once more)."""
+    each fit committing its own short transactions) it is the session's, released at the end. A fit with every
+    tenant in scope excludes every tenant's fit (key 0, taken shared by each tenant's). Re-entrant (a refit that fits the prior takes it once more)."""
     tenants = tenant_filter_ids()
     keys = [(0, True), (tenants[0], False)] if tenants else [(0, False)]  # (key, shared)
     if connection.in_atomic_block:
@@ -184,7 +184,7 @@ def _train_head(rows, user_id: str | None, warm_version: int | None, words: bool
     verbs = sorted(set(names))
     vid = {v: i for i, v in enumerate(verbs)}
     X, y = np.vstack(vectors), np.array([vid[n] for n in names])
-    trust = np.minimum(1.0, np.asarray(conf) / settings.RESOLVE_TRUSTED_CONFIDENCE)
+    trust = _trust(conf)
     warm = None
     if warm_version is not None:
         try:
@@ -200,14 +200,18 @@ def _train_head(rows, user_id: str | None, warm_version: int | None, words: bool
     return decision.head_dumps(head, verbs), {v: int(counts[i]) for i, v in enumerate(verbs)}
 
 
+def _trust(confidence) -> np.ndarray:
+    """Each anchor's weight in a head (``anchor_trust`` of its confidence)."""
+    return np.array([anchor_trust(c) for c in confidence], dtype=np.float64)
+
+
 def _digest(rows, words: bool, prefix: str = "") -> str:
     vectors, names, _, conf, texts = rows
     X = np.vstack(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
-    trust = np.minimum(1.0, np.asarray(conf, dtype=np.float64) / settings.RESOLVE_TRUSTED_CONFIDENCE)
-    return decision.head_inputs_digest(X, names, trust, texts if words else None, prefix=prefix)
+    return decision.head_inputs_digest(X, names, _trust(conf), texts if words else None, prefix=prefix)
 
 
-def _heads_train(model: str, *, users: bool, warm_version: int | None, words: bool = True) -> list[tuple]:
+def _heads_train(model: str, *, users: bool, warm_version: int | None, words: bool = True) -> tuple[list, list]:
     """The deployment's head (learning words or not: ``words``, what the catalogue's folds chose) and, with
     ``users``, one per user with enough phrases of their own (always learning words: users' taught phrases),
     trained on the shared anchors (catalogue and global phrases, read once) and that user's phrases only.
@@ -215,14 +219,15 @@ def _heads_train(model: str, *, users: bool, warm_version: int | None, words: bo
     RESOLVE_USER_HEADS_PER_REFIT personal heads are trained, users without a head first, then those trained
     longest ago; the others keep their newest head while it covers the same verbs (else the deployment's
     serves them) until a later refit reaches them. Trained before the transaction that stores them (a head
-    over many phrases takes a while). Answers [(user id or None, weights, phrases per verb, inputs digest)]."""
+    over many phrases takes a while). Answers [(user id or None, weights, phrases per verb, inputs digest)] of the
+    heads trained, and [id of a stored head] of the heads that serve again (copied by ``_heads_save``)."""
     shared = selectors.decision_anchor_rows(model=model)
     scopes = [None]
     if users:
         scopes += selectors.users_with_phrases(model=model, min_phrases=settings.RESOLVE_USER_HEAD_MIN_PHRASES)
     newest = selectors.decision_heads_newest(model=model, users=scopes)
     shared_digests = {w: _digest(shared, w) for w in {words, True} if users or w == words}
-    heads, due = [], []
+    heads, reused, due = [], [], []
     for user_id in scopes:
         own = None
         if user_id is None:
@@ -234,7 +239,7 @@ def _heads_train(model: str, *, users: bool, warm_version: int | None, words: bo
             digest = _digest(own, True, prefix=f"{shared_digests[True]}|{user_id}")
         stored = newest.get(user_id)
         if stored is not None and stored[1] == digest:
-            heads.append((user_id, *selectors.decision_head_weights(stored[0]), digest))
+            reused.append(stored[0])
         else:
             due.append((user_id, own, digest, stored))
     due.sort(key=lambda d: (d[0] is not None, d[3] is not None, d[3][2] if d[3] else 0))
@@ -242,11 +247,9 @@ def _heads_train(model: str, *, users: bool, warm_version: int | None, words: bo
     for user_id, own, digest, stored in due:
         rows = shared if own is None else _rows_join(shared, own)
         if user_id is not None and trained >= settings.RESOLVE_USER_HEADS_PER_REFIT:
-            if stored is not None:
-                weights, anchors = selectors.decision_head_weights(stored[0])
-                if set(anchors) == set(rows[1]):  # it still scores every verb in play
-                    heads.append((user_id, weights, anchors, stored[1]))
-                    kept += 1
+            if stored is not None and stored[3] == set(rows[1]):  # it still scores every verb in play
+                reused.append(stored[0])
+                kept += 1
             continue
         got = _train_head(rows, user_id, warm_version, words if user_id is None else True)
         if got is not None:
@@ -262,14 +265,25 @@ def _heads_train(model: str, *, users: bool, warm_version: int | None, words: bo
             left,
             settings.RESOLVE_USER_HEADS_PER_REFIT,
         )
-    return heads
+    return heads, reused
 
 
-def _heads_save(fit: DecisionFit, heads: list[tuple]) -> int:
+def _heads_save(fit: DecisionFit, heads: tuple[list, list]) -> int:
+    """Store ``_heads_train``'s answer with ``fit``: the heads trained, and copies of the stored heads that serve
+    again (copied row to row in the database: their weights never pass through this process)."""
+    trained, reused = heads
     DecisionHead.objects.bulk_create(
-        [DecisionHead(fit=fit, user_id=u, weights=w, anchors=a, inputs_digest=d) for u, w, a, d in heads]
+        [DecisionHead(fit=fit, user_id=u, weights=w, anchors=a, inputs_digest=d) for u, w, a, d in trained]
     )
-    return len(heads)
+    if reused:
+        table = DecisionHead._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} (tenant_id, fit_id, user_id, weights, anchors, inputs_digest, created_at) "
+                f"SELECT tenant_id, %s, user_id, weights, anchors, inputs_digest, now() FROM {table} WHERE id = ANY(%s)",
+                [fit.pk, reused],
+            )
+    return len(trained) + len(reused)
 
 
 def _held_out_better(a: dict, b: dict) -> bool:
@@ -316,7 +330,7 @@ def _prior_fit() -> DecisionFit | None:
         max_wrong_rate=settings.RESOLVE_MAX_WRONG_RATE,
         min_labels=settings.RESOLVE_PRIOR_MIN_EXAMPLES,
         learned=np.array(is_learned, dtype=bool),
-        trust=np.array([anchor_trust(c) for c in confidence]),
+        trust=_trust(confidence),
         max_open_rate=settings.RESOLVE_MAX_OPEN_RATE,
         max_queries=settings.RESOLVE_PRIOR_MAX_QUERIES,
         max_train=settings.RESOLVE_PRIOR_MAX_TRAIN,
