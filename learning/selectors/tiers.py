@@ -27,14 +27,6 @@ from learning.models import (
 from learning.selectors.indexes import learned_tenant_indexes
 from tenants.context import private_agent_id, tenant_filter_ids
 
-"""Reads for the learning app: catalogue, learned phrases, blocklist, vector searches, candidates,
-disambiguations, evidence and fitted profiles.
-
-Vector searches order by pgvector's cosine distance so the HNSW index is used;
-connections run with ``hnsw.iterative_scan`` so user and domain filters never
-starve a search of results.
-"""
-
 
 @dataclass(frozen=True)
 class Hit:
