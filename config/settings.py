@@ -102,6 +102,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "common.timing.ServerTimingMiddleware",  # first, so its total covers the others
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
@@ -116,6 +117,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "simple_history.middleware.HistoryRequestMiddleware",
 ]
+# Server-Timing: the durations of a request's named steps (embedding, tiers, decision, records) in a response
+# header, for developer tools and APM agents (common/timing.py).
+SERVER_TIMING = env_bool("SERVER_TIMING", True)
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

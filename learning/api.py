@@ -15,6 +15,7 @@ from agents.models import Agent
 from common.api import ApplicationError, error_response
 from common.parsers import LimitedJSONParser
 from common.schema import ERROR_RESPONSES, ErrorSerializer
+from common.timing import timed
 from learning import selectors
 from learning.importing import ImportFormatError, check_size, parse
 from learning.resolution import resolve
@@ -64,8 +65,9 @@ class ResolveApi(TenantApiView):
         serializer = ResolveRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         result = resolve(**serializer.validated_data)
-        disambiguation_record(resolution=result, agent=request.user, domain=serializer.validated_data.get("domain"))
-        resolution_record(resolution=result, agent=request.user, domain=serializer.validated_data.get("domain"))
+        with timed("record"):
+            disambiguation_record(resolution=result, agent=request.user, domain=serializer.validated_data.get("domain"))
+            resolution_record(resolution=result, agent=request.user, domain=serializer.validated_data.get("domain"))
         body = result.as_dict()
         if result.outcome != "ambiguous":
             body.pop("options")

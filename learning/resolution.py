@@ -20,6 +20,7 @@ import numpy as np
 from django.conf import settings
 
 from common.text import normalize_phrase
+from common.timing import timed
 from embeddings.embedders import current_model_name, embed_query
 from learning import decision, selectors
 from learning.scoring import Source, anchor_trust, semantic_scores
@@ -134,7 +135,8 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             best[verb] = Candidate(verb=verb, score=round(float(score), 4), source=source, matched_phrase=matched)
 
     # Tiers 1-2: exact learned phrases, the user's before global ones.
-    exact = selectors.learned_exact(normalized=normalized, user_id=user_id, domain=domain)
+    with timed("exact"):
+        exact = selectors.learned_exact(normalized=normalized, user_id=user_id, domain=domain)
     for row in exact:
         source = Source.USER_LEARNED_EXACT if row.user_id else Source.LEARNED_EXACT
         offer(row.verb, row.confidence, source, row.phrase)
@@ -151,24 +153,26 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             r.explanation = {"rule": "exact", "confidence": round(float(top.confidence), 4), "trusted_confidence": trusted}
             return r
 
-    vector, model, reason = embed_query(normalized)
+    with timed("embed"):
+        vector, model, reason = embed_query(normalized)
     # Tiers 3-7 come back from one query (see selectors.tier_rows).
     k_learned, k_catalogue = max(limit * 4, 20), max(limit * 6, 30)
-    rows = selectors.tier_rows(
-        normalized=normalized,
-        vector=vector,
-        model=model,
-        user_id=user_id,
-        domain=domain,
-        k_learned=k_learned,
-        k_catalogue=k_catalogue,
-        k_blocks=20,
-        block_threshold=p["blocklist_threshold"],
-        learned=settings.RESOLVE_USE_LEARNED_SEMANTIC,
-        k_evidence=settings.FEEDBACK_EVIDENCE_K if settings.RESOLVE_USE_FEEDBACK_PENALTY else 0,
-        evidence_similarity=p["evidence_similarity"],
-        stamp=exact.stamp,
-    )
+    with timed("tiers"):
+        rows = selectors.tier_rows(
+            normalized=normalized,
+            vector=vector,
+            model=model,
+            user_id=user_id,
+            domain=domain,
+            k_learned=k_learned,
+            k_catalogue=k_catalogue,
+            k_blocks=20,
+            block_threshold=p["blocklist_threshold"],
+            learned=settings.RESOLVE_USE_LEARNED_SEMANTIC,
+            k_evidence=settings.FEEDBACK_EVIDENCE_K if settings.RESOLVE_USE_FEEDBACK_PENALTY else 0,
+            evidence_similarity=p["evidence_similarity"],
+            stamp=exact.stamp,
+        )
     # Tier 5: the semantic blocklist (blocked verbs are dropped below).
     blocked = rows.blocked
     # Tier 6: catalogue phrases, exact then substring (first, so they win ties with the anchors below).
@@ -195,23 +199,24 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     penalties = {c.verb: round(before[c.verb] - c.score, 4) for c in candidates if before[c.verb] != c.score}
     context = {"blocks": sorted(blocked), "penalties": penalties}
     if learned_rule and vector is not None:
-        learned, fallback = _learned_finish(
-            request_id,
-            text,
-            user_id,
-            domain,
-            candidates,
-            rows,
-            vector,
-            p,
-            limit,
-            model=model,
-            reason=reason,
-            before=before,
-            endorsed=endorsed,
-            context=context,
-            normalized=normalized,
-        )
+        with timed("decide"):
+            learned, fallback = _learned_finish(
+                request_id,
+                text,
+                user_id,
+                domain,
+                candidates,
+                rows,
+                vector,
+                p,
+                limit,
+                model=model,
+                reason=reason,
+                before=before,
+                endorsed=endorsed,
+                context=context,
+                normalized=normalized,
+            )
         if learned is not None:
             return learned
         reason = reason or fallback

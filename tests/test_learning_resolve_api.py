@@ -3,6 +3,7 @@
 import pytest
 
 from learning.models import LearnedPhrase, Verb
+from learning.services.phrases import learned_phrase_upsert
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/resolve"
@@ -90,3 +91,39 @@ def test_schema_and_docs_work_offline(client):
     assert r.status_code == 200
     assert b"drf_spectacular_sidecar" in r.content or b"swagger-ui" in r.content
     assert b"cdn.jsdelivr" not in r.content
+
+
+def _server_timing(response) -> dict:
+    spans = {}
+    for part in response["Server-Timing"].split(","):
+        name, dur = part.strip().split(";dur=")
+        spans[name] = float(dur)
+    return spans
+
+
+def test_a_resolve_answer_says_where_its_time_went(api, catalogue):
+    r = api.post(URL, {"text": "show me every client business unit", "user_id": "alice"}, format="json")
+    assert r.status_code == 200
+    spans = _server_timing(r)
+    assert {"exact", "embed", "tiers", "decide", "record", "total"} <= set(spans)
+    assert all(ms >= 0.0 for ms in spans.values())
+    assert spans["total"] >= sum(ms for name, ms in spans.items() if name != "total")
+
+
+def test_a_trusted_exact_phrase_is_answered_without_an_embedding_and_the_timing_shows_it(api, catalogue):
+    learned_phrase_upsert(phrase="my units please", verb=catalogue["cbu.list"], user_id="alice")
+    r = api.post(URL, {"text": "my units please", "user_id": "alice"}, format="json")
+    assert r.json()["verb"] == "cbu.list"
+    assert set(_server_timing(r)) == {"exact", "record", "total"}
+
+
+def test_errors_carry_the_timing_header_too_and_the_setting_turns_it_off(api, catalogue, settings):
+    assert "total" in _server_timing(api.post(URL, {"text": ""}, format="json"))
+    settings.SERVER_TIMING = False
+    from rest_framework.test import APIClient
+
+    fresh = APIClient()  # middleware is loaded per client handler
+    fresh.credentials(HTTP_AUTHORIZATION=f"Bearer {api.raw}")
+    r = fresh.post(URL, {"text": "list all cbus"}, format="json")
+    assert r.status_code == 200
+    assert "Server-Timing" not in r
