@@ -449,11 +449,10 @@ def main():
     steps = in_request[-1]
     body += (
         f"\n\nWhere a request's time went at {results[-1][0]:,} phrases (p50 of each step of the answers' Server-Timing "
-        "header, ms): " + ", ".join(f"{k} {steps[k]:.2f}" for k in STEPS) + ". The embedding inside a request takes "
-        f"{steps['embed']:.2f} ms against {results[-1][3]:.2f} ms in a loop of embeddings alone: the model's weights "
-        "(about 22 MB) no longer sit in the CPU caches after the request's other work and the database's "
-        "(on the embedded default both share the machine's cores). The app overhead column counts that "
-        "difference as overhead; the last column counts only the time outside the embedding."
+        "header, ms): " + ", ".join(f"{k} {steps[k]:.2f}" for k in STEPS) + ". The embedding inside a request took "
+        f"{steps['embed']:.2f} ms against {results[-1][3]:.2f} ms in a loop of embeddings alone (the target's embedding "
+        "time); the last column is the request's time outside its own embedding. The total is the request inside "
+        "Django; the rest of the wall time is gunicorn, the TCP connect and the client."
     )
     body += f"\n\n{QUERIES} distinct test utterances per size over HTTP (gunicorn, 1 sync worker, loopback; the sync worker closes each connection, so every request includes a TCP connect), half with a user id. Target: p50 <= embed + 10 ms. The learned phrases were vacuumed after each load and move (VACUUM ANALYZE), so autovacuum does not run beside the measurement."
     body += (
