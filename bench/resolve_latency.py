@@ -124,7 +124,10 @@ def http_latencies(port: int, key: str, texts: list[str], users: list[str | None
             raise SystemExit(f"HTTP {response.status}: {payload[:300]!r}")
         latencies.append(elapsed)
         if spans is not None:
-            spans.append(server_timing(response.getheader("Server-Timing", "")))
+            steps = server_timing(response.getheader("Server-Timing", ""))
+            if "total" not in steps:
+                raise SystemExit("the answer has no Server-Timing header: is SERVER_TIMING off?")
+            spans.append(steps)
     conn.close()
     return latencies
 
@@ -373,7 +376,7 @@ def main():
         pg_ms = raw_pgvector_ms(vectors, users[WARMUP:])
         if definition:
             recall = recall_at_5(vectors[:RECALL_SAMPLE], users[WARMUP : WARMUP + RECALL_SAMPLE], embedder.model_name)
-        server, port = start_gunicorn(DB)
+        server, port = start_gunicorn(DB, extra_env={"SERVER_TIMING": "1"})
         try:
             http_latencies(port, raw, queries[:WARMUP], users[:WARMUP])
             spans = []
@@ -399,7 +402,7 @@ def main():
         keys = [agent_key_create(agent_name=f"bench-{t.slug}", scopes=["resolve"], tenant=t)[1] for t in tenants]
         queries = test[len(sizes) * (WARMUP + QUERIES) : (len(sizes) + 1) * (WARMUP + QUERIES)]
         users = [f"user{rng.randrange(n_users)}" if i % 2 else None for i in range(len(queries))]
-        server, port = start_gunicorn(DB)
+        server, port = start_gunicorn(DB, extra_env={"SERVER_TIMING": "1"})
         per_tenant: dict[int, list[float]] = {i: [] for i in range(len(tenants))}
         try:
             for i in range(len(tenants)):  # warm every tenant's decision and verb caches
@@ -451,7 +454,7 @@ def main():
         f"\n\nWhere a request's time went at {results[-1][0]:,} phrases (p50 of each step of the answers' Server-Timing "
         "header, ms): " + ", ".join(f"{k} {steps[k]:.2f}" for k in STEPS) + ". The embedding inside a request took "
         f"{steps['embed']:.2f} ms against {results[-1][3]:.2f} ms in a loop of embeddings alone (the target's embedding "
-        "time); the last column is the request's time outside its own embedding. The total is the request inside "
+        "time); the last column is the p50 of the requests minus the p50 of their embedding. The total is the request inside "
         "Django; the rest of the wall time is gunicorn, the TCP connect and the client."
     )
     body += f"\n\n{QUERIES} distinct test utterances per size over HTTP (gunicorn, 1 sync worker, loopback; the sync worker closes each connection, so every request includes a TCP connect), half with a user id. Target: p50 <= embed + 10 ms. The learned phrases were vacuumed after each load and move (VACUUM ANALYZE), so autovacuum does not run beside the measurement."
