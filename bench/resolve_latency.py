@@ -108,6 +108,8 @@ def load_phrases(target: int, base_vecs, base: list, verb_ids: dict, rng: random
 
 def http_latencies(port: int, key: str, texts: list[str], users: list[str | None], spans: list | None = None) -> list[float]:
     """Wall times of the requests (ms); ``spans``: filled with each answer's Server-Timing steps (ms by name)."""
+    from common.timing import header_parse
+
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     latencies = []
@@ -124,22 +126,12 @@ def http_latencies(port: int, key: str, texts: list[str], users: list[str | None
             raise SystemExit(f"HTTP {response.status}: {payload[:300]!r}")
         latencies.append(elapsed)
         if spans is not None:
-            steps = server_timing(response.getheader("Server-Timing", ""))
+            steps = header_parse(response.getheader("Server-Timing", ""))
             if "total" not in steps:
                 raise SystemExit("the answer has no Server-Timing header: is SERVER_TIMING off?")
             spans.append(steps)
     conn.close()
     return latencies
-
-
-def server_timing(header: str) -> dict:
-    """``embed;dur=6.1, total;dur=14.2`` -> {"embed": 6.1, "total": 14.2}."""
-    out = {}
-    for part in header.split(","):
-        name, _, dur = part.strip().partition(";dur=")
-        if name and dur:
-            out[name] = float(dur)
-    return out
 
 
 def raw_pgvector_ms(vectors, users) -> list[float]:
@@ -384,7 +376,8 @@ def main():
         finally:
             stop_gunicorn(server)
         results.append((size, pct(lat, 50), pct(lat, 95), pct(embed_ms, 50), pct(pg_ms, 50), pct(pg_ms, 95)))
-        in_request.append({k: pct([sp.get(k, 0.0) for sp in spans], 50) for k in STEPS})
+        # each step's p50 over the answers that ran it (a trusted exact phrase skips the embedding and the tiers)
+        in_request.append({k: pct([sp[k] for sp in spans if k in sp] or [0.0], 50) for k in STEPS})
 
     tenant_rows, tenant_result = [], ""
     if args.tenants > 1:

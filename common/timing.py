@@ -29,7 +29,18 @@ def timed(name: str):
 
 
 def header_value(spans: dict) -> str:
+    """{"embed": 6.12, "total": 14.9} -> ``embed;dur=6.12, total;dur=14.90``."""
     return ", ".join(f"{name};dur={ms:.2f}" for name, ms in spans.items())
+
+
+def header_parse(value: str) -> dict:
+    """Inverse of ``header_value`` (for clients, tests and benchmarks): the steps that carry a duration."""
+    out = {}
+    for part in value.split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        if name and dur:
+            out[name] = float(dur)
+    return out
 
 
 class ServerTimingMiddleware:

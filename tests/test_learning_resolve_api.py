@@ -2,6 +2,7 @@
 
 import pytest
 
+from common.timing import header_parse
 from learning.models import LearnedPhrase, Verb
 from learning.services.phrases import learned_phrase_upsert
 
@@ -94,11 +95,7 @@ def test_schema_and_docs_work_offline(client):
 
 
 def _server_timing(response) -> dict:
-    spans = {}
-    for part in response["Server-Timing"].split(","):
-        name, dur = part.strip().split(";dur=")
-        spans[name] = float(dur)
-    return spans
+    return header_parse(response["Server-Timing"])
 
 
 def test_a_resolve_answer_says_where_its_time_went(api, catalogue):
