@@ -15,21 +15,41 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("VAR_DIR", BASE_DIR / "var"))
 
 
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
 def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    if value is None:
+    """A yes/no variable: 1/true/yes/on or 0/false/no/off (any case); unset or empty: ``default``. Anything else
+    stops the start with the variable's name: a typo must not turn a security or behaviour switch silently off."""
+    value = (os.environ.get(name) or "").strip().lower()
+    if not value:
         return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    if value in _TRUE | _FALSE:
+        return value in _TRUE
+    raise ImproperlyConfigured(f"{name}={os.environ[name]!r}: expected one of 1/true/yes/on or 0/false/no/off.")
+
+
+def _env_number(name: str, default, kind):
+    value = (os.environ.get(name) or "").strip()
+    if not value:
+        return default
+    try:
+        number = kind(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r}: expected {'a number' if kind is float else 'a whole number'}.") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ImproperlyConfigured(f"{name}={value!r}: expected a finite number.")
+    return number
 
 
 def env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return default if value in (None, "") else float(value)
+    """A number variable (unset or empty: ``default``); anything that is not a finite number stops the start."""
+    return _env_number(name, default, float)
 
 
 def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return default if value in (None, "") else int(value)
+    """A whole-number variable (unset or empty: ``default``); anything else stops the start."""
+    return _env_number(name, default, int)
 
 
 DEBUG = env_bool("DEBUG", False)

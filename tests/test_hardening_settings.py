@@ -57,6 +57,34 @@ def test_refuses_to_start_with_a_floor_quantile_or_prior_cap_out_of_range(env, n
     assert "ImproperlyConfigured" in result.stderr and named in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"SERVER_TIMING": "maybe"}, "SERVER_TIMING"),  # a typo must not switch a setting silently off
+        ({"SESSION_COOKIE_SECURE": "ture"}, "SESSION_COOKIE_SECURE"),
+        ({"RESOLVE_MAX_WRONG_RATE": "3%"}, "RESOLVE_MAX_WRONG_RATE"),
+        ({"RESOLVE_MAX_WRONG_RATE": "nan"}, "RESOLVE_MAX_WRONG_RATE"),
+        ({"RESOLVE_REFIT_EVERY_LABELS": "2.5"}, "RESOLVE_REFIT_EVERY_LABELS"),
+    ],
+)
+def test_refuses_to_start_with_a_value_it_cannot_read(env, named):
+    result = _run(SETUP, DEBUG="1", **env)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr and named in result.stderr
+
+
+def test_reads_yes_no_values_in_any_case_and_empty_as_the_default():
+    show = [
+        "-c",
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.SERVER_TIMING, s.CSP_ENFORCE, s.RESOLVE_MAX_WRONG_RATE, s.RESOLVE_REFIT_EVERY_LABELS)",
+    ]
+    result = _run(
+        show, DEBUG="1", SERVER_TIMING="Off", CSP_ENFORCE=" YES ", RESOLVE_MAX_WRONG_RATE="0.02", RESOLVE_REFIT_EVERY_LABELS=""
+    )
+    assert result.stdout.split() == ["False", "True", "0.02", "200"], result.stderr
+
+
 def test_starts_for_local_use_with_debug_and_in_production_with_both_set():
     assert "started" in _run(SETUP, DEBUG="1").stdout
     assert "started" in _run(SETUP, SECRET_KEY=PROD["SECRET_KEY"], ALLOWED_HOSTS="a.example").stdout
