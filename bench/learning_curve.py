@@ -5,7 +5,7 @@
 Start: the catalogue is 5 training phrases per intent (fixed seed 77; verbs ``<domain>.<intent>``), and the
 catalogue prior is fitted on it (learning.services.decisions.decision_prior_fit, what ``manage.py fit_decision``
 does). Stream: the rest of the training set in a fixed shuffled order (seed 2024), one simulated user, driven IN
-PROCESS through the same services the API calls (resolve -> resolution_record + disambiguation_record, then
+PROCESS through the same services the API calls (resolve -> resolution_store, then
 phrase_confirmation_apply / phrase_correction_apply / disambiguation_select / disambiguation_abandon; Celery is
 eager, so signal processing and decision refits run inline as the API would trigger them):
 
@@ -180,12 +180,10 @@ def interact(ex, stats: Counter) -> None:
     from common.api import ApplicationError
     from learning.resolution import resolve
     from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
-    from learning.services.decisions import resolution_record
-    from learning.services.disambiguations import disambiguation_abandon, disambiguation_record, disambiguation_select
+    from learning.services.disambiguations import disambiguation_abandon, disambiguation_select, resolution_store
 
     r = resolve(text=ex.text, user_id=USER)
-    disambiguation_record(resolution=r)
-    resolution_record(resolution=r)
+    resolution_store(resolution=r)
     text = ex.text[:500]
     try:
         if r.outcome == "resolved":

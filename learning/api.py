@@ -47,8 +47,7 @@ from learning.serializers import (
 from learning.services.blocks import phrase_block_add, phrase_block_delete, phrase_block_expire
 from learning.services.candidates import candidate_approve, candidate_get, candidate_reject
 from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
-from learning.services.decisions import resolution_record
-from learning.services.disambiguations import disambiguation_abandon, disambiguation_record, disambiguation_select
+from learning.services.disambiguations import disambiguation_abandon, disambiguation_select, resolution_store
 from learning.services.imports import phrases_import
 
 # Learning API: resolve what a user typed.
@@ -66,8 +65,7 @@ class ResolveApi(TenantApiView):
         serializer.is_valid(raise_exception=True)
         result = resolve(**serializer.validated_data)
         with timed("record"):
-            disambiguation_record(resolution=result, agent=request.user, domain=serializer.validated_data.get("domain"))
-            resolution_record(resolution=result, agent=request.user, domain=serializer.validated_data.get("domain"))
+            resolution_store(resolution=result, agent=request.user, domain=serializer.validated_data.get("domain"))
         body = result.as_dict()
         if result.outcome != "ambiguous":
             body.pop("options")

@@ -32,8 +32,7 @@ from learning.serializers import (
     DisambiguationSelectSerializer,
     ResolveResponseSerializer,
 )
-from learning.services.decisions import resolution_record
-from learning.services.disambiguations import disambiguation_abandon, disambiguation_record, disambiguation_select
+from learning.services.disambiguations import disambiguation_abandon, disambiguation_select, resolution_store
 from tenants.context import tenant_scope
 from tenants.selectors import user_home_tenant_id
 
@@ -79,8 +78,7 @@ class ConsoleResolveApi(ConsoleApi):
         serializer = ConsoleResolveSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         result = resolve(text=serializer.validated_data["text"], user_id=console_user_id(request.user))
-        disambiguation_record(resolution=result, channel=CONSOLE)
-        resolution_record(resolution=result)  # the console's answers are labels for the decision too
+        resolution_store(resolution=result, channel=CONSOLE)  # the console's answers are labels for the decision too
         return Response(ResolveResponseSerializer(result).data)
 
 

@@ -57,7 +57,7 @@ from learning.serializers import (
 from learning.services.blocks import phrase_block_add
 from learning.services.candidates import candidate_approve, candidate_get, candidate_reject
 from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
-from learning.services.disambiguations import disambiguation_abandon, disambiguation_record, disambiguation_select
+from learning.services.disambiguations import disambiguation_abandon, disambiguation_select, resolution_store
 from learning.services.imports import phrases_import
 from memories import api as memories_api
 from memories.serializers import MemoryItemSerializer, ObserveRequestSerializer, RetrieveRequestSerializer
@@ -135,7 +135,7 @@ class ImportPhrasesSerializer(ImportRequestSerializer):
 
 def _resolve(caller: Caller, d: dict) -> dict:
     result = resolve(**d)
-    disambiguation_record(resolution=result, agent=caller.agent, domain=d.get("domain"))
+    resolution_store(resolution=result, agent=caller.agent, domain=d.get("domain"))
     body = result.as_dict()
     if result.outcome != "ambiguous":
         body.pop("options")

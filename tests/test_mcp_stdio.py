@@ -16,7 +16,7 @@ from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 
 from agents.models import Scope
 from agents.services import agent_key_create, api_key_revoke
-from learning.models import LearnedPhrase, LearningCandidate, PhraseBlock
+from learning.models import LearnedPhrase, LearningCandidate, PhraseBlock, ResolutionRecord
 from learning.services.catalogue import verb_catalogue_load
 from mcp_server.server import tool_definitions, tools_permitted_sync
 from tests.conftest import CBU_CATALOGUE
@@ -73,6 +73,12 @@ def check_loop(answers: dict) -> None:
     assert answers["chosen"]["status"] == "selected" and answers["chosen"]["selected_verb"] == "cbu.list"
     assert answers["again"]["outcome"] == "resolved" and answers["again"]["verb"] == "cbu.list"
     assert LearnedPhrase.objects.filter(normalized="list all cbus", user_id="alice", verb__name="cbu.list").exists()
+    # every answer is stored with its explanation, and the click labels the ambiguous one for the decision fit
+    records = {str(r.request_id): r for r in ResolutionRecord.objects.filter(user_id="alice", normalized="list all cbus")}
+    first, again = records[answers["first"]["request_id"]], records[answers["again"]["request_id"]]
+    assert (first.outcome, first.label_source, first.gold_verb) == ("ambiguous", "click", "cbu.list")
+    assert first.agent_id is not None and first.label == (first.top_verb == "cbu.list")
+    assert again.outcome == "resolved" and again.verb == "cbu.list" and again.label is None
 
 
 def pending_candidate() -> LearningCandidate:

@@ -15,11 +15,12 @@ from common.text import normalize_phrase
 from embeddings.services import embeddings_compute
 from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, LearningSignal
 from learning.services.candidates import candidate_approve, candidate_record
-from learning.services.decisions import resolution_label
+from learning.services.decisions import resolution_label, resolution_record
 from learning.services.evidence import phrase_evidence_add_many
 from learning.variants import phrase_variants
 
-# Flow: learning.api.ResolveApi -> disambiguation_record (every ambiguous answer);
+# Flow: learning.api.ResolveApi (and the console, MCP) -> resolution_store -> resolution_record (every answer)
+# and disambiguation_record (every ambiguous answer);
 # select/abandon endpoints -> disambiguation_select / disambiguation_abandon (status +
 # learning signals, one transaction) -> feedback.tasks.disambiguation_signals_process_task
 # (on commit; eager by default) -> disambiguation_signals_process: positive signals
@@ -55,6 +56,15 @@ def disambiguation_record(
         )
         row_insert(request, before=ASYNC_COMMIT)  # a plain INSERT (no signals or history on this model)
         return request
+
+
+def resolution_store(*, resolution, agent=None, domain: str | None = None, channel: str = "api") -> None:
+    """Store what a resolve answered, in one transaction: the resolution with its explanation (every answer, so a
+    later click, abandon, confirmation or correction labels it for the decision fit) and, for an ``ambiguous``
+    answer, the request with the options shown. Every interface that resolves (REST, console, MCP) calls this."""
+    with transaction.atomic(savepoint=False):  # inside a request: its transaction, no savepoint round trips
+        disambiguation_record(resolution=resolution, agent=agent, domain=domain, channel=channel)
+        resolution_record(resolution=resolution, agent=agent, domain=domain)
 
 
 def _locked_request(request_id, *, agent_id: int | None, user_id: str | None, channel: str) -> DisambiguationRequest:
@@ -209,7 +219,7 @@ def disambiguation_signals_process(*, request_pk: int) -> dict:
     counts = {"promoted": 0, "accumulated": 0, "evidence": 0, "ignored": 0, "already_processed": False}
     # Vectors first, outside the transaction (the embedder's cache serves the nested services too).
     evidence_texts = sorted({s.normalized for s in pending})
-    vectors, model = embeddings_compute(evidence_texts)
+    vectors, model = embeddings_compute(texts=evidence_texts)
     vector_of = dict(zip(evidence_texts, vectors, strict=False)) if vectors else {}
     auto, accumulate = settings.FEEDBACK_AUTO_PROMOTE_CONFIDENCE, settings.FEEDBACK_ACCUMULATE_CONFIDENCE
 
