@@ -24,6 +24,9 @@ def agent_key_create(
     name = agent_name.strip()
     if not name or len(name) > 100:
         raise ApplicationError("Agent name must be 1 to 100 characters.", field="name")
+    key_name = key_name.strip()
+    if not key_name or len(key_name) > ApiKey._meta.get_field("name").max_length:
+        raise ApplicationError(f"Key name must be 1 to {ApiKey._meta.get_field('name').max_length} characters.", field="key_name")
     tenant = tenant or tenant_default()
     with transaction.atomic():
         agent, _ = Agent.objects.get_or_create(name=name, tenant=tenant)

@@ -122,6 +122,8 @@ def test_learning_command_views_print_tables():
         call_command("autonomy_report", "calibrate", agent.name, "--window-days", "0")
     with pytest.raises(CommandError):
         call_command("autonomy_report", "autonomy", "no.such")
+    with pytest.raises(CommandError, match="--limit must be at least 1"):
+        call_command("autonomy_report", "feedback", agent.name, "--limit", "-1")
 
 
 def test_beat_schedule_runs_cycles_for_all_agents():

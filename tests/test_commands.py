@@ -11,6 +11,7 @@ from common.text import text_hash
 from embeddings.embedders import current_model_name, set_embedder
 from learning.models import LearnedPhrase, Verb, VerbPhrase
 from learning.services.phrases import learned_phrase_upsert
+from tenants.models import Tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -158,6 +159,21 @@ def test_create_agent_key_rejects_unknown_scope():
     with pytest.raises(CommandError, match="Unknown scope"):
         call_command("create_agent_key", "x", "--scopes", "resolve,root", stdout=StringIO(), stderr=StringIO())
     assert not ApiKey.objects.exists()
+
+
+def test_create_agent_key_refuses_a_long_key_name_and_keeps_no_new_tenant():
+    with pytest.raises(CommandError, match="Key name must be 1 to 100 characters"):
+        call_command("create_agent_key", "x", "--key-name", "k" * 101, "--tenant", "fresh", stdout=StringIO(), stderr=StringIO())
+    assert not ApiKey.objects.exists()
+    assert not Tenant.objects.filter(slug="fresh").exists()
+
+
+@pytest.mark.parametrize("slug", ["bad slug!", "s" * 61, ""])
+def test_demo_refuses_a_tenant_that_is_not_a_slug(settings, tmp_path, slug):
+    settings.DATASETS_DIR = tmp_path
+    with pytest.raises(CommandError, match="--tenant: A tenant slug is 1 to 60"):
+        call_command("demo", "--no-admin", "--tenant", slug, stdout=StringIO())
+    assert not Tenant.objects.filter(slug=slug).exists() and not Verb.objects.exists()
 
 
 def test_demo_without_dataset_loads_built_in_catalogue(settings, tmp_path):

@@ -853,16 +853,16 @@ def test_old_retired_fits_lose_their_heads_and_can_no_longer_be_pinned(big, sett
 
 def test_promotion_refuses_few_labels_a_high_wrong_rate_or_a_bad_shadow(settings):
     fit = DecisionFit(params={"cut": 0.5}, n_labels=150, held_out={"wrong": 0.01})
-    assert not promotion_verdict(fit)[0]
+    assert not promotion_verdict(fit=fit)[0]
     fit.n_labels = 500
-    assert promotion_verdict(fit)[0]
+    assert promotion_verdict(fit=fit)[0]
     fit.held_out = {"wrong": 0.05}
-    assert not promotion_verdict(fit)[0]
+    assert not promotion_verdict(fit=fit)[0]
     fit.held_out, fit.shadow_figures = {"wrong": 0.01}, {"n": 200, "wrong": 30, "right": 150}
-    assert not promotion_verdict(fit)[0]
+    assert not promotion_verdict(fit=fit)[0]
     fit.params = {"cut": None}
     fit.shadow_figures = {}
-    assert not promotion_verdict(fit)[0]
+    assert not promotion_verdict(fit=fit)[0]
 
 
 def test_labels_of_one_user_never_train_another_users_head(big, settings):

@@ -80,25 +80,26 @@ def resolution_label(
     (``user_id``, normalised ``text``) (confirmation, correction). The label is "the top verb was right":
     a click on the top verb, a confirmation of it; a correction, an abandon, a click on another verb are wrong.
     A correction after an abandon only adds the right verb. Answers the record (None when there is none)."""
-    qs = ResolutionRecord.objects.select_for_update()
-    if request_id is not None:
-        row = qs.filter(request_id=request_id).first()
-    else:
-        row = qs.filter(user_id=user_id, normalized=normalize_phrase(text or "")).order_by("-created_at", "-id").first()
-    if row is None:
-        return None
-    if row.label is not None and not (row.label_source == ResolutionRecord.LabelSource.ABANDON and gold_verb):
-        return row  # answered already: the first answer is the label
-    if source == ResolutionRecord.LabelSource.ABANDON:
-        row.label = False
-    elif row.label_source != ResolutionRecord.LabelSource.ABANDON:
-        row.label = bool(gold_verb) and gold_verb == row.top_verb
-    if row.shadow_verb:
-        row.shadow_label = bool(gold_verb) and gold_verb == row.shadow_verb if source != "abandon" else False
-    row.gold_verb = gold_verb or row.gold_verb
-    row.label_source = row.label_source or source
-    row.labelled_at = timezone.now()
-    row.save(update_fields=["label", "shadow_label", "gold_verb", "label_source", "labelled_at"])
+    with transaction.atomic(savepoint=False):  # the caller's transaction when there is one, else its own
+        qs = ResolutionRecord.objects.select_for_update()
+        if request_id is not None:
+            row = qs.filter(request_id=request_id).first()
+        else:
+            row = qs.filter(user_id=user_id, normalized=normalize_phrase(text or "")).order_by("-created_at", "-id").first()
+        if row is None:
+            return None
+        if row.label is not None and not (row.label_source == ResolutionRecord.LabelSource.ABANDON and gold_verb):
+            return row  # answered already: the first answer is the label
+        if source == ResolutionRecord.LabelSource.ABANDON:
+            row.label = False
+        elif row.label_source != ResolutionRecord.LabelSource.ABANDON:
+            row.label = bool(gold_verb) and gold_verb == row.top_verb
+        if row.shadow_verb:
+            row.shadow_label = bool(gold_verb) and gold_verb == row.shadow_verb if source != "abandon" else False
+        row.gold_verb = gold_verb or row.gold_verb
+        row.label_source = row.label_source or source
+        row.labelled_at = timezone.now()
+        row.save(update_fields=["label", "shadow_label", "gold_verb", "label_source", "labelled_at"])
     _refit_if_due()
     return row
 
@@ -389,7 +390,7 @@ def _switch(fit: DecisionFit, *, action: str, reason: str, by=None, pin: bool | 
     return fit
 
 
-def promotion_verdict(fit: DecisionFit) -> tuple[bool, str]:
+def promotion_verdict(*, fit: DecisionFit) -> tuple[bool, str]:
     """May this shadow fit go live? Never on fewer than RESOLVE_PROMOTE_MIN_LABELS labels, never when its
     held-out wrong rate is above RESOLVE_MAX_WRONG_RATE or it would never auto-resolve, and not when the labels
     that arrived while it ran in shadow show it worse than the target (lower 90% bound above it)."""
@@ -469,7 +470,7 @@ def _refit(*, force: bool) -> dict:
             shadow.shadow_figures = selectors.shadow_figures(shadow.version)
             shadow.save(update_fields=["shadow_figures"])
             live = DecisionFit.objects.filter(status=DecisionFit.Status.LIVE).first()
-            ok, why = promotion_verdict(shadow)
+            ok, why = promotion_verdict(fit=shadow)
             if ok and not (live and live.pinned):
                 _switch(shadow, action="promoted", reason=why)
                 out["promoted"] = shadow.version

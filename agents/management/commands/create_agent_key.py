@@ -1,14 +1,11 @@
-import re
-
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from agents.models import DEFAULT_SCOPES
 from agents.services import agent_key_create
 from common.api import ApplicationError
 from tenants.models import DEFAULT_SLUG
-from tenants.services import tenant_create
-
-slug_re = re.compile(r"^[-a-zA-Z0-9_]{1,60}$")
+from tenants.services import SLUG_RE, tenant_create
 
 
 class Command(BaseCommand):
@@ -28,10 +25,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, name, scopes, key_name, tenant, **options):
         scope_list = [s.strip() for s in scopes.split(",") if s.strip()]
-        if not slug_re.match(tenant):
+        if not SLUG_RE.match(tenant):
             raise CommandError(f"--tenant must be a slug (letters, digits, - and _), not {tenant!r}.")
         try:
-            key, raw = agent_key_create(agent_name=name, scopes=scope_list, key_name=key_name, tenant=tenant_create(slug=tenant))
+            with transaction.atomic():  # a new tenant is kept only with its key
+                workspace = tenant_create(slug=tenant)
+                key, raw = agent_key_create(agent_name=name, scopes=scope_list, key_name=key_name, tenant=workspace)
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         self.stderr.write(f"Agent {key.agent.name!r} of tenant {tenant!r}, key {key.name!r}, scopes: {', '.join(key.scopes)}")

@@ -47,6 +47,10 @@ class Command(BaseCommand):
         p.add_argument("agent")
 
     def handle(self, *args, view, **options):
+        if options.get("limit") is not None and options["limit"] < 1:
+            raise CommandError("--limit must be at least 1.")
+        if options.get("window_days") is not None and options["window_days"] < 1:
+            raise CommandError("--window-days must be at least 1.")
         try:
             getattr(self, "view_" + view.replace("-", "_"))(**options)
         except ApplicationError as exc:

@@ -3,11 +3,12 @@ import os
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from rest_framework.authtoken.models import Token
 
 from agents.models import Agent, Scope
 from agents.services import agent_key_create
+from common.api import ApplicationError
 from learning import datasets
 from learning.catalogue import VerbEntry, parse_path
 from learning.services.catalogue import verb_catalogue_load
@@ -70,7 +71,10 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", default=DEFAULT_SLUG, help="Slug of the demo's tenant (default: %(default)s)")
 
     def handle(self, *args, no_key, no_admin, tenant, **options):
-        workspace = tenant_create(slug=tenant)
+        try:
+            workspace = tenant_create(slug=tenant)
+        except ApplicationError as exc:
+            raise CommandError(f"--tenant: {exc.message}") from exc
         if datasets.available():
             entries = banking_entries()
             source = f"BANKING77 from {datasets.banking77_dir()}"
