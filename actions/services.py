@@ -6,7 +6,7 @@ from actions.models import ACTION_NAME_PATTERN, Action, AutonomyLevel
 from common.api import ApplicationError, Conflict
 
 
-def action_name_validate(name) -> str:
+def action_name_validate(*, name) -> str:
     if not isinstance(name, str) or not ACTION_NAME_PATTERN.match(name.strip()) or len(name.strip()) > 100:
         raise ApplicationError(
             "Action names are lowercase dotted identifiers such as 'email.send' (at most 100 characters).", field="action"
@@ -16,7 +16,7 @@ def action_name_validate(name) -> str:
 
 def action_register(*, name: str, description: str = "") -> Action:
     """The catalogue entry for ``name``; a new name is registered at level 1 (propose only)."""
-    name = action_name_validate(name)
+    name = action_name_validate(name=name)
     with transaction.atomic():
         action, _ = Action.objects.get_or_create(
             name=name, defaults={"description": description, "autonomy_level": AutonomyLevel.PROPOSE, "auto_registered": True}
@@ -26,7 +26,7 @@ def action_register(*, name: str, description: str = "") -> Action:
 
 def action_create(*, name: str, description: str = "", autonomy_level: int = AutonomyLevel.PROPOSE) -> Action:
     """Add an action to the catalogue at a chosen starting level (catalogue loading, admin)."""
-    name = action_name_validate(name)
+    name = action_name_validate(name=name)
     if autonomy_level not in AutonomyLevel.values:
         raise ApplicationError("autonomy_level must be 1, 2 or 3.", field="autonomy_level")
     with transaction.atomic():

@@ -13,7 +13,7 @@ from embeddings.selectors import embedded_models, embedding_rows_needing_work
 logger = logging.getLogger(__name__)
 
 
-def embeddings_compute(texts: Sequence[str]) -> tuple[list | None, str]:
+def embeddings_compute(*, texts: Sequence[str]) -> tuple[list | None, str]:
     """Vectors for ``texts`` (None if the embedder fails, or on a request path does not answer within the
     request's embedding budget: the rows are stored without vectors and the backfill fills them) and the model name."""
     if not texts:
@@ -21,7 +21,7 @@ def embeddings_compute(texts: Sequence[str]) -> tuple[list | None, str]:
     return embed_batch_bounded(texts)
 
 
-def embedding_assign(rows: Sequence[Model], vectors: list | None, model: str) -> None:
+def embedding_assign(*, rows: Sequence[Model], vectors: list | None, model: str) -> None:
     """Set vector, model and text hash on unsaved rows (no-op without vectors)."""
     if vectors is None:
         return
@@ -35,10 +35,10 @@ def embeddings_refresh(*, rows: Sequence[Model]) -> int:
     """Embed ``rows`` (all of one model) and save only their vector fields; answer how many were embedded."""
     if not rows:
         return 0
-    vectors, model = embeddings_compute([r.embedding_text for r in rows])
+    vectors, model = embeddings_compute(texts=[r.embedding_text for r in rows])
     if vectors is None:
         return 0
-    embedding_assign(rows, vectors, model)
+    embedding_assign(rows=rows, vectors=vectors, model=model)
     with transaction.atomic():
         type(rows[0]).objects.bulk_update(rows, ["embedding", "embedding_model", "embedding_hash"])
     return len(rows)

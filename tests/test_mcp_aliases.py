@@ -14,8 +14,8 @@ def alias(text, canonical, user_id=None, entity_type="company", **kw):
     row = EntityAlias(
         alias=text, normalized=text.casefold(), canonical_name=canonical, entity_type=entity_type, user_id=user_id, **kw
     )
-    vectors, model = embeddings_compute([row.normalized])
-    embedding_assign([row], vectors, model)
+    vectors, model = embeddings_compute(texts=[row.normalized])
+    embedding_assign(rows=[row], vectors=vectors, model=model)
     row.save()
     return row
 

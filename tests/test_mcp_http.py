@@ -188,8 +188,8 @@ def test_http_malformed_arguments_name_the_field(base_url):
 def test_http_authentication_host_and_rest_on_the_same_port(base_url):
     key, raw = new_key()
     alias = EntityAlias(alias="Big Blue", normalized="big blue", canonical_name="IBM", entity_type="company")
-    vectors, model = embeddings_compute([alias.normalized])
-    embedding_assign([alias], vectors, model)
+    vectors, model = embeddings_compute(texts=[alias.normalized])
+    embedding_assign(rows=[alias], vectors=vectors, model=model)
     alias.save()
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}

@@ -49,7 +49,7 @@ def autonomy_cycles_run(*, agent_ids: list[int], trigger: str = "command", force
     wanted = sorted({int(a) for a in agent_ids})
     existing = set(Agent.objects.filter(pk__in=wanted).values_list("pk", flat=True))
     result = CycleSetResult(missing=[a for a in wanted if a not in existing])
-    with agents_cycle_lock([a for a in wanted if a in existing]) as acquired:
+    with agents_cycle_lock(agent_ids=[a for a in wanted if a in existing]) as acquired:
         got = set(acquired)
         result.skipped = [a for a in wanted if a in existing and a not in got]
         if result.skipped:
@@ -72,12 +72,14 @@ def _cycle_set_steps(*, agent_ids: list[int], trigger: str, force_autonomy: bool
         for p in patterns_by_ids(ids=[pk for r in detection.values() for pk in r.pattern_ids]):
             changed.setdefault(p.agent_id, []).append(p)
         for a in agent_ids:
-            log_detection(logs[a], summaries[a], detection.get(a, DetectionResult()), changed.get(a, []))
+            log_detection(
+                log=logs[a], summary=summaries[a], detection=detection.get(a, DetectionResult()), changed=changed.get(a, [])
+            )
 
         rules = correction_rules_create_for_agents(agent_ids=agent_ids)
         expired = correction_rules_expire_for_agents(agent_ids=agent_ids)
         for a in agent_ids:
-            log_rules(logs[a], summaries[a], rules.get(a, []), expired.get(a, 0))
+            log_rules(log=logs[a], summary=summaries[a], rules=rules.get(a, []), expired=expired.get(a, 0))
 
         calibration = calibration_compute_for_agents(agent_ids=agent_ids, episodes=by_agent)
         names = dict(Agent.objects.filter(pk__in=agent_ids).values_list("pk", "name"))
@@ -85,7 +87,7 @@ def _cycle_set_steps(*, agent_ids: list[int], trigger: str, force_autonomy: bool
             a: {r.action_id: (r.ece, names[a]) for r in records[1:] if r.ece is not None} for a, records in calibration.items()
         }
         for a in agent_ids:
-            log_calibration(logs[a], summaries[a], calibration[a])
+            log_calibration(log=logs[a], summary=summaries[a], records=calibration[a])
 
         evaluation = autonomy_evaluate_for_agents(
             agent_actions=agents_action_ids(
@@ -98,7 +100,14 @@ def _cycle_set_steps(*, agent_ids: list[int], trigger: str, force_autonomy: bool
         )
         for a in agent_ids:
             e = evaluation[a]
-            log_evaluation(logs[a], summaries[a], e.due, e.evaluated, e.proposed, e.skipped_open)
+            log_evaluation(
+                log=logs[a],
+                summary=summaries[a],
+                due=e.due,
+                evaluated=e.evaluated,
+                proposed=e.proposed,
+                skipped_open=e.skipped_open,
+            )
 
         EpisodeEvent.objects.bulk_create([ev for a in agent_ids for ev in logs[a]._pending], batch_size=5000)
         _finish(episodes, summaries, EpisodeStatus.COMPLETED)

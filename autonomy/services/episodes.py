@@ -43,7 +43,7 @@ def episode_finish(*, episode: Episode, summary: dict, status: str = EpisodeStat
 
 
 @contextlib.contextmanager
-def agent_cycle_lock(agent_id: int):
+def agent_cycle_lock(*, agent_id: int):
     """A PostgreSQL session advisory lock per agent; yields whether it was acquired (never waits)."""
     with connection.cursor() as cur:
         cur.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE_CYCLE, agent_id])
@@ -57,7 +57,7 @@ def agent_cycle_lock(agent_id: int):
 
 
 @contextlib.contextmanager
-def agents_cycle_lock(agent_ids: list[int]):
+def agents_cycle_lock(*, agent_ids: list[int]):
     """The same per-agent advisory locks for a set of agents, in one statement: yields the ids acquired (ascending);
     agents whose lock another session holds are left out (never waits). Released together at the end."""
     ids = sorted({int(a) for a in agent_ids})

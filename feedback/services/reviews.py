@@ -256,7 +256,7 @@ def execution_create(
 ) -> Execution:
     """Record an action the agent ran alone; only actions at level 2 or 3 may run without a proposal."""
 
-    name = action_name_validate(action)
+    name = action_name_validate(name=action)
     params = _json_object(params, field="params")
     reasoning = _json_object(reasoning, field="reasoning")
     if confidence is None:
@@ -354,7 +354,7 @@ def manual_override_record(
 ) -> FeedbackRecord:
     """A human overrode what the agent did or was about to do (``POST /api/v1/overrides``)."""
 
-    name = action_name_validate(action)
+    name = action_name_validate(name=action)
     original_action = _json_object(original_action, field="original_action")
     corrected_action = _json_object(corrected_action, field="corrected_action")
     context = _json_object(context if context is not None else {}, field="context")

@@ -14,7 +14,7 @@ def phrase_block_create(
 ) -> PhraseBlock:
     """Block ``verb`` for ``phrase`` and its paraphrases (globally or for one user)."""
     normalized = normalize_phrase(phrase)
-    vectors, model = embeddings_compute([normalized])
+    vectors, model = embeddings_compute(texts=[normalized])
     with transaction.atomic():
         block, _ = PhraseBlock.objects.select_for_update().get_or_create(
             normalized=normalized,
@@ -23,7 +23,7 @@ def phrase_block_create(
             defaults={"phrase": phrase.strip(), "reason": reason, "source": source, "expires_at": expires_at},
         )
         block.reason, block.source, block.expires_at = reason, source, expires_at
-        embedding_assign([block], vectors, model)
+        embedding_assign(rows=[block], vectors=vectors, model=model)
         block.save()
     return block
 
@@ -51,7 +51,7 @@ def _phrase_block_put(
     block = PhraseBlock.objects.select_for_update().filter(normalized=normalized, verb=verb, user_id=user_id).first()
     block = block or PhraseBlock(normalized=normalized, verb=verb, user_id=user_id)
     block.phrase, block.reason, block.source, block.expires_at = phrase.strip(), reason, source, expires_at
-    embedding_assign([block], vectors, model)
+    embedding_assign(rows=[block], vectors=vectors, model=model)
     block._history_user = history_user
     block.save()
     return block
@@ -74,7 +74,7 @@ def phrase_block_add(
     verb = _verb_by_name(verb_name, field="verb")
     if expires_at is not None and expires_at <= timezone.now():
         raise ApplicationError("The expiry must lie in the future.", field="expires_in")
-    vectors, model = embeddings_compute([normalized])
+    vectors, model = embeddings_compute(texts=[normalized])
     with transaction.atomic():
         return _phrase_block_put(
             phrase=phrase,

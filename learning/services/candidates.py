@@ -146,7 +146,7 @@ def candidate_approve(
     for automatic promotion.
     """
     _candidate_check_open(candidate, allowed=(LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED))
-    vectors, model = embeddings_compute([candidate.normalized]) if apply_immediately else (None, "")
+    vectors, model = embeddings_compute(texts=[candidate.normalized]) if apply_immediately else (None, "")
     with transaction.atomic():
         row = LearningCandidate.objects.select_for_update().get(pk=candidate.pk)
         _candidate_check_open(row, allowed=(LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED))
@@ -177,7 +177,7 @@ def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer) -
             row.occurrence_count,
             True,
         )
-        embedding_assign([alias], vectors, model)
+        embedding_assign(rows=[alias], vectors=vectors, model=model)
         alias._history_user = reviewer
         alias.save()
         return
@@ -212,7 +212,7 @@ def candidate_reject(
     if add_to_blocklist and candidate.candidate_type != LearningCandidate.Type.INVOCATION_PHRASE:
         raise ApplicationError("Only invocation phrases can be blocklisted.", field="add_to_blocklist")
     verb = _candidate_verb(candidate) if add_to_blocklist else None
-    vectors, model = embeddings_compute([candidate.normalized]) if add_to_blocklist else (None, "")
+    vectors, model = embeddings_compute(texts=[candidate.normalized]) if add_to_blocklist else (None, "")
     with transaction.atomic():
         row = LearningCandidate.objects.select_for_update().get(pk=candidate.pk)
         _candidate_check_open(row, allowed=allowed)

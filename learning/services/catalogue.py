@@ -28,7 +28,7 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry]) -> dict:
             if norm and (name, norm) not in existing and norm not in seen:
                 seen.add(norm)
                 new_phrases.append((name, text, norm))
-    vectors, model = embeddings_compute([n for _, _, n in new_phrases])
+    vectors, model = embeddings_compute(texts=[n for _, _, n in new_phrases])
 
     counts = {"verbs_created": 0, "verbs_updated": 0, "phrases_added": len(new_phrases), "unembedded": 0}
     with transaction.atomic():
@@ -46,7 +46,7 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry]) -> dict:
             counts["verbs_created" if created else "verbs_updated"] += 1
             verbs[e.name] = verb
         rows = [VerbPhrase(verb=verbs[name], text=text, normalized=norm) for name, text, norm in new_phrases]
-        embedding_assign(rows, vectors, model)
+        embedding_assign(rows=rows, vectors=vectors, model=model)
         VerbPhrase.objects.bulk_create(rows, ignore_conflicts=True)
         transaction.on_commit(verb_details_forget)
         if new_phrases:

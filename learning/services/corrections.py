@@ -56,7 +56,7 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
 
 def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, user_id: str) -> dict:
 
-    vectors, model = embeddings_compute([normalized])
+    vectors, model = embeddings_compute(texts=[normalized])
     s = settings
     anchors = []
     if vectors is not None:
@@ -150,7 +150,7 @@ def _user_phrase_lock_or_create(
                     source=source,
                     agent_id=acting_agent_id(),
                 )
-                embedding_assign([row], vectors, model)
+                embedding_assign(rows=[row], vectors=vectors, model=model)
                 row.save()
                 return row, True
         except IntegrityError:
@@ -176,7 +176,7 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
 
     if active_blocks(user_id=user_id).filter(normalized=normalized, verb=target).exists():
         raise Conflict(f"A blocklist entry forbids {text!r} → {target.name}.", field="verb", code="blocked")
-    vectors, model = embeddings_compute([normalized])
+    vectors, model = embeddings_compute(texts=[normalized])
     s = settings
     with transaction.atomic():
         row, created = _user_phrase_lock_or_create(

@@ -111,7 +111,7 @@ def phrases_import(
     with tqdm(total=len(to_embed), desc="embedding", unit="phrase", disable=not progress or not to_embed) as bar:
         for start in range(0, len(to_embed), batch):
             chunk = to_embed[start : start + batch]
-            out, model_name = embeddings_compute(chunk)
+            out, model_name = embeddings_compute(texts=chunk)
             if out is None:
                 unembedded += len(chunk)
             else:
@@ -181,7 +181,7 @@ def phrases_import(
                 updated_at=now,
             )
             if n in vectors:
-                embedding_assign([obj], [vectors[n]], model)
+                embedding_assign(rows=[obj], vectors=[vectors[n]], model=model)
             new_rows.append(obj)
         bulk_create_with_history(new_rows, LearnedPhrase, batch_size=1000, default_change_reason=f"import ({source})")
         if updated:
@@ -202,7 +202,7 @@ def phrases_import(
                     now,
                 )
                 if n in vectors:
-                    embedding_assign([obj], [vectors[n]], model)
+                    embedding_assign(rows=[obj], vectors=[vectors[n]], model=model)
                 changed.append(obj)
             bulk_update_with_history(
                 changed,

@@ -18,7 +18,7 @@ def learned_phrase_upsert(
 ) -> LearnedPhrase:
     """Teach ``phrase`` → ``verb`` for the user (or globally). A phrase already mapped in that scope is re-pointed."""
     normalized = normalize_phrase(phrase)
-    vectors, model = embeddings_compute([normalized])
+    vectors, model = embeddings_compute(texts=[normalized])
     with transaction.atomic():
         row, created = LearnedPhrase.objects.select_for_update().get_or_create(
             normalized=normalized,
@@ -31,7 +31,7 @@ def learned_phrase_upsert(
             row.source = source
             row.confidence = confidence
             row.is_active = True
-        embedding_assign([row], vectors, model)
+        embedding_assign(rows=[row], vectors=vectors, model=model)
         row.save()
     return row
 
@@ -58,7 +58,7 @@ def _learned_phrase_put(
     elif row.verb_id == verb.pk and row.is_active and row.confidence == confidence and row.embedding is not None:
         return row, "unchanged"
     row.phrase, row.verb, row.source, row.confidence, row.is_active = phrase.strip(), verb, source, confidence, True
-    embedding_assign([row], vectors, model)
+    embedding_assign(rows=[row], vectors=vectors, model=model)
     row._history_user = history_user
     row.save()
     return row, outcome

@@ -40,7 +40,7 @@ def resolution_profile_fit(
             field="gold_labels",
             code="too_few_labels",
         )
-    vectors, model = embeddings_compute([n for n, _, _ in gold])
+    vectors, model = embeddings_compute(texts=[n for n, _, _ in gold])
     if vectors is None:
         raise ApplicationError("The embedder is unavailable; try again later.", field="embedder", code="embedder_unavailable")
     p = profile(model)  # the profile in force (an active fitted profile included): the baseline

@@ -25,7 +25,7 @@ def memory_feedback(
     """
     if outcome not in ("success", "failure"):
         raise ApplicationError("Use success or failure.", field="outcome")
-    namespace = namespace_or_default(namespace)
+    namespace = namespace_or_default(value=namespace)
     if memory_ids == "last":
         last = memory_last_retrieval(user_id=user_id, namespace=namespace)
         if last is None:

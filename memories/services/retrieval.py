@@ -55,7 +55,7 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
     or without any embedded memory, the most recent verified memories answer, flagged degraded.
     """
     filters = dict(filters or {})
-    namespace = namespace_or_default(filters.pop("namespace", None))
+    namespace = namespace_or_default(value=filters.pop("namespace", None))
     vector, model, _ = embed_query(query)  # bounded by RESOLVE_EMBED_TIMEOUT_S; None when the embedder is down
     degraded_reason = ""
     items: list[RetrievedMemory] = []
@@ -98,7 +98,7 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
             cur.execute(*ASYNC_COMMIT)
         if ids:
             Memory.objects.filter(pk__in=ids).update(hits=F("hits") + 1, streak=F("streak") + 1, last_retrieved_at=timezone.now())
-            auto_promote(ids)
+            auto_promote(ids=ids)
         retrieval = MemoryRetrieval.objects.create(
             namespace=namespace, user_id=user_id, query_sha256=text_hash(query), memory_ids=ids, degraded=bool(degraded_reason)
         )

@@ -14,17 +14,17 @@ from memories.models import Memory, MemoryStatus
 logger = logging.getLogger(__name__)
 
 
-def namespace_or_default(value: str | None) -> str:
+def namespace_or_default(*, value: str | None) -> str:
     return value or settings.MEMORY_DEFAULT_NAMESPACE
 
 
-def user_lock(namespace: str, user_id: str) -> None:
+def user_lock(*, namespace: str, user_id: str) -> None:
     """Serialise writes to one user's memories until the transaction ends."""
     with connection.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"memory:{namespace}:{user_id}"])
 
 
-def embedding_schedule(ids: list[int]) -> None:
+def embedding_schedule(*, ids: list[int]) -> None:
     """Embed these memories through the Celery task: now when eager, else after commit. Never raises."""
     if not ids:
         return
@@ -41,7 +41,7 @@ def embedding_schedule(ids: list[int]) -> None:
         transaction.on_commit(send)
 
 
-def auto_promote(ids: list[int]) -> int:
+def auto_promote(*, ids: list[int]) -> int:
     """One UPDATE: candidates among ``ids`` with streak >= N or hits >= M become verified (lower confidence)."""
     if not ids:
         return 0

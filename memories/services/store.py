@@ -93,7 +93,7 @@ def memory_observe(*, user_id: str, user_message: str, assistant_message: str, m
     retrieval_id = meta.get("retrieval_id")
     if retrieval_id is not None and (isinstance(retrieval_id, bool) or not isinstance(retrieval_id, int)):
         raise ApplicationError("Must be a retrieval id.", field="meta.retrieval_id")
-    namespace = namespace_or_default(meta.get("namespace"))
+    namespace = namespace_or_default(value=meta.get("namespace"))
     if retrieval_id is not None and not memory_retrieval_exists(user_id=user_id, namespace=namespace, retrieval_id=retrieval_id):
         raise NotFound(f"Unknown retrieval id: {retrieval_id}.", field="meta.retrieval_id")
     artifact, extractor = extract(user_message=user_message, assistant_message=assistant_message, hints=hints)
@@ -183,7 +183,7 @@ def memory_store(
     }
     try:
         with transaction.atomic():
-            user_lock(namespace, user_id)
+            user_lock(namespace=namespace, user_id=user_id)
             neighbours = memory_neighbours(
                 user_id=user_id,
                 namespace=namespace,
@@ -261,7 +261,7 @@ def memory_store(
         return ObserveResult(
             DECISION_NAMES[SKIP], existing.pk, {"rule": "exact", "matched_memory_id": existing.pk, "extractor": extractor}
         )
-    embedding_schedule(to_embed)
+    embedding_schedule(ids=to_embed)
     evidence = {
         "rule": decision.rule,
         "matched_memory_id": decision.target_id,
@@ -311,5 +311,5 @@ def _merge(*, memory_id: int, artifact: Artifact, sha: str, fingerprint: int, me
     target._change_reason = "merged a duplicate observation" + (" (longer text kept)" if changed else "")
     # A save (not QuerySet.update) so the history keeps a row per merge, and with it the text it replaced.
     target.save(update_fields=fields)
-    auto_promote([memory_id])
+    auto_promote(ids=[memory_id])
     return changed
