@@ -47,6 +47,35 @@ def test_load_verbs_from_file(tmp_path):
     assert VerbPhrase.objects.count() == 3
 
 
+def test_load_verbs_embeds_in_batches_with_progress_and_keeps_a_failed_batch_for_the_backfill(tmp_path, settings, capsys):
+    from embeddings.embedders import EmbeddingError, get_embedder
+
+    real = get_embedder()
+
+    class DownForOneBatch:
+        model_name, dimension = real.model_name, real.dimension
+
+        def embed_batch(self, texts):
+            if "open a new client business unit" in texts:
+                raise EmbeddingError("embedder down for this batch (test)")
+            return real.embed_batch(texts)
+
+        def embed(self, text):
+            return self.embed_batch([text])[0]
+
+    settings.LEARNING_IMPORT_BATCH_SIZE = 1
+    set_embedder(DownForOneBatch())
+    try:
+        stderr = StringIO()
+        call_command("load_verbs", str(write(tmp_path, "a.yaml", GOOD)), stdout=StringIO(), stderr=stderr)
+    finally:
+        set_embedder(None)
+    assert "1 phrase(s) could not be embedded now" in stderr.getvalue()
+    assert "embedding: 100%" in capsys.readouterr().err  # tqdm's bar, three phrases in batches of one
+    vectors = dict(VerbPhrase.objects.values_list("normalized", "embedding_model"))
+    assert vectors == {"create a cbu": real.model_name, "open a new client business unit": "", "list all cbus": real.model_name}
+
+
 def test_load_verbs_from_directory(tmp_path):
     write(tmp_path, "a.yaml", GOOD)
     write(tmp_path, "b.yml", "- name: email.send\n  phrases: [send an email]\n")

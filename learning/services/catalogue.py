@@ -3,7 +3,9 @@
 import logging
 from collections.abc import Iterable
 
+from django.conf import settings
 from django.db import transaction
+from tqdm import tqdm
 
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
@@ -15,9 +17,25 @@ from learning.selectors import verb_details_forget
 logger = logging.getLogger(__name__)
 
 
-def verb_catalogue_load(*, entries: Iterable[VerbEntry]) -> dict:
+def _vectors(texts: list[str], *, progress: bool) -> tuple[dict, str]:
+    """Vectors of ``texts`` by text, embedded in batches before any transaction opens (``progress``: a tqdm bar);
+    a batch the embedder fails is left out (the rows are stored without vectors; the backfill fills them)."""
+    out, model, batch = {}, "", settings.LEARNING_IMPORT_BATCH_SIZE
+    with tqdm(total=len(texts), desc="embedding", unit="phrase", disable=not progress or not texts) as bar:
+        for start in range(0, len(texts), batch):
+            chunk = texts[start : start + batch]
+            vectors, name = embeddings_compute(texts=chunk)
+            if vectors is not None:
+                model = name
+                out.update(zip(chunk, vectors, strict=True))
+            bar.update(len(chunk))
+    return out, model
+
+
+def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False) -> dict:
     """Create or update verbs and their phrases, all or nothing; when phrases were added, the catalogue prior (and
-    the retrieval floors measured with it) is refitted once this commits. Answers counts."""
+    the retrieval floors measured with it) is refitted once this commits. Answers counts. ``progress``: a tqdm bar
+    while the new phrases are embedded."""
     entries = list(entries)
     wanted = {e.name: [(p, normalize_phrase(p)) for p in e.phrases] for e in entries}
     existing = {(v, n) for v, n in VerbPhrase.objects.filter(verb__name__in=wanted).values_list("verb__name", "normalized")}
@@ -28,7 +46,7 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry]) -> dict:
             if norm and (name, norm) not in existing and norm not in seen:
                 seen.add(norm)
                 new_phrases.append((name, text, norm))
-    vectors, model = embeddings_compute(texts=[n for _, _, n in new_phrases])
+    vectors, model = _vectors([n for _, _, n in new_phrases], progress=progress)
 
     counts = {"verbs_created": 0, "verbs_updated": 0, "phrases_added": len(new_phrases), "unembedded": 0}
     with transaction.atomic():
@@ -46,12 +64,12 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry]) -> dict:
             counts["verbs_created" if created else "verbs_updated"] += 1
             verbs[e.name] = verb
         rows = [VerbPhrase(verb=verbs[name], text=text, normalized=norm) for name, text, norm in new_phrases]
-        embedding_assign(rows=rows, vectors=vectors, model=model)
+        embedded = [r for r in rows if r.normalized in vectors]
+        embedding_assign(rows=embedded, vectors=[vectors[r.normalized] for r in embedded], model=model)
         VerbPhrase.objects.bulk_create(rows, ignore_conflicts=True)
         transaction.on_commit(verb_details_forget)
         if new_phrases:
             # the prior and the floors follow the catalogue (a broker outage: the daily refit catches up)
             task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
-    if vectors is None:
-        counts["unembedded"] = len(rows)
+    counts["unembedded"] = len(rows) - len(embedded)
     return counts

@@ -82,7 +82,7 @@ class Command(BaseCommand):
             entries = parse_path(BUILT_IN)
             source = "the built-in demo catalogue"
         with tenant_scope([workspace.pk]):
-            counts = verb_catalogue_load(entries=entries)
+            counts = verb_catalogue_load(entries=entries, progress=True)
         self.stdout.write(
             f"Tenant {workspace.slug!r}: loaded {len(entries)} verbs from {source} ({counts['phrases_added']} new phrases)."
         )

@@ -16,8 +16,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--tenant", default=DEFAULT_SLUG, help="Slug of the tenant whose catalogue it is (default: %(default)s)"
         )
+        parser.add_argument("--no-progress", action="store_true", help="No progress bar")
 
-    def handle(self, *args, path, tenant, **options):
+    def handle(self, *args, path, tenant, no_progress, **options):
         workspace = tenant_get(slug=tenant)
         if workspace is None:
             raise CommandError(f"No tenant {tenant!r} (create_agent_key --tenant creates one).")
@@ -26,7 +27,7 @@ class Command(BaseCommand):
         except CatalogueError as exc:
             raise CommandError(f"{len(exc.errors)} error(s), nothing loaded:\n" + "\n".join(exc.errors)) from exc
         with tenant_scope([workspace.pk]):
-            counts = verb_catalogue_load(entries=entries)
+            counts = verb_catalogue_load(entries=entries, progress=not no_progress)
         self.stdout.write(
             f"verbs created: {counts['verbs_created']}, updated: {counts['verbs_updated']}, "
             f"phrases added: {counts['phrases_added']}"
