@@ -101,7 +101,9 @@ def test_an_index_stays_near_the_threshold_and_goes_when_its_tenant_shrinks(tena
 
 def test_the_command_reports_and_refuses_a_bad_minimum(tenants, capsys):
     call_command("sync_tenant_indexes", "--min-phrases", "10")
-    assert f"created [{tenants['big'].pk}]" in capsys.readouterr().out
+    shown = capsys.readouterr()
+    assert f"created [{tenants['big'].pk}]" in shown.out
+    assert "tenant indexes: 100%" in shown.err  # tqdm's bar over the tenants
     with pytest.raises(CommandError, match="positive"):
         call_command("sync_tenant_indexes", "--min-phrases", "0")
 

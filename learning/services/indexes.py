@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection
+from tqdm import tqdm
 
 from learning.selectors.indexes import (
     LEARNED_TABLE,
@@ -55,8 +56,9 @@ def _drop(tenant_id: int, concurrently: bool) -> None:
         cursor.execute(f'DROP INDEX {"CONCURRENTLY " if concurrently else ""}IF EXISTS "{TENANT_INDEX_PREFIX}{int(tenant_id)}"')
 
 
-def learned_phrase_tenant_indexes_sync(*, min_phrases: int | None = None) -> IndexSync:
-    """Create, rebuild and drop the per-tenant partial HNSW indexes so they match the tenants' sizes now.
+def learned_phrase_tenant_indexes_sync(*, min_phrases: int | None = None, progress: bool = False) -> IndexSync:
+    """Create, rebuild and drop the per-tenant partial HNSW indexes so they match the tenants' sizes now
+    (``progress``: a tqdm bar over the tenants).
 
     Not one transaction: each index is built concurrently (writes go on meanwhile) and stands on its own; run
     again, it finishes what an interrupted run left. Inside a transaction (tests) the builds are plain."""
@@ -67,7 +69,7 @@ def learned_phrase_tenant_indexes_sync(*, min_phrases: int | None = None) -> Ind
     existing = learned_tenant_indexes()  # tenant id -> valid
     definition = learned_hnsw_definition()
     out = IndexSync()
-    for tenant_id, n in sorted(counts.items()):
+    for tenant_id, n in tqdm(sorted(counts.items()), desc="tenant indexes", unit="tenant", disable=not progress):
         wanted = n >= minimum and n * 2 < total
         keep = tenant_id in existing and n * 2 >= minimum and n * 2 < total  # hysteresis: no flapping at the edge
         if tenant_id in existing and not existing[tenant_id] and (wanted or keep):

@@ -13,11 +13,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--min-phrases", type=int, default=None, help="override LEARNED_TENANT_INDEX_MIN_PHRASES")
+        parser.add_argument("--no-progress", action="store_true", help="No progress bar")
 
-    def handle(self, *args, min_phrases=None, **options):
+    def handle(self, *args, min_phrases=None, no_progress=False, **options):
         if min_phrases is not None and min_phrases < 1:
             raise CommandError("--min-phrases must be a positive number")
-        result = learned_phrase_tenant_indexes_sync(min_phrases=min_phrases)
+        result = learned_phrase_tenant_indexes_sync(min_phrases=min_phrases, progress=not no_progress)
         self.stdout.write(
             f"Tenant indexes: created {result.created or 'none'}, rebuilt {result.rebuilt or 'none'}, "
             f"dropped {result.dropped or 'none'}, kept {result.kept or 'none'}."
