@@ -13,5 +13,10 @@ def action_get(*, name: str) -> Action:
     return action
 
 
+def action_list() -> list[Action]:
+    """The action catalogue, by name."""
+    return list(Action.objects.order_by("name"))
+
+
 def action_by_id(pk: int) -> Action | None:
     return Action.objects.filter(pk=pk).first()

@@ -3,8 +3,8 @@
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
-from actions.models import ACTION_NAME_RE, Action
-from actions.selectors import action_get
+from actions.models import ACTION_NAME_RE
+from actions.selectors import action_get, action_list
 from agents.api import TenantApiView
 from agents.authentication import ScopePermission
 from autonomy import selectors, services
@@ -28,7 +28,7 @@ class ActionListApi(TenantApiView):
 
     @extend_schema(responses={200: ActionSerializer(many=True), **_ERRORS}, summary="The action catalogue and autonomy levels")
     def get(self, request):
-        return Response(ActionSerializer(Action.objects.order_by("name"), many=True).data)
+        return Response(ActionSerializer(action_list(), many=True).data)
 
 
 class ActionConsultApi(TenantApiView):

@@ -119,6 +119,11 @@ def transitions_by_ids(ids: list[int]):
     return AutonomyTransition.objects.filter(pk__in=ids).select_related("action", "decided_by")
 
 
+def waiting_transition(*, action_id: int) -> AutonomyTransition | None:
+    """The proposed change of the action's level awaiting a reviewer, if any."""
+    return transitions_waiting().filter(action_id=action_id).order_by("id").first()
+
+
 def last_applied_transition(*, action_id: int) -> AutonomyTransition | None:
     """The change that set the action's current level, if any (what a revert undoes)."""
     return (

@@ -34,8 +34,7 @@ from mcp.server import Server, ServerRequestContext
 from rest_framework import exceptions
 from rest_framework.views import APIView
 
-from actions.models import Action
-from actions.selectors import action_get
+from actions.selectors import action_get, action_list
 from agents.authentication import ApiKeyAuthentication, ScopePermission
 from autonomy import api as autonomy_api
 from autonomy.serializers import ActionSerializer, ConsultPatternSerializer, ConsultRuleSerializer
@@ -190,7 +189,7 @@ def read_resource_sync(uri: str, authorization: str | None, client: str) -> Outc
         return Outcome(data={"verbs": learning_selectors.verb_catalogue()})
     if uri == ACTIONS_URI:
         check_scope(request, autonomy_api.ActionListApi)
-        return Outcome(data={"actions": plain(ActionSerializer(Action.objects.order_by("name"), many=True).data)})
+        return Outcome(data={"actions": plain(ActionSerializer(action_list(), many=True).data)})
     if uri.startswith(ACTION_PREFIX):
         check_scope(request, autonomy_api.ActionConsultApi)
         action = action_get(name=uri.removeprefix(ACTION_PREFIX))

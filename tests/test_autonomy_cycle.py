@@ -116,6 +116,9 @@ def test_learning_command_views_print_tables():
     call_command("autonomy_report", "autonomy", "crm.update", stdout=stdout)
     assert "Proposed transition" in stdout.getvalue() and "1→2" in stdout.getvalue()
     stdout = StringIO()
+    call_command("autonomy_report", "autonomy", "crm.update", stdout=stdout)
+    assert "(1→2) is already awaiting a decision" in stdout.getvalue()
+    stdout = StringIO()
     call_command("autonomy_report", "full-cycle", agent.name, stdout=stdout)
     assert "rule_created" in stdout.getvalue() and "Summary:" in stdout.getvalue()
     with pytest.raises(CommandError):

@@ -1,5 +1,6 @@
 """The MCP server over streamable HTTP: config.asgi under uvicorn on 127.0.0.1, /mcp beside the REST API."""
 
+import json
 import socket
 import subprocess
 import sys
@@ -156,10 +157,11 @@ def test_http_another_agents_proposal_is_not_found(base_url):
     assert mine.structured_content["id"] == pk and mine.structured_content["status"] == "pending"
 
     async def read(session):
-        return await session.read_resource("alg://actions/email.send")
+        return await session.read_resource("alg://actions/email.send"), await session.read_resource("alg://actions")
 
-    action = session_flow(base_url, raw_a, read)
+    action, catalogue = session_flow(base_url, raw_a, read)
     assert '"autonomy_level": 1' in action.contents[0].text and '"active_rules": []' in action.contents[0].text
+    assert json.loads(catalogue.contents[0].text)["actions"][0]["name"] == "email.send"  # registered by the proposal
 
 
 def test_http_malformed_arguments_name_the_field(base_url):

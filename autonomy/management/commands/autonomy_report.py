@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from actions.selectors import action_get
 from agents.selectors import agent_get
-from autonomy.models import AutonomyTransition, TransitionStatus
+from autonomy.selectors import waiting_transition
 from autonomy.services import autonomy_cycle_run, autonomy_evaluate, calibration_compute
 from common.api import ApplicationError
 from feedback.selectors import agent_patterns, feedback_record_summary
@@ -142,7 +142,7 @@ class Command(BaseCommand):
         )
         for t in result["proposed"]:
             self.out(f"\nProposed transition #{t.pk}: {t.reason}. A reviewer must approve it in the admin.")
-        open_t = AutonomyTransition.objects.filter(action=act, status=TransitionStatus.PROPOSED).first()
+        open_t = waiting_transition(action_id=act.pk)
         if open_t and not result["proposed"]:
             self.out(f"\nTransition #{open_t.pk} ({open_t.from_level}→{open_t.to_level}) is already awaiting a decision.")
 
