@@ -44,6 +44,28 @@ def embeddings_refresh(*, rows: Sequence[Model]) -> int:
     return len(rows)
 
 
+def embeddings_batches_refresh(*, pending, batch_size: int, update=None) -> tuple[int, int]:
+    """Embed the rows of ``pending`` (one model's rows needing a vector) in batches by primary key, each batch
+    committed on its own (resumable); a failing batch is logged, counted and skipped, so it never stops the rest.
+    ``update(n)`` is called after each batch (a progress bar). Answers (embedded, failed)."""
+    embedded = failed = last_pk = 0
+    while True:
+        rows = list(pending.filter(pk__gt=last_pk).order_by("pk")[:batch_size])
+        if not rows:
+            break
+        last_pk = rows[-1].pk
+        try:
+            done = embeddings_refresh(rows=rows)
+        except Exception:  # count and go on: one bad batch must not stop the rest
+            logger.exception("embedding batch of %s after pk %s failed", type(rows[0]).__name__, last_pk)
+            done = 0
+        embedded += done
+        failed += len(rows) - done
+        if update:
+            update(len(rows))
+    return embedded, failed
+
+
 def embeddings_backfill(*, batch_size: int = 128, progress=None) -> dict:
     """Embed every row whose vector is missing or stale, one committed batch at a time (resumable).
 
@@ -57,20 +79,9 @@ def embeddings_backfill(*, batch_size: int = 128, progress=None) -> dict:
         total = pending.count()
         if not total:
             continue
-        update = progress(model, total) if progress else None
-        last_pk = 0
-        while True:
-            rows = list(pending.filter(pk__gt=last_pk)[:batch_size])
-            if not rows:
-                break
-            last_pk = rows[-1].pk
-            try:
-                done = embeddings_refresh(rows=rows)
-            except Exception:  # count and go on: one bad batch must not stop the rest
-                logger.exception("embedding batch of %s after pk %s failed", model.__name__, last_pk)
-                done = 0
-            totals["embedded"] += done
-            totals["failed"] += len(rows) - done
-            if update:
-                update(len(rows))
+        done, failed = embeddings_batches_refresh(
+            pending=pending, batch_size=batch_size, update=progress(model, total) if progress else None
+        )
+        totals["embedded"] += done
+        totals["failed"] += failed
     return totals

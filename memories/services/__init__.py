@@ -8,6 +8,7 @@ transaction-level advisory lock; counters use ``F()`` expressions. Modules by co
 
 from memories.services.lifecycle import (
     memories_embed,
+    memories_embed_backfill,
     memories_purge_deprecated,
     memory_deprecate,
     memory_feedback,
@@ -24,6 +25,7 @@ __all__ = [
     "ObserveResult",
     "RetrieveResult",
     "memories_embed",
+    "memories_embed_backfill",
     "memories_purge_deprecated",
     "memory_deprecate",
     "memory_feedback",

@@ -6,12 +6,13 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from tqdm import tqdm
 
 from common.api import ApplicationError, NotFound
-from embeddings.embedders import current_model_name
-from embeddings.services import embeddings_refresh
+from embeddings.embedders import current_model_name, get_embedder
+from embeddings.services import embeddings_batches_refresh, embeddings_refresh
 from memories.models import Memory, MemoryRetrieval, MemoryStatus
-from memories.selectors import memory_last_retrieval
+from memories.selectors import memories_needing_embedding, memory_last_retrieval
 from memories.services.shared import namespace_or_default
 
 
@@ -112,6 +113,17 @@ def memories_purge_deprecated(*, older_than: timedelta, user_id: str | None = No
             counts["memories"] = memories.delete()[1].get(Memory._meta.label, 0)
             counts["retrievals"] = retrievals.delete()[0]
     return counts
+
+
+def memories_embed_backfill(*, batch_size: int = 128, user_id: str | None = None, progress: bool = False) -> dict:
+    """Embed every memory (of ``user_id``, or all) whose vector is missing or stale, one committed batch at a time
+    (resumable; a failing batch is counted and skipped; ``progress``: a tqdm bar). Answers {"embedded", "failed",
+    "model"}; raises EmbeddingError if the embedder cannot load."""
+    model = get_embedder().model_name
+    pending = memories_needing_embedding(model=model, user_id=user_id)
+    with tqdm(total=pending.count(), desc="memories", unit="memory", disable=not progress) as bar:
+        embedded, failed = embeddings_batches_refresh(pending=pending, batch_size=batch_size, update=bar.update)
+    return {"embedded": embedded, "failed": failed, "model": model}
 
 
 def memories_embed(*, memory_ids: list[int]) -> int:
