@@ -205,6 +205,29 @@ def test_demo_refuses_a_tenant_that_is_not_a_slug(settings, tmp_path, slug):
     assert not Tenant.objects.filter(slug=slug).exists() and not Verb.objects.exists()
 
 
+def test_demo_is_one_transaction_a_failure_leaves_nothing_behind(settings, tmp_path, monkeypatch):
+    from django.contrib.auth import get_user_model
+
+    import learning.services.demo
+
+    def broken(**kwargs):
+        raise RuntimeError("key store down (test)")
+
+    settings.DATASETS_DIR = tmp_path
+    monkeypatch.setattr(learning.services.demo, "agent_key_create", broken)
+    with pytest.raises(RuntimeError):
+        call_command("demo", "--tenant", "acme", stdout=StringIO())
+    assert not Tenant.objects.filter(slug="acme").exists() and not Verb.objects.exists()
+    assert not get_user_model().objects.filter(username__in=["admin", "reviewer"]).exists()
+    out = StringIO()
+    monkeypatch.undo()
+    call_command("demo", "--tenant", "acme", stdout=out)  # run again: the whole workspace
+    assert "Admin user: admin" in out.getvalue() and "reviewer token" in out.getvalue() and "Demo agent key" in out.getvalue()
+    again = StringIO()
+    call_command("demo", "--tenant", "acme", stdout=again)  # and again: nothing new to show
+    assert "Admin user" not in again.getvalue() and "Demo agent key" not in again.getvalue()
+
+
 def test_demo_without_dataset_loads_built_in_catalogue(settings, tmp_path):
     settings.DATASETS_DIR = tmp_path
     call_command("demo", "--no-admin", stdout=StringIO())

@@ -1,47 +1,15 @@
 import logging
 import os
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand, CommandError
-from rest_framework.authtoken.models import Token
 
-from agents.models import Agent, Scope
-from agents.services import agent_key_create
 from common.api import ApplicationError
 from learning import datasets
 from learning.catalogue import VerbEntry, parse_path
-from learning.services.catalogue import verb_catalogue_load
-from tenants.context import tenant_scope
+from learning.services.demo import demo_workspace_create
 from tenants.models import DEFAULT_SLUG
-from tenants.services import membership_add, tenant_create
 
 logger = logging.getLogger(__name__)
-# What the demo reviewer may do: see everything reviewers review, decide candidates, transitions and rules.
-REVIEWER_PERMISSIONS = [
-    "review_learningcandidate",
-    "approve_autonomytransition",
-    "approve_correctionrule",
-    "view_learningcandidate",
-    "view_learnedphrase",
-    "view_verb",
-    "view_disambiguationrequest",
-    "view_proposal",
-    "change_proposal",
-    "view_execution",
-    "change_execution",
-    "view_feedbackrecord",
-    "view_mistakepattern",
-    "view_correctionrule",
-    "change_correctionrule",
-    "view_autonomytransition",
-    "change_autonomytransition",
-    "view_calibrationrecord",
-    "view_episode",
-    "view_memory",
-    "view_memoryquarantine",
-    "view_action",
-]
 BUILT_IN = datasets.Path(__file__).resolve().parents[2] / "fixtures" / "demo_catalogue.yaml"
 
 
@@ -71,37 +39,28 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", default=DEFAULT_SLUG, help="Slug of the demo's tenant (default: %(default)s)")
 
     def handle(self, *args, no_key, no_admin, tenant, **options):
-        try:
-            workspace = tenant_create(slug=tenant)
-        except ApplicationError as exc:
-            raise CommandError(f"--tenant: {exc.message}") from exc
         if datasets.available():
             entries = banking_entries()
             source = f"BANKING77 from {datasets.banking77_dir()}"
         else:
             entries = parse_path(BUILT_IN)
             source = "the built-in demo catalogue"
-        with tenant_scope([workspace.pk]):
-            counts = verb_catalogue_load(entries=entries, progress=True)
+        password = None if no_admin else os.environ.get("DEMO_ADMIN_PASSWORD", "admin")
+        try:
+            demo = demo_workspace_create(
+                tenant_slug=tenant, entries=entries, password=password, with_key=not no_key, progress=True
+            )
+        except ApplicationError as exc:
+            raise CommandError(f"--tenant: {exc.message}" if exc.field == "slug" else exc.message) from exc
+        slug = demo.tenant.slug
         self.stdout.write(
-            f"Tenant {workspace.slug!r}: loaded {len(entries)} verbs from {source} ({counts['phrases_added']} new phrases)."
+            f"Tenant {slug!r}: loaded {len(entries)} verbs from {source} ({demo.counts['phrases_added']} new phrases)."
         )
-
-        if not no_admin:
-            User = get_user_model()
-            password = os.environ.get("DEMO_ADMIN_PASSWORD", "admin")
-            if not User.objects.filter(username="admin").exists():
-                User.objects.create_superuser("admin", "admin@example.com", password)
-                self.stdout.write(f"Admin user: admin / {password} (local demo only; change it).")
-            if not User.objects.filter(username="reviewer").exists():
-                reviewer = User.objects.create_user("reviewer", "reviewer@example.com", password, is_staff=True)
-                reviewer.user_permissions.set(Permission.objects.filter(codename__in=REVIEWER_PERMISSIONS))
-                membership_add(user=reviewer, tenant=workspace)
-                token, _ = Token.objects.get_or_create(user=reviewer)
-                self.stdout.write(
-                    f"Reviewer of {workspace.slug!r}: reviewer / {password}; reviewer token (Authorization: Token ...): "
-                    f"{token.key}"
-                )
-        if not no_key and not Agent.objects.filter(name="demo-agent", tenant=workspace).exists():
-            _, raw = agent_key_create(agent_name="demo-agent", scopes=[s.value for s in Scope], key_name="demo", tenant=workspace)
-            self.stdout.write(f"Demo agent key of {workspace.slug!r} (all scopes, shown once): {raw}")
+        if demo.admin_created:
+            self.stdout.write(f"Admin user: admin / {password} (local demo only; change it).")
+        if demo.reviewer_token:
+            self.stdout.write(
+                f"Reviewer of {slug!r}: reviewer / {password}; reviewer token (Authorization: Token ...): {demo.reviewer_token}"
+            )
+        if demo.agent_key:
+            self.stdout.write(f"Demo agent key of {slug!r} (all scopes, shown once): {demo.agent_key}")
