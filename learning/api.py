@@ -45,7 +45,7 @@ from learning.serializers import (
     StatsSerializer,
 )
 from learning.services.blocks import phrase_block_add, phrase_block_delete, phrase_block_expire
-from learning.services.candidates import candidate_approve, candidate_get, candidate_reject
+from learning.services.candidates import candidate_approve, candidate_reject
 from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
 from learning.services.disambiguations import disambiguation_abandon, disambiguation_select, resolution_store
 from learning.services.imports import phrases_import
@@ -198,7 +198,7 @@ class CandidateApproveApi(CandidateDecisionApi):
     def post(self, request, candidate_id: int):
         body = CandidateApproveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        candidate = candidate_get(candidate_id=candidate_id)
+        candidate = selectors.candidate_get(candidate_id=candidate_id)
         done = candidate_approve(
             candidate=candidate, apply_immediately=body.validated_data["apply_immediately"], **self.decider(request)
         )
@@ -212,7 +212,7 @@ class CandidateRejectApi(CandidateDecisionApi):
     def post(self, request, candidate_id: int):
         body = CandidateRejectSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        candidate = candidate_get(candidate_id=candidate_id)
+        candidate = selectors.candidate_get(candidate_id=candidate_id)
         done = candidate_reject(candidate=candidate, **self.decider(request), **body.validated_data)
         return Response(LearningCandidateSerializer(done).data)
 

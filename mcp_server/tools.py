@@ -55,7 +55,7 @@ from learning.serializers import (
     StatsSerializer,
 )
 from learning.services.blocks import phrase_block_add
-from learning.services.candidates import candidate_approve, candidate_get, candidate_reject
+from learning.services.candidates import candidate_approve, candidate_reject
 from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
 from learning.services.disambiguations import disambiguation_abandon, disambiguation_select, resolution_store
 from learning.services.imports import phrases_import
@@ -219,13 +219,13 @@ def _list_candidates(caller: Caller, q: dict) -> dict:
 
 
 def _approve_candidate(caller: Caller, d: dict) -> dict:
-    candidate = candidate_get(candidate_id=d["candidate_id"])
+    candidate = learning_selectors.candidate_get(candidate_id=d["candidate_id"])
     done = candidate_approve(candidate=candidate, apply_immediately=d["apply_immediately"], agent=caller.agent)
     return LearningCandidateSerializer(done).data
 
 
 def _reject_candidate(caller: Caller, d: dict) -> dict:
-    candidate = candidate_get(candidate_id=d.pop("candidate_id"))
+    candidate = learning_selectors.candidate_get(candidate_id=d.pop("candidate_id"))
     return LearningCandidateSerializer(candidate_reject(candidate=candidate, agent=caller.agent, **d)).data
 
 

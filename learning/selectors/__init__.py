@@ -7,6 +7,7 @@ from learning.selectors.aliases import (
 )
 from learning.selectors.candidates import (
     STATS_RANGES,
+    candidate_get,
     candidate_list,
     correction_decay_targets,
     dashboard_counts,
@@ -65,6 +66,7 @@ __all__ = [
     "active_profile_cache_clear",
     "active_profile_values",
     "active_verb_names",
+    "candidate_get",
     "candidate_list",
     "correction_decay_targets",
     "dashboard_counts",

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
+from common.api import NotFound
 from embeddings.selectors import nearest
 from learning.models import (
     EntityAlias,
@@ -113,3 +114,11 @@ def import_existing(*, normalized: list[str], user_id: str | None) -> dict[str, 
     qs = LearnedPhrase.objects.filter(normalized__in=normalized)
     qs = qs.filter(user_id=user_id) if user_id else qs.filter(user_id__isnull=True)
     return {row.normalized: row for row in qs.only("pk", "normalized", "verb_id", "is_active", "confidence", "embedding_model")}
+
+
+def candidate_get(*, candidate_id: int) -> LearningCandidate:
+    """The learning candidate with this id (404 when there is none)."""
+    row = LearningCandidate.objects.filter(pk=candidate_id).first()
+    if row is None:
+        raise NotFound(f"No learning candidate {candidate_id}.", field="id")
+    return row

@@ -8,7 +8,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Least
 from django.utils import timezone
 
-from common.api import ApplicationError, Conflict, Forbidden, NotFound
+from common.api import ApplicationError, Conflict, Forbidden
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import EntityAlias, LearningCandidate, Verb
@@ -233,11 +233,4 @@ def candidate_reject(
                 model=model,
                 history_user=reviewer,
             )
-    return row
-
-
-def candidate_get(*, candidate_id: int) -> LearningCandidate:
-    row = LearningCandidate.objects.filter(pk=candidate_id).first()
-    if row is None:
-        raise NotFound(f"No learning candidate {candidate_id}.", field="id")
     return row
