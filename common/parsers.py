@@ -91,8 +91,14 @@ class LimitedJSONParser(parsers.JSONParser):
             raise PayloadTooLarge(f"Request body is larger than {limit} bytes.")
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
-            data = json.loads(raw.decode(encoding), parse_constant=_refuse_constant)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            text = raw.decode(encoding)
+        except LookupError as exc:  # a charset that names no text encoding (base64, zlib): Django lets it through
+            raise exceptions.ParseError(f"Unsupported charset {encoding!r}: {exc}") from exc
+        except UnicodeError as exc:  # bytes the charset cannot decode, or a codec that decodes nothing (undefined)
+            raise exceptions.ParseError(f"JSON parse error - {exc}") from exc
+        try:
+            data = json.loads(text, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError) as exc:
             raise exceptions.ParseError(f"JSON parse error - {exc}") from exc
         check_value(data, settings.API_MAX_JSON_DEPTH)
         return data

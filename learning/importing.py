@@ -1,17 +1,21 @@
 """Parsing of bulk phrase imports (YAML, JSON, CSV) into ``ImportRow``s.
 
-Pure functions, no database. Files are bounded in size and rows; YAML is read
+Pure functions, no database. Files are bounded in size, rows and nesting; YAML is read
 with a safe loader that refuses anchors and aliases, so a "billion laughs"
-document cannot expand. Every problem names the row it was found in.
+document cannot expand. Texts follow the API's input policy (no NUL, no lone
+surrogate: ``common.parsers.text_problem``). Every problem names the row it was found in.
 """
 
 import csv
 import io
 import json
+import math
 from dataclasses import dataclass
 
 import yaml
 from django.conf import settings
+
+from common.parsers import text_problem
 
 FORMATS = ("yaml", "json", "csv")
 REQUIRED_COLUMNS = ("phrase", "verb")
@@ -28,8 +32,14 @@ class ImportRow:
     verb: str
 
 
+_TOO_DEEP = "The file is nested too deeply; an import is a flat list of rows or a mapping of verbs to phrases"
+
+
 class _NoAliasLoader(yaml.SafeLoader):
-    """SafeLoader without anchors/aliases: YAML bombs are refused before anything expands."""
+    """SafeLoader without anchors/aliases: YAML bombs are refused before anything expands; and no deeper than
+    API_MAX_JSON_DEPTH levels, refused while composing (PyYAML composes recursively)."""
+
+    depth = 0
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -38,7 +48,13 @@ class _NoAliasLoader(yaml.SafeLoader):
         event = self.peek_event()
         if getattr(event, "anchor", None):
             raise ImportFormatError(f"YAML anchors are not allowed (line {event.start_mark.line + 1}).")
-        return super().compose_node(parent, index)
+        if self.depth >= settings.API_MAX_JSON_DEPTH:
+            raise ImportFormatError(f"{_TOO_DEEP} (line {event.start_mark.line + 1}).")
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 def check_size(size: int) -> None:
@@ -75,16 +91,22 @@ def _parse_json(content: str):
         return json.loads(content)
     except json.JSONDecodeError as exc:
         raise ImportFormatError(f"Invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}.") from None
+    except RecursionError:
+        raise ImportFormatError(f"{_TOO_DEEP}.") from None
 
 
 def _parse_yaml(content: str):
-    loader = _NoAliasLoader(content)
+    loader = None
     try:
+        loader = _NoAliasLoader(content)  # its reader refuses characters YAML does not allow, here already
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         raise ImportFormatError(f"Invalid YAML: {exc}".replace("\n", " ")) from None
+    except RecursionError:
+        raise ImportFormatError(f"{_TOO_DEEP}.") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _records(data) -> list[ImportRow]:
@@ -114,11 +136,19 @@ def _records(data) -> list[ImportRow]:
 
 
 def _text(value, n: int, name: str) -> str:
+    """A row's phrase or verb as text: strings, and numbers as written (YAML reads ``911`` as a number)."""
     if value is None:
         return ""
-    if isinstance(value, (dict, list)):
+    if isinstance(value, (dict, list, bytes)) or (isinstance(value, float) and not math.isfinite(value)):
         raise ImportFormatError(f"Row {n}: {name} must be text.")
-    return str(value).strip()
+    return _checked(str(value).strip(), n, name)
+
+
+def _checked(text: str, n: int, name: str) -> str:
+    problem = text_problem(text)
+    if problem:
+        raise ImportFormatError(f"Row {n}: the {name} {problem}.")
+    return text
 
 
 def _parse_csv(content: str) -> list[ImportRow]:
@@ -136,7 +166,8 @@ def _parse_csv(content: str) -> list[ImportRow]:
         for n, record in enumerate(reader, start=1):
             if None in record:
                 raise ImportFormatError(f"Row {n}: more fields than the header has columns.")
-            rows.append(ImportRow(n, (record.get("phrase") or "").strip(), (record.get("verb") or "").strip()))
+            phrase, verb = (record.get("phrase") or "").strip(), (record.get("verb") or "").strip()
+            rows.append(ImportRow(n, _checked(phrase, n, "phrase"), _checked(verb, n, "verb")))
             if len(rows) > settings.LEARNING_IMPORT_MAX_ROWS:
                 break
     except csv.Error as exc:

@@ -90,6 +90,30 @@ def test_100000_nested_brackets_are_400_everywhere(gov_api, catalogue, path):
     _assert_refused(response)
 
 
+# The imported file is parsed a second time (learning/importing.py): its texts follow the same policy.
+IMPORT_CONTENTS = [
+    ("yaml", "a\u0015"),  # a character YAML does not allow (its reader refuses it in the loader's constructor)
+    ("json", '[{"phrase": "a", "verb": "\\ud800"}]'),  # lone surrogate in the file's JSON, as the verb
+    ("yaml", '- {phrase: "a\\ud800", verb: cbu.list}'),  # ... in YAML, as the phrase
+    ("csv", "phrase,verb\na\ud800,cbu.list\n"),
+    ("json", "[" * 5000 + "]" * 5000),  # nesting that overflows the decoder's recursion
+    ("yaml", "[" * 2000 + "]" * 2000),
+    ("yaml", "- {phrase: !!binary aGVsbG8=, verb: cbu.list}"),  # bytes are not text
+]
+
+
+@pytest.mark.parametrize(("fmt", "content"), IMPORT_CONTENTS)
+def test_what_an_imported_file_holds_is_checked_too(gov_api, catalogue, fmt, content):
+    body = json.dumps({"format": fmt, "content": content, "dry_run": True})
+    _assert_refused(_post(gov_api, "/api/v1/learning/import", body))
+
+
+@pytest.mark.parametrize("charset", ["base64", "zlib", "rot13", "hex", "undefined"])
+def test_a_body_in_a_charset_that_cannot_be_read_is_400(gov_api, catalogue, charset):
+    response = gov_api.post("/api/v1/resolve", data=b'{"text": "x"}', content_type=f"application/json; charset={charset}")
+    _assert_refused(response)
+
+
 def test_import_still_takes_bodies_larger_than_the_api_limit(gov_api, catalogue, settings):
     settings.API_MAX_BODY_BYTES = 1000
     content = "phrase,verb\n" + "".join(f"list all cbus number {i},cbu.list\n" for i in range(100))
@@ -228,3 +252,84 @@ def test_a_value_the_database_refuses_is_400_not_503(gov_api, catalogue, monkeyp
 
 def test_json_dumps_sanity():
     assert json.loads(SURROGATE) == "\ud800"
+
+
+def _wsgi_call(app, content_type: str, query: str = "x=1"):
+    from wsgiref.util import setup_testing_defaults
+
+    environ = {"PATH_INFO": "/api/v1/actions", "QUERY_STRING": query, "CONTENT_TYPE": content_type}
+    setup_testing_defaults(environ)
+    seen = {}
+
+    def start_response(status, headers):
+        seen["status"] = status
+
+    body = b"".join(app(environ, start_response))
+    return seen["status"], body
+
+
+@pytest.mark.parametrize("charset", ["base64", "zlib", "rot13", "undefined", "punycode"])
+def test_the_servers_answer_400_for_a_charset_django_fails_on_before_its_handlers(charset):
+    """Django decodes the query string with the request's charset while it builds the request: a codec that is no
+    text encoding, or one that fails on the query string, fails there, before middleware or error handlers. The
+    WSGI and ASGI guards answer 400."""
+    import asyncio
+
+    from django.core.handlers.asgi import ASGIHandler
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.core.signals import request_started
+    from django.db import close_old_connections
+
+    from common.gateway import asgi_guard, wsgi_guard
+
+    # Django's handler closes stale connections when a request starts; the test's own must stay (as the test client does)
+    request_started.disconnect(close_old_connections)
+    try:
+        with pytest.raises((LookupError, UnicodeError)):  # what the guard is for: Django alone
+            _wsgi_call(WSGIHandler(), f"text/plain; charset={charset}")
+    finally:
+        request_started.connect(close_old_connections)
+    status, body = _wsgi_call(wsgi_guard(WSGIHandler()), f"text/plain; charset={charset}")
+    assert status.startswith("400") and f"'{charset}'" in json.loads(body)["fields"]["content_type"][0]
+
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/api/v1/actions",
+        "query_string": b"x=1",
+        "headers": [(b"content-type", f"text/plain; charset={charset}".encode())],
+    }
+    asyncio.run(asgi_guard(ASGIHandler())(scope, receive, send))
+    assert sent[0]["status"] == 400 and json.loads(sent[1]["body"])["code"] == "unsupported_charset"
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain; charset=utf-8", "application/json", "text/plain; charset=bogus", "x; charset=utf-16", ""]
+)
+def test_the_guard_lets_readable_and_unknown_charsets_through(content_type):
+    from common.gateway import charset_problem
+
+    assert charset_problem(content_type, b"x=1&y=%FF") is None
+
+
+def test_the_wsgi_application_is_guarded():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import os; os.environ['DJANGO_SETTINGS_MODULE'] = 'config.settings'; os.environ['DEBUG'] = '1';"
+        "from config.wsgi import application; from tests.test_hardening_inputs import _wsgi_call;"
+        "print(_wsgi_call(application, 'text/plain; charset=base64')[0])"
+    )
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "400 Bad Request", result.stderr[-2000:]
