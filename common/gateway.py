@@ -14,18 +14,26 @@ from django.http import QueryDict
 from django.utils.http import parse_header_parameters
 
 
-def charset_problem(content_type: str, query: bytes = b"") -> str | None:
-    """Why a request with this ``Content-Type`` and raw ``query`` string would fail inside Django before its
-    handlers, or None. Django decodes the query string with the charset as it builds the request (``QueryDict``)."""
+def charset_problem(content_type: str, query: bytes | str = b"") -> str | None:
+    """Why a request with this ``Content-Type`` and ``query`` string would fail inside Django before its handlers,
+    or None. Django looks the charset up, then decodes the query string with it as it builds the request
+    (``QueryDict``; a WSGI server hands over bytes, an ASGI one text)."""
     if "charset" not in content_type.lower():
         return None
-    charset = parse_header_parameters(content_type)[1].get("charset")
+    try:
+        charset = parse_header_parameters(content_type)[1].get("charset")
+    except (ValueError, LookupError) as exc:  # malformed (an RFC 2231 value in an unknown encoding): Django fails too
+        return f"The Content-Type cannot be read: {exc}."
     if not charset:
         return None
     try:
-        codecs.lookup(charset)
-    except (LookupError, ValueError):
+        codec = codecs.lookup(charset)
+    except LookupError:
         return None  # unknown: Django ignores it
+    except ValueError:  # a NUL in the name: Django's lookup raises too
+        return f"The charset {charset!r} is not a valid name."
+    if codec.name == "utf-8" or not query:
+        return None  # what Django reads anyway, or nothing to decode; a non-text codec still fails below
     try:
         b"a".decode(charset)  # not b"": decoding nothing returns "" without asking the codec
     except LookupError:  # "... is not a text encoding"
@@ -34,7 +42,7 @@ def charset_problem(content_type: str, query: bytes = b"") -> str | None:
         pass
     try:
         QueryDict(query, encoding=charset)  # what Django does with them
-    except Exception:  # any codec error Django would not answer
+    except (LookupError, UnicodeError):
         return f"The query string cannot be read in the charset {charset!r}."
     return None
 
@@ -55,11 +63,13 @@ def wsgi_guard(app):
     return guarded
 
 
-def asgi_guard(app):
+def asgi_guard(app, *, exempt: tuple[str, ...] = ("/mcp",)):
+    """``exempt``: path prefixes served by another app than Django (the MCP server reads no charset)."""
+
     async def guarded(scope, receive, send):
-        if scope["type"] == "http":
+        if scope["type"] == "http" and not scope.get("path", "").startswith(exempt):
             content_type = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"content-type"), "")
-            problem = charset_problem(content_type, scope.get("query_string", b""))
+            problem = charset_problem(content_type, scope.get("query_string", b"").decode("utf-8", "replace"))
             if problem is not None:
                 body = _body(problem)
                 headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]

@@ -19,12 +19,14 @@ _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
 def env_bool(name: str, default: bool = False) -> bool:
-    """A yes/no variable: 1/true/yes/on or 0/false/no/off (any case); unset or empty: ``default``. Anything else
-    stops the start with the variable's name: a typo must not turn a security or behaviour switch silently off."""
-    value = (os.environ.get(name) or "").strip().lower()
-    if not value:
+    """A yes/no variable: 1/true/yes/on or 0/false/no/off (any case); unset: ``default``; set but empty: off (as
+    it always read). Anything else stops the start with the variable's name: a typo must not turn a security or
+    behaviour switch silently off."""
+    value = os.environ.get(name)
+    if value is None:
         return default
-    if value in _TRUE | _FALSE:
+    value = value.strip().lower()
+    if value in _TRUE | _FALSE | {""}:
         return value in _TRUE
     raise ImproperlyConfigured(f"{name}={os.environ[name]!r}: expected one of 1/true/yes/on or 0/false/no/off.")
 
@@ -367,13 +369,13 @@ RESOLUTION_OVERRIDES = {
         "evidence_similarity",
         "decide_similarity",
     )
-    if os.environ.get(f"RESOLVE_{k.upper()}")
+    if os.environ.get(f"RESOLVE_{k.upper()}", "").strip()
 }
 for _key, _old_name in (
     ("evidence_similarity", "FEEDBACK_EVIDENCE_SIMILARITY"),
     ("decide_similarity", "FEEDBACK_DECIDE_SIMILARITY"),
 ):
-    if os.environ.get(_old_name) and _key not in RESOLUTION_OVERRIDES:  # the names these had before
+    if os.environ.get(_old_name, "").strip() and _key not in RESOLUTION_OVERRIDES:  # the names these had before
         RESOLUTION_OVERRIDES[_key] = env_float(_old_name, 0.0)
 # Retrieval floors from the deployment's own phrases: each floor is this quantile of the cosines between its
 # catalogue (and global learned) phrases of different verbs, i.e. how rarely unrelated text of this domain comes

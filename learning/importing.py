@@ -136,7 +136,9 @@ def _records(data) -> list[ImportRow]:
 
 
 def _text(value, n: int, name: str) -> str:
-    """A row's phrase or verb as text: strings, and numbers as written (YAML reads ``911`` as a number)."""
+    """A row's phrase or verb as text: strings, and other scalars as Python writes them (YAML 1.1 reads an unquoted
+    ``911`` as a number and ``yes`` as true: quote such phrases). Bytes, collections and non-finite numbers are
+    refused."""
     if value is None:
         return ""
     if isinstance(value, (dict, list, bytes)) or (isinstance(value, float) and not math.isfinite(value)):

@@ -7,7 +7,7 @@ from django.db import transaction
 from common.api import ApplicationError
 from tenants.models import DEFAULT_SLUG, Membership, Tenant
 
-SLUG_RE = re.compile(r"^[-a-zA-Z0-9_]{1,60}$")
+SLUG_RE = re.compile(r"[-a-zA-Z0-9_]{1,60}")  # whole string (fullmatch)
 
 
 def tenant_ensure_default() -> Tenant:
@@ -18,7 +18,7 @@ def tenant_ensure_default() -> Tenant:
 @transaction.atomic
 def tenant_create(*, slug: str, name: str = "") -> Tenant:
     """The tenant with this slug, created if new (``name`` defaults to the slug)."""
-    if not SLUG_RE.match(slug or ""):
+    if not SLUG_RE.fullmatch(slug or ""):
         raise ApplicationError(f"A tenant slug is 1 to 60 letters, digits, - or _, not {slug!r}.", field="slug")
     if len(name) > Tenant._meta.get_field("name").max_length:
         raise ApplicationError(f"A tenant name is at most {Tenant._meta.get_field('name').max_length} characters.", field="name")

@@ -62,16 +62,16 @@ def test_refuses_to_start_with_a_value_out_of_range_or_that_it_cannot_read(env, 
     assert "ImproperlyConfigured" in result.stderr and named in result.stderr
 
 
-def test_reads_yes_no_values_in_any_case_and_empty_as_the_default():
+def test_reads_yes_no_values_in_any_case_empty_switches_as_off_and_empty_numbers_as_the_default():
     show = [
         "-c",
         "import django; django.setup(); from django.conf import settings as s; "
-        "print(s.SERVER_TIMING, s.CSP_ENFORCE, s.RESOLVE_MAX_WRONG_RATE, s.RESOLVE_REFIT_EVERY_LABELS)",
+        "print(s.SERVER_TIMING, s.CSP_ENFORCE, s.MCP_HTTP_ENABLED, s.RESOLVE_MAX_WRONG_RATE, s.RESOLVE_REFIT_EVERY_LABELS, "
+        "s.RESOLUTION_OVERRIDES)",
     ]
-    result = _run(
-        show, DEBUG="1", SERVER_TIMING="Off", CSP_ENFORCE=" YES ", RESOLVE_MAX_WRONG_RATE="0.02", RESOLVE_REFIT_EVERY_LABELS=""
-    )
-    assert result.stdout.split() == ["False", "True", "0.02", "200"], result.stderr
+    env = dict(SERVER_TIMING="Off", CSP_ENFORCE=" YES ", MCP_HTTP_ENABLED="", RESOLVE_MAX_WRONG_RATE="0.02")
+    result = _run(show, DEBUG="1", RESOLVE_REFIT_EVERY_LABELS="", RESOLVE_MARGIN=" ", **env)
+    assert result.stdout.split() == ["False", "True", "False", "0.02", "200", "{}"], result.stderr
 
 
 def test_starts_for_local_use_with_debug_and_in_production_with_both_set():

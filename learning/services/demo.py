@@ -56,7 +56,8 @@ def demo_workspace_create(
     """Create (or complete) the demo workspace in one transaction: the tenant, its catalogue, with ``password`` the
     users ``admin`` (superuser) and ``reviewer`` (staff, the reviewer permissions, a member of the tenant, an API
     token), and with ``with_key`` an agent ``demo-agent`` with a key of every scope. What exists already is kept,
-    so running it again adds only what is missing; a failure leaves nothing of this run behind."""
+    so running it again adds only what is missing; a failure leaves nothing of this run behind. The catalogue is
+    embedded inside that transaction (a demo catalogue takes seconds); the prior is fitted once it commits."""
     with transaction.atomic():
         workspace = tenant_create(slug=tenant_slug)
         with tenant_scope([workspace.pk]):

@@ -25,7 +25,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, name, scopes, key_name, tenant, **options):
         scope_list = [s.strip() for s in scopes.split(",") if s.strip()]
-        if not SLUG_RE.match(tenant):
+        if not SLUG_RE.fullmatch(tenant):
             raise CommandError(f"--tenant must be a slug (letters, digits, - and _), not {tenant!r}.")
         try:
             with transaction.atomic():  # a new tenant is kept only with its key
