@@ -3,8 +3,10 @@
 import logging
 from collections.abc import Sequence
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Model
+from tqdm import tqdm
 
 from common.text import text_hash
 from embeddings.embedders import embed_batch_bounded, get_embedder
@@ -19,6 +21,23 @@ def embeddings_compute(*, texts: Sequence[str]) -> tuple[list | None, str]:
     if not texts:
         return [], ""
     return embed_batch_bounded(texts)
+
+
+def embeddings_by_text(*, texts: Sequence[str], progress: bool = False) -> tuple[dict, str]:
+    """Vectors of many ``texts`` by text, and the model name: distinct texts embedded in batches of
+    LEARNING_IMPORT_BATCH_SIZE, sorted by length so each batch pads to similar lengths (``progress``: a tqdm bar).
+    A batch the embedder fails is left out: its rows are stored without vectors and the backfill fills them."""
+    todo = sorted(dict.fromkeys(texts), key=len)
+    out, model, batch = {}, "", settings.LEARNING_IMPORT_BATCH_SIZE
+    with tqdm(total=len(todo), desc="embedding", unit="phrase", disable=not progress or not todo) as bar:
+        for start in range(0, len(todo), batch):
+            chunk = todo[start : start + batch]
+            vectors, name = embeddings_compute(texts=chunk)
+            if vectors is not None:
+                model = name
+                out.update(zip(chunk, vectors, strict=True))
+            bar.update(len(chunk))
+    return out, model
 
 
 def embedding_assign(*, rows: Sequence[Model], vectors: list | None, model: str) -> None:

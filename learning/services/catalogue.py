@@ -3,33 +3,16 @@
 import logging
 from collections.abc import Iterable
 
-from django.conf import settings
 from django.db import transaction
-from tqdm import tqdm
 
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
-from embeddings.services import embedding_assign, embeddings_compute
+from embeddings.services import embedding_assign, embeddings_by_text
 from learning.catalogue import VerbEntry
 from learning.models import Verb, VerbPhrase
 from learning.selectors import verb_details_forget
 
 logger = logging.getLogger(__name__)
-
-
-def _vectors(texts: list[str], *, progress: bool) -> tuple[dict, str]:
-    """Vectors of ``texts`` by text, embedded in batches before any transaction opens (``progress``: a tqdm bar);
-    a batch the embedder fails is left out (the rows are stored without vectors; the backfill fills them)."""
-    out, model, batch = {}, "", settings.LEARNING_IMPORT_BATCH_SIZE
-    with tqdm(total=len(texts), desc="embedding", unit="phrase", disable=not progress or not texts) as bar:
-        for start in range(0, len(texts), batch):
-            chunk = texts[start : start + batch]
-            vectors, name = embeddings_compute(texts=chunk)
-            if vectors is not None:
-                model = name
-                out.update(zip(chunk, vectors, strict=True))
-            bar.update(len(chunk))
-    return out, model
 
 
 def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False) -> dict:
@@ -46,7 +29,7 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False)
             if norm and (name, norm) not in existing and norm not in seen:
                 seen.add(norm)
                 new_phrases.append((name, text, norm))
-    vectors, model = _vectors([n for _, _, n in new_phrases], progress=progress)
+    vectors, model = embeddings_by_text(texts=[n for _, _, n in new_phrases], progress=progress)  # before the transaction
 
     counts = {"verbs_created": 0, "verbs_updated": 0, "phrases_added": len(new_phrases), "unembedded": 0}
     with transaction.atomic():

@@ -2,14 +2,13 @@
 
 import logging
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from common.api import ApplicationError
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
-from embeddings.services import embedding_assign, embeddings_compute
+from embeddings.services import embedding_assign, embeddings_by_text
 from learning import selectors
 from learning.models import LearnedPhrase, Verb
 from learning.resolution import profile
@@ -38,7 +37,6 @@ def phrases_import(
     """
     import numpy as np
     from simple_history.utils import bulk_create_with_history, bulk_update_with_history
-    from tqdm import tqdm
 
     errors: list[dict] = []
     verbs = {v.name: v for v in Verb.objects.filter(name__in={r.verb for r in rows if r.verb}, is_active=True)}
@@ -103,21 +101,7 @@ def phrases_import(
     blocked_verbs = {v for _, _, v, e, _ in blocks if e is not None}
     need_check = [n for n in plan if plan[n][1].name in blocked_verbs and n not in unchanged and n not in exactly_blocked]
     to_write = [] if dry_run or errors else [n for n in added + updated if n not in existing or not existing[n].embedding_model]
-    # Sorted by length so each model batch pads to similar lengths (much less wasted compute on long tails).
-    to_embed = sorted(dict.fromkeys(need_check + to_write), key=len)
-    vectors: dict[str, list] = {}
-    model, unembedded = "", 0
-    batch = settings.LEARNING_IMPORT_BATCH_SIZE
-    with tqdm(total=len(to_embed), desc="embedding", unit="phrase", disable=not progress or not to_embed) as bar:
-        for start in range(0, len(to_embed), batch):
-            chunk = to_embed[start : start + batch]
-            out, model_name = embeddings_compute(texts=chunk)
-            if out is None:
-                unembedded += len(chunk)
-            else:
-                model = model_name
-                vectors.update(zip(chunk, out, strict=False))
-            bar.update(len(chunk))
+    vectors, model = embeddings_by_text(texts=need_check + to_write, progress=progress)
 
     if need_check and vectors:
         threshold = profile(model or None)["blocklist_threshold"]
