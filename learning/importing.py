@@ -88,11 +88,24 @@ def parse(content: str | bytes, fmt: str) -> list[ImportRow]:
 
 def _parse_json(content: str):
     try:
-        return json.loads(content)
+        data = json.loads(content)
     except json.JSONDecodeError as exc:
         raise ImportFormatError(f"Invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}.") from None
     except RecursionError:
         raise ImportFormatError(f"{_TOO_DEEP}.") from None
+    _check_depth(data, settings.API_MAX_JSON_DEPTH)
+    return data
+
+
+def _check_depth(data, limit: int) -> None:
+    """Refuse nesting deeper than ``limit`` levels (the YAML loader's rule, for JSON; iterative)."""
+    stack = [(data, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (dict, list)):
+            if level > limit:
+                raise ImportFormatError(f"{_TOO_DEEP} (more than {limit} levels).")
+            stack.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
 
 
 def _parse_yaml(content: str):

@@ -26,7 +26,7 @@ from memories.serializers import (
     RetrieveResponseSerializer,
     SearchHitSerializer,
 )
-from memories.services import memory_feedback, memory_observe, memory_retrieve
+from memories.services import memory_feedback_apply, memory_observe, memory_retrieve
 
 ERRORS_404 = {**ERROR_RESPONSES, 404: ERROR_RESPONSES[400]}
 
@@ -110,7 +110,7 @@ class MemoryOutcomeApi(TenantApiView):
         serializer = MemoryFeedbackRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        rows = memory_feedback(
+        rows = memory_feedback_apply(
             user_id=data["user_id"],
             memory_ids=data["memory_ids"],
             outcome=data["outcome"],

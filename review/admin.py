@@ -143,8 +143,8 @@ def _decide_post(request, spec, obj):
             "title": "Confirm the change",
             "spec": spec,
             "obj": obj,
-            "statement": services.change_statement(kind=spec.kind, obj=obj, verdict=action),
-            "together": [(d, services.change_statement(kind=spec.kind, obj=d, verdict=action)) for d in together],
+            "statement": services.change_statement_compose(kind=spec.kind, obj=obj, verdict=action),
+            "together": [(d, services.change_statement_compose(kind=spec.kind, obj=d, verdict=action)) for d in together],
             "action": action,
             "form": form,
         }

@@ -62,7 +62,7 @@ def claims_expired_purge() -> int:
     return deleted
 
 
-def change_statement(*, kind: str, obj, verdict: str) -> str:
+def change_statement_compose(*, kind: str, obj, verdict: str) -> str:
     """What a decision changes, in one sentence: the confirmation page says it and the decision log keeps it."""
     approve = verdict == Decision.Verdict.APPROVE
     if kind == Kind.CANDIDATE:
@@ -165,14 +165,14 @@ def item_decide(
         approve = verdict == Decision.Verdict.APPROVE
         if approve and spec.confirm_approve and not confirmed:
             raise ApplicationError(
-                "This changes what agents do; confirm it first: " + change_statement(kind=kind, obj=obj, verdict=verdict),
+                "This changes what agents do; confirm it first: " + change_statement_compose(kind=kind, obj=obj, verdict=verdict),
                 field="confirmed",
                 code="confirmation_required",
             )
         if kind == Kind.CANDIDATE and approve and not acknowledged:
             if selectors.item_evidence(kind, obj)["conflicts"]:
                 raise ApplicationError(CONFLICT_UNACKNOWLEDGED, field="acknowledged", code="conflict_unacknowledged")
-        summary = change_statement(kind=kind, obj=obj, verdict=verdict)
+        summary = change_statement_compose(kind=kind, obj=obj, verdict=verdict)
         try:
             _apply(kind, obj, user=user, approve=approve, category=category, reason=reason)
         except Conflict as exc:

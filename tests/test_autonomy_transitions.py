@@ -11,8 +11,8 @@ from agents.models import Agent
 from autonomy.models import AutonomyTransition
 from autonomy.services import (
     action_autonomy_stop,
-    autonomy_decision,
     autonomy_evaluate,
+    autonomy_level_decide,
     autonomy_transition_approve,
     autonomy_transition_reject,
 )
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.django_db
     ],
 )
 def test_thresholds_at_their_edges(level, n, success, rejection, expected):
-    assert autonomy_decision(level=level, samples=n, success_rate=success, rejection_rate=rejection) == expected
+    assert autonomy_level_decide(level=level, samples=n, success_rate=success, rejection_rate=rejection) == expected
 
 
 @pytest.fixture

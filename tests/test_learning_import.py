@@ -140,6 +140,8 @@ def test_import_request_validation(gov_api, catalogue):
         ("just a string", "yaml", "Expected a list"),
         ("phrase,verb\na,b,c\n", "csv", "more fields"),
         ("", "csv", "missing the column"),
+        ('{"phrases": ' + "[" * 30 + "]" * 30 + "}", "json", "nested too deeply"),  # within the decoder's recursion
+        ("[" * 30 + "]" * 30, "yaml", "nested too deeply"),
     ],
 )
 def test_parse_errors(content, fmt, message):

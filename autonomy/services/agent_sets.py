@@ -23,7 +23,7 @@ from django.utils import timezone
 from agents.models import Agent
 from autonomy.models import Episode, EpisodeEvent, EpisodeStatus
 from autonomy.services.calibration import calibration_compute_for_agents
-from autonomy.services.cycle import log_calibration, log_detection, log_evaluation, log_rules
+from autonomy.services.cycle import calibration_log, detection_log, evaluation_log, rules_log
 from autonomy.services.episodes import EpisodeLog, agents_cycle_lock, asynchronous_commit
 from autonomy.services.evaluation import autonomy_evaluate_for_agents
 from feedback.selectors import agents_action_ids, patterns_by_ids
@@ -72,14 +72,14 @@ def _cycle_set_steps(*, agent_ids: list[int], trigger: str, force_autonomy: bool
         for p in patterns_by_ids(ids=[pk for r in detection.values() for pk in r.pattern_ids]):
             changed.setdefault(p.agent_id, []).append(p)
         for a in agent_ids:
-            log_detection(
+            detection_log(
                 log=logs[a], summary=summaries[a], detection=detection.get(a, DetectionResult()), changed=changed.get(a, [])
             )
 
         rules = correction_rules_create_for_agents(agent_ids=agent_ids)
         expired = correction_rules_expire_for_agents(agent_ids=agent_ids)
         for a in agent_ids:
-            log_rules(log=logs[a], summary=summaries[a], rules=rules.get(a, []), expired=expired.get(a, 0))
+            rules_log(log=logs[a], summary=summaries[a], rules=rules.get(a, []), expired=expired.get(a, 0))
 
         calibration = calibration_compute_for_agents(agent_ids=agent_ids, episodes=by_agent)
         names = dict(Agent.objects.filter(pk__in=agent_ids).values_list("pk", "name"))
@@ -87,7 +87,7 @@ def _cycle_set_steps(*, agent_ids: list[int], trigger: str, force_autonomy: bool
             a: {r.action_id: (r.ece, names[a]) for r in records[1:] if r.ece is not None} for a, records in calibration.items()
         }
         for a in agent_ids:
-            log_calibration(log=logs[a], summary=summaries[a], records=calibration[a])
+            calibration_log(log=logs[a], summary=summaries[a], records=calibration[a])
 
         evaluation = autonomy_evaluate_for_agents(
             agent_actions=agents_action_ids(
@@ -100,7 +100,7 @@ def _cycle_set_steps(*, agent_ids: list[int], trigger: str, force_autonomy: bool
         )
         for a in agent_ids:
             e = evaluation[a]
-            log_evaluation(
+            evaluation_log(
                 log=logs[a],
                 summary=summaries[a],
                 due=e.due,

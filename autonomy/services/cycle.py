@@ -49,7 +49,7 @@ def autonomy_cycle_run(*, agent_id: int, trigger: str = "command", force_autonom
 # The events of each step, shared by the per-agent and the set-based cycle so both record the same episode.
 
 
-def log_detection(*, log: EpisodeLog, summary: dict, detection: DetectionResult, changed) -> None:
+def detection_log(*, log: EpisodeLog, summary: dict, detection: DetectionResult, changed) -> None:
     created = set(detection.created)
     for p in changed:
         log.add(
@@ -69,7 +69,7 @@ def log_detection(*, log: EpisodeLog, summary: dict, detection: DetectionResult,
     summary.update(patterns_new=len(detection.created), patterns_updated=len(detection.updated))
 
 
-def log_rules(*, log: EpisodeLog, summary: dict, rules, expired: int) -> None:
+def rules_log(*, log: EpisodeLog, summary: dict, rules, expired: int) -> None:
     for r in rules:
         log.add("rule_created", r.precondition, rule=r.pk, pattern=r.pattern_id, status=r.status, require_review=r.require_review)
     if expired:
@@ -77,7 +77,7 @@ def log_rules(*, log: EpisodeLog, summary: dict, rules, expired: int) -> None:
     summary.update(rules_created=len(rules), rules_expired=expired)
 
 
-def log_calibration(*, log: EpisodeLog, summary: dict, records) -> None:
+def calibration_log(*, log: EpisodeLog, summary: dict, records) -> None:
     overall = records[0]
     log.add(
         "calibration",
@@ -94,7 +94,7 @@ def log_calibration(*, log: EpisodeLog, summary: dict, records) -> None:
     )
 
 
-def log_evaluation(*, log: EpisodeLog, summary: dict, due: bool, evaluated: list, proposed: list, skipped_open: list) -> None:
+def evaluation_log(*, log: EpisodeLog, summary: dict, due: bool, evaluated: list, proposed: list, skipped_open: list) -> None:
     for t in proposed:
         log.add(
             "transition_proposed", t.reason, transition=t.pk, action=t.action.name, from_level=t.from_level, to_level=t.to_level
@@ -115,11 +115,11 @@ def _autonomy_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool) 
     summary: dict = {}
     try:
         detection = mistake_patterns_detect(agent_id=agent_id)
-        log_detection(log=log, summary=summary, detection=detection, changed=patterns_by_ids(ids=detection.pattern_ids))
+        detection_log(log=log, summary=summary, detection=detection, changed=patterns_by_ids(ids=detection.pattern_ids))
         rules = correction_rules_create(agent_id=agent_id)
-        log_rules(log=log, summary=summary, rules=rules, expired=correction_rules_expire(agent_id=agent_id))
+        rules_log(log=log, summary=summary, rules=rules, expired=correction_rules_expire(agent_id=agent_id))
         log.flush()
-        log_calibration(log=log, summary=summary, records=calibration_compute(agent_id=agent_id, episode=episode))
+        calibration_log(log=log, summary=summary, records=calibration_compute(agent_id=agent_id, episode=episode))
         due = force_autonomy or Action.objects.filter(_evaluation_due_q(timezone.now())).exists()
         evaluation = (
             autonomy_evaluate(
@@ -132,7 +132,7 @@ def _autonomy_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool) 
             if due
             else {"evaluated": [], "proposed": [], "skipped_open": []}
         )
-        log_evaluation(
+        evaluation_log(
             log=log,
             summary=summary,
             due=due,

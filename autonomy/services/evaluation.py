@@ -19,7 +19,7 @@ from feedback.selectors import outcome_rates, recent_patterns
 logger = logging.getLogger(__name__)
 
 
-def autonomy_decision(*, level: int, samples: int, success_rate: float, rejection_rate: float) -> int | None:
+def autonomy_level_decide(*, level: int, samples: int, success_rate: float, rejection_rate: float) -> int | None:
     """The level an action should move to, or None. Pure, so the threshold edges are easy to test."""
     if (
         level < AutonomyLevel.AUTONOMOUS
@@ -84,7 +84,7 @@ def _evaluate_claimed(*, ids: list[int], now, days: int, episode_of, ece_of=None
         n, ok, rej = stats.get(action_id, (0, 0, 0))
         success_rate = ok / n if n else 0.0
         rejection_rate = rej / n if n else 0.0
-        target = autonomy_decision(
+        target = autonomy_level_decide(
             level=action.autonomy_level, samples=n, success_rate=success_rate, rejection_rate=rejection_rate
         )
         row = {

@@ -11,7 +11,7 @@ from memories.services.lifecycle import (
     memories_embed_backfill,
     memories_purge_deprecated,
     memory_deprecate,
-    memory_feedback,
+    memory_feedback_apply,
     memory_promote,
 )
 from memories.services.outcomes import memory_outcome_signal_apply
@@ -28,7 +28,7 @@ __all__ = [
     "memories_embed_backfill",
     "memories_purge_deprecated",
     "memory_deprecate",
-    "memory_feedback",
+    "memory_feedback_apply",
     "memory_observe",
     "memory_outcome_signal_apply",
     "memory_promote",

@@ -16,7 +16,7 @@ from memories.selectors import memories_needing_embedding, memory_last_retrieval
 from memories.services.shared import namespace_or_default
 
 
-def memory_feedback(
+def memory_feedback_apply(
     *, user_id: str, memory_ids: list[int] | str, outcome: str, reason: str = "", namespace: str | None = None
 ) -> list[Memory]:
     """``success`` promotes the memories to verified; ``failure`` deprecates them and ends their streak.

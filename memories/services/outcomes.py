@@ -1,7 +1,7 @@
 """Outcome signals from a conversation: a later user turn says whether the memories used just before worked.
 
 The memories are those of the retrieval the signal is about (``meta.retrieval_id``, else the user's latest
-retrieval with memories within ``MEMORY_OUTCOME_WINDOW_S``); the signal goes through ``memory_feedback``,
+retrieval with memories within ``MEMORY_OUTCOME_WINDOW_S``); the signal goes through ``memory_feedback_apply``,
 so success promotes and failure deprecates by the same rules as ``POST /api/v1/memories/outcome``.
 """
 
@@ -16,7 +16,7 @@ from common.api import NotFound
 from common.text import text_hash
 from memories.outcomes import outcome_detect
 from memories.selectors import memory_ids_of_user, memory_retrieval_for_outcome
-from memories.services.lifecycle import memory_feedback
+from memories.services.lifecycle import memory_feedback_apply
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def memory_outcome_signal_apply(
         ids = [i for i in memory_ids_of_user(user_id=user_id, ids=list(retrieval.memory_ids)) if i not in skip]
         if not ids:
             return evidence
-        rows = memory_feedback(
+        rows = memory_feedback_apply(
             user_id=user_id,
             memory_ids=ids,
             outcome=signal.outcome,

@@ -22,7 +22,7 @@ from memories.selectors import (
     memory_semantic_candidates,
     rank_key,
 )
-from memories.services.shared import auto_promote, namespace_or_default
+from memories.services.shared import memories_auto_promote, namespace_or_default
 
 
 @dataclass
@@ -98,7 +98,7 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
             cur.execute(*ASYNC_COMMIT)
         if ids:
             Memory.objects.filter(pk__in=ids).update(hits=F("hits") + 1, streak=F("streak") + 1, last_retrieved_at=timezone.now())
-            auto_promote(ids=ids)
+            memories_auto_promote(ids=ids)
         retrieval = MemoryRetrieval.objects.create(
             namespace=namespace, user_id=user_id, query_sha256=text_hash(query), memory_ids=ids, degraded=bool(degraded_reason)
         )

@@ -41,7 +41,7 @@ def embedding_schedule(*, ids: list[int]) -> None:
         transaction.on_commit(send)
 
 
-def auto_promote(*, ids: list[int]) -> int:
+def memories_auto_promote(*, ids: list[int]) -> int:
     """One UPDATE: candidates among ``ids`` with streak >= N or hits >= M become verified (lower confidence)."""
     if not ids:
         return 0

@@ -21,7 +21,7 @@ from memories.extraction import Artifact, extract
 from memories.models import Memory, MemoryQuarantine, MemoryStatus, MemoryType, MemoryWriteDecision, WriteDecisionKind
 from memories.selectors import LIVE, memories_of, memory_neighbours, memory_retrieval_exists
 from memories.services.outcomes import memory_outcome_signal_apply
-from memories.services.shared import auto_promote, embedding_schedule, namespace_or_default, user_lock
+from memories.services.shared import embedding_schedule, memories_auto_promote, namespace_or_default, user_lock
 from memories.simhash import simhash, to_hex
 from tenants.context import acting_agent_id
 
@@ -311,5 +311,5 @@ def _merge(*, memory_id: int, artifact: Artifact, sha: str, fingerprint: int, me
     target._change_reason = "merged a duplicate observation" + (" (longer text kept)" if changed else "")
     # A save (not QuerySet.update) so the history keeps a row per merge, and with it the text it replaced.
     target.save(update_fields=fields)
-    auto_promote(ids=[memory_id])
+    memories_auto_promote(ids=[memory_id])
     return changed
