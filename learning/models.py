@@ -401,7 +401,9 @@ class PhraseEvidence(TenantOwned, Embedded):
         verbose_name_plural = "phrase evidence"
         constraints = [
             models.UniqueConstraint(
-                fields=["normalized", "verb", "user_id"], name="phraseevidence_unique_per_scope", nulls_distinct=False
+                fields=["tenant", "normalized", "verb", "user_id"],
+                name="phraseevidence_unique_per_tenant_scope",
+                nulls_distinct=False,
             )
         ]
         indexes = [hnsw_index("phraseevidence_embedding_hnsw"), models.Index(fields=["user_id"], name="phraseevidence_user")]

@@ -15,10 +15,9 @@ from actions.models import Action
 from agents.authentication import ApiKeyAuthentication, verified_keys_forget
 from agents.models import Agent
 from autonomy.models import AutonomyTransition, Episode
-from learning.models import LearnedPhrase, LearningCandidate, Verb
+from learning.models import LearnedPhrase, LearningCandidate, PhraseEvidence, Verb
 from learning.services.catalogue import verb_catalogue_load
 from mcp_server.server import Outcome, call_tool_sync, error_body
-from mcp_server.tools import TOOLS_BY_NAME
 from memories.models import Memory, MemoryRetrieval
 from tenants.context import tenant_request, tenant_scope
 from tenants.rls import inherit_function_name, tables_with_rls, tenant_owned_tables
@@ -100,6 +99,29 @@ def test_another_tenants_agent_sees_none_of_its_users(two):
     assert r.status_code == 200
     acme = LearnedPhrase.objects.get(tenant=two["t1"], normalized="spin up a fresh client book", user_id="alice")
     assert acme.verb.name == "cbu.delete"
+
+
+def test_the_same_user_id_in_two_tenants_keeps_two_sets_of_evidence(two):
+    """Evidence is per tenant: globex's alice correcting the same text adds globex's rows, never acme's."""
+    text = "spin up a fresh client book"
+
+    def evidence(tenant):
+        rows = PhraseEvidence.objects.filter(tenant=tenant, normalized=text, user_id="alice")
+        return {r.verb: (round(r.negative, 4), round(r.positive, 4)) for r in rows}
+
+    before = evidence(two["t1"])
+    assert before  # acme's correction left evidence
+    for _ in range(2):  # twice: the second adds to globex's own rows
+        r = two["b"].post(
+            "/api/v1/resolutions/correct",
+            {"text": text, "wrong_verb": "cbu.list", "correct_verb": "cbu.delete", "user_id": "alice"},
+            format="json",
+        )
+        assert r.status_code == 200, r.content
+    assert evidence(two["t1"]) == before
+    assert set(evidence(two["t2"])) == set(before)
+    after = evidence(two["t2"])
+    assert all(after[v] == (2 * neg, 2 * pos) for v, (neg, pos) in before.items())
 
 
 def test_another_tenants_ids_answer_404_like_unknown_ones(two):
@@ -477,13 +499,13 @@ def test_mcp_tools_answer_another_tenants_ids_as_unknown(acme_objects):
             return Outcome(error=error_body(exc))
 
     for name, foreign_args, unknown_args in calls:
-        foreign = _in_django(call_tool_sync, TOOLS_BY_NAME[name], auth, "test", foreign_args)
+        foreign = _in_django(call_tool_sync, name, auth, "test", foreign_args)
         if name == "retrieve_memories":
             assert foreign.error is None and foreign.data["items"] == []
             continue
         assert foreign.error is not None and foreign.error["code"] == "not_found", (name, foreign)
         if unknown_args is not None:
-            unknown = _in_django(call_tool_sync, TOOLS_BY_NAME[name], auth, "test", unknown_args)
+            unknown = _in_django(call_tool_sync, name, auth, "test", unknown_args)
             assert unknown.error["code"] == foreign.error["code"], name
     o["candidate"].refresh_from_db()
     assert o["candidate"].status == "pending"

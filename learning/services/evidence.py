@@ -24,7 +24,8 @@ def phrase_evidence_add(
 def phrase_evidence_add_many(*, rows: list[dict], model: str) -> int:
     """Add evidence rows ({user_id, phrase, verb, negative, positive, vector}) in one INSERT ... ON CONFLICT DO UPDATE.
 
-    Rows for the same (phrase, verb, user) are summed first; answers how many distinct rows were written.
+    Rows for the same (phrase, verb, user) are summed first; answers how many distinct rows were written. A user id
+    is the tenant's own: the same id in two tenants is two scopes (the row's tenant is the scope's, a column default).
     """
     merged: dict[tuple, dict] = {}
     for r in rows:
@@ -61,7 +62,7 @@ def phrase_evidence_add_many(*, rows: list[dict], model: str) -> int:
             INSERT INTO {table} (user_id, phrase, normalized, verb, negative, positive, signal_count,
                                  embedding, embedding_model, embedding_hash, created_at, updated_at)
             VALUES {", ".join(values)}
-            ON CONFLICT ON CONSTRAINT phraseevidence_unique_per_scope DO UPDATE SET
+            ON CONFLICT ON CONSTRAINT phraseevidence_unique_per_tenant_scope DO UPDATE SET
                 negative = {table}.negative + EXCLUDED.negative,
                 positive = {table}.positive + EXCLUDED.positive,
                 signal_count = {table}.signal_count + EXCLUDED.signal_count,
