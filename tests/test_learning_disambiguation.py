@@ -368,3 +368,31 @@ def test_admin_screens(admin_client, api, cbus, run_tasks):
     assert grouped[("list all cbus", "erin", "cbu.list")]["negative"] == 1
     assert admin_client.get("/admin/learning/learningsignal/").status_code == 200
     assert admin_client.get("/admin/learning/phraseevidence/").status_code == 200
+
+
+@pytest.mark.parametrize("private", [False, True])
+def test_what_a_click_teaches_records_the_agent_that_asked(cbus, run_tasks, private):
+    """The task that learns from a click acts as the agent whose key asked: the user's phrase and the global
+    candidate record it, so that agent can never approve its own proposal, and a private agent's users' phrases
+    are its own (it resolves them; another agent of the tenant does not)."""
+    from agents.authentication import verified_keys_forget
+
+    asker = make_client([s.value for s in Scope], name="asker")
+    other = make_client([s.value for s in Scope], name="other")
+    if private:
+        asker.agent.private_user_data = True
+        asker.agent.save()
+        verified_keys_forget()
+    body = resolve(asker, "list all cbus", user_id="u1")
+    assert body["outcome"] == "ambiguous"
+    verb = body["options"][0]["verb"]
+    assert run_tasks(select, asker, body["request_id"], verb).status_code == 200
+    phrase = LearnedPhrase.objects.get(normalized="list all cbus", user_id="u1")
+    assert phrase.agent_id == asker.agent.pk
+    candidate = LearningCandidate.objects.get(normalized="list all cbus", user_id=None, status="pending")
+    assert candidate.proposed_by_agent_id == asker.agent.pk
+    assert asker.post(f"/api/v1/learning/candidates/{candidate.pk}/approve", {}, format="json").status_code == 403
+    again = resolve(asker, "list all cbus", user_id="u1")
+    assert again["outcome"] == "resolved" and again["verb"] == verb
+    assert again["candidates"][0]["source"] == "user_learned_exact"
+    assert other.post(f"/api/v1/learning/candidates/{candidate.pk}/approve", {}, format="json").status_code == 200
