@@ -822,6 +822,31 @@ def test_a_fit_runs_in_shadow_then_goes_live_and_a_reviewer_can_pin_and_roll_bac
     assert pinned.status == "live" and DecisionFitEvent.objects.filter(fit=shadow, action="rolled_back").exists()
 
 
+def test_pinning_and_rolling_back_in_a_scope_of_every_tenant_change_only_the_fits_tenant(big):
+    """A superuser's admin sees every tenant: a pin retires only the live fit of the pinned fit's tenant, and a roll
+    back names the tenant it rolls back."""
+    from common.api import ApplicationError
+    from tenants.context import ALL, tenant_scope
+    from tenants.services import tenant_create
+
+    prior = decision_prior_fit()
+    other = tenant_create(slug="other")
+    copy = {"source": "prior", "embedding_model": prior.embedding_model, "params": prior.params, "tenant": other}
+    with tenant_scope([other.pk]):
+        other_prior = DecisionFit.objects.create(version=1, status="live", **copy)
+        other_fit = DecisionFit.objects.create(version=2, status="retired", **{**copy, "source": "labels"})
+    with tenant_scope(ALL):
+        assert decision_fit_pin(fit=other_fit).status == "live"
+        with pytest.raises(ApplicationError, match="name the tenant"):
+            decision_fit_retire_live()
+        assert decision_fit_retire_live(tenant_id=other.pk).pk == other_prior.pk
+    prior.refresh_from_db()
+    assert prior.status == "live" and not prior.pinned  # the default tenant's decision never moved
+    assert DecisionFit.objects.filter(tenant=other, status="live").get().pk == other_prior.pk
+    assert decision_fit_pin(fit=prior).pinned and decision_fit_pin(fit=prior).pinned  # pinning twice: one event
+    assert DecisionFitEvent.objects.filter(fit=prior, action="pinned").count() == 1
+
+
 def test_old_retired_fits_lose_their_heads_and_can_no_longer_be_pinned(big, settings):
     from common.api import ApplicationError
 

@@ -60,7 +60,9 @@ class DecisionFitAdmin(admin.ModelAdmin):
             "intro": intro,
             "opts": self.model._meta,
             "queryset": queryset,
-            "live": DecisionFit.objects.filter(status=DecisionFit.Status.LIVE).first(),
+            "live": DecisionFit.objects.filter(
+                status=DecisionFit.Status.LIVE, tenant_id__in=queryset.values("tenant_id")
+            ).select_related("tenant"),
             "action_name": action,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "media": self.media,
@@ -91,9 +93,13 @@ class DecisionFitAdmin(admin.ModelAdmin):
 
     @admin.action(description="Unpin the selected fits (automatic promotion resumes)", permissions=["change"])
     def unpin_selected(self, request, queryset):
-        for row in queryset:
+        pinned = [row for row in queryset if row.pinned]
+        for row in pinned:
             decision_fit_unpin(fit=row, reviewer=request.user)
-        self.message_user(request, f"Unpinned {queryset.count()} fit(s).", messages.SUCCESS)
+        if pinned:
+            self.message_user(request, f"Unpinned {len(pinned)} fit(s).", messages.SUCCESS)
+        else:
+            self.message_user(request, "None of the selected fits was pinned; nothing changed.", messages.INFO)
 
     @admin.action(description="Roll back to the catalogue prior (pinned)", permissions=["change"])
     def roll_back_to_prior(self, request, queryset):
@@ -105,12 +111,14 @@ class DecisionFitAdmin(admin.ModelAdmin):
                 title="Roll back to the catalogue prior?",
                 intro="The newest catalogue prior goes live and is pinned; the live fit is retired.",
             )
-        try:
-            row = decision_fit_retire_live(reviewer=request.user)
-        except ApplicationError as exc:
-            self.message_user(request, exc.message, messages.ERROR)
-            return None
-        self.message_user(request, f"Live and pinned: {row}.", messages.SUCCESS)
+        # each selected fit's tenant rolls back to its own prior (a superuser's selection may span tenants)
+        for tenant_id in sorted(set(queryset.values_list("tenant_id", flat=True))):
+            try:
+                row = decision_fit_retire_live(tenant_id=tenant_id, reviewer=request.user)
+            except ApplicationError as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+                continue
+            self.message_user(request, f"Live and pinned: {row} ({row.tenant}).", messages.SUCCESS)
         return None
 
 

@@ -373,7 +373,12 @@ def _prior_fit() -> DecisionFit | None:
 
 def _switch(fit: DecisionFit, *, action: str, reason: str, by=None, pin: bool | None = None) -> DecisionFit:
     """Make ``fit`` the live one (inside a transaction); the previous live fit is retired; recorded."""
-    previous = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.LIVE).exclude(pk=fit.pk).first()
+    previous = (
+        DecisionFit.objects.select_for_update()
+        .filter(tenant_id=fit.tenant_id, status=DecisionFit.Status.LIVE)
+        .exclude(pk=fit.pk)
+        .first()
+    )
     if previous is not None:
         previous.status, previous.pinned = DecisionFit.Status.RETIRED, False
         previous.save(update_fields=["status", "pinned"])
@@ -577,6 +582,8 @@ def decision_fit_pin(*, fit: DecisionFit, reviewer=None) -> DecisionFit:
                 field="fit",
             )
         if row.status == DecisionFit.Status.LIVE:
+            if row.pinned:
+                return row  # pinned already: nothing changes, nothing to record
             row.pinned = True
             row.save(update_fields=["pinned"])
             DecisionFitEvent.objects.create(fit=row, action="pinned", by=reviewer if getattr(reviewer, "pk", None) else None)
@@ -588,17 +595,26 @@ def decision_fit_pin(*, fit: DecisionFit, reviewer=None) -> DecisionFit:
 
 
 def decision_fit_unpin(*, fit: DecisionFit, reviewer=None) -> DecisionFit:
+    """Let automatic promotion replace ``fit`` again; a fit that is not pinned is left as it is (no event)."""
     with transaction.atomic():
         row = DecisionFit.objects.select_for_update().get(pk=fit.pk)
+        if not row.pinned:
+            return row
         row.pinned = False
         row.save(update_fields=["pinned"])
         DecisionFitEvent.objects.create(fit=row, action="unpinned", by=reviewer if getattr(reviewer, "pk", None) else None)
     return row
 
 
-def decision_fit_retire_live(*, reviewer=None) -> DecisionFit | None:
-    """Roll back from the live learned fit to the newest catalogue prior (pinned, so it stays)."""
-    prior = DecisionFit.objects.filter(Q(source=DecisionFit.Source.PRIOR)).order_by("-version").first()
+def decision_fit_retire_live(*, tenant_id: int | None = None, reviewer=None) -> DecisionFit | None:
+    """Roll ``tenant_id``'s decision back from the live learned fit to its newest catalogue prior (pinned, so it
+    stays). Without ``tenant_id`` the scope's tenant; a scope over several tenants must name one."""
+    priors = DecisionFit.objects.filter(Q(source=DecisionFit.Source.PRIOR))
+    if tenant_id is not None:
+        priors = priors.filter(tenant_id=tenant_id)
+    elif priors.values("tenant_id").distinct().count() > 1:
+        raise ApplicationError("Several tenants are in scope: name the tenant whose fit rolls back.", field="tenant")
+    prior = priors.order_by("-version").first()
     if prior is None:
         raise ApplicationError("There is no catalogue prior to roll back to.", field="fit")
     return decision_fit_pin(fit=prior, reviewer=reviewer)

@@ -72,14 +72,19 @@ def resolution_profile_fit(
 
 
 def resolution_profile_activate(*, fitted, reviewer=None):
-    """Put a fitted profile live for its model (the one active before is retired)."""
+    """Put a fitted profile live for its tenant and model (the one active before is retired). A retired profile
+    stays out of service: fit a new one."""
 
     with transaction.atomic():
         row = FittedResolutionProfile.objects.select_for_update().get(pk=fitted.pk)
         if row.status == FittedResolutionProfile.Status.ACTIVE:
             return row
+        if row.status == FittedResolutionProfile.Status.RETIRED:
+            raise ApplicationError(
+                f"Profile {row.pk} is retired and stays out of service; fit a new profile instead.", field="profile"
+            )
         FittedResolutionProfile.objects.filter(
-            embedding_model=row.embedding_model, status=FittedResolutionProfile.Status.ACTIVE
+            tenant_id=row.tenant_id, embedding_model=row.embedding_model, status=FittedResolutionProfile.Status.ACTIVE
         ).update(status=FittedResolutionProfile.Status.RETIRED)
         row.status = FittedResolutionProfile.Status.ACTIVE
         row.activated_at = timezone.now()
