@@ -7,6 +7,7 @@ models' own (view to see a kind, the decide permission of the kind to decide it)
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
@@ -22,16 +23,20 @@ RISKS = {"": 0, "medium": 1, "high": 2}
 MAX_PAGE = 10_000  # beyond it a page would ask the database for more rows than a LIMIT holds
 
 
+def _number(value: str) -> int | None:
+    """A whole number written in ASCII digits (at most 18, so it fits a bigint), else None ("²" or "٣" too)."""
+    return int(value) if value.isascii() and value.isdecimal() and len(value) <= 18 else None
+
+
 def _filters_from(params) -> selectors.InboxFilters:
     kinds = [k for k in params.getlist("kind") if k in Kind.values]
-    age = params.get("age", "")
-    tenant = params.get("tenant", "")
+    age = _number(params.get("age", ""))
     return selectors.InboxFilters(
         kinds=kinds,
-        max_age_days=int(age) if age.isdigit() and 0 < int(age) <= 3650 else None,
+        max_age_days=age if age and age <= 3650 else None,
         min_risk=RISKS.get(params.get("risk", ""), 0),
         agent=params.get("agent", "").strip()[:120],
-        tenant_id=int(tenant) if tenant.isdigit() else None,
+        tenant_id=_number(params.get("tenant", "")),
         order="risk" if params.get("order") == "risk" else "oldest",
     )
 
@@ -45,11 +50,11 @@ def inbox_view(request):
     filters = _filters_from(request.GET)
     request.session[SESSION_FILTERS] = filters.__dict__
     request.session[SESSION_SKIPPED] = []
-    page_number = request.GET.get("page", "1")
+    page_number = _number(request.GET.get("page", "1"))
     data = selectors.inbox_page(
         user=request.user,
         filters=filters,
-        page=min(int(page_number), MAX_PAGE) if page_number.isdigit() else 1,
+        page=min(page_number, MAX_PAGE) if page_number else 1,
         per_page=settings.REVIEW_PAGE_SIZE,
     )
     context = {
@@ -81,8 +86,10 @@ def _decide_page(request, spec, obj, *, status: int = 200, form: dict | None = N
     waiting = selectors.item_is_waiting(kind=spec.kind, pk=obj.pk)
     claim = None
     held_by = None
-    if waiting:
-        claim = services.claim_take(kind=spec.kind, object_id=obj.pk, tenant_id=obj.tenant_id, user=request.user)
+    may_decide = request.user.has_perm(spec.decide_perm)
+    if waiting:  # only a reviewer who may decide holds the item; a viewer only sees who does
+        if may_decide:
+            claim = services.claim_take(kind=spec.kind, object_id=obj.pk, tenant_id=obj.tenant_id, user=request.user)
         if claim is None:
             held_by = selectors.claim_live(kind=spec.kind, object_id=obj.pk)
     title, detail, agent = selectors.describe(spec.kind, obj)
@@ -98,7 +105,7 @@ def _decide_page(request, spec, obj, *, status: int = 200, form: dict | None = N
         "claim": claim,
         "held_by": held_by,
         "last": last,
-        "can_decide": waiting and held_by is None and request.user.has_perm(spec.decide_perm),
+        "can_decide": waiting and held_by is None and may_decide,
         "evidence": selectors.item_evidence(spec.kind, obj),
         "categories": selectors.mistake_categories(),
         "form": form or {},
@@ -124,20 +131,24 @@ def _decide_post(request, spec, obj):
         "acknowledged": request.POST.get("acknowledged") == "1",
     }
     confirmed = request.POST.get("confirmed") == "1"
-    # Similar pending candidates decided together with this one (same kind; the confirmation lists each).
+    # Decided already: straight to the service, which says by whom and when (no confirmation of a change that
+    # cannot happen).
+    waiting = selectors.item_is_waiting(kind=spec.kind, pk=obj.pk)
+    # Similar pending candidates with the same verb, decided together with this one (the confirmation lists each).
     together = []
-    if spec.kind == Kind.CANDIDATE:
-        wanted = {int(x) for x in request.POST.getlist("together") if x.isdigit() and int(x) != obj.pk}
+    if waiting and spec.kind == Kind.CANDIDATE:
+        wanted = {n for x in request.POST.getlist("together") if (n := _number(x)) is not None and n != obj.pk}
         together = [d for d in selectors.item_evidence(spec.kind, obj)["duplicates"] if d.pk in wanted]
     if (
-        spec.kind == Kind.CANDIDATE
+        waiting
+        and spec.kind == Kind.CANDIDATE
         and action == Decision.Verdict.APPROVE
         and not form["acknowledged"]
         and selectors.item_evidence(spec.kind, obj)["conflicts"]
     ):  # said before the confirmation page, not after it
         messages.error(request, services.CONFLICT_UNACKNOWLEDGED)
         return _decide_page(request, spec, obj, status=400, form=form)
-    if action == Decision.Verdict.APPROVE and spec.confirm_approve and not confirmed:
+    if waiting and action == Decision.Verdict.APPROVE and spec.confirm_approve and not confirmed:
         context = {
             **admin.site.each_context(request),
             "title": "Confirm the change",
@@ -173,9 +184,11 @@ def _decide_post(request, spec, obj):
     for other in together:
         try:
             decide(other.pk)
-            messages.success(request, f"Also {decision.get_verdict_display()}: “{other.input_pattern}”.")
+            messages.success(
+                request, f"Also {decision.get_verdict_display()}: “{other.input_pattern}” → {other.suggested_output}."
+            )
         except ApplicationError as exc:
-            messages.warning(request, f"“{other.input_pattern}” was not decided: {exc.message}")
+            messages.warning(request, f"“{other.input_pattern}” → {other.suggested_output} was not decided: {exc.message}")
     return _to_next(request, after=key)
 
 
@@ -199,14 +212,24 @@ def _change_url(kind, obj) -> str:
 def revert_view(request, kind: str, pk: int):
     """Revert a learned phrase, a block, a correction rule or an action's level: a confirmation with a reason."""
     perm = selectors.REVERT_PERMS.get(kind)
-    obj = selectors.revert_target(kind, pk) if perm else None
+    if perm is None:
+        raise Http404("Nothing to revert.")
+    if not request.user.has_perm(perm):
+        raise PermissionDenied(f"Reverting needs the permission {perm}.")
+    obj = selectors.revert_target(kind, pk)
     if obj is None:
         raise Http404("Nothing to revert.")
     back = _change_url(kind, obj)
     error = ""
     if request.method == "POST":
         try:
-            statement = services.revert_apply(kind=kind, obj=obj, user=request.user, reason=request.POST.get("reason", ""))
+            statement = services.revert_apply(
+                kind=kind,
+                obj=obj,
+                user=request.user,
+                reason=request.POST.get("reason", ""),
+                revert_of=_number(request.POST.get("revert_of", "")),
+            )
         except NotFound:
             raise Http404("Nothing to revert.")
         except ApplicationError as exc:
@@ -221,6 +244,7 @@ def revert_view(request, kind: str, pk: int):
         "title": "Confirm the revert",
         "obj": obj,
         "statement": selectors.revert_statement(kind, obj),
+        "revert_of": selectors.revert_of(kind, obj),
         "back": back,
         "error": error,
         "reason": request.POST.get("reason", ""),

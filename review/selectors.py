@@ -423,17 +423,40 @@ def revert_target(kind: str, pk: int):
 
 
 def revert_statement(kind: str, obj) -> str:
-    """What the revert changes, in one sentence (shown on the confirmation and kept in the history)."""
+    """What the revert changes, in one sentence (shown on the confirmation and kept in the history); what was
+    reverted already says so."""
     if kind == "phrase":
         scope = f"user {obj.user_id}" if obj.user_id else "every user (global)"
+        if not obj.is_active:
+            return f"“{obj.phrase}” → {obj.verb.name} for {scope} is already inactive; nothing to revert."
         return f"“{obj.phrase}” stops resolving to {obj.verb.name} for {scope}."
     if kind == "block":
+        if obj.expires_at is not None and obj.expires_at <= timezone.now():
+            ended = timezone.localtime(obj.expires_at).strftime("%Y-%m-%d %H:%M")
+            return f"The block “{obj.phrase}” → {obj.verb.name} already ended at {ended}; nothing to revert."
         return f"The block “{obj.phrase}” → {obj.verb.name} ends now; the resolver may offer that verb again."
     if kind == "rule":
+        if obj.status in ("inactive", "expired"):
+            return f"The correction rule for {obj.agent.name} on {obj.action.name} is already {obj.status}; nothing to revert."
         return f"The correction rule for {obj.agent.name} on {obj.action.name} stops applying."
     if kind == "autonomy":
-        last = autonomy_selectors.last_applied_transition(action_id=obj.pk)
-        if last is None or last.to_level != obj.autonomy_level:
+        last = _revertible_transition(obj)
+        if last is None:
             return f"{obj.name} has no applied change of level to revert."
         return f"Autonomy of {obj.name} goes back from level {obj.autonomy_level} to level {last.from_level}."
     return ""
+
+
+def revert_of(kind: str, obj) -> int | None:
+    """The transition an action's revert undoes (its confirmation carries the id, so a second submission is
+    refused instead of reverting the revert); None for other kinds or when nothing can be reverted."""
+    last = _revertible_transition(obj) if kind == "autonomy" else None
+    return None if last is None else last.pk
+
+
+def _revertible_transition(action):
+    """The applied change that set the action's current level, or None (none, or the level changed since)."""
+    last = autonomy_selectors.last_applied_transition(action_id=action.pk)
+    if last is None or last.to_level != action.autonomy_level or last.from_level == last.to_level:
+        return None
+    return last

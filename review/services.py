@@ -1,7 +1,9 @@
 """Writes of the review inbox: claims, and decisions that call each app's own service.
 
-A decision is one transaction: the claim is checked under a row lock, the owning app's service decides the
-item (and refuses a second decision with a conflict), the decision is logged and the claim dropped.
+A decision is one transaction: the item is locked (two reviewers confirming at once decide it once), the claim is
+checked, the owning app's service decides the item inside the item's own tenant (a superuser's requests see every
+tenant; a service that looks rows up by name or text must see only the item's), the decision is logged and the
+claim dropped.
 """
 
 import logging
@@ -23,6 +25,7 @@ from learning.services.profiles import resolution_profile_activate, resolution_p
 from memories.services import quarantine_discard, quarantine_release
 from review import selectors
 from review.models import BacklogSnapshot, Claim, Decision, Kind
+from tenants.context import tenant_scope
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +151,8 @@ def item_decide(
         raise ApplicationError(f"verdict must be one of {', '.join(Decision.Verdict.values)}.", field="verdict")
     category, reason = category.strip()[:40], reason.strip()[:5000]
     with transaction.atomic():
+        with connection.cursor() as cursor:  # one decision at a time per item, claimed or not
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"review:{kind}:{object_id}"])
         claim = Claim.objects.select_for_update().filter(kind=kind, object_id=object_id).select_related("user").first()
         if claim is not None and claim.user_id != user.pk and claim.expires_at > timezone.now():
             until = timezone.localtime(claim.expires_at).strftime("%H:%M")
@@ -174,7 +179,8 @@ def item_decide(
                 raise ApplicationError(CONFLICT_UNACKNOWLEDGED, field="acknowledged", code="conflict_unacknowledged")
         summary = change_statement_compose(kind=kind, obj=obj, verdict=verdict)
         try:
-            _apply(kind, obj, user=user, approve=approve, category=category, reason=reason)
+            with tenant_scope([obj.tenant_id]):
+                _apply(kind, obj, user=user, approve=approve, category=category, reason=reason)
         except Conflict as exc:
             if exc.code in ("invalid_transition", "already_reviewed", "conflict"):
                 raise _decided_already(kind, object_id, obj) from exc
@@ -236,9 +242,11 @@ def _apply(kind: str, obj, *, user, approve: bool, category: str, reason: str) -
             resolution_profile_retire(fitted=obj)
 
 
-def revert_apply(*, kind: str, obj, user, reason: str) -> str:
+def revert_apply(*, kind: str, obj, user, reason: str, revert_of: int | None = None) -> str:
     """Revert a learned phrase, a block, a correction rule or an action's last change of level, as ``user``, with
-    a reason (required); answers what changed. The object's history records the revert."""
+    a reason (required), inside the object's tenant; answers what changed. For an action, ``revert_of`` is the
+    transition the confirmation named: a second submission, or a change since, is refused (Conflict), as is
+    reverting a phrase, block or rule already reverted. The object's history records the revert."""
     perm = selectors.REVERT_PERMS.get(kind)
     if perm is None:
         raise NotFound(f"Nothing of kind {kind!r} can be reverted.", field="kind")
@@ -248,14 +256,19 @@ def revert_apply(*, kind: str, obj, user, reason: str) -> str:
     if not reason:
         raise ApplicationError("Say why you revert it.", field="reason")
     statement = selectors.revert_statement(kind, obj)
-    if kind == "phrase":
-        learned_phrase_deactivate(phrase_id=obj.pk, reviewer=user, reason=reason)
-    elif kind == "block":
-        phrase_block_expire(block_id=obj.pk, reviewer=user, reason=reason)
-    elif kind == "rule":
-        correction_rule_deactivate(rule=obj, user=user, reason=reason)
-    elif kind == "autonomy":
-        action_autonomy_revert(action=obj, user=user, reason=reason)
+    with tenant_scope([obj.tenant_id]):
+        if kind == "phrase":
+            learned_phrase_deactivate(phrase_id=obj.pk, reviewer=user, reason=reason)
+        elif kind == "block":
+            started = timezone.now()
+            block = phrase_block_expire(block_id=obj.pk, reviewer=user, reason=reason)
+            if block.expires_at is not None and block.expires_at < started:  # it had ended: nothing changed
+                stamp = timezone.localtime(block.expires_at).strftime("%Y-%m-%d %H:%M")
+                raise Conflict(f"The block “{block.phrase}” already ended at {stamp}.", field="id", code="already_inactive")
+        elif kind == "rule":
+            correction_rule_deactivate(rule=obj, user=user, reason=reason)
+        elif kind == "autonomy":
+            action_autonomy_revert(action=obj, user=user, reason=reason, revert_of=revert_of)
     logger.info("revert: %s %s by %s: %s", kind, obj.pk, user.get_username(), reason)
     return statement
 

@@ -461,12 +461,13 @@ def test_an_autonomy_level_is_reverted_to_the_level_before_its_last_change(db):
     assert signed_in(viewer).post(f"/admin/revert/autonomy/{email.pk}/", {"reason": "no"}).status_code == 403
     client = signed_in(boss)
     assert "from level 2 to level 1" in client.get(f"/admin/revert/autonomy/{email.pk}/").content.decode()
-    client.post(f"/admin/revert/autonomy/{email.pk}/", {"reason": "too many complaints"})
+    client.post(f"/admin/revert/autonomy/{email.pk}/", {"reason": "too many complaints", "revert_of": transition.pk})
     assert Action.objects.get(pk=email.pk).autonomy_level == 1
     revert = AutonomyTransition.objects.filter(status="applied").order_by("-id").first()
     assert revert.evidence == {"revert_of": transition.pk} and revert.decided_by == boss
     # the revert is itself a change of level, so it can be reverted in turn (by a human, behind the same page)
-    assert "from level 1 to level 2" in client.get(f"/admin/revert/autonomy/{email.pk}/").content.decode()
+    again = client.get(f"/admin/revert/autonomy/{email.pk}/")
+    assert "from level 1 to level 2" in again.content.decode() and again.context["revert_of"] == revert.pk
     never = Action.objects.create(name="sms.send", autonomy_level=1)
     refused = client.post(f"/admin/revert/autonomy/{never.pk}/", {"reason": "why not"})
     assert refused.status_code == 409 and "No applied change" in refused.content.decode()

@@ -354,10 +354,11 @@ def action_autonomy_stop(*, action, user, reason: str) -> AutonomyTransition:
     return stop
 
 
-def action_autonomy_revert(*, action, user, reason: str) -> AutonomyTransition:
+def action_autonomy_revert(*, action, user, reason: str, revert_of: int | None) -> AutonomyTransition:
     """Undo the last applied change of an action's level (back to the level it had before), decided by a human with
-    the permission; recorded as an applied transition that names the one it reverts. Refused when nothing was
-    applied, or when the level changed since that transition."""
+    the permission; recorded as an applied transition that names the one it reverts. ``revert_of`` is the transition
+    the human confirmed reverting. Refused when nothing was applied, when the last change is not ``revert_of`` (a
+    second submission would revert the revert), or when the level changed since that transition."""
     _check_human(user)
     reason = _reason_required(reason, "level is reverted")
     with transaction.atomic():
@@ -367,6 +368,19 @@ def action_autonomy_revert(*, action, user, reason: str) -> AutonomyTransition:
         )
         if last is None:
             raise Conflict(f"No applied change of {row.name}'s level to revert.", field="action", code="nothing_to_revert")
+        if revert_of is None or last.pk != revert_of:
+            if revert_of is not None and (last.evidence or {}).get("revert_of") == revert_of:
+                stamp = timezone.localtime(last.decided_at).strftime("%Y-%m-%d %H:%M") if last.decided_at else "earlier"
+                message = (
+                    f"Transition #{revert_of} was already reverted by {last.decided_by or 'someone'} at {stamp}: "
+                    f"{row.name} is at level {row.autonomy_level}."
+                )
+            else:
+                message = (
+                    f"{row.name}'s level changed since the revert was shown: its last change is transition #{last.pk} "
+                    f"(level {last.from_level} → {last.to_level}); check it and confirm again."
+                )
+            raise Conflict(message, field="revert_of", code="changed", extra={"last_transition": last.pk})
         if row.autonomy_level != last.to_level or last.from_level == last.to_level:
             raise Conflict(
                 f"{row.name} is at level {row.autonomy_level}, not the level {last.to_level} transition #{last.pk} set.",

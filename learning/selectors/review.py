@@ -40,7 +40,10 @@ def candidate_evidence(candidate: LearningCandidate, *, limit: int = 50) -> dict
 
     ``signals``: the interactions that fed it (linked by candidate id, else by phrase and verb);
     ``conflicts``: learned phrases or users' positive evidence mapping the same text to another verb;
-    ``duplicates``: other pending candidates for the same text or a near spelling of it, to decide together;
+    ``duplicates``: other pending candidates of the same type mapping the same text or a near spelling of it to the
+    same verb, which may be decided together;
+    ``alternatives``: pending candidates of the same type mapping that text to another verb: conflicting choices,
+    each decided on its own;
     ``users``: the users it would affect (its own user, or every user of the tenant for a global phrase).
     """
     signals = list(
@@ -81,12 +84,14 @@ def candidate_evidence(candidate: LearningCandidate, *, limit: int = 50) -> dict
                     "weight": round(row.positive, 2),
                 }
             )
-    duplicates = list(
+    similar = (
         LearningCandidate.objects.filter(status=LearningCandidate.Status.PENDING, candidate_type=candidate.candidate_type)
         .filter(Q(normalized=candidate.normalized) | Q(normalized__in=_near_spellings(candidate.normalized)))
         .exclude(pk=candidate.pk)
-        .order_by("-occurrence_count", "id")[:limit]
+        .order_by("-occurrence_count", "id")
     )
+    duplicates = list(similar.filter(suggested_output=candidate.suggested_output)[:limit])
+    alternatives = list(similar.exclude(suggested_output=candidate.suggested_output)[:limit])
     if candidate.user_id:
         users = [candidate.user_id]
     else:
@@ -95,7 +100,13 @@ def candidate_evidence(candidate: LearningCandidate, *, limit: int = 50) -> dict
             .values_list("user_id", flat=True)
             .distinct()[:limit]
         )
-    return {"signals": signals, "conflicts": conflicts, "duplicates": duplicates, "users": users}
+    return {
+        "signals": signals,
+        "conflicts": conflicts,
+        "duplicates": duplicates,
+        "alternatives": alternatives,
+        "users": users,
+    }
 
 
 def _near_spellings(normalized: str) -> list[str]:
