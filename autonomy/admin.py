@@ -1,10 +1,10 @@
 """Admin screens of calibration, autonomy transitions and cycle episodes."""
 
-from django import forms
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
 from simple_history.admin import SimpleHistoryAdmin
 
 from actions.admin import ActionAdmin
@@ -13,7 +13,6 @@ from autonomy import selectors as autonomy_selectors
 from autonomy import services as autonomy_services
 from autonomy.models import AutonomyTransition, CalibrationRecord, Episode, EpisodeEvent, TransitionStatus
 from common.admin import pretty_json, run_bulk
-from common.api import ApplicationError
 
 APPROVE_PERMISSION = "autonomy.approve_autonomytransition"
 
@@ -82,28 +81,11 @@ class CalibrationRecordAdmin(admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, extra_context)
 
 
-class TransitionDecisionForm(forms.ModelForm):
-    decision = forms.ChoiceField(
-        choices=[("", "— no decision —"), ("approve", "Approve and apply"), ("reject", "Reject")], required=False
-    )
-    notes = forms.CharField(widget=forms.Textarea(attrs={"rows": 3, "cols": 80}), required=False, max_length=5000)
-
-    class Meta:
-        model = AutonomyTransition
-        fields = []
-
-    def clean(self):
-        data = super().clean()
-        if data.get("decision") and self.instance.status != TransitionStatus.PROPOSED:
-            raise forms.ValidationError(f"This transition is {self.instance.status}; it cannot be decided again.")
-        return data
-
-
 @admin.register(AutonomyTransition)
 class AutonomyTransitionAdmin(SimpleHistoryAdmin):
-    """Proposed autonomy changes with their evidence; a human approves (applies) or rejects them."""
+    """Proposed autonomy changes with their evidence. The page is read-only: a transition is decided in the review
+    inbox or by the bulk actions, each behind a confirmation naming the action and both levels."""
 
-    form = TransitionDecisionForm
     list_display = ["id", "action", "from_level", "to_level", "status", "created_at", "decided_at", "decided_by"]
     list_filter = ["status", "action"]
     list_select_related = ["action", "decided_by"]
@@ -120,6 +102,7 @@ class AutonomyTransitionAdmin(SimpleHistoryAdmin):
         "decided_by_key",
         "decided_at",
         "decision_notes",
+        "decide_link",
     ]
     actions = ["approve_selected", "reject_selected"]
 
@@ -129,33 +112,30 @@ class AutonomyTransitionAdmin(SimpleHistoryAdmin):
             {"fields": ["action", "from_level", "to_level", "status", "reason", "evidence_json", "episode", "created_at"]},
         )
         if obj is not None and obj.status == TransitionStatus.PROPOSED:
-            return [info, ("Decision", {"fields": ["decision", "notes"]})]
+            return [info, ("Decision", {"fields": ["decide_link"]})]
         return [info, ("Decision", {"fields": ["decided_by", "decided_by_key", "decided_at", "decision_notes"]})]
 
     @admin.display(description="Evidence")
     def evidence_json(self, obj):
         return pretty_json(obj.evidence)
 
+    @admin.display(description="Decide")
+    def decide_link(self, obj):
+        if obj is None or obj.pk is None:
+            return "—"
+        return format_html(
+            '<a class="button" href="{}">Decide in the review inbox…</a> (a confirmation names the action and both levels)',
+            reverse("review-decide", args=["transition", obj.pk]),
+        )
+
     def has_add_permission(self, request):
         return False
 
+    def has_change_permission(self, request, obj=None):
+        return False  # decisions go through the inbox or the bulk actions, each with its confirmation
+
     def has_delete_permission(self, request, obj=None):
         return False
-
-    def save_model(self, request, obj, form, change):
-        d = form.cleaned_data
-        if d.get("decision") in ("approve", "reject") and not self.has_approve_permission(request):
-            raise PermissionDenied
-        try:
-            if d.get("decision") == "approve":
-                autonomy_services.autonomy_transition_approve(transition=obj.pk, user=request.user, notes=d["notes"])
-            elif d.get("decision") == "reject":
-                autonomy_services.autonomy_transition_reject(transition=obj.pk, user=request.user, notes=d["notes"])
-        except ApplicationError as exc:
-            self.message_user(request, f"Not applied: {exc.message}", messages.ERROR)
-
-    def save_related(self, request, form, formsets, change):
-        pass
 
     def has_approve_permission(self, request):
         return request.user.has_perm(APPROVE_PERMISSION)

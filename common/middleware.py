@@ -1,12 +1,17 @@
-"""The input policy for what reaches a view outside a JSON body: the path and the query string.
+"""The input policy for what reaches a view outside a JSON body: the path, the query string and form fields.
 
-A NUL byte or a lone surrogate in either is refused with 400 (in the API's error shape under
-``/api/``) before any view, form or query sees it: PostgreSQL cannot store or compare them.
+A NUL byte or a lone surrogate in the path, a query parameter, or the name or value of a form field (a
+form-encoded or multipart POST outside ``/api/`` and ``/mcp``) is refused with 400 (in the API's error shape
+under ``/api/``) before any view, form or query sees it: PostgreSQL cannot store or compare them. JSON bodies
+are the API parser's (``common.parsers``).
 """
 
 from django.http import HttpResponseBadRequest, JsonResponse
 
 from common.parsers import text_problem
+
+FORM_CONTENT_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+NO_FORM_PREFIXES = ("/api/", "/mcp")
 
 
 class InputPolicyMiddleware:
@@ -14,7 +19,7 @@ class InputPolicyMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        problem = _problem(request)
+        problem = _problem(request) or _form_problem(request)
         if problem is None:
             return self.get_response(request)
         field, reason = problem
@@ -35,4 +40,29 @@ def _problem(request) -> tuple[str, str] | None:
             problem = text_problem(value)
             if problem:
                 return key, f"The parameter {problem}."
+    return None
+
+
+def _form_problem(request) -> tuple[str, str] | None:
+    """The first form field whose name or value the policy refuses (form-encoded and multipart POSTs only)."""
+    if request.method != "POST" or request.path.startswith(NO_FORM_PREFIXES):
+        return None
+    if request.content_type not in FORM_CONTENT_TYPES:
+        return None
+    for key, values in request.POST.lists():
+        problem = text_problem(key)
+        if problem:
+            return "form", f"A field name {problem}."
+        for value in values:
+            problem = text_problem(value)
+            if problem:
+                return key[:100], f"The field {problem}."
+    for key, files in request.FILES.lists():
+        problem = text_problem(key)
+        if problem:
+            return "form", f"A field name {problem}."
+        for upload in files:
+            problem = text_problem(upload.name or "")
+            if problem:
+                return key[:100], f"The file name {problem}."
     return None

@@ -171,8 +171,13 @@ def test_admin_approval_and_bulk(agent, client):
     client.force_login(admin)
     page = client.get(f"/admin/autonomy/autonomytransition/{t1.pk}/change/")
     assert page.status_code == 200 and "sample_size" in page.content.decode()
+    # the change form does not decide (a decision passes a confirmation page): the inbox does, and logs it
     r = client.post(f"/admin/autonomy/autonomytransition/{t1.pk}/change/", {"decision": "approve", "notes": "ok"})
-    assert r.status_code == 302
+    assert r.status_code == 403
+    t1.refresh_from_db()
+    assert t1.status == "proposed"
+    r = client.post(f"/admin/inbox/transition/{t1.pk}/", {"action": "approve", "reason": "ok", "confirmed": "1"})
+    assert r.status_code == 302, r.content
     t1.refresh_from_db()
     assert t1.status == "applied" and t1.decided_by == admin
     r = client.post("/admin/autonomy/autonomytransition/", {"action": "reject_selected", "_selected_action": [t1.pk, t2.pk]})

@@ -148,5 +148,10 @@ def test_admin_fit_and_activate(gold, admin_client):
     assert "% right" in page and "proposed" in page
     admin_client.post("/admin/learning/fittedresolutionprofile/", {"action": "activate", "_selected_action": [row.pk]})
     row.refresh_from_db()
+    assert row.status == "proposed"  # the confirmation page first
+    admin_client.post(
+        "/admin/learning/fittedresolutionprofile/", {"action": "activate", "_selected_action": [row.pk], "post": "yes"}
+    )
+    row.refresh_from_db()
     assert row.status == "active"
     assert profile()["margin"] == row.margin

@@ -12,12 +12,17 @@ from learning.models import (
     LearnedPhrase,
     LearningCandidate,
 )
+from learning.selectors.review import candidate_evidence
 from learning.services.candidates import candidate_approve, candidate_reject
 
 # --- Learning governance: candidate review ---
 
 
 REVIEW_PERMISSION = "learning.review_learningcandidate"
+MAX_MIN_OCCURRENCES = 2**31 - 1
+CONFLICT_UNACKNOWLEDGED = (
+    "Other phrases or users' confirmations map some of these texts to another verb; acknowledge the conflicts to approve."
+)
 
 
 class MinOccurrencesFilter(admin.SimpleListFilter):
@@ -28,9 +33,21 @@ class MinOccurrencesFilter(admin.SimpleListFilter):
         return [(str(n), f"≥ {n}") for n in (2, 3, 5, 10, 25)]
 
     def queryset(self, request, queryset):
-        if self.value() and self.value().isdigit():
-            return queryset.filter(occurrence_count__gte=int(self.value()))
+        value = self.value() or ""
+        if value.isascii() and value.isdecimal():
+            return queryset.filter(occurrence_count__gte=min(int(value), MAX_MIN_OCCURRENCES))
         return queryset
+
+
+def candidate_conflicts(candidate: LearningCandidate) -> list[dict]:
+    """What maps the candidate's text to another verb (the inbox asks the reviewer to acknowledge it); none once decided."""
+    if candidate.status not in (LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED):
+        return []
+    return candidate_evidence(candidate, limit=5)["conflicts"]
+
+
+def _conflicts_line(conflicts: list[dict]) -> str:
+    return "; ".join(f"{c['kind']} of {c['user_id']} → {c['verb']} ({c['weight']})" for c in conflicts)
 
 
 def candidate_change_preview(candidate: LearningCandidate) -> str:
@@ -113,33 +130,42 @@ class LearningCandidateAdmin(SimpleHistoryAdmin):
     def has_review_permission(self, request):
         return request.user.has_perm(REVIEW_PERMISSION)
 
-    def _confirmation(self, request, queryset, *, action, title, template, extra=None):
+    def _confirmation(self, request, queryset, *, action, title, template, extra=None, status=200):
+        rows, conflicted = [], False
+        for c in queryset:
+            if action != "approve_selected":
+                rows.append((c, _reject_preview(c)))
+            elif conflicts := candidate_conflicts(c):
+                rows.append((c, f"{candidate_change_preview(c)}; conflicts: {_conflicts_line(conflicts)}"))
+                conflicted = True
+            else:
+                rows.append((c, candidate_change_preview(c)))
         context = {
             **self.admin_site.each_context(request),
             "title": title,
             "opts": self.model._meta,
             "queryset": queryset,
-            "rows": [(c, candidate_change_preview(c) if action == "approve_selected" else _reject_preview(c)) for c in queryset],
+            "rows": rows,
+            "conflicts": conflicted,
             "action_name": action,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "media": self.media,
             **(extra or {}),
         }
         request.current_app = self.admin_site.name
-        return TemplateResponse(request, f"admin/learning/learningcandidate/{template}", context)
+        return TemplateResponse(request, f"admin/learning/learningcandidate/{template}", context, status=status)
 
     @admin.action(description="Approve and apply selected candidates", permissions=["review"])
     def approve_selected(self, request, queryset):
+        """Behind a confirmation; a candidate whose text maps to another verb elsewhere needs the conflict acknowledged."""
+        confirm = {"action": "approve_selected", "title": "Approve and apply candidates", "template": "approve_confirmation.html"}
         if request.POST.get("post") != "yes":
-            return self._confirmation(
-                request,
-                queryset,
-                action="approve_selected",
-                title="Approve and apply candidates",
-                template="approve_confirmation.html",
-            )
+            return self._confirmation(request, queryset, **confirm)
+        candidates = list(queryset)
+        if request.POST.get("acknowledged") != "1" and any(candidate_conflicts(c) for c in candidates):
+            return self._confirmation(request, queryset, **confirm, extra={"conflict_error": CONFLICT_UNACKNOWLEDGED}, status=400)
         done, failed = 0, []
-        for candidate in queryset:
+        for candidate in candidates:
             try:
                 candidate_approve(candidate=candidate, reviewer=request.user, apply_immediately=True)
                 done += 1

@@ -49,8 +49,14 @@ class LearnedPhraseAdmin(EmbeddingStatusMixin, SimpleHistoryAdmin):
     list_filter = ["is_active", "source", "embedding_model", ("user_id", admin.EmptyFieldListFilter), "verb__domain"]
     search_fields = ["phrase", "normalized", "verb__name", "user_id"]
     list_select_related = ["verb"]
-    autocomplete_fields = ["verb"]
     readonly_fields = ["normalized", "created_at", "updated_at", "last_matched_at", revert_link("phrase")]
+
+    def has_add_permission(self, request):
+        return False  # phrases are learned from candidates or imported, through services that embed them
+
+    def get_readonly_fields(self, request, obj=None):
+        """The text, verb and scope stay as learned: their normalized form and embedding are written by services."""
+        return ["phrase", "verb", "user_id", *super().get_readonly_fields(request, obj)]
 
 
 @admin.register(EntityAlias)

@@ -1,6 +1,7 @@
 """Admin screens of disambiguation requests, learning signals, phrase evidence and fitted resolution profiles."""
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -238,21 +239,75 @@ class FittedResolutionProfileAdmin(admin.ModelAdmin):
     def held_out_after(self, obj):
         return self._figures(obj.held_out_fitted)
 
+    def _confirm(self, request, rows, *, action: str, title: str, intro: str, submit: str):
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "intro": intro,
+            "opts": self.model._meta,
+            "rows": rows,
+            "action_name": action,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "ask_reason": False,
+            "submit": submit,
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/bulk_confirmation.html", context)
+
     @admin.action(description="Activate the selected profile (put it live)", permissions=["change"])
     def activate(self, request, queryset):
-
+        """Behind a confirmation stating both thresholds; a retired profile is not put live again."""
         if queryset.count() != 1:
             self.message_user(request, "Select exactly one profile to activate.", messages.ERROR)
-            return
-        row = resolution_profile_activate(fitted=queryset.get(), reviewer=request.user)
+            return None
+        row = queryset.get()
+        if row.status == FittedResolutionProfile.Status.RETIRED:
+            self.message_user(
+                request, f"Profile #{row.pk} is retired and stays out of service; fit a new profile instead.", messages.ERROR
+            )
+            return None
+        if row.status == FittedResolutionProfile.Status.ACTIVE:
+            self.message_user(request, f"Profile #{row.pk} is already live.", messages.INFO)
+            return None
+        if request.POST.get("post") != "yes":
+            live = FittedResolutionProfile.objects.filter(
+                embedding_model=row.embedding_model, status=FittedResolutionProfile.Status.ACTIVE
+            ).first()
+            return self._confirm(
+                request,
+                [(row, _activate_statement(row))],
+                action="activate",
+                title="Activate a fitted resolution profile",
+                intro=(
+                    "The resolver uses these thresholds at once"
+                    + (f"; the live profile #{live.pk} is retired." if live else ".")
+                    + " Your name and the time are recorded."
+                ),
+                submit="Activate",
+            )
+        row = resolution_profile_activate(fitted=row, reviewer=request.user)
         self.message_user(request, f"Live: {row}.", messages.SUCCESS)
+        return None
 
     @admin.action(description="Retire the selected profiles", permissions=["change"])
     def retire(self, request, queryset):
-
-        for row in queryset:
+        """Behind a confirmation; a retired profile never goes live again."""
+        rows = list(queryset)
+        if request.POST.get("post") != "yes":
+            return self._confirm(
+                request,
+                [(row, _retire_statement(row)) for row in rows],
+                action="retire",
+                title="Retire fitted resolution profiles",
+                intro="A retired profile stays out of service; where a live one is retired, the settings' values apply again.",
+                submit="Retire",
+            )
+        retired = [row for row in rows if row.status != FittedResolutionProfile.Status.RETIRED]
+        for row in retired:
             resolution_profile_retire(fitted=row)
-        self.message_user(request, f"Retired {queryset.count()} profile(s).", messages.SUCCESS)
+        self.message_user(request, f"Retired {len(retired)} profile(s).", messages.SUCCESS)
+        return None
 
     def get_urls(self):
         extra = [path("fit/", self.admin_site.admin_view(self.fit_view), name="learning_fittedresolutionprofile_fit")]
@@ -272,3 +327,18 @@ class FittedResolutionProfileAdmin(admin.ModelAdmin):
         except _ApplicationError as exc:
             self.message_user(request, exc.message, messages.ERROR)
         return HttpResponseRedirect(reverse("admin:learning_fittedresolutionprofile_changelist"))
+
+
+def _activate_statement(row: FittedResolutionProfile) -> str:
+    return (
+        f"resolution threshold {row.baseline.get('resolve_threshold')} → {row.resolve_threshold:.3f}, "
+        f"margin {row.baseline.get('margin')} → {row.margin:.3f} for {row.embedding_model}"
+    )
+
+
+def _retire_statement(row: FittedResolutionProfile) -> str:
+    if row.status == FittedResolutionProfile.Status.RETIRED:
+        return "skipped: already retired"
+    if row.status == FittedResolutionProfile.Status.ACTIVE:
+        return f"taken out of service; the settings' thresholds apply again for {row.embedding_model}"
+    return "retired without going live; the thresholds in force stay"
