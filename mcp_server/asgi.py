@@ -11,7 +11,8 @@ SDK's session manager running between startup and shutdown. The manager is state
 answers: every POST stands alone (no ``Mcp-Session-Id``), so any worker can answer any request.
 
 Before a request reaches the SDK: the Host (and any Origin) must pass Django's ``ALLOWED_HOSTS``, as
-every Django request must (the DNS-rebinding guard), and a request without ``Authorization: Bearer``
+every Django request must (the DNS-rebinding guard), any method but POST is answered 405 (stateless
+JSON answers: no GET event stream, no session to DELETE), and a request without ``Authorization: Bearer``
 is answered 401 with ``WWW-Authenticate: Bearer``. The key itself is checked per call, by REST's code.
 """
 
@@ -100,6 +101,11 @@ class McpRouter:
         origin = headers.get("origin")
         if origin and not _host_allowed(urlsplit(origin).netloc):
             await _answer(send, 403, "Origin not allowed.", "bad_origin")
+            return
+        if scope.get("method") != "POST":
+            await _answer(
+                send, 405, "Only POST: the endpoint is stateless with JSON answers.", "method_not_allowed", [(b"allow", b"POST")]
+            )
             return
         if not headers.get("authorization", "").lower().startswith("bearer "):
             await _answer(

@@ -4,12 +4,14 @@ Every ``tools/call`` and ``resources/read`` authenticates the key with REST's ow
 (``agents.authentication.ApiKeyAuthentication``: same hash lookup, per-process cache, revocation,
 failed-attempt throttle per client address, ``last_used_at``), checks the scope with REST's
 ``ScopePermission`` against the REST view the tool mirrors, validates the arguments with that view's
-serializer, and turns any error into REST's error body through REST's own exception handler
-(``common.api.exception_handler``): ``{detail, code, fields, status}``.
+serializer (after REST's input policy, ``common.parsers.check_value``), and turns any error into REST's
+error body through REST's own exception handler (``common.api.exception_handler``) plus the HTTP code:
+``{detail, code, fields, http_status, status}``. Each call with a valid key counts against REST's
+per-key rate (``ApiKeyRateThrottle``, the same cache buckets, so REST and MCP share one budget).
 
 Errors the model can act on (bad arguments, missing scope, not found, conflict) come back as tool
 results with ``isError: true`` and that body as ``structuredContent``; a bad, revoked or missing key
-is a JSON-RPC error (code -32010, or -32011 when throttled), as is an unknown tool.
+is a JSON-RPC error (code -32010, or -32011 when throttled), as is an unknown tool (checked after the key).
 
 All the ORM work of one call runs in ONE sync function on a bounded thread pool
 (``sync_to_async(thread_sensitive=False)``): each worker thread keeps its database connection, and
@@ -21,6 +23,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import mcp_types as types
@@ -35,10 +38,11 @@ from rest_framework import exceptions
 from rest_framework.views import APIView
 
 from actions.selectors import action_get, action_list
-from agents.authentication import ApiKeyAuthentication, ScopePermission
+from agents.authentication import ApiKeyAuthentication, ApiKeyRateThrottle, ScopePermission, client_ip
 from autonomy import api as autonomy_api
 from autonomy.serializers import ActionSerializer, ConsultPatternSerializer, ConsultRuleSerializer
 from common.api import exception_handler
+from common.parsers import RefusedValue, check_value
 from feedback import selectors as feedback_selectors
 from learning import api as learning_api
 from learning import selectors as learning_selectors
@@ -88,13 +92,19 @@ class KeyRequest:
         self.auth = None
 
 
-def authenticate(authorization: str | None, client: str) -> KeyRequest:
-    """The authenticated request (``.user`` the agent, ``.auth`` the key), or an MCPError."""
+def _throttled(exc: exceptions.Throttled) -> MCPError:
+    return MCPError(THROTTLED, str(exc.detail), data={"code": "throttled", "wait": exc.wait})
+
+
+def authenticate(authorization: str | None, client: str, *, count: bool = True) -> KeyRequest:
+    """The authenticated request (``.user`` the agent, ``.auth`` the key), or an MCPError.
+
+    ``count``: the call counts against the key's request rate (REST's ``ApiKeyRateThrottle``)."""
     request = KeyRequest(authorization, client)
     try:
         found = ApiKeyAuthentication().authenticate(request)
     except exceptions.Throttled as exc:
-        raise MCPError(THROTTLED, str(exc.detail), data={"code": "throttled", "wait": exc.wait}) from None
+        raise _throttled(exc) from None
     except exceptions.AuthenticationFailed as exc:
         raise MCPError(UNAUTHENTICATED, str(exc.detail), data={"code": "authentication_failed"}) from None
     if found is None:
@@ -102,6 +112,10 @@ def authenticate(authorization: str | None, client: str) -> KeyRequest:
             UNAUTHENTICATED, "An API key is required: Authorization: Bearer <key>.", data={"code": "not_authenticated"}
         )
     request.user, request.auth = found
+    if count:
+        throttle = ApiKeyRateThrottle()
+        if not throttle.allow_request(request, None):
+            raise _throttled(exceptions.Throttled(throttle.wait()))
     return request
 
 
@@ -112,10 +126,23 @@ def check_scope(request: KeyRequest, view: type[APIView]) -> None:
         raise exceptions.PermissionDenied(permission.message)
 
 
+def check_arguments(arguments: dict[str, Any]) -> None:
+    """REST's input policy on a JSON body (``check_value``), each refusal naming its argument."""
+    for name, value in arguments.items():
+        try:
+            check_value({name: value}, settings.API_MAX_JSON_DEPTH)
+        except RefusedValue as exc:
+            field = "arguments" if exc.field == "body" else exc.field  # a key of the arguments object itself
+            raise exceptions.ValidationError({field: [exc.reason]}) from None
+        except exceptions.ParseError as exc:  # nested too deep
+            raise exceptions.ValidationError({name: [str(exc.detail)]}) from None
+
+
 def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> dict:
-    """The tool's serializer (the REST view's) validates; unknown argument names are refused too."""
+    """REST's input policy, then the tool's serializer (the REST view's); unknown argument names are refused too."""
     if not isinstance(arguments, dict):
         raise exceptions.ValidationError({"arguments": ["Expected a JSON object."]})
+    check_arguments(arguments)
     serializer = tool.serializer(data=arguments)
     errors = {} if serializer.is_valid() else dict(serializer.errors)
     known = {name for name, field in serializer.fields.items() if not field.read_only}
@@ -134,14 +161,15 @@ def plain(data: Any) -> Any:
 @dataclass
 class Outcome:
     data: Any = None
-    error: dict | None = None  # REST's error body with its status
+    error: dict | None = None  # REST's error body with its HTTP code
 
 
 def error_body(exc: Exception) -> dict | None:
+    """REST's error body, intact, plus ``http_status``; ``status`` is the HTTP code too unless the body has its own."""
     response = exception_handler(exc, {})
     if response is None:
         return None
-    return {**response.data, "status": response.status_code}
+    return {"status": response.status_code, **response.data, "http_status": response.status_code}
 
 
 def _in_django(fn: Callable[..., Outcome], *args: Any) -> Outcome:
@@ -168,8 +196,11 @@ def tools_permitted_sync(authorization: str | None, client: str) -> Outcome:
     return Outcome(data=[t.name for t in TOOLS if ScopePermission().has_permission(request, t.view)])
 
 
-def call_tool_sync(tool: Tool, authorization: str | None, client: str, arguments: dict[str, Any]) -> Outcome:
-    request = authenticate(authorization, client)
+def call_tool_sync(name: str, authorization: str | None, client: str, arguments: dict[str, Any]) -> Outcome:
+    request = authenticate(authorization, client)  # first: a wrong key is -32010 whatever the tool
+    tool = TOOLS_BY_NAME.get(name)
+    if tool is None:
+        raise MCPError(types.INVALID_PARAMS, f"Unknown tool {name!r}; tools/list names them.")
     check_scope(request, tool.view)
     data = validate_arguments(tool, arguments)
     return Outcome(data=plain(tool.run(Caller(request.user, request.auth), data)))
@@ -182,16 +213,24 @@ ACTIONS_URI = "alg://actions"
 ACTION_PREFIX = "alg://actions/"
 
 
+# The REST view whose scopes each resource needs.
+RESOURCE_VIEWS: dict[str, type[APIView]] = {
+    VERBS_URI: learning_api.ResolveApi,
+    ACTIONS_URI: autonomy_api.ActionListApi,
+    ACTION_PREFIX + "{name}": autonomy_api.ActionConsultApi,
+}
+
+
 def read_resource_sync(uri: str, authorization: str | None, client: str) -> Outcome:
     request = authenticate(authorization, client)
     if uri == VERBS_URI:
-        check_scope(request, learning_api.ResolveApi)
+        check_scope(request, RESOURCE_VIEWS[VERBS_URI])
         return Outcome(data={"verbs": learning_selectors.verb_catalogue()})
     if uri == ACTIONS_URI:
-        check_scope(request, autonomy_api.ActionListApi)
+        check_scope(request, RESOURCE_VIEWS[ACTIONS_URI])
         return Outcome(data={"actions": plain(ActionSerializer(action_list(), many=True).data)})
     if uri.startswith(ACTION_PREFIX):
-        check_scope(request, autonomy_api.ActionConsultApi)
+        check_scope(request, RESOURCE_VIEWS[ACTION_PREFIX + "{name}"])
         action = action_get(name=uri.removeprefix(ACTION_PREFIX))
         rules = feedback_selectors.active_rules(agent=request.user, action=action)
         patterns = feedback_selectors.active_patterns(agent=request.user, action=action)
@@ -205,6 +244,12 @@ def read_resource_sync(uri: str, authorization: str | None, client: str) -> Outc
             )
         )
     raise MCPError(RESOURCE_NOT_FOUND, f"Unknown resource {uri}.", data={"uri": uri})
+
+
+def resources_permitted_sync(authorization: str | None, client: str) -> Outcome:
+    """URIs and URI templates of the resources this key may read."""
+    request = authenticate(authorization, client)
+    return Outcome(data=[uri for uri, view in RESOURCE_VIEWS.items() if ScopePermission().has_permission(request, view)])
 
 
 RESOURCES = [
@@ -260,8 +305,8 @@ def _error_text(body: dict) -> str:
     fields = body.get("fields") or {}
     if fields:
         reasons = "; ".join(f"{name}: {' '.join(map(str, msgs))}" for name, msgs in fields.items())
-        return f"Error ({body.get('code')}, {body.get('status')}): {reasons}"
-    return f"Error ({body.get('code')}, {body.get('status')}): {body.get('detail')}"
+        return f"Error ({body.get('code')}, {body.get('http_status')}): {reasons}"
+    return f"Error ({body.get('code')}, {body.get('http_status')}): {body.get('detail')}"
 
 
 def _result_text(tool: Tool, data: Any) -> str:
@@ -286,11 +331,9 @@ def build_server(key_source: KeySource, *, threads: int | None = None) -> Server
         return types.ListToolsResult(tools=[d for d in definitions if d.name in permitted])
 
     async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestParams) -> types.CallToolResult:
-        tool = TOOLS_BY_NAME.get(params.name)
-        if tool is None:
-            raise MCPError(types.INVALID_PARAMS, f"Unknown tool {params.name!r}; tools/list names them.")
         authorization, client = key_source(ctx)
-        outcome = await in_thread(call_tool_sync, tool, authorization, client, params.arguments or {})
+        outcome = await in_thread(call_tool_sync, params.name, authorization, client, params.arguments or {})
+        tool = TOOLS_BY_NAME[params.name]
         if outcome.error is not None:
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=_error_text(outcome.error))],
@@ -302,20 +345,29 @@ def build_server(key_source: KeySource, *, threads: int | None = None) -> Server
             structured_content=outcome.data,
         )
 
+    async def permitted_resources(ctx: ServerRequestContext) -> set[str]:
+        """As tools/list: only the resources the key's scopes allow."""
+        authorization, client = key_source(ctx)
+        return set((await in_thread(resources_permitted_sync, authorization, client)).data or [])
+
     async def list_resources(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
-        return types.ListResourcesResult(resources=RESOURCES)
+        permitted = await permitted_resources(ctx)
+        return types.ListResourcesResult(resources=[r for r in RESOURCES if r.uri in permitted])
 
     async def list_templates(
         ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        return types.ListResourceTemplatesResult(resource_templates=RESOURCE_TEMPLATES)
+        permitted = await permitted_resources(ctx)
+        return types.ListResourceTemplatesResult(
+            resource_templates=[t for t in RESOURCE_TEMPLATES if t.uri_template in permitted]
+        )
 
     async def read_resource(ctx: ServerRequestContext, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         uri = str(params.uri)
         authorization, client = key_source(ctx)
         outcome = await in_thread(read_resource_sync, uri, authorization, client)
         if outcome.error is not None:
-            code = _STATUS_CODES.get(outcome.error["status"], types.INTERNAL_ERROR)
+            code = _STATUS_CODES.get(outcome.error["http_status"], types.INTERNAL_ERROR)
             raise MCPError(code, _error_text(outcome.error), data={"uri": uri, **outcome.error})
         text = json.dumps(outcome.data, ensure_ascii=False)
         return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type="application/json", text=text)])
@@ -340,8 +392,13 @@ def fixed_key(raw_key: str) -> KeySource:
 
 
 def http_key(ctx: ServerRequestContext) -> tuple[str | None, str]:
-    """Streamable HTTP: ``ctx.request`` is the Starlette request of this POST."""
+    """Streamable HTTP: ``ctx.request`` is the Starlette request of this POST; the client address is REST's
+    (``client_ip``: behind one of ``TRUSTED_PROXIES``, from X-Forwarded-For)."""
     request = ctx.request
     if request is None:
         return None, "unknown"
-    return request.headers.get("authorization"), request.client.host if request.client else "unknown"
+    meta = {
+        "REMOTE_ADDR": request.client.host if request.client else "unknown",
+        "HTTP_X_FORWARDED_FOR": ",".join(request.headers.getlist("x-forwarded-for")),
+    }
+    return request.headers.get("authorization"), client_ip(SimpleNamespace(META=meta))

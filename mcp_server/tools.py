@@ -25,6 +25,7 @@ from autonomy import api as autonomy_api
 from autonomy import selectors as autonomy_selectors
 from autonomy.serializers import ConsultQuerySerializer, ConsultSerializer
 from common.api import ApplicationError
+from common.fields import IdField, StrictSerializer
 from feedback import api as feedback_api
 from feedback import selectors as feedback_selectors
 from feedback.serializers import OutcomeSerializer, ProposalCreateSerializer, ProposalSerializer
@@ -100,12 +101,8 @@ REQUEST_ID = serializers.CharField(max_length=64, help_text="The request_id of t
 
 SelectOptionSerializer = with_path_param(DisambiguationSelectSerializer, "SelectOptionSerializer", request_id=REQUEST_ID)
 AbandonOptionsSerializer = with_path_param(DisambiguationAbandonSerializer, "AbandonOptionsSerializer", request_id=REQUEST_ID)
-ApproveCandidateSerializer = with_path_param(
-    CandidateApproveSerializer, "ApproveCandidateSerializer", candidate_id=serializers.IntegerField(min_value=1)
-)
-RejectCandidateSerializer = with_path_param(
-    CandidateRejectSerializer, "RejectCandidateSerializer", candidate_id=serializers.IntegerField(min_value=1)
-)
+ApproveCandidateSerializer = with_path_param(CandidateApproveSerializer, "ApproveCandidateSerializer", candidate_id=IdField())
+RejectCandidateSerializer = with_path_param(CandidateRejectSerializer, "RejectCandidateSerializer", candidate_id=IdField())
 ConsultActionSerializer = with_path_param(
     ConsultQuerySerializer,
     "ConsultActionSerializer",
@@ -118,8 +115,8 @@ ConsultActionSerializer = with_path_param(
 )
 
 
-class ProposalRefSerializer(serializers.Serializer):
-    proposal = serializers.IntegerField(min_value=1, help_text="Id of one of your proposals")
+class ProposalRefSerializer(StrictSerializer):
+    proposal = IdField(help_text="Id of one of your proposals")
 
 
 class ImportPhrasesSerializer(ImportRequestSerializer):
@@ -237,7 +234,12 @@ def _observe(caller: Caller, d: dict) -> dict:
     result = memory_observe(
         user_id=d["user_id"], user_message=d["user_message"], assistant_message=d["assistant_message"], meta=d.get("meta") or {}
     )
-    return {"decision": result.decision, "memory_id": result.memory_id, "evidence": result.evidence}
+    return {
+        "decision": result.decision,
+        "memory_id": result.memory_id,
+        "evidence": result.evidence,
+        "embedding_pending": result.embedding_pending,  # REST's X-Embedding-Pending header
+    }
 
 
 def _retrieve(caller: Caller, d: dict) -> dict:
@@ -418,7 +420,8 @@ TOOLS: list[Tool] = [
         "Learn a lesson from one conversation turn",
         "Give one turn (the user's message and your answer): a reusable lesson is extracted, checked against "
         "secrets, deduplicated against the user's memories and stored. Answers the decision (saved, merged, "
-        "new_version, skipped, blocked) with its evidence. Scope: feedback.",
+        "new_version, skipped, blocked) with its evidence, and embedding_pending (true: stored without its vector "
+        "for now; it is embedded later). Scope: feedback.",
         ObserveRequestSerializer,
         memories_api.MemoryObserveApi,
         _observe,

@@ -223,3 +223,28 @@ def test_http_authentication_host_and_rest_on_the_same_port(base_url):
     assert tool.structured_content["canonical_name"] == "IBM" and tool.structured_content["outcome"] == "semantic"
     key.refresh_from_db()
     assert key.last_used_at is not None  # the REST authentication code ran
+
+
+def test_http_only_post_and_the_key_before_the_tool(base_url):
+    for method in ("GET", "DELETE"):
+        answer = requests.request(method, f"{base_url}/mcp", headers={"Authorization": "Bearer not-a-key"}, timeout=10)
+        assert answer.status_code == 405 and answer.headers["Allow"] == "POST", method
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "no_such_tool", "arguments": {}}}
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+    wrong = requests.post(
+        f"{base_url}/mcp", json=call, headers={**headers, "Authorization": "Bearer alg_00000000_wrong"}, timeout=30
+    )
+    assert wrong.json()["error"]["code"] == -32010
+
+
+def test_http_resources_are_listed_by_scope(base_url):
+    _, feedback_only = new_key([Scope.FEEDBACK.value], name="writer")
+    _, resolver = new_key([Scope.RESOLVE.value], name="reader")
+
+    async def body(session):
+        return (await session.list_resources()).resources, (await session.list_resource_templates()).resource_templates
+
+    resources, templates = session_flow(base_url, feedback_only, body)
+    assert resources == [] and templates == []
+    resources, templates = session_flow(base_url, resolver, body)
+    assert {str(r.uri) for r in resources} == {"alg://verbs", "alg://actions"} and len(templates) == 1

@@ -165,7 +165,7 @@ CASES = {
         mcp_tools.ProposalRefSerializer,  # REST has only the URL's <int:pk>: the tool's one field is it
         [],
         [{"proposal": 3}],
-        [{"proposal": 0}, {}],
+        [{"proposal": 0}, {}, {"proposal": "7"}],
     ),
     "consult_action": (
         autonomy_api.ActionConsultApi,

@@ -4,9 +4,12 @@ The server is a separate process on the test database, so these tests commit the
 (``transaction=True``). The helpers here are shared with tests/test_mcp_http.py.
 """
 
+import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 from urllib.parse import urlparse, urlunparse
 
 import anyio
@@ -173,3 +176,57 @@ def test_stdio_refuses_to_start_without_a_valid_key():
         assert done.returncode != 0
         assert "AGENT_API_KEY" in done.stderr
         assert done.stdout == ""  # the stdio wire stays clean
+
+
+class RawStdio:
+    """The stdio server driven line by line, for what an SDK client never sends."""
+
+    def __init__(self, raw_key: str, **env):
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "mcp", "--transport", "stdio"],
+            cwd=ROOT,
+            env=server_env(AGENT_API_KEY=raw_key, **env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.lines = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(x) for x in iter(self.proc.stdout.readline, b"")], daemon=True).start()
+
+    def send(self, line: bytes) -> dict:
+        self.proc.stdin.write(line + b"\n")
+        self.proc.stdin.flush()
+        return json.loads(self.lines.get(timeout=60))
+
+    def request(self, id_: int, method: str, params: dict | None = None) -> dict:
+        message = {"jsonrpc": "2.0", "id": id_, "method": method, **({"params": params} if params is not None else {})}
+        return self.send(json.dumps(message).encode())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def test_stdio_answers_unreadable_lines_and_throttles_a_busy_key():
+    _, raw = new_key()
+    server = RawStdio(raw, API_KEY_RATE="2/min")
+    try:
+        for line in (b'{"jsonrpc": "2.0", "id": 4, "method": ', b'{"a": "x\\ud800y"}', b"\xff\xfe garbage"):
+            answer = server.send(line)
+            assert answer["id"] is None and answer["error"]["code"] == -32700, (line, answer)
+        for line in (b'[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]', b'{"id": 6}'):
+            answer = server.send(line)
+            assert answer["id"] is None and answer["error"]["code"] == -32600, (line, answer)
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+        assert server.request(1, "initialize", init)["result"]["serverInfo"]["name"] == "agent-learning-governance"
+        server.proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        calls = [server.request(i, "tools/call", {"name": "resolve", "arguments": {"text": "x"}}) for i in (2, 3, 4)]
+        assert [("result" in c) for c in calls] == [True, True, False], calls
+        assert calls[2]["error"]["code"] == -32011 and calls[2]["error"]["data"]["wait"] > 0
+        assert server.request(5, "ping") == {"jsonrpc": "2.0", "id": 5, "result": {}}  # the session went on
+    finally:
+        server.close()

@@ -6,7 +6,9 @@
 stdio: stdout is the JSON-RPC wire, so nothing else may reach it. Logging goes to stderr (settings),
 and the key check at startup runs with file descriptor 1 pointed at stderr (the embedded database may
 start on that first connection and its tools print). The key is checked at startup, so a host shows
-a clear error for a wrong key, and again on every call, so revoking it takes effect at once.
+a clear error for a wrong key, and again on every call, so revoking it takes effect at once. A line
+that is not JSON is answered -32700 (a JSON value that is not one JSON-RPC message, such as a batch,
+-32600), with id null, and the session goes on.
 """
 
 import contextlib
@@ -14,10 +16,13 @@ import os
 import sys
 
 import anyio
+import mcp_types as types
 import uvicorn
 from django.core.management.base import BaseCommand, CommandError
 from mcp import MCPError
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from mcp_server.server import authenticate, build_server, fixed_key
 from tenants.context import tenant_request
@@ -37,10 +42,35 @@ def stdout_to_stderr():
         os.close(saved)
 
 
+def unreadable_answer(exc: Exception) -> SessionMessage:
+    """The JSON-RPC error for a line that is no message: -32700 if not JSON, else -32600; id null."""
+    not_json = isinstance(exc, ValidationError) and all(e["type"] == "json_invalid" for e in exc.errors())
+    error = (
+        types.ErrorData(code=types.PARSE_ERROR, message="Parse error")
+        if not_json
+        else types.ErrorData(code=types.INVALID_REQUEST, message="A line must be a single JSON-RPC message object")
+    )
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=error))
+
+
 async def serve_stdio(raw_key: str) -> None:
     server = build_server(fixed_key(raw_key))
     async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+        # The SDK passes a line it cannot read on as an exception and answers nothing; answer it here.
+        messages_writer, messages = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+        async def answer_unreadable() -> None:
+            async with messages_writer:
+                async for item in read_stream:
+                    if isinstance(item, Exception):
+                        await write_stream.send(unreadable_answer(item))
+                    else:
+                        await messages_writer.send(item)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(answer_unreadable)
+            await server.run(messages, write_stream, server.create_initialization_options())
+            tg.cancel_scope.cancel()  # the server is done: stop reading
 
 
 class Command(BaseCommand):
@@ -62,7 +92,7 @@ class Command(BaseCommand):
         with stdout_to_stderr():
             try:
                 with tenant_request():  # checked once at start, as each call will be
-                    authenticate(f"Bearer {raw_key}", "stdio")
+                    authenticate(f"Bearer {raw_key}", "stdio", count=False)
             except MCPError as exc:
                 raise CommandError(f"AGENT_API_KEY was refused: {exc.message}") from None
         anyio.run(serve_stdio, raw_key)
