@@ -521,3 +521,16 @@ def test_only_superusers_manage_tenants_and_memberships(two, client):
     page = client.get(f"/admin/tenants/tenant/{two['t1'].pk}/change/")
     assert page.status_code == 200 and "acme-rev" in page.content.decode()
     assert "globex" in client.get("/admin/tenants/tenant/").content.decode()
+
+
+def test_a_candidate_decided_in_a_scope_of_every_tenant_teaches_its_own_tenant(two):
+    """A superuser's admin sees every tenant: approving acme's candidate uses acme's verb and writes acme's phrase,
+    even where another tenant has a verb of the same name."""
+    from learning.services.candidates import candidate_approve
+    from tenants.context import ALL
+
+    with tenant_scope(ALL):
+        candidate_approve(candidate=LearningCandidate.objects.get(pk=two["candidate"].pk))
+    phrase = LearnedPhrase.objects.get(normalized="open a brand new client unit", user_id=None)
+    assert phrase.tenant_id == two["t1"].pk and phrase.verb.tenant_id == two["t1"].pk
+    assert not LearnedPhrase.objects.filter(tenant=two["t2"], normalized="open a brand new client unit").exists()

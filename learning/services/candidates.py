@@ -15,7 +15,7 @@ from learning.models import EntityAlias, LearningCandidate, Verb
 from learning.selectors import active_blocks
 from learning.services.blocks import _RISK_ORDER, _phrase_block_put
 from learning.services.phrases import _learned_phrase_put
-from tenants.context import acting_agent_id
+from tenants.context import acting_agent_id, tenant_scope
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def _candidate_check_open(candidate: LearningCandidate, *, allowed: tuple[str, .
 
 
 def _candidate_verb(candidate: LearningCandidate) -> Verb:
-    verb = Verb.objects.filter(name=candidate.suggested_output, is_active=True).first()
+    verb = Verb.objects.filter(tenant_id=candidate.tenant_id, name=candidate.suggested_output, is_active=True).first()
     if verb is None:
         raise ApplicationError(
             f"Unknown or inactive verb {candidate.suggested_output!r}.", field="suggested_output", code="unknown_verb"
@@ -147,7 +147,7 @@ def candidate_approve(
     """
     _candidate_check_open(candidate, allowed=(LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED))
     vectors, model = embeddings_compute(texts=[candidate.normalized]) if apply_immediately else (None, "")
-    with transaction.atomic():
+    with tenant_scope([candidate.tenant_id]):  # its tenant's verb and phrases, whoever decides (a superuser sees all)
         row = LearningCandidate.objects.select_for_update().get(pk=candidate.pk)
         _candidate_check_open(row, allowed=(LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED))
         _candidate_check_decider(row, agent=agent)
@@ -211,9 +211,9 @@ def candidate_reject(
     _candidate_check_open(candidate, allowed=allowed)
     if add_to_blocklist and candidate.candidate_type != LearningCandidate.Type.INVOCATION_PHRASE:
         raise ApplicationError("Only invocation phrases can be blocklisted.", field="add_to_blocklist")
-    verb = _candidate_verb(candidate) if add_to_blocklist else None
     vectors, model = embeddings_compute(texts=[candidate.normalized]) if add_to_blocklist else (None, "")
-    with transaction.atomic():
+    with tenant_scope([candidate.tenant_id]):  # its tenant's verb and blocks, whoever decides
+        verb = _candidate_verb(candidate) if add_to_blocklist else None
         row = LearningCandidate.objects.select_for_update().get(pk=candidate.pk)
         _candidate_check_open(row, allowed=allowed)
         _candidate_check_decider(row, agent=agent)
