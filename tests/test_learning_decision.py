@@ -1027,3 +1027,14 @@ def test_a_process_keeps_at_most_its_budget_of_head_weights(big, settings):
     again = decision_head(version, "alice")  # read again from the database, the same weights
     np.testing.assert_array_equal(again[0]["W"], heads["alice"][0]["W"])
     assert head_cache_bytes() <= 2.5 * one
+
+
+def test_a_refit_due_is_never_run_inside_the_labelling_request(db, settings, monkeypatch):
+    """With the broker down a refit due after N labels is left for the next label, never trained inline."""
+    from learning.services import decisions as decision_services
+
+    sent = []
+    monkeypatch.setattr(decision_services, "task_send_on_commit", lambda name, **kw: sent.append((name, kw)))
+    settings.RESOLVE_REFIT_EVERY_LABELS = 0
+    decision_services._refit_if_due()
+    assert sent == [("learning.decision_refit", {"fallback_inline": False})]

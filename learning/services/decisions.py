@@ -108,10 +108,12 @@ _refit_checked = [0.0]
 
 
 def _refit_if_due() -> None:
-    """Send a refit (of this tenant's decision) once RESOLVE_REFIT_EVERY_LABELS labels arrived since its newest fit."""
+    """Send a refit (of this tenant's decision) once RESOLVE_REFIT_EVERY_LABELS labels arrived since its newest fit.
+    Never inline: a refit trains heads for minutes, too long for the labelling request. With the broker down it is
+    not sent, and the next label after the broker is back sends it (the count still says it is due)."""
     newest = DecisionFit.objects.filter(source=DecisionFit.Source.LABELS).order_by("-version").values("created_at").first()
     if selectors.labels_since(newest["created_at"] if newest else None) >= settings.RESOLVE_REFIT_EVERY_LABELS:
-        task_send_on_commit("learning.decision_refit")
+        task_send_on_commit("learning.decision_refit", fallback_inline=False)
 
 
 def resolution_records_purge(*, days: int | None = None) -> int:
