@@ -127,6 +127,10 @@ def test_admin_index_dashboard(client, candidates, reviewer):
     a, b = candidates
     client.force_login(reviewer)
     client.post(CHANGELIST, {"action": "approve_selected", "_selected_action": [a.pk], "post": "yes"})
+    # a user's own click applies itself: it never waits for a reviewer, so the dashboard counts what the inbox lists
+    LearningCandidate.objects.create(
+        input_pattern="my cbus", normalized="my cbus", suggested_output="cbu.list", user_id="alice", source="user_disambiguation"
+    )
     html = client.get("/admin/").content.decode()
     assert 'id="learning-dashboard"' in html
     assert '<td class="pending-candidates">1</td>' in html

@@ -15,6 +15,7 @@ from learning.models import (
     LearningCandidate,
     Verb,
 )
+from learning.selectors.review import candidates_waiting
 from learning.selectors.tiers import unexpired_blocks
 
 STATS_RANGES = {"day": timedelta(days=1), "week": timedelta(weeks=1), "month": timedelta(days=30), "all": None}
@@ -65,12 +66,9 @@ def pending_first():
 
 
 def top_pending_candidates(limit: int | None = None) -> list[LearningCandidate]:
+    """The most seen candidates that wait for a human (per-user ones that apply themselves do not)."""
     limit = limit or settings.LEARNING_STATS_TOP_PENDING
-    return list(
-        LearningCandidate.objects.filter(status=LearningCandidate.Status.PENDING).order_by(
-            "-occurrence_count", "-last_seen_at", "-pk"
-        )[:limit]
-    )
+    return list(candidates_waiting().order_by("-occurrence_count", "-last_seen_at", "-pk")[:limit])
 
 
 def learning_stats(*, time_range: str = "week") -> dict:
@@ -99,7 +97,7 @@ def dashboard_counts() -> dict:
     """The admin index dashboard: what waits for review and what is in force."""
     week_ago = timezone.now() - timedelta(weeks=1)
     return {
-        "pending_candidates": LearningCandidate.objects.filter(status=LearningCandidate.Status.PENDING).count(),
+        "pending_candidates": candidates_waiting().count(),  # what the review inbox lists
         "approved_this_week": LearningCandidate.objects.filter(
             status__in=[LearningCandidate.Status.APPROVED, LearningCandidate.Status.APPLIED], reviewed_at__gte=week_ago
         ).count(),
