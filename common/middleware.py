@@ -3,7 +3,8 @@
 A NUL byte or a lone surrogate in the path, a query parameter, or the name or value of a form field (a
 form-encoded or multipart POST outside ``/api/`` and ``/mcp``) is refused with 400 (in the API's error shape
 under ``/api/``) before any view, form or query sees it: PostgreSQL cannot store or compare them. JSON bodies
-are the API parser's (``common.parsers``).
+are the API parser's (``common.parsers``). A date part in a query parameter (``created_at__year=99999999``, which
+the admin's date filters take) must be a date Python can hold: Django would fail on it while building the query.
 """
 
 from django.http import HttpResponseBadRequest, JsonResponse
@@ -11,6 +12,7 @@ from django.http import HttpResponseBadRequest, JsonResponse
 from common.parsers import text_problem
 
 FORM_CONTENT_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+DATE_PART_RANGES = {"__year": (1, 9999), "__month": (1, 12), "__day": (1, 31)}
 NO_FORM_PREFIXES = ("/api/", "/mcp")
 
 
@@ -40,6 +42,17 @@ def _problem(request) -> tuple[str, str] | None:
             problem = text_problem(value)
             if problem:
                 return key, f"The parameter {problem}."
+            problem = _date_part_problem(key, value)
+            if problem:
+                return key[:100], problem
+    return None
+
+
+def _date_part_problem(key: str, value: str) -> str | None:
+    for suffix, (low, high) in DATE_PART_RANGES.items():
+        if key.endswith(suffix):
+            if not (value.isascii() and value.isdecimal() and low <= int(value) <= high):
+                return f"Expected a whole number from {low} to {high}."
     return None
 
 

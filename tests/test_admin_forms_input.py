@@ -1,4 +1,4 @@
-"""Form posts to the admin: a NUL byte in any field name or value is refused with 400 before a view sees it."""
+"""Input to the admin: a NUL byte in any form field, or a date part no date can hold, is refused with 400 before a view sees it."""
 
 import pytest
 
@@ -58,3 +58,11 @@ def test_json_bodies_keep_the_api_answer(gov_api):
     assert response.status_code == 400 and "NUL" in response.json()["detail"]
     form = gov_api.post("/api/v1/blocklist", {"phrase": "a\x00b", "verb": "cbu.list"})
     assert form.status_code == 415  # the API takes JSON only; the middleware did not read the form
+
+
+@pytest.mark.parametrize("value", ["99999999", "0", "²", "abc", "-1"])
+def test_a_date_part_no_date_can_hold_is_400_not_500(admin_client, value):
+    """The admin's date filters take ``<field>__year``; Django fails building the query for a year it cannot hold."""
+    assert admin_client.get(f"/admin/agents/agent/?created_at__year={value}").status_code == 400
+    assert admin_client.get("/admin/agents/agent/?created_at__year=2026").status_code == 200
+    assert admin_client.get("/admin/agents/agent/?created_at__year=2026&created_at__month=13").status_code == 400
