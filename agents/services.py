@@ -1,5 +1,7 @@
 """Writes for agents and API keys."""
 
+import unicodedata
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -10,11 +12,21 @@ from tenants.models import Tenant
 from tenants.selectors import tenant_default
 
 
+def _has_control(text: str) -> bool:
+    return any(unicodedata.category(c) in ("Cc", "Cs") for c in text)
+
+
 def agent_key_create(
-    *, agent_name: str, scopes: list[str], key_name: str = "default", tenant: Tenant | None = None
+    *,
+    agent_name: str,
+    scopes: list[str],
+    key_name: str = "default",
+    tenant: Tenant | None = None,
+    unique_name: bool = False,
 ) -> tuple[ApiKey, str]:
     """Create the agent (in ``tenant``, default: the default tenant) if needed and a new key for it;
-    return (key, raw key shown once)."""
+    return (key, raw key shown once). With ``unique_name``, refuse a key name the agent already has on an
+    active (unrevoked) key."""
     valid = {s.value for s in Scope}
     unknown = sorted(set(scopes) - valid)
     if unknown:
@@ -24,12 +36,24 @@ def agent_key_create(
     name = agent_name.strip()
     if not name or len(name) > 100:
         raise ApplicationError("Agent name must be 1 to 100 characters.", field="name")
+    if _has_control(name):
+        raise ApplicationError("Agent name must not contain control characters.", field="name")
     key_name = key_name.strip()
     if not key_name or len(key_name) > ApiKey._meta.get_field("name").max_length:
         raise ApplicationError(f"Key name must be 1 to {ApiKey._meta.get_field('name').max_length} characters.", field="key_name")
+    if _has_control(key_name):
+        raise ApplicationError("Key name must not contain control characters.", field="key_name")
     tenant = tenant or tenant_default()
     with transaction.atomic():
         agent, _ = Agent.objects.get_or_create(name=name, tenant=tenant)
+        if unique_name:
+            Agent.objects.select_for_update().filter(pk=agent.pk).first()  # one creator of this agent's keys at a time
+            if agent.keys.filter(name=key_name, revoked_at__isnull=True).exists():
+                raise ApplicationError(
+                    f"Agent {name!r} already has an active key named {key_name!r}; "
+                    "choose another key name or revoke that key first.",
+                    field="key_name",
+                )
         raw, prefix = generate_key()
         key = ApiKey.objects.create(agent=agent, name=key_name, prefix=prefix, key_hash=hash_key(raw), scopes=sorted(set(scopes)))
     return key, raw

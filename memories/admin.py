@@ -64,7 +64,9 @@ class TopicFilter(TopValuesFilter):
 
 class MemoryActionForm(ActionForm):
     reason = forms.CharField(required=False, max_length=500, help_text="Required to deprecate")
-    days = forms.IntegerField(required=False, min_value=0, initial=90, help_text="Purge: deprecated for at least this many days")
+    days = forms.IntegerField(
+        required=False, min_value=1, max_value=36500, initial=90, help_text="Purge: deprecated for at least this many days"
+    )
 
 
 class MemoryWriteDecisionInline(admin.TabularInline):
@@ -221,12 +223,10 @@ class MemoryAdmin(SimpleHistoryAdmin):
         raw = request.POST.get("days") or "90"
         try:
             days = int(raw)
-            if days < 0:
-                raise ValueError
-        except ValueError:
-            self.message_user(request, "Days must be a whole number, 0 or more.", messages.ERROR)
+            counts = memories_purge_deprecated(older_than=timedelta(days=days))
+        except (ValueError, OverflowError, ApplicationError):
+            self.message_user(request, "Days must be a whole number from 1 to 36500.", messages.ERROR)
             return
-        counts = memories_purge_deprecated(older_than=timedelta(days=days))
         self.message_user(request, f"Purged {counts['memories']} deprecated memories older than {days} days.", messages.SUCCESS)
 
 

@@ -274,14 +274,17 @@ def revert_apply(*, kind: str, obj, user, reason: str, revert_of: int | None = N
 
 
 def backlog_snapshot_take() -> int:
-    """Record, per tenant and kind, how many items wait now (today's row is overwritten until the day ends)."""
+    """Record, per tenant and kind, how many items wait now (today's row is overwritten until the day ends; a
+    queue that emptied since the last snapshot gets zero). Answers the rows written."""
     today = timezone.localdate()
-    rows = []
-    for spec in selectors.KINDS.values():
-        for row in spec.waiting().order_by().values("tenant_id").annotate(n=Count("id")):
-            rows.append(BacklogSnapshot(tenant_id=row["tenant_id"], day=today, kind=spec.kind, waiting=row["n"]))
     with transaction.atomic():
+        rows, zeroed = [], 0
+        for spec in selectors.KINDS.values():
+            counts = {row["tenant_id"]: row["n"] for row in spec.waiting().order_by().values("tenant_id").annotate(n=Count("id"))}
+            rows += [BacklogSnapshot(tenant_id=t, day=today, kind=spec.kind, waiting=n) for t, n in counts.items()]
+            emptied = BacklogSnapshot.objects.filter(day=today, kind=spec.kind).exclude(tenant_id__in=list(counts))
+            zeroed += emptied.update(waiting=0, taken_at=timezone.now())
         BacklogSnapshot.objects.bulk_create(
             rows, update_conflicts=True, unique_fields=["tenant", "day", "kind"], update_fields=["waiting", "taken_at"]
         )
-    return len(rows)
+    return len(rows) + zeroed

@@ -308,6 +308,9 @@ class TestAdmin:
         m.refresh_from_db()
         assert m.status == "deprecated" and m.status_reason == "wrong advice"
         admin_client.post(url, {"action": "purge_deprecated", "_selected_action": [m.pk], "days": "0"})
+        assert Memory.objects.filter(pk=m.pk).exists()  # at least 1 day
+        Memory.objects.filter(pk=m.pk).update(deprecated_at=timezone.now() - datetime.timedelta(days=2))
+        admin_client.post(url, {"action": "purge_deprecated", "_selected_action": [m.pk], "days": "1"})
         assert not Memory.objects.filter(pk=m.pk).exists()
 
     def test_quarantine_edit_then_release(self, admin_client):

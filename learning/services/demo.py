@@ -68,11 +68,12 @@ def demo_workspace_create(
             if not User.objects.filter(username="admin").exists():
                 User.objects.create_superuser("admin", "admin@example.com", password)
                 out.admin_created = True
-            if not User.objects.filter(username="reviewer").exists():
+            reviewer = User.objects.filter(username="reviewer").first()
+            if reviewer is None:
                 reviewer = User.objects.create_user("reviewer", "reviewer@example.com", password, is_staff=True)
                 reviewer.user_permissions.set(Permission.objects.filter(codename__in=REVIEWER_PERMISSIONS))
-                membership_add(user=reviewer, tenant=workspace)
                 out.reviewer_token = Token.objects.get_or_create(user=reviewer)[0].key
+            membership_add(user=reviewer, tenant=workspace)  # an existing reviewer joins each new demo tenant too
         if with_key and not Agent.objects.filter(name="demo-agent", tenant=workspace).exists():
             _, out.agent_key = agent_key_create(
                 agent_name="demo-agent", scopes=[s.value for s in Scope], key_name="demo", tenant=workspace

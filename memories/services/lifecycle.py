@@ -96,23 +96,33 @@ def memory_deprecate(*, memory: Memory, actor: str, reason: str) -> Memory:
     return m
 
 
+PURGE_MIN_AGE = timedelta(days=1)
+PURGE_MAX_AGE = timedelta(days=36500)  # 100 years
+
+
 def memories_purge_deprecated(*, older_than: timedelta, user_id: str | None = None, dry_run: bool = False) -> dict:
     """Delete deprecated memories deprecated (or, without that date, last updated) before now - ``older_than``,
-    and retrieval logs older than that. Answers counts."""
-    cutoff = timezone.now() - older_than
-    memories = Memory.objects.filter(status=MemoryStatus.DEPRECATED).filter(
-        Q(deprecated_at__lt=cutoff) | Q(deprecated_at__isnull=True, updated_at__lt=cutoff)
-    )
-    retrievals = MemoryRetrieval.objects.filter(created_at__lt=cutoff)
-    if user_id:
-        memories = memories.filter(user_id=user_id)
-        retrievals = retrievals.filter(user_id=user_id)
-    counts = {"memories": memories.count(), "retrievals": retrievals.count()}
-    if not dry_run:
-        with transaction.atomic():
-            counts["memories"] = memories.delete()[1].get(Memory._meta.label, 0)
-            counts["retrievals"] = retrievals.delete()[0]
-    return counts
+    and retrieval logs older than that; logs inside MEMORY_OUTCOME_WINDOW_S are always kept (the cutoff is
+    clamped), since outcome feedback reads them. ``older_than`` must be 1 day to 100 years. Answers counts."""
+    if not PURGE_MIN_AGE <= older_than <= PURGE_MAX_AGE:
+        raise ApplicationError("The age must be between 1 day and 36500 days (100 years).", field="older_than")
+    now = timezone.now()
+    cutoff = now - older_than
+    retrieval_cutoff = min(cutoff, now - timedelta(seconds=settings.MEMORY_OUTCOME_WINDOW_S))
+    with transaction.atomic():
+        memories = Memory.objects.filter(status=MemoryStatus.DEPRECATED).filter(
+            Q(deprecated_at__lt=cutoff) | Q(deprecated_at__isnull=True, updated_at__lt=cutoff)
+        )
+        retrievals = MemoryRetrieval.objects.filter(created_at__lt=retrieval_cutoff)
+        if user_id:
+            memories = memories.filter(user_id=user_id)
+            retrievals = retrievals.filter(user_id=user_id)
+        if dry_run:
+            return {"memories": memories.count(), "retrievals": retrievals.count()}
+        return {
+            "memories": memories.delete()[1].get(Memory._meta.label, 0),
+            "retrievals": retrievals.delete()[0],
+        }
 
 
 def memories_embed_backfill(*, batch_size: int = 128, user_id: str | None = None, progress: bool = False) -> dict:

@@ -7,9 +7,14 @@ from common.api import ApplicationError
 from tenants.models import DEFAULT_SLUG
 from tenants.services import SLUG_RE, tenant_create
 
+_ARGUMENTS = {"name": "name", "scopes": "--scopes", "key_name": "--key-name"}
+
 
 class Command(BaseCommand):
-    help = "Create an API key for an agent (creating the agent if needed) and print it once."
+    help = (
+        "Create an API key for an agent (creating the agent if needed) and print it once. A key name the agent "
+        "already has on an active key is refused: give another --key-name, or revoke the old key first (admin)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("name", help="Agent name")
@@ -18,7 +23,7 @@ class Command(BaseCommand):
             default=",".join(DEFAULT_SCOPES),
             help="Comma-separated scopes: resolve, feedback, governance (default: %(default)s)",
         )
-        parser.add_argument("--key-name", default="default", help="A label for this key")
+        parser.add_argument("--key-name", default="default", help="A label for this key, unique among the agent's active keys")
         parser.add_argument(
             "--tenant", default=DEFAULT_SLUG, help="Slug of the agent's tenant, created if new (default: %(default)s)"
         )
@@ -30,9 +35,12 @@ class Command(BaseCommand):
         try:
             with transaction.atomic():  # a new tenant is kept only with its key
                 workspace = tenant_create(slug=tenant)
-                key, raw = agent_key_create(agent_name=name, scopes=scope_list, key_name=key_name, tenant=workspace)
+                key, raw = agent_key_create(
+                    agent_name=name, scopes=scope_list, key_name=key_name, tenant=workspace, unique_name=True
+                )
         except ApplicationError as exc:
-            raise CommandError(exc.message) from exc
+            argument = _ARGUMENTS.get(exc.field)
+            raise CommandError(f"{argument}: {exc.message}" if argument else exc.message) from exc
         self.stderr.write(f"Agent {key.agent.name!r} of tenant {tenant!r}, key {key.name!r}, scopes: {', '.join(key.scopes)}")
         self.stderr.write("Store this key now; it is not shown again:")
         self.stdout.write(raw)

@@ -1,9 +1,34 @@
 import json
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from rest_framework.exceptions import ParseError
 
 from common.api import ApplicationError
+from common.parsers import INT64_MAX, RefusedValue, check_value, text_problem
 from feedback.services.reviews import Reviewer, proposal_approve, proposal_modify, proposal_reject
+
+_ARGUMENTS = {"modified_action": "--modified-action", "mistake_category": "--category", "notes": "--notes", "id": "proposal"}
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _json_argument(text: str):
+    """``--modified-action`` parsed with the API's input policy (no NaN or Infinity, finite numbers, 64-bit integers,
+    storable strings, limited depth)."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:
+        raise CommandError(f"--modified-action is not valid JSON: {exc}") from exc
+    try:
+        check_value(value, settings.API_MAX_JSON_DEPTH)
+    except RefusedValue as exc:
+        raise CommandError(f"--modified-action: {exc.field}: {exc.reason}") from exc
+    except ParseError as exc:
+        raise CommandError(f"--modified-action: {exc.detail}") from exc
+    return value
 
 
 class Command(BaseCommand):
@@ -17,7 +42,12 @@ class Command(BaseCommand):
         parser.add_argument("--modified-action", default=None, help="JSON object (for modify)")
 
     def handle(self, *args, proposal, decision, notes, category, modified_action, **options):
-
+        if not 1 <= proposal <= INT64_MAX:
+            raise CommandError(f"proposal must be a positive id (got {proposal}).")
+        for argument, text in (("--notes", notes), ("--category", category)):
+            problem = text_problem(text)
+            if problem:
+                raise CommandError(f"{argument}: the value {problem}.")
         reviewer = Reviewer(source="command")
         try:
             if decision == "approve":
@@ -27,13 +57,11 @@ class Command(BaseCommand):
             else:
                 if modified_action is None:
                     raise CommandError("--modified-action is required for modify.")
-                try:
-                    new = json.loads(modified_action)
-                except json.JSONDecodeError as exc:
-                    raise CommandError(f"--modified-action is not valid JSON: {exc}") from exc
+                new = _json_argument(modified_action)
                 p = proposal_modify(
                     proposal=proposal, reviewer=reviewer, modified_action=new, notes=notes, mistake_category=category
                 )
         except ApplicationError as exc:
-            raise CommandError(exc.message) from exc
+            argument = _ARGUMENTS.get(exc.field)
+            raise CommandError(f"{argument}: {exc.message}" if argument else exc.message) from exc
         self.stdout.write(f"Proposal #{p.pk} is now {p.status}.")

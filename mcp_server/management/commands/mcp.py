@@ -80,10 +80,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
         parser.add_argument("--host", default="127.0.0.1", help="http: the address to listen on")
-        parser.add_argument("--port", type=int, default=8000, help="http: the port to listen on")
+        parser.add_argument("--port", type=int, default=8000, help="http: the port to listen on (1-65535)")
 
     def handle(self, *args, transport, host, port, **options):
         if transport == "http":
+            if not 1 <= port <= 65535:
+                raise CommandError(f"--port must be between 1 and 65535 (got {port}).")
             uvicorn.run("config.asgi:application", host=host, port=port, lifespan="on", log_level="warning")
             return
         raw_key = os.environ.get("AGENT_API_KEY", "").strip()

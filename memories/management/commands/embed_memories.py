@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from embeddings.embedders import EmbeddingError
+from memories.management.options import EMBED_MAX_BATCH, bounded, user_checked
 from memories.services import memories_embed_backfill
 
 
@@ -11,13 +12,13 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--batch-size", type=int, default=128)
+        parser.add_argument("--batch-size", type=int, default=128, help=f"Memories per batch, 1 to {EMBED_MAX_BATCH}")
         parser.add_argument("--user", dest="user_id", help="Only this user's memories")
         parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar")
 
     def handle(self, *args, batch_size, user_id, no_progress, **options):
-        if batch_size < 1:
-            raise CommandError("--batch-size must be at least 1")
+        batch_size = bounded(batch_size, option="--batch-size", high=EMBED_MAX_BATCH)
+        user_id = user_checked(user_id)
         try:
             result = memories_embed_backfill(batch_size=batch_size, user_id=user_id, progress=not no_progress)
         except EmbeddingError as exc:

@@ -1,9 +1,7 @@
-import re
-
 from django.core.management.base import BaseCommand, CommandError
 
-from common.validators import USER_ID_RE
 from embeddings.embedders import EmbeddingError, get_embedder
+from memories.management.options import SEARCH_MAX_LIMIT, bounded, user_checked
 from memories.selectors import memory_search_text
 
 
@@ -20,17 +18,15 @@ class Command(BaseCommand):
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--semantic", action="store_true", help="Only the vector search")
         mode.add_argument("--substring", action="store_true", help="Only the substring search")
-        parser.add_argument("--limit", type=int, default=20)
+        parser.add_argument("--limit", type=int, default=20, help=f"At most this many hits, 1 to {SEARCH_MAX_LIMIT}")
         parser.add_argument("--include-deprecated", action="store_true")
 
     def handle(self, *args, query, user_id, semantic, substring, limit, include_deprecated, **options):
         query = query.strip()
         if not query:
             raise CommandError("Give a non-empty query.")
-        if user_id is not None and not re.match(USER_ID_RE, user_id):
-            raise CommandError("Malformed --user id.")
-        if limit < 1:
-            raise CommandError("--limit must be at least 1.")
+        user_id = user_checked(user_id)
+        limit = bounded(limit, option="--limit", high=SEARCH_MAX_LIMIT)
         mode = "semantic" if semantic else "substring" if substring else "both"
         if mode != "substring":
             try:
