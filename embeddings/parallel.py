@@ -8,6 +8,7 @@ Only the local model is parallelised; a remote embedder already batches on its s
 
 import logging
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 
@@ -67,11 +68,24 @@ class ParallelEmbedder:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system reports one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 @contextmanager
 def embedding_workers(workers: int):
-    """Within the block, the process embeds with ``workers`` processes (1 or a remote embedder: unchanged)."""
+    """Within the block, the process embeds with ``workers`` processes, at most one per available core (1 or a
+    remote embedder: unchanged)."""
     if workers < 1:
         raise ValueError("workers must be at least 1")
+    cores = available_cores()
+    if workers > cores:
+        logger.warning("%s embedding workers asked for; capped at %s, the cores available", workers, cores)
+        workers = cores
     current = get_embedder()
     if workers == 1 or not isinstance(current.inner, LocalMiniLMEmbedder):
         if workers > 1:

@@ -16,11 +16,16 @@ from pathlib import Path
 
 import yaml
 
-from learning.models import VERB_NAME_RE
+from common.parsers import text_problem
+from common.text import normalize_phrase
+from learning.importing import ImportFormatError, NoAliasLoader
+from learning.models import VERB_NAME_RE, Verb, VerbPhrase
 
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_NODES = 200_000
-MAX_PHRASE_LENGTH = 500
+MAX_PHRASE_LENGTH = VerbPhrase._meta.get_field("text").max_length
+NAME_LENGTH = Verb._meta.get_field("name").max_length
+TEXT_LENGTHS = {key: Verb._meta.get_field(key).max_length for key in ("domain", "display_name", "description")}
 KNOWN_KEYS = {"name", "domain", "display_name", "description", "phrases", "is_active"}
 
 
@@ -42,7 +47,7 @@ class CatalogueError(Exception):
 
 
 def _plain(node, budget: list[int]):
-    """A composed YAML node as plain Python, refusing aliases (no YAML bombs)."""
+    """A composed YAML node as plain Python (the loader refused aliases and bounded the depth)."""
     budget[0] -= 1
     if budget[0] < 0:
         raise CatalogueError([f"line {node.start_mark.line + 1}: document too large"])
@@ -55,27 +60,57 @@ def _plain(node, budget: list[int]):
     raise CatalogueError([f"line {node.start_mark.line + 1}: unsupported YAML node"])
 
 
-def _refuse_aliases(text: str, where: str) -> None:
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, yaml.AliasEvent):
-            raise CatalogueError([f"{where}:{event.start_mark.line + 1}: YAML aliases are not allowed in catalogues"])
+class _CatalogueLoader(NoAliasLoader):
+    too_deep = "nested too deeply; a catalogue is a list of verbs"
+
+
+def _compose(text: str, where: str):
+    """The document's root node: no anchors or aliases, bounded depth, every refusal named by file and line."""
+    loader = None
+    try:
+        loader = _CatalogueLoader(text)
+        return loader.get_single_node()
+    except ImportFormatError as exc:
+        raise CatalogueError([f"{where}: {exc}"]) from None
+    except RecursionError:
+        raise CatalogueError([f"{where}: {_CatalogueLoader.too_deep}"]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).replace("\n", " ")
+        raise CatalogueError([f"{where}{line}: invalid YAML: {problem}"]) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _read(path: Path, where: str) -> str:
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise CatalogueError([f"{where}: file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB"])
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise CatalogueError([f"{where}: cannot read the file ({exc.strerror or exc})"]) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise CatalogueError([f"{where}: file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB"])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CatalogueError([f"{where}: not UTF-8 text ({exc.reason})"]) from None
+
+
+def _text_error(value: str, key: str, limit: int | None) -> str | None:
+    """Why the database would refuse this text, or None."""
+    if limit is not None and len(value) > limit:
+        return f"'{key}' is longer than {limit} characters"
+    problem = text_problem(value)
+    return f"'{key}' {problem}" if problem else None
 
 
 def parse_file(path: Path) -> list[VerbEntry]:
     where = str(path)
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise CatalogueError([f"{where}: file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MB"])
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise CatalogueError([f"{where}: not UTF-8 text ({exc.reason})"]) from exc
-    try:
-        _refuse_aliases(text, where)
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise CatalogueError([f"{where}{line}: invalid YAML: {getattr(exc, 'problem', exc)}"]) from exc
+    root = _compose(_read(path, where), where)
     if root is None:
         return []
     if isinstance(root, yaml.MappingNode):
@@ -104,29 +139,37 @@ def parse_file(path: Path) -> list[VerbEntry]:
         if not isinstance(name, str) or not re.match(VERB_NAME_RE, name):
             errors.append(f"{where}:{lines.get('name', line)}: 'name' must be a dotted lowercase name such as cbu.create")
             continue
+        if len(name) > NAME_LENGTH:
+            errors.append(f"{where}:{lines['name']}: 'name' is longer than {NAME_LENGTH} characters")
+            continue
         entry = VerbEntry(name=name, domain=name.split(".", 1)[0], origin=at)
         for key in ("domain", "display_name", "description"):
             if key in values:
                 if not isinstance(values[key], str):
-                    errors.append(f"{where}:{lines[key]}: '{key}' must be text")
+                    errors.append(f"{where}:{lines[key]}: verb {name}: '{key}' must be text")
+                elif problem := _text_error(values[key].strip(), key, TEXT_LENGTHS[key]):
+                    errors.append(f"{where}:{lines[key]}: verb {name}: {problem}")
                 else:
                     setattr(entry, key, values[key].strip())
-        if not entry.domain or len(entry.domain) > 60 or not re.match(r"^[a-z][a-z0-9_]*$", entry.domain):
-            errors.append(f"{where}:{lines.get('domain', line)}: 'domain' must be a lowercase identifier")
+        if not entry.domain or len(entry.domain) > TEXT_LENGTHS["domain"] or not re.match(r"^[a-z][a-z0-9_]*$", entry.domain):
+            errors.append(f"{where}:{lines.get('domain', line)}: verb {name}: 'domain' must be a lowercase identifier")
         if "is_active" in values:
             flag = str(values["is_active"]).lower()
             if flag not in {"true", "false", "yes", "no"}:
-                errors.append(f"{where}:{lines['is_active']}: 'is_active' must be true or false")
+                errors.append(f"{where}:{lines['is_active']}: verb {name}: 'is_active' must be true or false")
             entry.is_active = flag in {"true", "yes"}
         phrases = values.get("phrases", [])
         if not isinstance(phrases, list):
-            errors.append(f"{where}:{lines.get('phrases', line)}: 'phrases' must be a list of text")
+            errors.append(f"{where}:{lines.get('phrases', line)}: verb {name}: 'phrases' must be a list of text")
             phrases = []
         for i, phrase in enumerate(phrases):
+            at_phrase = f"{where}:{lines['phrases']}: verb {name}: phrase {i + 1}"
             if not isinstance(phrase, str) or not phrase.strip():
-                errors.append(f"{where}:{lines['phrases']}: phrase {i + 1} is empty or not text")
-            elif len(phrase) > MAX_PHRASE_LENGTH:
-                errors.append(f"{where}:{lines['phrases']}: phrase {i + 1} is longer than {MAX_PHRASE_LENGTH} characters")
+                errors.append(f"{at_phrase} is empty or not text")
+            elif len(phrase) > MAX_PHRASE_LENGTH or len(normalize_phrase(phrase)) > MAX_PHRASE_LENGTH:
+                errors.append(f"{at_phrase} is longer than {MAX_PHRASE_LENGTH} characters")
+            elif problem := text_problem(phrase):
+                errors.append(f"{at_phrase} {problem}")
             else:
                 entry.phrases.append(phrase.strip())
         entries.append(entry)
@@ -137,9 +180,12 @@ def parse_file(path: Path) -> list[VerbEntry]:
 
 def parse_path(path: Path) -> list[VerbEntry]:
     """All verbs of one file or of every *.yaml / *.yml file under a directory."""
-    if not path.exists():
-        raise CatalogueError([f"{path}: no such file or directory"])
-    files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml"}) if path.is_dir() else [path]
+    try:
+        if not path.exists():
+            raise CatalogueError([f"{path}: no such file or directory"])
+        files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml"}) if path.is_dir() else [path]
+    except OSError as exc:
+        raise CatalogueError([f"{path}: cannot read ({exc.strerror or exc})"]) from None
     if not files:
         raise CatalogueError([f"{path}: no .yaml or .yml files"])
     entries, errors, seen = [], [], {}

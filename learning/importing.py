@@ -35,21 +35,20 @@ class ImportRow:
 _TOO_DEEP = "The file is nested too deeply; an import is a flat list of rows or a mapping of verbs to phrases"
 
 
-class _NoAliasLoader(yaml.SafeLoader):
+class NoAliasLoader(yaml.SafeLoader):
     """SafeLoader without anchors/aliases: YAML bombs are refused before anything expands; and no deeper than
-    API_MAX_JSON_DEPTH levels, refused while composing (PyYAML composes recursively)."""
+    API_MAX_JSON_DEPTH levels, refused while composing (PyYAML composes recursively). Refusals raise
+    ImportFormatError; ``too_deep`` words the depth refusal."""
 
     depth = 0
+    too_deep = _TOO_DEEP
 
     def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise ImportFormatError(f"YAML aliases are not allowed (line {event.start_mark.line + 1}).")
         event = self.peek_event()
-        if getattr(event, "anchor", None):
-            raise ImportFormatError(f"YAML anchors are not allowed (line {event.start_mark.line + 1}).")
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise ImportFormatError(f"YAML anchors and aliases are not allowed (line {event.start_mark.line + 1}).")
         if self.depth >= settings.API_MAX_JSON_DEPTH:
-            raise ImportFormatError(f"{_TOO_DEEP} (line {event.start_mark.line + 1}).")
+            raise ImportFormatError(f"{self.too_deep} (line {event.start_mark.line + 1}).")
         self.depth += 1
         try:
             return super().compose_node(parent, index)
@@ -111,7 +110,7 @@ def _check_depth(data, limit: int) -> None:
 def _parse_yaml(content: str):
     loader = None
     try:
-        loader = _NoAliasLoader(content)  # its reader refuses characters YAML does not allow, here already
+        loader = NoAliasLoader(content)  # its reader refuses characters YAML does not allow, here already
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         raise ImportFormatError(f"Invalid YAML: {exc}".replace("\n", " ")) from None

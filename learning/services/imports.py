@@ -2,16 +2,17 @@
 
 import logging
 
-from django.db import transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from common.api import ApplicationError
+from common.api import ApplicationError, Conflict
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_by_text
 from learning import selectors
 from learning.models import LearnedPhrase, Verb
 from learning.resolution import profile
+from tenants.context import tenant_scope_value
 
 logger = logging.getLogger(__name__)
 
@@ -34,9 +35,9 @@ def phrases_import(
     Rows are checked first (empty phrase or verb, unknown verb, one phrase mapped to two verbs, a mapping an
     active blocklist entry forbids exactly or by paraphrase). A dry run reports what would change and writes
     nothing. Vectors are computed in batches (``progress`` shows a tqdm bar) before the transaction opens.
+    Imports into one tenant are serialised: new versus updated is decided again under a lock in the write transaction.
     """
     import numpy as np
-    from simple_history.utils import bulk_create_with_history, bulk_update_with_history
 
     errors: list[dict] = []
     verbs = {v.name: v for v in Verb.objects.filter(name__in={r.verb for r in rows if r.verb}, is_active=True)}
@@ -47,7 +48,7 @@ def phrases_import(
         if not normalized:
             _import_error(errors, row, "phrase", "The phrase is empty.")
             continue
-        if len(row.phrase) > 500:
+        if len(row.phrase) > 500 or len(normalized) > 500:
             _import_error(errors, row, "phrase", "The phrase is longer than 500 characters.")
             continue
         if not row.verb:
@@ -87,15 +88,7 @@ def phrases_import(
     exactly_blocked = {n for n, (_, verb) in plan.items() if (n, verb.name) in exact_blocks}
 
     existing = selectors.import_existing(normalized=list(plan), user_id=user_id)
-    added, updated, unchanged = [], [], []
-    for normalized, (_row, verb) in plan.items():
-        current = existing.get(normalized)
-        if current is None:
-            added.append(normalized)
-        elif current.verb_id == verb.pk and current.is_active and current.embedding_model:
-            unchanged.append(normalized)
-        else:
-            updated.append(normalized)
+    added, updated, unchanged = _import_classify(plan, existing)
 
     # Vectors: for rows to write (not in a dry run) and for rows whose verb has semantic blocks to check.
     blocked_verbs = {v for _, _, v, e, _ in blocks if e is not None}
@@ -150,68 +143,116 @@ def phrases_import(
         return result
 
     now = timezone.now()
-    with transaction.atomic():
-        new_rows = []
-        for n in added:
-            row, verb = plan[n]
-            obj = LearnedPhrase(
-                phrase=row.phrase,
-                normalized=n,
-                verb=verb,
+    try:
+        with transaction.atomic():
+            _import_lock()
+            # decided again under the lock: a concurrent import of the same rows has committed by now
+            existing = selectors.import_existing(normalized=list(plan), user_id=user_id)
+            added, updated, unchanged = _import_classify(plan, existing)
+            _import_write(
+                plan=plan,
+                added=added,
+                updated=updated,
+                existing=existing,
+                vectors=vectors,
+                model=model,
                 user_id=user_id,
                 source=source,
-                confidence=1.0,
-                created_at=now,
-                updated_at=now,
+                now=now,
             )
-            if n in vectors:
-                embedding_assign(rows=[obj], vectors=[vectors[n]], model=model)
-            new_rows.append(obj)
-        bulk_create_with_history(new_rows, LearnedPhrase, batch_size=1000, default_change_reason=f"import ({source})")
-        if updated:
-            locked = {
-                r.normalized: r
-                for r in LearnedPhrase.objects.select_for_update().filter(pk__in=[existing[n].pk for n in updated])
-            }
-            changed = []
-            for n in updated:
-                obj = locked[n]
-                row, verb = plan[n]
-                obj.phrase, obj.verb, obj.source, obj.confidence, obj.is_active, obj.updated_at = (
-                    row.phrase,
-                    verb,
-                    source,
-                    1.0,
-                    True,
-                    now,
-                )
-                if n in vectors:
-                    embedding_assign(rows=[obj], vectors=[vectors[n]], model=model)
-                changed.append(obj)
-            bulk_update_with_history(
-                changed,
-                LearnedPhrase,
-                [
-                    "phrase",
-                    "verb",
-                    "source",
-                    "confidence",
-                    "is_active",
-                    "updated_at",
-                    "embedding",
-                    "embedding_model",
-                    "embedding_hash",
-                ],
-                batch_size=1000,
-                default_change_reason=f"import ({source})",
-            )
-        if user_id is None and (added or updated):
-            # global phrases are the prior's anchors too (a broker outage: the daily refit catches up)
-            task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
+    except IntegrityError:  # a phrase learned meanwhile by another path (a confirmation, the API)
+        raise Conflict(
+            "Another write added some of these phrases meanwhile; nothing was imported. Retry the import.",
+            field="content",
+        ) from None
+    result["imported"], result["updated"] = len(added), len(updated)
+    result["unchanged"] = len(unchanged) + duplicates
     result["unembedded"] = sum(
         1 for n in added + updated if n not in vectors and not (existing.get(n) and existing[n].embedding_model)
     )
     return result
+
+
+def _import_classify(plan: dict, existing: dict) -> tuple[list, list, list]:
+    """The planned phrases split into (added, updated, unchanged) against the rows stored."""
+    added, updated, unchanged = [], [], []
+    for normalized, (_row, verb) in plan.items():
+        current = existing.get(normalized)
+        if current is None:
+            added.append(normalized)
+        elif current.verb_id == verb.pk and current.is_active and current.embedding_model:
+            unchanged.append(normalized)
+        else:
+            updated.append(normalized)
+    return added, updated, unchanged
+
+
+def _import_lock() -> None:
+    """Inside the write transaction: wait for any other import into this tenant scope to commit."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"learning:import:{tenant_scope_value()}"])
+
+
+def _import_write(*, plan, added, updated, existing, vectors, model, user_id, source, now) -> None:
+    """Inside the write transaction: create the added rows, update the changed ones (with history)."""
+    from simple_history.utils import bulk_create_with_history, bulk_update_with_history
+
+    new_rows = []
+    for n in added:
+        row, verb = plan[n]
+        obj = LearnedPhrase(
+            phrase=row.phrase,
+            normalized=n,
+            verb=verb,
+            user_id=user_id,
+            source=source,
+            confidence=1.0,
+            created_at=now,
+            updated_at=now,
+        )
+        if n in vectors:
+            embedding_assign(rows=[obj], vectors=[vectors[n]], model=model)
+        new_rows.append(obj)
+    bulk_create_with_history(new_rows, LearnedPhrase, batch_size=1000, default_change_reason=f"import ({source})")
+    if updated:
+        locked = {
+            r.normalized: r for r in LearnedPhrase.objects.select_for_update().filter(pk__in=[existing[n].pk for n in updated])
+        }
+        changed = []
+        for n in updated:
+            obj = locked[n]
+            row, verb = plan[n]
+            obj.phrase, obj.verb, obj.source, obj.confidence, obj.is_active, obj.updated_at = (
+                row.phrase,
+                verb,
+                source,
+                1.0,
+                True,
+                now,
+            )
+            if n in vectors:
+                embedding_assign(rows=[obj], vectors=[vectors[n]], model=model)
+            changed.append(obj)
+        bulk_update_with_history(
+            changed,
+            LearnedPhrase,
+            [
+                "phrase",
+                "verb",
+                "source",
+                "confidence",
+                "is_active",
+                "updated_at",
+                "embedding",
+                "embedding_model",
+                "embedding_hash",
+            ],
+            batch_size=1000,
+            default_change_reason=f"import ({source})",
+        )
+    if user_id is None and (added or updated):
+        # global phrases are the prior's anchors too (a broker outage: the daily refit catches up)
+        task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
 
 
 def _import_reject(errors: list[dict]) -> None:

@@ -31,8 +31,13 @@ def resolution_profile_fit(
 
     held_out_share = settings.FEEDBACK_FIT_HELD_OUT_SHARE if held_out_share is None else held_out_share
     max_wrong_pct = settings.FEEDBACK_FIT_MAX_WRONG_PCT if max_wrong_pct is None else max_wrong_pct
-    if not 0.0 < held_out_share < 1.0:
+    if not isinstance(held_out_share, (int, float)) or not 0.0 < held_out_share < 1.0:  # NaN fails the comparison
         raise ApplicationError("The held-out share must be between 0 and 1.", field="held_out_share")
+    if not isinstance(max_wrong_pct, (int, float)) or not 0.0 < max_wrong_pct < 100.0:
+        raise ApplicationError(
+            f"The maximum wrong percentage must be a number above 0 and below 100, not {max_wrong_pct!r}.",
+            field="max_wrong_pct",
+        )
     gold = selectors.gold_labels(limit=limit or settings.FEEDBACK_FIT_MAX_EXAMPLES)
     if len(gold) < settings.FEEDBACK_FIT_MIN_EXAMPLES:
         raise ApplicationError(

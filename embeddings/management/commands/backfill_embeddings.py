@@ -32,8 +32,8 @@ class Command(BaseCommand):
             return bar.update
 
         try:
-            with embedding_workers(workers):
-                totals = embeddings_backfill(batch_size=batch_size * workers, progress=progress)
+            with embedding_workers(workers) as embedder:
+                totals = embeddings_backfill(batch_size=batch_size * getattr(embedder, "workers", 1), progress=progress)
         except EmbeddingError as exc:
             raise CommandError(f"The embedder cannot load: {exc}") from exc
         finally:

@@ -10,11 +10,18 @@ class Command(BaseCommand):
     help = "Fit the resolve threshold and margin on clicks and corrections (held-out share measured); stored as proposed."
 
     def add_arguments(self, parser):
-        parser.add_argument("--held-out-share", type=float, default=None)
-        parser.add_argument("--max-wrong-pct", type=float, default=None)
+        parser.add_argument("--held-out-share", type=float, default=None, help="Share of labels held out, above 0 and below 1")
+        parser.add_argument(
+            "--max-wrong-pct", type=float, default=None, help="Most wrong answers allowed, in percent (above 0, below 100)"
+        )
         parser.add_argument("--activate", action="store_true", help="Put the fitted profile live at once (no review)")
 
     def handle(self, *args, **options):
+        share, pct = options["held_out_share"], options["max_wrong_pct"]
+        if share is not None and not 0.0 < share < 1.0:  # NaN fails the comparison too
+            raise CommandError(f"--held-out-share must be above 0 and below 1, not {share}.")
+        if pct is not None and not 0.0 < pct < 100.0:
+            raise CommandError(f"--max-wrong-pct must be a percentage above 0 and below 100, not {pct}.")
         try:
             row = resolution_profile_fit(held_out_share=options["held_out_share"], max_wrong_pct=options["max_wrong_pct"])
         except ApplicationError as exc:

@@ -44,13 +44,19 @@ class Command(BaseCommand):
             raise CommandError(f"Malformed user id {user_id!r}.")
         if workers < 1:
             raise CommandError("--workers must be at least 1.")
-        if not path.is_file():
-            raise CommandError(f"No such file: {path}")
-        size = path.stat().st_size
-        if size > settings.LEARNING_IMPORT_MAX_BYTES:
-            raise CommandError(f"{path.name} is {size} bytes; the limit is {settings.LEARNING_IMPORT_MAX_BYTES} bytes.")
+        limit = settings.LEARNING_IMPORT_MAX_BYTES
         try:
-            rows = parse(path.read_bytes(), fmt)
+            if not path.is_file():
+                raise CommandError(f"No such file: {path}")
+            size = path.stat().st_size
+            if size > limit:
+                raise CommandError(f"{path.name} is {size} bytes; the limit is {limit} bytes.")
+            with path.open("rb") as f:
+                content = f.read(limit + 1)  # a file whose size the system does not report is bounded too
+        except OSError as exc:
+            raise CommandError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+        try:
+            rows = parse(content, fmt)
         except ImportFormatError as exc:
             raise CommandError(f"{path.name}: {exc}") from None
         workspace = tenant_get(slug=tenant)
