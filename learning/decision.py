@@ -36,6 +36,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
+from tqdm import tqdm
 
 FEATURES = (
     "top_cos",  # raw cosine of the nearest anchor of any verb: the out-of-scope guard
@@ -601,6 +602,7 @@ def catalogue_priors(
     max_open_rate: float | None = None,
     max_queries: int | None = None,
     max_train: int | None = None,
+    progress: bool = False,
 ) -> list:
     """Labelled examples from the anchors a deployment loaded, and the decision fit on them, once per head option.
 
@@ -612,7 +614,8 @@ def catalogue_priors(
     heads differ. ``max_queries`` / ``max_train``: with more than ``max_queries`` anchors, each fold asks a fixed
     random sample of its held-out anchors in proportion (all folds together at most ``max_queries``), and a fold
     whose other anchors number more than ``max_train`` trains its head on a sample of them (all of them still
-    score as anchors). Answers [(fit or None, number of examples)] in the order of ``texts_options``."""
+    score as anchors). ``progress``: a bar over the folds (a command's). Answers [(fit or None, number of examples)]
+    in the order of ``texts_options``."""
     vectors = np.asarray(vectors, dtype=np.float32)
     verbs = np.asarray(verbs, dtype=np.int64)
     learned = np.zeros(len(verbs), dtype=bool) if learned is None else np.asarray(learned, dtype=bool)
@@ -625,7 +628,7 @@ def catalogue_priors(
     # more anchors than max_queries: each fold asks its share of them (folds are uneven when verbs are small)
     share = 1.0 if max_queries is None or len(verbs) <= max_queries else max_queries / len(verbs)
     rows = [([], [], []) for _ in texts_options]  # per option: F, y, F_open
-    for k in range(folds):
+    for k in tqdm(range(folds), desc="prior folds", unit="fold", disable=not progress):
         te, tr = np.where(fold == k)[0], np.where(fold != k)[0]
         if not te.size or not tr.size:
             continue

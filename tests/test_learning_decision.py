@@ -543,12 +543,13 @@ def test_a_fit_task_trains_in_its_tenants_scope_with_no_transaction_open(setting
     assert seen[-1] == (False, str(other.pk), 3)
 
 
-def test_the_fit_decision_command_fits_one_tenants_decision(big):
+def test_the_fit_decision_command_fits_one_tenants_decision(big, capsys):
     from django.core.management import CommandError, call_command
 
     before = DecisionFit.objects.filter(source="prior").count()
     call_command("fit_decision", "--prior")
     assert DecisionFit.objects.filter(source="prior").count() == before + 1
+    assert "prior folds" in capsys.readouterr().err  # a fit can take minutes: the command shows its progress
     with pytest.raises(CommandError):
         call_command("fit_decision", "--tenant", "nobody")
 

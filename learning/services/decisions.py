@@ -17,6 +17,7 @@ from django.core.cache import cache
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
+from tqdm import tqdm
 
 from common.api import ApplicationError
 from common.db import ASYNC_COMMIT, row_insert
@@ -214,7 +215,9 @@ def _digest(rows, words: bool, prefix: str = "") -> str:
     return decision.head_inputs_digest(X, names, _trust(conf), texts if words else None, prefix=prefix)
 
 
-def _heads_train(model: str, *, users: bool, warm_version: int | None, words: bool = True) -> tuple[list, list]:
+def _heads_train(
+    model: str, *, users: bool, warm_version: int | None, words: bool = True, progress: bool = False
+) -> tuple[list, list]:
     """The deployment's head (learning words or not: ``words``, what the catalogue's folds chose) and, with
     ``users``, one per user with enough phrases of their own (always learning words: users' taught phrases),
     trained on the shared anchors (catalogue and global phrases, read once) and that user's phrases only.
@@ -247,7 +250,7 @@ def _heads_train(model: str, *, users: bool, warm_version: int | None, words: bo
             due.append((user_id, own, digest, stored))
     due.sort(key=lambda d: (d[0] is not None, d[3] is not None, d[3][2] if d[3] else 0))
     trained = kept = 0
-    for user_id, own, digest, stored in due:
+    for user_id, own, digest, stored in tqdm(due, desc="classifier heads", unit="head", disable=not progress):
         rows = shared if own is None else _rows_join(shared, own)
         if user_id is not None and trained >= settings.RESOLVE_USER_HEADS_PER_REFIT:
             if stored is not None and stored[3] == set(rows[1]):  # it still scores every verb in play
@@ -298,15 +301,15 @@ def _held_out_better(a: dict, b: dict) -> bool:
     return right(a) > right(b)
 
 
-def decision_prior_fit() -> DecisionFit | None:
+def decision_prior_fit(*, progress: bool = False) -> DecisionFit | None:
     """The catalogue prior: folds over the catalogue's own phrases (and global learned ones) (learning.decision.catalogue_priors). Live at once
     when no fit is live (or when the live one is a prior); None when the catalogue is too small to fit one. One
-    fit at a time per tenant (``decision_fits_serialised``)."""
+    fit at a time per tenant (``decision_fits_serialised``). ``progress``: bars on the terminal (a command)."""
     with decision_fits_serialised():
-        return _prior_fit()
+        return _prior_fit(progress=progress)
 
 
-def _prior_fit() -> DecisionFit | None:
+def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
     model = current_model_name()
     # the deployment's own phrases: its catalogue and its global learned phrases (imports, reviewed candidates)
     vectors, names, is_learned, confidence, texts = selectors.decision_anchor_rows(model=model)
@@ -337,6 +340,7 @@ def _prior_fit() -> DecisionFit | None:
         max_open_rate=settings.RESOLVE_MAX_OPEN_RATE,
         max_queries=settings.RESOLVE_PRIOR_MAX_QUERIES,
         max_train=settings.RESOLVE_PRIOR_MAX_TRAIN,
+        progress=progress,
     )
     params, n = None, 0
     for words, (got, count) in zip((False, True), fits, strict=True):
@@ -458,18 +462,18 @@ def _prior_stale() -> bool:
     return stale and _unfit_at(model) != count
 
 
-def decision_refit(*, force: bool = False) -> dict:
+def decision_refit(*, force: bool = False, progress: bool = False) -> dict:
     """Promote the shadow fit if it earned it, then fit the newest labels (and the heads) into a new shadow fit.
     Also refits the catalogue prior when it is stale (``_prior_stale``). One fit at a time per tenant
     (``decision_fits_serialised``). Answers what happened."""
     with decision_fits_serialised():
-        return _refit(force=force)
+        return _refit(force=force, progress=progress)
 
 
-def _refit(*, force: bool) -> dict:
+def _refit(*, force: bool, progress: bool = False) -> dict:
     out = {"prior": None, "promoted": None, "shadow": None, "reason": ""}
     if _prior_stale():
-        prior = decision_prior_fit()
+        prior = decision_prior_fit(progress=progress)
         out["prior"] = prior.version if prior else None
     with transaction.atomic():
         shadow = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.SHADOW).first()
@@ -509,7 +513,7 @@ def _refit(*, force: bool) -> dict:
     state = selectors.decision_state()
     in_use, prior = state["live"], state["prior"]
     words = bool((prior.params or {}).get("head_words", True)) if prior else True
-    trained = _heads_train(model, users=True, warm_version=in_use.version if in_use else None, words=words)
+    trained = _heads_train(model, users=True, warm_version=in_use.version if in_use else None, words=words, progress=progress)
     with transaction.atomic():
         previous = DecisionFit.objects.filter(status=DecisionFit.Status.SHADOW).first()
         if previous is not None:

@@ -24,9 +24,9 @@ class Command(BaseCommand):
             raise CommandError(f"No tenant {tenant!r}.")
         with tenant_session([workspace.pk]):  # the tenant's phrases and labels only; each fit commits on its own
             if options["prior"]:
-                fit = decision_prior_fit()
+                fit = decision_prior_fit(progress=True)
                 self.stdout.write(f"prior: {fit if fit else 'catalogue too small for a prior'}")
                 if fit:
                     self.stdout.write(f"  held out on the catalogue: {fit.held_out}, cut {fit.params.get('cut')}")
-            out = decision_refit(force=options["force"])
+            out = decision_refit(force=options["force"], progress=True)
         self.stdout.write(f"refit: {out}")
