@@ -7,18 +7,32 @@ from django.conf import settings
 
 from agents.models import Agent
 from autonomy.services import autonomy_cycle_run, autonomy_cycles_run
+from common.api import NotFound
+from common.tasks import task_queue, task_send
 
 logger = logging.getLogger(__name__)
 
 
 @shared_task(name="autonomy.cycle", acks_late=True)
 def autonomy_cycle(agent_id: int, trigger: str = "celery", force_autonomy: bool = False) -> dict:
-    """One agent's autonomy cycle; skipped (not failed) when another worker holds the agent's lock."""
+    """One agent's autonomy cycle; skipped (not failed) when another worker holds the agent's lock, reported
+    missing (not failed, so never retried) when no such agent exists."""
 
-    episode = autonomy_cycle_run(agent_id=agent_id, trigger=trigger, force_autonomy=force_autonomy)
+    try:
+        episode = autonomy_cycle_run(agent_id=agent_id, trigger=trigger, force_autonomy=force_autonomy)
+    except NotFound:
+        logger.warning("autonomy cycle for agent %s: no such agent", agent_id)
+        return {"agent": agent_id, "episode": None, "skipped": False, "missing": True}
     if episode is None:
-        return {"agent": agent_id, "episode": None, "skipped": True}
-    return {"agent": agent_id, "episode": episode.pk, "status": episode.status, "summary": episode.summary, "skipped": False}
+        return {"agent": agent_id, "episode": None, "skipped": True, "missing": False}
+    return {
+        "agent": agent_id,
+        "episode": episode.pk,
+        "status": episode.status,
+        "summary": episode.summary,
+        "skipped": False,
+        "missing": False,
+    }
 
 
 @shared_task(name="autonomy.cycle_chunk", acks_late=True)
@@ -41,17 +55,27 @@ def agent_chunks(ids: list[int], size: int | None = None) -> list[list[int]]:
     return [ids[i : i + size] for i in range(0, len(ids), size)]
 
 
+def cycles_queue(task, batches: list, trigger: str) -> int:
+    """Queue ``task(batch, trigger)`` for each batch in order; answers how many were queued. The first the broker
+    (or the result store) refuses ends it: that batch and the ones after it were not sent."""
+    for sent, batch in enumerate(batches):
+        if not task_queue(task, batch, trigger):
+            return sent
+    return len(batches)
+
+
 @shared_task(name="autonomy.cycle_all", ignore_result=True)
 def autonomy_cycle_all(trigger: str = "beat") -> int:
     """Queue the set-based cycle for every active agent, ``AUTONOMY_CYCLE_CHUNK`` agents per task
-    (beat runs this every ``AUTONOMY_CYCLE_INTERVAL_S``); answers how many agents were queued."""
+    (beat runs this every ``AUTONOMY_CYCLE_INTERVAL_S``); with the broker down a chunk runs here or waits for
+    the next beat, as ``task_send`` decides. Answers how many agents there were."""
 
     ids = list(Agent.objects.filter(is_active=True).order_by("pk").values_list("pk", flat=True))
     chunks = agent_chunks(ids)
-    for chunk in chunks:
-        autonomy_cycle_chunk.delay(chunk, trigger)
+    queued = sum(len(chunk) for chunk in chunks if task_send(autonomy_cycle_chunk, chunk, trigger))
     logger.info(
-        "queued autonomy cycles for %s agent(s) in %s chunk(s)%s",
+        "queued autonomy cycles for %s of %s agent(s) in %s chunk(s)%s",
+        queued,
         len(ids),
         len(chunks),
         " (eager)" if settings.CELERY_TASK_ALWAYS_EAGER else "",

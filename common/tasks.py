@@ -38,24 +38,53 @@ def task_headers() -> dict:
     return headers
 
 
+def _result_store_unreachable(exc: RuntimeError, task) -> bool:
+    """Whether ``exc`` is the result store giving up reconnecting (Celery raises RuntimeError from the connection error)."""
+    errors = (KombuOperationalError, ConnectionError, OSError, *getattr(task.backend, "connection_errors", ()))
+    return isinstance(exc.__cause__, errors)
+
+
+def _queue(task, args, kwargs, headers) -> str | None:
+    """Send to the broker; None when sent, else why not (nothing was sent)."""
+    try:
+        task.apply_async(args=args, kwargs=kwargs, retry=False, headers=headers)
+        return None
+    except (KombuOperationalError, ConnectionError, OSError) as exc:
+        return f"broker unavailable ({exc.__class__.__name__})"
+    except RuntimeError as exc:
+        if not _result_store_unreachable(exc, task):
+            raise
+        return f"result store unavailable ({exc.__cause__.__class__.__name__})"
+
+
+def task_queue(task, *args, headers: dict | None = None, **kwargs) -> bool:
+    """Send ``task`` (a task or its registered name) to the broker; answer False, with nothing sent, when the broker
+    or the result store cannot be reached (their retries are bounded in ``config/celery.py``). With no broker
+    configured (``CELERY_TASK_ALWAYS_EAGER``) the task runs here and the answer is True."""
+    task = task_get(task) if isinstance(task, str) else task
+    failure = _queue(task, args, kwargs, task_headers() if headers is None else headers)
+    if failure:
+        logger.warning("%s: %s not queued", failure, task.name)
+    return failure is None
+
+
 def task_send(task, *args, headers: dict | None = None, fallback_inline: bool = True, **kwargs) -> bool:
     """Queue ``task`` (a task or its registered name); answer False when it ran inline or was deferred instead.
 
     ``headers`` (default: ``task_headers()`` now) travel with the task, inline runs included. With the broker
-    down the task runs inline (CELERY_FALLBACK_INLINE), unless ``fallback_inline`` is False: work too long for
-    a request, which a periodic sweep catches up on."""
+    or the result store down the task runs inline (CELERY_FALLBACK_INLINE), unless ``fallback_inline`` is
+    False: work too long for a request, which a periodic sweep catches up on."""
     task = task_get(task) if isinstance(task, str) else task
     headers = task_headers() if headers is None else headers
-    try:
-        task.apply_async(args=args, kwargs=kwargs, retry=False, headers=headers)
+    failure = _queue(task, args, kwargs, headers)
+    if failure is None:
         return True
-    except (KombuOperationalError, ConnectionError, OSError) as exc:
-        if fallback_inline and getattr(settings, "CELERY_FALLBACK_INLINE", True):
-            logger.warning("broker unavailable (%s): running %s inline", exc.__class__.__name__, task.name)
-            task.apply(args=args, kwargs=kwargs, headers=headers)
-        else:
-            logger.warning("broker unavailable (%s): %s deferred to the periodic sweep", exc.__class__.__name__, task.name)
-        return False
+    if fallback_inline and getattr(settings, "CELERY_FALLBACK_INLINE", True):
+        logger.warning("%s: running %s inline", failure, task.name)
+        task.apply(args=args, kwargs=kwargs, headers=headers)
+    else:
+        logger.warning("%s: %s deferred to the periodic sweep", failure, task.name)
+    return False
 
 
 def task_send_on_commit(task, *args, fallback_inline: bool = True, **kwargs) -> None:

@@ -7,6 +7,7 @@ import os
 import sys
 
 from celery import Celery
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 if {"worker", "beat"} & set(sys.argv[1:]):
@@ -17,4 +18,20 @@ if {"worker", "beat"} & set(sys.argv[1:]):
 
 app = Celery("agent_learning", task_cls="tenants.tasks:TenantTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+def _result_store_timeouts() -> dict:
+    """Bounds on reaching the Redis result store, unless the settings set their own: sending a task that keeps
+    its result first subscribes to it there, and Celery's default (20 retries a second apart, no connect
+    timeout) held a send ~20 s when Redis was down before ``task_send`` could fall back."""
+    defaults = {
+        "redis_socket_connect_timeout": 2,
+        "result_backend_transport_options": {
+            "retry_policy": {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
+        },
+    }
+    return {k: v for k, v in defaults.items() if not hasattr(settings, "CELERY_" + k.upper())}
+
+
+app.add_defaults(_result_store_timeouts)
 app.autodiscover_tasks()

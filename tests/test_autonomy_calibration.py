@@ -133,6 +133,7 @@ def test_small_samples_and_bad_input(db):
 
 def test_reliability_diagram_page_renders_with_data(data, client):
     records = calibration_compute(agent_id=data.pk)
+    add_proposals(data, Action.objects.get(name="email.send"), 0.6, 1, 0)  # new evidence: a second record
     calibration_compute(agent_id=data.pk)
     user = User.objects.create_superuser("boss", "boss@example.com", "pw-1234-xyz")
     client.force_login(user)
@@ -166,6 +167,7 @@ def test_reliability_diagram_draws_in_a_browser(live_server, browser_page):
     add_proposals(agent, send, 0.95, 8, 12)
     add_proposals(agent, send, 0.8, 8, 2)
     record = calibration_compute(agent_id=agent.pk)[0]
+    add_proposals(agent, send, 0.6, 1, 0)  # new evidence: a second record
     calibration_compute(agent_id=agent.pk)
     User.objects.create_superuser("boss", "boss@example.com", "pw-1234-xyz")
     page = browser_page

@@ -14,11 +14,15 @@ from feedback.selectors import outcome_confidence_buckets, outcome_confidence_bu
 
 Groups = dict[int | None, dict[int, tuple[int, float, float]]]
 
+MAX_WINDOW_DAYS = 36500  # a century: further back the date arithmetic leaves the calendar
+
 
 def _window(window_days, default: int) -> int:
     days = default if window_days is None else window_days
     if isinstance(days, bool) or not isinstance(days, int) or days <= 0:
         raise ApplicationError("The window must be a positive number of days.", field="window_days")
+    if days > MAX_WINDOW_DAYS:
+        raise ApplicationError(f"The window must be at most {MAX_WINDOW_DAYS} days.", field="window_days")
     return days
 
 
@@ -27,43 +31,54 @@ def _add_bucket(groups: Groups, overall, action_id, bucket, n, conf, ok, n_bucke
     groups.setdefault(key, {})[min(int(bucket), n_buckets - 1)] = (n, float(conf), float(ok))
 
 
-def _records(*, agent_id: int, groups: Groups, previous: dict, days: int, edges: list[float], episode) -> list[CalibrationRecord]:
-    """The agent's records, overall first then by action id, from its bucket aggregates and its previous adjustments."""
+def _records(*, agent_id: int, groups: Groups, latest: dict, days: int, edges: list[float], episode) -> tuple[list, list]:
+    """The agent's records, overall first then by action id, from its bucket aggregates, and those of them to insert.
+
+    A scope whose window, buckets and raw adjustment equal its latest record's saw no new evidence: that record
+    is answered as it is, so running again on the same data (a second cycle, a redelivered task, a report)
+    smooths nothing twice. Otherwise the new record's adjustment is smoothed against the latest one's."""
     groups.setdefault(None, {})
-    records = []
+    records, new = [], []
     for action_id in sorted(groups, key=lambda k: (k is not None, k or 0)):
         buckets = calib.build_buckets(edges, groups[action_id], settings.CALIBRATION_MIN_BUCKET_SAMPLES)
         s = calib.summarize(
             buckets, ece_threshold=settings.CALIBRATION_ECE_THRESHOLD, max_adjustment=settings.CALIBRATION_MAX_ADJUSTMENT
         )
-        records.append(
-            CalibrationRecord(
-                agent_id=agent_id,
-                action_id=action_id,
-                window_days=days,
-                sample_count=s.sample_count,
-                total_samples=s.total_samples,
-                buckets=[b.as_dict() for b in s.buckets],
-                mean_confidence=s.mean_confidence,
-                mean_success=s.mean_success,
-                ece=s.ece,
-                overconfidence_rate=s.overconfidence_rate,
-                underconfidence_rate=s.underconfidence_rate,
-                raw_adjustment=round(s.raw_adjustment, 6),
-                recommended_adjustment=calib.ema(
-                    previous.get(action_id),
-                    s.raw_adjustment,
-                    alpha=settings.CALIBRATION_EMA_ALPHA,
-                    cap=settings.CALIBRATION_MAX_ADJUSTMENT,
-                ),
-                episode=episode,
-            )
+        stats = [b.as_dict() for b in s.buckets]
+        raw = round(s.raw_adjustment, 6)
+        previous = latest.get(action_id)
+        if previous is not None and (previous.window_days, previous.buckets, previous.raw_adjustment) == (days, stats, raw):
+            records.append(previous)
+            continue
+        record = CalibrationRecord(
+            agent_id=agent_id,
+            action_id=action_id,
+            window_days=days,
+            sample_count=s.sample_count,
+            total_samples=s.total_samples,
+            buckets=stats,
+            mean_confidence=s.mean_confidence,
+            mean_success=s.mean_success,
+            ece=s.ece,
+            overconfidence_rate=s.overconfidence_rate,
+            underconfidence_rate=s.underconfidence_rate,
+            raw_adjustment=raw,
+            recommended_adjustment=calib.ema(
+                None if previous is None else previous.recommended_adjustment,
+                s.raw_adjustment,
+                alpha=settings.CALIBRATION_EMA_ALPHA,
+                cap=settings.CALIBRATION_MAX_ADJUSTMENT,
+            ),
+            episode=episode,
         )
-    return records
+        records.append(record)
+        new.append(record)
+    return records, new
 
 
 def calibration_compute(*, agent_id: int, window_days: int | None = None, episode=None) -> list[CalibrationRecord]:
-    """Calibrate one agent overall and per action; one aggregate query, one insert.
+    """Calibrate one agent overall and per action; one aggregate query, one insert of the scopes with new evidence
+    (the others answer their latest record unchanged: the same data gives the same calibration).
 
     Samples: proposals (completed = success; rejected or failed = failure) and
     executions (reviewed correct = success; reviewed incorrect = failure;
@@ -78,21 +93,21 @@ def calibration_compute(*, agent_id: int, window_days: int | None = None, episod
     groups: Groups = {}
     for overall, action_id, bucket, n, conf, ok in rows:
         _add_bucket(groups, overall, action_id, bucket, n, conf, ok, len(edges) - 1)
-    previous = dict(
-        CalibrationRecord.objects.filter(agent_id=agent_id)
+    latest = {
+        r.action_id: r
+        for r in CalibrationRecord.objects.filter(agent_id=agent_id)
         .order_by("action_id", "-computed_at", "-id")
         .distinct("action_id")
-        .values_list("action_id", "recommended_adjustment")
-    )
-    records = _records(agent_id=agent_id, groups=groups, previous=previous, days=days, edges=edges, episode=episode)
+    }
+    records, new = _records(agent_id=agent_id, groups=groups, latest=latest, days=days, edges=edges, episode=episode)
     with transaction.atomic():
-        CalibrationRecord.objects.bulk_create(records)
+        CalibrationRecord.objects.bulk_create(new)
     return records
 
 
 def calibration_compute_for_agents(*, agent_ids: list[int], episodes: dict | None = None) -> dict[int, list[CalibrationRecord]]:
     """``calibration_compute`` for many agents: one GROUPING SETS query (agent, action, bucket) + (agent, bucket),
-    one query for the previous adjustments, one insert. Answers agent id -> its records, overall first."""
+    one query for the latest records, one insert (as there, only of scopes with new evidence). Answers agent id -> its records, overall first."""
 
     days = settings.CALIBRATION_WINDOW_DAYS
     ids = sorted({int(a) for a in agent_ids})
@@ -103,19 +118,20 @@ def calibration_compute_for_agents(*, agent_ids: list[int], episodes: dict | Non
     groups: dict[int, Groups] = {a: {} for a in ids}
     for agent_id, overall, action_id, bucket, n, conf, ok in rows:
         _add_bucket(groups[agent_id], overall, action_id, bucket, n, conf, ok, len(edges) - 1)
-    previous: dict[int, dict] = {a: {} for a in ids}
-    for agent_id, action_id, adjustment in (
+    latest: dict[int, dict] = {a: {} for a in ids}
+    for r in (
         CalibrationRecord.objects.filter(agent_id__in=ids)
         .order_by("agent_id", "action_id", "-computed_at", "-id")
         .distinct("agent_id", "action_id")
-        .values_list("agent_id", "action_id", "recommended_adjustment")
     ):
-        previous[agent_id][action_id] = adjustment
+        latest[r.agent_id][r.action_id] = r
     episodes = episodes or {}
-    out = {
-        a: _records(agent_id=a, groups=groups[a], previous=previous[a], days=days, edges=edges, episode=episodes.get(a))
-        for a in ids
-    }
+    out, new = {}, []
+    for a in ids:
+        out[a], created = _records(
+            agent_id=a, groups=groups[a], latest=latest[a], days=days, edges=edges, episode=episodes.get(a)
+        )
+        new.extend(created)
     with transaction.atomic():
-        CalibrationRecord.objects.bulk_create([r for records in out.values() for r in records], batch_size=5000)
+        CalibrationRecord.objects.bulk_create(new, batch_size=5000)
     return out

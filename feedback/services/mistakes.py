@@ -17,6 +17,8 @@ logger = logging.getLogger(__name__)
 # Advisory lock keys (two int4 keys: namespace, agent id or 0).
 LOCK_NAMESPACE_DETECT = 61001
 
+MAX_WINDOW_DAYS = 36500  # a century: further back the date arithmetic leaves the calendar
+
 
 @dataclass
 class DetectionResult:
@@ -91,8 +93,10 @@ def mistake_patterns_detect(
     """
     window_days = settings.MISTAKE_WINDOW_DAYS if window_days is None else window_days
     min_count = settings.MISTAKE_MIN_COUNT if min_count is None else min_count
-    if not isinstance(window_days, int) or window_days <= 0:
+    if isinstance(window_days, bool) or not isinstance(window_days, int) or window_days <= 0:
         raise ApplicationError("The window must be a positive number of days.", field="window_days")
+    if window_days > MAX_WINDOW_DAYS:
+        raise ApplicationError(f"The window must be at most {MAX_WINDOW_DAYS} days.", field="window_days")
     if not isinstance(min_count, int) or min_count < 1:
         raise ApplicationError("The minimum must be at least 1.", field="min")
     params = {

@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 
 _COLUMNS = [f.column for f in FeedbackRecord._meta.concrete_fields]
 
+MAX_RETENTION_DAYS = 36500  # a century: further back the date arithmetic leaves the calendar
+MAX_BATCH = 1_000_000  # records per statement: one statement's transaction stays short
+
 # The batch is chosen once, in a MATERIALIZED CTE: written as ``WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP
 # LOCKED)`` the planner may rescan the sub-select and move more than n rows in one statement (seen under load).
 _ARCHIVE_BATCH_SQL = """
@@ -66,6 +69,8 @@ def _days(older_than_days) -> int:
     days = settings.FEEDBACK_RECORD_RETENTION_DAYS if older_than_days is None else older_than_days
     if isinstance(days, bool) or not isinstance(days, int) or days <= 0:
         raise ApplicationError("The retention must be a positive number of days.", field="older_than")
+    if days > MAX_RETENTION_DAYS:
+        raise ApplicationError(f"The retention must be at most {MAX_RETENTION_DAYS} days.", field="older_than")
     if days <= settings.MISTAKE_WINDOW_DAYS:
         raise ApplicationError(
             f"The retention ({days} days) must be longer than MISTAKE_WINDOW_DAYS ({settings.MISTAKE_WINDOW_DAYS}); "
@@ -89,6 +94,8 @@ def feedback_records_archive_batches(
     batch = settings.FEEDBACK_ARCHIVE_BATCH if batch_size is None else batch_size
     if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
         raise ApplicationError("The batch size must be a positive number.", field="batch")
+    if batch > MAX_BATCH:
+        raise ApplicationError(f"The batch size must be at most {MAX_BATCH}.", field="batch")
     cutoff = timezone.now() - timedelta(days=days)
     sql, after, done = _sql(), 0, 0
     while max_batches is None or done < max_batches:

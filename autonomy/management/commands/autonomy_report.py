@@ -6,9 +6,12 @@ from actions.selectors import action_get
 from agents.selectors import agent_get
 from autonomy.selectors import waiting_transition
 from autonomy.services import autonomy_cycle_run, autonomy_evaluate, calibration_compute
+from autonomy.services.calibration import MAX_WINDOW_DAYS
 from common.api import ApplicationError
 from feedback.selectors import agent_patterns, feedback_record_summary
 from feedback.services.mistakes import mistake_patterns_detect
+
+MAX_LIMIT = 10000
 
 
 def render_table(headers: list[str], rows: list[list]) -> str:
@@ -32,7 +35,7 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="view", required=True)
         p = sub.add_parser("feedback", help="Feedback records of an agent")
         p.add_argument("agent", help="Agent id or name")
-        p.add_argument("--limit", type=int, default=20)
+        p.add_argument("--limit", type=int, default=20, help=f"Latest records to list (at most {MAX_LIMIT})")
         p = sub.add_parser("mistakes", help="Detect and list an agent's repeated-mistake patterns")
         p.add_argument("agent")
         p.add_argument("--window-days", type=int, default=None)
@@ -47,10 +50,14 @@ class Command(BaseCommand):
         p.add_argument("agent")
 
     def handle(self, *args, view, **options):
-        if options.get("limit") is not None and options["limit"] < 1:
-            raise CommandError("--limit must be at least 1.")
-        if options.get("window_days") is not None and options["window_days"] < 1:
-            raise CommandError("--window-days must be at least 1.")
+        for option, value, most in (
+            ("--limit", options.get("limit"), MAX_LIMIT),
+            ("--window-days", options.get("window_days"), MAX_WINDOW_DAYS),
+        ):
+            if value is not None and value < 1:
+                raise CommandError(f"{option} must be at least 1.")
+            if value is not None and value > most:
+                raise CommandError(f"{option} must be at most {most}.")
         try:
             getattr(self, "view_" + view.replace("-", "_"))(**options)
         except ApplicationError as exc:

@@ -1,11 +1,19 @@
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from agents.models import Agent
 from agents.selectors import agent_get
 from autonomy.services import autonomy_cycle_run, autonomy_cycles_run
-from autonomy.tasks import agent_chunks, autonomy_cycle, autonomy_cycle_chunk
+from autonomy.tasks import agent_chunks, autonomy_cycle, autonomy_cycle_chunk, cycles_queue
 from common.api import ApplicationError
+
+
+def agents_text(ids: list[int]) -> str:
+    """``ids`` (ascending) for one line: every id when few, else the count and the first and last."""
+    if len(ids) <= 10:
+        return f"{len(ids)} agent(s) ({', '.join(f'#{i}' for i in ids)})"
+    return f"{len(ids)} agent(s) (#{ids[0]} to #{ids[-1]})"
 
 
 class Command(BaseCommand):
@@ -18,11 +26,21 @@ class Command(BaseCommand):
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument("--agent", help="Agent id or name (the per-agent cycle)")
         target.add_argument("--all", action="store_true", help="Every active agent (set-based, in chunks)")
-        parser.add_argument("--queue", action="store_true", help="Send the cycles to Celery workers instead of running them here")
-        parser.add_argument("--chunk", type=int, help="Agents per set-based cycle (default: AUTONOMY_CYCLE_CHUNK)")
+        parser.add_argument(
+            "--queue",
+            action="store_true",
+            help="Send the cycles to Celery workers instead of running them here (with the broker down they run "
+            "here, or with CELERY_FALLBACK_INLINE off are not queued)",
+        )
+        parser.add_argument("--chunk", type=int, help="With --all: agents per set-based cycle (default: AUTONOMY_CYCLE_CHUNK)")
         parser.add_argument("--per-agent", action="store_true", help="With --all: one per-agent cycle after another (slow)")
 
     def handle(self, *args, agent, all, queue, chunk, per_agent, **options):
+        if chunk is not None:
+            if not all or per_agent:
+                raise CommandError("--chunk applies only to the set-based run of --all (not with --agent or --per-agent).")
+            if chunk < 1:
+                raise CommandError(f"--chunk must be at least 1 (got {chunk}).")
         try:
             ids = (
                 [agent_get(ref=agent).pk]
@@ -31,17 +49,42 @@ class Command(BaseCommand):
             )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
-        if agent or per_agent:
-            self._per_agent(ids, queue)
-            return
-        chunks = agent_chunks(ids, chunk)
+        one_by_one = bool(agent or per_agent)
+        batches = ids if one_by_one else agent_chunks(ids, chunk)
         if queue:
-            for c in chunks:
-                autonomy_cycle_chunk.delay(c, "command")
-            self.stdout.write(f"Queued autonomy cycles for {len(ids)} agent(s) in {len(chunks)} chunk(s).")
-            return
+            batches = self._queue(batches, one_by_one)
+            if not batches:
+                return
+        if one_by_one:
+            self._per_agent(batches)
+        else:
+            self._set_based(batches)
+
+    def _queue(self, batches: list, one_by_one: bool) -> list:
+        """Queue the batches; answers those left to run here (none when all were queued)."""
+        if autonomy_cycle.app.conf.task_always_eager:
+            self.stdout.write("No Celery broker is configured (CELERY_BROKER_URL): running the cycles here.")
+            return batches
+        sent = cycles_queue(autonomy_cycle if one_by_one else autonomy_cycle_chunk, batches, "command")
+        flat = lambda bs: list(bs) if one_by_one else [a for b in bs for a in b]  # noqa: E731
+        queued, rest = flat(batches[:sent]), flat(batches[sent:])
+        if not rest:
+            how = "" if one_by_one else f" in {len(batches)} chunk(s)"
+            self.stdout.write(f"Queued autonomy cycles for {len(queued)} agent(s){how}.")
+            return []
+        done = f"queued {agents_text(queued)}" if queued else "nothing was queued"
+        if not settings.CELERY_FALLBACK_INLINE:
+            raise CommandError(
+                f"Broker unavailable: {done}; {agents_text(rest)} not queued "
+                "(CELERY_FALLBACK_INLINE is off): start the broker or run without --queue."
+            )
+        self.stdout.write(f"Broker unavailable: {done}; running the cycles of {agents_text(rest)} here.")
+        return batches[sent:]
+
+    def _set_based(self, chunks: list[list[int]]):
         done = skipped = 0
-        with tqdm(total=len(ids), desc="autonomy cycles", unit="agent", disable=len(ids) < 2, file=self.stderr) as bar:
+        total = sum(len(c) for c in chunks)
+        with tqdm(total=total, desc="autonomy cycles", unit="agent", disable=total < 2, file=self.stderr) as bar:
             for c in chunks:
                 result = autonomy_cycles_run(agent_ids=c, trigger="command")
                 done += len(result.episodes)
@@ -49,12 +92,7 @@ class Command(BaseCommand):
                 bar.update(len(c))
         self.stdout.write(f"{done} cycle(s) run, {skipped} skipped (already running elsewhere).")
 
-    def _per_agent(self, ids, queue):
-        if queue:
-            for agent_id in ids:
-                autonomy_cycle.delay(agent_id, "command")
-            self.stdout.write(f"Queued {len(ids)} autonomy cycle(s).")
-            return
+    def _per_agent(self, ids: list[int]):
         done = skipped = 0
         for agent_id in tqdm(ids, desc="autonomy cycles", unit="agent", disable=len(ids) < 2, file=self.stderr):
             episode = autonomy_cycle_run(agent_id=agent_id, trigger="command")

@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agents.selectors import agent_get
 from common.api import ApplicationError
-from feedback.services.mistakes import mistake_patterns_detect
+from feedback.services.mistakes import MAX_WINDOW_DAYS, mistake_patterns_detect
 
 
 class Command(BaseCommand):
@@ -16,7 +16,8 @@ class Command(BaseCommand):
         parser.add_argument("--min", type=int, default=None, dest="min_count", help="Records needed for a pattern (default 3)")
 
     def handle(self, *args, agent, window_days, min_count, **options):
-
+        if window_days is not None and window_days > MAX_WINDOW_DAYS:
+            raise CommandError(f"--window-days must be at most {MAX_WINDOW_DAYS}.")
         try:
             agent_id = agent_get(ref=agent).pk if agent else None
             result = mistake_patterns_detect(agent_id=agent_id, window_days=window_days, min_count=min_count)
