@@ -34,15 +34,20 @@ def _problem(request) -> tuple[str, str] | None:
     problem = text_problem(request.path)
     if problem:
         return "path", f"The path {problem}."
-    for key, values in request.GET.lists():
+    return _pairs_problem(request.GET.lists(), kind="query", noun="parameter", also=_date_part_problem)
+
+
+def _pairs_problem(lists, *, kind: str, noun: str, also=None) -> tuple[str, str] | None:
+    """The first name or value of a query string or a form that the policy (or ``also(key, value)``) refuses."""
+    for key, values in lists:
         problem = text_problem(key)
         if problem:
-            return "query", f"A parameter name {problem}."
+            return kind, f"A {noun} name {problem}."
         for value in values:
             problem = text_problem(value)
             if problem:
-                return key, f"The parameter {problem}."
-            problem = _date_part_problem(key, value)
+                return key[:100], f"The {noun} {problem}."
+            problem = also(key, value) if also else None
             if problem:
                 return key[:100], problem
     return None
@@ -62,14 +67,9 @@ def _form_problem(request) -> tuple[str, str] | None:
         return None
     if request.content_type not in FORM_CONTENT_TYPES:
         return None
-    for key, values in request.POST.lists():
-        problem = text_problem(key)
-        if problem:
-            return "form", f"A field name {problem}."
-        for value in values:
-            problem = text_problem(value)
-            if problem:
-                return key[:100], f"The field {problem}."
+    problem = _pairs_problem(request.POST.lists(), kind="form", noun="field")
+    if problem:
+        return problem
     for key, files in request.FILES.lists():
         problem = text_problem(key)
         if problem:

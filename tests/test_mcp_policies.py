@@ -203,7 +203,10 @@ def test_behind_a_trusted_proxy_each_client_has_its_own_failed_key_bucket(settin
     assert attempt("198.51.100.4", 10) == UNAUTHENTICATED  # another client behind the same proxy
 
 
-def test_observe_memory_says_when_the_memory_has_no_vector_yet(failing_embedder):
+@pytest.mark.parametrize("embedder_down", [True, False])
+def test_observe_memory_says_whether_the_memory_waits_for_its_vector(request, embedder_down):
+    if embedder_down:
+        request.getfixturevalue("failing_embedder")
     api = make_client([Scope.RESOLVE, Scope.FEEDBACK])
     turn = {
         "user_id": "alice",
@@ -211,15 +214,4 @@ def test_observe_memory_says_when_the_memory_has_no_vector_yet(failing_embedder)
         "assistant_message": "Run logrotate nightly with the app config.",
     }
     result = mcp_call("observe_memory", api.raw, turn).data
-    assert result["decision"] == "saved" and result["embedding_pending"] is True
-
-
-def test_observe_memory_embedded_at_once_is_not_pending():
-    api = make_client([Scope.RESOLVE, Scope.FEEDBACK])
-    turn = {
-        "user_id": "alice",
-        "user_message": "How do I rotate the application logs on the staging servers?",
-        "assistant_message": "Run logrotate nightly with the app config.",
-    }
-    result = mcp_call("observe_memory", api.raw, turn).data
-    assert result["decision"] == "saved" and result["embedding_pending"] is False
+    assert result["decision"] == "saved" and result["embedding_pending"] is embedder_down
