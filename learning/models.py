@@ -9,6 +9,7 @@ is detected (``stale``) and re-embedded by ``backfill_embeddings``.
 """
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -235,6 +236,12 @@ class LearningCandidate(TenantOwned):
         on_delete=models.SET_NULL,
         related_name="proposed_candidates",
         help_text="The agent whose user's interaction proposed it; that agent's keys may not decide it",
+    )
+    seen_by_agents = ArrayField(
+        models.BigIntegerField(),
+        default=list,
+        blank=True,
+        help_text="Ids of every agent whose traffic proposed or repeated it; none of them may decide it",
     )
     reviewed_by_agent = models.ForeignKey(
         "agents.Agent",

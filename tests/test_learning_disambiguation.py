@@ -395,4 +395,11 @@ def test_what_a_click_teaches_records_the_agent_that_asked(cbus, run_tasks, priv
     again = resolve(asker, "list all cbus", user_id="u1")
     assert again["outcome"] == "resolved" and again["verb"] == verb
     assert again["candidates"][0]["source"] == "user_learned_exact"
-    assert other.post(f"/api/v1/learning/candidates/{candidate.pk}/approve", {}, format="json").status_code == 200
+    # another agent's traffic repeats the proposal: it may no longer decide it either; a third agent may
+    repeat = resolve(other, "list all cbus", user_id="u2")
+    assert run_tasks(select, other, repeat["request_id"], verb).status_code == 200
+    candidate.refresh_from_db()
+    assert candidate.occurrence_count == 2 and set(candidate.seen_by_agents) == {asker.agent.pk, other.agent.pk}
+    assert other.post(f"/api/v1/learning/candidates/{candidate.pk}/approve", {}, format="json").status_code == 403
+    third = make_client([s.value for s in Scope], name="third")
+    assert third.post(f"/api/v1/learning/candidates/{candidate.pk}/approve", {}, format="json").status_code == 200

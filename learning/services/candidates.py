@@ -89,11 +89,15 @@ def candidate_record(
                         rejected_alternatives=alternatives,
                         explanation=explanation,
                         proposed_by_agent_id=acting_agent_id(),
+                        seen_by_agents=[] if acting_agent_id() is None else [acting_agent_id()],
                     )
             except IntegrityError:
                 continue  # another connection created it meanwhile: bump that row instead
         else:
             raise Conflict("The candidate changed meanwhile; retry.", field="input_pattern")
+        agent_id = acting_agent_id()
+        if agent_id is not None and agent_id not in row.seen_by_agents:  # the row is locked: no lost append
+            LearningCandidate.objects.filter(pk=row.pk).update(seen_by_agents=[*row.seen_by_agents, agent_id])
         LearningCandidate.objects.filter(pk=row.pk).update(
             occurrence_count=F("occurrence_count") + 1,
             confidence=Least(Value(1.0), Value(1.0) - (Value(1.0) - F("confidence")) * Value(1.0 - confidence)),
@@ -121,8 +125,8 @@ def candidate_record(
 
 
 def _candidate_check_decider(row: LearningCandidate, *, agent) -> None:
-    """Four eyes: an agent's key never decides a candidate that agent's own traffic proposed."""
-    if agent is not None and row.proposed_by_agent_id == agent.pk:
+    """Four eyes: an agent's key never decides a candidate that agent's own traffic proposed or repeated."""
+    if agent is not None and (row.proposed_by_agent_id == agent.pk or agent.pk in row.seen_by_agents):
         raise Forbidden(
             "An agent may not decide a candidate it proposed; a reviewer or another agent's governance key must.",
             field="candidate_id",
