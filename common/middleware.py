@@ -56,7 +56,7 @@ def _pairs_problem(lists, *, kind: str, noun: str, also=None) -> tuple[str, str]
 def _date_part_problem(key: str, value: str) -> str | None:
     for suffix, (low, high) in DATE_PART_RANGES.items():
         if key.endswith(suffix):
-            if not (value.isascii() and value.isdecimal() and low <= int(value) <= high):
+            if not (value.isascii() and value.isdecimal() and len(value) <= 4 and low <= int(value) <= high):
                 return f"Expected a whole number from {low} to {high}."
     return None
 

@@ -34,7 +34,7 @@ class MinOccurrencesFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         value = self.value() or ""
-        if value.isascii() and value.isdecimal():
+        if value.isascii() and value.isdecimal() and len(value) <= 18:  # int() refuses over 4,300 digits
             return queryset.filter(occurrence_count__gte=min(int(value), MAX_MIN_OCCURRENCES))
         return queryset
 

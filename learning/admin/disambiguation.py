@@ -272,7 +272,7 @@ class FittedResolutionProfileAdmin(admin.ModelAdmin):
             return None
         if request.POST.get("post") != "yes":
             live = FittedResolutionProfile.objects.filter(
-                embedding_model=row.embedding_model, status=FittedResolutionProfile.Status.ACTIVE
+                tenant_id=row.tenant_id, embedding_model=row.embedding_model, status=FittedResolutionProfile.Status.ACTIVE
             ).first()
             return self._confirm(
                 request,

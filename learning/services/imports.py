@@ -12,7 +12,6 @@ from embeddings.services import embedding_assign, embeddings_by_text
 from learning import selectors
 from learning.models import LearnedPhrase, Verb
 from learning.resolution import profile
-from tenants.context import tenant_scope_value
 
 logger = logging.getLogger(__name__)
 
@@ -188,9 +187,12 @@ def _import_classify(plan: dict, existing: dict) -> tuple[list, list, list]:
 
 
 def _import_lock() -> None:
-    """Inside the write transaction: wait for any other import into this tenant scope to commit."""
+    """Inside the write transaction: wait for any other import into the same tenant (the one its rows land in,
+    whatever scope each import runs in) to commit."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"learning:import:{tenant_scope_value()}"])
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('learning:import:' || coalesce(tenants_current_id()::text, ''), 0))"
+        )
 
 
 def _import_write(*, plan, added, updated, existing, vectors, model, user_id, source, now) -> None:
