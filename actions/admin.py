@@ -1,16 +1,15 @@
 """Admin screen of the action catalogue."""
 
 from django.contrib import admin
-from simple_history.admin import SimpleHistoryAdmin
 
 from actions.models import Action
-from common.admin import revert_link
+from common.admin import HistoryAdmin, revert_link
 
 REVERT_LEVEL = revert_link("autonomy")
 
 
 @admin.register(Action)
-class ActionAdmin(SimpleHistoryAdmin):
+class ActionAdmin(HistoryAdmin):
     """The action catalogue. A level changes only through an approved autonomy transition."""
 
     list_display = ["name", "autonomy_level", "auto_registered", "last_evaluated_at", "created_at"]

@@ -1,11 +1,11 @@
 """Admin screens for agents and their API keys."""
 
 from django.contrib import admin, messages
-from simple_history.admin import SimpleHistoryAdmin
 
 from agents.authentication import verified_keys_forget
 from agents.models import Agent, ApiKey
 from agents.services import api_key_revoke
+from common.admin import HistoryAdmin
 from tenants.context import tenant_filter_ids
 
 
@@ -37,7 +37,7 @@ class ForgetVerifiedKeysMixin:
 
 
 @admin.register(Agent)
-class AgentAdmin(ForgetVerifiedKeysMixin, SimpleHistoryAdmin):
+class AgentAdmin(ForgetVerifiedKeysMixin, HistoryAdmin):
     list_display = ["name", "tenant", "is_active", "private_user_data", "created_at"]
     list_filter = ["is_active", "private_user_data", "tenant"]
     list_select_related = ["tenant"]
@@ -47,7 +47,7 @@ class AgentAdmin(ForgetVerifiedKeysMixin, SimpleHistoryAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(ForgetVerifiedKeysMixin, SimpleHistoryAdmin):
+class ApiKeyAdmin(ForgetVerifiedKeysMixin, HistoryAdmin):
     """Keys of the agents of the reviewer's tenants."""
 
     list_display = ["name", "agent", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]

@@ -5,14 +5,13 @@ from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
-from simple_history.admin import SimpleHistoryAdmin
 
 from actions.admin import ActionAdmin
 from actions.models import Action
 from autonomy import selectors as autonomy_selectors
 from autonomy import services as autonomy_services
 from autonomy.models import AutonomyTransition, CalibrationRecord, Episode, EpisodeEvent, TransitionStatus
-from common.admin import pretty_json, run_bulk
+from common.admin import HistoryAdmin, pretty_json, run_bulk
 
 APPROVE_PERMISSION = "autonomy.approve_autonomytransition"
 
@@ -82,7 +81,7 @@ class CalibrationRecordAdmin(admin.ModelAdmin):
 
 
 @admin.register(AutonomyTransition)
-class AutonomyTransitionAdmin(SimpleHistoryAdmin):
+class AutonomyTransitionAdmin(HistoryAdmin):
     """Proposed autonomy changes with their evidence. The page is read-only: a transition is decided in the review
     inbox or by the bulk actions, each behind a confirmation naming the action and both levels."""
 

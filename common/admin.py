@@ -4,10 +4,34 @@ import json
 
 from django import forms
 from django.contrib import messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import ValidationError
+from django.http import Http404
 from django.urls import reverse
 from django.utils.html import format_html
+from simple_history.admin import SimpleHistoryAdmin
 
 from common.api import ApplicationError
+
+
+class HistoryAdmin(SimpleHistoryAdmin):
+    """simple_history's admin, where a history address whose id is not a key of the model is 404, not 500."""
+
+    @staticmethod
+    def _key_or_404(field, value) -> None:
+        try:
+            field.to_python(unquote(str(value)))
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise Http404(f"No record with {field.name} {value!r}.") from exc
+
+    def history_view(self, request, object_id, extra_context=None):
+        self._key_or_404(self.model._meta.pk, object_id)
+        return super().history_view(request, object_id, extra_context=extra_context)
+
+    def history_form_view(self, request, object_id, version_id, extra_context=None):
+        self._key_or_404(self.model._meta.pk, object_id)
+        self._key_or_404(getattr(self.model, self.model._meta.simple_history_manager_attribute).model._meta.pk, version_id)
+        return super().history_form_view(request, object_id, version_id, extra_context=extra_context)
 
 
 def pretty_json(value) -> str:

@@ -1,6 +1,6 @@
 from django.contrib import admin
-from simple_history.admin import SimpleHistoryAdmin
 
+from common.admin import HistoryAdmin
 from tenants.models import Membership, Tenant
 
 
@@ -27,7 +27,7 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(Tenant)
-class TenantAdmin(SuperuserOnly, SimpleHistoryAdmin):
+class TenantAdmin(SuperuserOnly, HistoryAdmin):
     """Workspaces and the reviewers who see them; only superusers manage them."""
 
     list_display = ["slug", "name", "created_at"]

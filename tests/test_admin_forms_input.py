@@ -66,3 +66,33 @@ def test_a_date_part_no_date_can_hold_is_400_not_500(admin_client, value):
     assert admin_client.get(f"/admin/agents/agent/?created_at__year={value}").status_code == 400
     assert admin_client.get("/admin/agents/agent/?created_at__year=2026").status_code == 200
     assert admin_client.get("/admin/agents/agent/?created_at__year=2026&created_at__month=13").status_code == 400
+
+
+def _history_admins():
+    from django.contrib import admin
+
+    from common.admin import HistoryAdmin
+
+    return [m for m, a in admin.site._registry.items() if isinstance(a, HistoryAdmin)]
+
+
+def test_every_history_screen_answers_a_bad_id_with_404(admin_client):
+    """simple_history looks the id up unchecked; an id that is not a key (``abc``, a NUL, a huge number) is 404, not 500."""
+    models = _history_admins()
+    assert len(models) >= 10
+    for model in models:
+        base = f"/admin/{model._meta.app_label}/{model._meta.model_name}"
+        for bad in ("abc", "1.5", "-", "9" * 40):
+            assert admin_client.get(f"{base}/{bad}/history/").status_code == 404, (model, bad)
+            assert admin_client.get(f"{base}/{bad}/history/1/").status_code == 404, (model, bad)
+        assert admin_client.get(f"{base}/%00/history/").status_code == 400, model  # a NUL in the path: the middleware
+        assert admin_client.get(f"{base}/1/history/abc/").status_code == 404, model
+        assert admin_client.get(f"{base}/987654/history/").status_code == 404, model  # a key of no record: still 404
+
+
+def test_a_history_screen_still_shows_a_real_record(admin_client):
+    action = Action.objects.create(name="card.freeze", autonomy_level=3)
+    response = admin_client.get(f"/admin/actions/action/{action.pk}/history/")
+    assert response.status_code == 200 and "card.freeze" in response.content.decode()
+    version = action.history.latest().history_id
+    assert admin_client.get(f"/admin/actions/action/{action.pk}/history/{version}/").status_code == 200

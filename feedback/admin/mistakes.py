@@ -8,9 +8,8 @@ from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.html import format_html
-from simple_history.admin import SimpleHistoryAdmin
 
-from common.admin import confirm_bulk, pretty_json, revert_link, run_bulk
+from common.admin import HistoryAdmin, confirm_bulk, pretty_json, revert_link, run_bulk
 from common.api import ApplicationError
 from feedback.models import (
     CorrectionRule,
@@ -121,7 +120,7 @@ class MistakePatternAdmin(admin.ModelAdmin):
 
 
 @admin.register(CorrectionRule)
-class CorrectionRuleAdmin(SimpleHistoryAdmin):
+class CorrectionRuleAdmin(HistoryAdmin):
     """Procedural memory; approve pending rules, deactivate any in one click. History keeps the audit trail."""
 
     list_filter = ["status", "require_review", "agent", "action"]

@@ -3,8 +3,8 @@
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
-from simple_history.admin import SimpleHistoryAdmin
 
+from common.admin import HistoryAdmin
 from common.api import ApplicationError
 from learning import selectors as _selectors
 from learning.models import (
@@ -73,7 +73,7 @@ def candidate_change_preview(candidate: LearningCandidate) -> str:
 
 
 @admin.register(LearningCandidate)
-class LearningCandidateAdmin(SimpleHistoryAdmin):
+class LearningCandidateAdmin(HistoryAdmin):
     # Fits 1400 px: the rest (type, source, who decided and when) is on the detail page.
     list_display = [
         "input_pattern",

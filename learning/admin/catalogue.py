@@ -1,9 +1,8 @@
 """Admin screens of the verb catalogue, learned phrases, entity aliases and the blocklist."""
 
 from django.contrib import admin
-from simple_history.admin import SimpleHistoryAdmin
 
-from common.admin import revert_link
+from common.admin import HistoryAdmin, revert_link
 from embeddings.admin import EmbeddingStatusMixin
 from learning.models import (
     EntityAlias,
@@ -25,7 +24,7 @@ class VerbPhraseInline(EmbeddingStatusMixin, admin.TabularInline):
 
 
 @admin.register(Verb)
-class VerbAdmin(SimpleHistoryAdmin):
+class VerbAdmin(HistoryAdmin):
     list_display = ["name", "domain", "display_name", "is_active", "updated_at"]
     list_filter = ["domain", "is_active"]
     search_fields = ["name", "display_name", "description", "phrases__text"]
@@ -33,7 +32,7 @@ class VerbAdmin(SimpleHistoryAdmin):
 
 
 @admin.register(LearnedPhrase)
-class LearnedPhraseAdmin(EmbeddingStatusMixin, SimpleHistoryAdmin):
+class LearnedPhraseAdmin(EmbeddingStatusMixin, HistoryAdmin):
     list_display = [
         "phrase",
         "verb",
@@ -60,7 +59,7 @@ class LearnedPhraseAdmin(EmbeddingStatusMixin, SimpleHistoryAdmin):
 
 
 @admin.register(EntityAlias)
-class EntityAliasAdmin(EmbeddingStatusMixin, SimpleHistoryAdmin):
+class EntityAliasAdmin(EmbeddingStatusMixin, HistoryAdmin):
     list_display = ["alias", "canonical_name", "entity_type", "user_id", "confidence", "is_active", "embedded", "embedding_model"]
     list_filter = ["entity_type", "is_active", "source", ("user_id", admin.EmptyFieldListFilter)]
     search_fields = ["alias", "canonical_name", "user_id"]
@@ -68,7 +67,7 @@ class EntityAliasAdmin(EmbeddingStatusMixin, SimpleHistoryAdmin):
 
 
 @admin.register(PhraseBlock)
-class PhraseBlockAdmin(EmbeddingStatusMixin, SimpleHistoryAdmin):
+class PhraseBlockAdmin(EmbeddingStatusMixin, HistoryAdmin):
     list_display = ["phrase", "verb", "user_id", "reason", "source", "expires_at", "embedded", "created_at"]
     list_filter = ["source", ("user_id", admin.EmptyFieldListFilter), ("expires_at", admin.EmptyFieldListFilter)]
     search_fields = ["phrase", "verb__name", "user_id", "reason"]
