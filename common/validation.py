@@ -4,6 +4,8 @@ import math
 
 from common.api import ApplicationError
 
+MAX_DAYS = 36500  # the longest window, retention or age anywhere (a century): further back date arithmetic leaves the calendar
+
 
 def confidence_validate(value, *, field: str = "confidence") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

@@ -13,10 +13,10 @@ from django.contrib.admin.helpers import ActionForm
 from django.db.models import Count
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
-from simple_history.admin import SimpleHistoryAdmin
 
-from common.admin import confirm_bulk
+from common.admin import HistoryAdmin, confirm_bulk
 from common.api import ApplicationError
+from common.validation import MAX_DAYS
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryWriteDecision, QuarantineStatus
 from memories.selectors import memory_version_chain
 from memories.services import memories_purge_deprecated, memory_deprecate, memory_promote, quarantine_discard, quarantine_release
@@ -65,7 +65,7 @@ class TopicFilter(TopValuesFilter):
 class MemoryActionForm(ActionForm):
     reason = forms.CharField(required=False, max_length=500, help_text="Required to deprecate")
     days = forms.IntegerField(
-        required=False, min_value=1, max_value=36500, initial=90, help_text="Purge: deprecated for at least this many days"
+        required=False, min_value=1, max_value=MAX_DAYS, initial=90, help_text="Purge: deprecated for at least this many days"
     )
 
 
@@ -114,7 +114,7 @@ class MemoryWriteDecisionInline(admin.TabularInline):
 
 
 @admin.register(Memory)
-class MemoryAdmin(SimpleHistoryAdmin):
+class MemoryAdmin(HistoryAdmin):
     list_display = [
         "id",
         "short_content",
@@ -225,7 +225,7 @@ class MemoryAdmin(SimpleHistoryAdmin):
             days = int(raw)
             counts = memories_purge_deprecated(older_than=timedelta(days=days))
         except (ValueError, OverflowError, ApplicationError):
-            self.message_user(request, "Days must be a whole number from 1 to 36500.", messages.ERROR)
+            self.message_user(request, f"Days must be a whole number from 1 to {MAX_DAYS}.", messages.ERROR)
             return
         self.message_user(request, f"Purged {counts['memories']} deprecated memories older than {days} days.", messages.SUCCESS)
 

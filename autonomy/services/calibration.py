@@ -10,11 +10,12 @@ from agents.models import Agent
 from autonomy import calibration as calib
 from autonomy.models import CalibrationRecord
 from common.api import ApplicationError, NotFound
+from common.validation import MAX_DAYS
 from feedback.selectors import outcome_confidence_buckets, outcome_confidence_buckets_for_agents
 
 Groups = dict[int | None, dict[int, tuple[int, float, float]]]
 
-MAX_WINDOW_DAYS = 36500  # a century: further back the date arithmetic leaves the calendar
+MAX_WINDOW_DAYS = MAX_DAYS
 
 
 def _window(window_days, default: int) -> int:

@@ -9,6 +9,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from common.api import ApplicationError, NotFound
+from common.validation import MAX_DAYS
 from feedback.models import NEGATIVE_FEEDBACK_TYPES, MistakePattern, PatternStatus
 from feedback.services.reviews import _explanation, _pk
 
@@ -17,7 +18,7 @@ logger = logging.getLogger(__name__)
 # Advisory lock keys (two int4 keys: namespace, agent id or 0).
 LOCK_NAMESPACE_DETECT = 61001
 
-MAX_WINDOW_DAYS = 36500  # a century: further back the date arithmetic leaves the calendar
+MAX_WINDOW_DAYS = MAX_DAYS
 
 
 @dataclass

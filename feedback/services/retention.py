@@ -20,13 +20,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from common.api import ApplicationError
+from common.validation import MAX_DAYS
 from feedback.models import FeedbackRecord, FeedbackRecordArchive
 
 logger = logging.getLogger(__name__)
 
 _COLUMNS = [f.column for f in FeedbackRecord._meta.concrete_fields]
 
-MAX_RETENTION_DAYS = 36500  # a century: further back the date arithmetic leaves the calendar
+MAX_RETENTION_DAYS = MAX_DAYS
 MAX_BATCH = 1_000_000  # records per statement: one statement's transaction stays short
 
 # The batch is chosen once, in a MATERIALIZED CTE: written as ``WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP

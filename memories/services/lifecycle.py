@@ -9,6 +9,7 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from common.api import ApplicationError, NotFound
+from common.validation import MAX_DAYS
 from embeddings.embedders import current_model_name, get_embedder
 from embeddings.services import embeddings_batches_refresh, embeddings_refresh
 from memories.models import Memory, MemoryRetrieval, MemoryStatus
@@ -97,7 +98,7 @@ def memory_deprecate(*, memory: Memory, actor: str, reason: str) -> Memory:
 
 
 PURGE_MIN_AGE = timedelta(days=1)
-PURGE_MAX_AGE = timedelta(days=36500)  # 100 years
+PURGE_MAX_AGE = timedelta(days=MAX_DAYS)
 
 
 def memories_purge_deprecated(*, older_than: timedelta, user_id: str | None = None, dry_run: bool = False) -> dict:
@@ -105,7 +106,7 @@ def memories_purge_deprecated(*, older_than: timedelta, user_id: str | None = No
     and retrieval logs older than that; logs inside MEMORY_OUTCOME_WINDOW_S are always kept (the cutoff is
     clamped), since outcome feedback reads them. ``older_than`` must be 1 day to 100 years. Answers counts."""
     if not PURGE_MIN_AGE <= older_than <= PURGE_MAX_AGE:
-        raise ApplicationError("The age must be between 1 day and 36500 days (100 years).", field="older_than")
+        raise ApplicationError(f"The age must be between 1 day and {MAX_DAYS} days (100 years).", field="older_than")
     now = timezone.now()
     cutoff = now - older_than
     retrieval_cutoff = min(cutoff, now - timedelta(seconds=settings.MEMORY_OUTCOME_WINDOW_S))

@@ -5,15 +5,16 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from common.api import ApplicationError
+from common.validation import MAX_DAYS
 from memories.management.options import user_checked
 from memories.services import memories_purge_deprecated
 
 _MINUTES = {"m": 1, "h": 60, "d": 24 * 60, "w": 7 * 24 * 60}
-_MIN_DAYS, _MAX_DAYS = 1, 36500
+_MIN_DAYS, _MAX_DAYS = 1, MAX_DAYS
 
 
 def parse_age(text: str) -> timedelta:
-    """``90d``, ``12h``, ``2w``, ``30m`` or a bare number of days; 1 day to 36500 days (100 years)."""
+    """``90d``, ``12h``, ``2w``, ``30m`` or a bare number of days; 1 day to 36,500 days (100 years)."""
     m = re.fullmatch(r"\s*(\d+)\s*([mhdw]?)\s*", text or "")
     if not m:
         raise ValueError(f"--older-than: cannot read {text!r}; use e.g. 90d, 12h, 2w or 30m.")
