@@ -3,11 +3,14 @@
 ``EmbeddingBudgetMiddleware`` gives every request ``EMBEDDING_REQUEST_BUDGET_S`` seconds of embedding in
 total (default 2). Inside a request, ``embeddings_compute`` and ``embed_query`` spend what is left, with
 no retries; past it a row is stored without its vector (the backfill, ``embeddings.tasks``, fills it) and
-the answer carries ``X-Embedding-Pending: 1``. Outside requests (Celery workers, commands, the
+the answer carries ``X-Embedding-Pending: 1`` (an MCP tool result: ``_meta.embedding_pending``; an MCP call
+has the same budget, ``embedding_budget``). Outside requests (Celery workers, commands, the
 backfill) there is no budget and the client's retries apply.
 """
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 
 from django.conf import settings
@@ -35,18 +38,25 @@ def budget_pending() -> int:
     return sum(_pending.get() or [])
 
 
+@contextmanager
+def embedding_budget() -> Iterator[None]:
+    """One request's budget (``EMBEDDING_REQUEST_BUDGET_S``) around a REST request or an MCP call."""
+    deadline = _deadline.set(time.monotonic() + settings.EMBEDDING_REQUEST_BUDGET_S)
+    pending = _pending.set([])
+    try:
+        yield
+    finally:
+        _deadline.reset(deadline)
+        _pending.reset(pending)
+
+
 class EmbeddingBudgetMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        deadline = _deadline.set(time.monotonic() + settings.EMBEDDING_REQUEST_BUDGET_S)
-        pending = _pending.set([])
-        try:
+        with embedding_budget():
             response = self.get_response(request)
             if budget_pending():
                 response[PENDING_HEADER] = "1"
             return response
-        finally:
-            _deadline.reset(deadline)
-            _pending.reset(pending)

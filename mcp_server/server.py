@@ -43,6 +43,7 @@ from autonomy import api as autonomy_api
 from autonomy.serializers import ActionSerializer, ConsultPatternSerializer, ConsultRuleSerializer
 from common.api import exception_handler
 from common.parsers import RefusedValue, check_value
+from embeddings.budget import budget_pending, embedding_budget
 from feedback import selectors as feedback_selectors
 from learning import api as learning_api
 from learning import selectors as learning_selectors
@@ -162,6 +163,7 @@ def plain(data: Any) -> Any:
 class Outcome:
     data: Any = None
     error: dict | None = None  # REST's error body with its HTTP code
+    embedding_pending: bool = False  # a row was stored without its vector (REST's X-Embedding-Pending)
 
 
 def error_body(exc: Exception) -> dict | None:
@@ -203,7 +205,9 @@ def call_tool_sync(name: str, authorization: str | None, client: str, arguments:
         raise MCPError(types.INVALID_PARAMS, f"Unknown tool {name!r}; tools/list names them.")
     check_scope(request, tool.view)
     data = validate_arguments(tool, arguments)
-    return Outcome(data=plain(tool.run(Caller(request.user, request.auth), data)))
+    with embedding_budget():  # REST's per-request embedding budget: a write never waits on a slow embedder
+        result = plain(tool.run(Caller(request.user, request.auth), data))
+        return Outcome(data=result, embedding_pending=budget_pending() > 0)
 
 
 # --- Resources -------------------------------------------------------------------------------------
@@ -343,6 +347,7 @@ def build_server(key_source: KeySource, *, threads: int | None = None) -> Server
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=_result_text(tool, outcome.data))],
             structured_content=outcome.data,
+            meta={"embedding_pending": True} if outcome.embedding_pending else None,
         )
 
     async def permitted_resources(ctx: ServerRequestContext) -> set[str]:

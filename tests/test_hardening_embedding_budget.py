@@ -120,3 +120,61 @@ def test_the_budget_is_for_the_whole_request(gov_api, catalogue, silent_embedder
     assert len(silent_embedder) - asked == 1
     # one budget of waiting in all (a budget per batch would add six: 3 s); generous for a loaded machine
     assert t - t_none < 0.5 + 1.5, (t, t_none)
+
+
+def test_an_mcp_call_has_the_same_budget_and_says_what_waits(catalogue, silent_embedder):
+    """A tool call is an agent's request like a REST one: it waits at most the budget and stores the row without its
+    vector, and the outcome says so."""
+    from agents.models import Scope
+    from tests.conftest import make_client
+    from tests.test_mcp_policies import mcp_call
+
+    key = make_client([Scope.RESOLVE, Scope.FEEDBACK]).raw
+    outcome, elapsed = _timed(
+        lambda: mcp_call("confirm_resolution", key, {"text": "show me all the cbus", "verb": "cbu.list", "user_id": "u2"})
+    )
+    assert outcome.error is None, outcome.error
+    assert elapsed < BUDGET + 1.0, f"{elapsed:.2f}s"
+    assert outcome.embedding_pending is True
+    assert LearnedPhrase.objects.get(normalized="show me all the cbus", user_id="u2").embedding is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_tool_result_carries_embedding_pending_in_its_meta(catalogue, silent_embedder, settings, monkeypatch):
+    """Through the MCP server itself (the SDK's in-process client): MCP has no response header, so ``_meta`` says it."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+    from mcp import Client
+
+    from agents.models import Scope
+    from mcp_server import server as mcp_server
+    from tests.conftest import make_client
+
+    pools = []
+
+    class Pool(ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            pools.append(self)
+
+    monkeypatch.setattr(mcp_server, "ThreadPoolExecutor", Pool)
+    key = make_client([Scope.RESOLVE, Scope.FEEDBACK]).raw
+    server = mcp_server.build_server(lambda ctx: (f"Bearer {key}", "test"), threads=1)
+
+    async def confirm(text: str):
+        async with Client(server) as client:
+            return await client.call_tool("confirm_resolution", {"text": text, "verb": "cbu.list", "user_id": "u3"})
+
+    try:
+        waited = asyncio.run(confirm("list every single cbu"))
+        assert not waited.is_error and waited.meta["embedding_pending"] is True
+        settings.EMBEDDING_BACKEND = "local"
+        set_embedder(None)
+        ready = asyncio.run(confirm("list each cbu we have"))
+        assert not ready.is_error and "embedding_pending" not in (ready.meta or {})
+    finally:
+        for pool in pools:  # the worker thread's database connection, so the test database can be dropped
+            pool.submit(connections.close_all).result()
+            pool.shutdown()
