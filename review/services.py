@@ -260,11 +260,7 @@ def revert_apply(*, kind: str, obj, user, reason: str, revert_of: int | None = N
         if kind == "phrase":
             learned_phrase_deactivate(phrase_id=obj.pk, reviewer=user, reason=reason)
         elif kind == "block":
-            started = timezone.now()
-            block = phrase_block_expire(block_id=obj.pk, reviewer=user, reason=reason)
-            if block.expires_at is not None and block.expires_at < started:  # it had ended: nothing changed
-                stamp = timezone.localtime(block.expires_at).strftime("%Y-%m-%d %H:%M")
-                raise Conflict(f"The block “{block.phrase}” already ended at {stamp}.", field="id", code="already_inactive")
+            phrase_block_expire(block_id=obj.pk, reviewer=user, reason=reason, must_be_active=True)
         elif kind == "rule":
             correction_rule_deactivate(rule=obj, user=user, reason=reason)
         elif kind == "autonomy":

@@ -9,9 +9,10 @@ from django.utils import timezone
 from actions.models import Action
 from autonomy.models import AutonomyTransition
 from autonomy.services import autonomy_transition_approve
+from common.api import Conflict
 from learning.models import LearnedPhrase, LearningCandidate, PhraseBlock, Verb
 from learning.selectors.review import candidate_evidence
-from learning.services.blocks import phrase_block_create
+from learning.services.blocks import phrase_block_create, phrase_block_expire
 from learning.services.candidates import candidate_record
 from learning.services.catalogue import verb_catalogue_load
 from learning.services.phrases import learned_phrase_upsert
@@ -207,3 +208,15 @@ def test_approving_an_item_decided_already_says_who_decided_it_at_once():
     assert late.status_code == 409
     assert "Already decided: rejected by rita at" in body and 'id="change-statement"' not in body
     assert Action.objects.get(name="email.send").autonomy_level == 1
+
+
+def test_a_block_ending_while_the_revert_waits_for_its_lock_is_refused_not_reported_as_done():
+    """The service decides under the block's row lock whether the revert changed anything (no clock comparison)."""
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    block = phrase_block_create(phrase="wipe all", verb=Verb.objects.get(name="cbu.delete"), user_id=None, reason="unsafe")
+    ended = phrase_block_expire(block_id=block.pk, reason="first")  # ends it now: expires_at == the moment it ended
+    with pytest.raises(Conflict) as refused:
+        phrase_block_expire(block_id=block.pk, reason="second", must_be_active=True)
+    assert refused.value.code == "already_inactive" and "already ended" in refused.value.message
+    assert phrase_block_expire(block_id=block.pk).expires_at == ended.expires_at  # the API's expire stays idempotent
+    assert PhraseBlock.objects.get(pk=block.pk).expires_at == ended.expires_at

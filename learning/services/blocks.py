@@ -3,7 +3,7 @@
 from django.db import transaction
 from django.utils import timezone
 
-from common.api import ApplicationError, NotFound
+from common.api import ApplicationError, Conflict, NotFound
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import PhraseBlock, Verb
@@ -96,11 +96,17 @@ def _phrase_block_locked(block_id: int) -> PhraseBlock:
     return block
 
 
-def phrase_block_expire(*, block_id: int, reviewer=None, agent=None, reason: str = "") -> PhraseBlock:
-    """End a block now; the entry stays (expired) for the audit trail until purged."""
+def phrase_block_expire(
+    *, block_id: int, reviewer=None, agent=None, reason: str = "", must_be_active: bool = False
+) -> PhraseBlock:
+    """End a block now; the entry stays (expired) for the audit trail until purged. Ending an ended block changes
+    nothing; with ``must_be_active`` (a revert, which must change something) it is a Conflict naming when it ended."""
     with transaction.atomic():
         block = _phrase_block_locked(block_id)
         now = timezone.now()
+        if must_be_active and block.expires_at is not None and block.expires_at <= now:
+            stamp = timezone.localtime(block.expires_at).strftime("%Y-%m-%d %H:%M")
+            raise Conflict(f"The block “{block.phrase}” already ended at {stamp}.", field="id", code="already_inactive")
         if block.expires_at is None or block.expires_at > now:
             block.expires_at = now
             block._history_user = reviewer
