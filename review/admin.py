@@ -138,13 +138,13 @@ def _decide_post(request, spec, obj):
     together = []
     if waiting and spec.kind == Kind.CANDIDATE:
         wanted = {n for x in request.POST.getlist("together") if (n := _number(x)) is not None and n != obj.pk}
-        together = [d for d in selectors.item_evidence(spec.kind, obj)["duplicates"] if d.pk in wanted]
+        together = [d for d in selectors.candidate_duplicates(obj) if d.pk in wanted]
     if (
         waiting
         and spec.kind == Kind.CANDIDATE
         and action == Decision.Verdict.APPROVE
         and not form["acknowledged"]
-        and selectors.item_evidence(spec.kind, obj)["conflicts"]
+        and selectors.item_conflicts(spec.kind, obj)
     ):  # said before the confirmation page, not after it
         messages.error(request, services.CONFLICT_UNACKNOWLEDGED)
         return _decide_page(request, spec, obj, status=400, form=form)

@@ -369,6 +369,16 @@ def progress(*, days: int = 14) -> dict:
     return {"today": totals["today"], "week": totals["week"], "per_reviewer": per_reviewer, "daily": series}
 
 
+def item_conflicts(kind: str, obj) -> list[dict]:
+    """What an approval must acknowledge: for a candidate, what maps its text to another verb; nothing for other kinds."""
+    return learning_review.candidate_conflicts(obj) if kind == Kind.CANDIDATE else []
+
+
+def candidate_duplicates(obj) -> list:
+    """Pending candidates with the same verb for the same text or a near spelling (decided together on request)."""
+    return learning_review.candidate_similar(obj)[0]
+
+
 def item_evidence(kind: str, obj) -> dict:
     """What the decision page shows beside the buttons, per kind."""
     if kind == Kind.CANDIDATE:

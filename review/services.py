@@ -175,7 +175,7 @@ def item_decide(
                 code="confirmation_required",
             )
         if kind == Kind.CANDIDATE and approve and not acknowledged:
-            if selectors.item_evidence(kind, obj)["conflicts"]:
+            if selectors.item_conflicts(kind, obj):
                 raise ApplicationError(CONFLICT_UNACKNOWLEDGED, field="acknowledged", code="conflict_unacknowledged")
         summary = change_statement_compose(kind=kind, obj=obj, verdict=verdict)
         try:

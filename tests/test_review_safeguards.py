@@ -220,3 +220,16 @@ def test_a_block_ending_while_the_revert_waits_for_its_lock_is_refused_not_repor
     assert refused.value.code == "already_inactive" and "already ended" in refused.value.message
     assert phrase_block_expire(block_id=block.pk).expires_at == ended.expires_at  # the API's expire stays idempotent
     assert PhraseBlock.objects.get(pk=block.pk).expires_at == ended.expires_at
+
+
+def test_a_decision_checks_conflicts_without_reading_the_rest_of_the_evidence(django_assert_num_queries):
+    """The inbox's decision and the changelist's approval ask only what maps the text to another verb (two queries),
+    the same list the decision page shows."""
+    from learning.selectors.review import candidate_conflicts
+
+    _, items = mixed_inbox()
+    candidate = items["candidate"]
+    with django_assert_num_queries(2):
+        conflicts = candidate_conflicts(candidate)
+    assert conflicts == candidate_evidence(candidate)["conflicts"]
+    assert {c["user_id"] for c in conflicts} == {"ann", "ben"} and {c["verb"] for c in conflicts} == {"cbu.delete"}

@@ -12,7 +12,7 @@ from learning.models import (
     LearnedPhrase,
     LearningCandidate,
 )
-from learning.selectors.review import candidate_evidence
+from learning.selectors import review as review_selectors
 from learning.services.candidates import candidate_approve, candidate_reject
 
 # --- Learning governance: candidate review ---
@@ -43,7 +43,7 @@ def candidate_conflicts(candidate: LearningCandidate) -> list[dict]:
     """What maps the candidate's text to another verb (the inbox asks the reviewer to acknowledge it); none once decided."""
     if candidate.status not in (LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED):
         return []
-    return candidate_evidence(candidate, limit=5)["conflicts"]
+    return review_selectors.candidate_conflicts(candidate, limit=5)
 
 
 def _conflicts_line(conflicts: list[dict]) -> str:

@@ -53,6 +53,28 @@ def candidate_evidence(candidate: LearningCandidate, *, limit: int = 50) -> dict
         .select_related("request")
         .order_by("-created_at", "-id")[:limit]
     )
+    conflicts = candidate_conflicts(candidate, limit=limit)
+    duplicates, alternatives = candidate_similar(candidate, limit=limit)
+    if candidate.user_id:
+        users = [candidate.user_id]
+    else:
+        users = list(
+            LearnedPhrase.objects.filter(user_id__isnull=False, normalized=candidate.normalized)
+            .values_list("user_id", flat=True)
+            .distinct()[:limit]
+        )
+    return {
+        "signals": signals,
+        "conflicts": conflicts,
+        "duplicates": duplicates,
+        "alternatives": alternatives,
+        "users": users,
+    }
+
+
+def candidate_conflicts(candidate: LearningCandidate, *, limit: int = 50) -> list[dict]:
+    """Learned phrases and users' positive evidence that map the candidate's text to another verb (two queries; what a
+    decision checks, without the rest of the evidence)."""
     conflicts = []
     if candidate.candidate_type == LearningCandidate.Type.INVOCATION_PHRASE:
         phrases = (
@@ -84,6 +106,11 @@ def candidate_evidence(candidate: LearningCandidate, *, limit: int = 50) -> dict
                     "weight": round(row.positive, 2),
                 }
             )
+    return conflicts
+
+
+def candidate_similar(candidate: LearningCandidate, *, limit: int = 50) -> tuple[list, list]:
+    """Other pending candidates of the same type for the same text or a near spelling: (same verb, another verb)."""
     similar = (
         LearningCandidate.objects.filter(status=LearningCandidate.Status.PENDING, candidate_type=candidate.candidate_type)
         .filter(Q(normalized=candidate.normalized) | Q(normalized__in=_near_spellings(candidate.normalized)))
@@ -92,21 +119,7 @@ def candidate_evidence(candidate: LearningCandidate, *, limit: int = 50) -> dict
     )
     duplicates = list(similar.filter(suggested_output=candidate.suggested_output)[:limit])
     alternatives = list(similar.exclude(suggested_output=candidate.suggested_output)[:limit])
-    if candidate.user_id:
-        users = [candidate.user_id]
-    else:
-        users = list(
-            LearnedPhrase.objects.filter(user_id__isnull=False, normalized=candidate.normalized)
-            .values_list("user_id", flat=True)
-            .distinct()[:limit]
-        )
-    return {
-        "signals": signals,
-        "conflicts": conflicts,
-        "duplicates": duplicates,
-        "alternatives": alternatives,
-        "users": users,
-    }
+    return duplicates, alternatives
 
 
 def _near_spellings(normalized: str) -> list[str]:
