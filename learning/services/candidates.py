@@ -96,13 +96,15 @@ def candidate_record(
         else:
             raise Conflict("The candidate changed meanwhile; retry.", field="input_pattern")
         agent_id = acting_agent_id()
+        seen = {}
         if agent_id is not None and agent_id not in row.seen_by_agents:  # the row is locked: no lost append
-            LearningCandidate.objects.filter(pk=row.pk).update(seen_by_agents=[*row.seen_by_agents, agent_id])
+            seen["seen_by_agents"] = [*row.seen_by_agents, agent_id]
         LearningCandidate.objects.filter(pk=row.pk).update(
             occurrence_count=F("occurrence_count") + 1,
             confidence=Least(Value(1.0), Value(1.0) - (Value(1.0) - F("confidence")) * Value(1.0 - confidence)),
             last_seen_at=timezone.now(),
             updated_at=timezone.now(),
+            **seen,
         )
         row.refresh_from_db()
         # The row is locked until commit, so merging the small text fields here is safe.
