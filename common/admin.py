@@ -104,10 +104,23 @@ def revert_link(kind: str):
     return column
 
 
-def confirm_bulk(modeladmin, request, queryset, *, describe, apply, done: str, submit: str, reason_required: bool = False):
+def confirm_bulk(
+    modeladmin,
+    request,
+    queryset,
+    *,
+    describe,
+    apply,
+    done: str,
+    submit: str,
+    reason_required: bool = False,
+    ask_reason: bool = True,
+    intro: str | None = None,
+):
     """A bulk action behind a confirmation that lists each item and what will change for it; applied on "post".
 
-    ``describe(obj)`` says the change for one item; ``apply(obj, reason)`` makes it through the app's service."""
+    ``describe(obj)`` says the change for one item; ``apply(obj, reason)`` makes it through the app's service
+    (``reason`` is "" when ``ask_reason`` is False); ``intro`` replaces the page's first sentence."""
     from django.contrib.admin import helpers
     from django.template.response import TemplateResponse
 
@@ -123,14 +136,16 @@ def confirm_bulk(modeladmin, request, queryset, *, describe, apply, done: str, s
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": f"Confirm: {submit.lower()} {len(rows)} {opts.verbose_name_plural}",
-        "intro": f"Each of these {len(rows)} {opts.verbose_name_plural} changes as listed.",
+        "intro": intro or f"Each of these {len(rows)} {opts.verbose_name_plural} changes as listed.",
         "opts": opts,
         "rows": [(obj, describe(obj)) for obj in rows],
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "action_name": request.POST.get("action", ""),
-        "ask_reason": True,
+        "ask_reason": ask_reason,
         "reason_required": reason_required,
         "submit": f"Yes, {submit.lower()} {len(rows)}",
         "error": error,
+        "media": modeladmin.media,
     }
+    request.current_app = modeladmin.admin_site.name
     return TemplateResponse(request, "admin/bulk_confirmation.html", context)

@@ -143,3 +143,18 @@ def test_profile_retire_needs_confirmation(admin_client):
     admin_client.post(PROFILES, {"action": "retire", "_selected_action": [live.pk], "post": "yes"})
     live.refresh_from_db()
     assert live.status == FittedResolutionProfile.Status.RETIRED
+
+
+def test_retiring_profiles_reports_each_and_refuses_the_retired_ones(admin_client):
+    live = _profile(FittedResolutionProfile.Status.ACTIVE)
+    retired = _profile(FittedResolutionProfile.Status.RETIRED, threshold=0.5)
+    page = admin_client.post(PROFILES, {"action": "retire", "_selected_action": [live.pk, retired.pk]})
+    html = page.content.decode()
+    assert "skipped: already retired" in html and "thresholds apply again for" in html
+    assert 'name="reason"' not in html  # retiring asks no reason
+    done = admin_client.post(
+        PROFILES, {"action": "retire", "_selected_action": [live.pk, retired.pk], "post": "yes"}, follow=True
+    ).content.decode()
+    assert "Retired: 1." in done and f"#{retired.pk}: already retired" in done
+    live.refresh_from_db()
+    assert live.status == FittedResolutionProfile.Status.RETIRED

@@ -1,13 +1,12 @@
 """Admin screens of disambiguation requests, learning signals, phrase evidence and fitted resolution profiles."""
 
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from common.admin import rounded, signal_direction
+from common.admin import confirm_bulk, rounded, signal_direction
 from common.api import ApplicationError as _ApplicationError
 from learning import selectors as _selectors
 from learning.models import (
@@ -239,22 +238,6 @@ class FittedResolutionProfileAdmin(admin.ModelAdmin):
     def held_out_after(self, obj):
         return self._figures(obj.held_out_fitted)
 
-    def _confirm(self, request, rows, *, action: str, title: str, intro: str, submit: str):
-        context = {
-            **self.admin_site.each_context(request),
-            "title": title,
-            "intro": intro,
-            "opts": self.model._meta,
-            "rows": rows,
-            "action_name": action,
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "ask_reason": False,
-            "submit": submit,
-            "media": self.media,
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/bulk_confirmation.html", context)
-
     @admin.action(description="Activate the selected profile (put it live)", permissions=["change"])
     def activate(self, request, queryset):
         """Behind a confirmation stating both thresholds; a retired profile is not put live again."""
@@ -270,44 +253,45 @@ class FittedResolutionProfileAdmin(admin.ModelAdmin):
         if row.status == FittedResolutionProfile.Status.ACTIVE:
             self.message_user(request, f"Profile #{row.pk} is already live.", messages.INFO)
             return None
-        if request.POST.get("post") != "yes":
-            live = FittedResolutionProfile.objects.filter(
-                tenant_id=row.tenant_id, embedding_model=row.embedding_model, status=FittedResolutionProfile.Status.ACTIVE
-            ).first()
-            return self._confirm(
-                request,
-                [(row, _activate_statement(row))],
-                action="activate",
-                title="Activate a fitted resolution profile",
-                intro=(
-                    "The resolver uses these thresholds at once"
-                    + (f"; the live profile #{live.pk} is retired." if live else ".")
-                    + " Your name and the time are recorded."
-                ),
-                submit="Activate",
-            )
-        row = resolution_profile_activate(fitted=row, reviewer=request.user)
-        self.message_user(request, f"Live: {row}.", messages.SUCCESS)
-        return None
+        live = FittedResolutionProfile.objects.filter(
+            tenant_id=row.tenant_id, embedding_model=row.embedding_model, status=FittedResolutionProfile.Status.ACTIVE
+        ).first()
+        return confirm_bulk(
+            self,
+            request,
+            queryset,
+            describe=_activate_statement,
+            apply=lambda obj, _reason: resolution_profile_activate(fitted=obj, reviewer=request.user),
+            done="Live",
+            submit="Activate",
+            ask_reason=False,
+            intro=(
+                "The resolver uses these thresholds at once"
+                + (f"; the live profile #{live.pk} is retired." if live else ".")
+                + " Your name and the time are recorded."
+            ),
+        )
 
     @admin.action(description="Retire the selected profiles", permissions=["change"])
     def retire(self, request, queryset):
         """Behind a confirmation; a retired profile never goes live again."""
-        rows = list(queryset)
-        if request.POST.get("post") != "yes":
-            return self._confirm(
-                request,
-                [(row, _retire_statement(row)) for row in rows],
-                action="retire",
-                title="Retire fitted resolution profiles",
-                intro="A retired profile stays out of service; where a live one is retired, the settings' values apply again.",
-                submit="Retire",
-            )
-        retired = [row for row in rows if row.status != FittedResolutionProfile.Status.RETIRED]
-        for row in retired:
-            resolution_profile_retire(fitted=row)
-        self.message_user(request, f"Retired {len(retired)} profile(s).", messages.SUCCESS)
-        return None
+
+        def retire(obj, _reason):
+            if obj.status == FittedResolutionProfile.Status.RETIRED:
+                raise _ApplicationError("already retired")
+            resolution_profile_retire(fitted=obj)
+
+        return confirm_bulk(
+            self,
+            request,
+            queryset,
+            describe=_retire_statement,
+            apply=retire,
+            done="Retired",
+            submit="Retire",
+            ask_reason=False,
+            intro="A retired profile stays out of service; where a live one is retired, the settings' values apply again.",
+        )
 
     def get_urls(self):
         extra = [path("fit/", self.admin_site.admin_view(self.fit_view), name="learning_fittedresolutionprofile_fit")]
