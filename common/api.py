@@ -49,23 +49,32 @@ class Conflict(ApplicationError):
     code = "conflict"
 
 
+MAX_ERROR_TEXT = 300  # a field name or reason quoting the input ("'<value>' is not a valid choice") is cut here
+
+
+def _clip(text) -> str:
+    text = str(text)
+    return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 1] + "…"
+
+
 def _flatten(detail, prefix=""):
-    """DRF error detail (nested dicts/lists) -> {dotted.field: [reasons]}."""
+    """DRF error detail (nested dicts/lists) -> {dotted.field: [reasons]}; names and reasons at most MAX_ERROR_TEXT
+    characters (they may quote the input)."""
     out: dict[str, list[str]] = {}
     if isinstance(detail, dict):
         for key, value in detail.items():
-            name = f"{prefix}.{key}" if prefix else str(key)
+            name = _clip(f"{prefix}.{key}" if prefix else str(key))
             for k, v in _flatten(value, name).items():
                 out.setdefault(k, []).extend(v)
     elif isinstance(detail, list):
         if all(not isinstance(d, (dict, list)) for d in detail):
-            out.setdefault(prefix or "non_field_errors", []).extend(str(d) for d in detail)
+            out.setdefault(prefix or "non_field_errors", []).extend(_clip(d) for d in detail)
         else:
             for i, item in enumerate(detail):
                 for k, v in _flatten(item, f"{prefix}[{i}]" if prefix else f"[{i}]").items():
                     out.setdefault(k, []).extend(v)
     else:
-        out.setdefault(prefix or "non_field_errors", []).append(str(detail))
+        out.setdefault(prefix or "non_field_errors", []).append(_clip(detail))
     return out
 
 

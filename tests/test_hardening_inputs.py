@@ -365,3 +365,17 @@ def test_the_wsgi_application_is_guarded():
     root = Path(__file__).resolve().parent.parent
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "400 Bad Request", result.stderr[-2000:]
+
+
+def test_an_error_quoting_a_huge_value_is_cut(gov_api):
+    """DRF quotes a refused choice ('"<value>" is not a valid choice.'); the error body does not echo 50 kB back."""
+    from common.api import MAX_ERROR_TEXT
+
+    response = gov_api.get("/api/v1/learning/stats", {"time_range": "x" * 50_000})
+    body = response.json()
+    assert response.status_code == 400 and list(body["fields"]) == ["time_range"]
+    reason = body["fields"]["time_range"][0]
+    assert len(reason) == MAX_ERROR_TEXT and reason.endswith("…") and reason.startswith('"xxx')
+    assert body["detail"] == f"time_range: {reason}"
+    small = gov_api.get("/api/v1/learning/stats", {"time_range": "fortnight"}).json()
+    assert small["fields"]["time_range"] == ['"fortnight" is not a valid choice.']
