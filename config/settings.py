@@ -646,6 +646,13 @@ CELERY_BEAT_SCHEDULE["feedback-disambiguations-expire"] = {
     "task": "learning.disambiguations_expire",
     "schedule": env_float("FEEDBACK_EXPIRE_EVERY_S", 60.0),
 }
+# Answers whose signals no task processed (a lost message, a failed run) are learned from by this sweep, once
+# they are FEEDBACK_SIGNAL_SWEEP_AFTER_S old.
+FEEDBACK_SIGNAL_SWEEP_AFTER_S = env_float("FEEDBACK_SIGNAL_SWEEP_AFTER_S", 300.0)
+CELERY_BEAT_SCHEDULE["learning-disambiguation-signals-sweep"] = {
+    "task": "learning.disambiguation_signals_sweep",
+    "schedule": env_float("FEEDBACK_SIGNAL_SWEEP_EVERY_S", 300.0),
+}
 # Fitting resolve threshold and margin on gold labels; live only after a reviewer activates it.
 FEEDBACK_FIT_HELD_OUT_SHARE = env_float("FEEDBACK_FIT_HELD_OUT_SHARE", 0.25)
 FEEDBACK_FIT_MAX_WRONG_PCT = env_float("FEEDBACK_FIT_MAX_WRONG_PCT", 3.0)

@@ -6,7 +6,11 @@ from celery import shared_task
 
 from learning.services.blocks import phrase_blocks_purge_expired
 from learning.services.decisions import decision_prior_fit, decision_refit, resolution_records_purge
-from learning.services.disambiguations import disambiguation_signals_process, disambiguations_expire
+from learning.services.disambiguations import (
+    disambiguation_signals_process,
+    disambiguation_signals_sweep,
+    disambiguations_expire,
+)
 from learning.services.indexes import learned_phrase_tenant_indexes_sync
 from tenants.context import tenant_filter_ids, tenant_session
 from tenants.selectors import tenant_ids_all
@@ -40,6 +44,13 @@ def disambiguation_signals_process_task(request_pk: int) -> dict:
     """Learn from one disambiguation's signals (idempotent: a second run does nothing)."""
 
     return disambiguation_signals_process(request_pk=request_pk)
+
+
+@shared_task(name="learning.disambiguation_signals_sweep", ignore_result=True, one_transaction=False)
+def disambiguation_signals_sweep_task() -> dict:
+    """Learn from answers whose signal task never ran or failed (beat: every FEEDBACK_SIGNAL_SWEEP_EVERY_S)."""
+
+    return disambiguation_signals_sweep()
 
 
 @shared_task(name="learning.disambiguations_expire", ignore_result=True)

@@ -403,3 +403,78 @@ def test_what_a_click_teaches_records_the_agent_that_asked(cbus, run_tasks, priv
     assert other.post(f"/api/v1/learning/candidates/{candidate.pk}/approve", {}, format="json").status_code == 403
     third = make_client([s.value for s in Scope], name="third")
     assert third.post(f"/api/v1/learning/candidates/{candidate.pk}/approve", {}, format="json").status_code == 200
+
+
+def test_a_promotion_a_block_refuses_keeps_the_rest_of_what_the_click_teaches(api, gov_api, cbus, run_tasks):
+    """The user blocks the verb for the text between the options and the click: the phrase is not learned (the
+    block wins), and the evidence, the candidates and the signals are still stored; the candidate waits for review."""
+    body = resolve(api, "list all cbus")
+    verb = body["options"][0]["verb"]
+    block = {"phrase": "list all cbus", "verb": verb, "scope": "user", "user_id": "alice"}
+    assert gov_api.post("/api/v1/blocklist", block, format="json").status_code == 201
+    assert run_tasks(select, api, body["request_id"], verb).status_code == 200
+    assert not LearningSignal.objects.filter(processed_at__isnull=True).exists()
+    assert PhraseEvidence.objects.filter(normalized="list all cbus", negative__gt=0).exclude(verb=verb).exists()
+    assert not LearnedPhrase.objects.filter(normalized="list all cbus", user_id="alice").exists()
+    mine = LearningCandidate.objects.get(normalized="list all cbus", user_id="alice", suggested_output=verb)
+    assert mine.status == "pending"
+    signal = LearningSignal.objects.get(request__request_id=body["request_id"], outcome="selected_alt")
+    assert signal.result == "accumulated" and signal.candidate_id == mine.pk
+    assert DisambiguationRequest.objects.get(request_id=body["request_id"]).processed_at is not None
+
+
+def test_selecting_a_verb_retired_since_the_options_is_409_and_the_request_stays_open(api, cbus, run_tasks):
+    from learning.models import Verb
+
+    body = resolve(api, "list all cbus")
+    verb = body["options"][0]["verb"]
+    Verb.objects.filter(name=verb).update(is_active=False)  # a catalogue reload retired it
+    refused = run_tasks(select, api, body["request_id"], verb)
+    assert refused.status_code == 409 and refused.json()["code"] == "verb_inactive"
+    assert refused.json()["fields"] == {"selected_verb": [refused.json()["detail"]]}
+    row = DisambiguationRequest.objects.get(request_id=body["request_id"])
+    assert row.status == "open" and not LearningSignal.objects.filter(request=row).exists()
+    other = next(o["verb"] for o in body["options"] if o["verb"] != verb)
+    assert run_tasks(select, api, body["request_id"], other).status_code == 200
+
+
+def test_the_sweep_learns_from_answers_whose_task_never_ran(api, cbus, monkeypatch):
+    """The click's task is lost (no on-commit run here): the beat's sweep processes the request once it is old
+    enough, in its tenant and as the agent that asked; a request that fails is reported and retried next time."""
+    from django.utils import timezone
+
+    from learning.services import disambiguations
+    from learning.services.disambiguations import disambiguation_signals_sweep
+
+    first, second = resolve(api, "list all cbus"), resolve(api, "list all cbus", user_id="bob")
+    verb = first["options"][0]["verb"]
+    assert select(api, first["request_id"], verb).status_code == 200
+    assert select(api, second["request_id"], second["options"][0]["verb"]).status_code == 200
+    assert LearningSignal.objects.filter(processed_at__isnull=True).count() > 2
+    assert disambiguation_signals_sweep() == {"processed": 0, "failed": 0}  # younger than the setting: the task's
+    LearningSignal.objects.update(created_at=timezone.now() - timezone.timedelta(minutes=10))
+
+    real = disambiguations.disambiguation_signals_process
+    bob = DisambiguationRequest.objects.get(request_id=second["request_id"]).pk
+
+    def failing_for_bob(*, request_pk):
+        if request_pk == bob:
+            raise RuntimeError("worker died")
+        return real(request_pk=request_pk)
+
+    monkeypatch.setattr(disambiguations, "disambiguation_signals_process", failing_for_bob)
+    assert disambiguation_signals_sweep() == {"processed": 1, "failed": 1}
+    phrase = LearnedPhrase.objects.get(normalized="list all cbus", user_id="alice")
+    assert phrase.verb.name == verb and phrase.agent_id == api.agent.pk  # as the agent that asked
+    monkeypatch.setattr(disambiguations, "disambiguation_signals_process", real)
+    assert disambiguation_signals_sweep() == {"processed": 1, "failed": 0}
+    assert not LearningSignal.objects.filter(processed_at__isnull=True).exists()
+    assert disambiguation_signals_sweep() == {"processed": 0, "failed": 0}
+
+
+def test_the_sweep_runs_as_a_beat_task(settings):
+    from config.celery import app
+
+    entry = settings.CELERY_BEAT_SCHEDULE["learning-disambiguation-signals-sweep"]
+    app.loader.import_default_modules()
+    assert entry["task"] in app.tasks and entry["schedule"] > 0

@@ -8,16 +8,18 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agents.models import Agent
 from common.api import ApplicationError, Conflict, NotFound
 from common.db import ASYNC_COMMIT, row_insert
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.services import embeddings_compute
-from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, LearningSignal
+from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, LearningSignal, Verb
 from learning.services.candidates import candidate_approve, candidate_record
 from learning.services.decisions import resolution_label, resolution_record
 from learning.services.evidence import phrase_evidence_add_many
 from learning.variants import phrase_variants
+from tenants.context import acting_agent, tenant_scope
 
 # Flow: learning.api.ResolveApi (and the console, MCP) -> resolution_store -> resolution_record (every answer)
 # and disambiguation_record (every ambiguous answer);
@@ -123,6 +125,13 @@ def disambiguation_select(
                 field="selected_verb",
                 code="not_offered",
             )
+        if not Verb.objects.filter(name=selected_verb, is_active=True).exists():
+            raise Conflict(
+                f"{selected_verb!r} is no longer an active verb (the catalogue changed since the options were shown); "
+                "resolve the text again.",
+                field="selected_verb",
+                code="verb_inactive",
+            )
         rejected = [v for v in offered if v != selected_verb]
         row.status = DisambiguationRequest.Status.SELECTED
         row.selected_verb = selected_verb
@@ -212,6 +221,36 @@ def disambiguations_expire(*, older_than_s: float | None = None) -> int:
     return count
 
 
+def disambiguation_signals_sweep(*, older_than_s: float | None = None, limit: int = 500) -> dict:
+    """Learn from answered requests whose signals no task has processed after ``older_than_s`` seconds
+    (``FEEDBACK_SIGNAL_SWEEP_AFTER_S``): a lost message, a worker that died, work that failed. Each request in its
+    own tenant's scope, as the agent that answered it (as the task sent at the time would have run); one request's
+    failure is logged and the others still run. Answers {"processed": n, "failed": n}."""
+    age = settings.FEEDBACK_SIGNAL_SWEEP_AFTER_S if older_than_s is None else older_than_s
+    cutoff = timezone.now() - timezone.timedelta(seconds=age)
+    rows = list(
+        DisambiguationRequest.objects.filter(
+            processed_at__isnull=True, signals__processed_at__isnull=True, signals__created_at__lte=cutoff
+        )
+        .values_list("pk", "tenant_id", "agent_id")
+        .distinct()
+        .order_by("pk")[:limit]
+    )
+    agents = Agent.objects.in_bulk({agent_id for _, _, agent_id in rows if agent_id is not None})
+    counts = {"processed": 0, "failed": 0}
+    for pk, tenant_id, agent_id in rows:
+        try:
+            with tenant_scope([tenant_id]), acting_agent(agents.get(agent_id)):
+                disambiguation_signals_process(request_pk=pk)
+            counts["processed"] += 1
+        except Exception:
+            logger.exception("disambiguation request %s: its signals failed to process; the next sweep retries", pk)
+            counts["failed"] += 1
+    if rows:
+        logger.info("signal sweep: %s", counts)
+    return counts
+
+
 def disambiguation_signals_process(*, request_pk: int) -> dict:
     """Learn from one request's signals, once (idempotent per request; safe to run twice or concurrently)."""
 
@@ -284,11 +323,14 @@ def disambiguation_signals_process(*, request_pk: int) -> dict:
                 )
                 s.candidate_id = candidate.pk
                 # Only a user's own scope is changed without review.
+                s.result = LearningSignal.Result.ACCUMULATED
                 if s.user_id and candidate.confidence >= auto and candidate.status == LearningCandidate.Status.PENDING:
-                    candidate_approve(candidate=candidate)
-                    s.result = LearningSignal.Result.PROMOTED
-                else:
-                    s.result = LearningSignal.Result.ACCUMULATED
+                    try:
+                        with transaction.atomic():  # a savepoint: a refused promotion keeps the rest of the learning
+                            candidate_approve(candidate=candidate)
+                        s.result = LearningSignal.Result.PROMOTED
+                    except ApplicationError as exc:  # a block made since, a verb retired since: a reviewer decides
+                        logger.info("candidate %s not promoted, left to review: %s", candidate.pk, exc.message)
             s.processed_at = now
             counts[s.result] += 1
         LearningSignal.objects.bulk_update(pending, ["result", "candidate_id", "processed_at"])
