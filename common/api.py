@@ -83,6 +83,15 @@ def _flatten(detail, prefix=""):
 _UNREACHABLE_SQLSTATE_PREFIXES = ("08", "53", "57P")
 
 
+# SQLSTATEs of a transaction PostgreSQL rolled back because it collided with a concurrent one (deadlock detected,
+# serialization failure): nothing of it was stored, and the same request sent again succeeds.
+_RETRYABLE_SQLSTATES = ("40P01", "40001")
+
+
+def database_collision(exc: DatabaseError) -> bool:
+    return getattr(exc.__cause__, "sqlstate", None) in _RETRYABLE_SQLSTATES
+
+
 def database_unreachable(exc: DatabaseError) -> bool:
     """True when the database could not be reached or is shutting down; any other error is the request's or a bug."""
     if isinstance(exc, InterfaceError):
@@ -120,6 +129,11 @@ def exception_handler(exc, context):
         # input's fault, not the database's. Logged: each one is a gap in the serializers to close.
         logger.warning("database refused a value, answered as 400: %s", exc)
         return error_response(400, "A value in the request cannot be stored.", "invalid_value")
+    elif isinstance(exc, DatabaseError) and database_collision(exc):
+        logger.warning("transaction rolled back by a concurrent one, answered as 503: %s", exc.__cause__.sqlstate)
+        response = error_response(503, "The request collided with a concurrent one and was not applied; retry it.", "retry")
+        response["Retry-After"] = "1"
+        return response
     elif isinstance(exc, DatabaseError) and database_unreachable(exc):
         logger.exception("database unavailable")
         response = error_response(503, "The database is unavailable; retry the request.", "database_unavailable")

@@ -379,3 +379,24 @@ def test_an_error_quoting_a_huge_value_is_cut(gov_api):
     assert body["detail"] == f"time_range: {reason}"
     small = gov_api.get("/api/v1/learning/stats", {"time_range": "fortnight"}).json()
     assert small["fields"]["time_range"] == ['"fortnight" is not a valid choice.']
+
+
+@pytest.mark.parametrize("sqlstate", ["40P01", "40001"])
+def test_a_transaction_rolled_back_by_a_concurrent_one_is_503_retry_not_500(gov_api, catalogue, monkeypatch, sqlstate):
+    """A deadlock or serialization failure (PostgreSQL raised it: here by its SQLSTATE) stored nothing and succeeds
+    when sent again: 503 with Retry-After, never a 500."""
+    from django.db import connection
+
+    from feedback import api as feedback_api
+    from feedback.models import Execution
+
+    def collide(**kwargs):
+        with connection.cursor() as cursor:
+            cursor.execute(f"DO $$ BEGIN RAISE EXCEPTION 'collided' USING ERRCODE = '{sqlstate}'; END $$")
+
+    monkeypatch.setattr(feedback_api, "execution_create", collide)
+    body = {"action": "email.send", "confidence": 0.5, "success": True}
+    response = gov_api.post("/api/v1/executions", body, format="json")
+    assert response.status_code == 503 and response["Retry-After"] == "1"
+    assert response.json()["code"] == "retry" and "retry it" in response.json()["detail"]
+    assert not Execution.objects.exists()
