@@ -31,6 +31,11 @@ def _users_data() -> QuerySet[Memory]:
     return Memory.objects.all() if private is None else Memory.objects.filter(agent_id=private)
 
 
+def memories_readable() -> QuerySet[Memory]:
+    """What the caller may read, and so change: ``_users_data``."""
+    return _users_data()
+
+
 def memories_of(*, user_id: str, namespace: str | None = None) -> QuerySet[Memory]:
     return _users_data().filter(user_id=user_id, namespace=namespace or settings.MEMORY_DEFAULT_NAMESPACE)
 
@@ -218,8 +223,8 @@ def memory_retrieval_exists(*, user_id: str, namespace: str, retrieval_id: int) 
 
 
 def memory_ids_of_user(*, user_id: str, ids: list[int]) -> list[int]:
-    """Those of ``ids`` that are memories of this user (others, or purged ones, are left out)."""
-    return list(Memory.objects.filter(user_id=user_id, pk__in=ids).order_by("pk").values_list("pk", flat=True))
+    """Those of ``ids`` that are memories of this user the caller may read (others, or purged ones, are left out)."""
+    return list(_users_data().filter(user_id=user_id, pk__in=ids).order_by("pk").values_list("pk", flat=True))
 
 
 def memories_needing_embedding(*, model: str, user_id: str | None = None, namespace: str | None = None) -> QuerySet[Memory]:

@@ -5,7 +5,7 @@ from django.test import override_settings
 
 from common.text import text_hash
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval
-from tests.conftest import OBSERVE, OUTCOME, RETRIEVE, SEARCH, make_memory
+from tests.conftest import OBSERVE, OUTCOME, RETRIEVE, SEARCH, make_client, make_memory
 
 LESSON_Q = "How do I rotate the application logs on the staging servers?"
 LESSON_A = "Run logrotate with the config in /etc/logrotate.d/app and restart the app service afterwards so it reopens its files."
@@ -249,3 +249,46 @@ class TestBadInput:
         feedback_only = make_client(["feedback"], name="writer")
         assert feedback_only.post(RETRIEVE, {"user_id": "a", "query": "x"}, format="json").status_code == 403
         assert feedback_only.post(SEARCH, {"user_id": "a", "query": "x"}, format="json").status_code == 403
+
+
+def _shared_and_private():
+    from agents.authentication import verified_keys_forget
+
+    shared = make_client(["resolve", "feedback", "governance"], name="agent-shared")
+    private = make_client(["resolve", "feedback", "governance"], name="agent-private")
+    private.agent.private_user_data = True
+    private.agent.save()
+    verified_keys_forget()
+    return shared, private
+
+
+ROTATION = {
+    "user_id": "alice",
+    "user_message": "How do I rotate the staging database credentials safely?",
+    "assistant_message": "Use the vault rotate command for the staging role, then restart the workers so they pick up the new lease.",
+    "meta": {"type": "procedure", "topic": "credential rotation"},
+}
+
+
+def test_a_private_agent_changes_no_memory_it_cannot_read(db):
+    """An agent with private user data reads only the memories it wrote; an outcome for another agent's memory,
+    by id, by "last" or by the user's reply, is answered like an unknown id and changes nothing."""
+
+    shared, private = _shared_and_private()
+    mid = shared.post("/api/v1/memories/observe", ROTATION, format="json").json()["memory_id"]
+    query = {"user_id": "alice", "query": "rotate staging database credentials"}
+    assert private.post("/api/v1/memories/retrieve", query, format="json").json()["items"] == []
+    by_id = private.post(
+        "/api/v1/memories/outcome", {"user_id": "alice", "memory_ids": [mid], "outcome": "failure"}, format="json"
+    )
+    assert by_id.status_code == 404 and by_id.json()["fields"] == {"memory_ids": [f"Unknown memory id(s): {mid}."]}
+    assert [i["id"] for i in shared.post("/api/v1/memories/retrieve", query, format="json").json()["items"]] == [mid]
+    last = private.post(
+        "/api/v1/memories/outcome", {"user_id": "alice", "memory_ids": "last", "outcome": "failure"}, format="json"
+    )
+    assert last.status_code == 404
+    reply = {"user_id": "alice", "user_message": "that didn't work", "assistant_message": "Sorry about that."}
+    assert private.post("/api/v1/memories/observe", reply, format="json").status_code == 200
+    assert Memory.objects.get(pk=mid).status != "deprecated"
+    mine = shared.post("/api/v1/memories/outcome", {"user_id": "alice", "memory_ids": [mid], "outcome": "failure"}, format="json")
+    assert mine.status_code == 200 and Memory.objects.get(pk=mid).status == "deprecated"  # its own agent still can

@@ -13,7 +13,7 @@ from common.validation import MAX_DAYS
 from embeddings.embedders import current_model_name, get_embedder
 from embeddings.services import embeddings_batches_refresh, embeddings_refresh
 from memories.models import Memory, MemoryRetrieval, MemoryStatus
-from memories.selectors import memories_needing_embedding, memory_last_retrieval
+from memories.selectors import memories_needing_embedding, memories_readable, memory_last_retrieval
 from memories.services.shared import namespace_or_default
 
 
@@ -22,8 +22,9 @@ def memory_feedback_apply(
 ) -> list[Memory]:
     """``success`` promotes the memories to verified; ``failure`` deprecates them and ends their streak.
 
-    ``memory_ids`` may be ``"last"``: the memories of the user's last retrieval. Ids of other users
-    are answered exactly like unknown ids (404), and then nothing changes.
+    ``memory_ids`` may be ``"last"``: the memories of the user's last retrieval. Ids of other users, and for an
+    agent with private user data ids of memories other agents wrote, are answered exactly like unknown ids (404),
+    and then nothing changes.
     """
     if outcome not in ("success", "failure"):
         raise ApplicationError("Use success or failure.", field="outcome")
@@ -39,7 +40,8 @@ def memory_feedback_apply(
         strict = True
     now = timezone.now()
     with transaction.atomic():
-        rows = list(Memory.objects.select_for_update().filter(user_id=user_id, pk__in=ids).order_by("pk"))
+        # what the caller may read: an agent with private user data changes no other agent's memories
+        rows = list(memories_readable().select_for_update().filter(user_id=user_id, pk__in=ids).order_by("pk"))
         if strict and len(rows) != len(ids):
             missing = sorted(set(ids) - {m.pk for m in rows})
             raise NotFound(f"Unknown memory id(s): {', '.join(map(str, missing))}.", field="memory_ids")
