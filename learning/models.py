@@ -401,6 +401,14 @@ class PhraseEvidence(TenantOwned, Embedded):
     negative = models.FloatField(default=0.0, help_text="Sum of negative signal confidences")
     positive = models.FloatField(default=0.0, help_text="Sum of positive signal confidences")
     signal_count = models.PositiveIntegerField(default=0)
+    private_agent = models.ForeignKey(
+        "agents.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="The agent with private user data whose users this is about; empty: the tenant's agents share it",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -408,7 +416,7 @@ class PhraseEvidence(TenantOwned, Embedded):
         verbose_name_plural = "phrase evidence"
         constraints = [
             models.UniqueConstraint(
-                fields=["tenant", "normalized", "verb", "user_id"],
+                fields=["tenant", "normalized", "verb", "user_id", "private_agent"],
                 name="phraseevidence_unique_per_tenant_scope",
                 nulls_distinct=False,
             )

@@ -478,3 +478,56 @@ def test_the_sweep_runs_as_a_beat_task(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["learning-disambiguation-signals-sweep"]
     app.loader.import_default_modules()
     assert entry["task"] in app.tasks and entry["schedule"] > 0
+
+
+def _private_pair():
+    from agents.authentication import verified_keys_forget
+
+    a = make_client([s.value for s in Scope], name="private-a")
+    b = make_client([s.value for s in Scope], name="private-b")
+    for client in (a, b):
+        client.agent.private_user_data = True
+        client.agent.save()
+    verified_keys_forget()
+    return a, b
+
+
+def test_what_users_turn_down_through_a_private_agent_is_that_agents_own(cbus, run_tasks, written_for_floors):
+    """Evidence from abandons and clicks through an agent with private user data is kept apart: another private agent,
+    and the tenant's shared agents, resolve the same user's text as if it had never happened."""
+    a, b = _private_pair()
+    shared = make_client([s.value for s in Scope], name="shared")
+    for _ in range(2):
+        body = resolve(a, "list all cbus", user_id="alice")
+        assert run_tasks(abandon, a, body["request_id"], "timeout").status_code == 200
+    assert resolve(a, "list all cbus", user_id="alice")["explanation"]["penalties"]  # its own evidence applies
+    assert set(PhraseEvidence.objects.values_list("private_agent_id", flat=True)) == {a.agent.pk}
+    for other in (b, shared):
+        assert resolve(other, "list all cbus", user_id="alice")["explanation"]["penalties"] == {}
+    body = resolve(shared, "list all cbus", user_id="alice")
+    assert run_tasks(abandon, shared, body["request_id"], "timeout").status_code == 200
+    assert PhraseEvidence.objects.filter(private_agent__isnull=True).exists()  # the shared agents' own rows
+    assert resolve(b, "list all cbus", user_id="alice")["explanation"]["penalties"] == {}
+
+
+def test_a_confirmation_labels_only_the_answers_of_its_own_kind_of_agent(cbus):
+    """A confirmation labels the newest answer for (user, text): a private agent's labels only its own answers, and
+    no other agent's confirmation labels a private agent's answers."""
+    from learning.models import ResolutionRecord
+
+    a, _ = _private_pair()
+    shared = make_client([s.value for s in Scope], name="shared")
+    resolve(a, "list all cbus", user_id="alice")
+    resolve(shared, "list all cbus", user_id="alice")
+    mine = ResolutionRecord.objects.get(agent=a.agent)
+    theirs = ResolutionRecord.objects.get(agent=shared.agent)
+    body = {"text": "list all cbus", "verb": "cbu.list", "user_id": "alice"}
+    assert a.post("/api/v1/resolutions/confirm", body, format="json").status_code == 200
+    mine.refresh_from_db()
+    theirs.refresh_from_db()
+    assert mine.label_source == "confirmation" and theirs.label_source == ""
+    ResolutionRecord.objects.filter(pk=theirs.pk).delete()
+    ResolutionRecord.objects.filter(pk=mine.pk).update(label=None, label_source="", gold_verb="", labelled_at=None)
+    assert shared.post("/api/v1/resolutions/confirm", body, format="json").status_code == 200
+    mine.refresh_from_db()
+    assert mine.label is None and mine.label_source == ""

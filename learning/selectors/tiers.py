@@ -346,6 +346,8 @@ def tier_rows(
         if k_evidence:
             # Evidence is kept per scope: the user's own, or global rows for global resolution.
             own = "t.user_id = %(u)s" if user_id else "t.user_id IS NULL"
+            # an agent with private user data reads its own evidence only, and the others never read it
+            own += " AND t.private_agent_id = %(pa)s" if private_agent_id() is not None else " AND t.private_agent_id IS NULL"
             params.update(de=1.0 - evidence_similarity)
             out.append(
                 "SELECT 'ev', x.verb, 1.0 - x.d, '', NULL, x.net, '' FROM ("

@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 from tqdm import tqdm
 
+from agents.models import Agent
 from common.api import ApplicationError
 from common.db import ASYNC_COMMIT, row_insert
 from common.tasks import task_send_on_commit
@@ -28,7 +29,7 @@ from learning import decision, selectors
 from learning.models import DecisionFit, DecisionFitEvent, DecisionHead, ResolutionRecord
 from learning.resolution import profile
 from learning.scoring import anchor_trust
-from tenants.context import tenant_filter_ids
+from tenants.context import private_agent_id, tenant_filter_ids
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,10 @@ def resolution_label(
     A correction after an abandon only adds the right verb. Answers the record (None when there is none)."""
     with transaction.atomic(savepoint=False):  # the caller's transaction when there is one, else its own
         qs = ResolutionRecord.objects.select_for_update()
+        if private_agent_id() is not None:  # an agent with private user data labels only what it answered
+            qs = qs.filter(agent_id=private_agent_id())
+        elif request_id is None:  # and its answers are labelled by no other agent
+            qs = qs.exclude(agent_id__in=Agent.objects.filter(private_user_data=True).values("pk"))
         if request_id is not None:
             row = qs.filter(request_id=request_id).first()
         else:

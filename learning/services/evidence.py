@@ -7,6 +7,7 @@ from django.db import connection, transaction
 from common.db import VectorParam
 from common.text import normalize_phrase, text_hash
 from learning.models import PhraseEvidence
+from tenants.context import private_agent_id
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +26,10 @@ def phrase_evidence_add_many(*, rows: list[dict], model: str) -> int:
     """Add evidence rows ({user_id, phrase, verb, negative, positive, vector}) in one INSERT ... ON CONFLICT DO UPDATE.
 
     Rows for the same (phrase, verb, user) are summed first; answers how many distinct rows were written. A user id
-    is the tenant's own: the same id in two tenants is two scopes (the row's tenant is the scope's, a column default).
+    is the tenant's own: the same id in two tenants is two scopes (the row's tenant is the scope's, a column default);
+    written for an agent with private user data, the rows are that agent's (``private_agent``) and no other agent's.
     """
+    owner = private_agent_id()
     merged: dict[tuple, dict] = {}
     for r in rows:
         normalized = normalize_phrase(r["phrase"])[:2000]
@@ -43,7 +46,7 @@ def phrase_evidence_add_many(*, rows: list[dict], model: str) -> int:
     values, params = [], []
     for (user_id, normalized, verb), m in merged.items():
         vector = m.get("vector")
-        values.append("(%s, %s, %s, %s, %s, %s, %s, %s::vector, %s, %s, now(), now())")
+        values.append("(%s, %s, %s, %s, %s, %s, %s, %s::vector, %s, %s, %s, now(), now())")
         params += [
             user_id,
             m["phrase"][:2000],
@@ -55,12 +58,13 @@ def phrase_evidence_add_many(*, rows: list[dict], model: str) -> int:
             VectorParam(vector).literal() if vector is not None else None,
             model if vector is not None else "",
             text_hash(normalized) if vector is not None else "",
+            owner,
         ]
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(
             f"""
             INSERT INTO {table} (user_id, phrase, normalized, verb, negative, positive, signal_count,
-                                 embedding, embedding_model, embedding_hash, created_at, updated_at)
+                                 embedding, embedding_model, embedding_hash, private_agent_id, created_at, updated_at)
             VALUES {", ".join(values)}
             ON CONFLICT ON CONSTRAINT phraseevidence_unique_per_tenant_scope DO UPDATE SET
                 negative = {table}.negative + EXCLUDED.negative,
