@@ -273,3 +273,19 @@ def test_action_catalogue_lists_levels(agent_a):
     Action.objects.create(name="email.send", autonomy_level=2)
     r = agent_a.get("/api/v1/actions")
     assert r.status_code == 200 and r.data[0]["name"] == "email.send" and r.data[0]["autonomy_level"] == 2
+
+
+def test_a_failure_after_a_modification_to_nothing_records_what_ran(db):
+    """A reviewer may modify a proposal to an empty action; the failure record names {} (what ran), not the proposal."""
+    from feedback.models import FeedbackRecord
+    from tests.conftest import make_client
+
+    agent = make_client(["resolve", "feedback"], name="agent-a")
+    reviewer = make_client(["governance"], name="rev")
+    body = {"action": "email.send", "proposed_action": {"to": "ceo"}, "reasoning": {"confidence": 0.5}}
+    pid = agent.post("/api/v1/proposals", body, format="json").json()["id"]
+    assert reviewer.post(f"/api/v1/proposals/{pid}/modify", {"modified_action": {}}, format="json").status_code == 200
+    assert (
+        agent.post("/api/v1/outcomes", {"proposal": pid, "success": False, "error": "bounced"}, format="json").status_code == 200
+    )
+    assert FeedbackRecord.objects.get(proposal_id=pid, feedback_type="outcome_failure").original_action == {}

@@ -233,7 +233,7 @@ def proposal_outcome_record(
                 action_id=obj.action_id,
                 proposal=obj,
                 feedback_type=FeedbackType.OUTCOME_FAILURE,
-                original_action=obj.modified_action or obj.proposed_action,
+                original_action=obj.proposed_action if obj.modified_action is None else obj.modified_action,  # {} ran as modified
                 human_explanation=explanation or error,
                 agent_confidence=obj.confidence,
                 action_context={"reasoning": obj.reasoning, "result": result, "error": error},
