@@ -9,6 +9,7 @@ from agents.api import TenantApiView
 from agents.authentication import ScopePermission
 from common.schema import ERROR_RESPONSES, ErrorSerializer
 from feedback import selectors, serializers
+from feedback.models import PatternStatus, ProposalStatus, ReviewOutcome
 from feedback.services.reviews import (
     Reviewer,
     execution_create,
@@ -29,9 +30,13 @@ _OUT_ERRORS = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
 _ID = OpenApiParameter("pk", int, OpenApiParameter.PATH, description="Id")
 
 
-def _page(request, qs, serializer_cls, filter_help=None):
+def _page(request, qs, serializer_cls, statuses=()):
+    """One page of ``qs``; ``status`` must be one of ``statuses`` (a misspelt filter is 400, not an empty list)."""
     q = serializers.ListQuerySerializer(data=request.query_params)
     q.is_valid(raise_exception=True)
+    status_value = q.validated_data.get("status") or ""
+    if status_value and status_value not in statuses:
+        raise drf_serializers.ValidationError({"status": [f"Unknown status {status_value!r}; one of {', '.join(statuses)}."]})
     rows = qs
     total = rows.count()
     limit, offset = q.validated_data["limit"], q.validated_data["offset"]
@@ -78,7 +83,10 @@ class ProposalListCreateApi(AgentApi):
     )
     def get(self, request):
         return _page(
-            request, selectors.proposal_list(agent=request.user, filters=request.query_params), serializers.ProposalSerializer
+            request,
+            selectors.proposal_list(agent=request.user, filters=request.query_params),
+            serializers.ProposalSerializer,
+            statuses=ProposalStatus.values,
         )
 
 
@@ -163,7 +171,10 @@ class ExecutionListCreateApi(AgentApi):
     )
     def get(self, request):
         return _page(
-            request, selectors.execution_list(agent=request.user, filters=request.query_params), serializers.ExecutionSerializer
+            request,
+            selectors.execution_list(agent=request.user, filters=request.query_params),
+            serializers.ExecutionSerializer,
+            statuses=ReviewOutcome.values,
         )
 
 
@@ -254,7 +265,7 @@ class FeedbackRecordListApi(AgentApi):
     )
     def get(self, request):
         qs = selectors.feedback_record_list(agent=request.user, filters=request.query_params)
-        return _page(request, qs, serializers.FeedbackRecordSerializer)
+        return _page(request, qs, serializers.FeedbackRecordSerializer, statuses=PatternStatus.values)
 
 
 class MistakePatternListApi(AgentApi):
@@ -265,4 +276,4 @@ class MistakePatternListApi(AgentApi):
     )
     def get(self, request):
         qs = selectors.mistake_pattern_list(agent=request.user, filters=request.query_params).order_by("-last_seen", "-id")
-        return _page(request, qs, serializers.MistakePatternSerializer)
+        return _page(request, qs, serializers.MistakePatternSerializer, statuses=PatternStatus.values)

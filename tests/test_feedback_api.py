@@ -289,3 +289,23 @@ def test_a_failure_after_a_modification_to_nothing_records_what_ran(db):
         agent.post("/api/v1/outcomes", {"proposal": pid, "success": False, "error": "bounced"}, format="json").status_code == 200
     )
     assert FeedbackRecord.objects.get(proposal_id=pid, feedback_type="outcome_failure").original_action == {}
+
+
+@pytest.mark.parametrize(
+    "path,good",
+    [
+        ("/api/v1/proposals", "pending"),
+        ("/api/v1/executions", "incorrect"),
+        ("/api/v1/feedback-records", "active"),
+        ("/api/v1/mistake-patterns", "active"),
+    ],
+)
+def test_a_misspelt_status_filter_is_400_naming_the_choices(db, path, good):
+    from tests.conftest import make_client
+
+    agent = make_client(["resolve", "feedback"], name="agent-a")
+    refused = agent.get(path, {"status": "pendng"})
+    assert refused.status_code == 400 and list(refused.json()["fields"]) == ["status"]
+    assert "Unknown status 'pendng'" in refused.json()["detail"] and good in refused.json()["detail"]
+    assert agent.get(path, {"status": good}).status_code == 200
+    assert agent.get(path, {"status": ""}).status_code == 200
