@@ -101,6 +101,14 @@ class LearnedPhrase(TenantOwned, Embedded):
         related_name="+",
         help_text="The agent whose user taught it (none: imported or approved by a reviewer)",
     )
+    private_agent = models.ForeignKey(
+        "agents.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="The agent with private user data whose user's phrase this is; empty: the tenant's agents share it",
+    )
     is_active = models.BooleanField(default=True)
     last_matched_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -111,7 +119,9 @@ class LearnedPhrase(TenantOwned, Embedded):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["tenant", "normalized", "user_id"], name="learnedphrase_one_verb_per_scope", nulls_distinct=False
+                fields=["tenant", "normalized", "user_id", "private_agent"],
+                name="learnedphrase_one_verb_per_scope",
+                nulls_distinct=False,
             ),
             models.CheckConstraint(
                 condition=Q(confidence__gte=0.0) & Q(confidence__lte=1.0), name="learnedphrase_confidence_0_1"

@@ -531,3 +531,66 @@ def test_a_confirmation_labels_only_the_answers_of_its_own_kind_of_agent(cbus):
     assert shared.post("/api/v1/resolutions/confirm", body, format="json").status_code == 200
     mine.refresh_from_db()
     assert mine.label is None and mine.label_source == ""
+
+
+def test_a_private_agents_users_phrases_are_its_own(cbus, run_tasks):
+    """Two agents with private user data and a shared one teach the same user id the same text three ways: each keeps
+    its own row and resolves with it, none re-points another's, and no 409 names another agent's verb."""
+    a, b = _private_pair()
+    shared = make_client([s.value for s in Scope], name="shared")
+    text = "spin up a fresh client book"
+    for client, verb in ((a, "cbu.create"), (b, "cbu.delete"), (shared, "cbu.list")):
+        body = {"text": text, "verb": verb, "user_id": "alice"}
+        assert client.post("/api/v1/resolutions/confirm", body, format="json").status_code == 200
+    correction = {"text": text, "wrong_verb": "cbu.list", "correct_verb": "cbu.show", "user_id": "alice"}
+    assert b.post("/api/v1/resolutions/correct", correction, format="json").status_code == 200
+    rows = {row.private_agent_id: row.verb.name for row in LearnedPhrase.objects.filter(normalized=text, user_id="alice")}
+    assert rows == {a.agent.pk: "cbu.create", b.agent.pk: "cbu.show", None: "cbu.list"}
+    for client, verb in ((a, "cbu.create"), (b, "cbu.show"), (shared, "cbu.list")):
+        answer = resolve(client, text)
+        assert answer["outcome"] == "resolved" and answer["verb"] == verb, (client.agent.name, answer)
+    assert resolve(make_client([s.value for s in Scope], name="another-shared"), text)["verb"] == "cbu.list"
+
+
+def test_a_reviewer_approving_a_private_agents_user_candidate_gives_the_phrase_to_that_agent(cbus, run_tasks, settings):
+    """A click through a private agent below the automatic promotion waits as a candidate; the reviewer's approval
+    (no acting agent) writes the user's phrase as that agent's own."""
+    from learning.services.candidates import candidate_approve
+    from tests.conftest import reviewer_user
+
+    settings.FEEDBACK_AUTO_PROMOTE_CONFIDENCE = 1.01  # nothing promotes at once
+    a, _ = _private_pair()
+    body = resolve(a, "list all cbus", user_id="alice")
+    verb = body["options"][0]["verb"]
+    assert run_tasks(select, a, body["request_id"], verb).status_code == 200
+    candidate = LearningCandidate.objects.get(normalized="list all cbus", user_id="alice")
+    candidate_approve(candidate=candidate, reviewer=reviewer_user("rita", "review_learningcandidate"))
+    row = LearnedPhrase.objects.get(normalized="list all cbus", user_id="alice")
+    assert row.private_agent_id == a.agent.pk
+    assert resolve(a, "list all cbus", user_id="alice")["verb"] == verb
+    shared = make_client([s.value for s in Scope], name="shared")
+    assert resolve(shared, "list all cbus", user_id="alice")["outcome"] == "ambiguous"
+
+
+def test_the_migration_gives_existing_private_rows_to_their_agent(db):
+    """Rows written through an agent with private user data before the owner column existed become that agent's."""
+    import importlib
+
+    from django.db import connection
+
+    a, _ = _private_pair()
+    shared = make_client([s.value for s in Scope], name="shared")
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    from learning.models import Verb
+
+    v = Verb.objects.get(name="cbu.list")
+    mine = LearnedPhrase.objects.create(phrase="old one", normalized="old one", verb=v, user_id="alice", agent=a.agent)
+    theirs = LearnedPhrase.objects.create(phrase="old two", normalized="old two", verb=v, user_id="alice", agent=shared.agent)
+    global_row = LearnedPhrase.objects.create(phrase="old three", normalized="old three", verb=v, user_id=None, agent=a.agent)
+    migration = importlib.import_module("learning.migrations.0011_learned_phrase_private_agent").Migration
+    sql = next(op for op in migration.operations if op.__class__.__name__ == "RunSQL").sql
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+    for row in (mine, theirs, global_row):
+        row.refresh_from_db()
+    assert (mine.private_agent_id, theirs.private_agent_id, global_row.private_agent_id) == (a.agent.pk, None, None)

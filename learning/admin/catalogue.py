@@ -45,7 +45,14 @@ class LearnedPhraseAdmin(EmbeddingStatusMixin, HistoryAdmin):
         "embedding_model",
         "updated_at",
     ]
-    list_filter = ["is_active", "source", "embedding_model", ("user_id", admin.EmptyFieldListFilter), "verb__domain"]
+    list_filter = [
+        "is_active",
+        "source",
+        "embedding_model",
+        ("user_id", admin.EmptyFieldListFilter),
+        ("private_agent", admin.EmptyFieldListFilter),
+        "verb__domain",
+    ]
     search_fields = ["phrase", "normalized", "verb__name", "user_id"]
     list_select_related = ["verb"]
     readonly_fields = ["normalized", "created_at", "updated_at", "last_matched_at", revert_link("phrase")]
@@ -55,7 +62,7 @@ class LearnedPhraseAdmin(EmbeddingStatusMixin, HistoryAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         """The text, verb and scope stay as learned: their normalized form and embedding are written by services."""
-        return ["phrase", "verb", "user_id", *super().get_readonly_fields(request, obj)]
+        return ["phrase", "verb", "user_id", "private_agent", *super().get_readonly_fields(request, obj)]
 
 
 @admin.register(EntityAlias)

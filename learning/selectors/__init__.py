@@ -41,6 +41,7 @@ from learning.selectors.disambiguation import (
     signals_per_phrase,
     verb_evidence_balance,
 )
+from learning.selectors.owners import phrase_owner
 from learning.selectors.tiers import (
     ExactHit,
     Hit,
@@ -56,6 +57,7 @@ from learning.selectors.tiers import (
 )
 
 __all__ = [
+    "phrase_owner",
     "ALIAS_SEMANTIC_THRESHOLDS",
     "ExactHit",
     "FitState",

@@ -15,6 +15,7 @@ from learning.models import (
     LearningCandidate,
     Verb,
 )
+from learning.selectors.owners import phrase_owner
 from learning.selectors.review import candidates_waiting
 from learning.selectors.tiers import unexpired_blocks
 
@@ -24,11 +25,12 @@ STATS_RANGES = {"day": timedelta(days=1), "week": timedelta(weeks=1), "month": t
 def correction_decay_targets(
     *, vector: np.ndarray, model: str, user_id: str, verb: Verb, exclude_normalized: str, threshold: float, k: int = 20
 ) -> list[int]:
-    """The user's own active phrases for ``verb`` that match the vector within ``threshold`` (semantic anchors)."""
+    """The user's own active phrases for ``verb`` (of the acting agent's kind: ``phrase_owner``) that match the vector
+    within ``threshold`` (semantic anchors)."""
     rows = nearest(
-        LearnedPhrase.objects.filter(user_id=user_id, verb=verb, is_active=True, embedding_model=model).exclude(
-            normalized=exclude_normalized
-        ),
+        LearnedPhrase.objects.filter(
+            user_id=user_id, private_agent_id=phrase_owner(user_id), verb=verb, is_active=True, embedding_model=model
+        ).exclude(normalized=exclude_normalized),
         vector,
         k,
         project=lambda q: q.values_list("pk", "distance"),
@@ -110,7 +112,7 @@ def dashboard_counts() -> dict:
 def import_existing(*, normalized: list[str], user_id: str | None) -> dict[str, LearnedPhrase]:
     """Learned phrases of one scope by normalized text (for import planning)."""
     qs = LearnedPhrase.objects.filter(normalized__in=normalized)
-    qs = qs.filter(user_id=user_id) if user_id else qs.filter(user_id__isnull=True)
+    qs = qs.filter(user_id=user_id, private_agent_id=phrase_owner(user_id)) if user_id else qs.filter(user_id__isnull=True)
     return {row.normalized: row for row in qs.only("pk", "normalized", "verb_id", "is_active", "confidence", "embedding_model")}
 
 

@@ -81,9 +81,8 @@ def decision_head(version: int, user_id: str | None) -> tuple | None:
     Raises ValueError when the stored head is unreadable."""
     tenants = tenant_filter_ids()  # versions count per tenant
     owners = _head_cached((tenants, version, ("owners",)), lambda: _head_owners(version))
-    # A personal head learns from the user's phrases written by any of the tenant's agents: an agent that reads
-    # only the user data it wrote (``private_user_data``) decides with the deployment's head, and its users' own
-    # phrases still count as anchors.
+    # A personal head learns from the user's phrases the tenant's agents share: an agent with private user data
+    # (``private_user_data``) decides with the deployment's head, and its users' own phrases count as anchors.
     shared = private_agent_id() is None
     owner = user_id if shared and user_id is not None and user_id in owners else None
     return _head_cached((tenants, version, owner), lambda: _head_read(version, owner))
@@ -167,9 +166,10 @@ def shadow_figures(version: int) -> dict:
 
 def _anchor_querysets(model: str, user_id: str | None = None):
     """The anchors a head trains on: active catalogue phrases, and the global learned phrases plus (``user_id``)
-    that user's own; embedded with ``model``, verbs active only. One definition for the rows and their count."""
+    that user's own shared ones (not an agent's with private user data); embedded with ``model``, verbs active only.
+    One definition for the rows and their count."""
     catalogue = VerbPhrase.objects.filter(verb__is_active=True, embedding_model=model, embedding__isnull=False)
-    scope = Q(user_id__isnull=True) | Q(user_id=user_id) if user_id else Q(user_id__isnull=True)
+    scope = Q(user_id__isnull=True) | Q(user_id=user_id, private_agent__isnull=True) if user_id else Q(user_id__isnull=True)
     learned = LearnedPhrase.objects.filter(
         scope, is_active=True, verb__is_active=True, embedding_model=model, embedding__isnull=False
     )
@@ -235,9 +235,9 @@ def decision_anchor_count(*, model: str) -> int:
 
 
 def users_with_phrases(*, model: str, min_phrases: int) -> list[str]:
-    """Users with at least ``min_phrases`` active learned phrases of their own (candidates for a personal head)."""
+    """Users with at least ``min_phrases`` active shared learned phrases of their own (candidates for a personal head)."""
     return list(
-        LearnedPhrase.objects.filter(user_id__isnull=False, is_active=True, embedding_model=model)
+        LearnedPhrase.objects.filter(user_id__isnull=False, private_agent__isnull=True, is_active=True, embedding_model=model)
         .values("user_id")
         .annotate(n=Count("id"))
         .filter(n__gte=min_phrases)

@@ -90,7 +90,7 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
                              AND (b.expires_at IS NULL OR b.expires_at > %(now)s)) AS blocked
             FROM {LearnedPhrase._meta.db_table} t JOIN {Verb._meta.db_table} v ON v.id = t.verb_id
             WHERE t.normalized = %(n)s AND t.is_active AND v.is_active
-              AND (t.user_id IS NULL OR (t.user_id = %(u)s AND (%(pa)s::bigint IS NULL OR t.agent_id = %(pa)s)))
+              AND (t.user_id IS NULL OR (t.user_id = %(u)s AND t.private_agent_id IS NOT DISTINCT FROM %(pa)s::bigint))
               AND (%(t)s::bigint[] IS NULL OR t.tenant_id = ANY(%(t)s::bigint[])){" AND v.domain = %(d)s" if domain else ""}
         ) x ON true
         ORDER BY x.user_id IS NULL, x.id
@@ -305,10 +305,11 @@ def tier_rows(
         verbs += " AND domain = %(domain)s"
         params["domain"] = domain
     scope = "(t.user_id IS NULL OR t.user_id = %(u)s)"
-    learned_scope = scope
-    if private_agent_id() is not None:  # this agent's users' phrases are its own
+    # a user's phrases of the agent's kind: an agent with private user data reads its own, the others the shared ones
+    learned_scope = "(t.user_id IS NULL OR (t.user_id = %(u)s AND t.private_agent_id IS NULL))"
+    if private_agent_id() is not None:
         params["pa"] = private_agent_id()
-        learned_scope = "(t.user_id IS NULL OR (t.user_id = %(u)s AND t.agent_id = %(pa)s))"
+        learned_scope = "(t.user_id IS NULL OR (t.user_id = %(u)s AND t.private_agent_id = %(pa)s))"
     # With a domain, filter inside the ordered scans (iterative index scans keep them from starving).
     in_domain = " AND t.verb_id = ANY(ARRAY(SELECT id FROM v))" if domain else ""
     # The catalogue (text and vector tiers) from process memory when it is small enough, else in the query.

@@ -15,7 +15,7 @@ from learning.models import EntityAlias, LearningCandidate, Verb
 from learning.selectors import active_blocks
 from learning.services.blocks import _RISK_ORDER, _phrase_block_put
 from learning.services.phrases import _learned_phrase_put
-from tenants.context import acting_agent_id, tenant_scope
+from tenants.context import acting_agent_id, private_agent_id, tenant_scope
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +206,19 @@ def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer) -
         model=model,
         occurrence_count=row.occurrence_count,
         history_user=reviewer,
+        owner=_candidate_owner(row),
     )
+
+
+def _candidate_owner(row: LearningCandidate) -> int | None:
+    """Whose the user's phrase is once the candidate applies: the acting agent's when its user data is private (a
+    click promoted at once), else that of the agent with private user data that proposed it (a reviewer's approval)."""
+    if not row.user_id:
+        return None
+    if private_agent_id() is not None:
+        return private_agent_id()
+    proposer = row.proposed_by_agent
+    return proposer.pk if proposer is not None and proposer.private_user_data else None
 
 
 def candidate_reject(

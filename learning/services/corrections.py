@@ -14,7 +14,7 @@ from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import LearnedPhrase, Verb
 from learning.resolution import profile
-from learning.selectors import active_blocks, correction_decay_targets
+from learning.selectors import active_blocks, correction_decay_targets, phrase_owner
 from learning.services.blocks import _verb_by_name
 from learning.services.candidates import candidate_record
 from learning.services.decisions import resolution_label
@@ -105,7 +105,7 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
         if decayed_ids:
             locked = list(
                 LearnedPhrase.objects.select_for_update()
-                .filter(pk__in=decayed_ids, user_id=user_id, verb=wrong)
+                .filter(pk__in=decayed_ids, user_id=user_id, private_agent_id=phrase_owner(user_id), verb=wrong)
                 .order_by("pk")
                 .values_list("pk", flat=True)
             )
@@ -136,7 +136,12 @@ def _user_phrase_lock_or_create(
 ) -> tuple[LearnedPhrase, bool]:
     """Lock the user's row for the phrase, creating it (race-safe) when absent."""
     for _attempt in range(3):
-        row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id=user_id).first()
+        owner = phrase_owner(user_id)
+        row = (
+            LearnedPhrase.objects.select_for_update()
+            .filter(normalized=normalized, user_id=user_id, private_agent_id=owner)
+            .first()
+        )
         if row is not None:
             return row, False
         try:
@@ -149,6 +154,7 @@ def _user_phrase_lock_or_create(
                     confidence=confidence,
                     source=source,
                     agent_id=acting_agent_id(),
+                    private_agent_id=owner,
                 )
                 embedding_assign(rows=[row], vectors=vectors, model=model)
                 row.save()

@@ -207,6 +207,7 @@ def _import_write(*, plan, added, updated, existing, vectors, model, user_id, so
             normalized=n,
             verb=verb,
             user_id=user_id,
+            private_agent_id=selectors.phrase_owner(user_id),
             source=source,
             confidence=1.0,
             created_at=now,

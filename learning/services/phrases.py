@@ -8,6 +8,7 @@ from common.api import ApplicationError, Conflict, NotFound
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import LearnedPhrase, Verb
+from learning.selectors.owners import phrase_owner
 from tenants.context import acting_agent_id
 
 logger = logging.getLogger(__name__)
@@ -23,6 +24,7 @@ def learned_phrase_upsert(
         row, created = LearnedPhrase.objects.select_for_update().get_or_create(
             normalized=normalized,
             user_id=user_id,
+            private_agent_id=phrase_owner(user_id),
             defaults={"phrase": phrase.strip(), "verb": verb, "source": source, "confidence": confidence},
         )
         if not created:
@@ -48,12 +50,21 @@ def _learned_phrase_put(
     model: str,
     occurrence_count: int = 1,
     history_user=None,
+    owner: int | None = None,
 ) -> tuple[LearnedPhrase, str]:
-    """Inside a transaction: create or re-point the phrase in its scope. Answers (row, "added"|"updated"|"unchanged")."""
-    row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id=user_id).first()
+    """Inside a transaction: create or re-point the phrase in its scope (a user's phrase: of ``owner``, the agent with
+    private user data it belongs to, else shared). Answers (row, "added"|"updated"|"unchanged")."""
+    owner = owner if user_id else None
+    row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id=user_id, private_agent_id=owner).first()
     outcome = "updated"
     if row is None:
-        row = LearnedPhrase(normalized=normalized, user_id=user_id, occurrence_count=occurrence_count, agent_id=acting_agent_id())
+        row = LearnedPhrase(
+            normalized=normalized,
+            user_id=user_id,
+            private_agent_id=owner,
+            occurrence_count=occurrence_count,
+            agent_id=acting_agent_id(),
+        )
         outcome = "added"
     elif row.verb_id == verb.pk and row.is_active and row.confidence == confidence and row.embedding is not None:
         return row, "unchanged"
