@@ -155,6 +155,7 @@ class MemoryAdmin(HistoryAdmin):
         "source_session_id",
         "source_message_id",
         "metadata",
+        "private_agent",
         "supersedes",
         "version_chain",
         "verified_at",

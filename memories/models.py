@@ -53,6 +53,14 @@ class Memory(TenantOwned, Embedded):
         related_name="+",
         help_text="The agent that stored it",
     )
+    private_agent = models.ForeignKey(
+        "agents.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="The agent with private user data whose user this memory belongs to; empty: the tenant's agents share it",
+    )
     source_session_id = models.CharField(max_length=200, blank=True, default="")
     source_message_id = models.CharField(max_length=200, blank=True, default="")
     metadata = models.JSONField(default=dict, blank=True, help_text="Filter values (saved from the request's filters)")
@@ -79,11 +87,13 @@ class Memory(TenantOwned, Embedded):
     class Meta:
         verbose_name_plural = "memories"
         constraints = [
-            # One live copy of a text per user and namespace: a concurrent duplicate observe cannot insert twice.
+            # One live copy of a text per user, namespace and owner (a private agent, or the tenant's shared agents):
+            # a concurrent duplicate observe cannot insert twice.
             models.UniqueConstraint(
-                fields=["tenant", "namespace", "user_id", "content_sha256"],
+                fields=["tenant", "namespace", "user_id", "content_sha256", "private_agent"],
                 condition=~Q(status="deprecated"),
                 name="memory_one_live_copy_per_user",
+                nulls_distinct=False,
             ),
             models.CheckConstraint(condition=Q(confidence__gte=0.0) & Q(confidence__lte=1.0), name="memory_confidence_0_1"),
             models.CheckConstraint(condition=Q(tags__contains=[]), name="memory_tags_is_list"),

@@ -19,16 +19,19 @@ from embeddings.selectors import embedding_rows_needing_work, nearest
 from memories.dedupe import Neighbour
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryStatus, QuarantineStatus
 from memories.simhash import hamming, to_hex
-from tenants.context import private_agent_id
+from tenants.context import acting_agent_id, private_agent_id
 
 LIVE = [MemoryStatus.VERIFIED, MemoryStatus.CANDIDATE]
 _STATUS_RANK = {MemoryStatus.VERIFIED: 0, MemoryStatus.CANDIDATE: 1, MemoryStatus.DEPRECATED: 2}
 
 
 def _users_data() -> QuerySet[Memory]:
-    """Memories the caller may read: the tenant's (the manager filters), only its own when the agent is private."""
+    """Memories the caller may read, of the tenant's (the manager filters): an agent with private user data only its
+    own (``private_agent``), any other caller only the shared ones (no private agent's)."""
     private = private_agent_id()
-    return Memory.objects.all() if private is None else Memory.objects.filter(agent_id=private)
+    if private is None:
+        return Memory.objects.filter(private_agent__isnull=True)
+    return Memory.objects.filter(private_agent_id=private)
 
 
 def memories_readable() -> QuerySet[Memory]:
@@ -292,9 +295,10 @@ def memory_search(
 ) -> list[SearchHit]:
     """Semantic and/or substring search, deduplicated by memory, ranked by :attr:`SearchHit.score`.
 
-    ``user_id`` None searches every user (operator commands only; the API always passes one).
+    ``user_id`` None searches every user (operator commands only; the API always passes one). Without an acting
+    agent (an operator's command) every owner's memories are searched, private agents' too.
     """
-    qs = _users_data().filter(memory_filter_q(filters))
+    qs = (Memory.objects.all() if acting_agent_id() is None else _users_data()).filter(memory_filter_q(filters))
     if user_id is not None:
         qs = qs.filter(user_id=user_id)
     if namespace:

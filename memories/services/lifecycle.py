@@ -22,9 +22,9 @@ def memory_feedback_apply(
 ) -> list[Memory]:
     """``success`` promotes the memories to verified; ``failure`` deprecates them and ends their streak.
 
-    ``memory_ids`` may be ``"last"``: the memories of the user's last retrieval. Ids of other users, and for an
-    agent with private user data ids of memories other agents wrote, are answered exactly like unknown ids (404),
-    and then nothing changes.
+    ``memory_ids`` may be ``"last"``: the memories of the user's last retrieval. Ids of other users, and ids of
+    memories the caller may not read (for an agent with private user data, those it does not own; for the others,
+    those a private agent owns), are answered exactly like unknown ids (404), and then nothing changes.
     """
     if outcome not in ("success", "failure"):
         raise ApplicationError("Use success or failure.", field="outcome")
@@ -40,7 +40,7 @@ def memory_feedback_apply(
         strict = True
     now = timezone.now()
     with transaction.atomic():
-        # what the caller may read: an agent with private user data changes no other agent's memories
+        # what the caller may read: an agent with private user data changes no other agent's memories, nor they its
         rows = list(memories_readable().select_for_update().filter(user_id=user_id, pk__in=ids).order_by("pk"))
         if strict and len(rows) != len(ids):
             missing = sorted(set(ids) - {m.pk for m in rows})

@@ -11,11 +11,12 @@ from common.db import ASYNC_COMMIT
 from common.text import text_hash
 from embeddings.embedders import embed_query
 from embeddings.services import embeddings_refresh
-from memories.models import Memory, MemoryRetrieval
+from memories.models import MemoryRetrieval
 from memories.selectors import (
     LIVE,
     RetrievedMemory,
     memories_of,
+    memories_readable,
     memory_block,
     memory_has_embedded,
     memory_recent_verified,
@@ -97,13 +98,15 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
         with connection.cursor() as cur:
             cur.execute(*ASYNC_COMMIT)
         if ids:
-            Memory.objects.filter(pk__in=ids).update(hits=F("hits") + 1, streak=F("streak") + 1, last_retrieved_at=timezone.now())
+            memories_readable().filter(pk__in=ids).update(
+                hits=F("hits") + 1, streak=F("streak") + 1, last_retrieved_at=timezone.now()
+            )
             memories_auto_promote(ids=ids)
         retrieval = MemoryRetrieval.objects.create(
             namespace=namespace, user_id=user_id, query_sha256=text_hash(query), memory_ids=ids, degraded=bool(degraded_reason)
         )
     if ids:
-        fresh = Memory.objects.defer("embedding").in_bulk(ids)
+        fresh = memories_readable().defer("embedding").in_bulk(ids)
         for item in kept:
             item.memory = fresh.get(item.memory.pk, item.memory)
     return RetrieveResult(kept, block, bool(degraded_reason), degraded_reason, retrieval.pk)

@@ -19,11 +19,11 @@ from memories import write_gate
 from memories.dedupe import MERGE, NEW_VERSION, SAVE, SKIP, Decision, decide, semantic_duplicate_threshold
 from memories.extraction import Artifact, extract
 from memories.models import Memory, MemoryQuarantine, MemoryStatus, MemoryType, MemoryWriteDecision, WriteDecisionKind
-from memories.selectors import LIVE, memories_of, memory_neighbours, memory_retrieval_exists
+from memories.selectors import LIVE, memories_of, memories_readable, memory_neighbours, memory_retrieval_exists
 from memories.services.outcomes import memory_outcome_signal_apply
 from memories.services.shared import embedding_schedule, memories_auto_promote, namespace_or_default, user_lock
 from memories.simhash import simhash, to_hex
-from tenants.context import acting_agent_id
+from tenants.context import acting_agent_id, private_agent_id
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +222,7 @@ def memory_store(
                     namespace=namespace,
                     user_id=user_id,
                     agent_id=acting_agent_id(),
+                    private_agent_id=private_agent_id(),  # an agent with private user data owns what it writes
                     memory_type=artifact.memory_type,
                     topic=artifact.topic,
                     tags=list(artifact.tags),
@@ -235,8 +236,9 @@ def memory_store(
                     metadata=metadata,
                 )
                 if decision.action == NEW_VERSION:
-                    old = Memory.objects.select_for_update().get(pk=decision.target_id)
+                    old = memories_readable().select_for_update().get(pk=decision.target_id)
                     new.supersedes = old
+                    new.private_agent_id = old.private_agent_id  # a new version keeps its predecessor's owner
                     new.version = old.version + 1
                     new.save()
                     old.status = MemoryStatus.DEPRECATED
@@ -252,7 +254,8 @@ def memory_store(
                 memory_id = new.pk
                 to_embed.append(memory_id)
     except IntegrityError:
-        # Another writer stored the same text between our lock-free reads: answer its row.
+        # Another writer stored the same text between our lock-free reads: answer its row (the live copy of the
+        # same owner, as the unique constraint counts them).
         existing = memories_of(user_id=user_id, namespace=namespace).filter(status__in=LIVE, content_sha256=sha).first()
         if existing is None:
             raise
@@ -297,7 +300,7 @@ def _merge(*, memory_id: int, artifact: Artifact, sha: str, fingerprint: int, me
 
     Answers whether the content changed (then the vector is cleared for re-embedding).
     """
-    target = Memory.objects.select_for_update().get(pk=memory_id)
+    target = memories_readable().select_for_update().get(pk=memory_id)
     fields = ["version", "hits", "tags", "metadata", "updated_at"]
     target.version += 1
     target.hits += 1
