@@ -134,6 +134,14 @@ class MemoryQuarantine(TenantOwned):
     source_message_id = models.CharField(max_length=200, blank=True, default="")
     metadata = models.JSONField(default=dict, blank=True)
     released_memory = models.ForeignKey(Memory, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    private_agent = models.ForeignKey(
+        "agents.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="The agent with private user data whose user's lesson this is; released, the memory is its own",
+    )
     reviewed_by = models.CharField(max_length=150, blank=True, default="")
     reviewed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -155,3 +155,33 @@ def test_the_migration_gives_a_private_agents_memories_to_it():
     assert theirs.private_agent_id == private.agent.pk
     assert other.private_agent_id is None and unknown.private_agent_id is None
     assert _retrieved(private, {"user_id": "alice", "query": theirs.content}) == [theirs.pk]
+
+
+def test_a_private_agents_quarantined_lesson_is_released_as_its_own_memory():
+    """The gate blocks a lesson of a private agent's user; the reviewer edits the secret out and releases it: the
+    memory is that agent's (the shared agents never read it), not a shared one."""
+    from memories.models import MemoryQuarantine
+    from memories.services.quarantine import quarantine_release
+
+    shared, private = _shared_and_private()
+    body = {
+        "user_id": "alice",
+        "user_message": "How do I reach the S3 bucket for the nightly export?",
+        "assistant_message": "Use the access key AKIAIOSFODNN7EXAMPLQ with the deploy role for the nightly export job.",
+    }
+    blocked = private.post(OBSERVE, body, format="json").json()
+    assert blocked["decision"] == "blocked"
+    item = MemoryQuarantine.objects.get(pk=blocked["evidence"]["quarantine_id"])
+    assert item.private_agent_id == private.agent.pk
+    edited = "Use the deploy role's own credentials from the vault for the nightly export job to the S3 bucket."
+    result = quarantine_release(item=item, actor="rita", content=edited)
+    memory = Memory.objects.get(pk=result.memory_id)
+    assert memory.private_agent_id == private.agent.pk and memory.agent_id == private.agent.pk
+    query = {"user_id": "alice", "query": "nightly export S3 bucket credentials"}
+    assert [i["id"] for i in private.post(RETRIEVE, query, format="json").json()["items"]] == [memory.pk]
+    assert shared.post(RETRIEVE, query, format="json").json()["items"] == []
+    shared_item = shared.post(OBSERVE, body, format="json").json()
+    released = quarantine_release(
+        item=MemoryQuarantine.objects.get(pk=shared_item["evidence"]["quarantine_id"]), actor="rita", content=edited
+    )
+    assert Memory.objects.get(pk=released.memory_id).private_agent_id is None  # a shared agent's stays shared

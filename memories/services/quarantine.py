@@ -1,13 +1,17 @@
 """Quarantine: reviewers release (through the gate and dedupe) or discard what the write gate blocked."""
 
+from contextlib import nullcontext
+
 from django.db import transaction
 from django.utils import timezone
 
+from agents.models import Agent
 from common.api import ApplicationError
 from memories import write_gate
 from memories.extraction import Artifact
 from memories.models import MemoryQuarantine, QuarantineStatus
 from memories.services.store import BLOCKED, ObserveResult, memory_store
+from tenants.context import acting_agent
 
 
 def quarantine_release(*, item: MemoryQuarantine, actor: str, content: str | None = None) -> ObserveResult:
@@ -30,16 +34,19 @@ def quarantine_release(*, item: MemoryQuarantine, actor: str, content: str | Non
         artifact = Artifact(
             memory_type=locked.memory_type, topic=locked.topic, content=text, tags=list(locked.tags), extractor="reviewer"
         )
-        result = memory_store(
-            user_id=locked.user_id,
-            namespace=locked.namespace,
-            artifact=artifact,
-            metadata=locked.metadata,
-            source_session_id=locked.source_session_id,
-            source_message_id=locked.source_message_id,
-            extractor="reviewer",
-            quarantine_on_block=False,
-        )
+        # a lesson of a private agent's user is released as that agent's memory (deduplicated against its own)
+        owner = Agent.objects.filter(pk=locked.private_agent_id).first() if locked.private_agent_id else None
+        with acting_agent(owner) if owner is not None else nullcontext():
+            result = memory_store(
+                user_id=locked.user_id,
+                namespace=locked.namespace,
+                artifact=artifact,
+                metadata=locked.metadata,
+                source_session_id=locked.source_session_id,
+                source_message_id=locked.source_message_id,
+                extractor="reviewer",
+                quarantine_on_block=False,
+            )
         if result.decision == BLOCKED:  # the topic, tags or filters still hold a secret
             raise ApplicationError(f"Still blocked: {result.evidence.get('message', '')}", field="redacted_preview")
         locked.status = QuarantineStatus.RELEASED

@@ -160,6 +160,7 @@ def memory_store(
                 source_session_id=write_gate.redact(source_session_id)[:200],
                 source_message_id=write_gate.redact(source_message_id)[:200],
                 metadata=_redact_value(metadata),
+                private_agent_id=private_agent_id(),
             )
             evidence["quarantine_id"] = item.pk
         return ObserveResult(BLOCKED, None, evidence)
