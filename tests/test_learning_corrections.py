@@ -236,3 +236,36 @@ def test_50_concurrent_decays_of_one_anchor(catalogue, settings):
     assert _hammer(50, go) == []
     anchor.refresh_from_db()
     assert anchor.confidence == pytest.approx(0.99**50)
+
+
+def test_a_correction_overrules_what_the_wrong_click_taught_near_the_text(
+    api, cbus, django_capture_on_commit_callbacks, written_for_floors
+):
+    """The user clicked the wrong option, then corrected it: a close paraphrase must not keep the right verb held down
+    (the click's evidence on the text's variants) nor the wrong verb lifted."""
+    from django.db.models import F
+
+    from learning.models import PhraseEvidence
+
+    body = api.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "alice"}, format="json").json()
+    assert body["outcome"] == "ambiguous" and "cbu.show" in [o["verb"] for o in body["options"]]
+    with django_capture_on_commit_callbacks(execute=True):
+        picked = api.post(f"/api/v1/disambiguations/{body['request_id']}/select", {"selected_verb": "cbu.show"}, format="json")
+    assert picked.status_code == 200
+    near = api.post("/api/v1/resolve", {"text": "list all cbu", "user_id": "alice"}, format="json").json()
+    assert near["explanation"]["penalties"].get("cbu.list", 0) > 0  # what the click taught
+    before = (
+        PhraseEvidence.objects.filter(user_id="alice", verb="cbu.list", negative__gt=F("positive")).count(),
+        PhraseEvidence.objects.filter(user_id="alice", verb="cbu.show", positive__gt=F("negative")).count(),
+    )
+    fix = {"text": "list all cbus", "wrong_verb": "cbu.show", "correct_verb": "cbu.list", "user_id": "alice"}
+    assert api.post("/api/v1/resolutions/correct", fix, format="json").status_code == 200
+    after = api.post("/api/v1/resolve", {"text": "list all cbu", "user_id": "alice"}, format="json").json()
+    # near-paraphrases of the corrected text are overruled; farther evidence still counts, weighted by its distance
+    assert after["explanation"]["penalties"].get("cbu.list", 0) < 0.05 < near["explanation"]["penalties"]["cbu.list"]
+    assert after.get("verb") == "cbu.list" or "cbu.list" in [o["verb"] for o in after.get("options", [])]
+    held_down = PhraseEvidence.objects.filter(user_id="alice", verb="cbu.list", negative__gt=F("positive"))
+    lifted = PhraseEvidence.objects.filter(user_id="alice", verb="cbu.show", positive__gt=F("negative"))
+    assert held_down.count() < before[0] and lifted.count() < before[1]  # the variants near the text; far ones stay
+    untouched = api.post("/api/v1/resolve", {"text": "list all cbu", "user_id": "bob"}, format="json").json()
+    assert untouched["explanation"]["penalties"] == {}  # another user's evidence is not theirs

@@ -18,7 +18,7 @@ from learning.selectors import active_blocks, correction_decay_targets, phrase_o
 from learning.services.blocks import _verb_by_name
 from learning.services.candidates import candidate_record
 from learning.services.decisions import resolution_label
-from learning.services.evidence import phrase_evidence_add
+from learning.services.evidence import phrase_evidence_add, phrase_evidence_overrule
 from tenants.context import acting_agent_id
 
 logger = logging.getLogger(__name__)
@@ -117,6 +117,15 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
         elif len(touched) > 1:
             LearnedPhrase.history.bulk_history_create(
                 [t for t in touched if t.pk != row.pk], update=True, default_change_reason="correction"
+            )
+        if vectors is not None:  # what clicks taught near the text no longer holds the right verb down
+            phrase_evidence_overrule(
+                user_id=user_id,
+                vector=vectors[0],
+                model=model,
+                right_verb=correct.name,
+                wrong_verb=wrong.name,
+                similarity=profile(model)["decide_similarity"],  # near-paraphrases: the variants a click taught
             )
         _positive_evidence_add(user_id=user_id, text=text, verb=correct, vectors=vectors, model=model, weight=fresh)
     by_pk = {t.pk: t for t in touched}

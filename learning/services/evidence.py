@@ -22,6 +22,33 @@ def phrase_evidence_add(
     )
 
 
+def phrase_evidence_overrule(*, user_id: str, vector, model: str, right_verb: str, wrong_verb: str, similarity: float) -> int:
+    """A user's correction overrules what their clicks taught near its text: the user's evidence rows (of the acting
+    agent's kind) within ``similarity`` of ``vector`` stop holding ``right_verb`` down (positive raised to the negative)
+    and stop lifting ``wrong_verb`` (negative raised to the positive). Answers how many rows changed."""
+    table = PhraseEvidence._meta.db_table
+    owner = "private_agent_id = %s" if private_agent_id() is not None else "private_agent_id IS NULL"
+    near = (
+        f"user_id = %s AND {owner} AND embedding_model = %s AND embedding IS NOT NULL "
+        "AND (embedding <=> %s::vector) <= %s AND verb = %s"
+    )
+    base = [user_id, *([private_agent_id()] if private_agent_id() is not None else []), model, VectorParam(vector).literal()]
+    base.append(1.0 - similarity)
+    changed = 0
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(
+            f"UPDATE {table} SET positive = negative, updated_at = now() WHERE {near} AND negative > positive",
+            [*base, right_verb],
+        )
+        changed += cur.rowcount
+        cur.execute(
+            f"UPDATE {table} SET negative = positive, updated_at = now() WHERE {near} AND positive > negative",
+            [*base, wrong_verb],
+        )
+        changed += cur.rowcount
+    return changed
+
+
 def phrase_evidence_add_many(*, rows: list[dict], model: str) -> int:
     """Add evidence rows ({user_id, phrase, verb, negative, positive, vector}) in one INSERT ... ON CONFLICT DO UPDATE.
 
