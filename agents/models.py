@@ -18,6 +18,14 @@ class Scope(models.TextChoices):
 DEFAULT_SCOPES = [Scope.RESOLVE.value, Scope.FEEDBACK.value]
 
 
+def private_agent_field(help_text: str) -> models.ForeignKey:
+    """The owner of a user's row written through an agent with private user data (``Agent.private_user_data``); empty:
+    the tenant's agents share the row. Part of the row's unique key wherever one user's text has one row."""
+    return models.ForeignKey(
+        "agents.Agent", null=True, blank=True, on_delete=models.CASCADE, related_name="+", help_text=help_text
+    )
+
+
 class Agent(TenantOwned):
     """An AI agent that calls the API with one or more keys."""
 

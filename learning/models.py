@@ -15,6 +15,7 @@ from django.db import models
 from django.db.models import Q
 from simple_history.models import HistoricalRecords
 
+from agents.models import private_agent_field
 from common.history import history_user
 from common.validators import user_id_validator
 from embeddings.models import Embedded, hnsw_index
@@ -101,13 +102,8 @@ class LearnedPhrase(TenantOwned, Embedded):
         related_name="+",
         help_text="The agent whose user taught it (none: imported or approved by a reviewer)",
     )
-    private_agent = models.ForeignKey(
-        "agents.Agent",
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="+",
-        help_text="The agent with private user data whose user's phrase this is; empty: the tenant's agents share it",
+    private_agent = private_agent_field(
+        "The agent with private user data whose user's phrase this is; empty: the tenant's agents share it"
     )
     is_active = models.BooleanField(default=True)
     last_matched_at = models.DateTimeField(null=True, blank=True)
@@ -411,13 +407,8 @@ class PhraseEvidence(TenantOwned, Embedded):
     negative = models.FloatField(default=0.0, help_text="Sum of negative signal confidences")
     positive = models.FloatField(default=0.0, help_text="Sum of positive signal confidences")
     signal_count = models.PositiveIntegerField(default=0)
-    private_agent = models.ForeignKey(
-        "agents.Agent",
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="+",
-        help_text="The agent with private user data whose users this is about; empty: the tenant's agents share it",
+    private_agent = private_agent_field(
+        "The agent with private user data whose users this is about; empty: the tenant's agents share it"
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

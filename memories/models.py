@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 from simple_history.models import HistoricalRecords
 
+from agents.models import private_agent_field
 from common.history import history_user
 from common.validators import user_id_validator
 from embeddings.models import Embedded, hnsw_index
@@ -53,13 +54,8 @@ class Memory(TenantOwned, Embedded):
         related_name="+",
         help_text="The agent that stored it",
     )
-    private_agent = models.ForeignKey(
-        "agents.Agent",
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="+",
-        help_text="The agent with private user data whose user this memory belongs to; empty: the tenant's agents share it",
+    private_agent = private_agent_field(
+        "The agent with private user data whose user this memory belongs to; empty: the tenant's agents share it"
     )
     source_session_id = models.CharField(max_length=200, blank=True, default="")
     source_message_id = models.CharField(max_length=200, blank=True, default="")
@@ -134,13 +130,8 @@ class MemoryQuarantine(TenantOwned):
     source_message_id = models.CharField(max_length=200, blank=True, default="")
     metadata = models.JSONField(default=dict, blank=True)
     released_memory = models.ForeignKey(Memory, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    private_agent = models.ForeignKey(
-        "agents.Agent",
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="+",
-        help_text="The agent with private user data whose user's lesson this is; released, the memory is its own",
+    private_agent = private_agent_field(
+        "The agent with private user data whose user's lesson this is; released, the memory is its own"
     )
     reviewed_by = models.CharField(max_length=150, blank=True, default="")
     reviewed_at = models.DateTimeField(null=True, blank=True)
