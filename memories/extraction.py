@@ -70,7 +70,8 @@ _CHATTER_WORDS = STOPWORDS | set(
 _QUESTION_START = re.compile(r"(?i)^(?:how|what|why|when|where|which|who|can|could|should|is|are|do|does|did|will|would)\b")
 _CODE_FENCE = re.compile(r"```(\w+)?")
 _STEPS = re.compile(r"(?m)^\s*(?:\d+[.)]|step\s+\d+[:.)]?)\s+\S")
-_SEQUENCE = re.compile(r"(?i)\bfirst\b.*\bthen\b")
+_FIRST = re.compile(r"(?i)\bfirst\b")
+_THEN = re.compile(r"(?i)\bthen\b")
 _DECISION = re.compile(
     r"(?i)\b(?:we|i|the team|team)\s+(?:have\s+)?(?:decided|chose|agreed|settled on|will use|are going with|go with)\b|"
     r"\bdecision\b|\bgoing forward\b|\bfrom now on\b"
@@ -130,10 +131,19 @@ def _first_question(text: str) -> str:
     return sentences[0] if sentences else ""
 
 
+def _has_sequence(text: str) -> bool:
+    """ "first … then" on one line, in linear time (``first.*then`` backtracks over every "first" of a long line)."""
+    for line in text.split("\n"):  # "." of a regex stops at \n only
+        first = _FIRST.search(line)
+        if first and _THEN.search(line, first.end()):
+            return True
+    return False
+
+
 def detect_type(user_message: str, assistant_message: str) -> str:
     if _CODE_FENCE.search(assistant_message) or re.search(r"(?m)^\s*\$ \S", assistant_message):
         return MemoryType.SNIPPET
-    if len(_STEPS.findall(assistant_message)) >= 2 or _SEQUENCE.search(assistant_message):
+    if len(_STEPS.findall(assistant_message)) >= 2 or _has_sequence(assistant_message):
         return MemoryType.PROCEDURE
     if _DECISION.search(assistant_message) or _DECISION.search(user_message):
         return MemoryType.DECISION

@@ -311,3 +311,34 @@ def test_simhash_properties():
     assert hamming(simhash(a), simhash(a.upper() + "  ")) == 0
     assert hamming(simhash(a), simhash("Use UTC for every timestamp stored in the database.")) > 10
     assert hamming("0000000000000000", "000000000000000f") == 4
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "First stop the workers, then run the migration.",
+        "first\nthen",
+        "then first",
+        "First drain the queue.\nThen restart it.",
+        "at first it failed; then it worked",
+        "firstly thenceforth",
+        "first \r then",
+        "",
+    ],
+)
+def test_a_sequence_is_what_first_then_on_one_line_matched(text):
+    import re
+
+    from memories.extraction import _has_sequence
+
+    assert _has_sequence(text) == bool(re.search(r"(?i)\bfirst\b.*\bthen\b", text))
+
+
+def test_a_long_line_of_firsts_is_read_in_linear_time():
+    """20,000 characters of "first " took 1.5 s of backtracking; a million now take a few milliseconds (a hang, not a
+    timing, is what this guards against)."""
+    from memories.extraction import _has_sequence, detect_type
+
+    assert not _has_sequence("first " * 200_000)
+    assert _has_sequence("first " * 200_000 + "then")
+    assert detect_type("how?", "first " * 200_000) != "procedure"
