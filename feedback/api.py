@@ -101,12 +101,12 @@ class ProposalDetailApi(AgentApi):
 class ProposalApproveApi(ReviewApi):
     @extend_schema(
         parameters=[_ID],
-        request=serializers.ReviewSerializer,
+        request=serializers.ApproveSerializer,
         responses={200: serializers.ProposalSerializer, **_OUT_ERRORS},
         summary="Approve a pending proposal (governance)",
     )
     def post(self, request, pk):
-        s = serializers.ReviewSerializer(data=request.data)
+        s = serializers.ApproveSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         p = proposal_approve(proposal=pk, reviewer=self.reviewer(request), notes=s.validated_data["review_notes"])
         return Response(serializers.ProposalSerializer(p).data)

@@ -86,8 +86,11 @@ class ProposalSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
-class ReviewSerializer(StrictSerializer):
+class ApproveSerializer(StrictSerializer):
     review_notes = _text(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class ReviewSerializer(ApproveSerializer):
     mistake_category = _text(required=False, allow_blank=True, default="", max_length=60)
 
 

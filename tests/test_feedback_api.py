@@ -309,3 +309,40 @@ def test_a_misspelt_status_filter_is_400_naming_the_choices(db, path, good):
     assert "Unknown status 'pendng'" in refused.json()["detail"] and good in refused.json()["detail"]
     assert agent.get(path, {"status": good}).status_code == 200
     assert agent.get(path, {"status": ""}).status_code == 200
+
+
+def test_fields_a_decision_would_drop_are_refused_by_name(db):
+    """Nothing records a corrected action or a category on a correct review, a category on an approval, or an
+    explanation on a success: each is a 400 naming the field, and nothing changes."""
+    from actions.models import Action
+    from feedback.models import Execution, FeedbackRecord, Proposal
+    from tests.conftest import make_client
+
+    Action.objects.create(name="deploy.run", autonomy_level=2)  # executions need level 2
+    agent = make_client(["resolve", "feedback"], name="agent-a")
+    reviewer = make_client(["governance"], name="rev")
+    run = {"action": "deploy.run", "params": {"env": "staging"}, "confidence": 0.9, "success": True}
+    eid = agent.post("/api/v1/executions", run, format="json").json()["id"]
+    for extra, field in (
+        ({"corrected_action": {"env": "prod"}}, "corrected_action"),
+        ({"mistake_category": "wrong_target"}, "mistake_category"),
+    ):
+        refused = reviewer.post(f"/api/v1/executions/{eid}/review", {"outcome": "correct", **extra}, format="json")
+        assert refused.status_code == 400 and list(refused.json()["fields"]) == [field], refused.json()
+    same = reviewer.post(
+        f"/api/v1/executions/{eid}/review", {"outcome": "incorrect", "corrected_action": {"env": "staging"}}, format="json"
+    )
+    assert same.status_code == 400 and "is what ran" in same.json()["detail"]
+    assert not Execution.objects.get(pk=eid).review_outcome and not FeedbackRecord.objects.exists()
+    assert reviewer.post(f"/api/v1/executions/{eid}/review", {"outcome": "correct"}, format="json").status_code == 200
+
+    body = {"action": "email.send", "proposed_action": {"to": "ceo"}, "reasoning": {"confidence": 0.5}}
+    pid = agent.post("/api/v1/proposals", body, format="json").json()["id"]
+    approve = reviewer.post(f"/api/v1/proposals/{pid}/approve", {"mistake_category": "tone"}, format="json")
+    assert approve.status_code == 400 and "mistake_category" in approve.json()["fields"]
+    assert Proposal.objects.get(pk=pid).status == "pending"
+    assert reviewer.post(f"/api/v1/proposals/{pid}/approve", {"review_notes": "fine"}, format="json").status_code == 200
+    success = agent.post("/api/v1/outcomes", {"proposal": pid, "success": True, "explanation": "went well"}, format="json")
+    assert success.status_code == 400 and list(success.json()["fields"]) == ["explanation"]
+    assert Proposal.objects.get(pk=pid).status == "approved"
+    assert agent.post("/api/v1/outcomes", {"proposal": pid, "success": True}, format="json").status_code == 200

@@ -210,9 +210,14 @@ def proposal_outcome_record(
     mistake_category: str = "",
     reviewer: Reviewer | None = None,
 ) -> Proposal:
-    """approved/modified → completed or failed; a failure writes an ``outcome_failure`` record."""
+    """approved/modified → completed or failed; a failure writes an ``outcome_failure`` record (its explanation and
+    mistake category are refused on a success, which records neither)."""
     if not isinstance(success, bool):
         raise ApplicationError("success must be true or false.", field="success")
+    if success:
+        for field, value in (("explanation", explanation), ("mistake_category", mistake_category)):
+            if value and str(value).strip():
+                raise ApplicationError(f"A success takes no {field.replace('_', ' ')}; only a failure records one.", field=field)
     error, explanation, category = (
         _explanation(error, "error"),
         _explanation(explanation, "explanation"),
@@ -301,15 +306,23 @@ def execution_review(
     corrected_action: dict | None = None,
     mistake_category: str = "",
 ) -> Execution:
-    """Review an execution once: ``correct`` (positive record) or ``incorrect`` (negative record)."""
+    """Review an execution once: ``correct`` (positive record) or ``incorrect`` (negative record, with the corrected
+    action and the mistake category when given). A corrected action or a category on a ``correct`` review, or a
+    corrected action equal to what ran, is refused (nothing would record it)."""
     if outcome not in ReviewOutcome.values:
         raise ApplicationError(f"outcome must be one of {', '.join(ReviewOutcome.values)}.", field="outcome")
+    if outcome == ReviewOutcome.CORRECT:
+        for field, value in (("corrected_action", corrected_action is not None), ("mistake_category", bool(mistake_category))):
+            if value:
+                raise ApplicationError(f"A correct execution takes no {field.replace('_', ' ')}.", field=field)
     if corrected_action is not None:
         corrected_action = _json_object(corrected_action, field="corrected_action")
     notes, category = _explanation(notes), _category(mistake_category)
     with transaction.atomic():
         obj = _locked(Execution, _pk(execution))
         _check_not_self_review(obj, reviewer)
+        if corrected_action is not None and corrected_action == obj.params:
+            raise ApplicationError("The corrected action is what ran; send what it should have been.", field="corrected_action")
         if obj.review_outcome:
             raise Conflict(
                 f"Execution {obj.pk} was already reviewed {obj.review_outcome}.",
