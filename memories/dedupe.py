@@ -74,6 +74,16 @@ _CORRECTION = re.compile(
     r"(?i)\b(?:no longer|not anymore|instead of|replaced by|replaces|deprecated|is now|are now|actually|changed to|switched to)\b"
 )
 _NUMBER = re.compile(r"\b\d+(?:[.,]\d+)?\b")
+_UNITS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen".split()
+    )
+}
+_TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)}
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
+_NUMBER_WORDS = set(_UNITS) | set(_TENS) | set(_SCALES)
 
 
 @dataclass(frozen=True)
@@ -110,7 +120,34 @@ def _polarity(text: str) -> int:
 
 
 def _numbers(text: str) -> list[str]:
-    return _NUMBER.findall(text)
+    """The numbers of a statement, in digits or in words ("twelve", "twenty-four", "two hundred and five" read as 12, 24,
+    205), as digit strings: "12 workers" and "twelve workers" say the same."""
+    found = _NUMBER.findall(text)
+    total, current, last = 0, None, ""  # last: the kind of the previous number word (unit, tens, scale)
+    for word in re.findall(r"[a-z]+", text.lower()):
+        kind = "unit" if word in _UNITS else "tens" if word in _TENS else "scale" if word in _SCALES else ""
+        joins = current is not None and (
+            (kind == "unit" and (last == "scale" or (last == "tens" and _UNITS[word] < 10)))
+            or (kind == "tens" and last == "scale")
+            or kind == "scale"
+            or (word == "and" and last == "scale")
+        )
+        if current is not None and not joins:  # the number ended: "one and two", "four five", "twelve workers"
+            found.append(str(total + current))
+            total, current, last = 0, None, ""
+        if word == "and":
+            continue
+        if kind in ("unit", "tens"):
+            current = (current or 0) + (_UNITS.get(word) if kind == "unit" else _TENS[word])
+        elif kind == "scale" and current is not None:
+            if _SCALES[word] == 100:
+                current *= 100
+            else:
+                total, current = total + current * _SCALES[word], 0
+        last = kind if current is not None else ""
+    if current is not None:
+        found.append(str(total + current))
+    return found
 
 
 def _jaccard(a: set, b: set) -> float:
@@ -121,7 +158,10 @@ def contradicts(new: str, old: str, *, correction: bool = False) -> bool:
     """Deterministic contradiction test between two statements on the same topic; ``correction``: the new one
     was said as a correction ("actually", "I changed my mind"), which counts like "no longer"."""
     wn, wo = set(content_words(new)), set(content_words(old))
-    overlap = _jaccard({w for w in wn if not w[0].isdigit()}, {w for w in wo if not w[0].isdigit()})
+    overlap = _jaccard(
+        {w for w in wn if not w[0].isdigit() and w not in _NUMBER_WORDS},
+        {w for w in wo if not w[0].isdigit() and w not in _NUMBER_WORDS},
+    )
     if _polarity(new) != _polarity(old) and overlap >= 0.5:
         return True
     nn, no = _numbers(new), _numbers(old)

@@ -103,6 +103,28 @@ class TestObserve:
         assert old_row.status == "deprecated" and old_row.deprecated_at is not None
         assert new_row.status == "candidate" and new_row.supersedes_id == old_row.pk and new_row.version == 2
 
+    @pytest.mark.parametrize(
+        "before,after",
+        [("twelve", "four"), ("twenty-four", "forty"), ("12", "four"), ("two hundred and five", "two hundred and fifty")],
+    )
+    def test_numbers_in_words_contradict_like_digits(self, api, before, after):
+        """ "twelve workers" then "four workers": a new version (the newer number lives), not a merge keeping the
+        longer, older text."""
+        text = "Run the staging import queue with {} workers during the nightly batch window."
+        old = observe(api, user_message="note", assistant_message=text.format(before), type="pattern", topic="import queue")
+        new = observe(api, user_message="note", assistant_message=text.format(after), type="pattern", topic="import queue")
+        assert new.json()["decision"] == "new_version", new.json()
+        assert Memory.objects.get(pk=old.json()["memory_id"]).status == "deprecated"
+        assert f" {after} workers" in Memory.objects.get(pk=new.json()["memory_id"]).content
+
+    def test_the_same_number_in_digits_and_in_words_is_no_contradiction(self):
+        from memories.dedupe import _numbers, contradicts
+
+        assert _numbers("twelve workers") == _numbers("12 workers") == ["12"]
+        assert _numbers("one thousand two hundred and thirty-four") == ["1234"]
+        assert _numbers("pick one of three, then four five") == ["1", "3", "4", "5"]
+        assert not contradicts("Run the queue with 12 workers tonight.", "Run the queue with twelve workers tonight.")
+
     def test_negation_contradiction(self, api):
         observe(
             api,
