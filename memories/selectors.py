@@ -25,7 +25,7 @@ LIVE = [MemoryStatus.VERIFIED, MemoryStatus.CANDIDATE]
 _STATUS_RANK = {MemoryStatus.VERIFIED: 0, MemoryStatus.CANDIDATE: 1, MemoryStatus.DEPRECATED: 2}
 
 
-def _users_data() -> QuerySet[Memory]:
+def memories_readable() -> QuerySet[Memory]:
     """Memories the caller may read, of the tenant's (the manager filters): an agent with private user data only its
     own (``private_agent``), any other caller only the shared ones (no private agent's)."""
     private = private_agent_id()
@@ -34,18 +34,13 @@ def _users_data() -> QuerySet[Memory]:
     return Memory.objects.filter(private_agent_id=private)
 
 
-def memories_readable() -> QuerySet[Memory]:
-    """What the caller may read, and so change: ``_users_data``."""
-    return _users_data()
-
-
 def memories_of(*, user_id: str, namespace: str | None = None) -> QuerySet[Memory]:
-    return _users_data().filter(user_id=user_id, namespace=namespace or settings.MEMORY_DEFAULT_NAMESPACE)
+    return memories_readable().filter(user_id=user_id, namespace=namespace or settings.MEMORY_DEFAULT_NAMESPACE)
 
 
 def memory_get(*, user_id: str, memory_id: int) -> Memory | None:
     """The user's memory, or None (also when it belongs to someone else)."""
-    return _users_data().filter(user_id=user_id, pk=memory_id).first()
+    return memories_readable().filter(user_id=user_id, pk=memory_id).first()
 
 
 def memory_filter_q(filters: dict | None) -> Q:
@@ -227,7 +222,7 @@ def memory_retrieval_exists(*, user_id: str, namespace: str, retrieval_id: int) 
 
 def memory_ids_of_user(*, user_id: str, ids: list[int]) -> list[int]:
     """Those of ``ids`` that are memories of this user the caller may read (others, or purged ones, are left out)."""
-    return list(_users_data().filter(user_id=user_id, pk__in=ids).order_by("pk").values_list("pk", flat=True))
+    return list(memories_readable().filter(user_id=user_id, pk__in=ids).order_by("pk").values_list("pk", flat=True))
 
 
 def memories_needing_embedding(*, model: str, user_id: str | None = None, namespace: str | None = None) -> QuerySet[Memory]:
@@ -298,7 +293,7 @@ def memory_search(
     ``user_id`` None searches every user (operator commands only; the API always passes one). Without an acting
     agent (an operator's command) every owner's memories are searched, private agents' too.
     """
-    qs = (Memory.objects.all() if acting_agent_id() is None else _users_data()).filter(memory_filter_q(filters))
+    qs = (Memory.objects.all() if acting_agent_id() is None else memories_readable()).filter(memory_filter_q(filters))
     if user_id is not None:
         qs = qs.filter(user_id=user_id)
     if namespace:

@@ -27,13 +27,11 @@ def phrase_evidence_overrule(*, user_id: str, vector, model: str, right_verb: st
     agent's kind) within ``similarity`` of ``vector`` stop holding ``right_verb`` down (positive raised to the negative)
     and stop lifting ``wrong_verb`` (negative raised to the positive). Answers how many rows changed."""
     table = PhraseEvidence._meta.db_table
-    owner = "private_agent_id = %s" if private_agent_id() is not None else "private_agent_id IS NULL"
     near = (
-        f"user_id = %s AND {owner} AND embedding_model = %s AND embedding IS NOT NULL "
-        "AND (embedding <=> %s::vector) <= %s AND verb = %s"
+        "user_id = %s AND private_agent_id IS NOT DISTINCT FROM %s::bigint AND embedding_model = %s "
+        "AND embedding IS NOT NULL AND (embedding <=> %s::vector) <= %s AND verb = %s"
     )
-    base = [user_id, *([private_agent_id()] if private_agent_id() is not None else []), model, VectorParam(vector).literal()]
-    base.append(1.0 - similarity)
+    base = [user_id, private_agent_id(), model, VectorParam(vector).literal(), 1.0 - similarity]
     changed = 0
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(
