@@ -1,14 +1,123 @@
-"""The base of every API view: one transaction per request that sees only the caller's tenant."""
+"""The base of every API view: one transaction per request that sees only the caller's tenant, and writes that a
+retry with the same ``Idempotency-Key`` does not apply twice."""
 
+import hashlib
+import json
+
+import psycopg
+from django.db import DatabaseError, connection
+from rest_framework.permissions import SAFE_METHODS
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agents.models import Agent
+from agents.services import idempotent_request_claim, idempotent_request_release, idempotent_request_store
+from common.api import ApplicationError
 from tenants.context import tenant_request
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+IDEMPOTENCY_KEY_MAX = 255
+
+
+class _Replay(Exception):
+    """The request was answered before under its idempotency key: the stored answer is the answer."""
+
+    def __init__(self, response: Response):
+        self.response = response
+
+
+def _request_hash(request) -> str:
+    """sha256 of what makes two requests the same: method, path, query and body (an uploaded file by its content)."""
+    data = request.data
+    if hasattr(data, "lists"):  # a QueryDict (form or multipart)
+        data = {k: v for k, v in data.lists()}
+
+    def _file(obj):
+        if hasattr(obj, "chunks"):
+            digest = hashlib.sha256()
+            for chunk in obj.chunks():
+                digest.update(chunk)
+            obj.seek(0)
+            return {"file": obj.name, "sha256": digest.hexdigest()}
+        return str(obj)
+
+    body = json.dumps([request.method, request.path, sorted(request.query_params.lists()), data], sort_keys=True, default=_file)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _key(request) -> str | None:
+    """The request's idempotency key, or None; a 400 for a malformed one or a caller that cannot use one."""
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None or request.method in SAFE_METHODS:
+        return None
+    if not key or len(key) > IDEMPOTENCY_KEY_MAX or not key.isascii() or not key.isprintable():
+        raise ApplicationError(
+            f"{IDEMPOTENCY_HEADER} must be 1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters.",
+            field=IDEMPOTENCY_HEADER,
+        )
+    if not isinstance(request.user, Agent):
+        raise ApplicationError(
+            f"{IDEMPOTENCY_HEADER} is for agents' API keys; a reviewer's repeated decision is refused as already made.",
+            field=IDEMPOTENCY_HEADER,
+        )
+    return key
 
 
 class TenantApiView(APIView):
     """Each request runs in one transaction; authentication names the caller's tenant for it (``SET LOCAL``),
-    so every query, including one the code forgets to filter, sees only that tenant's rows."""
+    so every query, including one the code forgets to filter, sees only that tenant's rows.
+
+    A write (any method but GET, HEAD, OPTIONS) an agent sends with an ``Idempotency-Key`` header is applied once:
+    its successful answer is stored in the same transaction as the write, and the same request sent again with the
+    key gets that answer (header ``Idempotent-Replayed: true``) without running again. A failed request stores
+    nothing, so its retry runs. The key on another request is a 409."""
+
+    idempotent_writes = True  # the OpenAPI schema documents the header (common.schema)
+    _idempotency_key: str | None = None
 
     def dispatch(self, request, *args, **kwargs):
         with tenant_request():
             return super().dispatch(request, *args, **kwargs)
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)  # authentication, permissions, throttles
+        if not hasattr(self, request.method.lower()) or request.method.lower() not in self.http_method_names:
+            return  # the method is not allowed: 405, nothing to claim
+        key = _key(request)
+        if key is None:
+            return
+        stored = idempotent_request_claim(
+            agent=request.user, key=key, method=request.method, path=request.path, request_hash=_request_hash(request)
+        )
+        if stored is not None:
+            raise _Replay(Response(stored.response, status=stored.status_code, headers={"Idempotent-Replayed": "true"}))
+        self._idempotency_key = key
+
+    def handle_exception(self, exc):
+        if isinstance(exc, _Replay):
+            return exc.response
+        return super().handle_exception(exc)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        key, self._idempotency_key = self._idempotency_key, None
+        if key is None or _aborted():
+            return response  # no claim, or the transaction rolls back and the claim with it
+        if 200 <= response.status_code < 300:
+            body = json.loads(JSONRenderer().render(response.data)) if response.data is not None else None
+            idempotent_request_store(agent=request.user, key=key, status_code=response.status_code, response=body)
+        else:
+            idempotent_request_release(agent=request.user, key=key)
+        return response
+
+
+def _aborted() -> bool:
+    """True when PostgreSQL refuses further statements in the request's transaction (it will be rolled back)."""
+    raw = connection.connection
+    if connection.needs_rollback or raw is None:
+        return True
+    try:
+        return raw.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+    except DatabaseError:
+        return True

@@ -91,3 +91,24 @@ class ApiKey(models.Model):
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes
+
+
+class IdempotentRequest(TenantOwned):
+    """A write an agent sent with an ``Idempotency-Key`` header: a retry with the same key gets the stored answer
+    instead of applying the write twice. The row is written in the request's own transaction, so it exists exactly
+    when the write committed; kept for ``API_IDEMPOTENCY_TTL_S``."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    method = models.CharField(max_length=10)
+    path = models.CharField(max_length=500)
+    request_hash = models.CharField(max_length=64, help_text="sha256 of the method, path and body")
+    status_code = models.PositiveSmallIntegerField(null=True, help_text="Empty until the request's answer is stored")
+    response = models.JSONField(null=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "key"], name="idempotent_request_unique_key")]
+
+    def __str__(self):
+        return f"{self.method} {self.path} ({self.key})"

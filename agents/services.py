@@ -2,12 +2,13 @@
 
 import unicodedata
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.authentication import verified_keys_forget
-from agents.models import Agent, ApiKey, Scope, generate_key, hash_key
-from common.api import ApplicationError
+from agents.models import Agent, ApiKey, IdempotentRequest, Scope, generate_key, hash_key
+from common.api import ApplicationError, Conflict
 from tenants.models import Tenant
 from tenants.selectors import tenant_default
 
@@ -68,3 +69,53 @@ def api_key_revoke(*, key: ApiKey) -> ApiKey:
         transaction.on_commit(verified_keys_forget)
     verified_keys_forget()
     return key
+
+
+# --- Idempotency keys ---
+
+
+def idempotent_request_claim(*, agent: Agent, key: str, method: str, path: str, request_hash: str) -> IdempotentRequest | None:
+    """Claim ``key`` for this request, in the request's own transaction (the claim commits with the write, or
+    neither does). None: claimed, answer the request and store the answer. Otherwise the request stored under the
+    key, to be answered again; a concurrent request with the key is waited for (its INSERT holds the key until it
+    commits or rolls back). The same key on another request is a 409; a key older than API_IDEMPOTENCY_TTL_S is
+    free again."""
+    cutoff = timezone.now() - timezone.timedelta(seconds=settings.API_IDEMPOTENCY_TTL_S)
+    IdempotentRequest.objects.filter(agent=agent, key=key, created_at__lt=cutoff).delete()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {IdempotentRequest._meta.db_table} "
+            "(tenant_id, agent_id, key, method, path, request_hash, created_at) VALUES (%s, %s, %s, %s, %s, %s, now()) "
+            "ON CONFLICT (agent_id, key) DO NOTHING RETURNING id",
+            [agent.tenant_id, agent.pk, key, method, path[:500], request_hash],
+        )
+        if cursor.fetchone() is not None:
+            return None
+    stored = IdempotentRequest.objects.get(agent=agent, key=key)
+    if stored.request_hash != request_hash:
+        raise Conflict(
+            f"The Idempotency-Key {key!r} was sent with another request ({stored.method} {stored.path}); "
+            "use a new key for a new request.",
+            field="Idempotency-Key",
+            code="idempotency_key_reused",
+        )
+    return stored
+
+
+def idempotent_request_store(*, agent: Agent, key: str, status_code: int, response) -> None:
+    """Store the answer of the request that claimed ``key`` (in its transaction)."""
+    IdempotentRequest.objects.filter(agent=agent, key=key, status_code__isnull=True).update(
+        status_code=status_code, response=response
+    )
+
+
+def idempotent_request_release(*, agent: Agent, key: str) -> None:
+    """Free ``key``: the request failed and stored nothing, so sending it again must run it again."""
+    IdempotentRequest.objects.filter(agent=agent, key=key, status_code__isnull=True).delete()
+
+
+def idempotent_requests_purge() -> int:
+    """Delete stored answers older than API_IDEMPOTENCY_TTL_S; answers how many."""
+    cutoff = timezone.now() - timezone.timedelta(seconds=settings.API_IDEMPOTENCY_TTL_S)
+    count, _ = IdempotentRequest.objects.filter(created_at__lt=cutoff).delete()
+    return count

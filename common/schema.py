@@ -1,6 +1,7 @@
 """Shared OpenAPI pieces."""
 
 from drf_spectacular import openapi
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
 from common.fields import StrictSerializer
@@ -18,6 +19,26 @@ ERROR_RESPONSES = {400: ErrorSerializer, 401: ErrorSerializer, 403: ErrorSeriali
 class AutoSchema(openapi.AutoSchema):
     """drf-spectacular's schema, saying ``additionalProperties: false`` for every request body (and nested
     object) a ``StrictSerializer`` validates: those refuse unknown fields (the API's one policy)."""
+
+    def get_override_parameters(self):
+        parameters = list(super().get_override_parameters())
+        # agents.api.TenantApiView: every write of an agent may carry a key that a retry repeats.
+        if self.method not in ("GET", "HEAD", "OPTIONS") and getattr(self.view, "idempotent_writes", False):
+            parameters.append(
+                OpenApiParameter(
+                    "Idempotency-Key",
+                    str,
+                    OpenApiParameter.HEADER,
+                    required=False,
+                    description=(
+                        "Agents' keys only; 1 to 255 printable ASCII characters. The request is applied once: sent "
+                        "again with the same key (within API_IDEMPOTENCY_TTL_S, default a day) it answers what it "
+                        "answered the first time, with the header Idempotent-Replayed: true. A failed request stores "
+                        "nothing. The same key on another request is a 409 idempotency_key_reused."
+                    ),
+                )
+            )
+        return parameters
 
     def _map_basic_serializer(self, serializer, direction):
         schema = super()._map_basic_serializer(serializer, direction)

@@ -279,6 +279,8 @@ REST_FRAMEWORK = {
 # Requests per API key ("<n>/<s|min|h|d>"; empty: unlimited). Counted in the default cache: per process
 # unless CACHE_URL points at Redis (set it when gunicorn runs several workers).
 API_KEY_RATE = os.environ.get("API_KEY_RATE", "1200/min")
+# How long the answer of a write sent with an Idempotency-Key is kept for its retries; the purge runs hourly.
+API_IDEMPOTENCY_TTL_S = env_float("API_IDEMPOTENCY_TTL_S", 86400.0)
 # Proxies whose X-Forwarded-For is believed (addresses or CIDRs, comma-separated); empty: none, REMOTE_ADDR is the client.
 TRUSTED_PROXIES = [p.strip() for p in os.environ.get("TRUSTED_PROXIES", "").split(",") if p.strip()]
 CACHE_URL = os.environ.get("CACHE_URL", "").strip()
@@ -451,6 +453,10 @@ LEARNED_INDEX_BUILD_MEMORY = os.environ.get("LEARNED_INDEX_BUILD_MEMORY", "1GB")
 CELERY_BEAT_SCHEDULE["learning-tenant-indexes-sync"] = {
     "task": "learning.tenant_indexes_sync",
     "schedule": env_float("LEARNED_TENANT_INDEX_EVERY_S", 3600.0),
+}
+CELERY_BEAT_SCHEDULE["agents-idempotent-requests-purge"] = {
+    "task": "agents.idempotent_requests_purge",
+    "schedule": env_float("API_IDEMPOTENCY_PURGE_EVERY_S", 3600.0),
 }
 CELERY_BEAT_SCHEDULE["learning-resolution-records-purge"] = {
     "task": "learning.resolution_records_purge",

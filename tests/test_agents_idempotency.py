@@ -1,0 +1,136 @@
+"""Writes sent with an Idempotency-Key are applied once: a retry gets the stored answer."""
+
+import threading
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from agents.models import IdempotentRequest
+from agents.services import idempotent_requests_purge
+from learning.models import LearnedPhrase, PhraseEvidence
+from tests.conftest import make_client, make_memory, reviewer_client, reviewer_user
+
+CONFIRM = "/api/v1/resolutions/confirm"
+BODY = {"text": "show me every client business unit", "verb": "cbu.list", "user_id": "alice"}
+
+
+def post(client, url, body, key):
+    return client.post(url, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+
+
+def test_a_retried_confirmation_counts_once_and_gets_the_same_answer(api, catalogue):
+    first = post(api, CONFIRM, BODY, "confirm-1")
+    assert first.status_code == 200 and "Idempotent-Replayed" not in first
+    again = post(api, CONFIRM, BODY, "confirm-1")
+    assert again.status_code == 200 and again["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json()
+    row = LearnedPhrase.objects.get(normalized=BODY["text"], user_id="alice")
+    assert row.occurrence_count == 1
+    assert PhraseEvidence.objects.get(user_id="alice", verb="cbu.list").signal_count == 1
+    # A new key is a new confirmation.
+    third = post(api, CONFIRM, BODY, "confirm-2")
+    assert third.status_code == 200 and third.json()["phrase"]["occurrence_count"] == 2
+    # Without a key nothing is stored and every request counts.
+    assert api.post(CONFIRM, BODY, format="json").json()["phrase"]["occurrence_count"] == 3
+    assert IdempotentRequest.objects.count() == 2
+
+
+def test_the_key_on_another_request_is_refused_and_changes_nothing(api, catalogue):
+    assert post(api, CONFIRM, BODY, "k").status_code == 200
+    r = post(api, CONFIRM, {**BODY, "text": "list the units"}, "k")
+    assert r.status_code == 409
+    assert r.json()["code"] == "idempotency_key_reused" and "Idempotency-Key" in r.json()["fields"]
+    assert not LearnedPhrase.objects.filter(normalized="list the units").exists()
+
+
+def test_a_failed_request_stores_nothing_so_its_retry_runs(api, catalogue):
+    bad = post(api, CONFIRM, {**BODY, "verb": "cbu.nope"}, "k")
+    assert bad.status_code == 400
+    assert not IdempotentRequest.objects.exists()
+    # The same key now carries the corrected request (the first one was never applied).
+    assert post(api, CONFIRM, BODY, "k").status_code == 200
+    assert IdempotentRequest.objects.get().status_code == 200
+
+
+def test_keys_belong_to_their_agent(api, catalogue):
+    other = make_client(api.key.scopes, name="agent-b")
+    assert post(api, CONFIRM, BODY, "same").status_code == 200
+    r = post(other, CONFIRM, BODY, "same")
+    assert r.status_code == 200 and "Idempotent-Replayed" not in r
+    assert r.json()["phrase"]["occurrence_count"] == 2
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, "naïve", "tab\there"])
+def test_a_malformed_key_is_a_400_naming_the_header(api, catalogue, key):
+    r = post(api, CONFIRM, BODY, key)
+    assert r.status_code == 400 and "Idempotency-Key" in r.json()["fields"]
+    assert not LearnedPhrase.objects.exists()
+
+
+def test_a_reviewer_token_cannot_send_a_key(db, catalogue):
+    client = reviewer_client(reviewer_user("rita", "approve_autonomytransition"))
+    r = client.post("/api/v1/autonomy/transitions/1/approve", {}, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    assert r.status_code == 400 and "Idempotency-Key" in r.json()["fields"]
+
+
+def test_reads_ignore_the_key(api, catalogue):
+    r = api.get("/api/v1/learning/candidates", HTTP_IDEMPOTENCY_KEY="")
+    assert r.status_code in (200, 403)
+    assert not IdempotentRequest.objects.exists()
+
+
+def test_a_memory_outcome_sent_twice_with_a_key_is_applied_once(api):
+    memory = make_memory()
+    body = {"user_id": "alice", "memory_ids": [memory.pk], "outcome": "success"}
+    first = post(api, "/api/v1/memories/outcome", body, "out-1")
+    assert first.status_code == 200, first.json()
+    assert first.json()["memories"][0]["status"] == "verified"
+    versions = memory.history.count()
+    again = post(api, "/api/v1/memories/outcome", body, "out-1")
+    assert again["Idempotent-Replayed"] == "true" and again.json() == first.json()
+    assert memory.history.count() == versions
+    assert post(api, "/api/v1/memories/outcome", body, "out-2").status_code == 200  # a new key: applied again
+    assert memory.history.count() == versions + 1
+
+
+def test_expired_keys_are_purged_and_free_again(api, catalogue, settings):
+    assert post(api, CONFIRM, BODY, "k").status_code == 200
+    IdempotentRequest.objects.update(created_at=timezone.now() - timezone.timedelta(days=2))
+    r = post(api, CONFIRM, BODY, "k")
+    assert r.status_code == 200 and "Idempotent-Replayed" not in r and r.json()["phrase"]["occurrence_count"] == 2
+    IdempotentRequest.objects.update(created_at=timezone.now() - timezone.timedelta(days=2))
+    assert idempotent_requests_purge() == 1 and not IdempotentRequest.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_retries_with_one_key_apply_once(catalogue):
+    client = make_client(["resolve", "feedback"])
+    raw = client.raw
+    n = 8
+    barrier = threading.Barrier(n)
+    answers, errors = [None] * n, []
+
+    def worker(i):
+        from rest_framework.test import APIClient
+
+        c = APIClient()
+        c.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        try:
+            barrier.wait()
+            answers[i] = post(c, CONFIRM, BODY, "once")
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert [a.status_code for a in answers] == [200] * n
+    assert sum(1 for a in answers if "Idempotent-Replayed" not in a) == 1
+    assert all(a.json() == answers[0].json() for a in answers)
+    assert LearnedPhrase.objects.get(normalized=BODY["text"], user_id="alice").occurrence_count == 1
