@@ -5,10 +5,15 @@ models' own (view to see a kind, the decide permission of the kind to decide it)
 ``review.selectors``, decisions through ``review.services``.
 """
 
+import functools
+
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.exceptions import NotRegistered
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.db import transaction
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
@@ -269,3 +274,84 @@ class DecisionAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+# --- Decisions taken in the apps' own admin pages ---
+#
+# Every kind of item the inbox shows can also be decided on its app's admin pages: a changelist's bulk action, a
+# change form, a one-click button. Those pages call the same services as the inbox; here they also honour the
+# inbox's claims (an item another reviewer holds is refused) and log each decision they take as a ``Decision``,
+# in the same transaction as the change, so the decision log and the inbox's progress count every decision.
+
+_OBJECT_VIEWS = {Kind.RULE: ["deactivate_view"]}  # one-click views with the item's id as their argument
+
+
+def _posted(request, *names) -> str:
+    return next((request.POST.get(n, "") for n in names if request.POST.get(n)), "")
+
+
+def _admin_decisions_logged(kind: str, view, ids_of):
+    """``view`` (a bound admin view) with the inbox's claims honoured and its decisions logged."""
+
+    @functools.wraps(view)
+    def wrapped(request, *args, **kwargs):
+        ids = ids_of(request, args, kwargs) if request.method == "POST" else None
+        if not ids:
+            return view(request, *args, **kwargs)
+        with transaction.atomic():
+            held = services.items_hold_for_admin(kind=kind, ids=ids, user=request.user)
+            if held:
+                names = "; ".join(
+                    f"#{c.object_id} held by {c.user.get_username()} until {timezone.localtime(c.expires_at):%H:%M}"
+                    for c in held[:10]
+                )
+                messages.error(request, f"Not decided, another reviewer holds it in the inbox: {names}.")
+                return HttpResponseRedirect(request.get_full_path())
+            waiting = selectors.items_waiting(kind=kind, ids=ids)
+            response = view(request, *args, **kwargs)
+            if waiting:
+                services.admin_decisions_record(
+                    kind=kind,
+                    waiting=waiting,
+                    user=request.user,
+                    reason=_posted(request, "reason", "notes", "review_notes"),
+                    category=_posted(request, "category", "mistake_category"),
+                )
+        return response
+
+    return wrapped
+
+
+def _changelist_ids(spec):
+    def ids_of(request, args, kwargs) -> list[int]:
+        if not request.POST.get("action"):
+            return []
+        if request.POST.get("select_across") == "1":  # every row of the filtered list: every waiting one at most
+            return list(spec.waiting().values_list("pk", flat=True))
+        return [int(v) for v in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME) if str(v).isdecimal()]
+
+    return ids_of
+
+
+def _object_ids(request, args, kwargs) -> list[int]:
+    value = kwargs.get("object_id", kwargs.get("pk", args[0] if args else None))
+    return [int(value)] if value is not None and str(value).isdecimal() else []
+
+
+def admin_decisions_install(site=admin.site) -> None:
+    """Wrap the decision pages of every kind's registered admin (called once, when the admin is loaded)."""
+    for kind, spec in selectors.KINDS.items():
+        try:
+            model_admin = site.get_model_admin(spec.waiting().model)
+        except NotRegistered:
+            continue
+        if getattr(model_admin, "_decisions_logged", False):
+            continue
+        model_admin.changelist_view = _admin_decisions_logged(kind, model_admin.changelist_view, _changelist_ids(spec))
+        model_admin.changeform_view = _admin_decisions_logged(kind, model_admin.changeform_view, _object_ids)
+        for name in _OBJECT_VIEWS.get(kind, []):
+            setattr(model_admin, name, _admin_decisions_logged(kind, getattr(model_admin, name), _object_ids))
+        model_admin._decisions_logged = True
+
+
+admin_decisions_install()

@@ -36,6 +36,7 @@ class KindSpec:
     approve: str  # the buttons' words
     reject: str
     confirm_approve: bool  # approving changes what an agent may do (or everyone's vocabulary): confirm first
+    rejected: Q  # a decided item in this state was rejected; in any other, approved
 
 
 def _risk(*whens, default=0):
@@ -55,6 +56,7 @@ KINDS: dict[str, KindSpec] = {
         "Approve",
         "Reject",
         True,
+        Q(status="rejected"),
     ),
     Kind.PROPOSAL: KindSpec(
         Kind.PROPOSAL,
@@ -68,6 +70,7 @@ KINDS: dict[str, KindSpec] = {
         "Approve",
         "Reject",
         False,
+        Q(status="rejected"),
     ),
     Kind.EXECUTION: KindSpec(
         Kind.EXECUTION,
@@ -81,6 +84,7 @@ KINDS: dict[str, KindSpec] = {
         "Correct",
         "Incorrect",
         False,
+        Q(review_outcome="incorrect"),
     ),
     Kind.TRANSITION: KindSpec(
         Kind.TRANSITION,
@@ -94,6 +98,7 @@ KINDS: dict[str, KindSpec] = {
         "Apply",
         "Reject",
         True,
+        Q(status="rejected"),
     ),
     Kind.RULE: KindSpec(
         Kind.RULE,
@@ -107,6 +112,7 @@ KINDS: dict[str, KindSpec] = {
         "Activate",
         "Deactivate",
         True,
+        Q(status__in=["inactive", "expired"]),
     ),
     Kind.QUARANTINE: KindSpec(
         Kind.QUARANTINE,
@@ -120,6 +126,7 @@ KINDS: dict[str, KindSpec] = {
         "Release",
         "Discard",
         True,
+        Q(status="discarded"),
     ),
     Kind.PROFILE: KindSpec(
         Kind.PROFILE,
@@ -133,6 +140,7 @@ KINDS: dict[str, KindSpec] = {
         "Activate",
         "Retire",
         True,
+        Q(status="retired"),
     ),
 }
 
@@ -310,6 +318,24 @@ def item_get(*, kind: str, pk: int):
 
 def item_is_waiting(*, kind: str, pk: int) -> bool:
     return KINDS[kind].waiting().filter(pk=pk).exists()
+
+
+def items_waiting(*, kind: str, ids: list[int]) -> list:
+    """Of these items, those that wait for a decision, with what a decision's summary names."""
+    spec = KINDS[kind]
+    return list(spec.by_ids(list(spec.waiting().filter(pk__in=ids).values_list("pk", flat=True))).order_by("pk"))
+
+
+def items_decided(*, kind: str, ids: list[int]) -> dict[int, str]:
+    """Of these items, those no longer waiting, with the verdict their state says (approve or reject)."""
+    spec = KINDS[kind]
+    model = spec.waiting().model
+    decided = model.objects.filter(pk__in=ids).exclude(pk__in=spec.waiting().filter(pk__in=ids).values("pk"))
+    rejected = set(decided.filter(spec.rejected).values_list("pk", flat=True))
+    return {
+        pk: (Decision.Verdict.REJECT if pk in rejected else Decision.Verdict.APPROVE)
+        for pk in decided.values_list("pk", flat=True)
+    }
 
 
 def last_decision(*, kind: str, object_id: int) -> Decision | None:

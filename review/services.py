@@ -200,6 +200,47 @@ def item_decide(
     return decision
 
 
+def items_hold_for_admin(*, kind: str, ids: list[int], user) -> list[Claim]:
+    """Before a decision taken in an app's own admin pages (a changelist's bulk action, a change form, a one-click
+    button) on these items: lock them as ``item_decide`` does, in the caller's transaction, and answer the live
+    claims other reviewers hold on them (those items must not be decided by this user now)."""
+    with connection.cursor() as cursor:
+        for object_id in sorted(set(ids)):  # one order: two bulk decisions never wait on each other in a cycle
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"review:{kind}:{object_id}"])
+    return list(
+        Claim.objects.filter(kind=kind, object_id__in=ids, expires_at__gt=timezone.now())
+        .exclude(user=user)
+        .select_related("user")
+        .order_by("object_id")
+    )
+
+
+def admin_decisions_record(*, kind: str, waiting: list, user, reason: str = "", category: str = "") -> list[Decision]:
+    """Log, as ``item_decide`` does, the decisions an app's own admin pages just took: of ``waiting`` (the items
+    that waited before, as ``selectors.items_waiting`` read them), each one no longer waiting was decided by
+    ``user``, with the verdict its state says; its claims go. Runs in the caller's transaction, after the change."""
+    verdicts = selectors.items_decided(kind=kind, ids=[obj.pk for obj in waiting])
+    decisions = [
+        Decision(
+            tenant_id=obj.tenant_id,
+            kind=kind,
+            object_id=obj.pk,
+            user=user,
+            verdict=verdicts[obj.pk],
+            category=category.strip()[:40],
+            reason=reason.strip()[:5000],
+            summary=change_statement_compose(kind=kind, obj=obj, verdict=verdicts[obj.pk])[:300],
+        )
+        for obj in waiting
+        if obj.pk in verdicts
+    ]
+    Decision.objects.bulk_create(decisions)
+    Claim.objects.filter(kind=kind, object_id__in=[d.object_id for d in decisions]).delete()
+    for d in decisions:
+        logger.info("review (admin page): %s %s %s by %s", kind, d.object_id, d.verdict, user.get_username())
+    return decisions
+
+
 def _apply(kind: str, obj, *, user, approve: bool, category: str, reason: str) -> None:
     reviewer = Reviewer(user=user, source="admin")
     if kind == Kind.CANDIDATE:
