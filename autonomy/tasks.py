@@ -8,7 +8,7 @@ from django.conf import settings
 from agents.models import Agent
 from autonomy.services import autonomy_cycle_run, autonomy_cycles_run
 from common.api import NotFound
-from common.tasks import task_queue, task_send
+from common.tasks import task_queue, task_send_each
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +68,13 @@ def cycles_queue(task, batches: list, trigger: str) -> int:
 def autonomy_cycle_all(trigger: str = "beat") -> int:
     """Queue the set-based cycle for every active agent, ``AUTONOMY_CYCLE_CHUNK`` agents per task
     (beat runs this every ``AUTONOMY_CYCLE_INTERVAL_S``); with the broker down a chunk runs here or waits for
-    the next beat, as ``task_send`` decides. Answers how many agents there were."""
+    the next beat, as ``task_send_each`` decides (the broker is not asked again once it refused a chunk). Answers
+    how many agents there were."""
 
     ids = list(Agent.objects.filter(is_active=True).order_by("pk").values_list("pk", flat=True))
     chunks = agent_chunks(ids)
-    queued = sum(len(chunk) for chunk in chunks if task_send(autonomy_cycle_chunk, chunk, trigger))
+    sent = task_send_each(autonomy_cycle_chunk, [(chunk, trigger) for chunk in chunks])
+    queued = sum(len(chunk) for chunk in chunks[:sent])
     logger.info(
         "queued autonomy cycles for %s of %s agent(s) in %s chunk(s)%s",
         queued,

@@ -87,6 +87,33 @@ def task_send(task, *args, headers: dict | None = None, fallback_inline: bool = 
     return False
 
 
+def task_send_each(task, calls: list[tuple], *, fallback_inline: bool = True) -> int:
+    """``task_send(task, *args)`` for each ``args`` of ``calls``, in order; answers how many were queued. Once the
+    broker or the result store refuses one, the rest are not offered to it (each refusal costs its bounded
+    retries, about a second): they run inline, or wait for the periodic sweep, as ``task_send`` would decide."""
+    task = task_get(task) if isinstance(task, str) else task
+    headers = task_headers()
+    queued, failure = 0, None
+    for args in calls:
+        if failure is None:
+            failure = _queue(task, args, {}, headers)
+            if failure is None:
+                queued += 1
+                continue
+            inline = fallback_inline and getattr(settings, "CELERY_FALLBACK_INLINE", True)
+            logger.warning(
+                "%s: %s of %s %s call(s) %s",
+                failure,
+                len(calls) - queued,
+                len(calls),
+                task.name,
+                "run inline" if inline else "deferred to the periodic sweep",
+            )
+        if fallback_inline and getattr(settings, "CELERY_FALLBACK_INLINE", True):
+            task.apply(args=args, headers=headers)
+    return queued
+
+
 def task_send_on_commit(task, *args, fallback_inline: bool = True, **kwargs) -> None:
     """Send ``task`` once the current transaction commits, with the headers of now (the caller's tenant)."""
     headers = task_headers()

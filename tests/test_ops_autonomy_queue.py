@@ -187,3 +187,23 @@ def test_the_cycle_task_reports_a_missing_agent_like_the_chunk_task(caplog):
     assert "no such agent" in caplog.text
     assert autonomy_cycle_chunk.apply(args=([999999, agent.pk],)).get()["missing"] == [999999]
     assert autonomy_cycle.apply(args=(agent.pk,)).get()["missing"] is False
+
+
+@pytest.mark.django_db
+def test_the_beat_task_stops_asking_the_broker_once_it_refused(monkeypatch, settings):
+    """Each refusal costs the broker's bounded retries (about a second): the chunks after the first refused one run
+    here without asking again."""
+    monkeypatch.setitem(current_app.conf, "task_always_eager", False)
+    settings.AUTONOMY_CYCLE_CHUNK = 1
+    attempts: list = []
+
+    def apply_async(self, args=None, kwargs=None, **options):
+        attempts.append(args[0])
+        if len(attempts) > 1:
+            raise RuntimeError("Retry limit exceeded") from ConnectionError("Connection refused")
+
+    monkeypatch.setattr(type(autonomy_cycle_chunk._get_current_object()), "apply_async", apply_async)
+    ids = [Agent.objects.create(name=f"d{i}").pk for i in range(4)]
+    assert autonomy_cycle_all.apply().get() == 4
+    assert attempts == [[ids[0]], [ids[1]]]  # one queued, one refused, then no more asking
+    assert sorted(Episode.objects.values_list("agent_id", flat=True)) == ids[1:]  # the refused and the rest ran here
