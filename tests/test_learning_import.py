@@ -189,3 +189,35 @@ def test_import_history_records_source(gov_api, catalogue):
     row = LearnedPhrase.objects.get()
     assert row.source == "import:reviewer-tool"
     assert row.history.get().history_change_reason == "import (import:reviewer-tool)"
+
+
+def _deleted_between_the_two_reads(monkeypatch, normalized: str):
+    """Another write deletes the stored row of ``normalized`` after the import's first read, before its lock."""
+    from learning.services import imports
+
+    real = imports._import_lock
+
+    def lock_after_delete():
+        LearnedPhrase.objects.filter(normalized=normalized).delete()
+        real()
+
+    monkeypatch.setattr(imports, "_import_lock", lock_after_delete)
+
+
+def test_a_row_deleted_meanwhile_is_written_with_its_vector(gov_api, catalogue, monkeypatch):
+    learned_phrase_upsert(phrase="show every client unit", verb=catalogue["cbu.list"])
+    assert LearnedPhrase.objects.get().embedding_model  # unchanged on the first read: no vector computed for it
+    _deleted_between_the_two_reads(monkeypatch, "show every client unit")
+    body = post_json(gov_api, content=json.dumps(GOOD)).json()
+    assert (body["imported"], body["updated"], body["unchanged"], body["unembedded"]) == (3, 0, 0, 0)
+    assert LearnedPhrase.objects.filter(embedding__isnull=True).count() == 0
+
+
+def test_a_row_deleted_meanwhile_is_still_checked_against_blocks(gov_api, catalogue, monkeypatch):
+    learned_phrase_upsert(phrase="wipe all the client units", verb=catalogue["cbu.delete"])
+    phrase_block_add(phrase="wipe every client unit", verb_name="cbu.delete")  # a block made after the phrase
+    _deleted_between_the_two_reads(monkeypatch, "wipe all the client units")
+    r = post_json(gov_api, content=json.dumps(GOOD + [{"phrase": "wipe all the client units", "verb": "cbu.delete"}]))
+    assert r.status_code == 400 and "paraphrase" in r.json()["errors"][0]["reason"]
+    assert LearnedPhrase.objects.filter(normalized="wipe all the client units").exists()  # rolled back: nothing lost
+    assert not LearnedPhrase.objects.filter(normalized="spin up a client unit").exists()

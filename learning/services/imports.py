@@ -36,7 +36,6 @@ def phrases_import(
     nothing. Vectors are computed in batches (``progress`` shows a tqdm bar) before the transaction opens.
     Imports into one tenant are serialised: new versus updated is decided again under a lock in the write transaction.
     """
-    import numpy as np
 
     errors: list[dict] = []
     verbs = {v.name: v for v in Verb.objects.filter(name__in={r.verb for r in rows if r.verb}, is_active=True)}
@@ -95,31 +94,7 @@ def phrases_import(
     to_write = [] if dry_run or errors else [n for n in added + updated if n not in existing or not existing[n].embedding_model]
     vectors, model = embeddings_by_text(texts=need_check + to_write, progress=progress)
 
-    if need_check and vectors:
-        threshold = profile(model or None)["blocklist_threshold"]
-        for verb_name in blocked_verbs:
-            block_rows = [
-                (pk, np.asarray(e, dtype=np.float32))
-                for pk, _, v, e, m in blocks
-                if v == verb_name and e is not None and m == model
-            ]
-            texts = [n for n in need_check if plan[n][1].name == verb_name and n in vectors]
-            if not block_rows or not texts:
-                continue
-            bm = np.stack([e / (np.linalg.norm(e) or 1.0) for _, e in block_rows])
-            tm = np.stack([np.asarray(vectors[n], dtype=np.float32) for n in texts])
-            tm = tm / np.maximum(np.linalg.norm(tm, axis=1, keepdims=True), 1e-12)
-            sims = tm @ bm.T
-            for i, n in enumerate(texts):
-                j = int(np.argmax(sims[i]))
-                if sims[i, j] >= threshold:
-                    row = plan[n][0]
-                    _import_error(
-                        errors,
-                        row,
-                        "verb",
-                        f"Blocklist entry {block_rows[j][0]} forbids {row.phrase!r} → {verb_name} (a paraphrase of a blocked phrase).",
-                    )
+    _import_semantic_block_errors(errors, plan=plan, texts=need_check, vectors=vectors, model=model, blocks=blocks)
     if errors:
         errors.sort(key=lambda e: e["row"])
         _import_reject(errors)
@@ -147,7 +122,22 @@ def phrases_import(
             _import_lock()
             # decided again under the lock: a concurrent import of the same rows has committed by now
             existing = selectors.import_existing(normalized=list(plan), user_id=user_id)
+            first_unchanged = set(unchanged)
             added, updated, unchanged = _import_classify(plan, existing)
+            # Rows that changed between the two reads (deleted, switched off, re-pointed meanwhile): their vectors
+            # and the paraphrase check of blocks were skipped on the first read; done now, for those rows only.
+            late = [n for n in added + updated if n not in vectors and not (existing.get(n) and existing[n].embedding_model)]
+            late_check = [n for n in added + updated if n in first_unchanged and plan[n][1].name in blocked_verbs]
+            if late or late_check:
+                more, more_model = embeddings_by_text(texts=list(dict.fromkeys(late + late_check)))
+                if more and (not vectors or more_model == model):
+                    vectors, model = {**vectors, **more}, more_model
+                late_errors: list[dict] = []
+                _import_semantic_block_errors(
+                    late_errors, plan=plan, texts=late_check, vectors=vectors, model=model, blocks=blocks
+                )
+                if late_errors:
+                    _import_reject(sorted(late_errors, key=lambda e: e["row"]))
             _import_write(
                 plan=plan,
                 added=added,
@@ -170,6 +160,38 @@ def phrases_import(
         1 for n in added + updated if n not in vectors and not (existing.get(n) and existing[n].embedding_model)
     )
     return result
+
+
+def _import_semantic_block_errors(errors: list, *, plan: dict, texts: list, vectors: dict, model, blocks: list) -> None:
+    """Add an error for each of ``texts`` that is a paraphrase (cosine >= the blocklist threshold) of a phrase an
+    active block forbids for its verb."""
+    import numpy as np
+
+    texts = [n for n in texts if n in vectors]
+    if not texts or not vectors:
+        return
+    threshold = profile(model or None)["blocklist_threshold"]
+    for verb_name in {plan[n][1].name for n in texts}:
+        block_rows = [
+            (pk, np.asarray(e, dtype=np.float32)) for pk, _, v, e, m in blocks if v == verb_name and e is not None and m == model
+        ]
+        mine = [n for n in texts if plan[n][1].name == verb_name]
+        if not block_rows or not mine:
+            continue
+        bm = np.stack([e / (np.linalg.norm(e) or 1.0) for _, e in block_rows])
+        tm = np.stack([np.asarray(vectors[n], dtype=np.float32) for n in mine])
+        tm = tm / np.maximum(np.linalg.norm(tm, axis=1, keepdims=True), 1e-12)
+        sims = tm @ bm.T
+        for i, n in enumerate(mine):
+            j = int(np.argmax(sims[i]))
+            if sims[i, j] >= threshold:
+                row = plan[n][0]
+                _import_error(
+                    errors,
+                    row,
+                    "verb",
+                    f"Blocklist entry {block_rows[j][0]} forbids {row.phrase!r} → {verb_name} (a paraphrase of a blocked phrase).",
+                )
 
 
 def _import_classify(plan: dict, existing: dict) -> tuple[list, list, list]:
