@@ -33,7 +33,8 @@ def phrases_import(
 
     Rows are checked first (empty phrase or verb, unknown verb, one phrase mapped to two verbs, a mapping an
     active blocklist entry forbids exactly or by paraphrase). A dry run reports what would change and writes
-    nothing. Vectors are computed in batches (``progress`` shows a tqdm bar) before the transaction opens.
+    nothing. Vectors are computed in batches (``progress`` shows a tqdm bar) before the transaction opens (inside it
+    only for rows another write changed between the two reads).
     Imports into one tenant are serialised: new versus updated is decided again under a lock in the write transaction.
     """
 
