@@ -1,0 +1,103 @@
+"""Handing an agent's private user data to the tenant's shared agents, once the agent is no longer private."""
+
+import logging
+
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, OuterRef
+from django.utils import timezone
+
+from common.api import Conflict
+from learning.models import LearnedPhrase, PhraseEvidence
+
+logger = logging.getLogger(__name__)
+
+CONFLICTS_LISTED = 20
+
+
+def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
+    """The learned phrases and phrase evidence ``agent`` owns (written while its user data was private) become
+    the tenant's shared data, in one transaction. A phrase whose user already has a shared row for the same text
+    stays the agent's (one verb per text and scope: the shared row is not overwritten) and is listed as a
+    conflict; evidence for a text and verb that has a shared row is added into it. Refused while the agent's
+    user data is still private."""
+    if agent.private_user_data:
+        raise Conflict(
+            f"Agent {agent.name!r} still keeps its user data private; switch private_user_data off first (admin, Agents).",
+            field="agent",
+            code="still_private",
+        )
+    shared_phrase = LearnedPhrase.objects.filter(
+        tenant_id=OuterRef("tenant_id"),
+        normalized=OuterRef("normalized"),
+        user_id=OuterRef("user_id"),
+        private_agent__isnull=True,
+    )
+    shared_evidence = PhraseEvidence.objects.filter(
+        tenant_id=OuterRef("tenant_id"),
+        normalized=OuterRef("normalized"),
+        verb=OuterRef("verb"),
+        user_id=OuterRef("user_id"),
+        private_agent__isnull=True,
+    )
+    try:
+        with transaction.atomic():
+            owned = LearnedPhrase.objects.select_for_update().filter(private_agent=agent).order_by("pk")
+            rows = list(owned.annotate(taken=Exists(shared_phrase)).select_related("verb"))
+            moving = [r for r in rows if not r.taken]
+            conflicts = [r for r in rows if r.taken]
+            shared_verbs = {
+                (user_id, normalized): verb
+                for user_id, normalized, verb in LearnedPhrase.objects.filter(
+                    private_agent__isnull=True,
+                    user_id__in={r.user_id for r in conflicts},
+                    normalized__in={r.normalized for r in conflicts},
+                ).values_list("user_id", "normalized", "verb__name")
+            }
+            evidence = list(
+                PhraseEvidence.objects.select_for_update()
+                .filter(private_agent=agent)
+                .annotate(taken=Exists(shared_evidence))
+                .order_by("pk")
+            )
+            merged = [e for e in evidence if e.taken]
+            if not dry_run:
+                now = timezone.now()
+                LearnedPhrase.objects.filter(pk__in=[r.pk for r in moving]).update(private_agent=None, updated_at=now)
+                if moving:
+                    LearnedPhrase.history.bulk_history_create(
+                        list(LearnedPhrase.objects.filter(pk__in=[r.pk for r in moving])),
+                        update=True,
+                        default_change_reason=f"shared: agent {agent.name} no longer private",
+                    )
+                for e in merged:  # few per user; each adds into its shared row
+                    PhraseEvidence.objects.filter(
+                        tenant_id=e.tenant_id, normalized=e.normalized, verb=e.verb, user_id=e.user_id, private_agent__isnull=True
+                    ).update(
+                        negative=F("negative") + e.negative,
+                        positive=F("positive") + e.positive,
+                        signal_count=F("signal_count") + e.signal_count,
+                        updated_at=now,
+                    )
+                PhraseEvidence.objects.filter(pk__in=[e.pk for e in merged]).delete()
+                PhraseEvidence.objects.filter(private_agent=agent).update(private_agent=None, updated_at=now)
+    except IntegrityError:  # a shared row for one of these texts was written meanwhile
+        raise Conflict("Shared phrases changed meanwhile; nothing was moved. Run it again.", field="agent") from None
+    result = {
+        "agent": agent.name,
+        "dry_run": dry_run,
+        "phrases_shared": len(moving),
+        "phrases_kept": len(conflicts),
+        "evidence_shared": len(evidence) - len(merged),
+        "evidence_merged": len(merged),
+        "conflicts": [
+            {
+                "user_id": r.user_id,
+                "phrase": r.phrase,
+                "verb": r.verb.name,
+                "shared_verb": shared_verbs.get((r.user_id, r.normalized), ""),
+            }
+            for r in conflicts[:CONFLICTS_LISTED]
+        ],
+    }
+    logger.info("private phrases of agent %s shared: %s", agent.name, {k: v for k, v in result.items() if k != "conflicts"})
+    return result

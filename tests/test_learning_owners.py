@@ -1,0 +1,66 @@
+"""An agent switched from private to shared user data hands its users' phrases and evidence to the shared agents."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from agents.authentication import verified_keys_forget
+from learning.models import LearnedPhrase, PhraseEvidence
+from tests.conftest import make_client
+
+pytestmark = pytest.mark.django_db
+
+CONFIRM = "/api/v1/resolutions/confirm"
+CORRECT = "/api/v1/resolutions/correct"
+
+
+def _private_then_shared(catalogue):
+    shared = make_client(["resolve", "feedback"], name="agent-shared")
+    private = make_client(["resolve", "feedback"], name="agent-private")
+    private.agent.private_user_data = True
+    private.agent.save()
+    verified_keys_forget()
+    for text, verb in (("units please", "cbu.list"), ("make me a unit", "cbu.create")):
+        assert private.post(CONFIRM, {"text": text, "verb": verb, "user_id": "alice"}, format="json").status_code == 200
+    # The shared agents taught alice "units please" another way: that text is a conflict.
+    body = {"text": "units please", "wrong_verb": "cbu.list", "correct_verb": "cbu.delete", "user_id": "alice"}
+    assert shared.post(CORRECT, body, format="json").status_code == 200
+    return shared, private
+
+
+def test_a_private_agent_must_be_switched_off_first(catalogue):
+    _, private = _private_then_shared(catalogue)
+    with pytest.raises(CommandError, match="switch private_user_data off first"):
+        call_command("share_private_phrases", "--agent", "agent-private")
+    assert LearnedPhrase.objects.filter(private_agent=private.agent).count() == 2
+
+
+def test_the_agents_phrases_become_shared_and_a_conflict_stays_its_own(catalogue):
+    shared, private = _private_then_shared(catalogue)
+    private.agent.private_user_data = False
+    private.agent.save()
+    verified_keys_forget()
+    dry = StringIO()
+    call_command("share_private_phrases", "--agent", "agent-private", "--dry-run", stdout=dry)
+    assert "1 learned phrase(s) would be shared, 1 kept" in dry.getvalue()
+    assert LearnedPhrase.objects.filter(private_agent=private.agent).count() == 2
+
+    out = StringIO()
+    call_command("share_private_phrases", "--agent", "agent-private", stdout=out)
+    assert "1 learned phrase(s) are shared, 1 kept" in out.getvalue()
+    assert "kept: user alice: 'units please' → cbu.list (shared: cbu.delete)" in out.getvalue()
+    moved = LearnedPhrase.objects.get(normalized="make me a unit")
+    assert moved.private_agent_id is None and moved.history.first().history_change_reason.startswith("shared")
+    assert LearnedPhrase.objects.get(normalized="units please", private_agent__isnull=True).verb.name == "cbu.delete"
+    # Evidence: "make me a unit" moved as it was; "units please"/cbu.list added into the shared row the correction left.
+    assert not PhraseEvidence.objects.filter(private_agent=private.agent).exists()
+    assert PhraseEvidence.objects.filter(normalized="make me a unit", verb="cbu.create", private_agent__isnull=True).exists()
+    # What the agent's user taught now answers through the shared agents too.
+    r = shared.post("/api/v1/resolve", {"text": "make me a unit", "user_id": "alice"}, format="json").json()
+    assert (r["outcome"], r["verb"]) == ("resolved", "cbu.create")
+
+
+def test_an_unknown_agent_is_a_clear_error(db):
+    with pytest.raises(CommandError, match="Agent nobody not found"):
+        call_command("share_private_phrases", "--agent", "nobody")
