@@ -302,7 +302,7 @@ class MemoryRetrievalAdmin(admin.ModelAdmin):
     list_display = ["id", "user_id", "namespace", "memory_ids", "degraded", "created_at"]
     list_filter = ["degraded", UserFilter]
     search_fields = ["user_id"]
-    readonly_fields = ["namespace", "user_id", "query_sha256", "memory_ids", "degraded", "created_at"]
+    readonly_fields = ["namespace", "user_id", "private_agent", "query_sha256", "memory_ids", "degraded", "created_at"]
 
     def has_add_permission(self, request):
         return False

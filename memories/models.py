@@ -148,13 +148,17 @@ class MemoryQuarantine(TenantOwned):
 
 
 class MemoryRetrieval(TenantOwned):
-    """Which memories one retrieval returned, so feedback can say ``"last"``. The query itself is not kept."""
+    """Which memories one retrieval returned, so feedback can say ``"last"``. The query itself is not kept.
+    An agent with private user data owns its retrievals (``private_agent``), as it owns its memories."""
 
     namespace = models.CharField(max_length=60, default=DEFAULT_NAMESPACE)
     user_id = models.CharField(max_length=128, validators=[user_id_validator])
     query_sha256 = models.CharField(max_length=64)
     memory_ids = models.JSONField(default=list)
     degraded = models.BooleanField(default=False)
+    private_agent = private_agent_field(
+        "The agent with private user data that retrieved; empty: a shared agent. Outcomes read only their owner's"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

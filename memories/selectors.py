@@ -25,13 +25,17 @@ LIVE = [MemoryStatus.VERIFIED, MemoryStatus.CANDIDATE]
 _STATUS_RANK = {MemoryStatus.VERIFIED: 0, MemoryStatus.CANDIDATE: 1, MemoryStatus.DEPRECATED: 2}
 
 
+def _owned() -> Q:
+    """Rows of the caller's owner: for an agent with private user data its own (``private_agent``), for any other
+    caller the shared ones (no private agent's)."""
+    private = private_agent_id()
+    return Q(private_agent__isnull=True) if private is None else Q(private_agent_id=private)
+
+
 def memories_readable() -> QuerySet[Memory]:
     """Memories the caller may read, of the tenant's (the manager filters): an agent with private user data only its
     own (``private_agent``), any other caller only the shared ones (no private agent's)."""
-    private = private_agent_id()
-    if private is None:
-        return Memory.objects.filter(private_agent__isnull=True)
-    return Memory.objects.filter(private_agent_id=private)
+    return Memory.objects.filter(_owned())
 
 
 def memories_of(*, user_id: str, namespace: str | None = None) -> QuerySet[Memory]:
@@ -124,23 +128,54 @@ class RetrievedMemory:
 
 
 def memory_semantic_candidates(
-    *, user_id: str, namespace: str, vector: np.ndarray, model: str, filters: dict | None, k: int, min_score: float
+    *,
+    user_id: str,
+    namespace: str,
+    vector: np.ndarray,
+    model: str,
+    filters: dict | None,
+    k: int,
+    min_score: float,
+    pending: list[Memory] | None = None,
 ) -> list[RetrievedMemory]:
-    """The k nearest verified and the k nearest candidate memories (so a verified one is never crowded out)."""
-    base = memories_of(user_id=user_id, namespace=namespace).filter(memory_filter_q(filters), embedding_model=model)
+    """The k nearest verified and the k nearest candidate memories (so a verified one is never crowded out).
+
+    ``pending``: memories whose vector was computed but not stored (for a caller that may only read); they compete
+    with that vector, scored here instead of in the database."""
+    matching = memories_of(user_id=user_id, namespace=namespace).filter(memory_filter_q(filters))
+    unsaved = _pending_matching(matching=matching, model=model, pending=pending)
+    base = matching.filter(embedding_model=model).exclude(pk__in=[m.pk for m in unsaved])
     out: list[RetrievedMemory] = []
     for status in LIVE:
         rows = nearest(base.filter(status=status).defer("embedding"), vector, k)
-        out.extend(RetrievedMemory(m, 1.0 - float(m.distance)) for m in rows if 1.0 - float(m.distance) >= min_score)
+        scored = [RetrievedMemory(m, 1.0 - float(m.distance)) for m in rows]
+        scored += [RetrievedMemory(m, _cosine(m.embedding, vector)) for m in unsaved if m.status == status]
+        out.extend(r for r in sorted(scored, key=lambda r: -r.score)[:k] if r.score >= min_score)
     return out
 
 
-def memory_has_embedded(*, user_id: str, namespace: str, model: str, filters: dict | None) -> bool:
-    return (
-        memories_of(user_id=user_id, namespace=namespace)
-        .filter(memory_filter_q(filters), status__in=LIVE, embedding_model=model)
-        .exists()
-    )
+def _pending_matching(*, matching: QuerySet[Memory], model: str, pending: list[Memory] | None) -> list[Memory]:
+    """Those of ``pending`` (vectors in memory only) with a vector of ``model`` that are among ``matching``, live."""
+    pending = [m for m in pending or [] if m.embedding is not None and m.embedding_model == model]
+    if not pending:
+        return []
+    ok = set(matching.filter(status__in=LIVE, pk__in=[m.pk for m in pending]).values_list("pk", flat=True))
+    return [m for m in pending if m.pk in ok]
+
+
+def _cosine(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def memory_has_embedded(
+    *, user_id: str, namespace: str, model: str, filters: dict | None, pending: list[Memory] | None = None
+) -> bool:
+    """Whether a live memory passing the filters has a vector of ``model``: stored, or in memory (``pending``)."""
+    matching = memories_of(user_id=user_id, namespace=namespace).filter(memory_filter_q(filters))
+    if _pending_matching(matching=matching, model=model, pending=pending):
+        return True
+    return matching.filter(status__in=LIVE, embedding_model=model).exists()
 
 
 def memory_recent_verified(*, user_id: str, namespace: str, filters: dict | None, limit: int) -> list[RetrievedMemory]:
@@ -198,16 +233,22 @@ def memory_block(items: list[RetrievedMemory], *, max_items: int, max_chars: int
     return kept, OPEN + "\n" + "\n".join(lines) + "\n" + CLOSE
 
 
+def memory_retrievals_of(*, user_id: str, namespace: str) -> QuerySet[MemoryRetrieval]:
+    """The user's retrievals an outcome of the caller may be about: an agent with private user data only its own,
+    any other caller only the shared agents' (the owners :func:`memories_readable` reads)."""
+    return MemoryRetrieval.objects.filter(_owned(), user_id=user_id, namespace=namespace)
+
+
 def memory_last_retrieval(*, user_id: str, namespace: str) -> MemoryRetrieval | None:
-    return MemoryRetrieval.objects.filter(user_id=user_id, namespace=namespace).order_by("-created_at", "-id").first()
+    return memory_retrievals_of(user_id=user_id, namespace=namespace).order_by("-created_at", "-id").first()
 
 
 def memory_retrieval_for_outcome(
     *, user_id: str, namespace: str, since: datetime, exclude_query_sha256: str = "", retrieval_id: int | None = None
 ) -> MemoryRetrieval | None:
-    """The retrieval an outcome signal is about: ``retrieval_id`` when given (the user's own only), else the user's
-    latest retrieval since ``since`` that returned memories, leaving out one made for the signal's own text."""
-    qs = MemoryRetrieval.objects.filter(user_id=user_id, namespace=namespace)
+    """The retrieval an outcome signal is about, of :func:`memory_retrievals_of`: ``retrieval_id`` when given, else the
+    user's latest retrieval since ``since`` that returned memories, leaving out one made for the signal's own text."""
+    qs = memory_retrievals_of(user_id=user_id, namespace=namespace)
     if retrieval_id is not None:
         return qs.filter(pk=retrieval_id).first()
     qs = qs.filter(created_at__gte=since).exclude(memory_ids=[])
@@ -217,7 +258,7 @@ def memory_retrieval_for_outcome(
 
 
 def memory_retrieval_exists(*, user_id: str, namespace: str, retrieval_id: int) -> bool:
-    return MemoryRetrieval.objects.filter(user_id=user_id, namespace=namespace, pk=retrieval_id).exists()
+    return memory_retrievals_of(user_id=user_id, namespace=namespace).filter(pk=retrieval_id).exists()
 
 
 def memory_ids_of_user(*, user_id: str, ids: list[int]) -> list[int]:

@@ -22,15 +22,15 @@ def memory_feedback_apply(
 ) -> list[Memory]:
     """``success`` promotes the memories to verified; ``failure`` deprecates them and ends their streak.
 
-    ``memory_ids`` may be ``"last"``: the memories of the user's last retrieval. Ids of other users, and ids of
-    memories the caller may not read (for an agent with private user data, those it does not own; for the others,
-    those a private agent owns), are answered exactly like unknown ids (404), and then nothing changes.
+    ``memory_ids`` may be ``"last"``: the memories of the user's last retrieval (in ``namespace``, default the
+    default namespace). Ids of other users, ids outside ``namespace`` when it is given, and ids of memories the
+    caller may not read (for an agent with private user data, those it does not own; for the others, those a
+    private agent owns), are answered exactly like unknown ids (404), and then nothing changes.
     """
     if outcome not in ("success", "failure"):
         raise ApplicationError("Use success or failure.", field="outcome")
-    namespace = namespace_or_default(value=namespace)
     if memory_ids == "last":
-        last = memory_last_retrieval(user_id=user_id, namespace=namespace)
+        last = memory_last_retrieval(user_id=user_id, namespace=namespace_or_default(value=namespace))
         if last is None:
             raise NotFound("This user has no retrieval yet.", field="memory_ids")
         ids = [i for i in last.memory_ids]
@@ -41,7 +41,10 @@ def memory_feedback_apply(
     now = timezone.now()
     with transaction.atomic():
         # what the caller may read: an agent with private user data changes no other agent's memories, nor they its
-        rows = list(memories_readable().select_for_update().filter(user_id=user_id, pk__in=ids).order_by("pk"))
+        readable = memories_readable().select_for_update().filter(user_id=user_id, pk__in=ids)
+        if namespace:  # named: ids of another namespace are unknown ids; not named: any namespace of the user
+            readable = readable.filter(namespace=namespace)
+        rows = list(readable.order_by("pk"))
         if strict and len(rows) != len(ids):
             missing = sorted(set(ids) - {m.pk for m in rows})
             raise NotFound(f"Unknown memory id(s): {', '.join(map(str, missing))}.", field="memory_ids")

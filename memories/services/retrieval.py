@@ -10,8 +10,8 @@ from django.utils import timezone
 from common.db import ASYNC_COMMIT
 from common.text import text_hash
 from embeddings.embedders import embed_query
-from embeddings.services import embeddings_refresh
-from memories.models import MemoryRetrieval
+from embeddings.services import embedding_assign, embeddings_compute, embeddings_refresh
+from memories.models import Memory, MemoryRetrieval
 from memories.selectors import (
     LIVE,
     RetrievedMemory,
@@ -24,6 +24,7 @@ from memories.selectors import (
     rank_key,
 )
 from memories.services.shared import memories_auto_promote, namespace_or_default
+from tenants.context import private_agent_id
 
 
 @dataclass
@@ -35,21 +36,35 @@ class RetrieveResult:
     retrieval_id: int | None
 
 
-def _lazy_embed(*, user_id: str, namespace: str, model: str, other_models: bool = False) -> int:
+def _lazy_embed(
+    *, user_id: str, namespace: str, model: str, store: bool, other_models: bool = False, done: list[Memory] | None = None
+) -> tuple[int, list[Memory]]:
     """Embed (a batch of) the user's live memories without a vector; with ``other_models``, also those
-    embedded by another model. The first check is a partial-index lookup, so it costs nothing when all is embedded."""
+    embedded by another model. The first check is a partial-index lookup, so it costs nothing when all is embedded.
+
+    Answers how many were embedded and the rows whose vectors were not stored: with ``store`` False (a caller that
+    may only read) the vectors are computed, set on the rows for the search to score in memory, and never saved.
+    ``done``: rows embedded so before, left out."""
     missing = Q(embedding__isnull=True) | ~Q(embedding_model=model) if other_models else Q(embedding__isnull=True)
-    rows = list(
-        memories_of(user_id=user_id, namespace=namespace)
-        .filter(missing, status__in=LIVE)
-        .order_by("-updated_at")[: settings.MEMORY_LAZY_EMBED_BATCH]
-    )
-    return embeddings_refresh(rows=rows) if rows else 0
+    rows = memories_of(user_id=user_id, namespace=namespace).filter(missing, status__in=LIVE)
+    if done:
+        rows = rows.exclude(pk__in=[m.pk for m in done])
+    rows = list(rows.order_by("-updated_at")[: settings.MEMORY_LAZY_EMBED_BATCH])
+    if not rows:
+        return 0, []
+    if store:
+        return embeddings_refresh(rows=rows), []
+    vectors, name = embeddings_compute(texts=[r.embedding_text for r in rows])
+    if vectors is None:
+        return 0, []
+    embedding_assign(rows=rows, vectors=vectors, model=name)
+    return len(rows), rows
 
 
 def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, count_hits: bool = True) -> RetrieveResult:
     """The user's best memories for ``query`` and the prompt block; updates hits and streaks and logs the
-    retrieval, unless ``count_hits`` is False (a caller that may only read: nothing is written).
+    retrieval, unless ``count_hits`` is False (a caller that may only read: nothing is written, not even a missing
+    vector, which is computed for the ranking only).
 
     Ranking: status (verified first) > semantic score > recency > hits; limits TopK, MaxItems,
     MaxChars. Deprecated memories never come back. Without a query vector (embedder down)
@@ -63,7 +78,8 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
     if vector is None:
         degraded_reason = "embedder_unavailable"
     else:
-        _lazy_embed(user_id=user_id, namespace=namespace, model=model)
+        # a read-only caller stores no vector: the missing ones come back unsaved and are scored in memory
+        _, pending = _lazy_embed(user_id=user_id, namespace=namespace, model=model, store=count_hits)
 
         def search():
             return memory_semantic_candidates(
@@ -74,14 +90,22 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
                 filters=filters,
                 k=settings.MEMORY_RETRIEVE_TOP_K,
                 min_score=settings.MEMORY_RETRIEVE_MIN_SCORE,
+                pending=pending,
             )
 
+        def embedded() -> bool:
+            return memory_has_embedded(user_id=user_id, namespace=namespace, model=model, filters=filters, pending=pending)
+
         items = search()
-        if not items and not memory_has_embedded(user_id=user_id, namespace=namespace, model=model, filters=filters):
+        if not items and not embedded():
             # Perhaps every vector is from another model (the model changed): embed a batch now and search again.
-            if _lazy_embed(user_id=user_id, namespace=namespace, model=model, other_models=True):
+            count, more = _lazy_embed(
+                user_id=user_id, namespace=namespace, model=model, store=count_hits, other_models=True, done=pending
+            )
+            pending += more
+            if count:
                 items = search()
-            if not items and not memory_has_embedded(user_id=user_id, namespace=namespace, model=model, filters=filters):
+            if not items and not embedded():
                 degraded_reason = "no_embeddings"
     if degraded_reason:
         items = memory_recent_verified(
@@ -103,7 +127,12 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
             )
             memories_auto_promote(ids=ids)
         retrieval = MemoryRetrieval.objects.create(
-            namespace=namespace, user_id=user_id, query_sha256=text_hash(query), memory_ids=ids, degraded=bool(degraded_reason)
+            namespace=namespace,
+            user_id=user_id,
+            query_sha256=text_hash(query),
+            memory_ids=ids,
+            degraded=bool(degraded_reason),
+            private_agent_id=private_agent_id(),  # outcomes of other owners never land on it
         )
     if ids:
         fresh = memories_readable().defer("embedding").in_bulk(ids)
