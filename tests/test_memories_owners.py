@@ -176,3 +176,33 @@ def test_a_read_only_retrieve_after_a_model_change_keeps_the_old_vectors(api):
     written = _retrieve(api, {"user_id": "alice", "query": "how are application logs rotated"})
     assert [i["id"] for i in written["items"]] == [i["id"] for i in read["items"]]
     assert "an-older-model" not in set(Memory.objects.values_list("embedding_model", flat=True))
+
+
+def test_an_agent_switched_to_shared_hands_its_memories_to_the_shared_agents():
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    from agents.authentication import verified_keys_forget
+
+    shared, private = _shared_and_private()
+    same = "Always run the database migrations before deploying the web application."
+    mine = make_memory(content="Rotate the staging credentials with the vault command.", private_agent=private.agent)
+    twin = make_memory(content=same, private_agent=private.agent)
+    theirs = make_memory(content=same)  # a live shared copy of the same text: the agent's copy stays its own
+    _retrieve(private)
+    with pytest.raises(CommandError, match="switch private_user_data off first"):
+        call_command("share_private_memories", "--agent", private.agent.name)
+    private.agent.private_user_data = False
+    private.agent.save()
+    verified_keys_forget()
+    out = StringIO()
+    call_command("share_private_memories", "--agent", private.agent.name, stdout=out)
+    assert "1 of its memories are shared, 1 kept" in out.getvalue() and f"kept: #{twin.pk} of user alice" in out.getvalue()
+    assert Memory.objects.get(pk=mine.pk).private_agent_id is None
+    assert Memory.objects.get(pk=twin.pk).private_agent_id == private.agent.pk
+    assert Memory.objects.get(pk=theirs.pk).private_agent_id is None
+    assert not MemoryRetrieval.objects.filter(private_agent=private.agent).exists()
+    assert Memory.objects.get(pk=mine.pk).history.first().history_change_reason.startswith("shared")
+    # what it stored while private is read by the shared agents now, and by itself
+    assert mine.pk in {i["id"] for i in _retrieve(shared, {"user_id": "alice", "query": "rotate staging credentials"})["items"]}
