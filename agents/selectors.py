@@ -1,7 +1,7 @@
 """Reads for agents."""
 
 from agents.models import Agent
-from common.api import NotFound
+from common.api import Conflict, NotFound
 
 
 def agent_get(*, ref) -> Agent:
@@ -11,3 +11,13 @@ def agent_get(*, ref) -> Agent:
     if agent is None:
         raise NotFound(f"Agent {ref} not found.", field="agent")
     return agent
+
+
+def agent_shared_required(*, agent: Agent) -> None:
+    """Refuse (409) work that hands an agent's private user data to the shared agents while it is still private."""
+    if agent.private_user_data:
+        raise Conflict(
+            f"Agent {agent.name!r} still keeps its user data private; switch private_user_data off first (admin, Agents).",
+            field="agent",
+            code="still_private",
+        )

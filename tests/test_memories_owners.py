@@ -7,28 +7,11 @@ import pytest
 from memories.models import Memory, MemoryRetrieval
 from memories.services import memories_embed
 from tests.conftest import LOG_LESSONS, OBSERVE, OUTCOME, RETRIEVE, make_client, make_memory
+from tests.test_memories_private import LESSON, QUERY, _shared_and_private
 
 pytestmark = pytest.mark.django_db
 
-LESSON = {
-    "user_id": "alice",
-    "user_message": "How do I rotate the staging database credentials safely?",
-    "assistant_message": "Use the vault rotate command for the staging role, then restart the workers so they pick up the new lease.",
-    "meta": {"type": "procedure", "topic": "credential rotation"},
-}
-QUERY = {"user_id": "alice", "query": "rotate staging database credentials"}
 FAILED = {"user_id": "alice", "user_message": "that didn't work", "assistant_message": "Sorry about that."}
-
-
-def _shared_and_private():
-    from agents.authentication import verified_keys_forget
-
-    shared = make_client(["resolve", "feedback"], name="agent-shared")
-    private = make_client(["resolve", "feedback"], name="agent-private")
-    private.agent.private_user_data = True
-    private.agent.save()
-    verified_keys_forget()
-    return shared, private
 
 
 def _retrieve(client, body=QUERY):

@@ -6,6 +6,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
+from agents.selectors import agent_shared_required
 from common.api import Conflict
 from learning.models import LearnedPhrase, PhraseEvidence
 
@@ -20,12 +21,7 @@ def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
     stays the agent's (one verb per text and scope: the shared row is not overwritten) and is listed as a
     conflict; evidence for a text and verb that has a shared row is added into it. Refused while the agent's
     user data is still private."""
-    if agent.private_user_data:
-        raise Conflict(
-            f"Agent {agent.name!r} still keeps its user data private; switch private_user_data off first (admin, Agents).",
-            field="agent",
-            code="still_private",
-        )
+    agent_shared_required(agent=agent)
     shared_phrase = LearnedPhrase.objects.filter(
         tenant_id=OuterRef("tenant_id"),
         normalized=OuterRef("normalized"),

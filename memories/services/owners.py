@@ -6,6 +6,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from agents.selectors import agent_shared_required
 from common.api import Conflict
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryStatus
 
@@ -19,12 +20,7 @@ def private_memories_share(*, agent, dry_run: bool = False) -> dict:
     private) become the tenant's shared data, in one transaction. A live memory whose user already has a live shared
     copy of the same text stays the agent's and is listed (one live copy per text and owner). Refused while the
     agent's user data is still private."""
-    if agent.private_user_data:
-        raise Conflict(
-            f"Agent {agent.name!r} still keeps its user data private; switch private_user_data off first (admin, Agents).",
-            field="agent",
-            code="still_private",
-        )
+    agent_shared_required(agent=agent)
     shared_copy = Memory.objects.filter(
         tenant_id=OuterRef("tenant_id"),
         namespace=OuterRef("namespace"),

@@ -1,0 +1,25 @@
+"""The base of a command about one agent's data: ``--agent`` (id or name) and ``--dry-run``, run inside the agent's
+tenant; a refusal is the command's error message."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from agents.selectors import agent_get
+from common.api import ApplicationError
+from tenants.context import tenant_scope
+
+
+class AgentCommand(BaseCommand):
+    def add_arguments(self, parser):
+        parser.add_argument("--agent", required=True, help="The agent's id or name")
+        parser.add_argument("--dry-run", action="store_true", help="Say what would change; change nothing")
+
+    def handle(self, *args, **options):
+        try:
+            agent = agent_get(ref=options["agent"])
+            with tenant_scope([agent.tenant_id]):
+                self.run(agent=agent, dry_run=options["dry_run"])
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from None
+
+    def run(self, *, agent, dry_run: bool) -> None:
+        raise NotImplementedError
