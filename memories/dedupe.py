@@ -10,7 +10,8 @@ vector. The first rule that applies decides (thresholds are settings):
 3. ``new_version`` (contradiction): a neighbour on a similar topic (same type, and
    the same non-empty topic, or cosine >= MEMORY_TOPIC_SIMILARITY_THRESHOLD, or within
    the SimHash distance) whose content contradicts the new one (opposite polarity,
-   different numbers for the same statement, opposite words, or an explicit
+   different numbers for the same statement, one or two words said in place of others
+   ("the main branch" after "the release branch"), opposite words, or an explicit
    correction such as "no longer" / "instead of"). A near-duplicate that contradicts is never merged.
 4. ``merge`` (simhash): Hamming distance <= MEMORY_SIMHASH_MAX_DISTANCE.
 5. ``merge`` (semantic): same type and cosine >= the model's threshold (``semantic_duplicate_threshold``).
@@ -154,6 +155,23 @@ def _jaccard(a: set, b: set) -> float:
     return len(a & b) / len(a | b) if a | b else 1.0
 
 
+def _inflections(a: str, b: str) -> bool:
+    """"deploy" / "deploying", "branch" / "branches": one word in two forms (a shared stem of 4+ letters)."""
+    stem = max(4, min(len(a), len(b)) - 2)
+    return len(a) >= 4 and len(b) >= 4 and a[:stem] == b[:stem]
+
+
+def _substitutes(wn: set, wo: set) -> bool:
+    """The new statement says one or two things in place of the old one's ("the main branch" after "the release
+    branch"): each side has words the other lacks, at most two, and none is another form of a word on the other side.
+    Numbers are left to the number rule."""
+    only_new = {w for w in wn - wo if not w[0].isdigit() and w not in _NUMBER_WORDS}
+    only_old = {w for w in wo - wn if not w[0].isdigit() and w not in _NUMBER_WORDS}
+    if not only_new or not only_old or len(only_new) > 2 or len(only_old) > 2:
+        return False
+    return not any(_inflections(a, b) for a in only_new for b in only_old)
+
+
 def contradicts(new: str, old: str, *, correction: bool = False) -> bool:
     """Deterministic contradiction test between two statements on the same topic; ``correction``: the new one
     was said as a correction ("actually", "I changed my mind"), which counts like "no longer"."""
@@ -166,6 +184,8 @@ def contradicts(new: str, old: str, *, correction: bool = False) -> bool:
         return True
     nn, no = _numbers(new), _numbers(old)
     if nn and no and set(nn) != set(no) and overlap >= 0.6:
+        return True
+    if _substitutes(wn, wo) and overlap >= 0.6:
         return True
     tn, to = set(tokens(new)), set(tokens(old))
     for x, y in _OPPOSITES:

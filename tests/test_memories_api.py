@@ -117,6 +117,23 @@ class TestObserve:
         assert Memory.objects.get(pk=old.json()["memory_id"]).status == "deprecated"
         assert f" {after} workers" in Memory.objects.get(pk=new.json()["memory_id"]).content
 
+    def test_a_word_said_in_place_of_another_is_a_new_version_not_a_merge(self, api):
+        """ "the main branch" after "the release branch": a merge would keep the longer, older text and lose the
+        user's newer instruction."""
+        text = "Always deploy the web application from the {} branch of the monorepo."
+        old = observe(api, user_message="note", assistant_message=text.format("release"), type="pattern", topic="deploys")
+        new = observe(api, user_message="note", assistant_message=text.format("main"), type="pattern", topic="deploys")
+        assert new.json()["decision"] == "new_version", new.json()
+        assert Memory.objects.get(pk=old.json()["memory_id"]).status == "deprecated"
+        assert "main branch" in Memory.objects.get(pk=new.json()["memory_id"]).content
+
+    def test_another_form_of_a_word_or_an_added_word_is_no_contradiction(self):
+        from memories.dedupe import contradicts
+
+        assert not contradicts("Deploy the branches from the monorepo nightly.", "Deploy the branch from the monorepo nightly.")
+        assert not contradicts("Deploying the app from the monorepo nightly.", "Deploy the app from the monorepo nightly.")
+        assert not contradicts("Deploy the web app from the monorepo nightly.", "Deploy the app from the monorepo nightly.")
+
     def test_the_same_number_in_digits_and_in_words_is_no_contradiction(self):
         from memories.dedupe import _numbers, contradicts
 
