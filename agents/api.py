@@ -12,12 +12,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.models import Agent
-from agents.services import idempotent_request_claim, idempotent_request_release, idempotent_request_store
+from agents.services import (
+    idempotency_key_check,
+    idempotent_request_claim,
+    idempotent_request_release,
+    idempotent_request_store,
+)
 from common.api import ApplicationError
 from tenants.context import tenant_request
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-IDEMPOTENCY_KEY_MAX = 255
 
 
 class _Replay(Exception):
@@ -51,11 +55,7 @@ def _key(request) -> str | None:
     key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is None or request.method in SAFE_METHODS:
         return None
-    if not key or len(key) > IDEMPOTENCY_KEY_MAX or not key.isascii() or not key.isprintable():
-        raise ApplicationError(
-            f"{IDEMPOTENCY_HEADER} must be 1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters.",
-            field=IDEMPOTENCY_HEADER,
-        )
+    idempotency_key_check(key=key, field=IDEMPOTENCY_HEADER)
     if not isinstance(request.user, Agent):
         raise ApplicationError(
             f"{IDEMPOTENCY_HEADER} is for agents' API keys; a reviewer's repeated decision is refused as already made.",

@@ -74,6 +74,16 @@ def api_key_revoke(*, key: ApiKey) -> ApiKey:
 # --- Idempotency keys ---
 
 
+IDEMPOTENCY_KEY_MAX = 255
+
+
+def idempotency_key_check(*, key, field: str) -> str:
+    """``key`` if it can be an idempotency key (1 to 255 printable ASCII characters), else a 400 naming ``field``."""
+    if not isinstance(key, str) or not key or len(key) > IDEMPOTENCY_KEY_MAX or not key.isascii() or not key.isprintable():
+        raise ApplicationError(f"{field} must be 1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters.", field=field)
+    return key
+
+
 def idempotent_request_claim(*, agent: Agent, key: str, method: str, path: str, request_hash: str) -> IdempotentRequest | None:
     """Claim ``key`` for this request, in the request's own transaction (the claim commits with the write, or
     neither does). None: claimed, answer the request and store the answer. Otherwise the request stored under the

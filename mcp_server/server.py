@@ -18,6 +18,7 @@ All the ORM work of one call runs in ONE sync function on a bounded thread pool
 stale connections are closed before and after each call as Django does around a request.
 """
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from rest_framework.views import APIView
 
 from actions.selectors import action_get, action_list
 from agents.authentication import ApiKeyAuthentication, ApiKeyRateThrottle, ScopePermission, client_ip
+from agents.services import idempotency_key_check, idempotent_request_claim, idempotent_request_store
 from autonomy import api as autonomy_api
 from autonomy.serializers import ActionSerializer, ConsultPatternSerializer, ConsultRuleSerializer
 from common.api import exception_handler
@@ -164,6 +166,7 @@ class Outcome:
     data: Any = None
     error: dict | None = None  # REST's error body with its HTTP code
     embedding_pending: bool = False  # a row was stored without its vector (REST's X-Embedding-Pending)
+    replayed: bool = False  # the stored result of an earlier call with the same idempotency key
 
 
 def error_body(exc: Exception) -> dict | None:
@@ -198,16 +201,33 @@ def tools_permitted_sync(authorization: str | None, client: str) -> Outcome:
     return Outcome(data=[t.name for t in TOOLS if ScopePermission().has_permission(request, t.view)])
 
 
-def call_tool_sync(name: str, authorization: str | None, client: str, arguments: dict[str, Any]) -> Outcome:
+IDEMPOTENCY_META = "idempotency_key"
+
+
+def call_tool_sync(
+    name: str, authorization: str | None, client: str, arguments: dict[str, Any], idempotency_key: Any = None
+) -> Outcome:
+    """One tool call. A tool that writes, called with ``_meta.idempotency_key``, runs once: its result is stored in
+    the call's transaction and a retry with the key gets it again (REST's ``Idempotency-Key``, same store)."""
     request = authenticate(authorization, client)  # first: a wrong key is -32010 whatever the tool
     tool = TOOLS_BY_NAME.get(name)
     if tool is None:
         raise MCPError(types.INVALID_PARAMS, f"Unknown tool {name!r}; tools/list names them.")
     check_scope(request, tool.view)
     data = validate_arguments(tool, arguments)
+    key = None
+    if idempotency_key is not None and not tool.read_only:
+        key = idempotency_key_check(key=idempotency_key, field=f"_meta.{IDEMPOTENCY_META}")
+        digest = hashlib.sha256(json.dumps(["MCP", name, arguments], sort_keys=True, default=str).encode()).hexdigest()
+        stored = idempotent_request_claim(agent=request.user, key=key, method="MCP", path=f"tools/{name}", request_hash=digest)
+        if stored is not None:
+            return Outcome(data=stored.response, replayed=True)
     with embedding_budget():  # REST's per-request embedding budget: a write never waits on a slow embedder
         result = plain(tool.run(Caller(request.user, request.auth), data))
-        return Outcome(data=result, embedding_pending=budget_pending() > 0)
+        pending = budget_pending() > 0
+    if key is not None:  # a failed call raised above: the transaction rolls back with its claim
+        idempotent_request_store(agent=request.user, key=key, status_code=200, response=result)
+    return Outcome(data=result, embedding_pending=pending)
 
 
 # --- Resources -------------------------------------------------------------------------------------
@@ -336,7 +356,10 @@ def build_server(key_source: KeySource, *, threads: int | None = None) -> Server
 
     async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestParams) -> types.CallToolResult:
         authorization, client = key_source(ctx)
-        outcome = await in_thread(call_tool_sync, params.name, authorization, client, params.arguments or {})
+        meta = dict(params.meta or {})
+        outcome = await in_thread(
+            call_tool_sync, params.name, authorization, client, params.arguments or {}, meta.get(IDEMPOTENCY_META)
+        )
         tool = TOOLS_BY_NAME[params.name]
         if outcome.error is not None:
             return types.CallToolResult(
@@ -347,7 +370,11 @@ def build_server(key_source: KeySource, *, threads: int | None = None) -> Server
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=_result_text(tool, outcome.data))],
             structured_content=outcome.data,
-            meta={"embedding_pending": True} if outcome.embedding_pending else None,
+            meta={
+                **({"embedding_pending": True} if outcome.embedding_pending else {}),
+                **({"idempotent_replayed": True} if outcome.replayed else {}),
+            }
+            or None,
         )
 
     async def permitted_resources(ctx: ServerRequestContext) -> set[str]:

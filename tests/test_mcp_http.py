@@ -107,6 +107,17 @@ def test_http_tools_and_the_disambiguation_loop(base_url):
     again = run(modern)
     assert again.structured_content["outcome"] == "resolved" and again.structured_content["verb"] == "cbu.list"
 
+    confirm = {"text": "every client unit please", "verb": "cbu.list", "user_id": "alice"}
+
+    async def twice(session):  # a retried write with _meta.idempotency_key runs once
+        meta = {"idempotency_key": "confirm-every-unit"}
+        return [await session.call_tool("confirm_resolution", confirm, meta=meta) for _ in range(2)]
+
+    first, second = session_flow(base_url, raw, twice)
+    assert not first.is_error and first.structured_content == second.structured_content
+    assert (second.meta or {}).get("idempotent_replayed") is True and not (first.meta or {}).get("idempotent_replayed")
+    assert LearnedPhrase.objects.get(normalized="every client unit please", user_id="alice").occurrence_count == 1
+
 
 def test_http_a_resolve_only_key_cannot_govern_and_nothing_changes(base_url):
     verb_catalogue_load(entries=CBU_CATALOGUE)

@@ -215,3 +215,31 @@ def test_observe_memory_says_whether_the_memory_waits_for_its_vector(request, em
     }
     result = mcp_call("observe_memory", api.raw, turn).data
     assert result["decision"] == "saved" and result["embedding_pending"] is embedder_down
+
+
+def test_a_write_tool_with_an_idempotency_key_runs_once_and_shares_rests_keys(catalogue):
+    from learning.models import LearnedPhrase
+
+    api = make_client(["resolve", "feedback"])
+    body = {"text": "show me every client business unit", "verb": "cbu.list", "user_id": "alice"}
+
+    def confirm(key, arguments=body):
+        try:
+            with tenant_request():
+                return call_tool_sync("confirm_resolution", f"Bearer {api.raw}", "test", arguments, key)
+        except Exception as exc:
+            return Outcome(error=error_body(exc))
+
+    first = confirm("k-1")
+    assert first.error is None and not first.replayed
+    again = confirm("k-1")
+    assert again.replayed and again.data == first.data
+    assert LearnedPhrase.objects.get(user_id="alice").occurrence_count == 1
+    assert confirm("k-2").data["phrase"]["occurrence_count"] == 2
+    reused = confirm("k-1", {**body, "text": "list the units"})
+    assert reused.error["http_status"] == 409 and reused.error["code"] == "idempotency_key_reused"
+    bad = confirm("")
+    assert bad.error["http_status"] == 400 and "_meta.idempotency_key" in bad.error["fields"]
+    # REST's Idempotency-Key is the same store: the MCP call's key answers a REST retry's 409 (another request).
+    rest = api.post("/api/v1/resolutions/confirm", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert rest.status_code == 409 and rest.json()["code"] == "idempotency_key_reused"
