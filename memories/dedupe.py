@@ -156,7 +156,7 @@ def _jaccard(a: set, b: set) -> float:
 
 
 def _inflections(a: str, b: str) -> bool:
-    """"deploy" / "deploying", "branch" / "branches": one word in two forms (a shared stem of 4+ letters)."""
+    """ "deploy" / "deploying", "branch" / "branches": one word in two forms (a shared stem of 4+ letters)."""
     stem = max(4, min(len(a), len(b)) - 2)
     return len(a) >= 4 and len(b) >= 4 and a[:stem] == b[:stem]
 
