@@ -21,3 +21,8 @@ def agent_shared_required(*, agent: Agent) -> None:
             field="agent",
             code="still_private",
         )
+
+
+def agents_private(*, ids) -> set[int]:
+    """Of these agent ids, those of agents with private user data."""
+    return set(Agent.objects.filter(pk__in=list(ids), private_user_data=True).values_list("pk", flat=True))

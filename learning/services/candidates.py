@@ -8,6 +8,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Least
 from django.utils import timezone
 
+from agents.selectors import agents_private
 from common.api import ApplicationError, Conflict, Forbidden
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
@@ -195,30 +196,35 @@ def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer) -
             field="suggested_output",
             code="blocked",
         )
-    _learned_phrase_put(
-        phrase=row.input_pattern,
-        normalized=row.normalized,
-        verb=verb,
-        user_id=row.user_id,
-        source="candidate",
-        confidence=settings.LEARNING_APPROVED_CONFIDENCE,
-        vectors=vectors,
-        model=model,
-        occurrence_count=row.occurrence_count,
-        history_user=reviewer,
-        owner=_candidate_owner(row),
-    )
+    for owner in _candidate_owners(row):
+        _learned_phrase_put(
+            phrase=row.input_pattern,
+            normalized=row.normalized,
+            verb=verb,
+            user_id=row.user_id,
+            source="candidate",
+            confidence=settings.LEARNING_APPROVED_CONFIDENCE,
+            vectors=vectors,
+            model=model,
+            occurrence_count=row.occurrence_count,
+            history_user=reviewer,
+            owner=owner,
+        )
 
 
-def _candidate_owner(row: LearningCandidate) -> int | None:
+def _candidate_owners(row: LearningCandidate) -> list[int | None]:
     """Whose the user's phrase is once the candidate applies: the acting agent's when its user data is private (a
-    click promoted at once), else that of the agent with private user data that proposed it (a reviewer's approval)."""
+    click promoted at once); else (a reviewer's approval) every owner whose traffic proposed or repeated it: each
+    agent with private user data among them gets its own row, and the shared agents one row if any of them did (or
+    when no agent is recorded)."""
     if not row.user_id:
-        return None
+        return [None]
     if private_agent_id() is not None:
-        return private_agent_id()
-    proposer = row.proposed_by_agent
-    return proposer.pk if proposer is not None and proposer.private_user_data else None
+        return [private_agent_id()]
+    ids = {*row.seen_by_agents, *([row.proposed_by_agent_id] if row.proposed_by_agent_id else [])}
+    private = agents_private(ids=ids)
+    shared = not ids or bool(ids - private)
+    return sorted(private) + ([None] if shared else [])
 
 
 def candidate_reject(
