@@ -159,7 +159,12 @@ def report(times: dict[str, list[float]]) -> None:
         f"\n\n{ROUNDS} rounds after {WARMUP} warm-up rounds; each round one call per path in rotating order, every call a "
         "distinct text (no embedder cache hits), user alice. One uvicorn process (config.asgi: Django + /mcp, stateless JSON "
         "MCP) on loopback, keep-alive clients. The raw MCP POST uses the same HTTP client as REST (server-side difference); "
-        f"the SDK row adds the MCP client's own cost. Target: MCP adds <= 5 ms p50; measured {mcp_p50 - rest_p50:+.2f} ms."
+        f"the SDK row adds the MCP client's own cost. Target: MCP adds <= 5 ms p50; measured {mcp_p50 - rest_p50:+.2f} ms. "
+        + (
+            f"Database connections from a pool of at most {pool} (DB_POOL_MAX_SIZE)."
+            if (pool := int(os.environ.get("DB_POOL_MAX_SIZE") or 0)) > 0
+            else "No connection pool (DB_POOL_MAX_SIZE unset): each REST request's thread opens its own connection."
+        )
     )
     print(body)
     record("mcp_latency", body, f"RESULT mcp_p50_ms={mcp_p50:.2f} rest_p50_ms={rest_p50:.2f}")

@@ -210,6 +210,18 @@ else:
     }
 _db["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
 _db["CONN_HEALTH_CHECKS"] = True
+# A pool of connections per process (psycopg_pool through Django): for ASGI servers, where every REST request runs
+# on a fresh thread that would otherwise open (and configure) a connection of its own. Off by default: a
+# sync worker keeps its one connection for DB_CONN_MAX_AGE seconds, which a pool cannot beat.
+DB_POOL_MAX_SIZE = env_int("DB_POOL_MAX_SIZE", 0)
+if DB_POOL_MAX_SIZE > 0:
+    _db["CONN_MAX_AGE"] = 0  # Django hands the connection back to the pool at the end of each request
+    _db["OPTIONS"]["pool"] = {
+        "min_size": min(env_int("DB_POOL_MIN_SIZE", 2), DB_POOL_MAX_SIZE),
+        "max_size": DB_POOL_MAX_SIZE,
+        "timeout": env_float("DB_POOL_TIMEOUT_S", 10.0),  # waiting longer for a free connection is an error
+        "max_idle": env_float("DB_POOL_MAX_IDLE_S", 600.0),
+    }
 # Queries bind their parameters on the client (Django's default); DB_SERVER_SIDE_BINDING binds them on the server.
 _db["OPTIONS"]["server_side_binding"] = env_bool("DB_SERVER_SIDE_BINDING", False)
 # The statements every resolve runs (the tenant setting, exact phrases, the tier statement, the record INSERTs) are
