@@ -4,13 +4,24 @@ from agents.models import Agent
 from common.api import Conflict, NotFound
 
 
-def agent_get(*, ref) -> Agent:
-    """An agent by id or by name (commands take either)."""
+def agent_get(*, ref, tenant: str | None = None) -> Agent:
+    """An agent by id or by name (commands take either), in the tenant with slug ``tenant`` when given. Names are
+    unique per tenant only: a name several tenants use is refused without the tenant (never one picked at random)."""
     ref = str(ref).strip()
-    agent = Agent.objects.filter(pk=int(ref)).first() if ref.isdigit() else Agent.objects.filter(name=ref).first()
-    if agent is None:
-        raise NotFound(f"Agent {ref} not found.", field="agent")
-    return agent
+    agents = Agent.objects.filter(pk=int(ref)) if ref.isdigit() else Agent.objects.filter(name=ref)
+    if tenant:
+        agents = agents.filter(tenant__slug=tenant)
+    found = list(agents.select_related("tenant").order_by("tenant__slug"))
+    if not found:
+        raise NotFound(f"Agent {ref} not found" + (f" in tenant {tenant}." if tenant else "."), field="agent")
+    if len(found) > 1:
+        slugs = ", ".join(a.tenant.slug for a in found)
+        raise Conflict(
+            f"Agent {ref} is in several tenants ({slugs}); name its tenant (--tenant SLUG) or give its id.",
+            field="agent",
+            code="ambiguous",
+        )
+    return found[0]
 
 
 def agent_shared_required(*, agent: Agent) -> None:
@@ -26,3 +37,17 @@ def agent_shared_required(*, agent: Agent) -> None:
 def agents_private(*, ids) -> set[int]:
     """Of these agent ids, those of agents with private user data."""
     return set(Agent.objects.filter(pk__in=list(ids), private_user_data=True).values_list("pk", flat=True))
+
+
+def agents_gone_private(*, ids) -> set[int]:
+    """Of these agent ids, those of agents deleted since that kept their user data private when last recorded (or
+    left no record): their users' data went with them and must not become the shared agents'."""
+    gone = set(ids) - set(Agent.objects.filter(pk__in=list(ids)).values_list("pk", flat=True))
+    last: dict[int, bool] = {}
+    for pk, private in (
+        Agent.history.filter(id__in=list(gone))
+        .order_by("id", "-history_date", "-history_id")
+        .values_list("id", "private_user_data")
+    ):
+        last.setdefault(pk, private)
+    return {pk for pk in gone if last.get(pk, True)}

@@ -188,3 +188,75 @@ def test_an_approved_user_candidate_is_learned_for_every_owner_that_taught_it(ca
         LearnedPhrase.objects.filter(normalized="units please", user_id="alice").values_list("private_agent_id", flat=True)
     )
     assert owners == ({private.pk, None} if shared_repeats else {private.pk})
+
+
+def _proposed_by(*agents):
+    from tenants.context import acting_agent
+
+    for agent in agents:
+        with acting_agent(agent):
+            candidate = candidate_record(
+                input_pattern="units please",
+                suggested_output="cbu.list",
+                user_id="alice",
+                source="disambiguation",
+                confidence=0.6,
+            )
+    return candidate
+
+
+def _owners():
+    return set(
+        LearnedPhrase.objects.filter(normalized="units please", user_id="alice").values_list("private_agent_id", flat=True)
+    )
+
+
+@pytest.mark.parametrize("proposer_private", [False, True])
+def test_a_private_agents_governance_key_approves_for_the_proposer_not_for_itself(catalogue, proposer_private):
+    """The deciding key's agent keeping its own users' data private does not make the approved phrase its own: the
+    phrase is the proposer's (a private proposer's own row, else shared) and the approver reads none of it."""
+    from agents.authentication import verified_keys_forget
+    from tests.conftest import make_client
+
+    proposer = make_client(["resolve", "feedback"], name="proposer")
+    proposer.agent.private_user_data = proposer_private
+    proposer.agent.save()
+    approver = make_client(["resolve", "feedback", "governance"], name="approver")
+    approver.agent.private_user_data = True
+    approver.agent.save()
+    verified_keys_forget()
+    candidate = _proposed_by(proposer.agent)
+    r = approver.post(f"/api/v1/learning/candidates/{candidate.pk}/approve", {}, format="json")
+    assert r.status_code == 200, r.content
+    assert _owners() == ({proposer.agent.pk} if proposer_private else {None})
+
+
+def test_a_candidate_whose_private_proposer_was_deleted_is_not_learned_for_the_shared_agents(catalogue):
+    """Deleting an agent with private user data deletes its users' phrases; a candidate its traffic alone proposed
+    does not become shared data on approval: it is refused, and the reviewer rejects it."""
+    from agents.services import agent_key_create
+
+    private = agent_key_create(agent_name="private", scopes=["resolve", "feedback"])[0].agent
+    private.private_user_data = True
+    private.save()
+    candidate = _proposed_by(private)
+    private.delete()
+    with pytest.raises(Conflict, match="deleted"):
+        candidate_approve(candidate=candidate)
+    candidate.refresh_from_db()
+    assert candidate.status == "pending" and not LearnedPhrase.objects.exists()
+    assert candidate_reject(candidate=candidate, reason="owner gone").status == "rejected"
+
+
+def test_a_candidate_of_a_deleted_shared_agent_and_a_deleted_private_one_is_learned_shared(catalogue):
+    from agents.services import agent_key_create
+
+    private = agent_key_create(agent_name="private", scopes=["resolve", "feedback"])[0].agent
+    private.private_user_data = True
+    private.save()
+    shared = agent_key_create(agent_name="shared", scopes=["resolve", "feedback"])[0].agent
+    candidate = _proposed_by(private, shared)
+    private.delete()
+    shared.delete()
+    assert candidate_approve(candidate=candidate).status == "applied"
+    assert _owners() == {None}

@@ -7,6 +7,9 @@ from django.core.management import CommandError, call_command
 
 from agents.authentication import verified_keys_forget
 from learning.models import LearnedPhrase, PhraseEvidence
+from learning.services.evidence import phrase_evidence_add
+from tenants.context import acting_agent, tenant_scope
+from tenants.services import tenant_create
 from tests.conftest import make_client
 
 pytestmark = pytest.mark.django_db
@@ -64,3 +67,46 @@ def test_the_agents_phrases_become_shared_and_a_conflict_stays_its_own(catalogue
 def test_an_unknown_agent_is_a_clear_error(db):
     with pytest.raises(CommandError, match="Agent nobody not found"):
         call_command("share_private_phrases", "--agent", "nobody")
+
+
+def test_evidence_without_a_user_is_added_into_the_shared_row_not_a_conflict_forever(catalogue):
+    """Clicks of a request without a user id leave evidence with no user: when the shared agents hold the same text
+    and verb without a user too, the agent's row is added into theirs (the NULL user is the same scope)."""
+    shared = make_client(["resolve", "feedback"], name="agent-shared")
+    private = make_client(["resolve", "feedback"], name="agent-private")
+    private.agent.private_user_data = True
+    private.agent.save()
+    with acting_agent(shared.agent):
+        phrase_evidence_add(user_id=None, phrase="units please", verb="cbu.list", positive=1.0)
+    with acting_agent(private.agent):
+        phrase_evidence_add(user_id=None, phrase="units please", verb="cbu.list", positive=0.5)
+    private.agent.private_user_data = False
+    private.agent.save()
+    out = StringIO()
+    call_command("share_private_phrases", "--agent", "agent-private", stdout=out)
+    assert "0 evidence row(s) are shared, 1 added into shared rows" in out.getvalue()
+    row = PhraseEvidence.objects.get(normalized="units please", verb="cbu.list")
+    assert row.private_agent_id is None and row.user_id is None
+    assert (row.positive, row.signal_count) == (1.5, 2)
+
+
+def test_an_agent_name_two_tenants_use_needs_the_tenant(catalogue):
+    """Agent names are unique per tenant only: a name two tenants use is refused without --tenant, and --tenant picks
+    that tenant's agent; nothing of the other tenant changes."""
+    acme, globex = tenant_create(slug="acme"), tenant_create(slug="globex")
+    twins = {}
+    for tenant in (acme, globex):
+        twins[tenant.slug] = make_client(["resolve", "feedback"], name="twin", tenant=tenant).agent
+        twins[tenant.slug].private_user_data = True
+        twins[tenant.slug].save()
+        with tenant_scope([tenant.pk]), acting_agent(twins[tenant.slug]):
+            phrase_evidence_add(user_id="alice", phrase="units please", verb="cbu.list", positive=1.0)
+        twins[tenant.slug].private_user_data = False
+        twins[tenant.slug].save()
+    with pytest.raises(CommandError, match="--tenant"):
+        call_command("share_private_phrases", "--agent", "twin")
+    assert PhraseEvidence.objects.filter(private_agent__isnull=False).count() == 2
+    call_command("share_private_phrases", "--agent", "twin", "--tenant", "globex", stdout=StringIO())
+    assert set(PhraseEvidence.objects.filter(private_agent__isnull=False).values_list("tenant__slug", flat=True)) == {"acme"}
+    with pytest.raises(CommandError, match="Agent twin not found in tenant nowhere"):
+        call_command("share_private_phrases", "--agent", "twin", "--tenant", "nowhere")

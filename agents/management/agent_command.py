@@ -11,11 +11,12 @@ from tenants.context import tenant_scope
 class AgentCommand(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--agent", required=True, help="The agent's id or name")
+        parser.add_argument("--tenant", help="The agent's tenant (slug); needed when several tenants use its name")
         parser.add_argument("--dry-run", action="store_true", help="Say what would change; change nothing")
 
     def handle(self, *args, **options):
         try:
-            agent = agent_get(ref=options["agent"])
+            agent = agent_get(ref=options["agent"], tenant=options["tenant"])
             with tenant_scope([agent.tenant_id]):
                 self.run(agent=agent, dry_run=options["dry_run"])
         except ApplicationError as exc:

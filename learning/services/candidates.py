@@ -8,7 +8,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Least
 from django.utils import timezone
 
-from agents.selectors import agents_private
+from agents.selectors import agents_gone_private, agents_private
 from common.api import ApplicationError, Conflict, Forbidden
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
@@ -213,18 +213,28 @@ def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer) -
 
 
 def _candidate_owners(row: LearningCandidate) -> list[int | None]:
-    """Whose the user's phrase is once the candidate applies: the acting agent's when its user data is private (a
-    click promoted at once); else (a reviewer's approval) every owner whose traffic proposed or repeated it: each
-    agent with private user data among them gets its own row, and the shared agents one row if any of them did (or
-    when no agent is recorded)."""
+    """Whose the user's phrase is once the candidate applies: the acting agent's when its user data is private and
+    its own click promoted it at once; else (an approval: a deciding agent never proposed it) every owner whose
+    traffic proposed or repeated it: each agent with private user data among them gets its own row, and the shared
+    agents one row if any of them did (or when no agent is recorded). An agent with private user data deleted since
+    gets none (its users' phrases went with it); when it was the only one, the approval is refused."""
     if not row.user_id:
         return [None]
-    if private_agent_id() is not None:
-        return [private_agent_id()]
     ids = {*row.seen_by_agents, *([row.proposed_by_agent_id] if row.proposed_by_agent_id else [])}
+    if private_agent_id() is not None and private_agent_id() in ids:
+        return [private_agent_id()]
     private = agents_private(ids=ids)
-    shared = not ids or bool(ids - private)
-    return sorted(private) + ([None] if shared else [])
+    gone = agents_gone_private(ids=ids - private)
+    shared = not ids or bool(ids - private - gone)
+    owners = sorted(private) + ([None] if shared else [])
+    if not owners:
+        raise Conflict(
+            "The agents whose users proposed it kept their user data private and were deleted since, with their users' "
+            "phrases; nobody is left to learn it for. Reject it.",
+            field="candidate_id",
+            code="owner_deleted",
+        )
+    return owners
 
 
 def candidate_reject(

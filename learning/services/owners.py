@@ -3,7 +3,7 @@
 import logging
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import BooleanField, Case, Exists, F, OuterRef, When
 from django.utils import timezone
 
 from agents.selectors import agent_shared_required
@@ -29,11 +29,13 @@ def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
         private_agent__isnull=True,
     )
     shared_evidence = PhraseEvidence.objects.filter(
-        tenant_id=OuterRef("tenant_id"),
-        normalized=OuterRef("normalized"),
-        verb=OuterRef("verb"),
-        user_id=OuterRef("user_id"),
-        private_agent__isnull=True,
+        tenant_id=OuterRef("tenant_id"), normalized=OuterRef("normalized"), verb=OuterRef("verb"), private_agent__isnull=True
+    )
+    # Evidence of a request without a user has none: the NULL user is one scope (the unique key's NULLS NOT DISTINCT).
+    evidence_taken = Case(
+        When(user_id__isnull=True, then=Exists(shared_evidence.filter(user_id__isnull=True))),
+        default=Exists(shared_evidence.filter(user_id=OuterRef("user_id"))),
+        output_field=BooleanField(),
     )
     try:
         with transaction.atomic():
@@ -52,7 +54,7 @@ def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
             evidence = list(
                 PhraseEvidence.objects.select_for_update()
                 .filter(private_agent=agent)
-                .annotate(taken=Exists(shared_evidence))
+                .annotate(taken=evidence_taken)
                 .order_by("pk")
             )
             merged = [e for e in evidence if e.taken]
