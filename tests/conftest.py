@@ -1,6 +1,7 @@
 """Shared fixtures and helpers. Tests run on PostgreSQL + pgvector (embedded unless DATABASE_URL is set) with the real local model."""
 
 import os
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -364,3 +365,40 @@ def celery_worker_start(*, queue: str, name: str, env: dict, log):
     argv = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-Q", queue, "-n", f"{name}@%h"]
     argv += ["--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=INFO"]
     return subprocess.Popen(argv, cwd=ROOT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+@contextmanager
+def asgi_server(env: dict):
+    """uvicorn serving config.asgi (Django + /mcp) on a free loopback port with ``env``; yields its base URL."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
+        + ["--lifespan", "on", "--log-level", "warning", "--no-access-log"],
+        cwd=ROOT_DIR,
+        env=env,
+    )
+    try:
+        for _ in range(300):  # bounded: 60 s
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert proc.poll() is None, "uvicorn exited"
+                time.sleep(0.2)
+        else:
+            pytest.fail("uvicorn did not start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)

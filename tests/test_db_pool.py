@@ -1,10 +1,6 @@
 """A pool of database connections (DB_POOL_MAX_SIZE) under an ASGI server: requests of two tenants take turns on
 one pooled connection, and each sees only its own tenant's rows."""
 
-import socket
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -12,11 +8,12 @@ import requests
 from django.db import connection
 
 from agents.services import agent_key_create
-from learning.services.catalogue import VerbEntry, verb_catalogue_load
+from learning.catalogue import VerbEntry
+from learning.services.catalogue import verb_catalogue_load
 from tenants.context import tenant_scope
 from tenants.services import tenant_create
-from tests.conftest import CBU_CATALOGUE
-from tests.test_mcp_stdio import ROOT, server_env
+from tests.conftest import CBU_CATALOGUE, asgi_server
+from tests.test_mcp_stdio import server_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,40 +23,11 @@ MAIL_CATALOGUE = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def pooled_url(django_db_setup):
     """uvicorn serving config.asgi with a pool of one connection, on the test database."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
-        + ["--lifespan", "on", "--log-level", "warning", "--no-access-log"],
-        cwd=ROOT,
-        env=server_env(DB_POOL_MAX_SIZE="1", DB_POOL_MIN_SIZE="1"),
-    )
-    try:
-        for _ in range(300):  # bounded: 60 s
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, "uvicorn exited"
-                time.sleep(0.2)
-        else:
-            pytest.fail("uvicorn did not start")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    with asgi_server(server_env(DB_POOL_MAX_SIZE="1", DB_POOL_MIN_SIZE="1")) as url:
+        yield url
 
 
 def _server_connections() -> int:
