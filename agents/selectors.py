@@ -25,8 +25,10 @@ def agent_get(*, ref, tenant: str | None = None) -> Agent:
 
 
 def agent_shared_required(*, agent: Agent) -> None:
-    """Refuse (409) work that hands an agent's private user data to the shared agents while it is still private."""
-    if agent.private_user_data:
+    """Refuse (409) work that hands an agent's private user data to the shared agents while it is still private.
+    Reads the agent's row afresh, locked until the caller's transaction ends, so a switch back to private waits
+    for the work (or the work sees it)."""
+    if Agent.objects.select_for_update().filter(pk=agent.pk, private_user_data=True).exists():
         raise Conflict(
             f"Agent {agent.name!r} still keeps its user data private; switch private_user_data off first (admin, Agents).",
             field="agent",

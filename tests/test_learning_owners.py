@@ -6,8 +6,11 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents.authentication import verified_keys_forget
+from agents.models import Agent
+from common.api import Conflict
 from learning.models import LearnedPhrase, PhraseEvidence
 from learning.services.evidence import phrase_evidence_add
+from learning.services.owners import private_phrases_share
 from tenants.context import acting_agent, tenant_scope
 from tenants.services import tenant_create
 from tests.conftest import make_client
@@ -46,12 +49,12 @@ def test_the_agents_phrases_become_shared_and_a_conflict_stays_its_own(catalogue
     verified_keys_forget()
     dry = StringIO()
     call_command("share_private_phrases", "--agent", "agent-private", "--dry-run", stdout=dry)
-    assert "1 learned phrase(s) would be shared, 1 kept" in dry.getvalue()
+    assert "1 learned phrase(s) would be shared, 0 added into the same shared phrase, 1 kept" in dry.getvalue()
     assert LearnedPhrase.objects.filter(private_agent=private.agent).count() == 2
 
     out = StringIO()
     call_command("share_private_phrases", "--agent", "agent-private", stdout=out)
-    assert "1 learned phrase(s) are shared, 1 kept" in out.getvalue()
+    assert "1 learned phrase(s) are shared, 0 added into the same shared phrase, 1 kept" in out.getvalue()
     assert "kept: user alice: 'units please' → cbu.list (shared: cbu.delete)" in out.getvalue()
     moved = LearnedPhrase.objects.get(normalized="make me a unit")
     assert moved.private_agent_id is None and moved.history.first().history_change_reason.startswith("shared")
@@ -62,6 +65,67 @@ def test_the_agents_phrases_become_shared_and_a_conflict_stays_its_own(catalogue
     # What the agent's user taught now answers through the shared agents too.
     r = shared.post("/api/v1/resolve", {"text": "make me a unit", "user_id": "alice"}, format="json").json()
     assert (r["outcome"], r["verb"]) == ("resolved", "cbu.create")
+
+
+def test_a_phrase_the_shared_agents_hold_with_the_same_verb_is_added_into_theirs_once(catalogue):
+    """The same text and verb for the same user on both sides is no conflict: the shared row takes the private
+    row's count and the private row goes (with its history), so a second run has nothing left to list."""
+    shared = make_client(["resolve", "feedback"], name="agent-shared")
+    private = make_client(["resolve", "feedback"], name="agent-private")
+    private.agent.private_user_data = True
+    private.agent.save()
+    verified_keys_forget()
+    body = {"text": "units please", "verb": "cbu.list", "user_id": "alice"}
+    for _ in range(2):
+        assert private.post(CONFIRM, body, format="json").status_code == 200
+    assert shared.post(CONFIRM, body, format="json").status_code == 200
+    own = LearnedPhrase.objects.get(normalized="units please", private_agent=private.agent)
+    theirs = LearnedPhrase.objects.get(normalized="units please", private_agent__isnull=True)
+    assert theirs.verb.name == own.verb.name == "cbu.list"
+    counts = own.occurrence_count + theirs.occurrence_count
+    private.agent.private_user_data = False
+    private.agent.save()
+    verified_keys_forget()
+
+    out = StringIO()
+    call_command("share_private_phrases", "--agent", "agent-private", stdout=out)
+    assert "0 learned phrase(s) are shared, 1 added into the same shared phrase, 0 kept" in out.getvalue()
+    assert "kept:" not in out.getvalue()
+    row = LearnedPhrase.objects.get(normalized="units please")  # one row left: the shared one
+    assert (row.pk, row.private_agent_id, row.occurrence_count) == (theirs.pk, None, counts)
+    gone = LearnedPhrase.history.filter(id=own.pk, history_type="-").get()
+    assert gone.history_change_reason.startswith("added into the shared phrase")
+    again = StringIO()
+    call_command("share_private_phrases", "--agent", "agent-private", stdout=again)
+    assert "0 learned phrase(s) are shared, 0 added into the same shared phrase, 0 kept" in again.getvalue()
+
+
+def test_a_phrase_whose_shared_twin_a_reviewer_deactivated_stays_a_listed_conflict(catalogue):
+    shared = make_client(["resolve", "feedback"], name="agent-shared")
+    private = make_client(["resolve", "feedback"], name="agent-private")
+    private.agent.private_user_data = True
+    private.agent.save()
+    verified_keys_forget()
+    body = {"text": "units please", "verb": "cbu.list", "user_id": "alice"}
+    assert private.post(CONFIRM, body, format="json").status_code == 200
+    assert shared.post(CONFIRM, body, format="json").status_code == 200
+    LearnedPhrase.objects.filter(private_agent__isnull=True).update(is_active=False)
+    private.agent.private_user_data = False
+    private.agent.save()
+    out = StringIO()
+    call_command("share_private_phrases", "--agent", "agent-private", stdout=out)
+    assert "0 added into the same shared phrase, 1 kept" in out.getvalue()
+    assert LearnedPhrase.objects.filter(private_agent=private.agent, is_active=True).count() == 1
+
+
+def test_the_private_switch_is_read_from_the_database_not_from_the_callers_copy(catalogue):
+    """An agent switched back to private after the command loaded it: nothing moves (the row is read locked)."""
+    _, private = _private_then_shared(catalogue)
+    stale = Agent.objects.get(pk=private.agent.pk)
+    stale.private_user_data = False  # the caller's copy; the database still says private
+    with pytest.raises(Conflict, match="switch private_user_data off first"):
+        private_phrases_share(agent=stale)
+    assert LearnedPhrase.objects.filter(private_agent=private.agent).count() == 2
 
 
 def test_an_unknown_agent_is_a_clear_error(db):

@@ -3,7 +3,8 @@
 import logging
 
 from django.db import IntegrityError, transaction
-from django.db.models import BooleanField, Case, Exists, F, OuterRef, When
+from django.db.models import BooleanField, Case, DateTimeField, Exists, F, OuterRef, Value, When
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from agents.selectors import agent_shared_required
@@ -17,11 +18,11 @@ CONFLICTS_LISTED = 20
 
 def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
     """The learned phrases and phrase evidence ``agent`` owns (written while its user data was private) become
-    the tenant's shared data, in one transaction. A phrase whose user already has a shared row for the same text
-    stays the agent's (one verb per text and scope: the shared row is not overwritten) and is listed as a
-    conflict; evidence for a text and verb that has a shared row is added into it. Refused while the agent's
-    user data is still private."""
-    agent_shared_required(agent=agent)
+    the tenant's shared data, in one transaction. A phrase whose user already has an active shared row for the
+    same text and verb is added into it (its count; the private row goes); one whose shared row names another verb
+    (or was deactivated) stays the agent's (one verb per text and scope: the shared row is not overwritten) and is
+    listed as a conflict; evidence for a text and verb that has a shared row is added into it. Refused while the
+    agent's user data is still private."""
     shared_phrase = LearnedPhrase.objects.filter(
         tenant_id=OuterRef("tenant_id"),
         normalized=OuterRef("normalized"),
@@ -39,10 +40,17 @@ def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
     )
     try:
         with transaction.atomic():
+            agent_shared_required(agent=agent)
             owned = LearnedPhrase.objects.select_for_update().filter(private_agent=agent).order_by("pk")
-            rows = list(owned.annotate(taken=Exists(shared_phrase)).select_related("verb"))
+            rows = list(
+                owned.annotate(
+                    taken=Exists(shared_phrase),
+                    same=Exists(shared_phrase.filter(verb_id=OuterRef("verb_id"), is_active=True)),
+                ).select_related("verb")
+            )
             moving = [r for r in rows if not r.taken]
-            conflicts = [r for r in rows if r.taken]
+            same = [r for r in rows if r.same]
+            conflicts = [r for r in rows if r.taken and not r.same]
             shared_verbs = {
                 (user_id, normalized): verb
                 for user_id, normalized, verb in LearnedPhrase.objects.filter(
@@ -67,6 +75,21 @@ def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
                         update=True,
                         default_change_reason=f"shared: agent {agent.name} no longer private",
                     )
+                for r in same:  # the shared row says the same: it takes the private row's count, the private row goes
+                    LearnedPhrase.objects.filter(
+                        tenant_id=r.tenant_id,
+                        normalized=r.normalized,
+                        user_id=r.user_id,
+                        verb_id=r.verb_id,
+                        private_agent__isnull=True,
+                    ).update(
+                        occurrence_count=F("occurrence_count") + r.occurrence_count,
+                        confidence=Greatest("confidence", Value(r.confidence)),
+                        last_matched_at=Greatest("last_matched_at", Value(r.last_matched_at, DateTimeField())),
+                        updated_at=now,
+                    )
+                    r._change_reason = f"added into the shared phrase: agent {agent.name} no longer private"
+                    r.delete()
                 for e in merged:  # few per user; each adds into its shared row
                     PhraseEvidence.objects.filter(
                         tenant_id=e.tenant_id, normalized=e.normalized, verb=e.verb, user_id=e.user_id, private_agent__isnull=True
@@ -84,6 +107,7 @@ def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
         "agent": agent.name,
         "dry_run": dry_run,
         "phrases_shared": len(moving),
+        "phrases_merged": len(same),
         "phrases_kept": len(conflicts),
         "evidence_shared": len(evidence) - len(merged),
         "evidence_merged": len(merged),

@@ -20,7 +20,6 @@ def private_memories_share(*, agent, dry_run: bool = False) -> dict:
     private) become the tenant's shared data, in one transaction. A live memory whose user already has a live shared
     copy of the same text stays the agent's and is listed (one live copy per text and owner). Refused while the
     agent's user data is still private."""
-    agent_shared_required(agent=agent)
     shared_copy = Memory.objects.filter(
         tenant_id=OuterRef("tenant_id"),
         namespace=OuterRef("namespace"),
@@ -30,6 +29,7 @@ def private_memories_share(*, agent, dry_run: bool = False) -> dict:
     ).exclude(status=MemoryStatus.DEPRECATED)
     try:
         with transaction.atomic():
+            agent_shared_required(agent=agent)
             rows = list(
                 Memory.objects.select_for_update().filter(private_agent=agent).annotate(taken=Exists(shared_copy)).order_by("pk")
             )

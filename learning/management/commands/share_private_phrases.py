@@ -7,7 +7,8 @@ from learning.services.owners import private_phrases_share
 class Command(AgentCommand):
     help = (
         "After an agent's private_user_data was switched off: its users' learned phrases and phrase evidence become "
-        "shared. A text its user already has a shared phrase for stays the agent's and is listed. "
+        "shared. A text its user already has the same shared phrase for is added into it; one the shared agents "
+        "answer with another verb stays the agent's and is listed. "
         "memories: share_private_memories."
     )
 
@@ -16,7 +17,8 @@ class Command(AgentCommand):
         verb = "would be" if result["dry_run"] else "are"
         self.stdout.write(
             f"Agent {result['agent']}: {result['phrases_shared']} learned phrase(s) {verb} shared, "
-            f"{result['phrases_kept']} kept (a shared phrase holds the text); "
+            f"{result['phrases_merged']} added into the same shared phrase, "
+            f"{result['phrases_kept']} kept (a shared phrase holds the text for another verb); "
             f"{result['evidence_shared']} evidence row(s) {verb} shared, {result['evidence_merged']} added into shared rows."
         )
         for c in result["conflicts"]:
