@@ -273,7 +273,7 @@ class MemoryQuarantineAdmin(admin.ModelAdmin):
     def short_preview(self, obj):
         return obj.redacted_preview if len(obj.redacted_preview) <= 90 else obj.redacted_preview[:89] + "…"
 
-    @admin.action(description="Release (the edited preview must pass the write-gate)")
+    @admin.action(description="Release (the edited preview must pass the write-gate)", permissions=["change"])
     def release(self, request, queryset):
         return confirm_bulk(
             self,
@@ -285,7 +285,7 @@ class MemoryQuarantineAdmin(admin.ModelAdmin):
             submit="Release",
         )
 
-    @admin.action(description="Discard")
+    @admin.action(description="Discard", permissions=["change"])
     def discard(self, request, queryset):
         n = 0
         for item in queryset:

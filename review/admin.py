@@ -11,7 +11,9 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.exceptions import NotRegistered
-from django.core.exceptions import PermissionDenied
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import redirect, render
@@ -290,8 +292,9 @@ def _posted(request, *names) -> str:
     return next((request.POST.get(n, "") for n in names if request.POST.get(n)), "")
 
 
-def _admin_decisions_logged(kind: str, view, ids_of):
-    """``view`` (a bound admin view) with the inbox's claims honoured and its decisions logged."""
+def _admin_decisions_logged(kind: str, view, ids_of, refused_to=None):
+    """``view`` (a bound admin view) with the inbox's claims honoured and its decisions logged. A refusal goes back
+    to ``refused_to(request)`` (a page that answers GET), else to the page posted to."""
 
     @functools.wraps(view)
     def wrapped(request, *args, **kwargs):
@@ -305,8 +308,13 @@ def _admin_decisions_logged(kind: str, view, ids_of):
                     f"#{c.object_id} held by {c.user.get_username()} until {timezone.localtime(c.expires_at):%H:%M}"
                     for c in held[:10]
                 )
-                messages.error(request, f"Not decided, another reviewer holds it in the inbox: {names}.")
-                return HttpResponseRedirect(request.get_full_path())
+                more = f" and {len(held) - 10} more" if len(held) > 10 else ""
+                messages.error(
+                    request,
+                    f"Nothing was decided: another reviewer holds it in the inbox: {names}{more}. "
+                    "Leave what they hold out of the selection, or decide it once they let go.",
+                )
+                return HttpResponseRedirect(refused_to(request) if refused_to else request.get_full_path())
             waiting = selectors.items_waiting(kind=kind, ids=ids)
             response = view(request, *args, **kwargs)
             if waiting:
@@ -322,20 +330,41 @@ def _admin_decisions_logged(kind: str, view, ids_of):
     return wrapped
 
 
-def _changelist_ids(spec):
+def _changelist_ids(spec, model_admin):
+    """The waiting items a changelist's action acts on, read as the admin reads them: the selected ids as its query
+    converts them, or, for "select all", every row of the list as filtered and searched."""
+
     def ids_of(request, args, kwargs) -> list[int]:
         if not request.POST.get("action"):
             return []
-        if request.POST.get("select_across") == "1":  # every row of the filtered list: every waiting one at most
-            return list(spec.waiting().values_list("pk", flat=True))
-        return [int(v) for v in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME) if str(v).isdecimal()]
+        if request.POST.get("select_across") == "1":
+            try:
+                rows = model_admin.get_changelist_instance(request).get_queryset(request).values("pk")
+            except IncorrectLookupParameters:  # the view answers a bad filter itself and runs no action
+                return []
+        else:
+            rows = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        try:
+            return list(spec.waiting().filter(pk__in=rows).order_by("pk").values_list("pk", flat=True))
+        except (ValueError, TypeError, ValidationError):  # the view refuses these ids the same way
+            return []
 
     return ids_of
 
 
-def _object_ids(request, args, kwargs) -> list[int]:
-    value = kwargs.get("object_id", kwargs.get("pk", args[0] if args else None))
-    return [int(value)] if value is not None and str(value).isdecimal() else []
+def _object_ids(spec):
+    """The waiting item a change form or a one-click view acts on, its id read as the admin reads it."""
+
+    def ids_of(request, args, kwargs) -> list[int]:
+        value = kwargs.get("object_id", kwargs.get("pk", args[0] if args else None))
+        if value is None:
+            return []
+        try:
+            return list(spec.waiting().filter(pk=unquote(str(value))).values_list("pk", flat=True))
+        except (ValueError, TypeError, ValidationError):
+            return []
+
+    return ids_of
 
 
 def admin_decisions_install(site=admin.site) -> None:
@@ -347,10 +376,23 @@ def admin_decisions_install(site=admin.site) -> None:
             continue
         if getattr(model_admin, "_decisions_logged", False):
             continue
-        model_admin.changelist_view = _admin_decisions_logged(kind, model_admin.changelist_view, _changelist_ids(spec))
-        model_admin.changeform_view = _admin_decisions_logged(kind, model_admin.changeform_view, _object_ids)
-        for name in _OBJECT_VIEWS.get(kind, []):
-            setattr(model_admin, name, _admin_decisions_logged(kind, getattr(model_admin, name), _object_ids))
+        opts = model_admin.model._meta
+        changelist = f"admin:{opts.app_label}_{opts.model_name}_changelist"
+        model_admin.changelist_view = _admin_decisions_logged(
+            kind, model_admin.changelist_view, _changelist_ids(spec, model_admin)
+        )
+        model_admin.changeform_view = _admin_decisions_logged(kind, model_admin.changeform_view, _object_ids(spec))
+        for name in _OBJECT_VIEWS.get(kind, []):  # POST-only views: a refusal goes back to the list
+            setattr(
+                model_admin,
+                name,
+                _admin_decisions_logged(
+                    kind,
+                    getattr(model_admin, name),
+                    _object_ids(spec),
+                    lambda request, name=changelist, site=site: reverse(name, current_app=site.name),
+                ),
+            )
         model_admin._decisions_logged = True
 
 

@@ -29,7 +29,7 @@ from tenants.context import tenant_scope
 
 logger = logging.getLogger(__name__)
 
-ADMIN_LOCKS_MAX = 1000  # items an admin page's decision locks one by one; beyond, only the claims are checked
+ADMIN_LOCKS_MAX = 1000  # items an admin page's decision locks one by one (advisory); beyond, their rows are locked
 
 CONFLICT_UNACKNOWLEDGED = (
     "Other phrases or users' confirmations map this text to another verb; acknowledge the conflict to approve."
@@ -206,12 +206,16 @@ def items_hold_for_admin(*, kind: str, ids: list[int], user) -> list[Claim]:
     """Before a decision taken in an app's own admin pages (a changelist's bulk action, a change form, a one-click
     button) on these items: lock them as ``item_decide`` does, in the caller's transaction, and answer the live
     claims other reviewers hold on them (those items must not be decided by this user now)."""
-    if len(set(ids)) <= ADMIN_LOCKS_MAX:  # a "select all" over thousands would exhaust PostgreSQL's lock table
+    if len(set(ids)) <= ADMIN_LOCKS_MAX:
         with connection.cursor() as cursor:
             cursor.execute(  # in one order: two bulk decisions never wait on each other in a cycle
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s || i::text, 0)) FROM unnest(%s::bigint[]) AS i ORDER BY i",
                 [f"review:{kind}:", sorted(set(ids))],
             )
+    else:  # a "select all" over thousands would exhaust PostgreSQL's lock table: lock the rows (a lock in each row)
+        # instead, so an inbox decision of one of them waits for this one, and one it took first drops out of
+        # what waits here rather than being logged twice
+        list(selectors.kind_spec(kind).waiting().filter(pk__in=ids).order_by("pk").select_for_update().values_list("pk"))
     return list(
         Claim.objects.filter(kind=kind, object_id__in=ids, expires_at__gt=timezone.now())
         .exclude(user=user)

@@ -1,18 +1,24 @@
 """Decisions taken on the apps' own admin pages (bulk actions, change forms, one-click buttons) honour the inbox's
 claims and are logged like the inbox's own, so the decision log and the progress figures count every decision."""
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
+from actions.models import Action
 from autonomy.models import AutonomyTransition
+from common.api import ApplicationError
 from feedback.models import CorrectionRule, Proposal
 from learning.models import LearningCandidate
 from memories.models import MemoryQuarantine
+from review import admin as review_admin
+from review import services as review_services
 from review.models import Claim, Decision
 from review.selectors import progress
-from review.services import claim_take
+from review.services import claim_take, item_decide
 from tests.conftest import reviewer_user
 from tests.test_review_inbox import ALL_PERMS, mixed_inbox, signed_in
 
@@ -106,3 +112,120 @@ def test_a_bulk_approval_of_candidates_is_logged_as_approvals(inbox):
     )
     assert LearningCandidate.objects.get(pk=candidate.pk).status in ("approved", "applied")
     assert list(Decision.objects.values_list("kind", "verdict")) == [("candidate", "approve")]
+
+
+def _messages(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+def test_the_one_click_deactivate_of_a_held_rule_goes_back_to_the_list_and_says_why(inbox):
+    _, items = inbox
+    rita, sam = reviewer_user("rita", *ALL_PERMS), reviewer_user("sam", *ALL_PERMS, "change_correctionrule")
+    rule = items["rule"]
+    claim_take(kind="rule", object_id=rule.pk, tenant_id=rule.tenant_id, user=rita)
+    response = signed_in(sam).post(f"/admin/feedback/correctionrule/{rule.pk}/deactivate/", follow=True)
+    # Not a GET of the POST-only button (405): the rule list, with who holds the rule.
+    assert response.status_code == 200
+    assert response.redirect_chain == [("/admin/feedback/correctionrule/", 302)]
+    assert any("held by rita" in m for m in _messages(response))
+    assert CorrectionRule.objects.get(pk=rule.pk).status == "pending_approval"
+
+
+def test_a_bulk_refusal_says_that_nothing_of_the_selection_was_decided(inbox):
+    agent, items = inbox
+    rita, sam = reviewer_user("rita", *ALL_PERMS), reviewer_user("sam", *ALL_PERMS)
+    held = items["proposal"]
+    free = Proposal.objects.create(agent=agent, action=held.action, proposed_action={}, reasoning={}, confidence=0.9)
+    claim_take(kind="proposal", object_id=held.pk, tenant_id=held.tenant_id, user=rita)
+    response = signed_in(sam).post(
+        "/admin/feedback/proposal/", {"action": "approve_selected", "_selected_action": [held.pk, free.pk]}, follow=True
+    )
+    (message,) = _messages(response)
+    assert message.startswith("Nothing was decided") and f"#{held.pk} held by rita" in message
+    assert set(Proposal.objects.filter(pk__in=[held.pk, free.pk]).values_list("status", flat=True)) == {"pending"}
+
+
+def test_a_viewer_cannot_release_or_discard_a_quarantined_lesson_from_the_admin(inbox):
+    _, items = inbox
+    viewer = reviewer_user("vic", "view_memoryquarantine")
+    quarantine = items["quarantine"]
+    client = signed_in(viewer)
+    for action in ("discard", "release"):
+        client.post("/admin/memories/memoryquarantine/", {"action": action, "_selected_action": [quarantine.pk], "post": "yes"})
+    assert MemoryQuarantine.objects.get(pk=quarantine.pk).status == "pending"
+    assert not Decision.objects.exists()
+    # With the permission the inbox asks for, the same action decides and is logged.
+    keeper = reviewer_user("kim", "view_memoryquarantine", "change_memoryquarantine")
+    signed_in(keeper).post("/admin/memories/memoryquarantine/", {"action": "discard", "_selected_action": [quarantine.pk]})
+    assert MemoryQuarantine.objects.get(pk=quarantine.pk).status == "discarded"
+    assert list(Decision.objects.values_list("user__username", "verdict")) == [("kim", "reject")]
+
+
+def test_select_all_over_a_filtered_list_is_held_only_by_claims_on_the_rows_it_lists(inbox):
+    agent, items = inbox
+    rita, sam = reviewer_user("rita", *ALL_PERMS), reviewer_user("sam", *ALL_PERMS)
+    listed = items["proposal"]
+    elsewhere = Proposal.objects.create(
+        agent=agent, action=Action.objects.create(name="crm.update"), proposed_action={}, reasoning={}, confidence=0.9
+    )
+    claim_take(kind="proposal", object_id=elsewhere.pk, tenant_id=elsewhere.tenant_id, user=rita)
+    select_all = {"action": "approve_selected", "_selected_action": [listed.pk], "select_across": "1", "index": "0"}
+    client = signed_in(sam)
+    response = client.post(f"/admin/feedback/proposal/?action__id__exact={listed.action_id}", select_all, follow=True)
+    assert not any("another reviewer" in m for m in _messages(response))
+    assert Proposal.objects.get(pk=listed.pk).status == "approved"
+    assert Proposal.objects.get(pk=elsewhere.pk).status == "pending"
+    assert list(Decision.objects.values_list("object_id", "user__username")) == [(listed.pk, "sam")]
+    # A select-all whose list shows the held proposal is refused.
+    response = client.post("/admin/feedback/proposal/", select_all, follow=True)
+    assert any(f"#{elsewhere.pk} held by rita" in m for m in _messages(response))
+    assert Proposal.objects.get(pk=elsewhere.pk).status == "pending"
+
+
+def test_a_selected_id_is_held_to_its_claim_however_the_admin_reads_it(inbox):
+    _, items = inbox
+    rita, sam = reviewer_user("rita", *ALL_PERMS), reviewer_user("sam", *ALL_PERMS)
+    proposal = items["proposal"]
+    claim_take(kind="proposal", object_id=proposal.pk, tenant_id=proposal.tenant_id, user=rita)
+    client = signed_in(sam)
+    client.post("/admin/feedback/proposal/", {"action": "approve_selected", "_selected_action": [f" {proposal.pk}"]})
+    client.post(f"/admin/feedback/proposal/%20{proposal.pk}/change/", {"decision": "approve", "notes": "", "new_action": ""})
+    assert Proposal.objects.get(pk=proposal.pk).status == "pending"
+    assert not Decision.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_inbox_decision_while_a_large_select_all_runs_is_logged_once(monkeypatch):
+    _, items = mixed_inbox()
+    rita, sam = reviewer_user("rita", *ALL_PERMS), reviewer_user("sam", *ALL_PERMS)
+    proposal = items["proposal"]
+    monkeypatch.setattr(review_services, "ADMIN_LOCKS_MAX", 0)  # every selection counts as one too large to lock by id
+    outcome = []
+
+    def inbox_reject():
+        try:
+            item_decide(kind="proposal", object_id=proposal.pk, user=rita, verdict="reject", reason="no")
+            outcome.append("rejected")
+        except ApplicationError as exc:
+            outcome.append(exc.code)
+        finally:
+            connection.close()
+
+    inbox = threading.Thread(target=inbox_reject)
+    items_waiting = review_admin.selectors.items_waiting
+
+    def waiting_then_the_inbox_decides(**kwargs):  # rita confirms in the inbox while sam's bulk action runs
+        waiting = items_waiting(**kwargs)
+        inbox.start()
+        inbox.join(timeout=2)
+        return waiting
+
+    monkeypatch.setattr(review_admin.selectors, "items_waiting", waiting_then_the_inbox_decides)
+    signed_in(sam).post(
+        "/admin/feedback/proposal/",
+        {"action": "approve_selected", "_selected_action": [proposal.pk], "select_across": "1", "index": "0"},
+    )
+    inbox.join()
+    status = Proposal.objects.get(pk=proposal.pk).status
+    decisions = list(Decision.objects.filter(object_id=proposal.pk).values_list("user__username", "verdict"))
+    assert (status, decisions, outcome) == ("approved", [("sam", "approve")], ["decided"])
