@@ -148,6 +148,30 @@ def test_a_read_only_retrieve_ranks_unembedded_memories_without_storing_their_ve
     assert [s for _, s in _items(written)] == pytest.approx([s for _, s in _items(read)], abs=1e-3)
 
 
+def test_a_read_only_retrieve_with_a_worker_leaves_the_missing_vectors_to_it(
+    api, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    """With a broker, the vectors a read-only retrieve had to compute are handed to the embedding task (after the
+    answer's transaction), so later read-only retrieves find them stored; the request itself stores none."""
+    import memories.services.shared as shared
+
+    sent = []
+    monkeypatch.setattr(shared, "task_send", lambda name, *args: sent.append((name, *args)))
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    reader = make_client(["resolve"], name="reader")
+    missing = [make_memory(content=t, topic=f"logs {i}") for i, t in enumerate(LOG_LESSONS[:3])]
+    with django_capture_on_commit_callbacks(execute=True):
+        read = _retrieve(reader, {"user_id": "alice", "query": "how are application logs rotated"})
+    assert read["items"] and read["retrieval_id"] is None
+    assert [(name, sorted(ids)) for name, ids in sent] == [("memories.tasks.memory_embed", sorted(m.pk for m in missing))]
+    assert not Memory.objects.filter(embedding__isnull=False).exists()
+    memories_embed(memory_ids=sent[0][1])  # what the worker runs
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        _retrieve(reader, {"user_id": "alice", "query": "how are application logs rotated"})
+    assert sent == []  # nothing left to compute
+
+
 def test_a_read_only_retrieve_after_a_model_change_keeps_the_old_vectors(api):
     reader = make_client(["resolve"], name="reader")
     rows = [make_memory(content=t, topic=f"logs {i}") for i, t in enumerate(LOG_LESSONS[:3])]

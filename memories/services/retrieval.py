@@ -23,7 +23,7 @@ from memories.selectors import (
     memory_semantic_candidates,
     rank_key,
 )
-from memories.services.shared import memories_auto_promote, namespace_or_default
+from memories.services.shared import embedding_schedule, memories_auto_promote, namespace_or_default
 from tenants.context import private_agent_id
 
 
@@ -80,6 +80,9 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
     else:
         # a read-only caller stores no vector: the missing ones come back unsaved and are scored in memory
         _, pending = _lazy_embed(user_id=user_id, namespace=namespace, model=model, store=count_hits)
+        if pending and not settings.CELERY_TASK_ALWAYS_EAGER:
+            # a worker stores them (after this answer), so the next read-only retrieve need not compute them again
+            embedding_schedule(ids=[m.pk for m in pending])
 
         def search():
             return memory_semantic_candidates(
