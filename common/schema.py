@@ -22,8 +22,10 @@ class AutoSchema(openapi.AutoSchema):
 
     def get_override_parameters(self):
         parameters = list(super().get_override_parameters())
-        # agents.api.TenantApiView: every write of an agent may carry a key that a retry repeats.
-        if self.method not in ("GET", "HEAD", "OPTIONS") and getattr(self.view, "idempotent_writes", False):
+        # agents.api.TenantApiView: every write of an agent may carry a key that a retry repeats (not a view only a
+        # reviewer's token may call: a reviewer cannot send one).
+        writes = self.method not in ("GET", "HEAD", "OPTIONS") and getattr(self.view, "idempotent_writes", False)
+        if writes and not getattr(self.view, "human_only", False):
             parameters.append(
                 OpenApiParameter(
                     "Idempotency-Key",

@@ -134,3 +134,17 @@ def test_concurrent_retries_with_one_key_apply_once(catalogue):
     assert sum(1 for a in answers if "Idempotent-Replayed" not in a) == 1
     assert all(a.json() == answers[0].json() for a in answers)
     assert LearnedPhrase.objects.get(normalized=BODY["text"], user_id="alice").occurrence_count == 1
+
+
+def test_the_schema_offers_the_header_only_where_an_agent_key_may_write(api):
+    paths = api.get("/api/schema/?format=json").json()["paths"]
+
+    def headers(path, method="post"):
+        return [p["name"] for p in paths[path][method].get("parameters", []) if p["in"] == "header"]
+
+    assert "Idempotency-Key" in headers("/api/v1/resolutions/confirm")
+    assert "Idempotency-Key" in headers("/api/v1/blocklist/{block_id}", "delete")
+    assert "Idempotency-Key" not in headers("/api/v1/proposals/{id}", "get")
+    # Only a reviewer's token may call these, and a reviewer's token cannot send a key (a 400).
+    for path in ("/api/v1/autonomy/transitions/{id}/approve", "/api/v1/actions/{name}/stop"):
+        assert "Idempotency-Key" not in headers(path)
