@@ -5,8 +5,11 @@ form-encoded or multipart POST outside ``/api/`` and ``/mcp``) is refused with 4
 under ``/api/``) before any view, form or query sees it: PostgreSQL cannot store or compare them. JSON bodies
 are the API parser's (``common.parsers``). A date part in a query parameter (``created_at__year=99999999``, which
 the admin's date filters take) must be a date Python can hold: Django would fail on it while building the query.
+The rows an admin action is asked to run on (``_selected_action``) must be ids, whole numbers a key can hold (every
+model's key here is one): Django's own admin fails on any other while filtering the selection.
 """
 
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.http import HttpResponseBadRequest, JsonResponse
 
 from common.parsers import text_problem
@@ -14,6 +17,7 @@ from common.parsers import text_problem
 FORM_CONTENT_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 DATE_PART_RANGES = {"__year": (1, 9999), "__month": (1, 12), "__day": (1, 31)}
 NO_FORM_PREFIXES = ("/api/", "/mcp")
+KEY_MAX = 2**63 - 1  # PostgreSQL's bigint
 
 
 class InputPolicyMiddleware:
@@ -61,13 +65,21 @@ def _date_part_problem(key: str, value: str) -> str | None:
     return None
 
 
+def _selection_problem(key: str, value: str) -> str | None:
+    if key == ACTION_CHECKBOX_NAME:
+        digits = value.strip()
+        if not (digits.isascii() and digits.isdecimal() and int(digits) <= KEY_MAX):
+            return f"The selection holds {value[:40]!r}, which is not the id of a row."
+    return None
+
+
 def _form_problem(request) -> tuple[str, str] | None:
     """The first form field whose name or value the policy refuses (form-encoded and multipart POSTs only)."""
     if request.method != "POST" or request.path.startswith(NO_FORM_PREFIXES):
         return None
     if request.content_type not in FORM_CONTENT_TYPES:
         return None
-    problem = _pairs_problem(request.POST.lists(), kind="form", noun="field")
+    problem = _pairs_problem(request.POST.lists(), kind="form", noun="field", also=_selection_problem)
     if problem:
         return problem
     for key, files in request.FILES.lists():

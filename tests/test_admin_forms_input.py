@@ -1,4 +1,5 @@
-"""Input to the admin: a NUL byte in any form field, or a date part no date can hold, is refused with 400 before a view sees it."""
+"""Input to the admin: a NUL byte in any form field, a date part no date can hold, or a selection that is not ids, is refused
+with 400 before a view sees it."""
 
 import pytest
 
@@ -66,6 +67,31 @@ def test_a_date_part_no_date_can_hold_is_400_not_500(admin_client, value):
     assert admin_client.get(f"/admin/agents/agent/?created_at__year={value}").status_code == 400
     assert admin_client.get("/admin/agents/agent/?created_at__year=2026").status_code == 200
     assert admin_client.get("/admin/agents/agent/?created_at__year=2026&created_at__month=13").status_code == 400
+
+
+@pytest.mark.parametrize("selected", ["abc", "", "1e5", "-1", "²", "9" * 20])
+@pytest.mark.parametrize(
+    "url,action",
+    [
+        ("/admin/auth/user/", "delete_selected"),  # Django's own admin fails on these too
+        ("/admin/learning/learningcandidate/", "approve_selected"),
+        ("/admin/feedback/correctionrule/", "deactivate_selected"),
+        ("/admin/learning/decisionfit/", "pin_selected"),
+    ],
+)
+def test_an_admin_action_on_a_selection_that_is_not_ids_is_400_not_500(admin_client, url, action, selected):
+    from learning.models import LearningCandidate
+
+    before = LearningCandidate.objects.count()
+    answer = admin_client.post(url, {"action": action, "_selected_action": ["1", selected]})
+    assert answer.status_code == 400 and "_selected_action" in answer.content.decode()
+    assert LearningCandidate.objects.count() == before
+
+
+def test_an_admin_action_on_real_ids_still_runs(admin_client):
+    answer = admin_client.post("/admin/learning/learningcandidate/", {"action": "approve_selected", "_selected_action": [" 7"]})
+    assert answer.status_code == 200  # no row has that id: the changelist again, as Django answers, not a refusal
+    assert 'id="changelist"' in answer.content.decode()
 
 
 def _history_admins():
