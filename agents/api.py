@@ -5,6 +5,7 @@ import hashlib
 import json
 
 import psycopg
+from django.conf import settings
 from django.db import DatabaseError, connection
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.renderers import JSONRenderer
@@ -19,6 +20,7 @@ from agents.services import (
     idempotent_request_store,
 )
 from common.api import ApplicationError
+from common.parsers import PayloadTooLarge
 from tenants.context import tenant_request
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -48,6 +50,15 @@ def _request_hash(request) -> str:
 
     body = json.dumps([request.method, request.path, sorted(request.query_params.lists()), data], sort_keys=True, default=_file)
     return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _body_size_check(view, request) -> None:
+    """A 413 for a body declared larger than the view takes (the limit of ``common.parsers.LimitedJSONParser``),
+    before hashing reads it: a multipart upload would be read whole (to disk) only to be refused."""
+    limit = view.max_body_bytes() if hasattr(view, "max_body_bytes") else settings.API_MAX_BODY_BYTES
+    length = request.META.get("CONTENT_LENGTH") or ""
+    if length.isdigit() and int(length) > limit:
+        raise PayloadTooLarge(f"Request body is larger than {limit} bytes.")
 
 
 def _key(request) -> str | None:
@@ -87,6 +98,7 @@ class TenantApiView(APIView):
         key = _key(request)
         if key is None:
             return
+        _body_size_check(self, request)
         stored = idempotent_request_claim(
             agent=request.user, key=key, method=request.method, path=request.path, request_hash=_request_hash(request)
         )

@@ -3,8 +3,10 @@
 import threading
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.utils import timezone
+from rest_framework.parsers import MultiPartParser
 
 from agents.models import IdempotentRequest
 from agents.services import idempotent_requests_purge
@@ -148,3 +150,20 @@ def test_the_schema_offers_the_header_only_where_an_agent_key_may_write(api):
     # Only a reviewer's token may call these, and a reviewer's token cannot send a key (a 400).
     for path in ("/api/v1/autonomy/transitions/{id}/approve", "/api/v1/actions/{name}/stop"):
         assert "Idempotency-Key" not in headers(path)
+
+
+def test_a_body_too_large_with_a_key_is_refused_unread(gov_api, catalogue, settings, monkeypatch):
+    settings.LEARNING_IMPORT_MAX_BYTES = 10
+    parsed = []
+    parse = MultiPartParser.parse
+    monkeypatch.setattr(MultiPartParser, "parse", lambda self, *a, **kw: parsed.append(1) or parse(self, *a, **kw))
+    upload = SimpleUploadedFile("p.csv", b"phrase,verb\n" + b"x" * 200_000, content_type="text/csv")
+    r = gov_api.post("/api/v1/learning/import", {"format": "csv", "file": upload}, format="multipart", HTTP_IDEMPOTENCY_KEY="i-1")
+    assert r.status_code == 413 and "body" in r.json()["fields"]
+    assert not parsed  # the upload was not read (to disk) only to hash it
+    r = post(gov_api, "/api/v1/learning/import", {"format": "csv", "content": "x" * 200_000}, "i-2")
+    assert r.status_code == 413
+    settings.API_MAX_BODY_BYTES = 1000  # a view without a limit of its own, whose handler reads no body
+    r = gov_api.post("/api/v1/blocklist/1/expire", {"pad": "x" * 2000}, format="json", HTTP_IDEMPOTENCY_KEY="i-3")
+    assert r.status_code == 413
+    assert not IdempotentRequest.objects.exists()
