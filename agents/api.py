@@ -3,6 +3,7 @@ retry with the same ``Idempotency-Key`` does not apply twice."""
 
 import hashlib
 import json
+import logging
 
 import psycopg
 from django.conf import settings
@@ -19,9 +20,11 @@ from agents.services import (
     idempotent_request_release,
     idempotent_request_store,
 )
-from common.api import ApplicationError
+from common.api import ApplicationError, database_unavailable_response, database_unreachable
 from common.parsers import PayloadTooLarge
 from tenants.context import tenant_request
+
+logger = logging.getLogger(__name__)
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -88,8 +91,14 @@ class TenantApiView(APIView):
     _idempotency_key: str | None = None
 
     def dispatch(self, request, *args, **kwargs):
-        with tenant_request():
-            return super().dispatch(request, *args, **kwargs)
+        try:
+            with tenant_request():
+                return super().dispatch(request, *args, **kwargs)
+        except DatabaseError as exc:  # the connection failed opening or closing the transaction, past DRF's handler
+            if not database_unreachable(exc):
+                raise
+            logger.warning("database unavailable around the request, answered as 503: %s", exc.__class__.__name__)
+            return database_unavailable_response()
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)  # authentication, permissions, throttles
@@ -129,7 +138,10 @@ def _aborted() -> bool:
     raw = connection.connection
     if connection.needs_rollback or raw is None:
         return True
-    try:
-        return raw.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+    try:  # a lost connection (UNKNOWN) cannot commit either
+        return raw.closed or raw.info.transaction_status in (
+            psycopg.pq.TransactionStatus.INERROR,
+            psycopg.pq.TransactionStatus.UNKNOWN,
+        )
     except DatabaseError:
         return True

@@ -9,7 +9,7 @@ import logging
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, OperationalError
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -106,6 +106,13 @@ def error_response(status_code: int, detail: str, code: str, fields: dict | None
     body = {"detail": detail, "code": code, "fields": fields or {}}
     body.update(extra)
     return Response(body, status=status_code)
+
+
+def database_unavailable_response() -> JsonResponse:
+    """503 in the API's error shape, for a request whose database connection failed outside a view (opening or
+    closing its transaction), where DRF's exception handler does not reach."""
+    body = {"detail": "The database is unavailable; retry the request.", "code": "database_unavailable", "fields": {}}
+    return JsonResponse(body, status=503, headers={"Retry-After": "1"})
 
 
 def exception_handler(exc, context):

@@ -59,7 +59,9 @@ def tenant_current_id() -> int | None:
 def _aborted() -> bool:
     """True when PostgreSQL refuses further statements in this transaction (an error the view answered)."""
     raw = connection.connection
-    return raw is not None and raw.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+    return raw is not None and (
+        raw.closed or raw.info.transaction_status in (psycopg.pq.TransactionStatus.INERROR, psycopg.pq.TransactionStatus.UNKNOWN)
+    )
 
 
 def _restore(previous: str | None) -> None:

@@ -112,3 +112,49 @@ def test_connection_dropped_mid_request_fails_cleanly_and_a_retry_succeeds():
     retry = client.post("/api/v1/resolutions/correct", body, format="json")
     assert retry.status_code == 200, retry.content
     assert LearnedPhrase.objects.get(normalized="tidy up the units", user_id="alice").verb.name == "cbu.delete"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("nth", [1, 2, 4])
+@pytest.mark.parametrize("idempotent", [False, True])
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/api/v1/resolve", {"text": "show me the units", "user_id": "alice"}),
+        ("/api/v1/memories/retrieve", {"user_id": "alice", "query": "how are the logs rotated"}),
+    ],
+)
+def test_a_connection_lost_at_any_read_is_503_with_retry_after_never_500(path, body, nth, idempotent):
+    """The connection dropped after the request's nth SELECT: the first (the tenant setting, opening the request's
+    transaction) and the last (closing it) are outside DRF's exception handler; each answers 503."""
+    import psycopg
+    from django.db import close_old_connections, connection
+
+    from learning.services.catalogue import verb_catalogue_load
+    from tests.conftest import CATALOGUE, make_client
+
+    verb_catalogue_load(entries=CATALOGUE)
+    client = make_client(["resolve", "feedback"])
+    params = connection.get_connection_params()
+    selects = []
+
+    def kill_after_nth_select(execute, sql, params_, many, context):
+        result = execute(sql, params_, many, context)
+        if sql.lstrip().upper().startswith("SELECT"):
+            selects.append(sql)
+            if len(selects) == nth:
+                pid = context["connection"].connection.info.backend_pid
+                with psycopg.connect(host=params["host"], dbname="postgres", user=params["user"], autocommit=True) as admin:
+                    admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        return result
+
+    headers = {"HTTP_IDEMPOTENCY_KEY": f"lost-{nth}"} if idempotent else {}
+    with connection.execute_wrapper(kill_after_nth_select):
+        response = client.post(path, body, format="json", **headers)
+    assert len(selects) >= nth
+    assert response.status_code == 503, response.content
+    assert response.json()["code"] == "database_unavailable" and response["Retry-After"] == "1"
+    close_old_connections()
+    connection.close()
+    retry = client.post(path, body, format="json", **headers)
+    assert retry.status_code == 200, retry.content
