@@ -1,10 +1,6 @@
 """The MCP server over streamable HTTP: config.asgi under uvicorn on 127.0.0.1, /mcp beside the REST API."""
 
 import json
-import socket
-import subprocess
-import sys
-import time
 
 import httpx2
 import pytest
@@ -18,9 +14,8 @@ from feedback.models import Proposal
 from learning.models import EntityAlias, LearnedPhrase, PhraseBlock
 from learning.services.catalogue import verb_catalogue_load
 from mcp_server.server import tool_definitions, tools_permitted_sync
-from tests.conftest import CBU_CATALOGUE
+from tests.conftest import CBU_CATALOGUE, asgi_server
 from tests.test_mcp_stdio import (
-    ROOT,
     check_loop,
     check_refused,
     disambiguation_loop,
@@ -34,40 +29,11 @@ from tests.test_mcp_stdio import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def base_url(django_db_setup):
     """uvicorn serving config.asgi (Django + /mcp) on loopback, on the test database."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
-        + ["--lifespan", "on", "--log-level", "warning", "--no-access-log"],
-        cwd=ROOT,
-        env=server_env(),
-    )
-    try:
-        for _ in range(300):  # bounded: 60 s
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, "uvicorn exited"
-                time.sleep(0.2)
-        else:
-            pytest.fail("uvicorn did not start")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    with asgi_server(server_env()) as url:
+        yield url
 
 
 def bearer(raw: str) -> httpx2.AsyncClient:
