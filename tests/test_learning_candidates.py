@@ -167,27 +167,14 @@ def test_an_approved_user_candidate_is_learned_for_every_owner_that_taught_it(ca
     """A private agent's user proposed it and (maybe) a shared agent's traffic repeated it: each owner gets the
     phrase (a private agent reads only its own rows, the shared agents only theirs)."""
     from agents.services import agent_key_create
-    from tenants.context import acting_agent
 
     private = agent_key_create(agent_name="private", scopes=["resolve", "feedback"])[0].agent
     private.private_user_data = True
     private.save()
     shared = agent_key_create(agent_name="shared", scopes=["resolve", "feedback"])[0].agent
-    teachers = [private, shared] if shared_repeats else [private]
-    for agent in teachers:
-        with acting_agent(agent):
-            candidate = candidate_record(
-                input_pattern="units please",
-                suggested_output="cbu.list",
-                user_id="alice",
-                source="disambiguation",
-                confidence=0.6,
-            )
+    candidate = _proposed_by(*([private, shared] if shared_repeats else [private]))
     candidate_approve(candidate=candidate, reviewer=None)
-    owners = set(
-        LearnedPhrase.objects.filter(normalized="units please", user_id="alice").values_list("private_agent_id", flat=True)
-    )
-    assert owners == ({private.pk, None} if shared_repeats else {private.pk})
+    assert _owners() == ({private.pk, None} if shared_repeats else {private.pk})
 
 
 def _proposed_by(*agents):
