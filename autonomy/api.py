@@ -77,7 +77,7 @@ class _DecisionApi(TenantApiView):
     service = None
 
     @extend_schema(
-        parameters=[OpenApiParameter("pk", int, OpenApiParameter.PATH)],
+        parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH)],
         request=TransitionDecisionSerializer,
         responses={200: TransitionSerializer, **_ERRORS},
     )

@@ -27,7 +27,7 @@ from feedback.services.reviews import (
 
 
 _OUT_ERRORS = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
-_ID = OpenApiParameter("pk", int, OpenApiParameter.PATH, description="Id")
+_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="Id")
 
 
 def _page(request, qs, serializer_cls, statuses=()):
