@@ -20,12 +20,15 @@ class AutoSchema(openapi.AutoSchema):
     """drf-spectacular's schema, saying ``additionalProperties: false`` for every request body (and nested
     object) a ``StrictSerializer`` validates: those refuse unknown fields (the API's one policy)."""
 
-    def get_override_parameters(self):
-        parameters = list(super().get_override_parameters())
+    def _takes_idempotency_key(self) -> bool:
         # agents.api.TenantApiView: every write of an agent may carry a key that a retry repeats (not a view only a
         # reviewer's token may call: a reviewer cannot send one).
         writes = self.method not in ("GET", "HEAD", "OPTIONS") and getattr(self.view, "idempotent_writes", False)
-        if writes and not getattr(self.view, "human_only", False):
+        return writes and not getattr(self.view, "human_only", False)
+
+    def get_override_parameters(self):
+        parameters = list(super().get_override_parameters())
+        if self._takes_idempotency_key():
             parameters.append(
                 OpenApiParameter(
                     "Idempotency-Key",
@@ -41,6 +44,21 @@ class AutoSchema(openapi.AutoSchema):
                 )
             )
         return parameters
+
+    def _get_response_bodies(self, direction="response"):
+        """The answers every such operation can give whatever its view declares: 409 ``idempotency_key_reused``
+        where it takes an Idempotency-Key, 413 where it takes a JSON body (``common.parsers.LimitedJSONParser``)."""
+        responses = super()._get_response_bodies(direction)
+        if direction != "response" or not isinstance(responses, dict):
+            return responses
+        implied = []
+        if self._takes_idempotency_key():
+            implied.append("409")
+        if self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None:
+            implied.append("413")
+        for code in implied:
+            responses.setdefault(code, self._get_response_for_code(ErrorSerializer, code, direction=direction))
+        return dict(sorted(responses.items()))
 
     def _map_basic_serializer(self, serializer, direction):
         schema = super()._map_basic_serializer(serializer, direction)

@@ -30,3 +30,41 @@ def test_path_parameters_are_the_paths_own(tmp_path):
     assert mismatched == {}
     proposal = schema["paths"]["/api/v1/proposals/{id}"]["get"]["parameters"]
     assert [(p["name"], p["schema"]["type"], p["required"]) for p in proposal] == [("id", "integer", True)]
+
+
+def _documented(client, path: str, method: str) -> set[str]:
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    return set(schema["paths"][path][method]["responses"])
+
+
+def test_a_reused_idempotency_key_and_a_too_large_body_are_documented_answers(api, settings):
+    """What every agent write can answer whatever its view declares is in the schema: 409 for an Idempotency-Key
+    sent with another request (memories/retrieve declared no 409), 413 for a body over the limit."""
+    retrieve = "/api/v1/memories/retrieve"
+    first = api.post(retrieve, {"user_id": "alice", "query": "rotate logs"}, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    reused = api.post(retrieve, {"user_id": "alice", "query": "other"}, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert first.status_code == 200 and reused.status_code == 409
+    assert reused.json()["code"] == "idempotency_key_reused" and list(reused.json()["fields"]) == ["Idempotency-Key"]
+    assert {"200", "409"} <= _documented(api, retrieve, "post")
+
+    settings.API_MAX_BODY_BYTES = 1000
+    large = api.post("/api/v1/resolve", {"text": "x" * 2000}, format="json")
+    assert large.status_code == 413 and large.json()["code"] == "payload_too_large" and large.json()["fields"]["body"]
+    assert "413" in _documented(api, "/api/v1/resolve", "post")
+
+
+def test_every_agent_write_documents_409_and_every_body_413(tmp_path):
+    target = tmp_path / "schema.json"
+    call_command("spectacular", "--format", "openapi-json", "--file", str(target))
+    schema = json.loads(target.read_text())
+    missing = []
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            if any(p["name"] == "Idempotency-Key" for p in operation.get("parameters", [])) and "409" not in responses:
+                missing.append(f"409 {method.upper()} {path}")
+            if "requestBody" in operation and "413" not in responses:
+                missing.append(f"413 {method.upper()} {path}")
+            if "413" in responses:
+                assert responses["413"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
+    assert missing == []
