@@ -7,6 +7,7 @@ from feedback import api as feedback_api
 from learning import api as learning_api
 from memories import api as memories_api
 from review import admin as review_admin
+from review import api as review_api
 
 # Resolve, and what users say about resolutions (they teach the user's phrases).
 api_v1 = [
@@ -23,8 +24,8 @@ api_v1 = [
 # Governance of what is learned.
 api_v1 += [
     path("learning/candidates", learning_api.CandidateListApi.as_view(), name="candidate-list"),
-    path("learning/candidates/<int:candidate_id>/approve", learning_api.CandidateApproveApi.as_view(), name="candidate-approve"),
-    path("learning/candidates/<int:candidate_id>/reject", learning_api.CandidateRejectApi.as_view(), name="candidate-reject"),
+    path("learning/candidates/<int:candidate_id>/approve", review_api.CandidateApproveApi.as_view(), name="candidate-approve"),
+    path("learning/candidates/<int:candidate_id>/reject", review_api.CandidateRejectApi.as_view(), name="candidate-reject"),
     path("learning/stats", learning_api.LearningStatsApi.as_view(), name="learning-stats"),
     path("learning/import", learning_api.PhraseImportApi.as_view(), name="learning-import"),
     path("blocklist", learning_api.BlockCreateApi.as_view(), name="blocklist-create"),
@@ -44,12 +45,12 @@ api_v1 += [
 api_v1 += [
     path("proposals", feedback_api.ProposalListCreateApi.as_view(), name="proposal-list"),
     path("proposals/<int:pk>", feedback_api.ProposalDetailApi.as_view(), name="proposal-detail"),
-    path("proposals/<int:pk>/approve", feedback_api.ProposalApproveApi.as_view(), name="proposal-approve"),
-    path("proposals/<int:pk>/reject", feedback_api.ProposalRejectApi.as_view(), name="proposal-reject"),
-    path("proposals/<int:pk>/modify", feedback_api.ProposalModifyApi.as_view(), name="proposal-modify"),
+    path("proposals/<int:pk>/approve", review_api.ProposalApproveApi.as_view(), name="proposal-approve"),
+    path("proposals/<int:pk>/reject", review_api.ProposalRejectApi.as_view(), name="proposal-reject"),
+    path("proposals/<int:pk>/modify", review_api.ProposalModifyApi.as_view(), name="proposal-modify"),
     path("executions", feedback_api.ExecutionListCreateApi.as_view(), name="execution-list"),
     path("executions/<int:pk>", feedback_api.ExecutionDetailApi.as_view(), name="execution-detail"),
-    path("executions/<int:pk>/review", feedback_api.ExecutionReviewApi.as_view(), name="execution-review"),
+    path("executions/<int:pk>/review", review_api.ExecutionReviewApi.as_view(), name="execution-review"),
     path("outcomes", feedback_api.OutcomeApi.as_view(), name="outcome-report"),
     path("overrides", feedback_api.OverrideApi.as_view(), name="override-create"),
     path("feedback-records", feedback_api.FeedbackRecordListApi.as_view(), name="feedback-record-list"),
@@ -62,8 +63,8 @@ api_v1 += [
     path("actions/<str:name>/consult", autonomy_api.ActionConsultApi.as_view(), name="action-consult"),
     path("actions/<str:name>/stop", autonomy_api.ActionStopApi.as_view(), name="action-stop"),
     path("autonomy/transitions", autonomy_api.TransitionListApi.as_view(), name="transition-list"),
-    path("autonomy/transitions/<int:pk>/approve", autonomy_api.TransitionApproveApi.as_view(), name="transition-approve"),
-    path("autonomy/transitions/<int:pk>/reject", autonomy_api.TransitionRejectApi.as_view(), name="transition-reject"),
+    path("autonomy/transitions/<int:pk>/approve", review_api.TransitionApproveApi.as_view(), name="transition-approve"),
+    path("autonomy/transitions/<int:pk>/reject", review_api.TransitionRejectApi.as_view(), name="transition-reject"),
 ]
 
 urlpatterns = [

@@ -63,6 +63,8 @@ from learning.services.imports import phrases_import
 from memories import api as memories_api
 from memories.serializers import MemoryItemSerializer, ObserveRequestSerializer, RetrieveRequestSerializer
 from memories.services import memory_observe, memory_retrieve
+from review.models import Kind
+from review.services import api_decision_begin
 
 
 @dataclass(frozen=True)
@@ -216,12 +218,14 @@ def _list_candidates(caller: Caller, q: dict) -> dict:
 
 
 def _approve_candidate(caller: Caller, d: dict) -> dict:
+    api_decision_begin(kind=Kind.CANDIDATE, object_id=d["candidate_id"], user=None)  # the inbox's lock and claims
     candidate = learning_selectors.candidate_get(candidate_id=d["candidate_id"])
     done = candidate_approve(candidate=candidate, apply_immediately=d["apply_immediately"], agent=caller.agent)
     return LearningCandidateSerializer(done).data
 
 
 def _reject_candidate(caller: Caller, d: dict) -> dict:
+    api_decision_begin(kind=Kind.CANDIDATE, object_id=d["candidate_id"], user=None)  # the inbox's lock and claims
     candidate = learning_selectors.candidate_get(candidate_id=d.pop("candidate_id"))
     return LearningCandidateSerializer(candidate_reject(candidate=candidate, agent=caller.agent, **d)).data
 

@@ -224,8 +224,28 @@ def items_hold_for_admin(*, kind: str, ids: list[int], user) -> list[Claim]:
     )
 
 
-def admin_decisions_record(*, kind: str, waiting: list, user, reason: str = "", category: str = "") -> list[Decision]:
-    """Log, as ``item_decide`` does, the decisions an app's own admin pages just took: of ``waiting`` (the items
+def api_decision_begin(*, kind: str, object_id: int, user) -> list:
+    """Before a decision taken through the API (a reviewer's token: ``user``; an agent's governance key: None) on an
+    item the inbox shows, in the request's transaction: lock it as ``item_decide`` does and refuse (409 ``claimed``)
+    while another reviewer holds it in the inbox. Answers the item as it waits (for ``admin_decisions_record`` once
+    the decision is taken), or [] when it does not wait or no person decides."""
+    held = items_hold_for_admin(kind=kind, ids=[object_id], user=user)
+    if held:
+        claim = held[0]
+        raise Conflict(
+            f"The {Kind(kind).label} {object_id} is held in the review inbox by {claim.user.get_username()} until "
+            f"{claim.expires_at:%Y-%m-%d %H:%M} UTC; it cannot be decided elsewhere meanwhile.",
+            field="id",
+            code="claimed",
+            extra={"held_by": claim.user.get_username(), "held_until": claim.expires_at.isoformat()},
+        )
+    return selectors.items_waiting(kind=kind, ids=[object_id]) if user is not None else []
+
+
+def admin_decisions_record(
+    *, kind: str, waiting: list, user, reason: str = "", category: str = "", source: str = "admin page"
+) -> list[Decision]:
+    """Log, as ``item_decide`` does, the decisions an app's own admin pages (or the API) just took: of ``waiting`` (the items
     that waited before, as ``selectors.items_waiting`` read them), each one no longer waiting was decided by
     ``user``, with the verdict its state says; its claims go. Runs in the caller's transaction, after the change."""
     verdicts = selectors.items_decided(kind=kind, ids=[obj.pk for obj in waiting])
@@ -246,7 +266,7 @@ def admin_decisions_record(*, kind: str, waiting: list, user, reason: str = "", 
     Decision.objects.bulk_create(decisions)
     Claim.objects.filter(kind=kind, object_id__in=[d.object_id for d in decisions]).delete()
     for d in decisions:
-        logger.info("review (admin page): %s %s %s by %s", kind, d.object_id, d.verdict, user.get_username())
+        logger.info("review (%s): %s %s %s by %s", source, kind, d.object_id, d.verdict, user.get_username())
     return decisions
 
 
