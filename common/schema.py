@@ -1,5 +1,7 @@
 """Shared OpenAPI pieces."""
 
+import re
+
 from drf_spectacular import openapi
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
@@ -47,7 +49,8 @@ class AutoSchema(openapi.AutoSchema):
 
     def _get_response_bodies(self, direction="response"):
         """The answers every such operation can give whatever its view declares: 409 ``idempotency_key_reused``
-        where it takes an Idempotency-Key, 413 where it takes a JSON body (``common.parsers.LimitedJSONParser``)."""
+        where it takes an Idempotency-Key; where it takes a body, 413 (over the limit of
+        ``common.parsers.LimitedJSONParser``) and 415 (a content type no parser of the view reads)."""
         responses = super()._get_response_bodies(direction)
         if direction != "response" or not isinstance(responses, dict):
             return responses
@@ -55,10 +58,22 @@ class AutoSchema(openapi.AutoSchema):
         if self._takes_idempotency_key():
             implied.append("409")
         if self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None:
-            implied.append("413")
+            implied += ["413", "415"]
         for code in implied:
             responses.setdefault(code, self._get_response_for_code(ErrorSerializer, code, direction=direction))
         return dict(sorted(responses.items()))
+
+    def _insert_field_validators(self, field, schema):
+        """drf-spectacular writes a blank-allowed text field with a pattern as ``oneOf: [<pattern>, maxLength 0]``;
+        where the pattern matches the empty string too, "" matches both and ``oneOf`` refuses it, though the API
+        takes it (``?action=``, ``"review_notes": ""``): such a field is its pattern alone."""
+        super()._insert_field_validators(field, schema)
+        one_of = schema.get("oneOf")
+        if isinstance(one_of, list) and len(one_of) == 2 and one_of[1] == {"type": "string", "maxLength": 0}:
+            inner = one_of[0]
+            if "format" not in inner and not inner.get("minLength") and re.search(inner.get("pattern", ""), ""):
+                del schema["oneOf"]
+                schema.update(inner)
 
     def _map_basic_serializer(self, serializer, direction):
         schema = super()._map_basic_serializer(serializer, direction)
