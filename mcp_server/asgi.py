@@ -12,8 +12,9 @@ answers: every POST stands alone (no ``Mcp-Session-Id``), so any worker can answ
 
 Before a request reaches the SDK: the Host (and any Origin) must pass Django's ``ALLOWED_HOSTS``, as
 every Django request must (the DNS-rebinding guard), any method but POST is answered 405 (stateless
-JSON answers: no GET event stream, no session to DELETE), and a request without ``Authorization: Bearer``
-is answered 401 with ``WWW-Authenticate: Bearer``. The key itself is checked per call, by REST's code.
+JSON answers: no GET event stream, no session to DELETE), a request without ``Authorization: Bearer``
+is answered 401 with ``WWW-Authenticate: Bearer``, and a body that is not ``application/json`` 415 with a
+JSON-RPC error (the SDK's own check would answer it in plain text). The key itself is checked per call, by REST's code.
 """
 
 import contextlib
@@ -21,6 +22,7 @@ import json
 import logging
 from urllib.parse import urlsplit
 
+import mcp_types as types
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -46,6 +48,14 @@ async def _answer(send, status: int, detail: str, code: str, extra_headers: list
     body = json.dumps({"detail": detail, "code": code, "fields": {}}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers + (extra_headers or [])})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _rpc_error(send, status: int, message: str) -> None:
+    """A JSON-RPC error about the request as a whole (``id`` null), as the SDK answers what it cannot read."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": types.INVALID_REQUEST, "message": message}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -115,6 +125,10 @@ class McpRouter:
                 "not_authenticated",
                 [(b"www-authenticate", b"Bearer")],
             )
+            return
+        if not headers.get("content-type", "").lower().startswith("application/json"):
+            # The SDK's own check answers this in plain text, not JSON-RPC: answer as the SDK means to.
+            await _rpc_error(send, 415, "Unsupported Media Type: Content-Type must be application/json")
             return
         if not self.running:
             await _answer(

@@ -214,6 +214,24 @@ def test_http_only_post_and_the_key_before_the_tool(base_url):
     assert wrong.json()["error"]["code"] == -32010
 
 
+def test_http_a_body_that_is_not_json_is_a_json_rpc_error_and_the_server_goes_on(base_url):
+    """The SDK's own Content-Type check answered a plain-text 400; a client reads a JSON-RPC error instead."""
+    _, raw = new_key()
+    call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {raw}"}
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        sent = {**headers, **({"Content-Type": content_type} if content_type else {})}
+        answer = requests.post(f"{base_url}/mcp", data=call.encode(), headers=sent, timeout=30)
+        assert answer.status_code == 415 and answer.headers["Content-Type"] == "application/json", content_type
+        body = answer.json()
+        assert body["jsonrpc"] == "2.0" and body["id"] is None and body["error"]["code"] == -32600
+        assert "application/json" in body["error"]["message"]
+    listed = requests.post(
+        f"{base_url}/mcp", data=call.encode(), headers={**headers, "Content-Type": "application/json"}, timeout=30
+    )
+    assert listed.status_code == 200 and listed.json()["result"]["tools"]
+
+
 def test_http_resources_are_listed_by_scope(base_url):
     _, feedback_only = new_key([Scope.FEEDBACK.value], name="writer")
     _, resolver = new_key([Scope.RESOLVE.value], name="reader")
