@@ -112,7 +112,9 @@ class TenantApiView(APIView):
             agent=request.user, key=key, method=request.method, path=request.path, request_hash=_request_hash(request)
         )
         if stored is not None:
-            raise _Replay(Response(stored.response, status=stored.status_code, headers={"Idempotent-Replayed": "true"}))
+            replay = Response(stored.response, status=stored.status_code, headers={"Idempotent-Replayed": "true"})
+            replay.embedding_pending = stored.embedding_pending  # the embedding budget's middleware says it again
+            raise _Replay(replay)
         self._idempotency_key = key
 
     def handle_exception(self, exc):
@@ -127,7 +129,14 @@ class TenantApiView(APIView):
             return response  # no claim, or the transaction rolls back and the claim with it
         if 200 <= response.status_code < 300:
             body = json.loads(JSONRenderer().render(response.data)) if response.data is not None else None
-            idempotent_request_store(agent=request.user, key=key, status_code=response.status_code, response=body)
+            pending = getattr(request._request, "embedding_pending", None)  # set by the embedding budget's middleware
+            idempotent_request_store(
+                agent=request.user,
+                key=key,
+                status_code=response.status_code,
+                response=body,
+                embedding_pending=bool(pending and pending()),
+            )
         else:
             idempotent_request_release(agent=request.user, key=key)
         return response

@@ -105,6 +105,9 @@ class IdempotentRequest(TenantOwned):
     request_hash = models.CharField(max_length=64, help_text="sha256 of the method, path and body")
     status_code = models.PositiveSmallIntegerField(null=True, help_text="Empty until the request's answer is stored")
     response = models.JSONField(null=True)
+    embedding_pending = models.BooleanField(
+        default=False, db_default=False, help_text="The answer said X-Embedding-Pending: a retry's answer says it too"
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

@@ -112,10 +112,11 @@ def idempotent_request_claim(*, agent: Agent, key: str, method: str, path: str, 
     return stored
 
 
-def idempotent_request_store(*, agent: Agent, key: str, status_code: int, response) -> None:
-    """Store the answer of the request that claimed ``key`` (in its transaction)."""
+def idempotent_request_store(*, agent: Agent, key: str, status_code: int, response, embedding_pending: bool = False) -> None:
+    """Store the answer of the request that claimed ``key`` (in its transaction); ``embedding_pending``: it said
+    that rows were stored without their vectors (X-Embedding-Pending), which its replays say too."""
     IdempotentRequest.objects.filter(agent=agent, key=key, status_code__isnull=True).update(
-        status_code=status_code, response=response
+        status_code=status_code, response=response, embedding_pending=embedding_pending
     )
 
 

@@ -56,7 +56,8 @@ class EmbeddingBudgetMiddleware:
 
     def __call__(self, request):
         with embedding_budget():
+            request.embedding_pending = budget_pending  # for a view that stores its answer (an idempotent replay)
             response = self.get_response(request)
-            if budget_pending():
+            if budget_pending() or getattr(response, "embedding_pending", False):  # or a replay of such an answer
                 response[PENDING_HEADER] = "1"
             return response

@@ -221,12 +221,12 @@ def call_tool_sync(
         digest = hashlib.sha256(json.dumps(["MCP", name, arguments], sort_keys=True, default=str).encode()).hexdigest()
         stored = idempotent_request_claim(agent=request.user, key=key, method="MCP", path=f"tools/{name}", request_hash=digest)
         if stored is not None:
-            return Outcome(data=stored.response, replayed=True)
+            return Outcome(data=stored.response, replayed=True, embedding_pending=stored.embedding_pending)
     with embedding_budget():  # REST's per-request embedding budget: a write never waits on a slow embedder
         result = plain(tool.run(Caller(request.user, request.auth), data))
         pending = budget_pending() > 0
     if key is not None:  # a failed call raised above: the transaction rolls back with its claim
-        idempotent_request_store(agent=request.user, key=key, status_code=200, response=result)
+        idempotent_request_store(agent=request.user, key=key, status_code=200, response=result, embedding_pending=pending)
     return Outcome(data=result, embedding_pending=pending)
 
 

@@ -167,3 +167,26 @@ def test_a_body_too_large_with_a_key_is_refused_unread(gov_api, catalogue, setti
     r = gov_api.post("/api/v1/blocklist/1/expire", {"pad": "x" * 2000}, format="json", HTTP_IDEMPOTENCY_KEY="i-3")
     assert r.status_code == 413
     assert not IdempotentRequest.objects.exists()
+
+
+def test_a_replay_says_x_embedding_pending_when_the_answer_did(api, failing_embedder):
+    """The memory was stored without its vector (embedder down): the answer says so, and so does its replay;
+    an answer that did not say it is replayed without it."""
+    body = {
+        "user_id": "alice",
+        "user_message": "How do I rotate the application logs on the staging servers?",
+        "assistant_message": "Run logrotate nightly with the app config.",
+    }
+    first = post(api, "/api/v1/memories/observe", body, "observe-pending")
+    assert first.status_code == 200 and first["X-Embedding-Pending"] == "1"
+    again = post(api, "/api/v1/memories/observe", body, "observe-pending")
+    assert again["Idempotent-Replayed"] == "true" and again["X-Embedding-Pending"] == "1"
+    assert again.json() == first.json()
+    assert IdempotentRequest.objects.get(key="observe-pending").embedding_pending is True
+
+
+def test_a_replay_of_an_answer_without_pending_vectors_does_not_say_it(api, catalogue):
+    first = post(api, CONFIRM, BODY, "confirm-embedded")
+    again = post(api, CONFIRM, BODY, "confirm-embedded")
+    assert "X-Embedding-Pending" not in first and "X-Embedding-Pending" not in again
+    assert again["Idempotent-Replayed"] == "true"

@@ -243,3 +243,20 @@ def test_a_write_tool_with_an_idempotency_key_runs_once_and_shares_rests_keys(ca
     # REST's Idempotency-Key is the same store: the MCP call's key answers a REST retry's 409 (another request).
     rest = api.post("/api/v1/resolutions/confirm", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
     assert rest.status_code == 409 and rest.json()["code"] == "idempotency_key_reused"
+
+
+def test_a_replayed_tool_call_says_embedding_pending_when_the_first_did(failing_embedder):
+    api = make_client(["resolve", "feedback"])
+    turn = {
+        "user_id": "alice",
+        "user_message": "How do I rotate the application logs on the staging servers?",
+        "assistant_message": "Run logrotate nightly with the app config.",
+    }
+
+    def observe():
+        with tenant_request():
+            return call_tool_sync("observe_memory", f"Bearer {api.raw}", "test", turn, "observe-1")
+
+    first, again = observe(), observe()
+    assert first.embedding_pending and not first.replayed
+    assert again.replayed and again.embedding_pending and again.data == first.data
