@@ -124,7 +124,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "common.timing.ServerTimingMiddleware",  # first, so its total covers the others
+    "config.health.HealthMiddleware",  # /healthz and /readyz, before the Host check, HTTPS redirect and the rest
+    "common.timing.ServerTimingMiddleware",  # first of the others, so its total covers them
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",

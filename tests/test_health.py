@@ -1,0 +1,66 @@
+"""/healthz and /readyz: what a load balancer or an orchestrator's probes ask, answered whatever the Host header."""
+
+import pytest
+from django.db import OperationalError, connection
+from django.db.migrations.executor import MigrationExecutor
+
+from config import health
+from embeddings.embedders import EmbeddingError
+
+pytestmark = pytest.mark.django_db
+
+POD = {"HTTP_HOST": "10.42.0.17:8000"}  # a probe's Host: the pod's address, not in ALLOWED_HOSTS
+
+
+def test_liveness_answers_without_the_database_or_an_allowed_host(client):
+    def refuse(*args, **kwargs):
+        raise AssertionError("liveness must not touch the database")
+
+    with connection.execute_wrapper(refuse):
+        answer = client.get("/healthz", **POD)
+    assert answer.status_code == 200 and answer.json() == {"status": "ok"}
+    assert client.get("/api/v1/actions", **POD).status_code == 400  # any other path still checks the Host
+
+
+def test_readiness_checks_the_database_the_migrations_and_the_embedder(client):
+    answer = client.get("/readyz", **POD)
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    assert body["status"] == "ready"
+    assert body["checks"]["database"] == "ok" and body["checks"]["migrations"] == "ok"
+    assert body["checks"]["embedder"].startswith("all-MiniLM-L6-v2")
+
+
+def test_readiness_is_503_while_a_migration_is_not_applied(client, monkeypatch):
+    monkeypatch.setattr(health, "_migrated", type(health._migrated)())  # this process has not seen them applied
+    monkeypatch.setattr(MigrationExecutor, "migration_plan", lambda self, targets: [("learning.9999_next", False)])
+    answer = client.get("/readyz", **POD)
+    assert answer.status_code == 503
+    assert answer.json() == {
+        "status": "not ready",
+        "checks": {"database": "ok", "migrations": "failed: 1 migration(s) not applied"},
+    }
+
+
+def test_readiness_is_503_when_the_database_does_not_answer(client):
+    def unreachable(execute, sql, params, many, context):
+        raise OperationalError("connection refused")
+
+    with connection.execute_wrapper(unreachable):
+        answer = client.get("/readyz", **POD)
+    assert answer.status_code == 503
+    assert answer.json()["checks"] == {"database": "failed: OperationalError"}  # no address, no message
+
+
+def test_readiness_is_503_when_the_embedder_cannot_load(client, monkeypatch):
+    def cannot_load():
+        raise EmbeddingError("cannot load embedder: model file missing")
+
+    monkeypatch.setattr(health, "get_embedder", cannot_load)
+    answer = client.get("/readyz", **POD)
+    assert answer.status_code == 503 and answer.json()["checks"]["embedder"] == "failed: EmbeddingError"
+
+
+def test_only_get_and_head_are_probes(client):
+    assert client.head("/readyz", **POD).status_code == 200
+    assert client.post("/healthz").status_code == 404  # not a probe: the normal routing, which has no such page
