@@ -81,3 +81,30 @@ def test_two_tenants_take_turns_on_one_pooled_connection_and_see_only_their_own(
             if text == "read my inbox":
                 assert answer["verb"] == "mail.read"
     assert _server_connections() - baseline <= 1  # the server held one connection, whatever the concurrency
+
+
+def test_a_pooled_connection_the_database_dropped_fails_one_request_with_503_then_the_pool_heals(pooled_url):
+    """Connections are lent unchecked (DB_POOL_CHECK off): after a database restart the first request on a dropped
+    connection answers 503 with Retry-After (never a 500), the pool lets the connection go, and the retry works."""
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    _, raw = agent_key_create(agent_name="agent-a", scopes=["resolve"])
+
+    def resolve():
+        return requests.post(
+            f"{pooled_url}/api/v1/resolve",
+            json={"text": "cbu overview"},
+            headers={"Authorization": f"Bearer {raw}"},
+            timeout=60,
+        )
+
+    assert resolve().status_code == 200
+    with connection.cursor() as cursor:  # what a restart does to the server's connections
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        )
+    first = resolve()
+    assert first.status_code == 503, first.text
+    assert first.json()["code"] == "database_unavailable" and first.headers["Retry-After"] == "1"
+    answers = [resolve() for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 200], [a.text for a in answers]
