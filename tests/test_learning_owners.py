@@ -21,12 +21,18 @@ CONFIRM = "/api/v1/resolutions/confirm"
 CORRECT = "/api/v1/resolutions/correct"
 
 
-def _private_then_shared(catalogue):
+def _shared_and_private():
+    """A shared agent and a private one, in the default tenant."""
     shared = make_client(["resolve", "feedback"], name="agent-shared")
     private = make_client(["resolve", "feedback"], name="agent-private")
     private.agent.private_user_data = True
     private.agent.save()
     verified_keys_forget()
+    return shared, private
+
+
+def _private_then_shared(catalogue):
+    shared, private = _shared_and_private()
     for text, verb in (("units please", "cbu.list"), ("make me a unit", "cbu.create")):
         assert private.post(CONFIRM, {"text": text, "verb": verb, "user_id": "alice"}, format="json").status_code == 200
     # The shared agents taught alice "units please" another way: that text is a conflict.
@@ -70,11 +76,7 @@ def test_the_agents_phrases_become_shared_and_a_conflict_stays_its_own(catalogue
 def test_a_phrase_the_shared_agents_hold_with_the_same_verb_is_added_into_theirs_once(catalogue):
     """The same text and verb for the same user on both sides is no conflict: the shared row takes the private
     row's count and the private row goes (with its history), so a second run has nothing left to list."""
-    shared = make_client(["resolve", "feedback"], name="agent-shared")
-    private = make_client(["resolve", "feedback"], name="agent-private")
-    private.agent.private_user_data = True
-    private.agent.save()
-    verified_keys_forget()
+    shared, private = _shared_and_private()
     body = {"text": "units please", "verb": "cbu.list", "user_id": "alice"}
     for _ in range(2):
         assert private.post(CONFIRM, body, format="json").status_code == 200
@@ -101,11 +103,7 @@ def test_a_phrase_the_shared_agents_hold_with_the_same_verb_is_added_into_theirs
 
 
 def test_a_phrase_whose_shared_twin_a_reviewer_deactivated_stays_a_listed_conflict(catalogue):
-    shared = make_client(["resolve", "feedback"], name="agent-shared")
-    private = make_client(["resolve", "feedback"], name="agent-private")
-    private.agent.private_user_data = True
-    private.agent.save()
-    verified_keys_forget()
+    shared, private = _shared_and_private()
     body = {"text": "units please", "verb": "cbu.list", "user_id": "alice"}
     assert private.post(CONFIRM, body, format="json").status_code == 200
     assert shared.post(CONFIRM, body, format="json").status_code == 200
@@ -136,10 +134,7 @@ def test_an_unknown_agent_is_a_clear_error(db):
 def test_evidence_without_a_user_is_added_into_the_shared_row_not_a_conflict_forever(catalogue):
     """Clicks of a request without a user id leave evidence with no user: when the shared agents hold the same text
     and verb without a user too, the agent's row is added into theirs (the NULL user is the same scope)."""
-    shared = make_client(["resolve", "feedback"], name="agent-shared")
-    private = make_client(["resolve", "feedback"], name="agent-private")
-    private.agent.private_user_data = True
-    private.agent.save()
+    shared, private = _shared_and_private()
     with acting_agent(shared.agent):
         phrase_evidence_add(user_id=None, phrase="units please", verb="cbu.list", positive=1.0)
     with acting_agent(private.agent):
