@@ -292,13 +292,14 @@ def _posted(request, *names) -> str:
     return next((request.POST.get(n, "") for n in names if request.POST.get(n)), "")
 
 
-def _admin_decisions_logged(kind: str, view, ids_of, refused_to=None):
+def _admin_decisions_logged(kind: str, view, ids_of, may_see, refused_to=None):
     """``view`` (a bound admin view) with the inbox's claims honoured and its decisions logged. A refusal goes back
-    to ``refused_to(request)`` (a page that answers GET), else to the page posted to."""
+    to ``refused_to(request)`` (a page that answers GET), else to the page posted to. A user who may not see the
+    items (``may_see(request)`` false) goes straight to the view, which refuses them without naming who holds what."""
 
     @functools.wraps(view)
     def wrapped(request, *args, **kwargs):
-        ids = ids_of(request, args, kwargs) if request.method == "POST" else None
+        ids = ids_of(request, args, kwargs) if request.method == "POST" and may_see(request) else None
         if not ids:
             return view(request, *args, **kwargs)
         with transaction.atomic():
@@ -378,10 +379,11 @@ def admin_decisions_install(site=admin.site) -> None:
             continue
         opts = model_admin.model._meta
         changelist = f"admin:{opts.app_label}_{opts.model_name}_changelist"
+        may_see = model_admin.has_view_or_change_permission
         model_admin.changelist_view = _admin_decisions_logged(
-            kind, model_admin.changelist_view, _changelist_ids(spec, model_admin)
+            kind, model_admin.changelist_view, _changelist_ids(spec, model_admin), may_see
         )
-        model_admin.changeform_view = _admin_decisions_logged(kind, model_admin.changeform_view, _object_ids(spec))
+        model_admin.changeform_view = _admin_decisions_logged(kind, model_admin.changeform_view, _object_ids(spec), may_see)
         for name in _OBJECT_VIEWS.get(kind, []):  # POST-only views: a refusal goes back to the list
             setattr(
                 model_admin,
@@ -390,6 +392,7 @@ def admin_decisions_install(site=admin.site) -> None:
                     kind,
                     getattr(model_admin, name),
                     _object_ids(spec),
+                    may_see,
                     lambda request, name=changelist, site=site: reverse(name, current_app=site.name),
                 ),
             )

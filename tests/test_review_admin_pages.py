@@ -71,6 +71,20 @@ def test_an_item_another_reviewer_holds_is_refused_and_nothing_is_decided(inbox)
     assert list(Decision.objects.values_list("kind", "verdict", "user__username")) == [("rule", "reject", "sam")]
 
 
+def test_a_staff_user_who_may_not_see_the_items_is_refused_without_learning_who_holds_them(inbox):
+    _, items = inbox
+    rita, nosy = reviewer_user("rita", *ALL_PERMS), reviewer_user("nosy")  # staff, no permission at all
+    rule = items["rule"]
+    claim_take(kind="rule", object_id=rule.pk, tenant_id=rule.tenant_id, user=rita)
+    selected = {"action": "approve_selected", "_selected_action": [rule.pk], "post": "yes"}
+    for response in (
+        signed_in(nosy).post("/admin/feedback/correctionrule/", selected),
+        signed_in(nosy).post(f"/admin/feedback/correctionrule/{rule.pk}/change/", {}),
+    ):
+        assert response.status_code == 403 and "rita" not in response.content.decode()
+    assert CorrectionRule.objects.get(pk=rule.pk).status == "pending_approval" and not Decision.objects.exists()
+
+
 def test_a_change_form_decision_is_logged_with_its_notes_and_category(inbox):
     _, items = inbox
     rita = reviewer_user("rita", *ALL_PERMS, superuser=True)
