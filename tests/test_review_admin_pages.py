@@ -243,3 +243,23 @@ def test_an_inbox_decision_while_a_large_select_all_runs_is_logged_once(monkeypa
     status = Proposal.objects.get(pk=proposal.pk).status
     decisions = list(Decision.objects.filter(object_id=proposal.pk).values_list("user__username", "verdict"))
     assert (status, decisions, outcome) == ("approved", [("sam", "approve")], ["decided"])
+
+
+def test_stopping_a_rule_in_its_admin_pages_needs_the_approvers_permission_as_in_the_inbox(inbox):
+    _, items = inbox
+    rule = items["rule"]
+    editor = reviewer_user("editor", "view_correctionrule", "change_correctionrule")
+    client = signed_in(editor)
+    listing = client.get("/admin/feedback/correctionrule/")
+    assert listing.status_code == 200
+    assert f"/admin/feedback/correctionrule/{rule.pk}/deactivate/" not in listing.content.decode()
+    assert "deactivate_selected" not in listing.content.decode()
+    assert client.post(f"/admin/feedback/correctionrule/{rule.pk}/deactivate/").status_code == 403
+    client.post("/admin/feedback/correctionrule/", {"action": "deactivate_selected", "_selected_action": [rule.pk]})
+    assert CorrectionRule.objects.get(pk=rule.pk).status == "pending_approval" and not Decision.objects.exists()
+    approver = reviewer_user("approver", "view_correctionrule", "approve_correctionrule")
+    page = signed_in(approver).get("/admin/feedback/correctionrule/").content.decode()
+    assert f"/admin/feedback/correctionrule/{rule.pk}/deactivate/" in page and "deactivate_selected" in page
+    assert signed_in(approver).post(f"/admin/feedback/correctionrule/{rule.pk}/deactivate/").status_code == 302
+    assert CorrectionRule.objects.get(pk=rule.pk).status == "inactive"
+    assert list(Decision.objects.values_list("kind", "verdict", "user__username")) == [("rule", "reject", "approver")]

@@ -147,10 +147,11 @@ class CorrectionRuleAdmin(HistoryAdmin):
 
     def get_list_display(self, request):
         token = get_token(request)
+        may_deactivate = self.has_approve_permission(request)
 
         @admin.display(description="")
         def one_click(obj):
-            if obj.status not in (CorrectionRuleStatus.ACTIVE, CorrectionRuleStatus.PENDING):
+            if not may_deactivate or obj.status not in (CorrectionRuleStatus.ACTIVE, CorrectionRuleStatus.PENDING):
                 return ""
             url = reverse("admin:feedback_correctionrule_deactivate", args=[obj.pk])
             return format_html(
@@ -176,7 +177,7 @@ class CorrectionRuleAdmin(HistoryAdmin):
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         rule = get_object_or_404(CorrectionRule, pk=pk)
-        if not self.has_change_permission(request, rule):
+        if not self.has_approve_permission(request):  # stopping a rule is the approver's call, as in the inbox
             raise PermissionDenied
         try:
             correction_rule_deactivate(rule=rule, user=request.user)
@@ -207,6 +208,6 @@ class CorrectionRuleAdmin(HistoryAdmin):
             submit="Approve",
         )
 
-    @admin.action(description="Deactivate selected rules", permissions=["change"])
+    @admin.action(description="Deactivate selected rules", permissions=["approve"])
     def deactivate_selected(self, request, queryset):
         run_bulk(self, request, queryset, lambda r: correction_rule_deactivate(rule=r, user=request.user), "Deactivated")
