@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from autonomy.services import action_autonomy_revert, autonomy_transition_approve, autonomy_transition_reject
 from common.api import ApplicationError, Conflict, Forbidden, NotFound
+from feedback.delta import json_delta
 from feedback.services.reviews import Reviewer, execution_review, proposal_approve, proposal_reject
 from feedback.services.rules import correction_rule_approve, correction_rule_deactivate
 from learning.services.blocks import phrase_block_expire
@@ -95,6 +96,10 @@ def change_statement_compose(*, kind: str, obj, verdict: str) -> str:
             )
         return "The fitted profile is retired; the thresholds in force stay."
     if kind == Kind.PROPOSAL:
+        if approve and getattr(obj, "status", "") == "modified":
+            delta = json_delta(obj.proposed_action, obj.modified_action)
+            fields = ", ".join(sorted({*delta["added"], *delta["removed"], *delta["changed"]}))
+            return f"Proposal #{obj.pk} ({obj.action.name}) is approved as modified (changed: {fields})."
         return f"Proposal #{obj.pk} ({obj.action.name}) is {'approved' if approve else 'rejected'}."
     if kind == Kind.EXECUTION:
         return f"Execution #{obj.pk} ({obj.action.name}) is marked {'correct' if approve else 'incorrect'}."
@@ -249,6 +254,8 @@ def admin_decisions_record(
     that waited before, as ``selectors.items_waiting`` read them), each one no longer waiting was decided by
     ``user``, with the verdict its state says; its claims go. Runs in the caller's transaction, after the change."""
     verdicts = selectors.items_decided(kind=kind, ids=[obj.pk for obj in waiting])
+    if kind == Kind.PROPOSAL:  # the summary says how it was decided (approved as is, or modified)
+        waiting = list(selectors.KINDS[kind].by_ids([obj.pk for obj in waiting if obj.pk in verdicts]))
     decisions = [
         Decision(
             tenant_id=obj.tenant_id,

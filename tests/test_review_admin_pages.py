@@ -263,3 +263,18 @@ def test_stopping_a_rule_in_its_admin_pages_needs_the_approvers_permission_as_in
     assert signed_in(approver).post(f"/admin/feedback/correctionrule/{rule.pk}/deactivate/").status_code == 302
     assert CorrectionRule.objects.get(pk=rule.pk).status == "inactive"
     assert list(Decision.objects.values_list("kind", "verdict", "user__username")) == [("rule", "reject", "approver")]
+
+
+def test_a_proposal_modified_on_its_change_form_is_logged_as_approved_with_what_changed(inbox):
+    _, items = inbox
+    rita = reviewer_user("rita", *ALL_PERMS, "change_proposal")
+    proposal = items["proposal"]
+    response = signed_in(rita).post(
+        f"/admin/feedback/proposal/{proposal.pk}/change/",
+        {"decision": "modify", "notes": "to the CTO", "new_action": '{"to": "cto@x.io", "cc": "audit@x.io"}', "category": ""},
+    )
+    assert response.status_code == 302
+    assert Proposal.objects.get(pk=proposal.pk).status == "modified"
+    decision = Decision.objects.get()
+    assert (decision.kind, decision.verdict, decision.user, decision.reason) == ("proposal", "approve", rita, "to the CTO")
+    assert decision.summary == f"Proposal #{proposal.pk} ({proposal.action.name}) is approved as modified (changed: cc, to)."
