@@ -110,4 +110,3 @@ def test_an_mcp_governance_tool_honours_the_claim_too(inbox):
     outcome = mcp_call("reject_learning_candidate", raw, {"candidate_id": candidate.pk, "reason": "no"})
     assert outcome.error is None, outcome.error
     assert LearningCandidate.objects.get(pk=candidate.pk).status == "rejected"
-
