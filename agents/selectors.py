@@ -1,5 +1,8 @@
 """Reads for agents."""
 
+from django.conf import settings
+from django.utils import timezone
+
 from agents.models import Agent
 from common.api import Conflict, NotFound
 
@@ -25,15 +28,39 @@ def agent_get(*, ref, tenant: str | None = None) -> Agent:
 
 
 def agent_shared_required(*, agent: Agent) -> None:
-    """Refuse (409) work that hands an agent's private user data to the shared agents while it is still private.
-    Reads the agent's row afresh, locked until the caller's transaction ends, so a switch back to private waits
-    for the work (or the work sees it)."""
+    """Refuse (409) work that hands an agent's private user data to the shared agents while it is still private,
+    or while the switch may not have reached every process yet (they keep an agent with its key for
+    ``API_KEY_CACHE_S``: until then a request may still write a private row, which the work would leave behind;
+    code ``switch_settling`` with ``retry_after_s``). Reads the agent's row afresh, locked until the caller's
+    transaction ends, so a switch back to private waits for the work (or the work sees it)."""
     if Agent.objects.select_for_update().filter(pk=agent.pk, private_user_data=True).exists():
         raise Conflict(
             f"Agent {agent.name!r} still keeps its user data private; switch private_user_data off first (admin, Agents).",
             field="agent",
             code="still_private",
         )
+    left = agent_switch_settling_s(agent=agent)
+    if left > 0:
+        raise Conflict(
+            f"Agent {agent.name!r} was switched to shared user data {settings.API_KEY_CACHE_S:g} s ago or less; its "
+            f"requests may still write private rows for {left:.1f} s more. Run it again then.",
+            field="agent",
+            code="switch_settling",
+            extra={"retry_after_s": round(left, 3)},
+        )
+
+
+def agent_switch_settling_s(*, agent: Agent) -> float:
+    """Seconds until every process sees that the agent's user data is no longer private (0 when they do, or when
+    it never was): the switch is the first change recorded after the agent's newest private state."""
+    rows = Agent.history.filter(id=agent.pk).order_by("history_date", "history_id")
+    private_at = rows.filter(private_user_data=True).values_list("history_date", flat=True).last()
+    if private_at is None:
+        return 0.0
+    switched_at = rows.filter(private_user_data=False, history_date__gt=private_at).values_list("history_date", flat=True).first()
+    if switched_at is None:
+        return 0.0
+    return max(0.0, settings.API_KEY_CACHE_S - (timezone.now() - switched_at).total_seconds())
 
 
 def agents_private(*, ids) -> set[int]:

@@ -17,6 +17,13 @@ from tests.conftest import make_client
 
 pytestmark = pytest.mark.django_db
 
+
+@pytest.fixture(autouse=True)
+def switches_reach_every_process_at_once(settings):
+    """Here a switch of the agent's private data is seen at once (no key cache); the wait has its own tests."""
+    settings.API_KEY_CACHE_S = 0
+
+
 CONFIRM = "/api/v1/resolutions/confirm"
 CORRECT = "/api/v1/resolutions/correct"
 
@@ -169,3 +176,39 @@ def test_an_agent_name_two_tenants_use_needs_the_tenant(catalogue):
     assert set(PhraseEvidence.objects.filter(private_agent__isnull=False).values_list("tenant__slug", flat=True)) == {"acme"}
     with pytest.raises(CommandError, match="Agent twin not found in tenant nowhere"):
         call_command("share_private_phrases", "--agent", "twin", "--tenant", "nowhere")
+
+
+def test_sharing_waits_until_the_switch_has_reached_every_process(catalogue, settings):
+    """Processes keep an agent with its key for API_KEY_CACHE_S: until then a request may still write a private row,
+    which a share run at once would leave behind. The service refuses (409 with the wait); the command waits."""
+    _, private = _private_then_shared(catalogue)
+    settings.API_KEY_CACHE_S = 60
+    private.agent.private_user_data = False
+    private.agent.save()
+    with pytest.raises(Conflict) as refused:
+        private_phrases_share(agent=private.agent)
+    assert refused.value.code == "switch_settling" and 55 < refused.value.extra["retry_after_s"] <= 60
+    assert LearnedPhrase.objects.filter(private_agent=private.agent).count() == 2
+
+    settings.API_KEY_CACHE_S = 0.5
+    verified_keys_forget()
+    # A request the old switch still reached wrote a private row; the command waits out the window instead of
+    # failing, then takes that row with the rest.
+    late = Agent.objects.get(pk=private.agent.pk)
+    late.private_user_data = True
+    with acting_agent(late):
+        phrase_evidence_add(user_id="alice", phrase="units now", verb="cbu.list", positive=1.0)
+    out = StringIO()
+    call_command("share_private_phrases", "--agent", "agent-private", stdout=out)
+    assert "1 learned phrase(s) are shared" in out.getvalue()
+    assert not LearnedPhrase.objects.filter(private_agent=private.agent, normalized="make me a unit").exists()
+    assert not PhraseEvidence.objects.filter(private_agent=private.agent).exists()
+
+
+def test_an_agent_that_never_kept_its_data_private_has_nothing_to_wait_for(catalogue, settings):
+    shared, _ = _shared_and_private()
+    settings.API_KEY_CACHE_S = 60
+    shared.agent.name = "agent-shared-renamed"
+    shared.agent.save()
+    result = private_phrases_share(agent=shared.agent)
+    assert result["phrases_shared"] == 0 and result["evidence_shared"] == 0

@@ -11,6 +11,13 @@ from tests.test_memories_private import LESSON, QUERY, _shared_and_private
 
 pytestmark = pytest.mark.django_db
 
+
+@pytest.fixture(autouse=True)
+def switches_reach_every_process_at_once(settings):
+    """Here a switch of the agent's private data is seen at once (no key cache); the wait has its own tests."""
+    settings.API_KEY_CACHE_S = 0
+
+
 FAILED = {"user_id": "alice", "user_message": "that didn't work", "assistant_message": "Sorry about that."}
 
 
@@ -213,3 +220,18 @@ def test_an_agent_switched_to_shared_hands_its_memories_to_the_shared_agents():
     assert Memory.objects.get(pk=mine.pk).history.first().history_change_reason.startswith("shared")
     # what it stored while private is read by the shared agents now, and by itself
     assert mine.pk in {i["id"] for i in _retrieve(shared, {"user_id": "alice", "query": "rotate staging credentials"})["items"]}
+
+
+def test_memories_are_not_shared_until_the_switch_has_reached_every_process(settings):
+    from common.api import Conflict
+    from memories.services.owners import private_memories_share
+
+    _, private = _shared_and_private()
+    mine = make_memory(content="Rotate the staging credentials with the vault command.", private_agent=private.agent)
+    settings.API_KEY_CACHE_S = 60
+    private.agent.private_user_data = False
+    private.agent.save()
+    with pytest.raises(Conflict) as refused:
+        private_memories_share(agent=private.agent)
+    assert refused.value.code == "switch_settling" and refused.value.extra["retry_after_s"] > 55
+    assert Memory.objects.get(pk=mine.pk).private_agent_id == private.agent.pk
