@@ -594,3 +594,30 @@ def test_the_migration_gives_existing_private_rows_to_their_agent(db):
     for row in (mine, theirs, global_row):
         row.refresh_from_db()
     assert (mine.private_agent_id, theirs.private_agent_id, global_row.private_agent_id) == (a.agent.pk, None, None)
+
+
+def _ask_everything(settings):
+    """Any text comes back ambiguous on the small test catalogue."""
+    settings.RESOLUTION_OVERRIDES = {**settings.RESOLUTION_OVERRIDES, "min_score": 0.01, "resolve_threshold": 0.99}
+
+
+def test_a_click_on_a_text_too_long_for_a_candidate_still_stores_its_evidence_and_is_processed(api, cbus, settings):
+    """A resolve takes up to 2000 characters, a candidate or learned phrase 500: the click on such a text learns no
+    phrase (the candidate step is skipped) but its evidence is stored and the request is processed once."""
+    from learning.services.disambiguations import disambiguation_signals_sweep
+
+    _ask_everything(settings)
+    text = ("list all cbus " * 45)[:600]
+    body = resolve(api, text)
+    assert body["outcome"] == "ambiguous"
+    assert select(api, body["request_id"], "cbu.list").status_code == 200  # its task lost: the sweep processes it
+    assert disambiguation_signals_sweep(older_than_s=0) == {"processed": 1, "failed": 0}
+    row = DisambiguationRequest.objects.get(request_id=body["request_id"])
+    assert row.processed_at is not None
+    assert disambiguation_signals_sweep(older_than_s=0) == {"processed": 0, "failed": 0}
+    assert not LearningSignal.objects.filter(request=row, processed_at__isnull=True).exists()
+    gold = LearningSignal.objects.get(request=row, outcome="selected_alt")
+    assert gold.result == "ignored" and gold.candidate_id is None
+    assert PhraseEvidence.objects.filter(verb="cbu.list", positive__gt=0, normalized=row.normalized).exists()
+    assert PhraseEvidence.objects.filter(negative__gt=0, normalized=row.normalized).exclude(verb="cbu.list").exists()
+    assert not LearningCandidate.objects.filter(normalized__startswith="list all cbus list").exists()

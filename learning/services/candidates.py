@@ -20,6 +20,15 @@ from tenants.context import acting_agent_id, private_agent_id, tenant_scope
 
 logger = logging.getLogger(__name__)
 
+# The longest text a candidate (and the learned phrase it becomes) holds, as typed and normalised.
+CANDIDATE_TEXT_MAX = LearningCandidate._meta.get_field("input_pattern").max_length
+
+
+def candidate_text_fits(text: str) -> bool:
+    """Whether ``text`` fits a candidate: as typed (stripped) and normalised, at most ``CANDIDATE_TEXT_MAX``
+    characters. A resolve takes longer texts; a click on one teaches no phrase (its evidence still counts)."""
+    return len(text.strip()) <= CANDIDATE_TEXT_MAX and len(normalize_phrase(text)) <= CANDIDATE_TEXT_MAX
+
 
 def _candidate_check_open(candidate: LearningCandidate, *, allowed: tuple[str, ...]) -> None:
     if candidate.status not in allowed:
@@ -67,6 +76,12 @@ def candidate_record(
     suggested_output = suggested_output.strip()
     if not normalized:
         raise ApplicationError("The input pattern is empty.", field="input_pattern")
+    if not candidate_text_fits(input_pattern):
+        raise ApplicationError(
+            f"The input pattern is too long once normalised (at most {CANDIDATE_TEXT_MAX} characters).",
+            field="input_pattern",
+            code="too_long",
+        )
     if not suggested_output:
         raise ApplicationError("The suggested output is empty.", field="suggested_output")
     alternatives = [str(a) for a in (rejected_alternatives or [])]

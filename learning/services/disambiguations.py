@@ -15,7 +15,7 @@ from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.services import embeddings_compute
 from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, LearningSignal, Verb
-from learning.services.candidates import candidate_approve, candidate_record
+from learning.services.candidates import candidate_approve, candidate_record, candidate_text_fits
 from learning.services.decisions import resolution_label, resolution_record
 from learning.services.evidence import phrase_evidence_add_many
 from learning.variants import phrase_variants
@@ -301,6 +301,12 @@ def disambiguation_signals_process(*, request_pk: int) -> dict:
             if s.is_negative:
                 s.result = LearningSignal.Result.EVIDENCE
             elif s.confidence < accumulate:
+                s.result = LearningSignal.Result.IGNORED
+            elif not candidate_text_fits(s.phrase):
+                # Longer than a candidate or a learned phrase holds: no phrase to learn; the evidence above stays.
+                logger.info(
+                    "disambiguation %s: %d-character text too long for a candidate; skipped", row.request_id, len(s.phrase)
+                )
                 s.result = LearningSignal.Result.IGNORED
             else:
                 # Gold labels count toward a global candidate a reviewer decides on.
