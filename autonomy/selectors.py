@@ -38,8 +38,9 @@ def action_consult(*, agent: Agent, action_name: str, confidence: float) -> dict
     An active mistake pattern for (agent, action) lowers confidence by
     ``CONSULT_PATTERN_PENALTY`` (not below ``CONSULT_PATTERN_FLOOR``, and never
     raising a confidence already below it); then the latest calibration
-    adjustment is added, the result kept within [0.1, 1.0]. Approval is required
-    at level 1, when a rule asks for review, or below ``CONSULT_APPROVAL_BELOW``.
+    adjustment is added (none from a record that counted no samples), the
+    result kept within [0.1, 1.0]. Approval is required at level 1, when a
+    rule asks for review, or below ``CONSULT_APPROVAL_BELOW``.
     """
     confidence = confidence_validate(confidence)
     action = action_get(name=action_name)
@@ -55,7 +56,9 @@ def action_consult(*, agent: Agent, action_name: str, confidence: float) -> dict
         for p in patterns:
             warnings.append(f"Repeated mistake ({p.occurrence_count}×, {p.category}): {p.description}")
     calibration = latest_calibration(agent_id=agent.pk, action_id=action.pk)
-    adjustment = calibration.recommended_adjustment if calibration else 0.0
+    # A record that counted no samples (the agent's samples left the window) measured nothing: no adjustment.
+    measured = calibration is not None and calibration.sample_count > 0 and calibration.ece is not None
+    adjustment = calibration.recommended_adjustment if measured else 0.0
     if adjustment:
         adjusted = clamp(adjusted + adjustment, 0.1, 1.0)
         warnings.append(f"Calibration adjusts your confidence by {adjustment:+.3f} (ECE {calibration.ece:.3f}).")

@@ -35,10 +35,21 @@ def _add_bucket(groups: Groups, overall, action_id, bucket, n, conf, ok, n_bucke
 def _records(*, agent_id: int, groups: Groups, latest: dict, days: int, edges: list[float], episode) -> tuple[list, list]:
     """The agent's records, overall first then by action id, from its bucket aggregates, and those of them to insert.
 
+    Every scope the agent has a record for is calibrated again, so an action whose samples all left the window gets
+    a record that says so (no counted samples) instead of keeping its last measured adjustment for consult.
+
+    A scope with no counted samples measured nothing: its adjustment is 0 (not the previous one decayed, which
+    would be an adjustment with no evidence, and an ECE of none), and the next run that counts samples starts
+    afresh from its raw adjustment, as a first run does. A scope that counted samples smooths its raw adjustment
+    against its previous measured one (``CALIBRATION_EMA_ALPHA``): a well-calibrated window (raw 0) moves the
+    adjustment toward 0 by that step, so one run cannot swing it.
+
     A scope whose window, buckets and raw adjustment equal its latest record's saw no new evidence: that record
     is answered as it is, so running again on the same data (a second cycle, a redelivered task, a report)
-    smooths nothing twice. Otherwise the new record's adjustment is smoothed against the latest one's."""
+    smooths nothing twice (unless that record carries an adjustment without counted samples, which is replaced)."""
     groups.setdefault(None, {})
+    for action_id in latest:
+        groups.setdefault(action_id, {})  # its samples left the window: calibrated as empty, not left as it was
     records, new = [], []
     for action_id in sorted(groups, key=lambda k: (k is not None, k or 0)):
         buckets = calib.build_buckets(edges, groups[action_id], settings.CALIBRATION_MIN_BUCKET_SAMPLES)
@@ -48,9 +59,23 @@ def _records(*, agent_id: int, groups: Groups, latest: dict, days: int, edges: l
         stats = [b.as_dict() for b in s.buckets]
         raw = round(s.raw_adjustment, 6)
         previous = latest.get(action_id)
-        if previous is not None and (previous.window_days, previous.buckets, previous.raw_adjustment) == (days, stats, raw):
+        if (
+            previous is not None
+            and (previous.window_days, previous.buckets, previous.raw_adjustment) == (days, stats, raw)
+            and (previous.sample_count > 0 or previous.recommended_adjustment == 0)
+        ):
             records.append(previous)
             continue
+        if s.sample_count == 0:
+            adjustment = 0.0
+        else:
+            measured = previous is not None and previous.sample_count > 0
+            adjustment = calib.ema(
+                previous.recommended_adjustment if measured else None,
+                s.raw_adjustment,
+                alpha=settings.CALIBRATION_EMA_ALPHA,
+                cap=settings.CALIBRATION_MAX_ADJUSTMENT,
+            )
         record = CalibrationRecord(
             agent_id=agent_id,
             action_id=action_id,
@@ -64,12 +89,7 @@ def _records(*, agent_id: int, groups: Groups, latest: dict, days: int, edges: l
             overconfidence_rate=s.overconfidence_rate,
             underconfidence_rate=s.underconfidence_rate,
             raw_adjustment=raw,
-            recommended_adjustment=calib.ema(
-                None if previous is None else previous.recommended_adjustment,
-                s.raw_adjustment,
-                alpha=settings.CALIBRATION_EMA_ALPHA,
-                cap=settings.CALIBRATION_MAX_ADJUSTMENT,
-            ),
+            recommended_adjustment=adjustment,
             episode=episode,
         )
         records.append(record)
