@@ -95,3 +95,11 @@ def test_confirmation_needs_the_feedback_scope(catalogue):
     resolve_only = make_client([Scope.RESOLVE], name="resolve-only")
     assert confirm(resolve_only, "list units", "cbu.list").status_code == 403
     assert not LearnedPhrase.objects.exists()
+
+
+def test_a_text_too_long_once_normalised_is_400_naming_it(api, catalogue):
+    """30 characters as typed, over 500 once normalised: a clear 400 on the text, nothing stored."""
+    r = confirm(api, "\ufdfa" * 30, "cbu.list")
+    assert r.status_code == 400, r.json()
+    assert r.json()["code"] == "too_long" and "text" in r.json()["fields"]
+    assert not LearnedPhrase.objects.exists()

@@ -269,3 +269,12 @@ def test_a_correction_overrules_what_the_wrong_click_taught_near_the_text(
     assert held_down.count() < before[0] and lifted.count() < before[1]  # the variants near the text; far ones stay
     untouched = api.post("/api/v1/resolve", {"text": "list all cbu", "user_id": "bob"}, format="json").json()
     assert untouched["explanation"]["penalties"] == {}  # another user's evidence is not theirs
+
+
+@pytest.mark.parametrize("user_id", ["alice", None])
+def test_a_correction_text_too_long_once_normalised_is_400_naming_it(api, catalogue, user_id):
+    """30 characters as typed, over 500 once normalised: a clear 400 on the text, nothing stored."""
+    r = correct(api, "\ufdfa" * 30, "cbu.delete", "cbu.list", user_id=user_id)
+    assert r.status_code == 400, r.json()
+    assert r.json()["code"] == "too_long" and "text" in r.json()["fields"]
+    assert not LearnedPhrase.objects.exists() and not LearningCandidate.objects.exists()

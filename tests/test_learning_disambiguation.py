@@ -621,3 +621,17 @@ def test_a_click_on_a_text_too_long_for_a_candidate_still_stores_its_evidence_an
     assert PhraseEvidence.objects.filter(verb="cbu.list", positive__gt=0, normalized=row.normalized).exists()
     assert PhraseEvidence.objects.filter(negative__gt=0, normalized=row.normalized).exclude(verb="cbu.list").exists()
     assert not LearningCandidate.objects.filter(normalized__startswith="list all cbus list").exists()
+
+
+def test_a_click_on_a_text_that_normalising_lengthens_is_stored_cut_like_its_request(api, cbus, run_tasks, settings):
+    """NFKC and casefolding can lengthen a text ("ß" becomes "ss"): the click's signals keep at most 2000 characters,
+    as the request does, so the click is recorded instead of failing and leaving the request open."""
+    _ask_everything(settings)
+    body = resolve(api, "ß" * 1200)
+    assert body["outcome"] == "ambiguous"
+    response = run_tasks(select, api, body["request_id"], body["options"][0]["verb"])
+    assert response.status_code == 200, response.content
+    row = DisambiguationRequest.objects.get(request_id=body["request_id"])
+    assert row.status == "selected" and row.processed_at is not None
+    gold = LearningSignal.objects.get(request=row, outcome="selected_alt")
+    assert gold.normalized == "ss" * 1000

@@ -274,3 +274,11 @@ def test_empty_query_parameters_are_errors(gov_api, catalogue):
     assert r.status_code == 400 and "user_id" in r.json()["fields"]
     r = gov_api.get("/api/v1/learning/stats?time_range=")
     assert r.status_code == 400 and "time_range" in r.json()["fields"]
+
+
+def test_a_block_phrase_too_long_once_normalised_is_400_naming_it(gov_api, catalogue):
+    """30 characters as typed, over 500 once normalised: a clear 400 on the phrase, nothing stored."""
+    r = gov_api.post("/api/v1/blocklist", {"phrase": "\ufdfa" * 30, "verb": "cbu.delete"}, format="json")
+    assert r.status_code == 400, r.json()
+    assert r.json()["code"] == "too_long" and "phrase" in r.json()["fields"]
+    assert not PhraseBlock.objects.exists()

@@ -7,6 +7,7 @@ from common.api import ApplicationError, Conflict, NotFound
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import PhraseBlock, Verb
+from learning.services.phrases import _phrase_length_check
 
 
 def phrase_block_create(
@@ -71,6 +72,7 @@ def phrase_block_add(
     normalized = normalize_phrase(phrase)
     if not normalized:
         raise ApplicationError("The phrase is empty.", field="phrase")
+    _phrase_length_check(phrase, normalized, field="phrase")
     verb = _verb_by_name(verb_name, field="verb")
     if expires_at is not None and expires_at <= timezone.now():
         raise ApplicationError("The expiry must lie in the future.", field="expires_in")

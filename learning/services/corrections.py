@@ -19,6 +19,7 @@ from learning.services.blocks import _verb_by_name
 from learning.services.candidates import candidate_record
 from learning.services.decisions import resolution_label
 from learning.services.evidence import phrase_evidence_add, phrase_evidence_overrule
+from learning.services.phrases import _phrase_length_check
 from tenants.context import acting_agent_id
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
     normalized = normalize_phrase(text)
     if not normalized:
         raise ApplicationError("The text is empty.", field="text")
+    _phrase_length_check(text, normalized, field="text")
     if wrong_verb == correct_verb:
         raise ApplicationError("The wrong and the correct verb are the same.", field="correct_verb")
     wrong = _verb_by_name(wrong_verb, field="wrong_verb")
@@ -185,6 +187,7 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
     normalized = normalize_phrase(text)
     if not normalized:
         raise ApplicationError("The text is empty.", field="text")
+    _phrase_length_check(text, normalized, field="text")
     if not user_id:
         raise ApplicationError("A confirmation needs the user_id of the user who accepted the verb.", field="user_id")
     target = _verb_by_name(verb, field="verb")

@@ -143,8 +143,8 @@ def disambiguation_select(
             return LearningSignal(
                 request=row,
                 user_id=row.user_id,
-                phrase=phrase,
-                normalized=normalize_phrase(phrase),
+                phrase=phrase[:2000],
+                normalized=normalize_phrase(phrase)[:2000],  # NFKC and casefolding can lengthen it
                 verb=verb,
                 outcome=outcome,
                 source=source,

@@ -13,6 +13,20 @@ from tenants.context import acting_agent_id
 
 logger = logging.getLogger(__name__)
 
+# The longest phrase a learned phrase (or a block, or a candidate) holds, as typed and normalised.
+PHRASE_TEXT_MAX = LearnedPhrase._meta.get_field("normalized").max_length
+
+
+def _phrase_length_check(text: str, normalized: str, *, field: str) -> None:
+    """400 naming ``field`` when the phrase is longer than a learned phrase holds, as typed or once normalised
+    (NFKC and casefolding can lengthen it: "ß" becomes "ss")."""
+    if len(text.strip()) > PHRASE_TEXT_MAX or len(normalized) > PHRASE_TEXT_MAX:
+        raise ApplicationError(
+            f"The {field} is too long once normalised (at most {PHRASE_TEXT_MAX} characters).",
+            field=field,
+            code="too_long",
+        )
+
 
 def learned_phrase_upsert(
     *, phrase: str, verb: Verb, user_id: str | None = None, source: str = "manual", confidence: float = 1.0
