@@ -1,6 +1,9 @@
 """Admin screens for agents and their API keys."""
 
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.admin import TokenAdmin
+from rest_framework.authtoken.models import TokenProxy
 
 from agents.authentication import verified_keys_forget
 from agents.models import Agent, ApiKey
@@ -71,3 +74,35 @@ class ApiKeyAdmin(ForgetVerifiedKeysMixin, HistoryAdmin):
         for key in queryset:
             api_key_revoke(key=key)
         self.message_user(request, f"Revoked {queryset.count()} key(s).", messages.SUCCESS)
+
+
+admin.site.unregister(TokenProxy)
+
+
+@admin.register(TokenProxy)
+class ReviewerTokenAdmin(TokenAdmin):
+    """Reviewers' personal API tokens (``Authorization: Token <key>``). A reviewer sees and creates only their own
+    token, a superuser anyone's; the key is never listed: it is shown once, when the token is created."""
+
+    list_display = ("user", "created")
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request).select_related("user")
+        return queryset if request.user.is_superuser else queryset.filter(user=request.user)
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "user" and not request.user.is_superuser:
+            kwargs["queryset"] = get_user_model().objects.filter(pk=request.user.pk)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("user",) if obj is not None else ()
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if not change:
+            self.message_user(
+                request,
+                f"The token of {obj.user.get_username()}: {obj.key} — copy it now; it is not shown again.",
+                messages.WARNING,
+            )

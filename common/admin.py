@@ -6,7 +6,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import ValidationError
-from django.http import Http404
+from django.http import Http404, HttpResponseNotAllowed
 from django.urls import reverse
 from django.utils.html import format_html
 from simple_history.admin import SimpleHistoryAdmin
@@ -15,22 +15,39 @@ from common.api import ApplicationError
 
 
 class HistoryAdmin(SimpleHistoryAdmin):
-    """simple_history's admin, where a history address whose id is not a key of the model is 404, not 500."""
+    """simple_history's admin, read-only and held to the admin's own rules: a history page shows an object only
+    when its change page would (``get_queryset``: the reviewer's tenants; a deleted object's history only to a
+    superuser, who sees every tenant), and never writes: a past version is not restored by posting it (that would
+    bypass the services, their permissions and their audit; each kind that can be undone has its own revert).
+    A history address whose id is not a key of the model is 404, not 500."""
 
     @staticmethod
-    def _key_or_404(field, value) -> None:
+    def _key_or_404(field, value):
         try:
-            field.to_python(unquote(str(value)))
+            return field.to_python(unquote(str(value)))
         except (ValidationError, ValueError, TypeError) as exc:
             raise Http404(f"No record with {field.name} {value!r}.") from exc
 
+    def _visible_or_404(self, request, object_id) -> None:
+        pk = self._key_or_404(self.model._meta.pk, object_id)
+        if self.get_queryset(request).filter(pk=pk).exists():
+            return
+        if request.user.is_superuser and not self.model._base_manager.filter(pk=pk).exists():
+            return  # deleted: its history is all that is left
+        raise Http404(f"No {self.model._meta.verbose_name} with id {object_id!r}.")
+
+    def revert_disabled(self, request, obj=None):
+        return True
+
     def history_view(self, request, object_id, extra_context=None):
-        self._key_or_404(self.model._meta.pk, object_id)
+        self._visible_or_404(request, object_id)
         return super().history_view(request, object_id, extra_context=extra_context)
 
     def history_form_view(self, request, object_id, version_id, extra_context=None):
-        self._key_or_404(self.model._meta.pk, object_id)
+        self._visible_or_404(request, object_id)
         self._key_or_404(getattr(self.model, self.model._meta.simple_history_manager_attribute).model._meta.pk, version_id)
+        if request.method != "GET":
+            return HttpResponseNotAllowed(["GET"], "A past version is shown, not restored.")
         return super().history_form_view(request, object_id, version_id, extra_context=extra_context)
 
 

@@ -195,7 +195,7 @@ class MemoryAdmin(HistoryAdmin):
             ),
         )
 
-    @admin.action(description="Promote to verified")
+    @admin.action(description="Promote to verified", permissions=["change"])
     def promote(self, request, queryset):
         return confirm_bulk(
             self,
@@ -207,7 +207,7 @@ class MemoryAdmin(HistoryAdmin):
             submit="Promote",
         )
 
-    @admin.action(description="Deprecate (give a reason)")
+    @admin.action(description="Deprecate (give a reason)", permissions=["change"])
     def deprecate(self, request, queryset):
         reason = request.POST.get("reason", "").strip()
         if not reason:
@@ -219,7 +219,7 @@ class MemoryAdmin(HistoryAdmin):
             n += 1
         self.message_user(request, f"{n} memories deprecated.", messages.SUCCESS)
 
-    @admin.action(description="Purge deprecated memories older than N days (all users)")
+    @admin.action(description="Purge deprecated memories older than N days (all users)", permissions=["delete"])
     def purge_deprecated(self, request, queryset):
         raw = request.POST.get("days") or "90"
         try:

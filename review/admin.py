@@ -264,7 +264,7 @@ class DecisionAdmin(admin.ModelAdmin):
     """The inbox's decision log: who decided what, when and why (read-only)."""
 
     list_display = ["decided_at", "user", "kind", "object_id", "verdict", "category", "summary"]
-    list_filter = ["kind", "verdict", "category", "user"]
+    list_filter = ["kind", "verdict", "category", ("user", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["summary", "reason", "user__username"]
     date_hierarchy = "decided_at"
 

@@ -4,9 +4,10 @@ import csv
 import json
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
-from django.http import StreamingHttpResponse
-from django.urls import path
+from django.http import HttpResponseRedirect, StreamingHttpResponse
+from django.urls import path, reverse
 
 from feedback.admin.reviews import FeedbackRecordReadOnlyMixin
 from feedback.models import (
@@ -97,7 +98,10 @@ class FeedbackRecordArchiveAdmin(FeedbackRecordReadOnlyMixin, admin.ModelAdmin):
     def export_view(self, request):
         if not self.has_view_permission(request):
             raise PermissionDenied
-        changelist = self.get_changelist_instance(request)
+        try:
+            changelist = self.get_changelist_instance(request)
+        except IncorrectLookupParameters:  # as the changelist answers a filter it cannot apply
+            return HttpResponseRedirect(reverse("admin:feedback_feedbackrecordarchive_changelist") + "?e=1")
         return archive_csv_response(changelist.get_queryset(request))
 
     @admin.action(description="Export selected archived records as CSV", permissions=["view"])

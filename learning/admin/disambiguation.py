@@ -1,6 +1,7 @@
 """Admin screens of disambiguation requests, learning signals, phrase evidence and fitted resolution profiles."""
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -134,6 +135,8 @@ class DisambiguationRequestAdmin(admin.ModelAdmin):
 
     def outcomes_view(self, request):
         """Per verb offered: shares of its requests selected, abandoned, expired."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
         context = {
             **self.admin_site.each_context(request),
             "title": "Disambiguation outcomes per verb",
@@ -163,6 +166,8 @@ class LearningSignalAdmin(admin.ModelAdmin):
         return extra + super().get_urls()
 
     def per_phrase_view(self, request):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
         search = request.GET.get("q", "").strip()
         context = {
             **self.admin_site.each_context(request),
@@ -298,12 +303,9 @@ class FittedResolutionProfileAdmin(admin.ModelAdmin):
         return extra + super().get_urls()
 
     def fit_view(self, request):
-
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         if not self.has_change_permission(request):
-            from django.core.exceptions import PermissionDenied
-
             raise PermissionDenied
         try:
             row = resolution_profile_fit()
