@@ -1,16 +1,35 @@
 """Reads for the action catalogue."""
 
 from actions.models import ACTION_NAME_PATTERN, Action
-from common.api import ApplicationError, NotFound
+from common.api import ApplicationError, Conflict, NotFound
+from common.parsers import text_problem
 
 
-def action_get(*, name: str) -> Action:
+def action_get(*, name: str, tenant: str | None = None) -> Action:
+    """The action with this name among the tenants in scope, in the tenant with slug ``tenant`` when given. Names are
+    unique per tenant only, and a reviewer or a command sees several tenants: a name several of them use is refused
+    without the tenant (409 ``ambiguous``), never one picked at random."""
     if not isinstance(name, str) or not ACTION_NAME_PATTERN.match(name.strip()):
         raise ApplicationError("Action names are lowercase dotted identifiers such as 'email.send'.", field="action")
-    action = Action.objects.filter(name=name.strip()).first()
-    if action is None:
-        raise NotFound(f"Action {name} is not in the catalogue.", field="action")
-    return action
+    name = name.strip()
+    actions = Action.objects.filter(name=name)
+    if tenant:
+        problem = text_problem(tenant)
+        if problem:
+            raise ApplicationError(f"The tenant {problem}.", field="tenant")
+        actions = actions.filter(tenant__slug=tenant)
+    found = list(actions.select_related("tenant").order_by("tenant__slug"))
+    if not found:
+        raise NotFound(f"Action {name} is not in the catalogue" + (f" of tenant {tenant}." if tenant else "."), field="action")
+    if len(found) > 1:
+        slugs = ", ".join(a.tenant.slug for a in found)
+        raise Conflict(
+            f"Action {name} is in several tenants ({slugs}); name its tenant "
+            "(the API's ?tenant=SLUG or body field tenant, a command's --tenant SLUG).",
+            field="action",
+            code="ambiguous",
+        )
+    return found[0]
 
 
 def action_list() -> list[Action]:

@@ -10,6 +10,7 @@ from agents.authentication import ScopePermission
 from autonomy import selectors, services
 from autonomy.serializers import (
     ActionSerializer,
+    ActionStopQuerySerializer,
     ActionStopSerializer,
     ConsultQuerySerializer,
     ConsultSerializer,
@@ -17,6 +18,7 @@ from autonomy.serializers import (
     TransitionListQuerySerializer,
     TransitionSerializer,
 )
+from common.api import ApplicationError
 from common.schema import ERROR_RESPONSES, ErrorSerializer
 
 _ERRORS = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
@@ -101,22 +103,35 @@ class TransitionRejectApi(_DecisionApi):
 
 
 class ActionStopApi(TenantApiView):
-    """Emergency stop: the action drops to level 1 at once. A human reviewer's token only; agent keys get 403."""
+    """Emergency stop: the action drops to level 1 at once. A human reviewer's token only; agent keys get 403.
+
+    A reviewer's token sees every tenant of its user, and action names are unique per tenant only: when several of
+    them have the action, the stop is refused (409 ``ambiguous``, naming the tenants) until the tenant is given, as
+    ``?tenant=SLUG`` or the body's ``tenant`` (the same slug when both)."""
 
     permission_classes = [ScopePermission]
     human_only = True
     reviewer_permissions = ["autonomy.approve_autonomytransition"]
 
     @extend_schema(
-        parameters=[OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=ACTION_NAME_RE)],
+        parameters=[OpenApiParameter("name", str, OpenApiParameter.PATH, pattern=ACTION_NAME_RE), ActionStopQuerySerializer],
         request=ActionStopSerializer,
         responses={200: TransitionSerializer, **_ERRORS},
         summary="Emergency stop: demote an action to level 1 now (reviewer token)",
+        description=(
+            "The action drops to level 1 (propose only) at once. A reviewer token sees every tenant of its user; "
+            "when several of them have an action of this name the stop is refused (409, code `ambiguous`, naming "
+            "the tenants) until the tenant is given, as `?tenant=SLUG` or the body's `tenant` (the same slug when both)."
+        ),
     )
     def post(self, request, name):
+        query = ActionStopQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
         body = ActionStopSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        stop = services.action_autonomy_stop(
-            action=action_get(name=name), user=request.user, reason=body.validated_data["reason"]
-        )
+        tenants = {query.validated_data.get("tenant"), body.validated_data.get("tenant")} - {None}
+        if len(tenants) > 1:
+            raise ApplicationError("The query's tenant and the body's tenant differ; give one.", field="tenant")
+        action = action_get(name=name, tenant=next(iter(tenants), None))
+        stop = services.action_autonomy_stop(action=action, user=request.user, reason=body.validated_data["reason"])
         return Response(TransitionSerializer(stop).data)

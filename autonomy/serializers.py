@@ -77,7 +77,28 @@ class TransitionSerializer(serializers.Serializer):
     decision_notes = serializers.CharField()
 
 
+TENANT_HELP = (
+    "The action's tenant (slug). A reviewer token spans every tenant of its user and action names are unique per "
+    "tenant only: a name several of them use is refused (409 ambiguous) until the tenant is given."
+)
+
+
+def _tenant_field():
+    return serializers.RegexField(
+        r"^[-a-zA-Z0-9_]{1,60}$",
+        max_length=60,
+        required=False,
+        help_text=TENANT_HELP,
+        error_messages={"invalid": "Not a tenant slug."},
+    )
+
+
 class ActionStopSerializer(StrictSerializer):
     reason = serializers.CharField(
         max_length=5000, validators=[RegexValidator(r"^[^\x00]*$", "Must not contain NUL characters.")]
     )
+    tenant = _tenant_field()
+
+
+class ActionStopQuerySerializer(StrictQuerySerializer):
+    tenant = _tenant_field()
