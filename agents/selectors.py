@@ -4,14 +4,22 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents.models import Agent
-from common.api import Conflict, NotFound
+from common.api import ApplicationError, Conflict, NotFound
+from common.parsers import text_problem
 
 
 def agent_get(*, ref, tenant: str | None = None) -> Agent:
     """An agent by id or by name (commands take either), in the tenant with slug ``tenant`` when given. Names are
-    unique per tenant only: a name several tenants use is refused without the tenant (never one picked at random)."""
+    unique per tenant only: a name several tenants use is refused without the tenant (never one picked at random).
+    Text the database cannot store (a NUL, a lone surrogate such as undecodable command-line bytes give) is refused
+    here, before any query; an id is ASCII digits only ("²" is a name, and no agent's)."""
     ref = str(ref).strip()
-    agents = Agent.objects.filter(pk=int(ref)) if ref.isdigit() else Agent.objects.filter(name=ref)
+    for what, text in (("agent", ref), ("tenant", tenant or "")):
+        problem = text_problem(text)
+        if problem:
+            raise ApplicationError(f"The {what} {problem}; give an id or a name.", field=what)
+    is_id = ref.isascii() and ref.isdecimal()
+    agents = Agent.objects.filter(pk=int(ref)) if is_id else Agent.objects.filter(name=ref)
     if tenant:
         agents = agents.filter(tenant__slug=tenant)
     found = list(agents.select_related("tenant").order_by("tenant__slug"))

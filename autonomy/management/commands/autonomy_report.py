@@ -33,21 +33,26 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="view", required=True)
-        p = sub.add_parser("feedback", help="Feedback records of an agent")
-        p.add_argument("agent", help="Agent id or name")
+
+        def view(name, about, target, target_help):
+            p = sub.add_parser(name, help=about)
+            p.add_argument(target, help=target_help)
+            p.add_argument(
+                "--tenant",
+                help=f"The {target}'s tenant (slug); needed when several tenants use its name",
+            )
+            return p
+
+        p = view("feedback", "Feedback records of an agent", "agent", "Agent id or name")
         p.add_argument("--limit", type=int, default=20, help=f"Latest records to list (at most {MAX_LIMIT})")
-        p = sub.add_parser("mistakes", help="Detect and list an agent's repeated-mistake patterns")
-        p.add_argument("agent")
+        p = view("mistakes", "Detect and list an agent's repeated-mistake patterns", "agent", "Agent id or name")
         p.add_argument("--window-days", type=int, default=None)
         p.add_argument("--no-detect", action="store_true", help="Only list, do not run detection first")
-        p = sub.add_parser("calibrate", help="Calibrate an agent and show its buckets")
-        p.add_argument("agent")
+        p = view("calibrate", "Calibrate an agent and show its buckets", "agent", "Agent id or name")
         p.add_argument("--window-days", type=int, default=None)
-        p = sub.add_parser("autonomy", help="Evaluate one action's autonomy level")
-        p.add_argument("action", help="Action name, e.g. email.send")
+        p = view("autonomy", "Evaluate one action's autonomy level", "action", "Action name, e.g. email.send")
         p.add_argument("--window-days", type=int, default=None)
-        p = sub.add_parser("full-cycle", help="Run a full autonomy cycle for an agent and show its episode")
-        p.add_argument("agent")
+        view("full-cycle", "Run a full autonomy cycle for an agent and show its episode", "agent", "Agent id or name")
 
     def handle(self, *args, view, **options):
         for option, value, most in (
@@ -66,8 +71,8 @@ class Command(BaseCommand):
     def out(self, text=""):
         self.stdout.write(text)
 
-    def view_feedback(self, agent, limit, **_):
-        a = agent_get(ref=agent)
+    def view_feedback(self, agent, limit, tenant, **_):
+        a = agent_get(ref=agent, tenant=tenant)
         count, summary, latest = feedback_record_summary(agent=a, limit=limit)
         self.out(f"Feedback for agent {a.name} (#{a.pk}): {count} record(s)\n")
         self.out(render_table(["action", "type", "records"], [[r["action__name"], r["feedback_type"], r["n"]] for r in summary]))
@@ -86,9 +91,9 @@ class Command(BaseCommand):
         ]
         self.out(render_table(["id", "when", "action", "type", "conf", "category", "explanation"], rows))
 
-    def view_mistakes(self, agent, window_days, no_detect, **_):
+    def view_mistakes(self, agent, window_days, no_detect, tenant, **_):
 
-        a = agent_get(ref=agent)
+        a = agent_get(ref=agent, tenant=tenant)
         if not no_detect:
             r = mistake_patterns_detect(agent_id=a.pk, window_days=window_days)
             self.out(f"Detection: {len(r.created)} new, {len(r.updated)} updated pattern(s).\n")
@@ -99,9 +104,9 @@ class Command(BaseCommand):
         self.out(f"Mistake patterns of {a.name}:")
         self.out(render_table(["id", "action", "category", "count", "status", "last seen", "description"], rows))
 
-    def view_calibrate(self, agent, window_days, **_):
+    def view_calibrate(self, agent, window_days, tenant, **_):
 
-        a = agent_get(ref=agent)
+        a = agent_get(ref=agent, tenant=tenant)
         records = calibration_compute(agent_id=a.pk, window_days=window_days)
         overall = records[0]
         self.out(f"Calibration of {a.name} over {overall.window_days} days ({overall.total_samples} samples):\n")
@@ -133,9 +138,9 @@ class Command(BaseCommand):
                 )
             )
 
-    def view_autonomy(self, action, window_days, **_):
+    def view_autonomy(self, action, window_days, tenant, **_):
 
-        act = action_get(name=action)
+        act = action_get(name=action, tenant=tenant)
         result = autonomy_evaluate(action_ids=[act.pk], window_days=window_days, force=True)
         self.out(f"Autonomy of {act.name} (level {act.autonomy_level}):\n")
         self.out(
@@ -153,9 +158,9 @@ class Command(BaseCommand):
         if open_t and not result["proposed"]:
             self.out(f"\nTransition #{open_t.pk} ({open_t.from_level}→{open_t.to_level}) is already awaiting a decision.")
 
-    def view_full_cycle(self, agent, **_):
+    def view_full_cycle(self, agent, tenant, **_):
 
-        a = agent_get(ref=agent)
+        a = agent_get(ref=agent, tenant=tenant)
         episode = autonomy_cycle_run(agent_id=a.pk, trigger="command")
         if episode is None:
             raise CommandError(f"A autonomy cycle for {a.name} is already running elsewhere.")

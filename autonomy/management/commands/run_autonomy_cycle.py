@@ -26,6 +26,7 @@ class Command(BaseCommand):
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument("--agent", help="Agent id or name (the per-agent cycle)")
         target.add_argument("--all", action="store_true", help="Every active agent (set-based, in chunks)")
+        parser.add_argument("--tenant", help="With --agent: the agent's tenant (slug); needed when several tenants use its name")
         parser.add_argument(
             "--queue",
             action="store_true",
@@ -35,7 +36,9 @@ class Command(BaseCommand):
         parser.add_argument("--chunk", type=int, help="With --all: agents per set-based cycle (default: AUTONOMY_CYCLE_CHUNK)")
         parser.add_argument("--per-agent", action="store_true", help="With --all: one per-agent cycle after another (slow)")
 
-    def handle(self, *args, agent, all, queue, chunk, per_agent, **options):
+    def handle(self, *args, agent, all, queue, chunk, per_agent, tenant, **options):
+        if tenant is not None and not agent:
+            raise CommandError("--tenant names the tenant of --agent; it does not apply to --all.")
         if chunk is not None:
             if not all or per_agent:
                 raise CommandError("--chunk applies only to the set-based run of --all (not with --agent or --per-agent).")
@@ -43,7 +46,7 @@ class Command(BaseCommand):
                 raise CommandError(f"--chunk must be at least 1 (got {chunk}).")
         try:
             ids = (
-                [agent_get(ref=agent).pk]
+                [agent_get(ref=agent, tenant=tenant).pk]
                 if agent
                 else list(Agent.objects.filter(is_active=True).order_by("pk").values_list("pk", flat=True))
             )

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from common.parsers import text_problem
 from embeddings.embedders import EmbeddingError, get_embedder
 from memories.management.options import SEARCH_MAX_LIMIT, bounded, user_checked
 from memories.selectors import memory_search_text
@@ -25,6 +26,9 @@ class Command(BaseCommand):
         query = query.strip()
         if not query:
             raise CommandError("Give a non-empty query.")
+        problem = text_problem(query)
+        if problem:
+            raise CommandError(f"The query {problem} (text the database cannot store or search); give plain text.")
         user_id = user_checked(user_id)
         limit = bounded(limit, option="--limit", high=SEARCH_MAX_LIMIT)
         mode = "semantic" if semantic else "substring" if substring else "both"
