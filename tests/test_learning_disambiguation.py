@@ -635,3 +635,34 @@ def test_a_click_on_a_text_that_normalising_lengthens_is_stored_cut_like_its_req
     assert row.status == "selected" and row.processed_at is not None
     gold = LearningSignal.objects.get(request=row, outcome="selected_alt")
     assert gold.normalized == "ss" * 1000
+
+
+def test_a_generated_variant_never_overrides_the_users_correction(api, gov_api, cbus, run_tasks, settings):
+    """A click proposes the variant "get cbus" → cbu.list; the user corrects "get cbus" to cbu.show, which closes that
+    pending candidate; a later click proposing the variant again is not promoted over the correction: the user's row
+    keeps cbu.show and the candidate waits for a reviewer, whose approval may re-point it."""
+    _ask_everything(settings)
+    first = resolve(api, "list the cbus")
+    assert run_tasks(select, api, first["request_id"], "cbu.list").status_code == 200
+    variant = LearningCandidate.objects.get(normalized="get cbus", user_id="alice", suggested_output="cbu.list")
+    assert variant.status == "pending"
+
+    body = {"text": "get cbus", "wrong_verb": "cbu.list", "correct_verb": "cbu.show", "user_id": "alice"}
+    assert api.post("/api/v1/resolutions/correct", body, format="json").status_code == 200
+    variant.refresh_from_db()
+    assert variant.status == "rejected" and "correct" in variant.review_reason
+
+    second = resolve(api, "list my cbus")
+    assert run_tasks(select, api, second["request_id"], "cbu.list").status_code == 200
+    again = LearningCandidate.objects.get(normalized="get cbus", user_id="alice", suggested_output="cbu.list", status="pending")
+    assert again.pk != variant.pk
+    third = resolve(api, "list all cbus")  # proposes the variant again: confidence enough to promote
+    assert run_tasks(select, api, third["request_id"], "cbu.list").status_code == 200
+    again.refresh_from_db()
+    assert again.status == "pending" and again.confidence >= settings.FEEDBACK_AUTO_PROMOTE_CONFIDENCE
+    row = LearnedPhrase.objects.get(normalized="get cbus", user_id="alice")
+    assert (row.verb.name, row.source) == ("cbu.show", "correction")
+    # A reviewer's approval still may.
+    assert gov_api.post(f"/api/v1/learning/candidates/{again.pk}/approve", {}, format="json").status_code == 200
+    row.refresh_from_db()
+    assert (row.verb.name, row.source) == ("cbu.list", "candidate")

@@ -142,6 +142,41 @@ def candidate_record(
     return row
 
 
+def candidates_close_for_correction(*, normalized: str, user_id: str, verb_name: str, text: str) -> list[int]:
+    """Inside a transaction: the user said ``text`` does not mean ``verb_name``; their pending candidates proposing it
+    (of the acting agent's kind: a private agent's own, else those the shared agents' traffic proposed) are rejected
+    with that reason, so a later repeat cannot promote them over the correction. Answers the ids closed."""
+    rows = list(
+        LearningCandidate.objects.select_for_update()
+        .filter(
+            status=LearningCandidate.Status.PENDING,
+            candidate_type=LearningCandidate.Type.INVOCATION_PHRASE,
+            normalized=normalized,
+            user_id=user_id,
+            suggested_output=verb_name,
+        )
+        .order_by("pk")
+    )
+    mine = private_agent_id()
+    closed = []
+    for row in rows:
+        ids = {*row.seen_by_agents, *([row.proposed_by_agent_id] if row.proposed_by_agent_id else [])}
+        if mine is not None:
+            ours = mine in ids
+        else:
+            private = agents_private(ids=ids)
+            ours = not ids or bool(ids - private - agents_gone_private(ids=ids - private))
+        if not ours:
+            continue
+        row.status = LearningCandidate.Status.REJECTED
+        row.review_reason = f"The user corrected it: {text.strip()!r} does not mean {verb_name}."
+        row.reviewed_at = timezone.now()
+        row._change_reason = "closed by the user's correction"
+        row.save()
+        closed.append(row.pk)
+    return closed
+
+
 def _candidate_check_decider(row: LearningCandidate, *, agent) -> None:
     """Four eyes: an agent's key never decides a candidate that agent's own traffic proposed or repeated."""
     if agent is not None and (row.proposed_by_agent_id == agent.pk or agent.pk in row.seen_by_agents):
@@ -160,12 +195,13 @@ def _decided_by(row, *, reviewer, agent) -> None:
 
 
 def candidate_approve(
-    *, candidate: LearningCandidate, reviewer=None, apply_immediately: bool = True, agent=None
+    *, candidate: LearningCandidate, reviewer=None, apply_immediately: bool = True, agent=None, automatic: bool = False
 ) -> LearningCandidate:
     """Approve a candidate; by default apply it at once (learned phrase or alias with its vector, status ``applied``).
 
     ``reviewer`` is the Django user (admin), ``agent`` the agent whose governance key called the API; both None
-    for automatic promotion.
+    for automatic promotion (``automatic``), which never re-points a user's phrase taught on purpose to another verb
+    (409 ``explicit_phrase``: the candidate stays pending for a reviewer, whose approval may re-point it).
     """
     _candidate_check_open(candidate, allowed=(LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED))
     vectors, model = embeddings_compute(texts=[candidate.normalized]) if apply_immediately else (None, "")
@@ -176,7 +212,7 @@ def candidate_approve(
         if row.status == LearningCandidate.Status.APPROVED and not apply_immediately:
             return row
         if apply_immediately:
-            _candidate_apply(row, vectors=vectors, model=model, reviewer=reviewer)
+            _candidate_apply(row, vectors=vectors, model=model, reviewer=reviewer, automatic=automatic)
             row.status = LearningCandidate.Status.APPLIED
         else:
             row.status = LearningCandidate.Status.APPROVED
@@ -185,7 +221,7 @@ def candidate_approve(
     return row
 
 
-def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer) -> None:
+def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer, automatic: bool = False) -> None:
     if row.candidate_type == LearningCandidate.Type.ENTITY_ALIAS:
         alias = (
             EntityAlias.objects.select_for_update()
@@ -224,6 +260,7 @@ def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer) -
             occurrence_count=row.occurrence_count,
             history_user=reviewer,
             owner=owner,
+            keep_explicit=automatic,
         )
 
 

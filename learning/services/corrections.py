@@ -16,7 +16,7 @@ from learning.models import LearnedPhrase, Verb
 from learning.resolution import profile
 from learning.selectors import active_blocks, correction_decay_targets, phrase_owner
 from learning.services.blocks import _verb_by_name
-from learning.services.candidates import candidate_record
+from learning.services.candidates import candidate_record, candidates_close_for_correction
 from learning.services.decisions import resolution_label
 from learning.services.evidence import phrase_evidence_add, phrase_evidence_overrule
 from learning.services.phrases import _phrase_length_check
@@ -130,6 +130,8 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
                 similarity=profile(model)["decide_similarity"],  # near-paraphrases: the variants a click taught
             )
         _positive_evidence_add(user_id=user_id, text=text, verb=correct, vectors=vectors, model=model, weight=fresh)
+        # What the user's clicks proposed for the text and the user just turned down is no longer pending.
+        candidates_close_for_correction(normalized=normalized, user_id=user_id, verb_name=wrong.name, text=text)
     by_pk = {t.pk: t for t in touched}
     phrase = by_pk[row.pk]
     return {

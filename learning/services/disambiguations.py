@@ -333,9 +333,9 @@ def disambiguation_signals_process(*, request_pk: int) -> dict:
                 if s.user_id and candidate.confidence >= auto and candidate.status == LearningCandidate.Status.PENDING:
                     try:
                         with transaction.atomic():  # a savepoint: a refused promotion keeps the rest of the learning
-                            candidate_approve(candidate=candidate)
+                            candidate_approve(candidate=candidate, automatic=True)
                         s.result = LearningSignal.Result.PROMOTED
-                    except ApplicationError as exc:  # a block made since, a verb retired since: a reviewer decides
+                    except ApplicationError as exc:  # a block, a verb retired, a phrase taught on purpose: a reviewer decides
                         logger.info("candidate %s not promoted, left to review: %s", candidate.pk, exc.message)
             s.processed_at = now
             counts[s.result] += 1

@@ -13,6 +13,9 @@ from tenants.context import acting_agent_id
 
 logger = logging.getLogger(__name__)
 
+# The source of a learned phrase that a learning candidate (a click, its variants, a reviewer's approval) taught.
+LEARNED_SOURCE = "candidate"
+
 # The longest phrase a learned phrase (or a block, or a candidate) holds, as typed and normalised.
 PHRASE_TEXT_MAX = LearnedPhrase._meta.get_field("normalized").max_length
 
@@ -65,11 +68,23 @@ def _learned_phrase_put(
     occurrence_count: int = 1,
     history_user=None,
     owner: int | None = None,
+    keep_explicit: bool = False,
 ) -> tuple[LearnedPhrase, str]:
     """Inside a transaction: create or re-point the phrase in its scope (a user's phrase: of ``owner``, the agent with
-    private user data it belongs to, else shared). Answers (row, "added"|"updated"|"unchanged")."""
+    private user data it belongs to, else shared). Answers (row, "added"|"updated"|"unchanged").
+
+    With ``keep_explicit`` (automatic promotion) an active row holding another verb that was taught on purpose (a
+    correction, a confirmation, an import, a manual upsert: any source but ``candidate``) is not re-pointed: 409
+    ``explicit_phrase``, and the caller leaves the decision to a reviewer."""
     owner = owner if user_id else None
     row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id=user_id, private_agent_id=owner).first()
+    if keep_explicit and row is not None and row.is_active and row.verb_id != verb.pk and row.source != LEARNED_SOURCE:
+        raise Conflict(
+            f"The phrase {row.phrase!r} was taught to mean {row.verb.name} ({row.source}); a reviewer decides whether "
+            f"{verb.name} replaces it.",
+            field="suggested_output",
+            code="explicit_phrase",
+        )
     outcome = "updated"
     if row is None:
         row = LearnedPhrase(
