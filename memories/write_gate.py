@@ -5,7 +5,8 @@ first failing family names the reason:
 
 1. ``secret``: ``memories.secrets`` — API keys and tokens (detect-secrets' plugins and the
    project's own patterns), private key blocks, cards that pass the Luhn check, connection
-   strings with credentials, passwords and passphrases in ``key=value`` form or in prose, also
+   strings with credentials, passwords and passphrases in ``key=value`` form or in prose, credentials
+   given as command-line flags (``curl -u user:pass``, ``mysql -p<pw>``, ``--token <x>``), also
    when disguised (spaced, concatenated, reversed, base64/hex/%-encoded, homoglyphs, zero-width).
 2. ``unstable``: facts that will not stay true: relative dates ("today",
    "right now", "next week", "3 days ago"), prices, amounts of money and balances.

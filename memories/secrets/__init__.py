@@ -25,11 +25,12 @@ Detectors are detect-secrets' plugin regexes (instantiated once, used through th
 ``denylist`` patterns, ``JwtTokenDetector.is_formally_valid`` and the high-entropy plugins'
 ``calculate_shannon_entropy``/``entropy_limit``, with detect-secrets' heuristic filters), plus
 the project's own checks where detect-secrets has none (cards with Luhn, connection strings,
-passwords/passphrases in prose, Anthropic/Google/modern OpenAI/Stripe test keys, bearer
-tokens, the secret half of an AWS key pair, ...). Context-dependent detectors (keywords,
-entropy, prose, cards) run on the canonical view only; prefix-anchored token detectors run on
-every view, and in the collapsed/reversed views a match must start and end on chunk
-boundaries, which keeps glued-together prose from producing false positives.
+passwords/passphrases in prose, credentials given as command-line flags, Anthropic/Google/modern
+OpenAI/Stripe test keys, bearer tokens, the secret half of an AWS key pair, ...). Context-dependent
+detectors (keywords, entropy, prose, cards, command lines) run on the canonical view only;
+prefix-anchored token detectors run on every view, and in the collapsed/reversed views a match
+must start and end on chunk boundaries, which keeps glued-together prose from producing false
+positives.
 
 Modules: ``views`` (the views), ``rules`` (value rules and patterns), ``detectors``, ``scan``
 (``find_secrets``/``redact``). Corpus: tests/data/secrets.txt and tests/data/lookalikes.txt.

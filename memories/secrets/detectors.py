@@ -13,6 +13,8 @@ from memories.secrets.rules import (
     _B64_PLUGIN,
     _B64_TOKEN,
     _CARD,
+    _COMMAND_LINE,
+    _COMMAND_LINE_HINT,
     _CONNECTION,
     _CONNECTION_HINT,
     _DIGITS_HINT,
@@ -22,11 +24,13 @@ from memories.secrets.rules import (
     _HEX_ONLY,
     _HEX_PLUGIN,
     _HEX_SPLIT,
+    _HTPASSWD,
     _KEY_VALUE,
     _KEYWORD_HINT,
     _KV_HINT,
     _PRIVATE_KEY_BLOCK_END,
     _PRIVATE_KEY_HEADERS,
+    _PROSE_CREDENTIALS,
     _PROSE_DIRECT,
     _PROSE_HINT,
     _PROSE_NOT_A_SECRET,
@@ -43,7 +47,10 @@ from memories.secrets.rules import (
     _natural_language,
     _Rx,
     _value_is_secret,
+    command_line_pair_is_secret,
+    command_line_value_is_secret,
     luhn_valid,
+    prose_credential_is_secret,
 )
 from memories.secrets.views import View
 
@@ -227,6 +234,8 @@ def _context(view: View, hits: list[_Hit]) -> None:
 
     if _PROSE_HINT.search(t):
         _prose(view, add)
+    if _COMMAND_LINE_HINT.search(t):
+        _command_line(t, add)
 
     for m in _CARD.finditer(t) if _DIGITS_HINT.search(t) else ():
         digits = re.sub(r"\D", "", m.group(0))
@@ -279,6 +288,53 @@ def _prose(view: View, add) -> None:
             has_symbol and (has_digit or has_alpha) and not re.fullmatch(r"[a-z]+(?:[-'][a-z]+)*", value)
         ):
             add("password_in_prose", m.start("value"), m.start("value") + len(value))
+
+
+def _cli_word(m: re.Match) -> tuple[int, int, bool]:
+    """Span of the shell word a ``_COMMAND_LINE`` pattern captured (inside its quotes) and whether it was quoted."""
+    for group in ("sq", "dq"):
+        if m.group(group) is not None:
+            return m.start(group), m.end(group), True
+    i, j = m.span("bare")
+    value = m.group("bare").rstrip(".,;:!?)")
+    return i, i + len(value), False
+
+
+def _command_line(t: str, add) -> None:
+    """Passwords and tokens given as command-line flags (see ``rules._COMMAND_LINE``)."""
+    for kind, mode, sep, rx in _COMMAND_LINE:
+        for m in rx.finditer(t):
+            i, j, quoted = _cli_word(m)
+            value = t[i:j]
+            if mode == "pair":
+                if command_line_pair_is_secret(value, sep, quoted):
+                    add(kind, i, j)
+            elif command_line_value_is_secret(mode, value, quoted):
+                add(kind, i, j)
+    for m in _HTPASSWD.finditer(t):
+        flags = m.group("flags").replace("-", "")
+        if "b" not in flags:
+            continue  # without -b htpasswd prompts for the password
+        words = list(re.finditer(r"\S+", m.group("args")))
+        k = 1 if "n" in flags else 2  # [file] user password
+        if len(words) > k:
+            w = words[k]
+            value = w.group(0).rstrip(".,;:!?)")
+            quoted = len(value) > 1 and value[0] == value[-1] and value[0] in "'\""
+            if quoted:
+                value = value[1:-1]
+            i = m.start("args") + w.start() + (1 if quoted else 0)
+            if command_line_value_is_secret("attached", value, quoted):
+                add("command_line_password", i, i + len(value))
+    for m in _PROSE_CREDENTIALS.finditer(t):
+        if m.group("pair_value") is not None:
+            value = m.group("pair_value").rstrip(".,;:!?)")
+            if prose_credential_is_secret(value, pair=True, user=m.group("user")):
+                add("credentials_in_prose", m.start("user"), m.start("pair_value") + len(value))
+        else:
+            value = m.group("value").rstrip(".,;:!?)")
+            if prose_credential_is_secret(value, pair=False):
+                add("credentials_in_prose", m.start("value"), m.start("value") + len(value))
 
 
 _ALPHA_RUN = re.compile(r"[A-Za-z]+")

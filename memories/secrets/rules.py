@@ -295,3 +295,153 @@ def _natural_language(s: str) -> bool:
         return False
     letters = sum(c.isalpha() or c.isspace() for c in s)
     return letters / max(1, len(s)) >= 0.8
+
+
+# =============================================================================================
+# Credentials given on a command line, and "the credentials are user/password" in prose
+# =============================================================================================
+# detect-secrets has no rule for these: its KeywordDetector reads `name = value`, `name: value` and
+# `name := value` only (and BasicAuthDetector `scheme://user:pass@`), never `-p value` or `-u user:pass`,
+# and its options (keyword_exclude) only narrow it. So these are the project's own patterns; the value
+# checks reuse the rules above (placeholders, detect-secrets' templated/indirect-reference filters).
+#
+# Each pattern captures one shell word after the flag: quoted ('...' / "...", groups sq / dq) or bare
+# (group bare). How strictly the word is read (see ``command_line_value_is_secret``):
+#   attached  glued to its flag ("-pXk9...", "--pass=...", "SSHPASS=..."): any literal that is not a placeholder
+#   spaced    after a space ("-p Xk9..."): also not a plain word ("the -p flag", "--password option")
+#   pair      user + separator + password (curl's "-u user:pass", smbclient's "-U user%pass"), redacted
+#             whole as a credentialed URL's user:password is; the password as "attached", not a field name
+#   token     "--token ..." / "--api-key ...": a literal that looks random (the key=value rule for tokens)
+
+
+def _cmd(names: str) -> str:
+    """A command word and the rest of its command line up to the flag (not past a pipe, ";", "&&" or a sentence end)."""
+    return rf"(?<![\w\-])(?:{names})(?![\w\-])(?:(?!\.\s)[^\n|;&`]){{0,160}}?\s"
+
+
+_CLI_WORD = r"(?:'(?P<sq>[^'\n]{1,200})'|\"(?P<dq>[^\"\n]{1,200})\"|(?P<bare>[^\s'\"`]+))"
+_MYSQL = r"mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mysqlpump|mysqlsh|mariadb(?:-[a-z]+)?"
+_LOGIN = r"(?:docker|podman|buildah|skopeo|nerdctl|oras|cf|oc|(?:helm|regctl)\s+registry)\s+login"
+_PASSWORD_FLAG = r"--(?:[a-z0-9]+-)*(?:password|passwd|passphrase|pass|pwd)"
+_TOKEN_FLAG = (
+    r"--(?:[a-z0-9]+-)*(?:token|secret|api-?key|api-token|access-key|secret-key|secret-access-key|auth-token|"
+    r"access-token|client-secret|private-token)"
+)
+
+# (kind, mode, pair separator, pattern)
+_COMMAND_LINE: list[tuple[str, str, str, re.Pattern]] = [
+    # curl -u user:pass, --user user:pass, -U / --proxy-user (proxy); httpie -a / --auth user:pass
+    (
+        "command_line_password",
+        "pair",
+        ":",
+        re.compile(_cmd("curl") + r"(?:-u\s*|-U\s*|--user(?:\s+|=)|--proxy-user(?:\s+|=))" + _CLI_WORD),
+    ),
+    ("command_line_password", "pair", ":", re.compile(_cmd("http|https|xh") + r"(?:-a\s*|--auth(?:\s+|=))" + _CLI_WORD)),
+    # smbclient -U user%pass (Samba tools)
+    (
+        "command_line_password",
+        "pair",
+        "%",
+        re.compile(_cmd("smbclient|rpcclient|smbcacls|smbget|smbmap") + r"(?:-U\s*|--user(?:\s+|=))" + _CLI_WORD),
+    ),
+    # mysql -p<password> (glued: "-p secret" would be a prompt and a database name)
+    ("command_line_password", "attached", "", re.compile(_cmd(_MYSQL) + r"-p" + _CLI_WORD)),
+    # docker / podman / ... login -p <password>, --password <password>
+    ("command_line_password", "attached", "", re.compile(_cmd(_LOGIN) + r"(?:-p|--password=)" + _CLI_WORD)),
+    ("command_line_password", "spaced", "", re.compile(_cmd(_LOGIN) + r"(?:-p|--password)\s+" + _CLI_WORD)),
+    # redis-cli -a <password>, --pass <password>
+    ("command_line_password", "spaced", "", re.compile(_cmd("redis-cli") + r"(?:-a|--pass)\s+" + _CLI_WORD)),
+    # sshpass -p<password> / -p <password>
+    ("command_line_password", "attached", "", re.compile(_cmd("sshpass") + r"-p" + _CLI_WORD)),
+    ("command_line_password", "spaced", "", re.compile(_cmd("sshpass") + r"-p\s+" + _CLI_WORD)),
+    # openssl -pass pass:<password>, -passin / -passout pass:<password>
+    ("command_line_password", "attached", "", re.compile(r"(?<![\w\-])-pass(?:in|out)?\s+pass:" + _CLI_WORD)),
+    # keytool / jarsigner -storepass <password>, -keypass <password>
+    (
+        "command_line_password",
+        "spaced",
+        "",
+        re.compile(r"(?<![\w\-])-(?:src|dest|new)?(?:store|key)pass\s+" + _CLI_WORD),
+    ),
+    # the environment variables the clients read their password from
+    (
+        "command_line_password",
+        "attached",
+        "",
+        re.compile(r"(?<![\w\-])(?:SSHPASS|REDISCLI_AUTH|MYSQL_PWD|PGPASSWORD|PGPASS)=" + _CLI_WORD),
+    ),
+    # any --password / --pass / --passphrase flag: --password=<x> or --password <x>
+    ("command_line_password", "attached", "", re.compile(r"(?<![\w\-])" + _PASSWORD_FLAG + r"=" + _CLI_WORD, re.IGNORECASE)),
+    ("command_line_password", "spaced", "", re.compile(r"(?<![\w\-])" + _PASSWORD_FLAG + r"\s+" + _CLI_WORD, re.IGNORECASE)),
+    # any --token / --secret / --api-key ... flag
+    ("command_line_token", "token", "", re.compile(r"(?<![\w\-])" + _TOKEN_FLAG + r"(?:=|\s+)" + _CLI_WORD, re.IGNORECASE)),
+]
+# htpasswd -b[c|n|B...] [file] user password (with -n there is no file)
+_HTPASSWD = re.compile(r"(?<![\w\-])htpasswd(?P<flags>(?:\s+-[A-Za-z]+)+)\s+(?P<args>[^\n|;&`]{1,300})")
+_COMMAND_LINE_HINT = re.compile(
+    r"(?i)curl|https?\s|xh\s|smb|rpcclient|mysql|mariadb|login|redis|sshpass|-pass|pass:|storepass|keypass|"
+    r"htpasswd|PGPASS|MYSQL_PWD|REDISCLI_AUTH|--[\w\-]*(?:pass|pwd|token|secret|key)|cred|user"
+)
+# a word that names the field rather than filling it: "user:password", "name%pass"
+_GENERIC_CREDENTIAL_WORDS = {
+    "password", "passwd", "pass", "pwd", "pw", "passphrase", "secret", "token", "key", "apikey", "api_key",
+    "user", "username", "name", "login", "pin",
+}  # fmt: skip
+_PLAIN_WORD = re.compile(r"[A-Za-z][a-z]*(?:[-'][a-z]+)*")
+_PATH_LIKE = re.compile(r"^(?:~|\.{1,2}/|/)|\.(?:pem|key|json|txt|crt|p12|pfx|jks|env|ya?ml)$", re.IGNORECASE)
+
+
+def command_line_value_is_secret(mode: str, value: str, quoted: bool = False) -> bool:
+    """Whether ``value``, given to a password or token flag (see ``_COMMAND_LINE``), is a literal secret."""
+    if not value or value.startswith(("-", "@", "`", "%")) or "$(" in value:
+        return False  # the next flag, a file reference, a command substitution, a %VARIABLE%
+    if _is_placeholder(value) or value.lower() in _STOPWORDS:
+        return False
+    if _PATH_LIKE.search(value):
+        return False  # a file ("--private-key ~/.ssh/id", "--password /run/secrets/db")
+    if mode == "token":
+        if re.search(r"=[^=]", value):
+            return False  # a spec ("--secret id=npmrc,src=.npmrc")
+        return _value_is_secret("token", value, quoted)
+    if mode == "spaced" and not quoted and (_PLAIN_WORD.fullmatch(value) or value.lower() in _PROSE_NOT_A_SECRET):
+        return False  # "the -p flag", "--password option", "-a takes the password"
+    if value.lower() in _GENERIC_CREDENTIAL_WORDS:
+        return False
+    return _value_is_secret("password", value, quoted)
+
+
+def command_line_pair_is_secret(pair: str, sep: str, quoted: bool = False) -> bool:
+    """``user<sep>password`` (curl's -u, smbclient's -U) with a literal password."""
+    _user, found, password = pair.partition(sep)
+    if not found or not password or _is_placeholder(pair):
+        return False
+    return command_line_value_is_secret("pair", password, quoted)
+
+
+# "the credentials are admin/Xk9...", "credentials for the staging db: root:hunter2x", "login is ops / s3cr3t!"
+# (``credentials = <x>`` is the key=value rule's)
+_PROSE_CREDENTIALS = re.compile(
+    r"(?i)\b(?P<name>credentials?|creds|logins?|user(?:name)?\s*(?:and|/|&)\s*password|user/pass)"
+    r"(?:\s+(?:for|to|of|on|at)(?:\s+[\w.@\-']+){1,3}?)?\s*"
+    r"(?:\s(?:is now|are now|is|are|was|were)\s+|\s*:\s*|\s+-\s+)"
+    r"(?:(?P<user>[\w.@\\\-]+)\s*(?P<sep>[/:%])\s*(?P<pair_value>[^\s\"'`]+)|(?P<value>[^\s\"'`]+))"
+)
+
+
+def prose_credential_is_secret(value: str, pair: bool, user: str | None = None) -> bool:
+    """A password named by "credentials"/"login" in prose. It must not read as a word ("read/write",
+    "username/password", "stored"): after "user/" it needs a digit, a symbol or mixed case, alone
+    digits and letters."""
+    value = value.rstrip(".,;:!?)")
+    if len(value) < 4 or value.startswith("/") or _is_placeholder(value) or _VERSION.match(value):
+        return False
+    if _PLAIN_WORD.fullmatch(value) or value.lower() in _GENERIC_CREDENTIAL_WORDS or value.lower().startswith("1password"):
+        return False
+    if re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+", value):
+        return False  # an attribute in code ("creds = self.creds_v2")
+    if pair and user is not None and re.sub(r"\d+$", "", user.lower()) == re.sub(r"\d+$", "", value.lower()):
+        return False  # "user1/user2", "test1/test2": a naming scheme, not a login
+    if not pair and not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+        return False  # one word alone ("the credentials are Vaulted", a type hint) needs digits and letters
+    return _value_is_secret("password", value)
