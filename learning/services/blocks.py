@@ -1,6 +1,6 @@
 """Writes of the phrase blocklist."""
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from common.api import ApplicationError, Conflict, NotFound
@@ -48,14 +48,25 @@ def _phrase_block_put(
     model: str,
     history_user=None,
 ) -> PhraseBlock:
-    """Inside a transaction: create or refresh the block of ``verb`` for the phrase in its scope."""
-    block = PhraseBlock.objects.select_for_update().filter(normalized=normalized, verb=verb, user_id=user_id).first()
-    block = block or PhraseBlock(normalized=normalized, verb=verb, user_id=user_id)
-    block.phrase, block.reason, block.source, block.expires_at = phrase.strip(), reason, source, expires_at
-    embedding_assign(rows=[block], vectors=vectors, model=model)
-    block._history_user = history_user
-    block.save()
-    return block
+    """Inside a transaction: create or refresh the block of ``verb`` for the phrase in its scope. Race-safe: a row
+    another connection inserted meanwhile is locked and refreshed instead (the insert runs in a savepoint)."""
+    for _attempt in range(3):
+        block = PhraseBlock.objects.select_for_update().filter(normalized=normalized, verb=verb, user_id=user_id).first()
+        fresh = block is None
+        block = block or PhraseBlock(normalized=normalized, verb=verb, user_id=user_id)
+        block.phrase, block.reason, block.source, block.expires_at = phrase.strip(), reason, source, expires_at
+        embedding_assign(rows=[block], vectors=vectors, model=model)
+        block._history_user = history_user
+        if not fresh:
+            block.save()
+            return block
+        try:
+            with transaction.atomic():
+                block.save()
+            return block
+        except IntegrityError:
+            continue  # inserted by a concurrent request: lock and refresh that one
+    raise Conflict("The block changed meanwhile; retry.", field="phrase")
 
 
 def _verb_by_name(name: str, *, field: str) -> Verb:

@@ -2,7 +2,7 @@
 
 import logging
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from common.api import ApplicationError, Conflict, NotFound
 from common.text import normalize_phrase
@@ -77,31 +77,50 @@ def _learned_phrase_put(
     correction, a confirmation, an import, a manual upsert: any source but ``candidate``) is not re-pointed: 409
     ``explicit_phrase``, and the caller leaves the decision to a reviewer."""
     owner = owner if user_id else None
-    row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id=user_id, private_agent_id=owner).first()
-    if keep_explicit and row is not None and row.is_active and row.verb_id != verb.pk and row.source != LEARNED_SOURCE:
+    for _attempt in range(3):
+        row = (
+            LearnedPhrase.objects.select_for_update()
+            .filter(normalized=normalized, user_id=user_id, private_agent_id=owner)
+            .first()
+        )
+        if row is not None:
+            break
+        try:
+            with transaction.atomic():  # a savepoint: a row a concurrent writer inserted meanwhile is re-pointed instead
+                row = LearnedPhrase(
+                    phrase=phrase.strip(),
+                    normalized=normalized,
+                    verb=verb,
+                    user_id=user_id,
+                    private_agent_id=owner,
+                    occurrence_count=occurrence_count,
+                    agent_id=acting_agent_id(),
+                    source=source,
+                    confidence=confidence,
+                    is_active=True,
+                )
+                embedding_assign(rows=[row], vectors=vectors, model=model)
+                row._history_user = history_user
+                row.save()
+            return row, "added"
+        except IntegrityError:
+            continue
+    else:
+        raise Conflict("The phrase changed meanwhile; retry.", field="input_pattern")
+    if keep_explicit and row.is_active and row.verb_id != verb.pk and row.source != LEARNED_SOURCE:
         raise Conflict(
             f"The phrase {row.phrase!r} was taught to mean {row.verb.name} ({row.source}); a reviewer decides whether "
             f"{verb.name} replaces it.",
             field="suggested_output",
             code="explicit_phrase",
         )
-    outcome = "updated"
-    if row is None:
-        row = LearnedPhrase(
-            normalized=normalized,
-            user_id=user_id,
-            private_agent_id=owner,
-            occurrence_count=occurrence_count,
-            agent_id=acting_agent_id(),
-        )
-        outcome = "added"
-    elif row.verb_id == verb.pk and row.is_active and row.confidence == confidence and row.embedding is not None:
+    if row.verb_id == verb.pk and row.is_active and row.confidence == confidence and row.embedding is not None:
         return row, "unchanged"
     row.phrase, row.verb, row.source, row.confidence, row.is_active = phrase.strip(), verb, source, confidence, True
     embedding_assign(rows=[row], vectors=vectors, model=model)
     row._history_user = history_user
     row.save()
-    return row, outcome
+    return row, "updated"
 
 
 def learned_phrase_deactivate(*, phrase_id: int, reviewer, reason: str) -> LearnedPhrase:
