@@ -150,7 +150,17 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
         if not top.blocked:
             candidate = best[top.verb]
             r = _finish(request_id, text, user_id, [candidate], p, limit, degraded_reason="", model=model)
-            r.explanation = {"rule": "exact", "confidence": round(float(top.confidence), 4), "trusted_confidence": trusted}
+            r.explanation = {
+                "rule": "exact",
+                "probability": None,  # nothing was computed: a trusted exact phrase answers at once
+                "cut": None,
+                "fit_version": None,
+                "margin": None,
+                "blocks": [],  # the fast path is taken only when no block could apply
+                "penalties": {},
+                "confidence": round(float(top.confidence), 4),
+                "trusted_confidence": trusted,
+            }
             return r
 
     with timed("embed"):
@@ -315,7 +325,7 @@ def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: 
             if v not in index and v in active and v not in blocked:
                 index[v] = len(verbs)
                 verbs.append(v)
-                candidates.append(Candidate(verb=v, score=0.0, source="head", matched_phrase=""))
+                candidates.append(Candidate(verb=v, score=0.0, source=Source.HEAD, matched_phrase=""))
             shown += 1
         keep = np.array([v not in blocked for v in head_verbs])
         mass = float(probs[keep].sum()) or 1.0

@@ -15,6 +15,7 @@ class Source:
     PHRASE_EXACT = "phrase_exact"
     PHRASE_SUBSTRING = "phrase_substring"
     SEMANTIC = "semantic"
+    HEAD = "head"  # only the classifier head proposed it: no phrase matched (score 0, no matched phrase)
 
 
 def anchor_trust(confidence: float) -> float:

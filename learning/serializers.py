@@ -44,9 +44,16 @@ class CandidateSerializer(serializers.Serializer):
             "phrase_exact",
             "phrase_substring",
             "semantic",
-        ]
+            "head",
+        ],
+        help_text=(
+            "Where the verb came from: the user's or a global learned phrase (exact or semantic), a catalogue phrase "
+            "(exact, substring), a semantic match on the catalogue, or head: no phrase matched and only the learned "
+            "decision's classifier head proposed it (score 0.0, matched_phrase empty); it may still be offered as "
+            "an option."
+        ),
     )
-    matched_phrase = serializers.CharField()
+    matched_phrase = serializers.CharField(allow_blank=True, help_text="The phrase that matched; empty for head")
     description = serializers.CharField(allow_blank=True)
 
 
@@ -68,7 +75,9 @@ class ResolveResponseSerializer(serializers.Serializer):
     explanation = serializers.DictField(
         help_text=(
             "Why: rule (learned | prior | fixed | exact), probability that the top verb is right, the cut it was "
-            "compared with, fit_version (a number, or 'prior'), margin to the runner-up, blocks and penalties applied."
+            "compared with, fit_version (a number, or 'prior'), margin to the runner-up, blocks and penalties applied. "
+            "Every rule gives these keys; exact (a trusted exact phrase, nothing computed) gives null probability, cut, "
+            "fit_version and margin, no blocks or penalties, and the phrase's confidence and trusted_confidence."
         )
     )
 

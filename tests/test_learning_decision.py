@@ -1039,3 +1039,27 @@ def test_a_refit_due_is_never_run_inside_the_labelling_request(db, settings, mon
     settings.RESOLVE_REFIT_EVERY_LABELS = 0
     decision_services._refit_if_due()
     assert sent == [("learning.decision_refit", {"fallback_inline": False})]
+
+
+def test_a_candidate_only_the_classifier_head_proposes_is_documented_in_the_schema(big):
+    """The head may propose a verb no phrase matched (source "head", score 0, no matched phrase): a real option,
+    so the answer stays valid by the OpenAPI schema."""
+    from jsonschema import Draft4Validator
+
+    decision_prior_fit()
+    api = make_client(["resolve"])
+    body = api.post(URL, {"text": "rain"}, format="json").json()
+    heads = [c for c in body["candidates"] if c["source"] == "head"]
+    assert heads and all(c["score"] == 0.0 and c["matched_phrase"] == "" for c in heads)
+    components = api.get("/api/schema/", {"format": "json"}).json()["components"]["schemas"]
+
+    def resolved(prop):  # an enum is its own component, behind a $ref (or an allOf of one)
+        ref = prop.get("$ref") or next((p["$ref"] for p in prop.get("allOf", []) if "$ref" in p), None)
+        return components[ref.rsplit("/", 1)[-1]] if ref else prop
+
+    properties = components["Candidate"]["properties"]
+    assert "head" in resolved(properties["source"])["enum"]
+    assert properties["source"].get("description") and "head" in properties["source"]["description"]
+    for c in body["candidates"]:
+        for name in ("source", "matched_phrase"):
+            assert Draft4Validator(resolved(properties[name])).is_valid(c[name]), (name, c[name], properties[name])

@@ -355,3 +355,24 @@ def test_a_tenants_catalogue_stamp_moves_with_its_own_edits_only(catalogue):
         assert catalogue_stamp((other,)) == theirs
     with tenant_scope([home, other]):
         assert catalogue_stamp((home, other)) == (deleted[0], 2)
+
+
+def test_the_exact_fast_path_explains_with_every_key_the_other_rules_give(catalogue):
+    """docs/thresholds.md promises rule, probability, cut, fit_version, margin, blocks and penalties on every
+    answer: a trusted exact match fills them (nothing computed: null, no blocks, no penalties)."""
+    learned_phrase_upsert(phrase="handle the unit", verb=catalogue["cbu.create"], user_id="alice", confidence=1.0)
+    exact = resolve(text="handle the unit", user_id="alice")
+    assert (exact.outcome, exact.verb, exact.explanation["rule"]) == ("resolved", "cbu.create", "exact")
+    other = resolve(text="get rid of the client unit")
+    assert other.explanation["rule"] != "exact"
+    promised = {"rule", "probability", "cut", "fit_version", "margin", "blocks", "penalties"}
+    assert promised <= set(other.explanation) and promised <= set(exact.explanation)
+    assert {k: exact.explanation[k] for k in promised - {"rule"}} == {
+        "probability": None,
+        "cut": None,
+        "fit_version": None,
+        "margin": None,
+        "blocks": [],
+        "penalties": {},
+    }
+    assert exact.explanation["confidence"] == 1.0
