@@ -376,3 +376,24 @@ def test_the_exact_fast_path_explains_with_every_key_the_other_rules_give(catalo
         "penalties": {},
     }
     assert exact.explanation["confidence"] == 1.0
+
+
+@pytest.mark.parametrize("text", ["_" * 12, "%%%%", "list%cbus", "delete_a_cbu"])
+def test_like_wildcards_in_the_text_match_no_phrase_whether_the_catalogue_is_in_memory_or_queried(catalogue, settings, text):
+    """'_' and '%' are plain characters of the text: as the in-memory catalogue compares, the tier query compares
+    (a catalogue too large to keep in process reads its phrases in the query)."""
+    from embeddings.embedders import current_model_name
+    from learning.selectors.tiers import tier_rows
+
+    args = {"normalized": text, "vector": None, "model": current_model_name(), "user_id": None, "domain": None}
+    args |= {"k_learned": 5, "k_catalogue": 8, "k_blocks": 5, "block_threshold": 0.9}
+    in_memory = resolve(text=text)
+    assert tier_rows(**args).phrases == []
+    settings.RESOLVE_CATALOGUE_CACHE_PHRASES = 0  # too small to keep: the tier query reads the catalogue
+    assert tier_rows(**args).phrases == []
+    in_query = resolve(text=text)
+    assert in_query.outcome == in_memory.outcome
+    assert in_query.outcome == "no_match" or text != "_" * 12  # the others are near a phrase by meaning
+    # a phrase containing the text, or contained in it, still matches in the query
+    args["normalized"] = "list all cbus please"
+    assert ("cbu.list", "list all cbus", "substring") in tier_rows(**args).phrases

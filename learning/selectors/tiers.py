@@ -291,7 +291,7 @@ def tier_rows(
     ``evidence_similarity`` of the query. Each vector part orders by cosine distance so its HNSW index
     is used. Without a vector, only the text parts run (degraded mode)."""
     tenants = tenant_filter_ids()
-    params: dict = {"n": normalized, "pat": f"%{normalized}%", "u": user_id, "m": model, "now": timezone.now()}
+    params: dict = {"n": normalized, "u": user_id, "m": model, "now": timezone.now()}
     verbs = "SELECT id, name, description FROM learning_verb WHERE is_active"
     # The tenant in scope, also inside each ordered scan so other tenants' rows never take a neighbour's place
     # (row-level security filters the same way; this is the app's own filter). A literal: the statement is
@@ -324,7 +324,8 @@ def tier_rows(
         parts.append(
             "SELECT CASE WHEN t.normalized = %(n)s THEN 'px' ELSE 'ps' END, v.name, 1.0::float8, t.text, t.normalized, 1.0::float8, v.description "
             "FROM learning_verbphrase t JOIN v ON v.id = t.verb_id "
-            "WHERE %(n)s LIKE '%%' || t.normalized || '%%' OR t.normalized LIKE %(pat)s"
+            # strpos, not LIKE: '_' and '%' in the text are plain characters, as in the in-memory comparison
+            "WHERE strpos(%(n)s, t.normalized) > 0 OR strpos(t.normalized, %(n)s) > 0"
         )
 
     def vector_parts(order: str) -> list[str]:
