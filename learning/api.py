@@ -160,6 +160,12 @@ class CandidateDecisionApi(GovernanceApi):
 
     reviewer_permissions = ["learning.review_learningcandidate"]
 
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)  # authentication and permissions first: 401/403 before 404
+        # An id no key can hold is unknown (404) before any later step (the review inbox's lock) sends it to SQL.
+        if "candidate_id" in kwargs:
+            selectors.candidate_id_check(candidate_id=kwargs["candidate_id"])
+
     def decider(self, request) -> dict:
         if isinstance(request.user, Agent):
             return {"agent": request.user}

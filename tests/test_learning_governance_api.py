@@ -282,3 +282,16 @@ def test_a_block_phrase_too_long_once_normalised_is_400_naming_it(gov_api, catal
     assert r.status_code == 400, r.json()
     assert r.json()["code"] == "too_long" and "phrase" in r.json()["fields"]
     assert not PhraseBlock.objects.exists()
+
+
+@pytest.mark.parametrize("candidate_id", ["9223372036854775808", "99999999999999999999999"])
+@pytest.mark.parametrize("action", ["approve", "reject"])
+def test_a_candidate_id_no_key_can_hold_is_404_like_any_unknown_id(gov_api, catalogue, candidate_id, action):
+    response = gov_api.post(f"/api/v1/learning/candidates/{candidate_id}/{action}", {}, format="json")
+    assert response.status_code == 404, response.json()
+    assert response.json()["fields"] == {"id": [f"No learning candidate {candidate_id}."]}
+
+
+def test_a_candidate_id_no_key_can_hold_still_needs_the_governance_scope(api, catalogue):
+    response = api.post("/api/v1/learning/candidates/9223372036854775808/approve", {}, format="json")
+    assert response.status_code == 403

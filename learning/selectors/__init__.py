@@ -8,6 +8,7 @@ from learning.selectors.aliases import (
 from learning.selectors.candidates import (
     STATS_RANGES,
     candidate_get,
+    candidate_id_check,
     candidate_list,
     correction_decay_targets,
     dashboard_counts,
@@ -69,6 +70,7 @@ __all__ = [
     "active_profile_values",
     "active_verb_names",
     "candidate_get",
+    "candidate_id_check",
     "candidate_list",
     "correction_decay_targets",
     "dashboard_counts",

@@ -116,8 +116,20 @@ def import_existing(*, normalized: list[str], user_id: str | None) -> dict[str, 
     return {row.normalized: row for row in qs.only("pk", "normalized", "verb_id", "is_active", "confidence", "embedding_model")}
 
 
+# The largest id a candidate's key (a PostgreSQL bigint) can hold.
+CANDIDATE_ID_MAX = 2**63 - 1
+
+
+def candidate_id_check(*, candidate_id: int) -> None:
+    """404, as for any unknown id, when no candidate key can hold ``candidate_id`` (out of the bigint range):
+    callable before anything hands the id to SQL that would refuse it."""
+    if not 0 < candidate_id <= CANDIDATE_ID_MAX:
+        raise NotFound(f"No learning candidate {candidate_id}.", field="id")
+
+
 def candidate_get(*, candidate_id: int) -> LearningCandidate:
-    """The learning candidate with this id (404 when there is none)."""
+    """The learning candidate with this id (404 when there is none, out-of-range ids included)."""
+    candidate_id_check(candidate_id=candidate_id)
     row = LearningCandidate.objects.filter(pk=candidate_id).first()
     if row is None:
         raise NotFound(f"No learning candidate {candidate_id}.", field="id")
