@@ -110,3 +110,24 @@ def test_an_mcp_governance_tool_honours_the_claim_too(inbox):
     outcome = mcp_call("reject_learning_candidate", raw, {"candidate_id": candidate.pk, "reason": "no"})
     assert outcome.error is None, outcome.error
     assert LearningCandidate.objects.get(pk=candidate.pk).status == "rejected"
+
+
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/api/v1/proposals/{pk}/approve", {}),
+        ("/api/v1/proposals/{pk}/reject", {"review_notes": "no"}),
+        ("/api/v1/executions/{pk}/review", {"outcome": "correct"}),
+        ("/api/v1/autonomy/transitions/{pk}/approve", {}),
+        ("/api/v1/learning/candidates/{pk}/approve", {}),
+    ],
+)
+def test_an_id_no_row_can_have_is_404_like_any_unknown_id(inbox, path, body):
+    """The inbox's lock step runs before the view's own lookup: an id outside PostgreSQL's keys must reach it."""
+    governor = make_client(["governance"], name="governor")
+    rita = reviewer_client(reviewer_user("rita", *ALL_PERMS))
+    person_only = "transitions" in path  # a person's decision; the others are an agent key's
+    for client in (rita,) if person_only else (governor,):
+        answer = client.post(path.format(pk=2**63), body, format="json")
+        assert answer.status_code == 404, answer.content
+        assert client.post(path.format(pk=2**63 - 1), body, format="json").status_code == 404
