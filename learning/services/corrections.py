@@ -4,14 +4,14 @@ transaction."""
 import logging
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from common.api import ApplicationError, Conflict
 from common.text import normalize_phrase
-from embeddings.services import embedding_assign, embeddings_compute
+from embeddings.services import embeddings_compute
 from learning.models import LearnedPhrase, Verb
 from learning.resolution import profile
 from learning.selectors import active_blocks, correction_decay_targets, phrase_owner
@@ -19,8 +19,7 @@ from learning.services.blocks import _verb_by_name
 from learning.services.candidates import candidate_record, candidates_close_for_correction
 from learning.services.decisions import resolution_label
 from learning.services.evidence import phrase_evidence_add, phrase_evidence_overrule
-from learning.services.phrases import _phrase_length_check
-from tenants.context import acting_agent_id
+from learning.services.phrases import _phrase_length_check, learned_phrase_lock_or_create
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +72,16 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
     decay = Greatest(Value(s.LEARNING_CORRECTION_FLOOR), F("confidence") * Value(s.LEARNING_CORRECTION_DECAY))
     fresh = min(s.LEARNING_CORRECTION_CAP, s.LEARNING_CORRECTION_START + s.LEARNING_CORRECTION_BOOST)
     with transaction.atomic():
-        row, created = _user_phrase_lock_or_create(
-            text=text, normalized=normalized, verb=correct, user_id=user_id, confidence=fresh, vectors=vectors, model=model
+        row, created = learned_phrase_lock_or_create(
+            phrase=text,
+            normalized=normalized,
+            verb=correct,
+            user_id=user_id,
+            owner=phrase_owner(user_id),
+            source="correction",
+            confidence=fresh,
+            vectors=vectors,
+            model=model,
         )
         decayed_ids = sorted(anchors)
         if not created:
@@ -144,39 +151,6 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
     }
 
 
-def _user_phrase_lock_or_create(
-    *, text, normalized, verb, user_id, confidence, vectors, model, source: str = "correction"
-) -> tuple[LearnedPhrase, bool]:
-    """Lock the user's row for the phrase, creating it (race-safe) when absent."""
-    for _attempt in range(3):
-        owner = phrase_owner(user_id)
-        row = (
-            LearnedPhrase.objects.select_for_update()
-            .filter(normalized=normalized, user_id=user_id, private_agent_id=owner)
-            .first()
-        )
-        if row is not None:
-            return row, False
-        try:
-            with transaction.atomic():
-                row = LearnedPhrase(
-                    phrase=text.strip(),
-                    normalized=normalized,
-                    verb=verb,
-                    user_id=user_id,
-                    confidence=confidence,
-                    source=source,
-                    agent_id=acting_agent_id(),
-                    private_agent_id=owner,
-                )
-                embedding_assign(rows=[row], vectors=vectors, model=model)
-                row.save()
-                return row, True
-        except IntegrityError:
-            continue  # created by a concurrent correction: lock that one
-    raise Conflict("The phrase changed meanwhile; retry.", field="text")
-
-
 def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
     """Learn from "the user accepted ``verb`` for ``text``" (the agent ran it and the user did not correct it).
 
@@ -199,9 +173,10 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
     vectors, model = embeddings_compute(texts=[normalized])
     s = settings
     with transaction.atomic():
-        row, created = _user_phrase_lock_or_create(
-            text=text,
+        row, created = learned_phrase_lock_or_create(
+            phrase=text,
             normalized=normalized,
+            owner=phrase_owner(user_id),
             verb=target,
             user_id=user_id,
             confidence=s.LEARNING_CONFIRMATION_CONFIDENCE,

@@ -55,6 +55,60 @@ def learned_phrase_upsert(
     return row
 
 
+_AS_REQUEST = object()  # history_user not given: django-simple-history records the request's user, if any
+
+
+def learned_phrase_lock_or_create(
+    *,
+    phrase: str,
+    normalized: str,
+    verb: Verb,
+    user_id: str | None,
+    owner: int | None,
+    source: str,
+    confidence: float,
+    vectors: list | None,
+    model: str,
+    occurrence_count: int = 1,
+    history_user=_AS_REQUEST,
+    field: str = "text",
+) -> tuple[LearnedPhrase, bool]:
+    """Inside a transaction: lock the phrase's row in its scope (a user's phrase: of ``owner``, the agent with private
+    user data it belongs to, else shared), creating it with ``verb`` when absent. Race-safe: a row a concurrent writer
+    inserted meanwhile is locked instead. Answers (row, created); 409 naming ``field`` when the row keeps changing."""
+    owner = owner if user_id else None
+    for _attempt in range(3):
+        row = (
+            LearnedPhrase.objects.select_for_update()
+            .filter(normalized=normalized, user_id=user_id, private_agent_id=owner)
+            .first()
+        )
+        if row is not None:
+            return row, False
+        try:
+            with transaction.atomic():  # a savepoint: a unique violation leaves the outer transaction usable
+                row = LearnedPhrase(
+                    phrase=phrase.strip(),
+                    normalized=normalized,
+                    verb=verb,
+                    user_id=user_id,
+                    private_agent_id=owner,
+                    occurrence_count=occurrence_count,
+                    agent_id=acting_agent_id(),
+                    source=source,
+                    confidence=confidence,
+                    is_active=True,
+                )
+                embedding_assign(rows=[row], vectors=vectors, model=model)
+                if history_user is not _AS_REQUEST:
+                    row._history_user = history_user
+                row.save()
+            return row, True
+        except IntegrityError:
+            continue
+    raise Conflict("The phrase changed meanwhile; retry.", field=field)
+
+
 def _learned_phrase_put(
     *,
     phrase: str,
@@ -70,43 +124,28 @@ def _learned_phrase_put(
     owner: int | None = None,
     keep_explicit: bool = False,
 ) -> tuple[LearnedPhrase, str]:
-    """Inside a transaction: create or re-point the phrase in its scope (a user's phrase: of ``owner``, the agent with
-    private user data it belongs to, else shared). Answers (row, "added"|"updated"|"unchanged").
+    """Inside a transaction: create or re-point the phrase in its scope (see ``learned_phrase_lock_or_create``).
+    Answers (row, "added"|"updated"|"unchanged").
 
     With ``keep_explicit`` (automatic promotion) an active row holding another verb that was taught on purpose (a
     correction, a confirmation, an import, a manual upsert: any source but ``candidate``) is not re-pointed: 409
     ``explicit_phrase``, and the caller leaves the decision to a reviewer."""
-    owner = owner if user_id else None
-    for _attempt in range(3):
-        row = (
-            LearnedPhrase.objects.select_for_update()
-            .filter(normalized=normalized, user_id=user_id, private_agent_id=owner)
-            .first()
-        )
-        if row is not None:
-            break
-        try:
-            with transaction.atomic():  # a savepoint: a row a concurrent writer inserted meanwhile is re-pointed instead
-                row = LearnedPhrase(
-                    phrase=phrase.strip(),
-                    normalized=normalized,
-                    verb=verb,
-                    user_id=user_id,
-                    private_agent_id=owner,
-                    occurrence_count=occurrence_count,
-                    agent_id=acting_agent_id(),
-                    source=source,
-                    confidence=confidence,
-                    is_active=True,
-                )
-                embedding_assign(rows=[row], vectors=vectors, model=model)
-                row._history_user = history_user
-                row.save()
-            return row, "added"
-        except IntegrityError:
-            continue
-    else:
-        raise Conflict("The phrase changed meanwhile; retry.", field="input_pattern")
+    row, created = learned_phrase_lock_or_create(
+        phrase=phrase,
+        normalized=normalized,
+        verb=verb,
+        user_id=user_id,
+        owner=owner,
+        source=source,
+        confidence=confidence,
+        vectors=vectors,
+        model=model,
+        occurrence_count=occurrence_count,
+        history_user=history_user,
+        field="input_pattern",
+    )
+    if created:
+        return row, "added"
     if keep_explicit and row.is_active and row.verb_id != verb.pk and row.source != LEARNED_SOURCE:
         raise Conflict(
             f"The phrase {row.phrase!r} was taught to mean {row.verb.name} ({row.source}); a reviewer decides whether "
