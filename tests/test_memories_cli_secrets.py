@@ -153,6 +153,8 @@ CLI_CLEAN = [
     "Pass --password with no value and the client asks for it interactively.",
     "The `--password` flag of mysql leaks the password into ps output, so avoid it.",
     "Set the password with --password-file /run/secrets/db_password in the compose file.",
+    "Run the deploy with --password /run/secrets/db_password so nothing is typed.",
+    "Start the backup tool with --password ./secrets/backup.txt from the vault mount.",
     "Pass --token-file /var/run/secrets/token to the agent at start.",
     "Use sshpass -p secret only in the throwaway lab, the -p flag shows the password in ps.",
     "The default login is admin/admin on a fresh install; change it right away.",

@@ -28,6 +28,7 @@ from memories.secrets.rules import (
     _KEY_VALUE,
     _KEYWORD_HINT,
     _KV_HINT,
+    _PATH_LIKE,
     _PRIVATE_KEY_BLOCK_END,
     _PRIVATE_KEY_HEADERS,
     _PROSE_CREDENTIALS,
@@ -281,6 +282,8 @@ def _prose(view: View, add) -> None:
         value = m.group("value").rstrip(".,;:!?)")
         if len(value) < 5 or _is_placeholder(value) or _VERSION.match(value) or value.lower() in _PROSE_NOT_A_SECRET:
             continue
+        if _PATH_LIKE.search(value) or value.startswith(("$", "%", "@")):
+            continue  # a reference to where the password is ("--password /run/secrets/db", "$DB_PASSWORD")
         has_digit = any(c.isdigit() for c in value)
         has_alpha = any(c.isalpha() for c in value)
         has_symbol = any(not c.isalnum() for c in value)
