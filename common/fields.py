@@ -13,6 +13,7 @@
 from django.conf import settings
 from rest_framework import serializers
 
+from common.text import visible_text
 from common.validators import USER_ID_RE
 
 INT64_MAX = 2**63 - 1
@@ -134,6 +135,16 @@ class OffsetField(BoundedIntegerField):
         kwargs.setdefault("max_value", settings.API_MAX_OFFSET)
         kwargs.setdefault("required", False)
         super().__init__(**kwargs)
+
+
+class VisibleTextField(serializers.CharField):
+    """Text a person typed: blank, like whitespace alone, when nothing in it is visible (only zero-width, format or
+    control characters)."""
+
+    def run_validation(self, data=serializers.empty):
+        if isinstance(data, str) and data and not self.allow_blank and not visible_text(data).strip():
+            self.fail("blank")
+        return super().run_validation(data)
 
 
 class UserIdField(serializers.RegexField):

@@ -13,6 +13,7 @@ from common.fields import (
     StrictQuerySerializer,
     StrictSerializer,
     UserIdField,
+    VisibleTextField,
 )
 from learning import selectors
 from learning.importing import FORMATS
@@ -21,7 +22,7 @@ from learning.selectors import STATS_RANGES
 
 
 class ResolveRequestSerializer(StrictSerializer):
-    text = serializers.CharField(max_length=settings.RESOLVE_MAX_TEXT_LENGTH, trim_whitespace=True)
+    text = VisibleTextField(max_length=settings.RESOLVE_MAX_TEXT_LENGTH, trim_whitespace=True)
     user_id = UserIdField(required=False, allow_null=True)
     domain = serializers.CharField(required=False, allow_null=True, max_length=60)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=settings.RESOLVE_MAX_LIMIT)
@@ -277,7 +278,7 @@ class BlockSerializer(serializers.ModelSerializer):
 
 
 class CorrectionSerializer(StrictSerializer):
-    text = serializers.CharField(max_length=500)
+    text = VisibleTextField(max_length=500)
     wrong_verb = serializers.CharField(max_length=120)
     correct_verb = serializers.CharField(max_length=120)
     user_id = UserIdField(required=False, allow_null=True)
@@ -302,7 +303,7 @@ class CorrectionResultSerializer(serializers.Serializer):
 
 
 class ConfirmationSerializer(StrictSerializer):
-    text = serializers.CharField(max_length=500)
+    text = VisibleTextField(max_length=500)
     verb = serializers.CharField(max_length=120, help_text="The verb the agent resolved and ran, which the user accepted.")
     user_id = UserIdField(help_text="The user who accepted it; only that user's phrases change.")
 
@@ -356,7 +357,7 @@ class ImportResultSerializer(serializers.Serializer):
 
 
 class AliasResolveRequestSerializer(StrictSerializer):
-    text = serializers.CharField(max_length=300, help_text="The name as the user wrote it, such as 'big blue'")
+    text = VisibleTextField(max_length=300, help_text="The name as the user wrote it, such as 'big blue'")
     user_id = UserIdField(required=False, allow_null=True, help_text="The user's own aliases answer before global ones")
     entity_type = serializers.CharField(required=False, allow_null=True, max_length=60, help_text="Only aliases of this type")
     limit = serializers.IntegerField(required=False, default=5, min_value=1, max_value=20)

@@ -56,6 +56,9 @@ def test_record_rejects_bad_input(catalogue):
     with pytest.raises(ApplicationError) as e:
         record(input_pattern="   ")
     assert e.value.field == "input_pattern"
+    with pytest.raises(ApplicationError) as e:
+        record(input_pattern="\u200b\u200c")
+    assert e.value.field == "input_pattern"
     with pytest.raises(ApplicationError):
         record(confidence=1.5)
     with pytest.raises(ApplicationError):

@@ -76,6 +76,7 @@ def test_confirmation_never_overrides_a_correction_a_block_or_a_switched_off_phr
     [
         ({"text": "list units", "verb": "cbu.list"}, "user_id"),
         ({"text": "   ", "verb": "cbu.list", "user_id": "alice"}, "text"),
+        ({"text": "\u200b\u00ad", "verb": "cbu.list", "user_id": "alice"}, "text"),
         ({"text": "x" * 501, "verb": "cbu.list", "user_id": "alice"}, "text"),
         ({"text": "list units", "verb": "cbu.nope", "user_id": "alice"}, "verb"),
         ({"text": "list units", "verb": "cbu.list", "user_id": "bad user!"}, "user_id"),

@@ -149,6 +149,8 @@ def test_correction_bad_input(api, catalogue):
     assert r.status_code == 400 and "correct_verb" in r.json()["fields"]
     r = correct(api, "   ", "cbu.delete", "cbu.list", user_id="alice")
     assert r.status_code == 400
+    r = correct(api, "\u200b\u2060", "cbu.delete", "cbu.list", user_id="alice")
+    assert r.status_code == 400 and "text" in r.json()["fields"]
     r = correct(api, "x", "cbu.delete", "cbu.list", user_id="bad id!")
     assert r.status_code == 400 and "user_id" in r.json()["fields"]
     assert not LearnedPhrase.objects.exists()

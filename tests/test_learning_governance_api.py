@@ -206,6 +206,8 @@ def test_block_bad_input(gov_api, catalogue):
     assert r.status_code == 400 and "user_id" in r.json()["fields"]
     r = gov_api.post("/api/v1/blocklist", {"phrase": "  ", "verb": "cbu.delete"}, format="json")
     assert r.status_code == 400
+    r = gov_api.post("/api/v1/blocklist", {"phrase": "\u200b\ufeff", "verb": "cbu.delete"}, format="json")
+    assert r.status_code == 400 and "phrase" in r.json()["fields"]
     assert not PhraseBlock.objects.exists()
 
 

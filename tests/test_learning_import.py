@@ -62,14 +62,15 @@ def test_one_bad_row_writes_nothing_and_names_rows(gov_api, catalogue):
         {"phrase": "wipe every client unit", "verb": "cbu.delete"},  # row 7: blocked exactly
         {"phrase": "wipe all the client units", "verb": "cbu.delete"},  # row 8: paraphrase of a block
         {"phrase": "make a cbu", "verb": ""},  # row 9
+        {"phrase": "\u200b\u200b", "verb": "cbu.list"},  # row 10: only zero-width spaces
     ]
     r = post_json(gov_api, content=json.dumps(rows))
     assert r.status_code == 400
     body = r.json()
-    assert body["code"] == "import_invalid" and body["imported"] == 0 and body["rejected"] == 6
+    assert body["code"] == "import_invalid" and body["imported"] == 0 and body["rejected"] == 7
     by_row = {e["row"]: e for e in body["errors"]}
-    assert sorted(by_row) == [4, 5, 6, 7, 8, 9]
-    assert "empty" in by_row[4]["reason"]
+    assert sorted(by_row) == [4, 5, 6, 7, 8, 9, 10]
+    assert "empty" in by_row[4]["reason"] and "empty" in by_row[10]["reason"]
     assert "cbu.nope" in by_row[5]["reason"]
     assert "row 1" in by_row[6]["reason"]
     assert "Blocklist" in by_row[7]["reason"] and "paraphrase" in by_row[8]["reason"]

@@ -43,6 +43,7 @@ def test_limit_and_domain(api, catalogue):
     [
         ({"text": ""}, "text"),
         ({"text": "   "}, "text"),
+        ({"text": "\u200b\u200d\ufeff"}, "text"),  # only invisible characters
         ({"text": "x" * 2001}, "text"),
         ({}, "text"),
         ({"text": "list", "domain": "nope"}, "domain"),

@@ -68,5 +68,7 @@ def test_no_match_inactive_and_filters(api, aliases):
 def test_validation_and_scope(db, api, aliases):
     bad = api.post(URL, {"limit": 0}, format="json")
     assert bad.status_code == 400 and set(bad.json()["fields"]) >= {"text"}
+    invisible = api.post(URL, {"text": "\u200b\u2060"}, format="json")  # nothing visible: blank
+    assert invisible.status_code == 400 and "text" in invisible.json()["fields"]
     governance_only = make_client([Scope.GOVERNANCE], name="gov-only")
     assert governance_only.post(URL, {"text": "big blue"}, format="json").status_code == 403
