@@ -1,8 +1,8 @@
 """Reads for the action catalogue."""
 
 from actions.models import ACTION_NAME_PATTERN, Action
-from common.api import ApplicationError, Conflict, NotFound
-from common.parsers import text_problem
+from common.api import ApplicationError
+from common.lookups import tenant_one
 
 
 def action_get(*, name: str, tenant: str | None = None) -> Action:
@@ -12,24 +12,14 @@ def action_get(*, name: str, tenant: str | None = None) -> Action:
     if not isinstance(name, str) or not ACTION_NAME_PATTERN.match(name.strip()):
         raise ApplicationError("Action names are lowercase dotted identifiers such as 'email.send'.", field="action")
     name = name.strip()
-    actions = Action.objects.filter(name=name)
-    if tenant:
-        problem = text_problem(tenant)
-        if problem:
-            raise ApplicationError(f"The tenant {problem}.", field="tenant")
-        actions = actions.filter(tenant__slug=tenant)
-    found = list(actions.select_related("tenant").order_by("tenant__slug"))
-    if not found:
-        raise NotFound(f"Action {name} is not in the catalogue" + (f" of tenant {tenant}." if tenant else "."), field="action")
-    if len(found) > 1:
-        slugs = ", ".join(a.tenant.slug for a in found)
-        raise Conflict(
-            f"Action {name} is in several tenants ({slugs}); name its tenant "
-            "(the API's ?tenant=SLUG or body field tenant, a command's --tenant SLUG).",
-            field="action",
-            code="ambiguous",
-        )
-    return found[0]
+    return tenant_one(
+        Action.objects.filter(name=name),
+        tenant=tenant,
+        label=f"Action {name}",
+        field="action",
+        missing=f"Action {name} is not in the catalogue",
+        hint="name its tenant (the API's ?tenant=SLUG or body field tenant, a command's --tenant SLUG)",
+    )
 
 
 def action_list() -> list[Action]:

@@ -4,7 +4,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents.models import Agent
-from common.api import ApplicationError, Conflict, NotFound
+from common.api import ApplicationError, Conflict
+from common.lookups import tenant_one
 from common.parsers import text_problem
 
 
@@ -19,20 +20,14 @@ def agent_get(*, ref, tenant: str | None = None) -> Agent:
         if problem:
             raise ApplicationError(f"The {what} {problem}; give an id or a name.", field=what)
     is_id = ref.isascii() and ref.isdecimal()
-    agents = Agent.objects.filter(pk=int(ref)) if is_id else Agent.objects.filter(name=ref)
-    if tenant:
-        agents = agents.filter(tenant__slug=tenant)
-    found = list(agents.select_related("tenant").order_by("tenant__slug"))
-    if not found:
-        raise NotFound(f"Agent {ref} not found" + (f" in tenant {tenant}." if tenant else "."), field="agent")
-    if len(found) > 1:
-        slugs = ", ".join(a.tenant.slug for a in found)
-        raise Conflict(
-            f"Agent {ref} is in several tenants ({slugs}); name its tenant (--tenant SLUG) or give its id.",
-            field="agent",
-            code="ambiguous",
-        )
-    return found[0]
+    return tenant_one(
+        Agent.objects.filter(pk=int(ref)) if is_id else Agent.objects.filter(name=ref),
+        tenant=tenant,
+        label=f"Agent {ref}",
+        field="agent",
+        missing=f"Agent {ref} not found",
+        hint="name its tenant (--tenant SLUG) or give its id",
+    )
 
 
 def agent_shared_required(*, agent: Agent) -> None:

@@ -91,7 +91,7 @@ def test_autonomy_report_views_take_the_tenant(two):
     assert "Autonomy of email.send (level 2)" in run("autonomy_report", "autonomy", "email.send", "--tenant", "globex")
     assert Action.objects.get(pk=globex_send.pk).last_evaluated_at is not None
     assert Action.objects.get(pk=two["acme"][1].pk).last_evaluated_at is None
-    with pytest.raises(CommandError, match="not in the catalogue of tenant initech"):
+    with pytest.raises(CommandError, match="not in the catalogue in tenant initech"):
         run("autonomy_report", "autonomy", "email.send", "--tenant", "initech")
 
 
