@@ -64,7 +64,7 @@ from memories import api as memories_api
 from memories.serializers import MemoryItemSerializer, ObserveRequestSerializer, RetrieveRequestSerializer
 from memories.services import memory_observe, memory_retrieve
 from review.models import Kind
-from review.services import api_decision_begin
+from review.services import admin_decisions_record, api_decision_begin
 
 
 @dataclass(frozen=True)
@@ -218,16 +218,21 @@ def _list_candidates(caller: Caller, q: dict) -> dict:
 
 
 def _approve_candidate(caller: Caller, d: dict) -> dict:
-    api_decision_begin(kind=Kind.CANDIDATE, object_id=d["candidate_id"], user=None)  # the inbox's lock and claims
+    waiting = api_decision_begin(kind=Kind.CANDIDATE, object_id=d["candidate_id"], user=None)  # the inbox's lock and claims
     candidate = learning_selectors.candidate_get(candidate_id=d["candidate_id"])
     done = candidate_approve(candidate=candidate, apply_immediately=d["apply_immediately"], agent=caller.agent)
+    admin_decisions_record(kind=Kind.CANDIDATE, waiting=waiting, user=None, agent=caller.agent, source="mcp")
     return LearningCandidateSerializer(done).data
 
 
 def _reject_candidate(caller: Caller, d: dict) -> dict:
-    api_decision_begin(kind=Kind.CANDIDATE, object_id=d["candidate_id"], user=None)  # the inbox's lock and claims
+    waiting = api_decision_begin(kind=Kind.CANDIDATE, object_id=d["candidate_id"], user=None)  # the inbox's lock and claims
     candidate = learning_selectors.candidate_get(candidate_id=d.pop("candidate_id"))
-    return LearningCandidateSerializer(candidate_reject(candidate=candidate, agent=caller.agent, **d)).data
+    done = candidate_reject(candidate=candidate, agent=caller.agent, **d)
+    admin_decisions_record(
+        kind=Kind.CANDIDATE, waiting=waiting, user=None, agent=caller.agent, reason=d.get("reason") or "", source="mcp"
+    )
+    return LearningCandidateSerializer(done).data
 
 
 def _stats(caller: Caller, q: dict) -> dict:

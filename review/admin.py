@@ -263,9 +263,16 @@ def revert_view(request, kind: str, pk: int):
 class DecisionAdmin(admin.ModelAdmin):
     """The inbox's decision log: who decided what, when and why (read-only)."""
 
-    list_display = ["decided_at", "user", "kind", "object_id", "verdict", "category", "summary"]
-    list_filter = ["kind", "verdict", "category", ("user", admin.RelatedOnlyFieldListFilter)]
-    search_fields = ["summary", "reason", "user__username"]
+    list_select_related = ["user", "agent"]
+    list_display = ["decided_at", "user", "agent", "kind", "object_id", "verdict", "category", "summary"]
+    list_filter = [
+        "kind",
+        "verdict",
+        "category",
+        ("user", admin.RelatedOnlyFieldListFilter),
+        ("agent", admin.RelatedOnlyFieldListFilter),
+    ]
+    search_fields = ["summary", "reason", "user__username", "agent__name"]
     date_hierarchy = "decided_at"
 
     def has_add_permission(self, request):

@@ -3,8 +3,8 @@
 Candidates, proposals, executions and autonomy transitions can be decided through the API (an agent's governance
 key, or a reviewer's token) as well as in the inbox and the admin pages. These views are the owning apps' own
 views with two steps added in the request's transaction: before the decision the item is locked as the inbox
-locks it and refused (409 ``claimed``) while another reviewer holds it there; after a decision a person took, it
-is logged as a ``Decision`` (the inbox's decided list and progress count it) and its claims go.
+locks it and refused (409 ``claimed``) while another reviewer holds it there; after the decision it is logged as a
+``Decision`` (by the reviewer, or by the agent whose key decided) and its claims go.
 """
 
 from agents.models import Agent
@@ -26,7 +26,7 @@ def _text(data, names) -> str:
 
 
 class InboxRules:
-    """A decision view's POST locks its item, honours the inbox's claims and logs a person's decision."""
+    """A decision view's POST locks its item, honours the inbox's claims and logs the decision."""
 
     review_kind = ""
     review_id_kwarg = "pk"
@@ -49,6 +49,7 @@ class InboxRules:
                 kind=self.review_kind,
                 waiting=waiting,
                 user=person,
+                agent=request.user if person is None else None,
                 reason=_text(request.data, REASON_FIELDS),
                 category=_text(request.data, CATEGORY_FIELDS),
                 source="api",

@@ -34,7 +34,8 @@ class Claim(TenantOwned):
 
 
 class Decision(TenantOwned):
-    """One decision taken in the inbox: who, what, when and why (the progress figures count these)."""
+    """One decision on an item that waited for review, wherever it was taken (the inbox, an app's admin pages, the
+    API): who (a reviewer, or an agent's governance key), what, when and why (the progress figures count these)."""
 
     class Verdict(models.TextChoices):
         APPROVE = "approve", "approved"
@@ -43,6 +44,14 @@ class Decision(TenantOwned):
     kind = models.CharField(max_length=20, choices=Kind.choices)
     object_id = models.BigIntegerField()
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="review_decisions")
+    agent = models.ForeignKey(
+        "agents.Agent",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="review_decisions",
+        help_text="The agent whose governance key decided through the API (no reviewer then)",
+    )
     verdict = models.CharField(max_length=10, choices=Verdict.choices)
     category = models.CharField(max_length=40, blank=True, default="")
     reason = models.TextField(blank=True, default="")
@@ -58,7 +67,14 @@ class Decision(TenantOwned):
         ]
 
     def __str__(self):
-        return f"{self.kind} {self.object_id} {self.verdict} by {self.user}"
+        return f"{self.kind} {self.object_id} {self.verdict} by {self.decider}"
+
+    @property
+    def decider(self) -> str:
+        """Who decided, for people: the reviewer's username, "agent <name>" for an agent's key."""
+        if self.user_id:
+            return self.user.get_username()
+        return f"agent {self.agent.name}" if self.agent_id else "someone"
 
 
 class BacklogSnapshot(TenantOwned):

@@ -339,7 +339,7 @@ def items_decided(*, kind: str, ids: list[int]) -> dict[int, str]:
 
 
 def last_decision(*, kind: str, object_id: int) -> Decision | None:
-    return Decision.objects.filter(kind=kind, object_id=object_id).select_related("user").first()
+    return Decision.objects.filter(kind=kind, object_id=object_id).select_related("user", "agent").first()
 
 
 def next_item(*, user, filters: InboxFilters, after: tuple[str, int] | None, skip: set[tuple[str, int]]) -> InboxItem | None:
@@ -356,7 +356,7 @@ def next_item(*, user, filters: InboxFilters, after: tuple[str, int] | None, ski
 
 
 def progress(*, days: int = 14) -> dict:
-    """Decisions taken in the inbox: today and this week, per reviewer and in total; approvals per day."""
+    """Decisions taken: today and this week, per reviewer (or agent key) and in total; approvals per day."""
     now = timezone.now()
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     week = today - timedelta(days=today.weekday())
@@ -366,9 +366,9 @@ def progress(*, days: int = 14) -> dict:
     )
     per_reviewer = list(
         Decision.objects.filter(decided_at__gte=week)
-        .values("user__username")
+        .values("user__username", "agent__name")
         .annotate(week=Count("id"), today=Count("id", filter=Q(decided_at__gte=today)))
-        .order_by("-week", "user__username")
+        .order_by("-week", "user__username", "agent__name")
     )
     daily = {
         r["day"]: r

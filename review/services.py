@@ -110,7 +110,7 @@ def _decided_already(kind: str, object_id: int, obj) -> Conflict:
     """The conflict for a lost race: who decided the item, and when."""
     last = selectors.last_decision(kind=kind, object_id=object_id)
     if last is not None:
-        who, when, what = (last.user.get_username() if last.user else "someone"), last.decided_at, last.get_verdict_display()
+        who, when, what = last.decider, last.decided_at, last.get_verdict_display()
     else:
         who = str(
             getattr(obj, "reviewed_by", None)
@@ -240,7 +240,7 @@ def api_decision_begin(*, kind: str, object_id: int, user) -> list:
     """Before a decision taken through the API (a reviewer's token: ``user``; an agent's governance key: None) on an
     item the inbox shows, in the request's transaction: lock it as ``item_decide`` does and refuse (409 ``claimed``)
     while another reviewer holds it in the inbox. Answers the item as it waits (for ``admin_decisions_record`` once
-    the decision is taken), or [] when it does not wait or no person decides."""
+    the decision is taken), or [] when it does not wait."""
     held = items_hold_for_admin(kind=kind, ids=[object_id], user=user)
     if held:
         claim = held[0]
@@ -251,15 +251,16 @@ def api_decision_begin(*, kind: str, object_id: int, user) -> list:
             code="claimed",
             extra={"held_by": claim.user.get_username(), "held_until": claim.expires_at.isoformat()},
         )
-    return selectors.items_waiting(kind=kind, ids=[object_id]) if user is not None else []
+    return selectors.items_waiting(kind=kind, ids=[object_id])
 
 
 def admin_decisions_record(
-    *, kind: str, waiting: list, user, reason: str = "", category: str = "", source: str = "admin page"
+    *, kind: str, waiting: list, user, agent=None, reason: str = "", category: str = "", source: str = "admin page"
 ) -> list[Decision]:
     """Log, as ``item_decide`` does, the decisions an app's own admin pages (or the API) just took: of ``waiting`` (the items
     that waited before, as ``selectors.items_waiting`` read them), each one no longer waiting was decided by
-    ``user``, with the verdict its state says; its claims go. Runs in the caller's transaction, after the change."""
+    ``user`` (or, through the API with an agent's governance key, by ``agent``), with the verdict its state says;
+    its claims go. Runs in the caller's transaction, after the change."""
     verdicts = selectors.items_decided(kind=kind, ids=[obj.pk for obj in waiting])
     if kind == Kind.PROPOSAL:  # the summary says how it was decided (approved as is, or modified)
         waiting = list(selectors.KINDS[kind].by_ids([obj.pk for obj in waiting if obj.pk in verdicts]))
@@ -269,6 +270,7 @@ def admin_decisions_record(
             kind=kind,
             object_id=obj.pk,
             user=user,
+            agent=agent if user is None else None,
             verdict=verdicts[obj.pk],
             category=category.strip()[:40],
             reason=reason.strip()[:5000],
@@ -279,8 +281,9 @@ def admin_decisions_record(
     ]
     Decision.objects.bulk_create(decisions)
     Claim.objects.filter(kind=kind, object_id__in=[d.object_id for d in decisions]).delete()
+    who = user.get_username() if user is not None else f"agent {agent.name}" if agent is not None else "someone"
     for d in decisions:
-        logger.info("review (%s): %s %s %s by %s", source, kind, d.object_id, d.verdict, user.get_username())
+        logger.info("review (%s): %s %s %s by %s", source, kind, d.object_id, d.verdict, who)
     return decisions
 
 

@@ -1,6 +1,7 @@
 """Decisions taken through the API (REST and MCP) on items the review inbox shows follow the inbox's rules: an item
 another reviewer holds is refused (409 ``claimed``) and nothing changes; a reviewer token's decision is logged as a
-``Decision`` with its reason, and the claims on the item go; an agent key's decision is not a person's and is not."""
+``Decision`` with its reason, and the claims on the item go; an agent key's decision is logged with the agent (no
+reviewer), so the decision log shows every decision however it was taken."""
 
 from datetime import timedelta
 
@@ -45,7 +46,15 @@ def test_a_candidate_another_reviewer_holds_is_refused_to_an_agent_key_and_stays
     answer = governor.post(f"/api/v1/learning/candidates/{candidate.pk}/reject", {"reason": "not a cbu"}, format="json")
     assert answer.status_code == 200, answer.content
     assert LearningCandidate.objects.get(pk=candidate.pk).status == "rejected"
-    assert not Decision.objects.exists()  # an agent's key decided: no reviewer to log
+    decision = Decision.objects.select_related("agent").get()  # an agent's key decided: logged with the agent
+    assert (decision.kind, decision.object_id, decision.verdict) == ("candidate", candidate.pk, "reject")
+    assert decision.user is None and decision.agent.name == "governor" and decision.decider == "agent governor"
+    assert decision.reason == "not a cbu" and decision.tenant_id == candidate.tenant_id
+    assert progress()["per_reviewer"] == [{"user__username": None, "agent__name": "governor", "week": 1, "today": 1}]
+
+    again = governor.post(f"/api/v1/learning/candidates/{candidate.pk}/approve", {}, format="json")
+    assert again.status_code == 409
+    assert Decision.objects.count() == 1
 
 
 def test_a_reviewer_tokens_decision_is_logged_with_its_reason_and_drops_the_claims(inbox):
@@ -95,7 +104,9 @@ def test_proposals_and_executions_decided_through_the_api_follow_the_same_rules(
     answer = governor.post(path.format(pk=item.pk), body, format="json")
     assert answer.status_code == 200, answer.content
     assert model.objects.filter(pk=item.pk).values().get() != before
-    assert not Decision.objects.exists()
+    decision = Decision.objects.get()
+    assert (decision.kind, decision.object_id, decision.user, decision.agent.name) == (kind, item.pk, None, "governor")
+    assert decision.reason == body["review_notes"] and decision.category == body.get("mistake_category", "")
 
 
 def test_an_mcp_governance_tool_honours_the_claim_too(inbox):
@@ -110,6 +121,7 @@ def test_an_mcp_governance_tool_honours_the_claim_too(inbox):
     outcome = mcp_call("reject_learning_candidate", raw, {"candidate_id": candidate.pk, "reason": "no"})
     assert outcome.error is None, outcome.error
     assert LearningCandidate.objects.get(pk=candidate.pk).status == "rejected"
+    assert Decision.objects.values_list("agent__name", "verdict", "reason").get() == ("governor", "reject", "no")
 
 
 @pytest.mark.parametrize(
