@@ -74,6 +74,7 @@ def parse(content: str | bytes, fmt: str) -> list[ImportRow]:
             raise ImportFormatError(f"The file is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
     else:
         check_size(len(content.encode("utf-8")))
+        content = content.removeprefix("\ufeff")  # a byte-order mark a text editor left, as utf-8-sig drops it
     if fmt == "csv":
         rows = _parse_csv(content)
     else:
@@ -174,6 +175,9 @@ def _parse_csv(content: str) -> list[ImportRow]:
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise ImportFormatError(f"CSV is missing the column(s): {', '.join(missing)} (header: {', '.join(header) or 'empty'}).")
+    twice = sorted({c for c in header if c and header.count(c) > 1})
+    if twice:  # which of the two would the rows mean? Refused rather than one of them taken silently
+        raise ImportFormatError(f"CSV names the column(s) {', '.join(twice)} more than once (header: {', '.join(header)}).")
     reader.fieldnames = header
     rows = []
     try:

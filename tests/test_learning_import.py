@@ -96,6 +96,19 @@ def test_csv_missing_column(gov_api, catalogue):
     assert not LearnedPhrase.objects.exists()
 
 
+def test_csv_with_a_column_named_twice_is_refused(gov_api, catalogue):
+    r = post_json(gov_api, format="csv", content="phrase,verb,Phrase\nlist units,cbu.list,delete units\n")
+    assert r.status_code == 400
+    assert "phrase" in r.json()["fields"]["content"][0] and "more than once" in r.json()["fields"]["content"][0]
+    assert not LearnedPhrase.objects.exists()
+
+
+def test_a_byte_order_mark_in_json_content_is_dropped(gov_api, catalogue):
+    r = post_json(gov_api, format="csv", content="\ufeffphrase,verb\nlist units,cbu.list\n")
+    assert r.status_code == 200, r.content
+    assert LearnedPhrase.objects.get().normalized == "list units"
+
+
 def test_yaml_import_and_yaml_bomb_refused(gov_api, catalogue):
     ok = post_json(gov_api, format="yaml", content="cbu.list:\n  - show all units\n  - units please\n")
     assert ok.status_code == 200 and ok.json()["imported"] == 2
