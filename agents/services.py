@@ -9,12 +9,14 @@ from django.utils import timezone
 from agents.authentication import verified_keys_forget
 from agents.models import Agent, ApiKey, IdempotentRequest, Scope, generate_key, hash_key
 from common.api import ApplicationError, Conflict
+from common.text import visible_text
 from tenants.models import Tenant
 from tenants.selectors import tenant_default
 
 
 def _has_control(text: str) -> bool:
-    return any(unicodedata.category(c) in ("Cc", "Cs") for c in text)
+    """Control or surrogate characters, or nothing visible at all (only zero-width or format characters)."""
+    return any(unicodedata.category(c) in ("Cc", "Cs") for c in text) or not visible_text(text).strip()
 
 
 def agent_key_create(
@@ -38,12 +40,12 @@ def agent_key_create(
     if not name or len(name) > 100:
         raise ApplicationError("Agent name must be 1 to 100 characters.", field="name")
     if _has_control(name):
-        raise ApplicationError("Agent name must not contain control characters.", field="name")
+        raise ApplicationError("Agent name must not contain control characters, and must show something.", field="name")
     key_name = key_name.strip()
     if not key_name or len(key_name) > ApiKey._meta.get_field("name").max_length:
         raise ApplicationError(f"Key name must be 1 to {ApiKey._meta.get_field('name').max_length} characters.", field="key_name")
     if _has_control(key_name):
-        raise ApplicationError("Key name must not contain control characters.", field="key_name")
+        raise ApplicationError("Key name must not contain control characters, and must show something.", field="key_name")
     tenant = tenant or tenant_default()
     with transaction.atomic():
         agent, _ = Agent.objects.get_or_create(name=name, tenant=tenant)

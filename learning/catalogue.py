@@ -164,7 +164,7 @@ def parse_file(path: Path) -> list[VerbEntry]:
             phrases = []
         for i, phrase in enumerate(phrases):
             at_phrase = f"{where}:{lines['phrases']}: verb {name}: phrase {i + 1}"
-            if not isinstance(phrase, str) or not phrase.strip():
+            if not isinstance(phrase, str) or not normalize_phrase(phrase):
                 errors.append(f"{at_phrase} is empty or not text")
             elif len(phrase) > MAX_PHRASE_LENGTH or len(normalize_phrase(phrase)) > MAX_PHRASE_LENGTH:
                 errors.append(f"{at_phrase} is longer than {MAX_PHRASE_LENGTH} characters")
@@ -199,6 +199,8 @@ def parse_path(path: Path) -> list[VerbEntry]:
                     entries.append(entry)
         except CatalogueError as exc:
             errors.extend(exc.errors)
+    if not errors and not entries:
+        errors.append(f"{path}: holds no verbs")
     if errors:
         raise CatalogueError(errors)
     return entries

@@ -42,7 +42,7 @@ CONSOLE = DisambiguationRequest.Channel.CONSOLE
 def console_user_id(user) -> str:
     """The end-user id the console acts as for a signed-in person."""
     candidate = f"console:{user.get_username()}"
-    return candidate if re.match(USER_ID_RE, candidate) else f"console:{user.pk}"
+    return candidate if re.fullmatch(USER_ID_RE, candidate) else f"console:{user.pk}"
 
 
 @ensure_csrf_cookie

@@ -43,6 +43,25 @@ class NoAliasLoader(yaml.SafeLoader):
     depth = 0
     too_deep = _TOO_DEEP
 
+    # Dates stay text: a phrase such as 2024-02-30 is not a date to construct (and fail on), nor 2024-02-28 one
+    # to print back in another form.
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def compose_mapping_node(self, anchor):
+        node = super().compose_mapping_node(anchor)
+        seen = set()
+        for key, _value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                if key.value in seen:  # PyYAML keeps the last silently: which one was meant?
+                    raise ImportFormatError(
+                        f"The key {key.value!r} appears twice in one mapping (line {key.start_mark.line + 1})."
+                    )
+                seen.add(key.value)
+        return node
+
     def compose_node(self, parent, index):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
@@ -86,13 +105,25 @@ def parse(content: str | bytes, fmt: str) -> list[ImportRow]:
     return rows
 
 
+def _unique_keys(pairs: list) -> dict:
+    keys = [key for key, _value in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:  # json keeps the last silently: which one was meant?
+        raise ImportFormatError(f"The key(s) {', '.join(map(repr, twice))} appear twice in one object.")
+    return dict(pairs)
+
+
 def _parse_json(content: str):
     try:
-        data = json.loads(content)
+        data = json.loads(content, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ImportFormatError(f"Invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}.") from None
     except RecursionError:
         raise ImportFormatError(f"{_TOO_DEEP}.") from None
+    except ImportFormatError:
+        raise
+    except ValueError:  # a number with more digits than Python reads
+        raise ImportFormatError("Invalid JSON: a number too long to read; quote long numbers as text.") from None
     _check_depth(data, settings.API_MAX_JSON_DEPTH)
     return data
 
@@ -117,6 +148,10 @@ def _parse_yaml(content: str):
         raise ImportFormatError(f"Invalid YAML: {exc}".replace("\n", " ")) from None
     except RecursionError:
         raise ImportFormatError(f"{_TOO_DEEP}.") from None
+    except ImportFormatError:
+        raise
+    except (ValueError, OverflowError):  # a scalar YAML reads as a number it cannot build
+        raise ImportFormatError("Invalid YAML: a value read as a number is too long to read; quote it as text.") from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -156,7 +191,11 @@ def _text(value, n: int, name: str) -> str:
         return ""
     if isinstance(value, (dict, list, bytes)) or (isinstance(value, float) and not math.isfinite(value)):
         raise ImportFormatError(f"Row {n}: {name} must be text.")
-    return _checked(str(value).strip(), n, name)
+    try:
+        text = str(value)
+    except ValueError:  # an integer with more digits than Python prints
+        raise ImportFormatError(f"Row {n}: the {name} is a number too long to print; quote it as text.") from None
+    return _checked(text.strip(), n, name)
 
 
 def _checked(text: str, n: int, name: str) -> str:

@@ -1,7 +1,11 @@
 """Reads of tenants and reviewers' memberships."""
 
+import re
+
 from tenants.context import ALL
 from tenants.models import DEFAULT_SLUG, Membership, Tenant
+
+_SLUG = re.compile(r"[-a-zA-Z0-9_]{1,60}")
 
 
 def tenant_default() -> Tenant:
@@ -9,6 +13,10 @@ def tenant_default() -> Tenant:
 
 
 def tenant_get(*, slug: str) -> Tenant | None:
+    """The tenant with this slug; None for none, and for text no slug can be (not sent to the database: a NUL or
+    undecodable command-line bytes would fail there)."""
+    if not isinstance(slug, str) or not _SLUG.fullmatch(slug):
+        return None
     return Tenant.objects.filter(slug=slug).first()
 
 

@@ -10,6 +10,7 @@ from rest_framework import status
 from actions.models import Action, AutonomyLevel
 from actions.services import action_name_validate, action_register
 from common.api import ApplicationError, Conflict, NotFound
+from common.text import visible_text
 from common.validation import confidence_validate
 from feedback.delta import delta_is_empty, json_clean, json_delta
 from feedback.models import PROPOSAL_TRANSITIONS, Execution, FeedbackRecord, FeedbackType, Proposal, ProposalStatus, ReviewOutcome
@@ -47,7 +48,7 @@ def _json_object(value, *, field: str) -> dict:
 
 
 def _category(value: str) -> str:
-    value = (value or "").strip()
+    value = visible_text(value or "").strip()  # "wrong_recipient\u200b" is "wrong_recipient"; nothing visible is none
     if len(value) > MAX_CATEGORY:
         raise ApplicationError(f"At most {MAX_CATEGORY} characters.", field="mistake_category")
     return value
@@ -55,6 +56,8 @@ def _category(value: str) -> str:
 
 def _explanation(value: str, field: str = "review_notes") -> str:
     value = (value or "").strip()
+    if not visible_text(value).strip():
+        value = ""  # only zero-width or control characters: no explanation
     if len(value) > MAX_EXPLANATION:
         raise ApplicationError(f"At most {MAX_EXPLANATION} characters.", field=field)
     return value

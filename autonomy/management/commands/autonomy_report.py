@@ -8,6 +8,7 @@ from autonomy.selectors import waiting_transition
 from autonomy.services import autonomy_cycle_run, autonomy_evaluate, calibration_compute
 from autonomy.services.calibration import MAX_WINDOW_DAYS
 from common.api import ApplicationError
+from common.text import terminal_safe
 from feedback.selectors import agent_patterns, feedback_record_summary
 from feedback.services.mistakes import mistake_patterns_detect
 
@@ -20,7 +21,7 @@ def render_table(headers: list[str], rows: list[list]) -> str:
             return "—"
         if isinstance(v, float):
             return f"{v:.3f}"
-        return str(v).replace("\n", " ")
+        return terminal_safe(str(v))
 
     cells = [[str(h) for h in headers]] + [[cell(c) for c in r] for r in rows]
     widths = [min(70, max(len(r[i]) for r in cells)) for i in range(len(headers))]

@@ -5,6 +5,8 @@ from embeddings.embedders import EmbeddingError
 from embeddings.parallel import embedding_workers
 from embeddings.services import embeddings_backfill
 
+BATCH_MAX = 10_000  # rows embedded and written at once; more only holds more in memory
+
 
 class Command(BaseCommand):
     help = (
@@ -13,15 +15,15 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--batch-size", type=int, default=128)
+        parser.add_argument("--batch-size", type=int, default=128, help=f"Rows per batch, 1 to {BATCH_MAX}")
         parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar")
         parser.add_argument(
             "--workers", type=int, default=1, help="Processes embedding at once with the local model (default 1; up to the cores)"
         )
 
     def handle(self, *args, batch_size, no_progress, workers, **options):
-        if batch_size < 1:
-            raise CommandError("--batch-size must be at least 1")
+        if not 1 <= batch_size <= BATCH_MAX:
+            raise CommandError(f"--batch-size must be from 1 to {BATCH_MAX}")
         if workers < 1:
             raise CommandError("--workers must be at least 1")
         bars = []

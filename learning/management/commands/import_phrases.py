@@ -40,7 +40,7 @@ class Command(BaseCommand):
             raise CommandError("--scope user needs --user-id.")
         if scope == "global" and user_id:
             raise CommandError("--user-id needs --scope user.")
-        if user_id and not re.match(USER_ID_RE, user_id):
+        if user_id and not re.fullmatch(USER_ID_RE, user_id):  # not re.match: "$" also matches before a final newline
             raise CommandError(f"Malformed user id {user_id!r}.")
         if workers < 1:
             raise CommandError("--workers must be at least 1.")
