@@ -226,9 +226,14 @@ def autonomy_evaluate_for_agents(
     return out
 
 
-def _transition_locked(transition) -> AutonomyTransition:
+def _transition_locked(transition) -> tuple[AutonomyTransition, Action]:
+    """Lock a proposed transition and its action, in the one order every writer of an action's level takes: the
+    action row first, then its transitions (as the emergency stop and the revert do), so a decision and a stop or
+    revert of the same action wait for each other instead of deadlocking. The states are read after the locks."""
     pk = transition.pk if hasattr(transition, "pk") else int(transition)
-    obj = AutonomyTransition.objects.select_for_update().filter(pk=pk).first()
+    action_id = AutonomyTransition.objects.filter(pk=pk).values_list("action_id", flat=True).first()
+    action = Action.objects.select_for_update().filter(pk=action_id).first() if action_id is not None else None
+    obj = AutonomyTransition.objects.select_for_update().filter(pk=pk).first() if action is not None else None
     if obj is None:
         raise NotFound(f"Transition {pk} not found.", field="id")
     if obj.status != TransitionStatus.PROPOSED:
@@ -238,7 +243,7 @@ def _transition_locked(transition) -> AutonomyTransition:
             code="invalid_transition",
             extra={"current_status": obj.status},
         )
-    return obj
+    return obj, action
 
 
 APPROVE_PERMISSION = "autonomy.approve_autonomytransition"
@@ -253,13 +258,13 @@ def _check_human(user) -> None:
 def autonomy_transition_approve(*, transition, user, notes: str = "") -> AutonomyTransition:
     """Apply the new level and mark the transition applied, in one transaction, exactly once.
 
-    Both rows are locked (SELECT … FOR UPDATE), so of two concurrent approvals the
-    second sees ``applied`` and gets 409. Refused if the level changed since the proposal.
+    Both rows are locked (SELECT … FOR UPDATE; the action first, as a stop or a revert locks it), so of two
+    concurrent approvals the second sees ``applied`` and gets 409, and one after a stop sees the transition it
+    superseded (409). Refused if the level changed since the proposal.
     """
     _check_human(user)
     with transaction.atomic():
-        obj = _transition_locked(transition)
-        action = Action.objects.select_for_update().get(pk=obj.action_id)
+        obj, action = _transition_locked(transition)
         if action.autonomy_level != obj.from_level:
             raise Conflict(
                 f"The level of {action.name} changed since this transition was proposed "
@@ -284,7 +289,7 @@ def autonomy_transition_approve(*, transition, user, notes: str = "") -> Autonom
 def autonomy_transition_reject(*, transition, user, notes: str = "") -> AutonomyTransition:
     _check_human(user)
     with transaction.atomic():
-        obj = _transition_locked(transition)
+        obj, _action = _transition_locked(transition)
         obj.status, obj.decided_by, obj.decided_at = TransitionStatus.REJECTED, user, timezone.now()
         obj.decision_notes = (notes or "").strip()[:5000]
         obj._history_user = user
@@ -301,8 +306,9 @@ def _action_locked(action) -> Action:
 
 
 def _level_set_now(row: Action, *, to_level: int, user, reason: str, evidence: dict, why: str) -> AutonomyTransition:
-    """Inside the caller's transaction, with the action locked: set its level at once as ``user`` decided, record it as
-    an applied transition, and reject an open proposal for the action as superseded (``why`` names what did)."""
+    """Inside the caller's transaction, with the action locked (before its transitions: the one lock order): set its
+    level at once as ``user`` decided, record it as an applied transition, and reject an open proposal for the action
+    as superseded (``why`` names what did)."""
     now = timezone.now()
     for open_row in AutonomyTransition.objects.select_for_update().filter(action=row, status=TransitionStatus.PROPOSED):
         open_row.status, open_row.decided_by, open_row.decided_at = TransitionStatus.REJECTED, user, now
