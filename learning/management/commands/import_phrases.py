@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from common.api import ApplicationError
+from common.text import terminal_safe
 from common.validators import USER_ID_RE
 from embeddings.parallel import embedding_workers
 from learning.importing import FORMATS, ImportFormatError, parse
@@ -73,7 +74,7 @@ class Command(BaseCommand):
                 )
         except ImportRejected as exc:
             for error in exc.extra["errors"]:
-                self.stderr.write(f"row {error['row']}: {error['field']}: {error['reason']}")
+                self.stderr.write(terminal_safe(f"row {error['row']}: {error['field']}: {error['reason']}"))
             raise CommandError(f"{exc.extra['rejected']} invalid row(s); nothing was imported.") from None
         except ApplicationError as exc:
             raise CommandError(exc.message) from None
@@ -84,9 +85,9 @@ class Command(BaseCommand):
         )
         if dry_run:
             for phrase in result.get("would_add", [])[:20]:
-                self.stdout.write(f"  + {phrase}")
+                self.stdout.write(terminal_safe(f"  + {phrase}"))
             for phrase in result.get("would_update", [])[:20]:
-                self.stdout.write(f"  ~ {phrase}")
+                self.stdout.write(terminal_safe(f"  ~ {phrase}"))
         if result["unembedded"]:
             self.stderr.write(
                 f"{result['unembedded']} phrase(s) stored without a vector (embedder unavailable); run backfill_embeddings."

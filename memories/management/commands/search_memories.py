@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from common.parsers import text_problem
+from common.text import terminal_safe
 from embeddings.embedders import EmbeddingError, get_embedder
 from memories.management.options import SEARCH_MAX_LIMIT, bounded, user_checked
 from memories.selectors import memory_search_text
@@ -54,7 +55,7 @@ class Command(BaseCommand):
         for h in hits:
             m = h.memory
             semantic_score = f"{h.semantic:.3f}" if h.semantic is not None else "-"
-            content = " ".join(m.content.split())
+            content = terminal_safe(" ".join(m.content.split()))
             content = content if len(content) <= 100 else content[:99] + "…"
             self.stdout.write(
                 f"{h.score:6.3f}  {semantic_score:>8}  {h.matched_by:<9}  {m.pk:>7}  {m.user_id[:20]:<20}  "
