@@ -234,9 +234,8 @@ class CorrectionRule(TenantOwned):
 
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="correction_rules")
     action = models.ForeignKey("actions.Action", on_delete=models.CASCADE, related_name="correction_rules")
-    pattern = models.OneToOneField(
-        MistakePattern, on_delete=models.SET_NULL, null=True, blank=True, related_name="correction_rule"
-    )
+    # A pattern gets a new rule when its mistake recurs after its last rule expired; the old rules stay as history.
+    pattern = models.ForeignKey(MistakePattern, on_delete=models.SET_NULL, null=True, blank=True, related_name="correction_rules")
     precondition = models.TextField()
     correction = models.JSONField(help_text='The most common corrected action, or {"require_review": true}.')
     require_review = models.BooleanField(default=False)
@@ -254,6 +253,13 @@ class CorrectionRule(TenantOwned):
         ordering = ["-created_at"]
         permissions = [("approve_correctionrule", "Can approve or deactivate correction rules")]
         indexes = [models.Index(fields=["agent", "action", "status"], name="rule_agent_action_status")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pattern"],
+                condition=Q(status__in=["pending_approval", "active"]),
+                name="one_open_rule_per_pattern",
+            ),
+        ]
 
     def __str__(self):
         return f"rule #{self.pk} {self.agent} · {self.action}"

@@ -1,7 +1,7 @@
 """Reads for proposals, executions, feedback records, mistake patterns and correction rules."""
 
 from django.db import connection
-from django.db.models import Count, Q
+from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from common.api import NotFound
@@ -70,6 +70,17 @@ def active_patterns(*, agent, action) -> list[MistakePattern]:
 def active_rules(*, agent, action) -> list[CorrectionRule]:
     """The agent's rules in force for an action, newest first."""
     return list(CorrectionRule.objects.filter(active_rules_q(), agent=agent, action=action).order_by("-created_at"))
+
+
+OPEN_RULE_STATUSES = [CorrectionRuleStatus.PENDING, CorrectionRuleStatus.ACTIVE]
+
+
+def patterns_wanting_rule():
+    """Active patterns with no rule pending or in force: a new pattern, or one whose mistake recurred after its last
+    rule expired (``mistake_patterns_detect`` reopens it) or that a reviewer reopened by hand after deactivating its
+    rule. A rule a reviewer deactivated leaves its pattern mitigated, so it is never replaced behind their back."""
+    open_rule = CorrectionRule.objects.filter(pattern=OuterRef("pk"), status__in=OPEN_RULE_STATUSES)
+    return MistakePattern.objects.filter(status=PatternStatus.ACTIVE).exclude(Exists(open_rule))
 
 
 def recent_patterns(*, action_id: int, since, limit: int = 10) -> list[dict]:

@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 
 def autonomy_cycle_run(*, agent_id: int, trigger: str = "command", force_autonomy: bool = False) -> Episode | None:
-    """Detect mistakes, create rules for new patterns, calibrate, evaluate autonomy: one episode.
+    """Detect mistakes, create rules for new or reopened patterns, calibrate, evaluate autonomy: one episode.
 
     Returns None when another worker is running this agent's cycle (advisory lock).
     """

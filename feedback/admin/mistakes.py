@@ -116,7 +116,9 @@ class MistakePatternAdmin(admin.ModelAdmin):
     def create_rules(self, request, queryset):
 
         rules = correction_rules_create(pattern_ids=list(queryset.values_list("pk", flat=True)), user=request.user)
-        self.message_user(request, f"Created {len(rules)} correction rule(s) (only active patterns without one get a rule).")
+        self.message_user(
+            request, f"Created {len(rules)} correction rule(s) (only active patterns with no rule pending or in force get one)."
+        )
 
 
 @admin.register(CorrectionRule)

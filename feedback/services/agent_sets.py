@@ -13,7 +13,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 from simple_history.utils import bulk_update_with_history
 
-from feedback.models import NEGATIVE_FEEDBACK_TYPES, CorrectionRule, CorrectionRuleStatus, MistakePattern, PatternStatus
+from feedback.models import NEGATIVE_FEEDBACK_TYPES, CorrectionRule, CorrectionRuleStatus
+from feedback.selectors import patterns_wanting_rule
 from feedback.services.mistakes import _DETECT_SQL, _LINK_SQL, LOCK_NAMESPACE_DETECT, DetectionResult
 from feedback.services.rules import correction_rules_create
 
@@ -72,11 +73,7 @@ def mistake_patterns_detect_for_agents(*, agent_ids: list[int]) -> dict[int, Det
 
 def correction_rules_create_for_agents(*, agent_ids: list[int], user=None) -> dict[int, list[CorrectionRule]]:
     """``correction_rules_create`` for every agent in ``agent_ids`` (one call over their patterns): agent id -> rules."""
-    pattern_ids = list(
-        MistakePattern.objects.filter(agent_id__in=list(agent_ids), status=PatternStatus.ACTIVE, correction_rule__isnull=True)
-        .order_by("id")
-        .values_list("pk", flat=True)
-    )
+    pattern_ids = list(patterns_wanting_rule().filter(agent_id__in=list(agent_ids)).order_by("id").values_list("pk", flat=True))
     out: dict[int, list[CorrectionRule]] = {}
     if not pattern_ids:
         return out

@@ -33,6 +33,19 @@ class DetectionResult:
         return self.created + self.updated
 
 
+# A pattern becomes active again when its mistake recurs after a reviewer resolved it, or after its latest correction
+# rule expired (a new rule can then be drawn from it). A rule a reviewer deactivated keeps its pattern mitigated: that
+# was a human decision, which only a human reopens (``mistake_pattern_set_status``).
+_STATUS_AFTER_SQL = """CASE
+           WHEN p.status = 'resolved' AND EXCLUDED.last_seen > p.resolved_at THEN 'active'
+           WHEN p.status = 'mitigated' AND EXCLUDED.last_seen > (
+                SELECT CASE WHEN r.status = 'expired' THEN r.expires_at END
+                  FROM feedback_correctionrule r
+                 WHERE r.pattern_id = p.id
+                 ORDER BY r.created_at DESC, r.id DESC
+                 LIMIT 1) THEN 'active'
+           ELSE p.status END"""
+
 _DETECT_SQL = """
 WITH grp AS (
     SELECT fr.agent_id, fr.action_id,
@@ -61,13 +74,14 @@ ON CONFLICT (agent_id, action_id, category) DO UPDATE
        occurrence_count = EXCLUDED.occurrence_count,
        first_seen = LEAST(p.first_seen, EXCLUDED.first_seen),
        last_seen = GREATEST(p.last_seen, EXCLUDED.last_seen),
-       status = CASE WHEN p.status = 'resolved' AND EXCLUDED.last_seen > p.resolved_at THEN 'active' ELSE p.status END,
+       status = {status_after},
        updated_at = now()
  WHERE (p.occurrence_count, p.last_seen, p.description, p.status)
        IS DISTINCT FROM (EXCLUDED.occurrence_count, GREATEST(p.last_seen, EXCLUDED.last_seen), EXCLUDED.description,
-                         CASE WHEN p.status = 'resolved' AND EXCLUDED.last_seen > p.resolved_at THEN 'active' ELSE p.status END)
+                         {status_after})
 RETURNING p.id, (xmax = 0) AS inserted, p.status
-"""
+""".replace("{status_after}", _STATUS_AFTER_SQL)
+
 
 _LINK_SQL = """
 UPDATE feedback_feedbackrecord fr
@@ -87,7 +101,9 @@ def mistake_patterns_detect(
 
     One INSERT … ON CONFLICT DO UPDATE aggregates with GROUP BY (no Python loop over
     records) and one UPDATE links every contributing record not linked yet (a record's
-    agent, action and category never change, so a linked record stays linked right). The unique constraint
+    agent, action and category never change, so a linked record stays linked right). A resolved pattern, or a
+    mitigated one whose latest rule expired, becomes active again when the mistake recurs after that; one whose rule
+    a reviewer deactivated stays mitigated. The unique constraint
     makes a pattern impossible to duplicate; an advisory lock serialises runs that
     overlap (a run for all agents takes it exclusively, runs for one agent share it
     and take their agent's key), so two runs at once wait instead of deadlocking.

@@ -11,6 +11,7 @@ from simple_history.utils import bulk_create_with_history
 
 from common.api import Conflict, Forbidden, NotFound
 from feedback.models import CorrectionRule, CorrectionRuleStatus, FeedbackRecord, MistakePattern, PatternStatus
+from feedback.selectors import OPEN_RULE_STATUSES, patterns_wanting_rule
 
 logger = logging.getLogger(__name__)
 
@@ -27,22 +28,19 @@ def _rule_precondition(pattern, explanations: list[tuple[str, int]]) -> str:
 def correction_rules_create(
     *, agent_id: int | None = None, pattern_ids: list[int] | None = None, user=None
 ) -> list[CorrectionRule]:
-    """A rule for every active pattern without one (optionally only ``pattern_ids``); patterns become mitigated.
+    """A rule for every active pattern without a rule pending or in force (optionally only ``pattern_ids``); patterns
+    become mitigated.
 
     The precondition is built from the most common explanations, the correction is
     the most common corrected action (or ``{"require_review": true}``). Rules are
     active at once unless ``CORRECTION_RULES_REQUIRE_APPROVAL``; they expire after
-    ``CORRECTION_RULE_EXPIRY_DAYS``. Contributing records are linked to the rule.
+    ``CORRECTION_RULE_EXPIRY_DAYS``. Contributing records not linked to a rule yet are
+    linked to the new one (records of an earlier, expired rule keep theirs).
     """
 
     now = timezone.now()
     with transaction.atomic():
-        qs = (
-            MistakePattern.objects.select_for_update(of=("self",))
-            .select_related("agent", "action")
-            .filter(status=PatternStatus.ACTIVE, correction_rule__isnull=True)
-            .order_by("id")
-        )
+        qs = patterns_wanting_rule().select_for_update(of=("self",)).select_related("agent", "action").order_by("id")
         if agent_id is not None:
             qs = qs.filter(agent_id=agent_id)
         if pattern_ids is not None:
@@ -79,14 +77,16 @@ def correction_rules_create(
         ]
         rules = bulk_create_with_history(rules, CorrectionRule, default_user=user, default_change_reason="created from pattern")
         if any(r.pk is None for r in rules):  # older backends: fetch the ids
-            by_pattern = dict(CorrectionRule.objects.filter(pattern__in=patterns).values_list("pattern_id", "id"))
+            by_pattern = dict(
+                CorrectionRule.objects.filter(pattern__in=patterns, status__in=OPEN_RULE_STATUSES).values_list("pattern_id", "id")
+            )
             for r in rules:
                 r.pk = r.id = by_pattern[r.pattern_id]
         MistakePattern.objects.filter(pk__in=[p.pk for p in patterns]).update(status=PatternStatus.MITIGATED, updated_at=now)
         with connection.cursor() as cur:
             cur.execute(
                 "UPDATE feedback_feedbackrecord fr SET correction_rule_id = r.id FROM feedback_correctionrule r "
-                "WHERE r.pattern_id = fr.pattern_id AND r.id = ANY(%s)",
+                "WHERE r.pattern_id = fr.pattern_id AND r.id = ANY(%s) AND fr.correction_rule_id IS NULL",
                 [[r.pk for r in rules]],
             )
     logger.info("created %s correction rule(s)", len(rules))
