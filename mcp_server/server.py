@@ -44,7 +44,7 @@ from agents.services import idempotency_key_check, idempotent_request_claim, ide
 from autonomy import api as autonomy_api
 from autonomy.serializers import ActionSerializer, ConsultPatternSerializer, ConsultRuleSerializer
 from common.api import exception_handler
-from common.parsers import RefusedValue, check_value
+from common.parsers import PayloadTooLarge, RefusedValue, check_value
 from embeddings.budget import budget_pending, embedding_budget
 from feedback import selectors as feedback_selectors
 from learning import api as learning_api
@@ -141,11 +141,25 @@ def check_arguments(arguments: dict[str, Any]) -> None:
             raise exceptions.ValidationError({name: [str(exc.detail)]}) from None
 
 
+def check_size(tool: Tool, arguments: dict[str, Any]) -> None:
+    """REST's body limit for the tool's view (``API_MAX_BODY_BYTES``; a view that takes larger bodies says how large)
+    on the arguments as JSON: 413 ``payload_too_large`` naming the largest argument, on every transport."""
+    view = tool.view()
+    limit = view.max_body_bytes() if hasattr(view, "max_body_bytes") else settings.API_MAX_BODY_BYTES
+    sizes = {
+        name: len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")) for name, value in arguments.items()
+    }
+    if sum(sizes.values()) > limit:
+        largest = max(sizes, key=sizes.get)
+        raise PayloadTooLarge(f"The arguments are larger than {limit} bytes ({largest}: {sizes[largest]} bytes).")
+
+
 def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> dict:
     """REST's input policy, then the tool's serializer (the REST view's); unknown argument names are refused too."""
     if not isinstance(arguments, dict):
         raise exceptions.ValidationError({"arguments": ["Expected a JSON object."]})
-    check_arguments(arguments)
+    check_arguments(arguments)  # first: it bounds the nesting that serialising for the size would recurse into
+    check_size(tool, arguments)
     serializer = tool.serializer(data=arguments)
     errors = {} if serializer.is_valid() else dict(serializer.errors)
     known = {name for name, field in serializer.fields.items() if not field.read_only}

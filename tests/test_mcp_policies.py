@@ -4,6 +4,8 @@ the key checked before anything else, and what REST says in headers (a memory st
 
 The tool calls run in this process, in the test's transaction, as the server runs them in a worker thread."""
 
+import json
+
 import pytest
 from django.core.cache import cache
 from mcp import MCPError
@@ -111,6 +113,24 @@ def test_nesting_deeper_than_rest_allows_is_refused_naming_the_argument(settings
         validate_arguments(tool, {**PROPOSE, "proposed_action": {"n": nested}})
     assert list(err.value.detail) == ["proposed_action"]
     assert f"deeper than {settings.API_MAX_JSON_DEPTH}" in str(err.value.detail["proposed_action"][0])
+
+
+def test_arguments_larger_than_rests_body_limit_are_refused_as_rest_refuses_the_body(settings):
+    settings.API_MAX_BODY_BYTES = 4096
+    api = make_client([Scope.RESOLVE, Scope.FEEDBACK])
+    big = {**PROPOSE, "proposed_action": {"blob": "x" * 5000}}
+    assert api.post("/api/v1/proposals", big, format="json").status_code == 413
+    outcome = mcp_call("propose_action", api.raw, big)
+    assert outcome.error is not None and outcome.error["http_status"] == 413, outcome
+    assert outcome.error["code"] == "payload_too_large" and "proposed_action" in outcome.error["detail"]
+    assert not Proposal.objects.exists()
+    assert mcp_call("propose_action", api.raw, {**PROPOSE, "proposed_action": {"blob": "x" * 3000}}).error is None
+    # the import tool takes what the import endpoint takes (its own, larger limit)
+    rows = json.dumps([{"phrase": f"list the units number {i}", "verb": "cbu.list"} for i in range(200)])
+    gov = make_client([s.value for s in Scope], name="importer")
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    imported = mcp_call("import_phrases", gov.raw, {"format": "json", "content": rows})
+    assert imported.error is None and imported.data["imported"] == 200, imported
 
 
 def test_a_nul_in_an_argument_name_is_refused():
