@@ -88,6 +88,26 @@ def _failure_buckets(request, raw_key: str | None) -> list[str]:
     return buckets
 
 
+def authentication_fail(request, message: str, buckets: list[str]):
+    """Count the failure in each bucket; 429 once any is over the limit (``auth_failures``), else 401."""
+    limit, period = _failure_limit()
+    over = False
+    for bucket in buckets:
+        if cache.add(bucket, 1, period):
+            count = 1
+        else:
+            try:
+                count = cache.incr(bucket)
+            except ValueError:
+                cache.set(bucket, 1, period)
+                count = 1
+        over = over or count > limit
+    logger.info("failed API authentication from %s", client_ip(request))
+    if over:
+        raise exceptions.Throttled(wait=period, detail="Too many failed authentications; wait and retry.")
+    raise exceptions.AuthenticationFailed(message)
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -112,22 +132,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
     def _fail(self, request, raw_key: str | None, message: str):
         """Count the failure per address and per presented prefix; 429 once either is over the limit."""
-        limit, period = _failure_limit()
-        over = False
-        for bucket in _failure_buckets(request, raw_key):
-            if cache.add(bucket, 1, period):
-                count = 1
-            else:
-                try:
-                    count = cache.incr(bucket)
-                except ValueError:
-                    cache.set(bucket, 1, period)
-                    count = 1
-            over = over or count > limit
-        logger.info("failed API authentication from %s", client_ip(request))
-        if over:
-            raise exceptions.Throttled(wait=period, detail="Too many failed authentications; wait and retry.")
-        raise exceptions.AuthenticationFailed(message)
+        authentication_fail(request, message, _failure_buckets(request, raw_key))
 
     def authenticate_header(self, request):
         return self.keyword
@@ -166,7 +171,15 @@ def verified_keys_forget() -> None:
 
 class ReviewerTokenAuthentication(authentication.TokenAuthentication):
     """A human reviewer's personal token: ``Authorization: Token <key>`` (DRF's token, one per user, revocable
-    and listed in the admin). The request sees the reviewer's tenants; decisions record the user."""
+    and listed in the admin). The request sees the reviewer's tenants; decisions record the user. A wrong token
+    counts against the client address's failed-authentication budget, as a wrong agent key does (a token has no
+    prefix to count apart: one client's guesses never lock out another's)."""
+
+    def authenticate(self, request):
+        try:
+            return super().authenticate(request)
+        except exceptions.AuthenticationFailed as exc:
+            authentication_fail(request, str(exc.detail), [f"auth-fail:ip:{client_ip(request)}"])
 
     def authenticate_credentials(self, key):
         user, token = super().authenticate_credentials(key)

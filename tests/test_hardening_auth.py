@@ -38,6 +38,29 @@ def test_bad_keys_from_an_address_never_lock_out_a_valid_key(client, catalogue, 
     assert _post(client, good, REMOTE_ADDR="203.0.113.7").status_code == 200  # the same address, a valid key
 
 
+def test_wrong_reviewer_tokens_count_against_the_address_as_wrong_keys_do(client, catalogue, settings):
+    from rest_framework.authtoken.models import Token
+
+    from tests.conftest import reviewer_user
+
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"auth_failures": "5/min"}}
+    token = Token.objects.create(user=reviewer_user("rita", "view_learningcandidate", "review_learningcandidate"))
+
+    def get(key, address):  # a decision on a candidate that does not exist: 404 once authenticated
+        return client.post(
+            "/api/v1/learning/candidates/999/approve",
+            {},
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Token {key}",
+            REMOTE_ADDR=address,
+        )
+
+    codes = [get(f"{i:040x}", "203.0.113.7").status_code for i in range(8)]
+    assert codes[:5] == [401] * 5 and set(codes[5:]) == {429}
+    assert get(token.key, "203.0.113.7").status_code == 404  # a valid token is never refused because others failed
+    assert get(f"{99:040x}", "192.0.2.1").status_code == 401  # another address has its own budget
+
+
 def test_failures_are_also_limited_per_presented_prefix(client, catalogue, settings):
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"auth_failures": "5/min"}}
     api = make_client(["resolve"], name="target")
