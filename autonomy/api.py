@@ -19,6 +19,7 @@ from autonomy.serializers import (
     TransitionSerializer,
 )
 from common.api import ApplicationError
+from common.fields import NoQuerySerializer
 from common.schema import ERROR_RESPONSES, ErrorSerializer
 
 _ERRORS = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
@@ -30,6 +31,7 @@ class ActionListApi(TenantApiView):
 
     @extend_schema(responses={200: ActionSerializer(many=True), **_ERRORS}, summary="The action catalogue and autonomy levels")
     def get(self, request):
+        NoQuerySerializer.check(request)
         return Response(ActionSerializer(action_list(), many=True).data)
 
 

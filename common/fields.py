@@ -89,6 +89,14 @@ class StrictQuerySerializer(StrictSerializer):
         return super().to_internal_value(data)
 
 
+class NoQuerySerializer(StrictQuerySerializer):
+    """An endpoint that takes no query parameters: any given is refused (400 naming it), never ignored."""
+
+    @classmethod
+    def check(cls, request) -> None:
+        cls(data=request.query_params).is_valid(raise_exception=True)
+
+
 class NumberField(serializers.FloatField):
     """A finite number; booleans are not numbers (``false`` is refused, not stored as 0.0).
 

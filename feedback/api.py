@@ -7,6 +7,7 @@ from rest_framework.response import Response
 
 from agents.api import TenantApiView
 from agents.authentication import ScopePermission
+from common.fields import NoQuerySerializer
 from common.schema import ERROR_RESPONSES, ErrorSerializer
 from feedback import selectors, serializers
 from feedback.models import PatternStatus, ProposalStatus, ReviewOutcome
@@ -95,6 +96,7 @@ class ProposalDetailApi(AgentApi):
         parameters=[_ID], responses={200: serializers.ProposalSerializer, **_OUT_ERRORS}, summary="One of your proposals"
     )
     def get(self, request, pk):
+        NoQuerySerializer.check(request)
         return Response(serializers.ProposalSerializer(selectors.proposal_get(agent=request.user, pk=pk)).data)
 
 
@@ -183,6 +185,7 @@ class ExecutionDetailApi(AgentApi):
         parameters=[_ID], responses={200: serializers.ExecutionSerializer, **_OUT_ERRORS}, summary="One of your executions"
     )
     def get(self, request, pk):
+        NoQuerySerializer.check(request)
         return Response(serializers.ExecutionSerializer(selectors.execution_get(agent=request.user, pk=pk)).data)
 
 

@@ -210,6 +210,13 @@ def test_unknown_body_fields_are_refused_naming_them(gov_api, catalogue, path, b
 def test_unknown_query_parameters_are_refused(gov_api, catalogue):
     _assert_refused(gov_api.get("/api/v1/proposals", {"stauts": "pending"}))
     _assert_refused(gov_api.get("/api/v1/learning/candidates", {"limt": "5"}))
+    # endpoints that take no query parameters refuse any, too
+    refused = gov_api.get("/api/v1/actions", {"confidence": "nan"})
+    _assert_refused(refused)
+    assert "confidence" in refused.json()["fields"]
+    _assert_refused(gov_api.get("/api/v1/proposals/1", {"verbose": "1"}))
+    _assert_refused(gov_api.get("/api/v1/executions/1", {"verbose": "1"}))
+    assert gov_api.get("/api/v1/actions").status_code == 200
 
 
 def test_schema_closes_request_bodies(gov_api):
