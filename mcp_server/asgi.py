@@ -14,12 +14,18 @@ Before a request reaches the SDK: the Host (and any Origin) must pass Django's `
 every Django request must (the DNS-rebinding guard), any method but POST is answered 405 (stateless
 JSON answers: no GET event stream, no session to DELETE), a request without ``Authorization: Bearer``
 is answered 401 with ``WWW-Authenticate: Bearer``, and a body that is not ``application/json`` 415 with a
-JSON-RPC error (the SDK's own check would answer it in plain text). The key itself is checked per call, by REST's code.
+JSON-RPC error (the SDK's own check would answer it in plain text). Then the body is read (up to
+``MCP_MAX_BODY_BYTES``; a larger one goes on to the SDK, which answers 413) and must be one JSON-RPC
+message (``mcp_server.jsonrpc``), else 400 with a JSON-RPC error as stdio answers a line: -32700 for
+what is not JSON, -32600 for a batch or an object that is no message, -32602 naming the member for a
+``tools/call`` whose ``name`` or ``arguments`` has the wrong type (the SDK would answer its own
+validation text, or "Invalid request parameters"). The key itself is checked per call, by REST's code.
 """
 
 import contextlib
 import json
 import logging
+from collections import deque
 from urllib.parse import urlsplit
 
 import mcp_types as types
@@ -27,6 +33,7 @@ from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 
+from mcp_server.jsonrpc import body_problem
 from mcp_server.server import build_server, http_key
 
 logger = logging.getLogger(__name__)
@@ -51,12 +58,44 @@ async def _answer(send, status: int, detail: str, code: str, extra_headers: list
     await send({"type": "http.response.body", "body": body})
 
 
-async def _rpc_error(send, status: int, message: str) -> None:
-    """A JSON-RPC error about the request as a whole (``id`` null), as the SDK answers what it cannot read."""
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": types.INVALID_REQUEST, "message": message}}).encode()
+async def _rpc_error(send, status: int, message: str | types.JSONRPCError) -> None:
+    """A JSON-RPC error: ``message`` about the request as a whole (-32600, ``id`` null), or the error given."""
+    if isinstance(message, str):
+        message = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(code=types.INVALID_REQUEST, message=message))
+    body = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(scope, receive, limit: int):
+    """``(body, receive)``: the request body and a ``receive`` that gives it to the SDK again.
+
+    The body is None when it is larger than ``limit`` (declared or sent) or the client left before
+    sending it all; what was read is then replayed as it came, and the SDK answers as it always did.
+    """
+    declared = dict(scope.get("headers", [])).get(b"content-length", b"")
+    messages = deque()
+    body = None
+    if not (declared.isdigit() and int(declared) > limit):
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > limit:
+                break
+            if not message.get("more_body", False):
+                body = b"".join(m.get("body", b"") for m in messages)
+                messages = deque([{"type": "http.request", "body": body, "more_body": False}])
+                break
+
+    async def replay():
+        return messages.popleft() if messages else await receive()
+
+    return body, replay
 
 
 class McpRouter:
@@ -134,6 +173,10 @@ class McpRouter:
             await _answer(
                 send, 503, "The MCP endpoint needs the ASGI lifespan: run the server with --lifespan on.", "mcp_not_started"
             )
+            return
+        body, receive = await _read_body(scope, receive, self.manager.max_request_body_size)
+        if body is not None and (problem := body_problem(body)):
+            await _rpc_error(send, 400, problem)
             return
         await self.mcp_app(scope, receive, send)
 

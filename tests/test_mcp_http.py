@@ -232,6 +232,52 @@ def test_http_a_body_that_is_not_json_is_a_json_rpc_error_and_the_server_goes_on
     assert listed.status_code == 200 and listed.json()["result"]["tools"]
 
 
+def test_http_a_body_that_is_not_one_message_is_a_clean_json_rpc_error(base_url):
+    """A batch or an object that is no message got the SDK's validation text (-32602); stdio's answer instead."""
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    _, raw = new_key()
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+        "Authorization": f"Bearer {raw}",
+    }
+
+    def post(body: str):
+        return requests.post(f"{base_url}/mcp", data=body.encode(), headers=headers, timeout=30)
+
+    def call(name, arguments, id_=1):
+        return json.dumps({"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
+
+    one = "The body must be a single JSON-RPC message object"
+    refused = [
+        ('[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]', None, -32600, one),
+        ('{"id": 6}', 6, -32600, one),
+        ('{"jsonrpc": "1.0", "id": "seven", "method": "ping"}', "seven", -32600, one),
+        ('{"jsonrpc": "2.0", "id": [8], "method": "ping"}', None, -32600, one),
+        ('{"jsonrpc": "2.0", "id": 18, "error": {"code": "x"}}', 18, -32600, one),
+        ('{"jsonrpc": "2.0", "id": 9, "method": "ping", "params": []}', 9, -32602, "params must be an object"),
+        ('{"jsonrpc": "2.0", "id": 4, "method": ', None, -32700, "Parse error"),
+        (call("resolve", "list all cbus", 10), 10, -32602, "params.arguments must be an object"),
+        (call("resolve", ["list all cbus"], 11), 11, -32602, "params.arguments must be an object"),
+        (call(12, {"text": "x"}, 12), 12, -32602, "params.name must be a string"),
+        ('{"jsonrpc": "2.0", "id": 13, "method": "tools/call"}', 13, -32602, "params must be an object"),
+    ]
+    for body, id_, code, message in refused:
+        answer = post(body)
+        assert answer.status_code == 400 and answer.headers["Content-Type"] == "application/json", (body, answer.text)
+        assert answer.json() == {"jsonrpc": "2.0", "id": id_, "error": {"code": code, "message": message}}, body
+
+    resolved = post(call("resolve", {"text": "list all cbus", "user_id": "alice"}, 14))
+    assert resolved.status_code == 200 and resolved.json()["id"] == 14, resolved.text
+    result = resolved.json()["result"]
+    assert result["isError"] is False and result["structuredContent"]["candidates"][0]["verb"] == "cbu.list", resolved.text
+    assert post(call("resolve", None, 15)).json()["result"]["isError"] is True  # no arguments: the tool names the field
+    assert post('{"jsonrpc": "2.0", "id": 16, "method": "ping"}').json() == {"jsonrpc": "2.0", "id": 16, "result": {}}
+    assert post('{"jsonrpc": "2.0", "method": "notifications/initialized"}').status_code == 202
+    assert post('{"jsonrpc": "2.0", "id": 17, "result": {}}').status_code == 202  # a response passes through
+
+
 def test_http_resources_are_listed_by_scope(base_url):
     _, feedback_only = new_key([Scope.FEEDBACK.value], name="writer")
     _, resolver = new_key([Scope.RESOLVE.value], name="reader")

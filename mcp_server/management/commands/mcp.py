@@ -16,7 +16,6 @@ import os
 import sys
 
 import anyio
-import mcp_types as types
 import uvicorn
 from django.core.management.base import BaseCommand, CommandError
 from mcp import MCPError
@@ -24,6 +23,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from mcp_server.jsonrpc import not_one_message, parse_error
 from mcp_server.server import authenticate, build_server, fixed_key
 from tenants.context import tenant_request
 
@@ -45,12 +45,7 @@ def stdout_to_stderr():
 def unreadable_answer(exc: Exception) -> SessionMessage:
     """The JSON-RPC error for a line that is no message: -32700 if not JSON, else -32600; id null."""
     not_json = isinstance(exc, ValidationError) and all(e["type"] == "json_invalid" for e in exc.errors())
-    error = (
-        types.ErrorData(code=types.PARSE_ERROR, message="Parse error")
-        if not_json
-        else types.ErrorData(code=types.INVALID_REQUEST, message="A line must be a single JSON-RPC message object")
-    )
-    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=error))
+    return SessionMessage(parse_error() if not_json else not_one_message("A line"))
 
 
 async def serve_stdio(raw_key: str) -> None:
