@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from actions.models import Action
 from agents.models import Agent
@@ -146,3 +146,29 @@ def test_approval_and_revert_of_one_action_at_once_never_deadlock():
     proposed.refresh_from_db()
     assert send.autonomy_level == 1 and proposed.status == "rejected"
     assert proposed.decision_notes.startswith("superseded by revert")
+
+
+def test_a_bulk_decision_over_many_transitions_and_an_emergency_stop_never_deadlock(monkeypatch):
+    """Past ``ADMIN_LOCKS_MAX`` items an admin bulk decision locks the rows themselves before deciding: the actions
+    first, then their transitions, as the decision and the stop do."""
+    from review import services as review_services
+
+    monkeypatch.setattr(review_services, "ADMIN_LOCKS_MAX", 0)  # any selection takes the row-lock path
+    send, proposed = _proposed_promotion(2)
+    approver = reviewer_user("rita", "approve_autonomytransition")
+    stopper = reviewer_user("sam", "approve_autonomytransition")
+
+    def bulk_approve():
+        with transaction.atomic():  # as the admin's bulk action: hold the selection, then decide each item
+            assert review_services.items_hold_for_admin(kind="transition", ids=[proposed.pk], user=approver) == []
+            return autonomy_transition_approve(transition=proposed.pk, user=approver) and "applied"
+
+    bulk = _Racer(bulk_approve)
+    stop = _Racer(lambda: action_autonomy_stop(action=send.pk, user=stopper, reason="wrong people") and "stopped")
+    race(bulk, stop)
+
+    assert (bulk.error, stop.error) == (None, None)
+    assert (bulk.outcome, stop.outcome) == ("applied", "stopped")
+    send.refresh_from_db()
+    assert send.autonomy_level == 1
+    assert list(send.history.order_by("history_id").values_list("autonomy_level", flat=True))[-2:] == [3, 1]
