@@ -225,6 +225,9 @@ def test_stdio_answers_unreadable_lines_and_throttles_a_busy_key():
         assert server.request(1, "initialize", init)["result"]["serverInfo"]["name"] == "agent-learning-governance"
         server.proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
         calls = [server.request(i, "tools/call", {"name": "resolve", "arguments": {"text": "x"}}) for i in (2, 3, 4)]
+        for params, member in (({"name": "resolve", "arguments": "x"}, "arguments"), ({"name": 7, "arguments": {}}, "name")):
+            answer = server.request(9, "tools/call", params)  # answered as HTTP answers it, naming the member
+            assert answer["id"] == 9 and answer["error"]["code"] == -32602 and member in answer["error"]["message"], answer
         assert [("result" in c) for c in calls] == [True, True, False], calls
         assert calls[2]["error"]["code"] == -32011 and calls[2]["error"]["data"]["wait"] > 0
         assert server.request(5, "ping") == {"jsonrpc": "2.0", "id": 5, "result": {}}  # the session went on

@@ -23,7 +23,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from mcp_server.jsonrpc import not_one_message, parse_error
+from mcp_server.jsonrpc import message_problem, not_one_message, parse_error
 from mcp_server.server import authenticate, build_server, fixed_key
 from tenants.context import tenant_request
 
@@ -59,6 +59,10 @@ async def serve_stdio(raw_key: str) -> None:
                 async for item in read_stream:
                     if isinstance(item, Exception):
                         await write_stream.send(unreadable_answer(item))
+                    elif problem := message_problem(
+                        item.message.model_dump(by_alias=True, mode="json", exclude_unset=True), "A line"
+                    ):
+                        await write_stream.send(SessionMessage(problem))  # a tools/call with a mistyped member, as HTTP
                     else:
                         await messages_writer.send(item)
 
