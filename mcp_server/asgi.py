@@ -69,15 +69,16 @@ async def _rpc_error(send, status: int, message: str | types.JSONRPCError) -> No
 
 
 async def _read_body(scope, receive, limit: int):
-    """``(body, receive)``: the request body and a ``receive`` that gives it to the SDK again.
+    """``(body, receive, too_large)``: the request body and a ``receive`` that gives it to the SDK again.
 
-    The body is None when it is larger than ``limit`` (declared or sent) or the client left before
-    sending it all; what was read is then replayed as it came, and the SDK answers as it always did.
+    The body is None when it is larger than ``limit`` (declared or sent: ``too_large``) or the client left
+    before sending it all; what was read is then replayed as it came.
     """
     declared = dict(scope.get("headers", [])).get(b"content-length", b"")
     messages = deque()
     body = None
-    if not (declared.isdigit() and int(declared) > limit):
+    too_large = declared.isdigit() and int(declared) > limit
+    if not too_large:
         size = 0
         while True:
             message = await receive()
@@ -86,6 +87,7 @@ async def _read_body(scope, receive, limit: int):
                 break
             size += len(message.get("body", b""))
             if size > limit:
+                too_large = True
                 break
             if not message.get("more_body", False):
                 body = b"".join(m.get("body", b"") for m in messages)
@@ -95,7 +97,7 @@ async def _read_body(scope, receive, limit: int):
     async def replay():
         return messages.popleft() if messages else await receive()
 
-    return body, replay
+    return body, replay, too_large
 
 
 class McpRouter:
@@ -174,7 +176,11 @@ class McpRouter:
                 send, 503, "The MCP endpoint needs the ASGI lifespan: run the server with --lifespan on.", "mcp_not_started"
             )
             return
-        body, receive = await _read_body(scope, receive, self.manager.max_request_body_size)
+        limit = self.manager.max_request_body_size
+        body, receive, too_large = await _read_body(scope, receive, limit)
+        if too_large:  # the SDK answers this in plain text: a JSON-RPC error instead, as for the other refusals
+            await _rpc_error(send, 413, f"Payload Too Large: the body is larger than {limit} bytes")
+            return
         if body is not None and (problem := body_problem(body)):
             await _rpc_error(send, 400, problem)
             return

@@ -232,6 +232,22 @@ def test_http_a_body_that_is_not_json_is_a_json_rpc_error_and_the_server_goes_on
     assert listed.status_code == 200 and listed.json()["result"]["tools"]
 
 
+def test_http_a_body_over_the_limit_is_a_json_rpc_413(base_url, settings):
+    _, raw = new_key()
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {raw}",
+    }
+    big = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping", "params": {"x": "a" * (settings.MCP_MAX_BODY_BYTES + 1)}})
+    answer = requests.post(f"{base_url}/mcp", data=big.encode(), headers=headers, timeout=60)
+    assert answer.status_code == 413 and answer.headers["Content-Type"] == "application/json"
+    body = answer.json()
+    assert body["id"] is None and body["error"]["code"] == -32600 and "larger than" in body["error"]["message"]
+    ping = requests.post(f"{base_url}/mcp", data=b'{"jsonrpc": "2.0", "id": 4, "method": "ping"}', headers=headers, timeout=30)
+    assert ping.status_code == 200 and ping.json()["id"] == 4  # the server goes on
+
+
 def test_http_a_body_that_is_not_one_message_is_a_clean_json_rpc_error(base_url):
     """A batch or an object that is no message got the SDK's validation text (-32602); stdio's answer instead."""
     verb_catalogue_load(entries=CBU_CATALOGUE)
