@@ -251,7 +251,8 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 
 
 class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
-    """Requests per API key (``API_KEY_RATE``, e.g. ``1200/min``; empty: no limit); 429 with Retry-After past it."""
+    """Requests per API key (``API_KEY_RATE``, e.g. ``1200/min``; empty: no limit), and per reviewer token at the same
+    rate; 429 with Retry-After past it."""
 
     scope = "api_key"
 
@@ -259,6 +260,8 @@ class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
         return settings.API_KEY_RATE or None
 
     def get_cache_key(self, request, view):
+        if isinstance(request.auth, Token):
+            return self.cache_format % {"scope": "reviewer_token", "ident": request.auth.user_id}
         if not isinstance(request.auth, ApiKey):
             return None  # unauthenticated requests are refused (or counted as failures) before this
         return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}

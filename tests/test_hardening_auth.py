@@ -61,6 +61,28 @@ def test_wrong_reviewer_tokens_count_against_the_address_as_wrong_keys_do(client
     assert get(f"{99:040x}", "192.0.2.1").status_code == 401  # another address has its own budget
 
 
+def test_a_reviewer_token_has_the_request_rate_of_a_key(client, catalogue, settings):
+    from rest_framework.authtoken.models import Token
+
+    from tests.conftest import reviewer_user
+
+    settings.API_KEY_RATE = "3/min"
+    rita = Token.objects.create(user=reviewer_user("rita", "view_learningcandidate", "review_learningcandidate"))
+    sam = Token.objects.create(user=reviewer_user("sam", "view_learningcandidate", "review_learningcandidate"))
+
+    def post(token):
+        return client.post(
+            "/api/v1/learning/candidates/999/approve",
+            {},
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Token {token.key}",
+        )
+
+    codes = [post(rita).status_code for _ in range(4)]
+    assert codes == [404, 404, 404, 429]
+    assert post(sam).status_code == 404  # per reviewer
+
+
 def test_failures_are_also_limited_per_presented_prefix(client, catalogue, settings):
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"auth_failures": "5/min"}}
     api = make_client(["resolve"], name="target")
