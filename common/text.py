@@ -38,7 +38,7 @@ def normalize_phrase(text: str) -> str:
 
 
 def text_hash(text: str) -> str:
-    """SHA-256 of the text a vector was computed from (hex)."""
+    """The sha256 hex digest of the text a vector was computed from."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
