@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from agents.models import Scope
+from agents.models import Agent, Scope
 from agents.services import agent_key_create
 from common.text import text_hash
 from embeddings.embedders import EmbeddingError, get_embedder, set_embedder
@@ -79,6 +79,12 @@ def make_client(scopes, name="agent-a", tenant=None):
 def api(db):
     """An agent key with the default scopes (resolve, feedback)."""
     return make_client([Scope.RESOLVE, Scope.FEEDBACK])
+
+
+@pytest.fixture
+def agent(db):
+    """An agent without a key, for services called directly."""
+    return Agent.objects.create(name="mailer")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ import pytest
 from django.contrib.auth.models import User
 
 from actions.models import Action, AutonomyLevel
-from agents.models import Agent
 from autonomy.models import Episode
 from autonomy.services import autonomy_cycle_run
 from feedback.models import CorrectionRule, FeedbackRecord, MistakePattern, Proposal
@@ -20,11 +19,6 @@ def admin_client(client):
     client.force_login(user)
     client.user = user
     return client
-
-
-@pytest.fixture
-def agent(db):
-    return Agent.objects.create(name="mailer")
 
 
 def propose(agent, **action):

@@ -36,11 +36,6 @@ from tests.conftest import REVIEWER, make_proposal, reject_n, reviewer_user
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def agent(db):
-    return Agent.objects.create(name="mailer")
-
-
 def execution(agent, action="email.send"):
     Action.objects.get_or_create(name=action, defaults={"autonomy_level": AutonomyLevel.ACT_REVIEWED})
     return execution_create(agent=agent, action=action, params={"to": "x"}, reasoning={"confidence": 0.8}, success=True)

@@ -116,11 +116,6 @@ def test_backfill_refuses_a_batch_size_beyond_its_bound(db):
         call_command("backfill_embeddings", "--batch-size", str(10**20), "--no-progress", stdout=StringIO())
 
 
-@pytest.fixture
-def agent(db):
-    return Agent.objects.create(name="mailer")
-
-
 def test_a_mistake_category_with_invisible_characters_is_the_visible_one(agent):
     reject_n(agent, 2, category="wrong_recipient")
     reject_n(agent, 1, category="wrong_recipient\u200b")

@@ -321,6 +321,7 @@ def _cmd(names: str) -> str:
 
 _CLI_WORD = r"(?:'(?P<sq>[^'\n]{1,200})'|\"(?P<dq>[^\"\n]{1,200})\"|(?P<bare>[^\s'\"`]+))"
 _MYSQL = r"mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mysqlpump|mysqlsh|mariadb(?:-[a-z]+)?"
+_SSHPASS_RUNS = r"(?:ssh|scp|sftp|rsync|ssh-copy-id|lftp|git|ansible(?:-playbook)?)"
 _LOGIN = r"(?:docker|podman|buildah|skopeo|nerdctl|oras|cf|oc|(?:helm|regctl)\s+registry)\s+login"
 _PASSWORD_FLAG = r"--(?:[a-z0-9]+-)*(?:password|passwd|passphrase|pass|pwd)"
 _TOKEN_FLAG = (
@@ -355,6 +356,14 @@ _COMMAND_LINE: list[tuple[str, str, str, re.Pattern]] = [
     # sshpass -p<password> / -p <password>
     ("command_line_password", "attached", "", re.compile(_cmd("sshpass") + r"-p" + _CLI_WORD)),
     ("command_line_password", "spaced", "", re.compile(_cmd("sshpass") + r"-p\s+" + _CLI_WORD)),
+    # ... and a plain word there when what follows is the command sshpass runs, another flag or the end of the line:
+    # "sshpass -p secret ssh host" (in prose, "sshpass -p secret only in the lab", a word stays a word)
+    (
+        "command_line_password",
+        "command",
+        "",
+        re.compile(_cmd("sshpass") + r"-p\s+" + _CLI_WORD + r"(?=\s+(?:-|" + _SSHPASS_RUNS + r"(?![\w\-]))|\s*(?:[`\n]|$))"),
+    ),
     # openssl -pass pass:<password>, -passin / -passout pass:<password>
     ("command_line_password", "attached", "", re.compile(r"(?<![\w\-])-pass(?:in|out)?\s+pass:" + _CLI_WORD)),
     # keytool / jarsigner -storepass <password>, -keypass <password>
@@ -388,6 +397,7 @@ _GENERIC_CREDENTIAL_WORDS = {
     "password", "passwd", "pass", "pwd", "pw", "passphrase", "secret", "token", "key", "apikey", "api_key",
     "user", "username", "name", "login", "pin",
 }  # fmt: skip
+_PASSWORD_NAMES = {"password", "passwd", "pass", "passphrase", "pwd"}  # "sshpass -p password ssh host": a template
 _PLAIN_WORD = re.compile(r"[A-Za-z][a-z]*(?:[-'][a-z]+)*")
 _PATH_LIKE = re.compile(r"^(?:~|\.{1,2}/|/)|\.(?:pem|key|json|txt|crt|p12|pfx|jks|env|ya?ml)$", re.IGNORECASE)
 
@@ -404,7 +414,10 @@ def command_line_value_is_secret(mode: str, value: str, quoted: bool = False) ->
         if re.search(r"=[^=]", value):
             return False  # a spec ("--secret id=npmrc,src=.npmrc")
         return _value_is_secret("token", value, quoted)
-    if mode == "spaced" and not quoted and (_PLAIN_WORD.fullmatch(value) or value.lower() in _PROSE_NOT_A_SECRET):
+    if mode == "command" and not quoted and _PLAIN_WORD.fullmatch(value):
+        # the pattern saw a command line around it: a plain word is the password unless it names the field
+        return len(value) >= 4 and value.lower() not in _PASSWORD_NAMES | _STOPWORDS
+    if mode in ("spaced", "command") and not quoted and (_PLAIN_WORD.fullmatch(value) or value.lower() in _PROSE_NOT_A_SECRET):
         return False  # "the -p flag", "--password option", "-a takes the password"
     if value.lower() in _GENERIC_CREDENTIAL_WORDS:
         return False
@@ -436,6 +449,8 @@ def prose_credential_is_secret(value: str, pair: bool, user: str | None = None) 
     value = value.rstrip(".,;:!?)")
     if len(value) < 4 or value.startswith("/") or _is_placeholder(value) or _VERSION.match(value):
         return False
+    if pair and user is not None and user.lower() == value.lower() and value.lower() not in _GENERIC_CREDENTIAL_WORDS:
+        return True  # "the default login is admin/admin", "guest/guest": a login that works, however well known
     if _PLAIN_WORD.fullmatch(value) or value.lower() in _GENERIC_CREDENTIAL_WORDS or value.lower().startswith("1password"):
         return False
     if re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+", value):
