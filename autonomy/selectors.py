@@ -2,7 +2,7 @@
 
 from django.conf import settings
 
-from actions.models import AutonomyLevel
+from actions.models import Action, AutonomyLevel
 from actions.selectors import action_get
 from agents.models import Agent
 from autonomy.calibration import clamp
@@ -120,6 +120,15 @@ def transitions_waiting():
 
 def transitions_by_ids(ids: list[int]):
     return AutonomyTransition.objects.filter(pk__in=ids).select_related("action", "decided_by")
+
+
+def transitions_waiting_lock(*, ids: list[int]) -> None:
+    """Lock the waiting transitions among ``ids`` in the caller's transaction, in the order every decision, emergency
+    stop and revert takes: their actions first, then the transitions, each in key order (no lock cycle)."""
+    waiting = transitions_waiting().filter(pk__in=ids)
+    action_ids = sorted(set(waiting.values_list("action_id", flat=True)))
+    list(Action.objects.filter(pk__in=action_ids).order_by("pk").select_for_update().values_list("pk"))
+    list(waiting.order_by("pk").select_for_update().values_list("pk"))
 
 
 def waiting_transition(*, action_id: int) -> AutonomyTransition | None:

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from actions.models import Action
+from autonomy.selectors import transitions_waiting_lock
 from autonomy.services import action_autonomy_revert, autonomy_transition_approve, autonomy_transition_reject
 from common.api import ApplicationError, Conflict, Forbidden, NotFound
 from feedback.delta import json_delta
@@ -228,11 +228,10 @@ def items_hold_for_admin(*, kind: str, ids: list[int], user) -> list[Claim]:
     else:  # a "select all" over thousands would exhaust PostgreSQL's lock table: lock the rows (a lock in each row)
         # instead, so an inbox decision of one of them waits for this one, and one it took first drops out of
         # what waits here rather than being logged twice
-        waiting = selectors.kind_spec(kind).waiting().filter(pk__in=ids)
         if kind == Kind.TRANSITION:  # the actions first, in one order, as the decision and an emergency stop lock them
-            action_ids = sorted(set(waiting.values_list("action_id", flat=True)))
-            list(Action.objects.filter(pk__in=action_ids).order_by("pk").select_for_update().values_list("pk"))
-        list(waiting.order_by("pk").select_for_update().values_list("pk"))
+            transitions_waiting_lock(ids=ids)
+        else:
+            list(selectors.kind_spec(kind).waiting().filter(pk__in=ids).order_by("pk").select_for_update().values_list("pk"))
     return list(
         Claim.objects.filter(kind=kind, object_id__in=ids, expires_at__gt=timezone.now())
         .exclude(user=user)

@@ -26,11 +26,6 @@ from tests.conftest import reject_n, reviewer_user
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def agent(db):
-    return Agent.objects.create(name="mailer")
-
-
 def expire(rule, at=None) -> None:
     """The rule's expiry passes (at ``at``, or just now) and the expiry job marks it expired."""
     CorrectionRule.objects.filter(pk=rule.pk).update(expires_at=at or timezone.now())
@@ -187,6 +182,24 @@ def test_autonomy_cycles_renew_an_expired_rule(agent, cycle):
     reject_n(agent, 5)
     run()
     second = CorrectionRule.objects.exclude(pk=first.pk).get()
+    assert second.status == "active" and second.pattern_id == first.pattern_id
+    assert MistakePattern.objects.get().status == "mitigated"
+
+
+@pytest.mark.parametrize("cycle", ["per_agent", "set_based"])
+def test_one_cycle_renews_a_rule_whose_expiry_passed_before_anything_marked_it(agent, cycle):
+    reject_n(agent, 3)
+    autonomy_cycle_run(agent_id=agent.pk)
+    (first,) = CorrectionRule.objects.all()
+    CorrectionRule.objects.filter(pk=first.pk).update(expires_at=timezone.now())  # past, still "active"
+    reject_n(agent, 5)  # the mistake recurs after the expiry
+    if cycle == "per_agent":
+        autonomy_cycle_run(agent_id=agent.pk)
+    else:
+        autonomy_cycles_run(agent_ids=[agent.pk])
+    first.refresh_from_db()
+    assert first.status == "expired"
+    second = CorrectionRule.objects.exclude(pk=first.pk).get()  # in the same cycle, not the next one
     assert second.status == "active" and second.pattern_id == first.pattern_id
     assert MistakePattern.objects.get().status == "mitigated"
 

@@ -67,6 +67,7 @@ def _cycle_set_steps(*, agent_ids: list[int], trigger: str, force_autonomy: bool
     logs = {a: EpisodeLog(by_agent[a], seq=0) for a in agent_ids}
     summaries: dict[int, dict] = {a: {} for a in agent_ids}
     try:
+        expired = correction_rules_expire_for_agents(agent_ids=agent_ids)  # first, as the single-agent cycle does
         detection = mistake_patterns_detect_for_agents(agent_ids=agent_ids)
         changed: dict[int, list] = {}
         for p in patterns_by_ids(ids=[pk for r in detection.values() for pk in r.pattern_ids]):
@@ -77,7 +78,6 @@ def _cycle_set_steps(*, agent_ids: list[int], trigger: str, force_autonomy: bool
             )
 
         rules = correction_rules_create_for_agents(agent_ids=agent_ids)
-        expired = correction_rules_expire_for_agents(agent_ids=agent_ids)
         for a in agent_ids:
             rules_log(log=logs[a], summary=summaries[a], rules=rules.get(a, []), expired=expired.get(a, 0))
 

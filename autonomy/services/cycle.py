@@ -114,10 +114,13 @@ def _autonomy_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool) 
     log = EpisodeLog(episode, seq=0)
     summary: dict = {}
     try:
+        # rules past their expiry first: a mistake that recurred after one reopens its pattern, and gets a new rule,
+        # in this cycle
+        expired = correction_rules_expire(agent_id=agent_id)
         detection = mistake_patterns_detect(agent_id=agent_id)
         detection_log(log=log, summary=summary, detection=detection, changed=patterns_by_ids(ids=detection.pattern_ids))
         rules = correction_rules_create(agent_id=agent_id)
-        rules_log(log=log, summary=summary, rules=rules, expired=correction_rules_expire(agent_id=agent_id))
+        rules_log(log=log, summary=summary, rules=rules, expired=expired)
         log.flush()
         calibration_log(log=log, summary=summary, records=calibration_compute(agent_id=agent_id, episode=episode))
         due = force_autonomy or Action.objects.filter(_evaluation_due_q(timezone.now())).exists()
