@@ -4,10 +4,13 @@ A NUL byte or a lone surrogate in the path, a query parameter, or the name or va
 form-encoded or multipart POST outside ``/api/`` and ``/mcp``) is refused with 400 (in the API's error shape
 under ``/api/``) before any view, form or query sees it: PostgreSQL cannot store or compare them. JSON bodies
 are the API parser's (``common.parsers``). A date part in a query parameter (``created_at__year=99999999``, which
-the admin's date filters take) must be a date Python can hold: Django would fail on it while building the query.
+the admin's date filters take) must be a date Python can hold, and its next year, month or day too: Django would
+fail on it while building the query. A day must exist in its month.
 The rows an admin action is asked to run on (``_selected_action``) must be ids, whole numbers a key can hold (every
 model's key here is one): Django's own admin fails on any other while filtering the selection.
 """
+
+from datetime import date
 
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.http import HttpResponseBadRequest, JsonResponse
@@ -15,7 +18,8 @@ from django.http import HttpResponseBadRequest, JsonResponse
 from common.parsers import text_problem
 
 FORM_CONTENT_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
-DATE_PART_RANGES = {"__year": (1, 9999), "__month": (1, 12), "__day": (1, 31)}
+# The admin's date hierarchy filters up to the next year, month or day, so the last year Python holds is out of reach.
+DATE_PART_RANGES = {"__year": (1, 9998), "__month": (1, 12), "__day": (1, 31)}
 NO_FORM_PREFIXES = ("/api/", "/mcp")
 KEY_MAX = 2**63 - 1  # PostgreSQL's bigint
 
@@ -38,7 +42,22 @@ def _problem(request) -> tuple[str, str] | None:
     problem = text_problem(request.path)
     if problem:
         return "path", f"The path {problem}."
-    return _pairs_problem(request.GET.lists(), kind="query", noun="parameter", also=_date_part_problem)
+    return _pairs_problem(request.GET.lists(), kind="query", noun="parameter", also=_date_part_problem) or _date_problem(
+        request.GET
+    )
+
+
+def _date_problem(query) -> tuple[str, str] | None:
+    """A year, month and day (each in range) that make no date together: ``created_at__month=2&created_at__day=30``."""
+    for key in query:
+        if key.endswith("__day"):
+            field = key.removesuffix("__day")
+            year, month = query.get(f"{field}__year", "2000"), query.get(f"{field}__month", "1")
+            try:
+                date(int(year), int(month), int(query[key]))
+            except ValueError:
+                return key[:100], "Expected a day that exists in that month."
+    return None
 
 
 def _pairs_problem(lists, *, kind: str, noun: str, also=None) -> tuple[str, str] | None:

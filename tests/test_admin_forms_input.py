@@ -69,6 +69,29 @@ def test_a_date_part_no_date_can_hold_is_400_not_500(admin_client, value):
     assert admin_client.get("/admin/agents/agent/?created_at__year=2026&created_at__month=13").status_code == 400
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "decided_at__year=9999",
+        "decided_at__year=9999&decided_at__month=12",
+        "decided_at__year=9999&decided_at__month=12&decided_at__day=31",
+        "decided_at__year=2025&decided_at__month=2&decided_at__day=30",
+        "decided_at__year=2025&decided_at__month=4&decided_at__day=31",
+    ],
+)
+def test_a_date_hierarchy_past_the_calendar_is_400_not_500(admin_client, query):
+    """The date hierarchy filters up to the next year, month or day: that one must exist too."""
+    assert admin_client.get(f"/admin/review/decision/?{query}").status_code == 400
+    assert (
+        admin_client.get("/admin/review/decision/?decided_at__year=9998&decided_at__month=12&decided_at__day=31").status_code
+        == 200
+    )
+    assert (
+        admin_client.get("/admin/review/decision/?decided_at__year=2024&decided_at__month=2&decided_at__day=29").status_code
+        == 200
+    )
+
+
 @pytest.mark.parametrize("selected", ["abc", "", "1e5", "-1", "²", "9" * 20])
 @pytest.mark.parametrize(
     "url,action",
