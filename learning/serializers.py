@@ -113,7 +113,7 @@ class DisambiguationConflictSerializer(serializers.Serializer):
 # Serializers of the learning-governance API: candidates, stats, blocklist, corrections, imports.
 
 
-EXPIRY_RE = re.compile(r"^(\d{1,6})([mhdw])$")
+EXPIRY_RE = re.compile(r"^([0-9]{1,6})([mhdw])$")
 EXPIRY_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 MAX_EXPIRY = timedelta(days=3650)
 

@@ -92,6 +92,8 @@ def test_the_command_dry_run_and_task():
         call_command("archive_feedback_records", "--older-than", "10d")
     with pytest.raises(CommandError):
         call_command("archive_feedback_records", "--older-than", "soon")
+    with pytest.raises(CommandError):  # digits of another script are not read as a number of days
+        call_command("archive_feedback_records", "--older-than", "\u0663\u0660\u0660")
     FeedbackRecord.objects.update(created_at=timezone.now() - timedelta(days=settings.FEEDBACK_RECORD_RETENTION_DAYS + 1))
     assert feedback_archive_records.apply().get() == 2
     entry = settings.CELERY_BEAT_SCHEDULE["feedback-archive-records"]

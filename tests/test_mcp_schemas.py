@@ -76,6 +76,7 @@ CASES = {
         ],
         [
             {"phrase": "p", "verb": "cbu.delete", "expires_in": "30x"},
+            {"phrase": "p", "verb": "cbu.delete", "expires_in": "\u0663\u0660d"},
             {"phrase": "p", "verb": "cbu.delete", "scope": "team"},
             {"verb": "cbu.delete"},
         ],

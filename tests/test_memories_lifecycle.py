@@ -202,6 +202,8 @@ class TestCommands:
         assert set(Memory.objects.values_list("pk", flat=True)) == {young.pk, live.pk}
         with pytest.raises(CommandError):
             run("purge_deprecated_memories", "--older-than", "ninety days")
+        with pytest.raises(CommandError):
+            run("purge_deprecated_memories", "--older-than", "\u0663\u0660\u0660d")
 
     def test_periodic_purge_task(self):
         from memories.tasks import memory_purge_deprecated_task

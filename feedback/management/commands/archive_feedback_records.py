@@ -13,7 +13,7 @@ from feedback.services.retention import (
 
 
 def _days(value: str) -> int:
-    m = re.fullmatch(r"\s*(\d+)\s*d?\s*", value or "")
+    m = re.fullmatch(r"\s*([0-9]+)\s*d?\s*", value or "")
     if not m:
         raise CommandError(f"--older-than takes days, such as 180d or 180 (got {value!r}).")
     if len(m.group(1)) > 6 or int(m.group(1)) > MAX_RETENTION_DAYS:

@@ -15,7 +15,7 @@ _MIN_DAYS, _MAX_DAYS = 1, MAX_DAYS
 
 def parse_age(text: str) -> timedelta:
     """``90d``, ``12h``, ``2w``, ``30m`` or a bare number of days; 1 day to 36,500 days (100 years)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([mhdw]?)\s*", text or "")
+    m = re.fullmatch(r"\s*([0-9]+)\s*([mhdw]?)\s*", text or "")
     if not m:
         raise ValueError(f"--older-than: cannot read {text!r}; use e.g. 90d, 12h, 2w or 30m.")
     digits = m.group(1).lstrip("0") or "0"
