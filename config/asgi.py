@@ -19,3 +19,4 @@ django_application = get_asgi_application()  # sets Django up: the apps and thei
 # mcp_server imports models, so it is loaded once they are, by name (as Django loads ROOT_URLCONF or MIDDLEWARE).
 # the guard answers 400 for a charset Django would fail on before its own handlers (common/gateway.py)
 application = asgi_guard(import_string("mcp_server.asgi.with_mcp")(django_application))
+import_string("learning.preload.preload")()  # what ranking needs, loaded before the first request

@@ -27,16 +27,18 @@ import functools
 import hashlib
 import io
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import minimize
-from sklearn.feature_extraction.text import HashingVectorizer
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import StratifiedKFold
-from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
+
+# scikit-learn and SciPy are imported where they are used: importing them took about half of a process's start
+# (every management command, worker and test process), and most processes never fit or rank. Web processes import
+# them when the application loads (``learning.preload``), so no request waits for them.
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+
 
 FEATURES = (
     "top_cos",  # raw cosine of the nearest anchor of any verb: the out-of-scope guard
@@ -69,7 +71,15 @@ ALPHA = 0.5  # ranking blend: anchor weight
 # sentence embedding blurs: measured on both public data sets, the combined head ranks and separates better than
 # either part alone (docs/thresholds.md).
 LEX_FEATURES = 2**12
-_LEX = HashingVectorizer(analyzer="char_wb", ngram_range=(2, 4), n_features=LEX_FEATURES, alternate_sign=False, norm=None)
+
+
+@functools.cache
+def _lex():
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    return HashingVectorizer(analyzer="char_wb", ngram_range=(2, 4), n_features=LEX_FEATURES, alternate_sign=False, norm=None)
+
+
 FOLDS = 5
 FLOOR_SAMPLE = 2000  # anchors sampled for the floors: about 2 million pairs, enough for a 1-in-100,000 quantile
 
@@ -93,12 +103,16 @@ def _one_blas_thread(fn):
 
 def lexical(texts) -> sp.csr_matrix:
     """The lexical feature rows (n x LEX_FEATURES, sparse) of normalised texts."""
-    M = _LEX.transform(list(texts)).astype(np.float32)
+    from sklearn.preprocessing import normalize
+
+    M = _lex().transform(list(texts)).astype(np.float32)
     M.data = 1.0 + np.log(M.data)
     return normalize(M, copy=False)
 
 
 def _head_inputs(X, texts):
+    import scipy.sparse as sp
+
     X = np.asarray(X, dtype=np.float32)
     if texts is None:
         return X
@@ -126,6 +140,8 @@ def head_train(X, y, n_verbs: int, sample_weight=None, C: float = HEAD_C, warm: 
         and len(warm["classes"]) == len(classes)
         and np.array_equal(warm["classes"], classes)
     )
+    from sklearn.linear_model import LogisticRegression
+
     clf = LogisticRegression(C=C, max_iter=HEAD_MAX_ITER, tol=1e-5, warm_start=use_warm)
     if use_warm and len(classes) > 2:
         clf.coef_ = warm["W"][:, classes].T.astype(np.float64).copy()
@@ -260,6 +276,8 @@ class MonoLR:
         self.signs, self.C = np.asarray(signs), C
 
     def fit(self, Z, y):
+        from scipy.optimize import minimize
+
         Z = np.asarray(Z, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
         d = Z.shape[1]
@@ -336,6 +354,8 @@ def fit_decision(
     Probabilities for the cut are out-of-fold; the model is then refitted on everything. None with fewer than
     ``min_labels`` labels or one class only. ``max_open_rate``: the cut is also high enough that at most this share
     of the open-set rows (held out) would auto-resolve."""
+    from sklearn.model_selection import StratifiedKFold
+
     y = np.asarray(y, dtype=np.int64)
     if len(y) < min_labels or y.min() == y.max():
         return None

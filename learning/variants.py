@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from wordfreq import zipf_frequency
 
 from common.text import normalize_phrase
 
@@ -94,6 +93,8 @@ def _is_consonant_y(word: str) -> bool:
 @functools.lru_cache(maxsize=50_000)
 def word_zipf(word: str) -> float:
     """How common ``word`` is in written English (Zipf scale, 0: unknown)."""
+    from wordfreq import zipf_frequency  # here: importing it takes about a second, and most processes never ask
+
     return zipf_frequency(word, "en")
 
 

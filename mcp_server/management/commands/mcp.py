@@ -23,6 +23,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from learning.preload import preload
 from mcp_server.jsonrpc import message_problem, not_one_message, parse_error
 from mcp_server.server import authenticate, build_server, fixed_key
 from tenants.context import tenant_request
@@ -96,4 +97,5 @@ class Command(BaseCommand):
                     authenticate(f"Bearer {raw_key}", "stdio", count=False)
             except MCPError as exc:
                 raise CommandError(f"AGENT_API_KEY was refused: {exc.message}") from None
+        preload()  # what ranking needs, loaded before the first call
         anyio.run(serve_stdio, raw_key)
