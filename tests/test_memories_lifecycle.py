@@ -14,10 +14,17 @@ from django.test import override_settings
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from common.api import ApplicationError
+from common.api import ApplicationError, Conflict
 from memories.extraction import derive_topic, detect_type, extract, extract_deterministic
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval
-from memories.services import memories_embed, memory_observe, memory_retrieve, quarantine_discard, quarantine_release
+from memories.services import (
+    memories_embed,
+    memory_observe,
+    memory_promote,
+    memory_retrieve,
+    quarantine_discard,
+    quarantine_release,
+)
 from tests.conftest import LOG_LESSONS, OBSERVE, OUTCOME, RETRIEVE, SEARCH, make_memory, seed_memories
 
 
@@ -314,6 +321,26 @@ class TestAdmin:
         Memory.objects.filter(pk=m.pk).update(deprecated_at=timezone.now() - datetime.timedelta(days=2))
         admin_client.post(url, {"action": "purge_deprecated", "_selected_action": [m.pk], "days": "1"})
         assert not Memory.objects.filter(pk=m.pk).exists()
+
+    def test_a_deprecated_memory_taught_again_is_not_promoted_beside_its_live_copy(self, admin_client):
+        old = make_memory(content=LOG_LESSONS[0], status="deprecated")
+        live = make_memory(content=LOG_LESSONS[0])  # the user taught the same text again after the deprecation
+        done = admin_client.post(
+            "/admin/memories/memory/",
+            {"action": "promote", "_selected_action": [old.pk], "post": "yes", "reason": "still true"},
+            follow=True,
+        )
+        assert done.status_code == 200
+        assert "promote that one" in done.content.decode() and f"memory {live.pk}" in done.content.decode()
+        old.refresh_from_db()
+        live.refresh_from_db()
+        assert (old.status, live.status) == ("deprecated", "candidate")
+        with pytest.raises(Conflict) as refused:
+            memory_promote(memory=old, actor="admin:rev")
+        assert refused.value.extra == {"live_copy": live.pk}
+        memory_promote(memory=live, actor="admin:rev")  # the live copy is the one to promote
+        live.refresh_from_db()
+        assert live.status == "verified"
 
     def test_quarantine_edit_then_release(self, admin_client):
         r = memory_observe(

@@ -3,12 +3,12 @@
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 from tqdm import tqdm
 
-from common.api import ApplicationError, NotFound
+from common.api import ApplicationError, Conflict, NotFound
 from common.validation import MAX_DAYS
 from embeddings.embedders import current_model_name, get_embedder
 from embeddings.services import embeddings_batches_refresh, embeddings_refresh
@@ -73,17 +73,48 @@ def memory_feedback_apply(
 
 
 def memory_promote(*, memory: Memory, actor: str, reason: str = "") -> Memory:
-    """A reviewer verifies a memory (also a deprecated one)."""
-    with transaction.atomic():
-        m = Memory.objects.select_for_update().get(pk=memory.pk)
-        m.status = MemoryStatus.VERIFIED
-        m.confidence = max(m.confidence, settings.MEMORY_PROMOTE_CONFIDENCE)
-        m.verified_at = timezone.now()
-        m.deprecated_at = None
-        m.status_changed_by = actor
-        m.status_reason = reason or "promoted by a reviewer"
-        m.save()
+    """A reviewer verifies a memory (also a deprecated one). A deprecated memory whose text the user has since
+    taught again (a live copy for the same user, namespace and owner) is refused (409): promote the live copy."""
+    try:
+        with transaction.atomic():
+            m = Memory.objects.select_for_update().get(pk=memory.pk)
+            if m.status == MemoryStatus.DEPRECATED:
+                _refuse_if_live_copy(m)
+            m.status = MemoryStatus.VERIFIED
+            m.confidence = max(m.confidence, settings.MEMORY_PROMOTE_CONFIDENCE)
+            m.verified_at = timezone.now()
+            m.deprecated_at = None
+            m.status_changed_by = actor
+            m.status_reason = reason or "promoted by a reviewer"
+            m.save()
+    except IntegrityError:  # a copy went live between the check and the save
+        m = Memory.objects.get(pk=memory.pk)
+        _refuse_if_live_copy(m)
+        raise
     return m
+
+
+def _refuse_if_live_copy(m: Memory) -> None:
+    live = (
+        Memory.objects.filter(
+            tenant_id=m.tenant_id,
+            namespace=m.namespace,
+            user_id=m.user_id,
+            content_sha256=m.content_sha256,
+            private_agent_id=m.private_agent_id,
+        )
+        .exclude(status=MemoryStatus.DEPRECATED)
+        .exclude(pk=m.pk)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if live is not None:
+        raise Conflict(
+            f"The user has this text as memory {live} already; promote that one.",
+            field="memory",
+            code="live_copy",
+            extra={"live_copy": live},
+        )
 
 
 def memory_deprecate(*, memory: Memory, actor: str, reason: str) -> Memory:
