@@ -7,12 +7,14 @@ import re
 from detect_secrets.filters import heuristic as ds_heuristic
 
 from memories.secrets.rules import (
+    _ACCESS_CODE,
     _ARTIFACTORY,
     _AWS_CONTEXT,
     _AWS_SECRET_CANDIDATE,
     _B64_PLUGIN,
     _B64_TOKEN,
     _CARD,
+    _CODES_HINT,
     _COMMAND_LINE,
     _COMMAND_LINE_HINT,
     _CONNECTION,
@@ -25,23 +27,32 @@ from memories.secrets.rules import (
     _HEX_PLUGIN,
     _HEX_SPLIT,
     _HTPASSWD,
+    _INFINITIVES,
+    _IRREGULAR_PARTICIPLES,
     _KEY_VALUE,
     _KEYWORD_HINT,
     _KV_HINT,
+    _OTP_SEED,
+    _PARTICIPLE_NEXT,
     _PATH_LIKE,
     _PRIVATE_KEY_BLOCK_END,
     _PRIVATE_KEY_HEADERS,
+    _PROSE_APPOSITIVE,
+    _PROSE_AS,
     _PROSE_CREDENTIALS,
     _PROSE_DIRECT,
     _PROSE_HINT,
     _PROSE_NOT_A_SECRET,
+    _PROSE_PASS,
     _PROSE_PASSWORD,
+    _PROSE_SET,
+    _PROSE_USER_PASS,
     _PUBLIC_KEY_CONTEXT,
+    _QUALIFIER_SHORT,
     _QUOTE_CHARS,
     _SECRET_CONTEXT,
     _STOPWORDS,
     _STRUCTURED,
-    _VERSION,
     _WORD,
     _in_url_path,
     _is_placeholder,
@@ -50,8 +61,11 @@ from memories.secrets.rules import (
     _value_is_secret,
     command_line_pair_is_secret,
     command_line_value_is_secret,
+    format_term,
+    looks_like_password,
     luhn_valid,
     prose_credential_is_secret,
+    strong_password,
 )
 from memories.secrets.views import View
 
@@ -237,6 +251,8 @@ def _context(view: View, hits: list[_Hit]) -> None:
         _prose(view, add)
     if _COMMAND_LINE_HINT.search(t):
         _command_line(t, add)
+    if _CODES_HINT.search(t):
+        _codes(t, add)
 
     for m in _CARD.finditer(t) if _DIGITS_HINT.search(t) else ():
         digits = re.sub(r"\D", "", m.group(0))
@@ -264,12 +280,19 @@ def _prose(view: View, add) -> None:
             continue
         value = m.group("value").rstrip(".,;:!?)")
         vstart = m.start("value")
+        if len((m.group("qual") or "").split()) > _QUALIFIER_SHORT + 1:
+            # a long qualifier ("of the team password manager"): only a value that cannot be a word
+            if looks_like_password(value):
+                add("password_in_prose", vstart, vstart + len(value))
+            continue
+        if _describes_the_password(t, m, value):
+            continue
         # a passphrase of several plain words: "the passphrase is correct horse battery staple"
         words = _passphrase_words(t, vstart, name)
         if words:
             add("passphrase", vstart, words)
             continue
-        if _is_placeholder(value) or value.lower() in _PROSE_NOT_A_SECRET:
+        if _is_placeholder(value) or value.lower() in _PROSE_NOT_A_SECRET or format_term(value):
             continue
         if name in ("token", "api key", "access key", "secret key", "secret") and not _value_is_secret("token", value):
             continue
@@ -279,18 +302,61 @@ def _prose(view: View, add) -> None:
             continue
         add("password_in_prose", vstart, vstart + len(value))
     for m in _PROSE_DIRECT.finditer(t):
-        value = m.group("value").rstrip(".,;:!?)")
-        if len(value) < 5 or _is_placeholder(value) or _VERSION.match(value) or value.lower() in _PROSE_NOT_A_SECRET:
-            continue
-        if _PATH_LIKE.search(value) or value.startswith(("$", "%", "@")):
+        raw = m.group("value").rstrip(".,;:!?)")
+        value = raw.lstrip("(")  # "password (hashed with bcrypt)"
+        vstart = m.start("value") + len(raw) - len(value)
+        if value.lower() in _PROSE_NOT_A_SECRET or _PATH_LIKE.search(value) or value.startswith(("$", "%", "@")):
             continue  # a reference to where the password is ("--password /run/secrets/db", "$DB_PASSWORD")
-        has_digit = any(c.isdigit() for c in value)
-        has_alpha = any(c.isalpha() for c in value)
-        has_symbol = any(not c.isalnum() for c in value)
-        if (has_digit and has_alpha) or (
-            has_symbol and (has_digit or has_alpha) and not re.fullmatch(r"[a-z]+(?:[-'][a-z]+)*", value)
-        ):
+        if looks_like_password(value):
+            add("password_in_prose", vstart, vstart + len(value))
+    for m in _PROSE_SET.finditer(t):  # "set the admin password to Kx8..."
+        if m.group("quoted") is not None:
+            value, vstart = m.group("quoted").strip(), m.start("quoted")
+            ok = len(value) >= 4 and not _is_placeholder(value)
+        else:
+            value, vstart = m.group("value").rstrip(".,;:!?)"), m.start("value")
+            if m.group("name").lower() == "pin":
+                ok = value.isdigit() and 4 <= len(value) <= 8
+            else:
+                ok = looks_like_password(value) and not _PATH_LIKE.search(value) and not value.startswith(("$", "%", "@"))
+        if ok:
+            add("password_in_prose", vstart, vstart + len(value))
+    for m in _PROSE_AS.finditer(t):  # "use Kx8... as the password"
+        value = m.group("value").rstrip(".,;:!?)")
+        name = m.group("name").lower()
+        if (value.isdigit() and 4 <= len(value) <= 8) if name == "pin" else strong_password(value):
+            kind = "credentials_in_prose" if name.startswith(("cred", "login")) else "password_in_prose"
+            add(kind, m.start("value"), m.start("value") + len(value))
+    for m in _PROSE_PASS.finditer(t):  # "the pass is Kx8!mQ2zLp"
+        value = m.group("value").rstrip(".,;:!?)")
+        if strong_password(value):
             add("password_in_prose", m.start("value"), m.start("value") + len(value))
+    for m in _PROSE_APPOSITIVE.finditer(t):  # "the admin password, Kx8mQ2zLp, must be rotated"
+        value = m.group("value")
+        if strong_password(value) and _value_is_secret("token", value):
+            add("password_in_prose", m.start("value"), m.end("value"))
+
+
+def _describes_the_password(t: str, m: re.Match, value: str) -> bool:
+    """A plain word after "is" / "was set to" that tells what happens to the password: a participle
+    ("is emailed by HR", "is posted on the wall") or an infinitive ("was set to expire every 90 days")."""
+    if not re.fullmatch(r"[a-z]+", value):
+        return False
+    verb = (m.groupdict().get("verb") or "").lower()
+    if verb.endswith(" to") and value in _INFINITIVES:
+        return True
+    after = m.start("value") + len(value)
+    return (value.endswith("ed") or value in _IRREGULAR_PARTICIPLES) and bool(_PARTICIPLE_NEXT.match(t, after))
+
+
+def _codes(t: str, add) -> None:
+    """One-time-password seeds and door / alarm / safe codes, named as such (see ``rules._OTP_SEED``)."""
+    for m in _OTP_SEED.finditer(t):
+        value = m.group("value")
+        if any(c in "234567" for c in value):
+            add("otp_seed", m.start("value"), m.end("value"))
+    for m in _ACCESS_CODE.finditer(t):
+        add("access_code", m.start("value"), m.end("value"))
 
 
 def _cli_word(m: re.Match) -> tuple[int, int, bool]:
@@ -329,6 +395,12 @@ def _command_line(t: str, add) -> None:
             i = m.start("args") + w.start() + (1 if quoted else 0)
             if command_line_value_is_secret("attached", value, quoted):
                 add("command_line_password", i, i + len(value))
+    for m in _PROSE_USER_PASS.finditer(t):  # "user admin pass Kx8..."
+        value, user = m.group("value").rstrip(".,;:!?)"), m.group("user")
+        if user.lower() in _PROSE_NOT_A_SECRET | _STOPWORDS:
+            continue  # "the username field and password field"
+        if prose_credential_is_secret(value, pair=True, user=user):
+            add("credentials_in_prose", m.start("value"), m.start("value") + len(value))
     for m in _PROSE_CREDENTIALS.finditer(t):
         if m.group("pair_value") is not None:
             value = m.group("pair_value").rstrip(".,;:!?)")

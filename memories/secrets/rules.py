@@ -90,8 +90,17 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
-_SECRET_WORD_NAMES = re.compile(r"(?i)password|passwd|passphrase|pwd|pin|passcode|pass\b")
+_SECRET_WORD_NAMES = re.compile(
+    r"(?i)password|passwd|passphrase|pwd|pin|passcode|pass\b|(?<![a-z])(?:pw|psk)(?![a-z])|pre-?shared"
+)
 _VERSION = re.compile(r"(?i)^v?\d+(?:\.\d+)+[a-z0-9\-]*$")
+# encodings and algorithms: "the password is base64 encoded", "credentials are stored as sha256"
+_FORMAT_WORD = re.compile(
+    r"(?i)^(?:base(?:16|32|36|58|62|64|85)|sha-?(?:1|2|3|224|256|384|512)|sha3(?:-\d+)?|md[245]|utf-?(?:8|16|32)|"
+    r"aes-?\d+(?:-[a-z]+)?|pbkdf2(?:[-_]\w+)?|argon2(?:id|i|d)?|bcrypt|scrypt|rot13|crc32|x509|pkcs#?\d+|ed25519|rsa-?\d+|"
+    r"hmac-?sha-?\d+|ntlmv?2|kerberos5|oauth2|k8s|ldapv3|tls1\.?[0-3]|ipv[46]|uuid[1-8]?|json5|utf8mb[34]|"
+    r"wpa[23]?(?:-psk|-enterprise)?)$"
+)
 
 
 def _value_is_secret(name: str, value: str, quoted: bool = False) -> bool:
@@ -103,6 +112,8 @@ def _value_is_secret(name: str, value: str, quoted: bool = False) -> bool:
         return False  # a function call, variable, template or structure, not a literal
     if ds_heuristic.is_templated_secret(value) or ds_heuristic.is_indirect_reference(f"x = {value}"):
         return False
+    if _FORMAT_WORD.match(value):
+        return False  # "password_hash=bcrypt"
     if _SECRET_WORD_NAMES.search(name):
         return len(value) >= 4
     # token / key / secret names: a literal that looks random
@@ -215,9 +226,11 @@ _DS_KEYWORD = list(dict(_DS_KEYWORD).items())  # dedupe
 _QUOTE_CHARS = "\"'`"
 # cheap pre-checks: each family of context detectors runs only when its hint occurs
 _KEYWORD_HINT = re.compile("|".join(ds_keyword.DENYLIST) + "|contrase", re.IGNORECASE)
-_KV_HINT = re.compile(r"(?i)pass|pwd|secret|key|token|credential")
+_KV_HINT = re.compile(r"(?i)pass|pw|psk|secret|key|token|credential")
 _CONNECTION_HINT = re.compile(r"(?i)://|=|bearer|token|authorization")
-_PROSE_HINT = re.compile(r"(?i)pass|pwd|pin\b|secret|key|token")
+_PROSE_HINT = re.compile(r"(?i)pass|pw|psk|pin\b|secret|key|token|cred|login")
+# one-time-password seeds and door / alarm / safe codes (``detectors._codes``)
+_CODES_HINT = re.compile(r"(?i)otp|2fa|mfa|factor|authenticator|code|pin\b|combination")
 _DIGITS_HINT = re.compile(r"\d{4}")
 
 _CONNECTION: list[tuple[str, re.Pattern]] = [
@@ -236,23 +249,140 @@ _CONNECTION: list[tuple[str, re.Pattern]] = [
 
 _KV_NAMES = (
     r"[\w.\-]*?(?:password|passwd|passphrase|pwd|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key|"
-    r"auth[_\-]?token|access[_\-]?token|refresh[_\-]?token|client[_\-]?secret|token|credentials?)[\w.\-]*"
+    r"auth[_\-]?token|access[_\-]?token|refresh[_\-]?token|client[_\-]?secret|token|credentials?|"
+    r"(?<![a-z0-9])(?:pw|psk)(?![a-z0-9]))[\w.\-]*"  # "pw" / "psk" as a whole part of the name ("db_pw", not "npw")
 )
 _KEY_VALUE = re.compile(
     rf"(?i)(?<![\w])(?P<name>{_KV_NAMES})[\"']?\s*(?::=|=>|==|=|:)\s*(?P<q>[\"']?)(?P<value>[^\s\"',;]+)(?P=q)"
 )
+_PSK_NAMES = r"psk|pre-shared key|preshared key|pre shared key|wi-?fi key|wpa2? key"
 _PW_NAMES = (
-    r"password|passphrase|pass phrase|passcode|passwd|pwd|pin|pin code|secret key|api key|access key|token|secret|wifi key"
+    r"password|passphrase|pass phrase|passcode|passwd|pwd|pw|pin|pin code|secret key|api key|access key|token|secret|"
+    + _PSK_NAMES
 )
+# "for the admin account on the old NAS": up to eight words (no sentence end); past three, the value must look
+# like a password (``looks_like_password``), as a longer qualifier more often ends in prose
+_QUALIFIER_WORD = r"[\w@\-'](?:[\w.@\-']*[\w@\-'])?"
+_QUALIFIER = rf"(?P<qual>\s+(?:for|to|of|on|at)(?:\s+{_QUALIFIER_WORD}){{1,8}}?)?"
+_QUALIFIER_SHORT = 3
+# "was set to", "has been changed to", "is now": the value follows a verb
+_SET_VERB = r"(?:(?:is|was|are|were|has been|have been|had been|will be|should be|must be)\s+(?:now\s+)?)?(?:set|changed|reset|updated)\s+to"
 _PROSE_PASSWORD = re.compile(
-    rf"(?i)\b(?P<name>{_PW_NAMES})s?"
-    r"(?:\s+(?:for|to|of|on|at)(?:\s+[\w.@\-']+){1,3}?)?\s*"
-    r"(?:\s(?:is now|is set to|was set to|was changed to|has been changed to|is still|is|was|are|reads|became|should be|will be)\s+|\s*[:=]\s*|\s+-\s+)"
+    rf"(?i)\b(?P<name>{_PW_NAMES})s?" + _QUALIFIER + r"\s*"
+    rf"(?:\s(?P<verb>{_SET_VERB}|is now|is still|is|was|are|reads|became|should be|will be)\s+|\s*[:=]\s*|\s+-\s+)"
     r"(?:(?P<q>[\"'`])(?P<quoted>[^\"'`\n]{1,120})(?P=q)|(?P<value>[^\s\"'`]+))"
+)
+# "Set the admin password to Kx8...", "change the wifi key for the lab to ...": a quoted value, or a bare one that
+# looks like a password ("set the password to expire" is about the password)
+_PROSE_SET = re.compile(
+    r"(?i)\b(?:set|change|changed|reset|update|updated)\s+(?:the\s+|your\s+|my\s+|its\s+|our\s+|their\s+)?"
+    rf"(?:[\w\-]+\s+){{0,3}}?(?P<name>password|passphrase|passcode|passwd|pwd|pw|pin|{_PSK_NAMES})s?"
+    rf"(?P<qual>\s+(?:for|of|on|at)(?:\s+{_QUALIFIER_WORD}){{1,5}}?)?\s+(?:to|=)\s+"
+    r"(?:(?P<q>[\"'`])(?P<quoted>[^\"'`\n]{1,120})(?P=q)|(?P<value>[^\s\"'`]+))"
+)
+# "use Kx8... as the password", "admin and Kx8... as the credentials" (the value must look like a password)
+_PROSE_AS = re.compile(
+    r"(?i)(?<![^\s(])(?P<value>[^\s\"'`(]{4,})\s+as\s+(?:the\s+|your\s+|its\s+|our\s+|their\s+|my\s+)?(?:[\w\-]+\s+){0,2}?"
+    r"(?P<name>password|passphrase|passcode|passwd|pwd|pw|pin|credentials?|login)s?"
+    r"(?=\s*(?:[.,;:!?)]|$)|\s+(?:for|on|of|to|at|in|and|when|while|if|so|but|then|until|everywhere)\b)"
+)
+# The value of a named code: "<name> [for the office] is|was|:|=|- <value>" or "set the <name> to <value>".
+_CODE_VERB = rf"(?:\s(?:{_SET_VERB}|is now|is still|is|was|are|were|reads)\s+|\s*[:=]\s*|\s+-\s+)"
+
+
+def _named_code(names: str, value: str, direct: bool = False) -> re.Pattern:
+    """``<name> [qualifier] <verb> <value>`` or ``set [the] <name> [qualifier] to <value>``; ``direct``: also
+    ``<name> <value>`` without a verb (for a value no word can be)."""
+    verb = rf"(?:{_CODE_VERB}|\s+)" if direct else _CODE_VERB
+    qual = rf"(?:\s+(?:for|of|on|at|to|in)(?:\s+{_QUALIFIER_WORD}){{1,5}}?)?"
+    return re.compile(
+        rf"(?i)(?:\b(?:set|change|reset|update)\s+(?:the\s+|your\s+|our\s+|its\s+)?(?:{names}){qual}\s+to\s+|"
+        rf"\b(?:{names}){qual}{verb})(?P<value>{value})"
+    )
+
+
+# A TOTP / HOTP seed: base32 (RFC 4648), 16+ characters with a digit, named as a one-time-password or 2FA seed,
+# secret or key. detect-secrets has no plugin for it. Written contiguous or in groups of four as authenticator apps
+# show it ("jbsw y3dp ehpk 3pxp"); the digit keeps prose ("also kept with care", "AUTHENTICATIONKEY") out.
+_OTP_NAMES = (
+    r"(?:totp|hotp|otp|2fa|mfa|two[- ]factor|2-step|two-step|authenticator)(?:[\s_\-]+(?:app|setup|shared|account|"
+    r"device|backup))?[\s_\-]+(?:seed|secret(?:\s+key)?|key|setup key)s?"
+)
+_BASE32_SEED = r"(?-i:[A-Z2-7]{16,}|[a-z2-7]{16,}|(?:[A-Za-z2-7]{4} ){3,}[A-Za-z2-7]{4})={0,6}(?![\w\-])"
+_OTP_SEED = _named_code(_OTP_NAMES, _BASE32_SEED, direct=True)
+# A door / alarm / safe / keypad code or combination of 4-8 digits ("the alarm code for the office is 4829", "the
+# code for the safe is 12-34-56"); other codes ("error code", "zip code", "status code") are not secrets.
+_ACCESS = r"(?:alarm|door|gate|safe|lock|locker|padlock|keypad|access|building|garage|entrance|lockbox|key ?box)"
+_ACCESS_CODE_NAMES = (
+    rf"{_ACCESS}(?:\s+(?:access|entry|keypad|pin))?\s+(?:code|pin|pin code|combination)s?|"
+    rf"(?:code|combination)s?\s+(?:for|of|to)\s+(?:the\s+|our\s+|your\s+)?(?:[\w\-]+\s+){{0,2}}?{_ACCESS}s?"
+)
+_ACCESS_CODE = _named_code(
+    _ACCESS_CODE_NAMES,
+    r"(?:\d{4,8}|\d{1,3}(?:-\d{1,3}){2,4})(?![\w\-])"
+    r"(?!\s+(?:lines?|digits?|characters?|chars?|times?|seconds?|minutes?|hours?|days?|bytes?|rows?|items?)\b)",
+)
+# "the pass is Kx8!mQ2zLp" (a bare "pass" is too common a word for more: "the first pass is slow")
+_PROSE_PASS = re.compile(r"(?i)\bpass\s*(?:\s(?:is|was)\s+|[:=]\s*)(?P<value>[^\s\"'`]+)")
+# "the admin password, Kx8mQ2zLp, must be ...": an appositive; only a value that cannot be a word or a term
+_PROSE_APPOSITIVE = re.compile(
+    r"(?i)\b(?:password|passphrase|passcode|passwd|pwd|pw)\s*[,(]\s*(?P<value>[^\s,()\"'`]{8,})\s*[,)]"
 )
 # "password hunter2" (a topic line, a note): the name directly followed by a value that has digits or symbols
 _PROSE_DIRECT = re.compile(r"(?i)\b(?P<name>password|passwd|passphrase|pwd|passcode)\s+(?P<value>[^\s\"'`]{5,})")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*")
+# after "is" / "was set to": a participle ("is emailed by HR", "is posted on the wall") or an infinitive ("was set
+# to expire every 90 days") describes the password; a plain word followed by one of these is not the password
+_PARTICIPLE_NEXT = re.compile(
+    r"(?i)\s+(?:by|on|in|at|to|from|via|with|into|through|over|under|every|each|once|automatically|manually|"
+    r"daily|weekly|monthly|yearly|when|after|before|per|until|only)\b"
+)
+_IRREGULAR_PARTICIPLES = {"written", "given", "taken", "chosen", "known", "forgotten", "told", "read", "put", "left"}
+_INFINITIVES = set(
+    """
+    expire expires change rotate reset renew lock unlock require include contain match never be use sync follow
+    update remain last default auto blank something anything whatever one meet
+    """.split()
+)
+
+
+def format_term(value: str) -> bool:
+    """An encoding, algorithm or versioned name, alone or with a word: "base64", "sha256-hashed", "Python3-compatible"."""
+    if _FORMAT_WORD.match(value):
+        return True
+    head, _, tail = value.partition("-")
+    return (
+        bool(tail)
+        and bool(_FORMAT_WORD.match(head) or re.fullmatch(r"[A-Za-z]+\d{1,2}", head))
+        and bool(re.fullmatch(r"[a-z\-]+", tail))
+    )
+
+
+def looks_like_password(value: str) -> bool:
+    """A bare value that cannot be a word: digits and letters, or symbols with letters or digits
+    (not a hyphenated word, a version, an encoding or algorithm name, "sha256-hashed")."""
+    if len(value) < 5 or _is_placeholder(value) or _VERSION.match(value) or format_term(value):
+        return False
+    has_digit = any(c.isdigit() for c in value)
+    has_alpha = any(c.isalpha() for c in value)
+    has_symbol = any(not c.isalnum() for c in value)
+    return (has_digit and has_alpha) or (
+        has_symbol and (has_digit or has_alpha) and not re.fullmatch(r"[a-z]+(?:[-'][a-z]+)*", value)
+    )
+
+
+def strong_password(value: str) -> bool:
+    """A value named only by its place in a sentence ("use <x> as the password", "the password, <x>,"): letters
+    and digits, not a name with a version ("SAML2", "OAuth2", "Python3")."""
+    return (
+        looks_like_password(value)
+        and any(c.isdigit() for c in value)
+        and any(c.isalpha() for c in value)
+        and not re.fullmatch(r"[A-Za-z]{1,8}\d{1,2}", value)
+        and not re.search(r"-[a-z]{3,}", value)
+    )
+
+
 _CARD = re.compile(r"(?<![\d\-])(?:\d[ \-]?){12,18}\d(?![\d\-])")
 _AWS_SECRET_CANDIDATE = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 _AWS_CONTEXT = re.compile(r"(?i)aws|amazon|\bs3\b|secret.?access|(?:AKIA|ASIA)[0-9A-Z]{16}")
@@ -437,8 +567,14 @@ def command_line_pair_is_secret(pair: str, sep: str, quoted: bool = False) -> bo
 _PROSE_CREDENTIALS = re.compile(
     r"(?i)\b(?P<name>credentials?|creds|logins?|user(?:name)?\s*(?:and|/|&)\s*password|user/pass)"
     r"(?:\s+(?:for|to|of|on|at)(?:\s+[\w.@\-']+){1,3}?)?\s*"
-    r"(?:\s(?:is now|are now|is|are|was|were)\s+|\s*:\s*|\s+-\s+)"
+    r"(?:\s(?:(?:(?:is|are|was|were|has been|have been|had been)\s+(?:now\s+)?)?(?:set|changed|reset|updated|stored|saved|kept)"
+    r"\s+(?:to|as)|is now|are now|is|are|was|were)\s+|\s*:\s*|\s+-\s+)"
     r"(?:(?P<user>[\w.@\\\-]+)\s*(?P<sep>[/:%])\s*(?P<pair_value>[^\s\"'`]+)|(?P<value>[^\s\"'`]+))"
+)
+# "user admin pass Kx8...", "username: admin, password: ..." (the password must not read as a word)
+_PROSE_USER_PASS = re.compile(
+    r"(?i)\b(?:user(?:name)?|login)\s*[:=]?\s*(?P<user>\w[\w.@\\\-]*)(?:\s*[,;/]\s*|\s+)(?:and\s+)?"
+    r"(?:pass(?:word)?|passwd|pwd|pw)\s*[:=]?\s*(?P<value>[^\s\"'`\-][^\s\"'`]*)"
 )
 
 
@@ -451,6 +587,8 @@ def prose_credential_is_secret(value: str, pair: bool, user: str | None = None) 
         return False
     if pair and user is not None and user.lower() == value.lower() and value.lower() not in _GENERIC_CREDENTIAL_WORDS:
         return True  # "the default login is admin/admin", "guest/guest": a login that works, however well known
+    if format_term(value):
+        return False  # "the credentials are stored as base64"
     if _PLAIN_WORD.fullmatch(value) or value.lower() in _GENERIC_CREDENTIAL_WORDS or value.lower().startswith("1password"):
         return False
     if re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+", value):
