@@ -18,6 +18,8 @@ from learning.models import (
     PhraseEvidence,
 )
 from learning.services.profiles import resolution_profile_activate, resolution_profile_fit, resolution_profile_retire
+from tenants.context import tenant_scope
+from tenants.selectors import user_tenants
 
 CHART_ROWS = 30  # bars drawn above a table; the table lists every row
 
@@ -307,11 +309,18 @@ class FittedResolutionProfileAdmin(admin.ModelAdmin):
             return HttpResponseNotAllowed(["POST"])
         if not self.has_change_permission(request):
             raise PermissionDenied
-        try:
-            row = resolution_profile_fit()
-            self.message_user(request, f"Proposed: {row}. Compare the held-out figures, then activate it.", messages.SUCCESS)
-        except _ApplicationError as exc:
-            self.message_user(request, exc.message, messages.ERROR)
+        # one profile per tenant the reviewer works in, each fitted on that tenant's labels only and stored there
+        tenants = list(user_tenants(user=request.user).order_by("slug"))
+        for tenant in tenants:
+            named = f" ({tenant.slug})" if len(tenants) > 1 else ""
+            try:
+                with tenant_scope([tenant.pk]):
+                    row = resolution_profile_fit()
+                self.message_user(
+                    request, f"Proposed{named}: {row}. Compare the held-out figures, then activate it.", messages.SUCCESS
+                )
+            except _ApplicationError as exc:
+                self.message_user(request, f"{exc.message}{named}", messages.ERROR)
         return HttpResponseRedirect(reverse("admin:learning_fittedresolutionprofile_changelist"))
 
 
