@@ -12,13 +12,13 @@ from django.utils import timezone
 from actions.models import Action, AutonomyLevel
 from agents.models import Agent, ApiKey
 from common.api import ApplicationError
-from feedback.models import Proposal
+from feedback.models import FeedbackRecord, Proposal
 from memories.models import Memory, MemoryRetrieval
 from memories.services import memories_purge_deprecated
-from review.models import BacklogSnapshot
-from review.services import backlog_snapshot_take
+from review.models import BacklogSnapshot, Claim, Decision
+from review.services import backlog_snapshot_take, claim_take
 from tenants.models import Membership, Tenant
-from tests.conftest import make_memory, make_proposal
+from tests.conftest import make_memory, make_proposal, reviewer_user
 
 pytestmark = pytest.mark.django_db
 
@@ -230,3 +230,45 @@ def test_review_proposal_names_category_and_proposal(proposal):
     assert proposal.status == "pending"
     stdout, _ = run("review_proposal", str(proposal.pk), "modify", "--modified-action", '{"to": "cfo@example.com"}')
     assert "modified" in stdout
+
+
+def test_review_proposal_keeps_the_inbox_rules_and_logs_the_decision(proposal):
+    rita = reviewer_user("rita", "view_proposal", "change_proposal")
+    assert claim_take(kind="proposal", object_id=proposal.pk, tenant_id=proposal.tenant_id, user=rita) is not None
+    with pytest.raises(CommandError, match="held in the review inbox by rita"):
+        run("review_proposal", str(proposal.pk), "reject", "--notes", "no")
+    proposal.refresh_from_db()
+    assert proposal.status == "pending" and not Decision.objects.exists()
+    with pytest.raises(CommandError, match="--reviewer: no active user 'nobody'"):
+        run("review_proposal", str(proposal.pk), "reject", "--reviewer", "nobody")
+
+    stdout, _ = run(
+        "review_proposal",
+        str(proposal.pk),
+        "reject",
+        "--notes",
+        "wrong person",
+        "--category",
+        "wrong_recipient",
+        "--reviewer",
+        "rita",
+    )
+    assert "rejected" in stdout
+    decision = Decision.objects.get()
+    assert (decision.kind, decision.object_id, decision.verdict, decision.user, decision.reason, decision.category) == (
+        "proposal",
+        proposal.pk,
+        "reject",
+        rita,
+        "wrong person",
+        "wrong_recipient",
+    )
+    assert not Claim.objects.exists()  # the decision ends the claim, as in the inbox
+    record = FeedbackRecord.objects.get(proposal=proposal)
+    assert record.created_by == rita and record.source == "command"
+
+
+def test_review_proposal_without_a_reviewer_is_logged_too(proposal):
+    run("review_proposal", str(proposal.pk), "approve")
+    decision = Decision.objects.get()
+    assert (decision.verdict, decision.user, decision.agent) == ("approve", None, None)
