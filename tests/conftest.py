@@ -18,7 +18,7 @@ from feedback.models import Execution, Proposal
 from feedback.services.reviews import Reviewer, proposal_create, proposal_modify, proposal_reject
 from learning.catalogue import VerbEntry
 from learning.services.catalogue import verb_catalogue_load
-from memories.models import Memory
+from memories.models import Memory, MemoryQuarantine
 from memories.services import memories_embed
 from memories.simhash import simhash_hex
 from tenants.selectors import tenant_default
@@ -246,6 +246,23 @@ LOG_LESSONS = [
     "Use structured JSON logs so the log pipeline can index request ids.",
     "Archive rotated logs older than thirty days to cold storage.",
 ]
+
+
+def observe_blocked(answer: str, secret: str) -> None:
+    """An observe whose answer holds ``secret``: quarantined as a secret, the secret in neither the answer, a memory
+    nor the quarantine's preview."""
+    client = make_client(["resolve", "feedback"], name="obs")
+    r = client.post(
+        OBSERVE, {"user_id": "alice", "user_message": "Please remember this.", "assistant_message": answer}, format="json"
+    )
+    body = r.json()
+    assert r.status_code == 200 and body["decision"] == "blocked", body
+    assert body["evidence"]["reason"] == "secret"
+    assert secret not in r.content.decode()
+    assert not any(secret in s for s in Memory.objects.values_list("content", flat=True))
+    item = MemoryQuarantine.objects.get(user_id="alice")
+    assert secret not in item.redacted_preview and "[REDACTED:" in item.redacted_preview
+    assert item.reason == "secret"
 
 
 def make_memory(user="alice", content="Always run the database migrations before deploying the web application.", **kw):

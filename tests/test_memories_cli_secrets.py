@@ -5,8 +5,7 @@ them with the password redacted, and lets lessons that only talk about the flags
 import pytest
 
 from memories import write_gate
-from memories.models import Memory, MemoryQuarantine
-from tests.conftest import make_client
+from tests.conftest import observe_blocked
 
 PW = "Xk9mPq2vL8zR4tW"
 
@@ -203,17 +202,4 @@ def test_lessons_about_credential_flags_without_a_literal_value_pass(text):
     ],
 )
 def test_observe_quarantines_a_command_line_password_with_it_redacted(answer):
-    c = make_client(["resolve", "feedback"], name="obs")
-    r = c.post(
-        "/api/v1/memories/observe",
-        {"user_id": "alice", "user_message": "How do I do it?", "assistant_message": answer},
-        format="json",
-    )
-    body = r.json()
-    assert r.status_code == 200 and body["decision"] == "blocked", body
-    assert body["evidence"]["reason"] == "secret"
-    assert PW not in r.content.decode()
-    assert not any(PW in s for s in Memory.objects.values_list("content", flat=True))
-    item = MemoryQuarantine.objects.get(user_id="alice")
-    assert PW not in item.redacted_preview and "[REDACTED:" in item.redacted_preview
-    assert item.reason == "secret"
+    observe_blocked(answer, PW)

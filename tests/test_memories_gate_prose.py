@@ -5,9 +5,8 @@ door / alarm / safe code; lessons that only talk about these things pass."""
 import pytest
 
 from memories import write_gate
-from memories.models import Memory, MemoryQuarantine
 from memories.secrets import find_secrets
-from tests.conftest import OBSERVE, make_client
+from tests.conftest import observe_blocked
 
 # (lesson, the secret that must not survive redact(), the finding kind)
 BLOCKED = [
@@ -139,16 +138,4 @@ def test_a_lesson_about_these_secrets_passes(text):
     ],
 )
 def test_observe_quarantines_a_secret_in_prose_with_it_redacted(answer, secret):
-    c = make_client(["resolve", "feedback"], name="obs")
-    r = c.post(
-        OBSERVE,
-        {"user_id": "alice", "user_message": "Please remember this for later.", "assistant_message": answer},
-        format="json",
-    )
-    body = r.json()
-    assert r.status_code == 200 and body["decision"] == "blocked", body
-    assert body["evidence"]["reason"] == "secret"
-    assert secret not in r.content.decode()
-    assert not any(secret in s for s in Memory.objects.values_list("content", flat=True))
-    item = MemoryQuarantine.objects.get(user_id="alice")
-    assert secret not in item.redacted_preview and "[REDACTED:" in item.redacted_preview
+    observe_blocked(answer, secret)
