@@ -1,14 +1,17 @@
 """Admin screens for agents and their API keys."""
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.admin import TokenAdmin
 from rest_framework.authtoken.models import TokenProxy
 
 from agents.authentication import verified_keys_forget
-from agents.models import Agent, ApiKey
-from agents.services import api_key_revoke
+from agents.models import Agent, ApiKey, Scope
+from agents.services import api_key_name_validate, api_key_revoke, api_key_scopes_validate, api_key_update
 from common.admin import HistoryAdmin
+from common.api import ApplicationError
+from tenants.admin import TenantChoiceMixin
 from tenants.context import tenant_filter_ids
 
 
@@ -40,19 +43,50 @@ class ForgetVerifiedKeysMixin:
 
 
 @admin.register(Agent)
-class AgentAdmin(ForgetVerifiedKeysMixin, HistoryAdmin):
+class AgentAdmin(ForgetVerifiedKeysMixin, TenantChoiceMixin, HistoryAdmin):
     list_display = ["name", "tenant", "is_active", "private_user_data", "created_at"]
-    list_filter = ["is_active", "private_user_data", "tenant"]
+    list_filter = ["is_active", "private_user_data", ("tenant", admin.RelatedOnlyFieldListFilter)]  # only tenants in view
     list_select_related = ["tenant"]
     search_fields = ["name", "description"]
     readonly_fields = ["tenant"]
     inlines = [ApiKeyInline]
 
 
+def _refused_as_form_error(check, **kwargs):
+    try:
+        return check(**kwargs)
+    except ApplicationError as exc:
+        raise forms.ValidationError(exc.message) from exc
+
+
+class ApiKeyForm(forms.ModelForm):
+    """A key's name and scopes: only the known scopes, as checkboxes."""
+
+    scopes = forms.MultipleChoiceField(
+        choices=Scope.choices, widget=forms.CheckboxSelectMultiple, help_text="What the key may call; at least one."
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ["name", "scopes"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        stored = self.initial.get("scopes")
+        self.initial["scopes"] = [s for s in stored if s in Scope.values] if isinstance(stored, list) else []
+
+    def clean_name(self):
+        return _refused_as_form_error(api_key_name_validate, name=self.cleaned_data["name"])
+
+    def clean_scopes(self):
+        return _refused_as_form_error(api_key_scopes_validate, scopes=self.cleaned_data["scopes"])
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(ForgetVerifiedKeysMixin, HistoryAdmin):
-    """Keys of the agents of the reviewer's tenants."""
+    """Keys of the agents of the reviewer's tenants; a key's name and scopes change through ``api_key_update``."""
 
+    form = ApiKeyForm
     list_display = ["name", "agent", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), "agent"]
     search_fields = ["name", "prefix", "agent__name"]
@@ -68,6 +102,9 @@ class ApiKeyAdmin(ForgetVerifiedKeysMixin, HistoryAdmin):
 
     def has_add_permission(self, request):
         return False
+
+    def save_model(self, request, obj, form, change):
+        api_key_update(key=obj, name=form.cleaned_data["name"], scopes=form.cleaned_data["scopes"])
 
     @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke(self, request, queryset):

@@ -4,6 +4,7 @@ import hashlib
 import secrets
 
 from django.db import models
+from django.db.models.lookups import Exact
 from simple_history.models import HistoricalRecords
 
 from tenants.models import TenantOwned
@@ -81,6 +82,13 @@ class ApiKey(models.Model):
     class Meta:
         verbose_name = "API key"
         ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Exact(models.Func("scopes", function="jsonb_typeof", output_field=models.CharField()), "array"),
+                name="api_key_scopes_array",
+                violation_error_message="A key's scopes are a list.",
+            )
+        ]
 
     def __str__(self):
         return f"{self.name} (alg_{self.prefix}_…)"
@@ -90,7 +98,8 @@ class ApiKey(models.Model):
         return self.revoked_at is None and self.agent.is_active
 
     def has_scope(self, scope: str) -> bool:
-        return scope in self.scopes
+        """Whether the key's list of scopes names ``scope``; a stored value that is not a list grants nothing."""
+        return isinstance(self.scopes, list) and scope in self.scopes
 
 
 class IdempotentRequest(TenantOwned):

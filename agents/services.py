@@ -30,22 +30,13 @@ def agent_key_create(
     """Create the agent (in ``tenant``, default: the default tenant) if needed and a new key for it;
     return (key, raw key shown once). With ``unique_name``, refuse a key name the agent already has on an
     active (unrevoked) key."""
-    valid = {s.value for s in Scope}
-    unknown = sorted(set(scopes) - valid)
-    if unknown:
-        raise ApplicationError(f"Unknown scope(s): {', '.join(unknown)}. Valid: {', '.join(sorted(valid))}.", field="scopes")
-    if not scopes:
-        raise ApplicationError("At least one scope is needed.", field="scopes")
+    scopes = api_key_scopes_validate(scopes=scopes)
     name = agent_name.strip()
     if not name or len(name) > 100:
         raise ApplicationError("Agent name must be 1 to 100 characters.", field="name")
     if _has_control(name):
         raise ApplicationError("Agent name must not contain control characters, and must show something.", field="name")
-    key_name = key_name.strip()
-    if not key_name or len(key_name) > ApiKey._meta.get_field("name").max_length:
-        raise ApplicationError(f"Key name must be 1 to {ApiKey._meta.get_field('name').max_length} characters.", field="key_name")
-    if _has_control(key_name):
-        raise ApplicationError("Key name must not contain control characters, and must show something.", field="key_name")
+    key_name = api_key_name_validate(name=key_name)
     tenant = tenant or tenant_default()
     with transaction.atomic():
         agent, _ = Agent.objects.get_or_create(name=name, tenant=tenant)
@@ -58,8 +49,45 @@ def agent_key_create(
                     field="key_name",
                 )
         raw, prefix = generate_key()
-        key = ApiKey.objects.create(agent=agent, name=key_name, prefix=prefix, key_hash=hash_key(raw), scopes=sorted(set(scopes)))
+        key = ApiKey.objects.create(agent=agent, name=key_name, prefix=prefix, key_hash=hash_key(raw), scopes=scopes)
     return key, raw
+
+
+def api_key_scopes_validate(*, scopes) -> list[str]:
+    """The scopes as a key stores them: known names, sorted, without repeats; at least one."""
+    valid = {s.value for s in Scope}
+    if isinstance(scopes, str) or not isinstance(scopes, (list, tuple, set, frozenset)):
+        raise ApplicationError(f"Scopes are a list of names. Valid: {', '.join(sorted(valid))}.", field="scopes")
+    unknown = sorted({str(s) for s in scopes} - valid)
+    if unknown:
+        raise ApplicationError(f"Unknown scope(s): {', '.join(unknown)}. Valid: {', '.join(sorted(valid))}.", field="scopes")
+    if not scopes:
+        raise ApplicationError("At least one scope is needed.", field="scopes")
+    return sorted({str(s) for s in scopes})
+
+
+def api_key_name_validate(*, name: str) -> str:
+    """A key's name, stripped: 1 to 100 characters that show something, no control characters."""
+    limit = ApiKey._meta.get_field("name").max_length
+    name = name.strip() if isinstance(name, str) else ""
+    if not name or len(name) > limit:
+        raise ApplicationError(f"Key name must be 1 to {limit} characters.", field="key_name")
+    if _has_control(name):
+        raise ApplicationError("Key name must not contain control characters, and must show something.", field="key_name")
+    return name
+
+
+def api_key_update(*, key: ApiKey, name: str, scopes: list[str]) -> ApiKey:
+    """Rename a key and set its scopes (admin); like a revocation, it takes effect at once in this process and
+    within API_KEY_CACHE_S everywhere else."""
+    name = api_key_name_validate(name=name)
+    scopes = api_key_scopes_validate(scopes=scopes)
+    with transaction.atomic():
+        key.name, key.scopes = name, scopes
+        key.save(update_fields=["name", "scopes"])
+        transaction.on_commit(verified_keys_forget)
+    verified_keys_forget()
+    return key
 
 
 def api_key_revoke(*, key: ApiKey) -> ApiKey:

@@ -1,7 +1,86 @@
+"""Admin of tenants and memberships, and the add form of tenant-owned rows."""
+
+from contextlib import nullcontext
+
+from django import forms
 from django.contrib import admin
 
 from common.admin import HistoryAdmin
+from tenants.context import tenant_scope
 from tenants.models import Membership, Tenant
+from tenants.selectors import user_tenants
+
+TENANT = "tenant"
+
+
+class _TenantForm:
+    """Gives the new row its tenant before validation, so unique constraints that include the tenant are checked
+    in the form (an error on the page, not an IntegrityError)."""
+
+    tenant_default = None  # the user's one tenant, when nothing is asked
+    _tenant_given = False
+
+    def _post_clean(self):
+        tenant = self.cleaned_data.get(TENANT) if TENANT in self.fields else self.tenant_default
+        if tenant is not None:
+            self.instance.tenant = tenant
+            self._tenant_given = True
+        super()._post_clean()
+
+    def _get_validation_exclusions(self):
+        exclude = super()._get_validation_exclusions()
+        if self._tenant_given:
+            exclude.discard(TENANT)
+        return exclude
+
+
+class TenantChoiceMixin:
+    """The add form of a tenant-owned row that has no parent to take its tenant from.
+
+    A user who may act in several tenants (a superuser: every tenant) chooses one, required and among theirs; the
+    row and its inlines are saved in that tenant's scope, so row-level security holds. With one tenant nothing is
+    asked; a user without a tenant adds nothing."""
+
+    def _add_tenants(self, request):
+        """The user's tenants, and the first two of them (enough to know whether to ask); once per request."""
+        if not hasattr(request, "_add_tenants"):
+            tenants = user_tenants(user=request.user)
+            request._add_tenants = tenants, list(tenants[:2])
+        return request._add_tenants
+
+    def has_add_permission(self, request):
+        return bool(self._add_tenants(request)[1]) and super().has_add_permission(request)
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = super().get_readonly_fields(request, obj)
+        return fields if obj is not None else [f for f in fields if f != TENANT]
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        return fields if obj is not None or TENANT not in fields else [TENANT, *(f for f in fields if f != TENANT)]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is not None:
+            return super().get_form(request, obj, change=change, **kwargs)
+        tenants, first = self._add_tenants(request)
+        attrs = {"tenant_default": first[0] if len(first) == 1 else None}
+        if len(first) > 1:
+            if kwargs.get("fields"):
+                kwargs["fields"] = [f for f in kwargs["fields"] if f != TENANT]  # the model's column is not editable
+            attrs[TENANT] = forms.ModelChoiceField(queryset=tenants, help_text="The tenant the new row belongs to.")
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (_TenantForm, form), attrs)
+
+    def _scope(self, obj, change):
+        return tenant_scope([obj.tenant_id]) if not change and isinstance(obj.tenant_id, int) else nullcontext()
+
+    def save_model(self, request, obj, form, change):
+        with self._scope(obj, change):
+            super().save_model(request, obj, form, change)
+
+    def save_related(self, request, form, formsets, change):
+        with self._scope(form.instance, change):
+            super().save_related(request, form, formsets, change)
 
 
 class SuperuserOnly:

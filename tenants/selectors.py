@@ -29,6 +29,12 @@ def user_tenant_ids(user):
     return tuple(Membership.objects.filter(user=user).values_list("tenant_id", flat=True))
 
 
+def user_tenants(*, user):
+    """The tenants a signed-in user may see (``user_tenant_ids``), as a queryset."""
+    ids = user_tenant_ids(user)
+    return Tenant.objects.all() if ids == ALL else Tenant.objects.filter(pk__in=ids)
+
+
 def user_home_tenant_id(user) -> int | None:
     """The one tenant a signed-in person works in where one is needed (the console): their first
     membership; a superuser without memberships works in the default tenant."""

@@ -11,6 +11,7 @@ from learning.models import (
     Verb,
     VerbPhrase,
 )
+from tenants.admin import TenantChoiceMixin
 
 """Admin screens of the learning app: catalogue, learned phrases, aliases, blocks, candidate review,
 disambiguation requests, signals, evidence and fitted profiles."""
@@ -24,7 +25,7 @@ class VerbPhraseInline(EmbeddingStatusMixin, admin.TabularInline):
 
 
 @admin.register(Verb)
-class VerbAdmin(HistoryAdmin):
+class VerbAdmin(TenantChoiceMixin, HistoryAdmin):
     list_display = ["name", "domain", "display_name", "is_active", "updated_at"]
     list_filter = ["domain", "is_active"]
     search_fields = ["name", "display_name", "description", "phrases__text"]
@@ -66,7 +67,7 @@ class LearnedPhraseAdmin(EmbeddingStatusMixin, HistoryAdmin):
 
 
 @admin.register(EntityAlias)
-class EntityAliasAdmin(EmbeddingStatusMixin, HistoryAdmin):
+class EntityAliasAdmin(EmbeddingStatusMixin, TenantChoiceMixin, HistoryAdmin):
     list_display = ["alias", "canonical_name", "entity_type", "user_id", "confidence", "is_active", "embedded", "embedding_model"]
     list_filter = ["entity_type", "is_active", "source", ("user_id", admin.EmptyFieldListFilter)]
     search_fields = ["alias", "canonical_name", "user_id"]
