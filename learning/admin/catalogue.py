@@ -1,8 +1,12 @@
-"""Admin screens of the verb catalogue, learned phrases, entity aliases and the blocklist."""
+"""Admin screens of the verb catalogue, learned phrases, entity aliases and the blocklist. What a reviewer types
+(a verb's phrases, an alias) is normalized and embedded by the catalogue's services, as a load or a candidate is."""
 
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 
 from common.admin import HistoryAdmin, revert_link
+from common.text import normalize_phrase
 from embeddings.admin import EmbeddingStatusMixin
 from learning.models import (
     EntityAlias,
@@ -11,21 +15,70 @@ from learning.models import (
     Verb,
     VerbPhrase,
 )
+from learning.services.catalogue import entity_alias_save, verb_edit
 from tenants.admin import TenantChoiceMixin
 
-"""Admin screens of the learning app: catalogue, learned phrases, aliases, blocks, candidate review,
-disambiguation requests, signals, evidence and fitted profiles."""
+
+class _NormalizedForm(forms.ModelForm):
+    """Computes the row's normalized text from ``text_field`` before validation, so a text with nothing to match is
+    an error on the page and so is one the unique constraints (which hold the normalized text) refuse."""
+
+    text_field = ""
+
+    def _post_clean(self):
+        text = self.cleaned_data.get(self.text_field)
+        if text is not None:
+            self.instance.normalized = self.cleaned_data["normalized"] = normalize_phrase(text)  # for the formset's checks
+            if not self.instance.normalized:
+                self.add_error(self.text_field, "This has no words to match.")
+        super()._post_clean()
+
+    def _get_validation_exclusions(self):
+        exclude = super()._get_validation_exclusions()
+        if self.instance.normalized:  # empty: the text field's own error says why
+            exclude.discard("normalized")
+        return exclude
+
+
+class VerbPhraseForm(_NormalizedForm):
+    text_field = "text"
+
+
+class VerbPhraseFormSet(forms.BaseInlineFormSet):
+    def clean(self):
+        seen = {}
+        for form in self.forms:
+            if not hasattr(form, "cleaned_data") or form.cleaned_data.get("DELETE") or not form.cleaned_data.get("text"):
+                continue
+            norm = normalize_phrase(form.cleaned_data["text"])
+            if norm in seen:
+                raise ValidationError(f"{form.cleaned_data['text']!r} and {seen[norm]!r} are the same phrase.")
+            seen[norm] = form.cleaned_data["text"]
+        super().clean()
 
 
 class VerbPhraseInline(EmbeddingStatusMixin, admin.TabularInline):
     model = VerbPhrase
+    form = VerbPhraseForm
+    formset = VerbPhraseFormSet
     extra = 0
     fields = ["text", "normalized", "embedding_model", "embedded"]
     readonly_fields = ["normalized"]
 
 
+class _VerbSave:
+    def save_model(self, request, obj, form, change):
+        verb_edit(verb=obj)  # the verb's cache goes; its phrases follow in save_formset
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not VerbPhrase:
+            return super().save_formset(request, form, formset, change)
+        phrases = formset.save(commit=False)
+        verb_edit(verb=form.instance, phrases=phrases, deleted=formset.deleted_objects)
+
+
 @admin.register(Verb)
-class VerbAdmin(TenantChoiceMixin, HistoryAdmin):
+class VerbAdmin(TenantChoiceMixin, _VerbSave, HistoryAdmin):
     list_display = ["name", "domain", "display_name", "is_active", "updated_at"]
     list_filter = ["domain", "is_active"]
     search_fields = ["name", "display_name", "description", "phrases__text"]
@@ -66,8 +119,18 @@ class LearnedPhraseAdmin(EmbeddingStatusMixin, HistoryAdmin):
         return ["phrase", "verb", "user_id", "private_agent", *super().get_readonly_fields(request, obj)]
 
 
+class EntityAliasForm(_NormalizedForm):
+    text_field = "alias"
+
+
+class _AliasSave:
+    def save_model(self, request, obj, form, change):
+        entity_alias_save(alias=obj)
+
+
 @admin.register(EntityAlias)
-class EntityAliasAdmin(EmbeddingStatusMixin, TenantChoiceMixin, HistoryAdmin):
+class EntityAliasAdmin(EmbeddingStatusMixin, TenantChoiceMixin, _AliasSave, HistoryAdmin):
+    form = EntityAliasForm
     list_display = ["alias", "canonical_name", "entity_type", "user_id", "confidence", "is_active", "embedded", "embedding_model"]
     list_filter = ["entity_type", "is_active", "source", ("user_id", admin.EmptyFieldListFilter)]
     search_fields = ["alias", "canonical_name", "user_id"]
@@ -82,3 +145,10 @@ class PhraseBlockAdmin(EmbeddingStatusMixin, HistoryAdmin):
     list_select_related = ["verb"]
     autocomplete_fields = ["verb"]
     readonly_fields = ["normalized", "created_at", revert_link("block")]
+
+    def has_add_permission(self, request):
+        return False  # blocks are added through the API, MCP or a rejection, by a service that normalizes and embeds
+
+    def get_readonly_fields(self, request, obj=None):
+        """What is blocked stays as added (its normalized form and vector follow it); reason and expiry may change."""
+        return ["phrase", "verb", "user_id", *super().get_readonly_fields(request, obj)]

@@ -1,15 +1,16 @@
-"""Writes of the verb catalogue."""
+"""Writes of the verb catalogue and of entity aliases."""
 
 import logging
 from collections.abc import Iterable
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
+from common.api import ApplicationError, Conflict
 from common.tasks import task_send_on_commit
-from common.text import normalize_phrase
+from common.text import normalize_phrase, text_hash
 from embeddings.services import embedding_assign, embeddings_by_text
 from learning.catalogue import VerbEntry
-from learning.models import Verb, VerbPhrase
+from learning.models import EntityAlias, Verb, VerbPhrase
 from learning.selectors import verb_details_forget
 
 logger = logging.getLogger(__name__)
@@ -56,3 +57,55 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False)
             task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
     counts["unembedded"] = len(rows) - len(embedded)
     return counts
+
+
+def _embed_changed(rows: list) -> None:
+    """Give rows whose normalized text changed (or never had a vector) a vector of it; a row the embedder could not
+    serve loses its stale vector, and the backfill fills it later."""
+    changed = [r for r in rows if not r.has_embedding or r.embedding_hash != text_hash(r.normalized)]
+    vectors, model = embeddings_by_text(texts=[r.normalized for r in changed])
+    for row in changed:
+        if row.normalized in vectors:
+            embedding_assign(rows=[row], vectors=[vectors[row.normalized]], model=model)
+        else:
+            row.embedding, row.embedding_model, row.embedding_hash = None, "", ""
+
+
+def verb_edit(*, verb: Verb, phrases: list[VerbPhrase] = (), deleted: list[VerbPhrase] = ()) -> Verb:
+    """A verb and its catalogue phrases edited by hand (the admin's verb page): each phrase normalized and embedded,
+    removed ones deleted. As after a load, the verbs' cache is dropped and the catalogue prior refits once this
+    commits. A phrase with nothing to match, or one the verb has already, is refused (400 / 409)."""
+    for row in phrases:
+        row.normalized = normalize_phrase(row.text)
+        if not row.normalized:
+            raise ApplicationError("The phrase has no words to match.", field="text")
+    _embed_changed(list(phrases))
+    try:
+        with transaction.atomic():
+            verb.save()
+            for row in deleted:
+                row.delete()
+            for row in phrases:
+                row.verb = verb
+                row.save()
+            transaction.on_commit(verb_details_forget)
+            if phrases or deleted:
+                task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
+    except IntegrityError as exc:
+        raise Conflict("The verb has that phrase already (after normalisation).", field="text", code="duplicate") from exc
+    return verb
+
+
+def entity_alias_save(*, alias: EntityAlias) -> EntityAlias:
+    """An alias added or edited by hand: its normalized text and vector follow its text. One the scope has already
+    (same normalized text and type, for the same user) is refused (409)."""
+    alias.normalized = normalize_phrase(alias.alias)
+    if not alias.normalized:
+        raise ApplicationError("The alias has no words to match.", field="alias")
+    _embed_changed([alias])
+    try:
+        with transaction.atomic():
+            alias.save()
+    except IntegrityError as exc:
+        raise Conflict("That alias exists already for this type and user.", field="alias", code="duplicate") from exc
+    return alias
