@@ -1,6 +1,9 @@
 """What a web process loads before its first request: the libraries ranking, fitting and phrase variants use,
 which the modules import only when first used so that other processes (commands, workers, tests) start fast."""
 
+from learning.decision import lexical
+from learning.variants import word_zipf
+
 
 def preload() -> None:
     """Import scikit-learn, SciPy and wordfreq's English list now, not in the first request that needs them."""
@@ -8,9 +11,6 @@ def preload() -> None:
     import sklearn.linear_model  # noqa: F401
     import sklearn.model_selection  # noqa: F401
     import sklearn.preprocessing  # noqa: F401
-
-    from learning.decision import lexical
-    from learning.variants import word_zipf
 
     lexical(["warm"])
     word_zipf("warm")
