@@ -25,6 +25,8 @@ from memories.services import (
     quarantine_discard,
     quarantine_release,
 )
+from tenants.context import tenant_scope
+from tenants.services import tenant_create
 from tests.conftest import LOG_LESSONS, OBSERVE, OUTCOME, RETRIEVE, SEARCH, make_memory, seed_memories
 
 
@@ -240,6 +242,18 @@ class TestCommands:
         assert "semantic" in stdout and "rsyslog" in stdout.splitlines()[1]
         stdout, _ = run("search_memories", "rsyslog", "--substring")
         assert "substring" in stdout and "alice" in stdout and len(stdout.splitlines()) == 2
+
+    def test_search_memories_in_one_tenant(self):
+        acme = tenant_create(slug="acme")
+        make_memory(content="Use logrotate for every application log file on the default servers.")
+        with tenant_scope([acme.pk]):
+            make_memory(content="Use logrotate for every application log file on the acme servers.")
+        stdout, _ = run("search_memories", "logrotate", "--substring", "--user", "alice")
+        assert "default servers" in stdout and "acme servers" in stdout  # without --tenant: every tenant's alice
+        stdout, _ = run("search_memories", "logrotate", "--substring", "--user", "alice", "--tenant", "acme")
+        assert "acme servers" in stdout and "default servers" not in stdout
+        with pytest.raises(CommandError, match="No tenant 'nope'"):
+            run("search_memories", "logrotate", "--tenant", "nope")
 
     def test_search_memories_without_model_warns_and_uses_substring(self, failing_embedder):
         make_memory(content="Use logrotate for every application log file on the servers.")

@@ -1,3 +1,5 @@
+from contextlib import nullcontext
+
 from django.core.management.base import BaseCommand, CommandError
 
 from common.parsers import text_problem
@@ -5,12 +7,15 @@ from common.text import terminal_safe
 from embeddings.embedders import EmbeddingError, get_embedder
 from memories.management.options import SEARCH_MAX_LIMIT, bounded, user_checked
 from memories.selectors import memory_search_text
+from tenants.context import tenant_scope
+from tenants.selectors import tenant_get
 
 
 class Command(BaseCommand):
     help = (
         "Search memories semantically and by substring (default: both, deduplicated, ranked by score = cosine "
-        "similarity + 0.25 for a literal match). With --user only that user's memories; without, every user's. "
+        "similarity + 0.25 for a literal match). With --user only that user's memories; without, every user's; with "
+        "--tenant only that tenant's, without every tenant's. "
         "Without a model, only the substring search runs (with a warning)."
     )
 
@@ -22,8 +27,14 @@ class Command(BaseCommand):
         mode.add_argument("--substring", action="store_true", help="Only the substring search")
         parser.add_argument("--limit", type=int, default=20, help=f"At most this many hits, 1 to {SEARCH_MAX_LIMIT}")
         parser.add_argument("--include-deprecated", action="store_true")
+        parser.add_argument("--tenant", help="Only this tenant's memories (slug); a user id is one tenant's user")
 
-    def handle(self, *args, query, user_id, semantic, substring, limit, include_deprecated, **options):
+    def handle(self, *args, query, user_id, semantic, substring, limit, include_deprecated, tenant, **options):
+        workspace = None
+        if tenant is not None:
+            workspace = tenant_get(slug=tenant)
+            if workspace is None:
+                raise CommandError(f"No tenant {terminal_safe(tenant)!r}.")
         query = query.strip()
         if not query:
             raise CommandError("Give a non-empty query.")
@@ -41,9 +52,10 @@ class Command(BaseCommand):
                     raise CommandError(f"No embedding model available: {exc}") from exc
                 self.stderr.write(self.style.WARNING(f"No embedding model available ({exc}); substring search only."))
                 mode = "substring"
-        hits, reason = memory_search_text(
-            query=query, user_id=user_id, mode=mode, limit=limit, include_deprecated=include_deprecated
-        )
+        with tenant_scope([workspace.pk]) if workspace is not None else nullcontext():
+            hits, reason = memory_search_text(
+                query=query, user_id=user_id, mode=mode, limit=limit, include_deprecated=include_deprecated
+            )
         if reason and mode == "semantic":
             raise CommandError("No embedding model available: the embedder failed on the query.")
         if reason:
