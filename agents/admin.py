@@ -8,7 +8,7 @@ from rest_framework.authtoken.models import TokenProxy
 
 from agents.authentication import verified_keys_forget
 from agents.models import Agent, ApiKey, Scope
-from agents.services import api_key_name_validate, api_key_revoke, api_key_scopes_validate, api_key_update
+from agents.services import agent_name_validate, api_key_name_validate, api_key_revoke, api_key_scopes_validate, api_key_update
 from common.admin import HistoryAdmin
 from common.api import ApplicationError
 from tenants.admin import TenantChoiceMixin
@@ -42,8 +42,14 @@ class ForgetVerifiedKeysMixin:
         verified_keys_forget()
 
 
+class AgentForm(forms.ModelForm):
+    def clean_name(self):
+        return _refused_as_form_error(agent_name_validate, name=self.cleaned_data["name"])
+
+
 @admin.register(Agent)
 class AgentAdmin(ForgetVerifiedKeysMixin, TenantChoiceMixin, HistoryAdmin):
+    form = AgentForm
     list_display = ["name", "tenant", "is_active", "private_user_data", "created_at"]
     list_filter = ["is_active", "private_user_data", ("tenant", admin.RelatedOnlyFieldListFilter)]  # only tenants in view
     list_select_related = ["tenant"]

@@ -31,11 +31,7 @@ def agent_key_create(
     return (key, raw key shown once). With ``unique_name``, refuse a key name the agent already has on an
     active (unrevoked) key."""
     scopes = api_key_scopes_validate(scopes=scopes)
-    name = agent_name.strip()
-    if not name or len(name) > 100:
-        raise ApplicationError("Agent name must be 1 to 100 characters.", field="name")
-    if _has_control(name):
-        raise ApplicationError("Agent name must not contain control characters, and must show something.", field="name")
+    name = agent_name_validate(name=agent_name)
     key_name = api_key_name_validate(name=key_name)
     tenant = tenant or tenant_default()
     with transaction.atomic():
@@ -64,6 +60,16 @@ def api_key_scopes_validate(*, scopes) -> list[str]:
     if not scopes:
         raise ApplicationError("At least one scope is needed.", field="scopes")
     return sorted({str(s) for s in scopes})
+
+
+def agent_name_validate(*, name: str) -> str:
+    """An agent's name, stripped: 1 to 100 characters that show something, no control characters."""
+    name = name.strip() if isinstance(name, str) else ""
+    if not name or len(name) > 100:
+        raise ApplicationError("Agent name must be 1 to 100 characters.", field="name")
+    if _has_control(name):
+        raise ApplicationError("Agent name must not contain control characters, and must show something.", field="name")
+    return name
 
 
 def api_key_name_validate(*, name: str) -> str:

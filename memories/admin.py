@@ -17,6 +17,7 @@ from django.utils.html import format_html, format_html_join
 from common.admin import HistoryAdmin, confirm_bulk
 from common.api import ApplicationError
 from common.validation import MAX_DAYS
+from memories import write_gate
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryWriteDecision, QuarantineStatus
 from memories.selectors import memory_version_chain
 from memories.services import memories_purge_deprecated, memory_deprecate, memory_promote, quarantine_discard, quarantine_release
@@ -137,6 +138,7 @@ class MemoryAdmin(HistoryAdmin):
     readonly_fields = [
         "namespace",
         "user_id",
+        "agent",
         "memory_type",
         "topic",
         "tags",
@@ -231,8 +233,21 @@ class MemoryAdmin(HistoryAdmin):
         self.message_user(request, f"Purged {counts['memories']} deprecated memories older than {days} days.", messages.SUCCESS)
 
 
+class QuarantineForm(forms.ModelForm):
+    """The preview a reviewer edits before a release: a secret typed back in is refused here, so it is never stored,
+    shown in the list or kept after a discard (release runs the whole write gate again)."""
+
+    def clean_redacted_preview(self):
+        text = self.cleaned_data["redacted_preview"]
+        kinds = sorted({f.kind for f in write_gate.secret_findings(text)})
+        if kinds:
+            raise forms.ValidationError(f"This holds a secret ({', '.join(kinds)}): take it out, or discard the item.")
+        return text
+
+
 @admin.register(MemoryQuarantine)
 class MemoryQuarantineAdmin(admin.ModelAdmin):
+    form = QuarantineForm
     list_display = ["id", "user_id", "reason", "kinds", "short_preview", "status", "created_at", "reviewed_by"]
     list_filter = ["status", "reason", "memory_type", UserFilter]
     search_fields = ["redacted_preview", "user_id", "topic"]

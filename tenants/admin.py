@@ -113,6 +113,11 @@ class TenantAdmin(SuperuserOnly, HistoryAdmin):
     search_fields = ["slug", "name"]
     inlines = [MembershipInline]
 
+    def get_readonly_fields(self, request, obj=None):
+        """A slug is how commands, settings and the database default name the tenant: fixed once it exists."""
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if obj is None else ["slug", *fields]
+
     def has_delete_permission(self, request, obj=None):
         return False  # a tenant's rows are protected; retire its agents instead
 

@@ -17,14 +17,33 @@ from feedback.models import (
     MistakePattern,
     PatternStatus,
 )
-from feedback.services.mistakes import mistake_pattern_set_status
+from feedback.services.mistakes import REVIEWER_STATUSES, mistake_pattern_set_status
+from feedback.services.reviews import MAX_EXPLANATION
 from feedback.services.rules import correction_rule_approve, correction_rule_deactivate, correction_rules_create
 
 
 class PatternReviewForm(forms.ModelForm):
+    """What a reviewer may set (the service's statuses; "mitigated" comes with a correction rule) and notes within
+    the service's limit, so a refusal is an error on the page."""
+
+    resolution_notes = forms.CharField(widget=forms.Textarea, required=False, max_length=MAX_EXPLANATION)
+
     class Meta:
         model = MistakePattern
         fields = ["status", "resolution_notes"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        current = self.instance.status if self.instance.pk else None
+        self.fields["status"].choices = [
+            (value, label) for value, label in PatternStatus.choices if value in REVIEWER_STATUSES or value == current
+        ]
+
+    def clean_status(self):
+        status = self.cleaned_data["status"]
+        if status not in REVIEWER_STATUSES and status != self.instance.status:
+            raise forms.ValidationError("A reviewer sets active, resolved or dismissed.")
+        return status
 
 
 @admin.register(MistakePattern)

@@ -148,15 +148,21 @@ def mistake_patterns_detect(
     return result
 
 
+REVIEWER_STATUSES = [PatternStatus.ACTIVE, PatternStatus.RESOLVED, PatternStatus.DISMISSED]
+
+
 def mistake_pattern_set_status(*, pattern, status: str, notes: str = "", user=None) -> MistakePattern:
-    """Reviewers dismiss, resolve or reactivate a pattern, with notes."""
+    """Reviewers dismiss, resolve or reactivate a pattern, with notes. "Mitigated" is not theirs to set: it says a
+    correction rule was drawn from the pattern (``correction_rules_create``); a mitigated pattern may keep it."""
     if status not in PatternStatus.values:
-        raise ApplicationError(f"status must be one of {', '.join(PatternStatus.values)}.", field="status")
+        raise ApplicationError(f"status must be one of {', '.join(REVIEWER_STATUSES)}.", field="status")
     notes = _explanation(notes, "notes")
     with transaction.atomic():
         obj = MistakePattern.objects.select_for_update().filter(pk=_pk(pattern)).first()
         if obj is None:
             raise NotFound(f"Mistake pattern {_pk(pattern)} not found.", field="id")
+        if status not in REVIEWER_STATUSES and status != obj.status:
+            raise ApplicationError(f"status must be one of {', '.join(REVIEWER_STATUSES)}.", field="status")
         obj.status, obj.resolution_notes = status, notes
         if status in (PatternStatus.RESOLVED, PatternStatus.DISMISSED):
             obj.resolved_by, obj.resolved_at = user, timezone.now()

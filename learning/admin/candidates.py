@@ -114,6 +114,8 @@ class LearningCandidateAdmin(HistoryAdmin):
         "review_reason",
         "reviewed_by",
         "reviewed_by_agent",
+        "proposed_by_agent",
+        "seen_by_agents",
         "reviewed_at",
         "created_at",
         "updated_at",
@@ -126,6 +128,9 @@ class LearningCandidateAdmin(HistoryAdmin):
 
     def has_add_permission(self, request):
         return False  # candidates come from feedback and corrections, not from hand entry
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # a candidate is rejected (with a reason, in the decision log), not deleted
 
     def has_review_permission(self, request):
         return request.user.has_perm(REVIEW_PERMISSION)

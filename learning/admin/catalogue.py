@@ -84,6 +84,11 @@ class VerbAdmin(TenantChoiceMixin, _VerbSave, HistoryAdmin):
     search_fields = ["name", "display_name", "description", "phrases__text"]
     inlines = [VerbPhraseInline]
 
+    def get_readonly_fields(self, request, obj=None):
+        """A verb's name is what candidates, evidence, signals and records name it by: fixed once it exists."""
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if obj is None else ["name", *fields]
+
 
 @admin.register(LearnedPhrase)
 class LearnedPhraseAdmin(EmbeddingStatusMixin, HistoryAdmin):
@@ -115,8 +120,11 @@ class LearnedPhraseAdmin(EmbeddingStatusMixin, HistoryAdmin):
         return False  # phrases are learned from candidates or imported, through services that embed them
 
     def get_readonly_fields(self, request, obj=None):
-        """The text, verb and scope stay as learned: their normalized form and embedding are written by services."""
-        return ["phrase", "verb", "user_id", "private_agent", *super().get_readonly_fields(request, obj)]
+        """The phrase stays as learned: its text, scope, origin and state are written by services (its normalized form
+        and embedding follow the text; ``source`` decides what counts as a gold label). It is ended with "revert",
+        which records why."""
+        learned = ["phrase", "verb", "user_id", "private_agent", "agent", "source", "is_active", "confidence", "occurrence_count"]
+        return [*learned, *super().get_readonly_fields(request, obj)]
 
 
 class EntityAliasForm(_NormalizedForm):
@@ -150,5 +158,6 @@ class PhraseBlockAdmin(EmbeddingStatusMixin, HistoryAdmin):
         return False  # blocks are added through the API, MCP or a rejection, by a service that normalizes and embeds
 
     def get_readonly_fields(self, request, obj=None):
-        """What is blocked stays as added (its normalized form and vector follow it); reason and expiry may change."""
-        return ["phrase", "verb", "user_id", *super().get_readonly_fields(request, obj)]
+        """What is blocked, and until when, stays as added (its normalized form and vector follow it); "revert" ends a
+        block and records why. Only the reason may change."""
+        return ["phrase", "verb", "user_id", "expires_at", "source", *super().get_readonly_fields(request, obj)]

@@ -189,6 +189,7 @@ class PhraseEvidenceAdmin(admin.ModelAdmin):
     list_filter = ["verb"]
     readonly_fields = [
         "user_id",
+        "private_agent",
         "phrase",
         "normalized",
         "verb",
@@ -228,6 +229,9 @@ class FittedResolutionProfileAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # "retire" takes a profile out of service (and out of the cache); the row stays as history
 
     @admin.display(description="in force when fitted")
     def baseline_values(self, obj):

@@ -1,0 +1,135 @@
+"""The admin's forms change only what no service owns: who proposed a candidate, a phrase's state and origin, whose
+private evidence a row is, a verb's name, a tenant's slug, a block's expiry and a memory's agent are fixed there;
+a quarantine preview with a secret, pattern notes over the limit and invisible agent names are errors on the page;
+candidates are rejected and profiles retired, not deleted."""
+
+import pytest
+from django.test import Client
+
+from agents.models import Agent, Scope
+from feedback.models import MistakePattern
+from feedback.services.mistakes import mistake_patterns_detect
+from learning.models import FittedResolutionProfile, LearningCandidate, PhraseBlock, PhraseEvidence, Verb
+from learning.services.blocks import phrase_block_add
+from learning.services.candidates import candidate_record
+from learning.services.phrases import learned_phrase_upsert
+from memories.models import MemoryQuarantine
+from tenants.context import acting_agent
+from tenants.models import Tenant
+from tenants.selectors import tenant_default
+from tests.conftest import make_client, make_memory, reject_n, reviewer_user
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def su(db):
+    client = Client(raise_request_exception=False)
+    client.force_login(reviewer_user("root", superuser=True))
+    return client
+
+
+def test_a_candidates_proposer_stays_so_it_still_cannot_approve_its_own(catalogue, su):
+    gov = make_client([s.value for s in Scope], name="gov-bot")
+    with acting_agent(gov.agent):
+        cand = candidate_record(
+            input_pattern="spin up a fresh unit", suggested_output="cbu.create", user_id=None, source="test", confidence=0.6
+        )
+    su.post(f"/admin/learning/learningcandidate/{cand.pk}/change/", {"proposed_by_agent": "", "seen_by_agents": ""})
+    cand.refresh_from_db()
+    assert (cand.proposed_by_agent_id, cand.seen_by_agents) == (gov.agent.pk, [gov.agent.pk])
+    assert gov.post(f"/api/v1/learning/candidates/{cand.pk}/approve", {}, format="json").status_code == 403
+    assert su.post(f"/admin/learning/learningcandidate/{cand.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert LearningCandidate.objects.filter(pk=cand.pk).exists()
+
+
+def test_a_learned_phrase_is_ended_by_revert_not_by_its_form(catalogue, su):
+    row = learned_phrase_upsert(phrase="show the units", verb=catalogue["cbu.list"])
+    form = {"confidence": "0.2", "occurrence_count": "9", "source": "correction", "agent": ""}  # is_active unticked
+    su.post(f"/admin/learning/learnedphrase/{row.pk}/change/", form)
+    row.refresh_from_db()
+    assert (row.is_active, row.source, row.confidence, row.occurrence_count) == (True, "manual", 1.0, 1)
+
+
+def test_private_evidence_stays_with_its_agent(catalogue, su):
+    own, other = Agent.objects.create(name="private-a", private_user_data=True), Agent.objects.create(name="shared-b")
+    row = PhraseEvidence.objects.create(
+        user_id="alice", phrase="x y", normalized="x y", verb="cbu.list", negative=1.0, private_agent=own
+    )
+    PhraseEvidence.objects.create(user_id="alice", phrase="x y", normalized="x y", verb="cbu.list", negative=2.0)
+    for moved in (str(other.pk), ""):  # to another agent, or onto the shared row's key
+        assert su.post(f"/admin/learning/phraseevidence/{row.pk}/change/", {"private_agent": moved}).status_code == 302
+        row.refresh_from_db()
+        assert row.private_agent_id == own.pk
+
+
+def test_a_verbs_name_and_a_tenants_slug_are_fixed_once_they_exist(catalogue, su):
+    verb = catalogue["cbu.delete"]
+    form = {"name": "cbu.remove", "domain": "cbu", "is_active": "on", "phrases-TOTAL_FORMS": "0", "phrases-INITIAL_FORMS": "0"}
+    assert su.post(f"/admin/learning/verb/{verb.pk}/change/", form).status_code == 302
+    assert Verb.objects.filter(name="cbu.delete").exists() and not Verb.objects.filter(name="cbu.remove").exists()
+    default = tenant_default()
+    form = {"slug": "renamed", "name": "Default", "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"}
+    assert su.post(f"/admin/tenants/tenant/{default.pk}/change/", form).status_code == 302
+    assert Tenant.objects.get(pk=default.pk).slug == "default" and tenant_default() == default
+
+
+def test_a_blocks_expiry_is_ended_by_revert_not_by_its_form(catalogue, su):
+    block = phrase_block_add(phrase="wipe everything", verb_name="cbu.delete", reason="dangerous")
+    form = {"reason": "still dangerous", "expires_at_0": "2020-01-01", "expires_at_1": "00:00:00"}
+    assert su.post(f"/admin/learning/phraseblock/{block.pk}/change/", form).status_code == 302
+    block.refresh_from_db()
+    assert block.expires_at is None and block.reason == "still dangerous"
+    assert PhraseBlock.objects.count() == 1
+
+
+def test_a_quarantine_preview_with_a_secret_is_refused(su):
+    item = MemoryQuarantine.objects.create(
+        user_id="alice", reason="secret", finding_kinds=["password"], redacted_preview="The db password is [REDACTED:password]"
+    )
+    page = su.post(
+        f"/admin/memories/memoryquarantine/{item.pk}/change/", {"redacted_preview": "The db password is Hunter2-Sup3rS3cret!"}
+    )
+    assert page.status_code == 200 and "This holds a secret" in page.content.decode()
+    item.refresh_from_db()
+    assert "Hunter2" not in item.redacted_preview
+    clean = "The db password is kept in the team vault."
+    assert su.post(f"/admin/memories/memoryquarantine/{item.pk}/change/", {"redacted_preview": clean}).status_code == 302
+    item.refresh_from_db()
+    assert item.redacted_preview == clean
+
+
+def test_a_memorys_agent_is_fixed(su):
+    memory = make_memory()
+    other = Agent.objects.create(name="someone-else")
+    su.post(f"/admin/memories/memory/{memory.pk}/change/", {"agent": str(other.pk)})
+    memory.refresh_from_db()
+    assert memory.agent_id != other.pk
+
+
+def test_pattern_notes_over_the_limit_and_a_hand_set_mitigation_are_errors_on_the_page(agent, su):
+    reject_n(agent, 3)
+    mistake_patterns_detect()
+    pattern = MistakePattern.objects.get()
+    url = f"/admin/feedback/mistakepattern/{pattern.pk}/change/"
+    page = su.post(url, {"status": "resolved", "resolution_notes": "x" * 6000})
+    assert page.status_code == 200 and "at most 5000 characters" in page.content.decode()
+    page = su.post(url, {"status": "mitigated", "resolution_notes": ""})
+    assert page.status_code == 200 and "Select a valid choice" in page.content.decode()
+    assert su.post(url, {"status": "resolved", "resolution_notes": "fixed upstream"}).status_code == 302
+    pattern.refresh_from_db()
+    assert (pattern.status, pattern.resolution_notes) == ("resolved", "fixed upstream")
+
+
+@pytest.mark.parametrize("name", ["\u200b", "bad\x07bell"])
+def test_an_agent_name_the_key_service_refuses_is_an_error_on_the_page(su, name):
+    form = {"name": name, "description": "", "is_active": "on", "keys-TOTAL_FORMS": "0", "keys-INITIAL_FORMS": "0"}
+    page = su.post("/admin/agents/agent/add/", form)
+    assert page.status_code == 200 and "Agent name must" in page.content.decode()
+    assert not Agent.objects.filter(name=name).exists()
+
+
+def test_a_profile_is_retired_not_deleted(su):
+    assert su.get("/admin/learning/fittedresolutionprofile/1/delete/").status_code in (403, 302)
+    assert "delete_selected" not in su.get("/admin/learning/fittedresolutionprofile/").content.decode()
+    assert not FittedResolutionProfile.objects.exists()
