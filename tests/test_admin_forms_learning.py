@@ -72,7 +72,7 @@ def test_learned_phrase_cannot_be_added_in_admin(admin_client, catalogue):
     assert response.status_code == 403 and not LearnedPhrase.objects.exists()
 
 
-def test_learned_phrase_text_verb_and_user_are_read_only(admin_client, catalogue):
+def test_learned_phrase_text_verb_user_and_confidence_are_read_only(admin_client, catalogue):
     row = learned_phrase_upsert(phrase="show the units", verb=catalogue["cbu.list"])
     embedding = list(row.embedding)
     page = admin_client.get(f"{PHRASES}{row.pk}/change/").content.decode()
@@ -92,7 +92,7 @@ def test_learned_phrase_text_verb_and_user_are_read_only(admin_client, catalogue
     )
     assert response.status_code == 302
     row.refresh_from_db()
-    assert (row.phrase, row.verb.name, row.user_id, row.confidence) == ("show the units", "cbu.list", None, 0.8)
+    assert (row.phrase, row.verb.name, row.user_id, row.confidence) == ("show the units", "cbu.list", None, 1.0)
     assert row.normalized == normalize_phrase(row.phrase) and list(row.embedding) == embedding
 
 
