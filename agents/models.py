@@ -55,7 +55,7 @@ class Agent(TenantOwned):
 
 
 def hash_key(raw_key: str) -> str:
-    """Keys are 256-bit random secrets, so one SHA-256 is enough to store them."""
+    """Keys are 256-bit random secrets, so one sha256 digest is enough to store them."""
     return hashlib.sha256(raw_key.encode()).hexdigest()
 
 
