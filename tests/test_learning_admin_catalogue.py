@@ -20,7 +20,9 @@ ALIAS = {"entity_type": "entity", "confidence": "1", "occurrence_count": "1", "s
 @pytest.fixture
 def rita(db):
     client = Client(raise_request_exception=False)
-    codenames = [f"{a}_{m}" for m in ("verb", "verbphrase", "entityalias", "phraseblock") for a in ("add", "change", "view", "delete")]
+    codenames = [
+        f"{a}_{m}" for m in ("verb", "verbphrase", "entityalias", "phraseblock") for a in ("add", "change", "view", "delete")
+    ]
     client.force_login(reviewer_user("rita", *codenames))
     return client
 
