@@ -8,19 +8,23 @@ _SPACE = re.compile(r"\s+")
 _EDGE_PUNCT = " \t\n.,!?;:'\"`()[]{}"
 
 
-# Printable characters that show nothing: Hangul fillers, the combining grapheme joiner, variation selectors,
-# Mongolian free variation selectors, Khmer inherent vowels (dropped), and the blank Braille pattern (a space).
-_BLANK = re.compile("[\u115f\u1160\u3164\uffa0\u034f\u17b4\u17b5\u180b-\u180f\ufe00-\ufe0f\U000e0100-\U000e01ef\u2800]")
+BRAILLE_BLANK = chr(0x2800)  # the blank Braille pattern: read as a space
+# Printable characters that show nothing, dropped: Hangul fillers, the combining grapheme joiner, Khmer inherent
+# vowels, Mongolian free variation selectors, variation selectors and their supplement.
+_SHOW_NOTHING = [0x115F, 0x1160, 0x3164, 0xFFA0, 0x034F, 0x17B4, 0x17B5, *range(0x180B, 0x1810), *range(0xFE00, 0xFE10)]
+_SHOW_NOTHING += range(0xE0100, 0xE01F0)
+_BLANK = re.compile("[" + re.escape("".join(map(chr, [*_SHOW_NOTHING, ord(BRAILLE_BLANK)]))) + "]")
 
 
 def _blank(match: re.Match) -> str:
-    return " " if match.group() == "\u2800" else ""
+    return " " if match.group() == BRAILLE_BLANK else ""
 
 
 def visible_text(text: str) -> str:
     """Without the characters nobody sees: format characters (zero-width space and joiners, the soft hyphen, the
     byte-order mark, bidirectional marks) and printable ones that show nothing (``_BLANK``) are dropped, control
-    characters read as a space, so "pay\u200bbill" is "paybill" and a text of only such characters is empty."""
+    characters read as a space, so "pay", a zero-width space and "bill" read "paybill", and a text of only such
+    characters is empty."""
     if not text.isprintable():
         out = []
         for c in text:
