@@ -15,7 +15,7 @@ from learning.models import (
     Verb,
     VerbPhrase,
 )
-from learning.services.catalogue import entity_alias_save, verb_edit
+from learning.services.catalogue import entity_alias_save, verb_edit, verb_phrases_edit
 from tenants.admin import TenantChoiceMixin
 
 
@@ -50,7 +50,7 @@ class VerbPhraseFormSet(forms.BaseInlineFormSet):
         for form in self.forms:
             if not hasattr(form, "cleaned_data") or form.cleaned_data.get("DELETE") or not form.cleaned_data.get("text"):
                 continue
-            norm = normalize_phrase(form.cleaned_data["text"])
+            norm = form.cleaned_data["normalized"]  # the form's own clean computed it
             if norm in seen:
                 raise ValidationError(f"{form.cleaned_data['text']!r} and {seen[norm]!r} are the same phrase.")
             seen[norm] = form.cleaned_data["text"]
@@ -68,13 +68,11 @@ class VerbPhraseInline(EmbeddingStatusMixin, admin.TabularInline):
 
 class _VerbSave:
     def save_model(self, request, obj, form, change):
-        verb_edit(verb=obj)  # the verb's cache goes; its phrases follow in save_formset
+        verb_edit(verb=obj)
 
-    def save_formset(self, request, form, formset, change):
-        if formset.model is not VerbPhrase:
-            return super().save_formset(request, form, formset, change)
+    def save_formset(self, request, form, formset, change):  # only shown to those who may change phrases
         phrases = formset.save(commit=False)
-        verb_edit(verb=form.instance, phrases=phrases, deleted=formset.deleted_objects)
+        verb_phrases_edit(verb=form.instance, phrases=phrases, deleted=formset.deleted_objects)
 
 
 @admin.register(Verb)

@@ -71,10 +71,20 @@ def _embed_changed(rows: list) -> None:
             row.embedding, row.embedding_model, row.embedding_hash = None, "", ""
 
 
-def verb_edit(*, verb: Verb, phrases: list[VerbPhrase] = (), deleted: list[VerbPhrase] = ()) -> Verb:
-    """A verb and its catalogue phrases edited by hand (the admin's verb page): each phrase normalized and embedded,
-    removed ones deleted. As after a load, the verbs' cache is dropped and the catalogue prior refits once this
-    commits. A phrase with nothing to match, or one the verb has already, is refused (400 / 409)."""
+def verb_edit(*, verb: Verb) -> Verb:
+    """A verb edited by hand (the admin's verb page): saved, and the verbs' cache dropped once this commits."""
+    with transaction.atomic():
+        verb.save()
+        transaction.on_commit(verb_details_forget)
+    return verb
+
+
+def verb_phrases_edit(*, verb: Verb, phrases: list[VerbPhrase] = (), deleted: list[VerbPhrase] = ()) -> None:
+    """A verb's catalogue phrases edited by hand: each normalized and embedded, removed ones deleted. As after a
+    load, the verbs' cache is dropped and the catalogue prior refits once this commits. A phrase with nothing to
+    match, or one the verb has already, is refused (400 / 409)."""
+    if not phrases and not deleted:
+        return
     for row in phrases:
         row.normalized = normalize_phrase(row.text)
         if not row.normalized:
@@ -82,18 +92,15 @@ def verb_edit(*, verb: Verb, phrases: list[VerbPhrase] = (), deleted: list[VerbP
     _embed_changed(list(phrases))
     try:
         with transaction.atomic():
-            verb.save()
             for row in deleted:
                 row.delete()
             for row in phrases:
                 row.verb = verb
                 row.save()
             transaction.on_commit(verb_details_forget)
-            if phrases or deleted:
-                task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
+            task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
     except IntegrityError as exc:
         raise Conflict("The verb has that phrase already (after normalisation).", field="text", code="duplicate") from exc
-    return verb
 
 
 def entity_alias_save(*, alias: EntityAlias) -> EntityAlias:
