@@ -39,12 +39,6 @@ class PatternReviewForm(forms.ModelForm):
             (value, label) for value, label in PatternStatus.choices if value in REVIEWER_STATUSES or value == current
         ]
 
-    def clean_status(self):
-        status = self.cleaned_data["status"]
-        if status not in REVIEWER_STATUSES and status != self.instance.status:
-            raise forms.ValidationError("A reviewer sets active, resolved or dismissed.")
-        return status
-
 
 @admin.register(MistakePattern)
 class MistakePatternAdmin(admin.ModelAdmin):
