@@ -15,6 +15,8 @@ def agent_get(*, ref, tenant: str | None = None) -> Agent:
     Text the database cannot store (a NUL, a lone surrogate such as undecodable command-line bytes give) is refused
     here, before any query; an id is ASCII digits only ("²" is a name, and no agent's)."""
     ref = str(ref).strip()
+    if not ref:  # an empty --agent (a variable left unset) names no agent, and never means "every agent"
+        raise ApplicationError("The agent is empty; give an id or a name.", field="agent")
     for what, text in (("agent", ref), ("tenant", tenant or "")):
         problem = text_problem(text)
         if problem:

@@ -9,6 +9,8 @@ def tenant_one(queryset, *, tenant: str | None, label: str, field: str, missing:
     unique per tenant only, and a reviewer or a command sees several tenants: a name several of them use is refused
     without the tenant (409 ``ambiguous``, naming them and how to choose: ``hint``), never one picked at random; none
     answers 404 with ``missing`` (and the tenant when given)."""
+    if tenant is not None and not tenant.strip():  # an empty --tenant (a variable left unset) names no tenant
+        raise ApplicationError("The tenant is empty; give its slug.", field="tenant")
     if tenant:
         problem = text_problem(tenant)
         if problem:

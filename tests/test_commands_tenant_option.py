@@ -130,3 +130,24 @@ def test_agent_get_refuses_text_the_database_cannot_store(two):
 def test_commands_refuse_undecodable_text_with_a_message(two, args):
     with pytest.raises(CommandError, match="surrogate"):
         run(*args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run_autonomy_cycle", "--agent", ""),
+        ("run_autonomy_cycle", "--agent", "  "),
+        ("detect_mistakes", "--agent", ""),
+        ("detect_mistakes", "--agent", "bot", "--tenant", ""),
+        ("run_autonomy_cycle", "--agent", "bot", "--tenant", " "),
+        ("autonomy_report", "feedback", ""),
+        ("autonomy_report", "autonomy", "email.send", "--tenant", ""),
+    ],
+)
+def test_an_empty_agent_or_tenant_is_refused_and_never_means_every_agent(two, args):
+    """An unset shell variable (``--agent "$AGENT"``) names nothing: the command stops with a message and runs no
+    cycle and no detection for anyone."""
+    episodes, patterns = Episode.objects.count(), MistakePattern.objects.count()
+    with pytest.raises(CommandError, match="is empty"):
+        run(*args)
+    assert (Episode.objects.count(), MistakePattern.objects.count()) == (episodes, patterns)

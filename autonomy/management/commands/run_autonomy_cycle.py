@@ -37,7 +37,7 @@ class Command(BaseCommand):
         parser.add_argument("--per-agent", action="store_true", help="With --all: one per-agent cycle after another (slow)")
 
     def handle(self, *args, agent, all, queue, chunk, per_agent, tenant, **options):
-        if tenant is not None and not agent:
+        if tenant is not None and agent is None:
             raise CommandError("--tenant names the tenant of --agent; it does not apply to --all.")
         if chunk is not None:
             if not all or per_agent:
@@ -47,12 +47,12 @@ class Command(BaseCommand):
         try:
             ids = (
                 [agent_get(ref=agent, tenant=tenant).pk]
-                if agent
+                if agent is not None  # an empty --agent (an unset variable) names no agent: refused, not every agent
                 else list(Agent.objects.filter(is_active=True).order_by("pk").values_list("pk", flat=True))
             )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
-        one_by_one = bool(agent or per_agent)
+        one_by_one = agent is not None or per_agent
         batches = ids if one_by_one else agent_chunks(ids, chunk)
         if queue:
             batches = self._queue(batches, one_by_one)

@@ -17,12 +17,12 @@ class Command(BaseCommand):
         parser.add_argument("--min", type=int, default=None, dest="min_count", help="Records needed for a pattern (default 3)")
 
     def handle(self, *args, agent, tenant, window_days, min_count, **options):
-        if tenant is not None and not agent:
+        if tenant is not None and agent is None:
             raise CommandError("--tenant names the tenant of --agent; without --agent every agent's feedback is read.")
         if window_days is not None and window_days > MAX_WINDOW_DAYS:
             raise CommandError(f"--window-days must be at most {MAX_WINDOW_DAYS}.")
         try:
-            agent_id = agent_get(ref=agent, tenant=tenant).pk if agent else None
+            agent_id = agent_get(ref=agent, tenant=tenant).pk if agent is not None else None  # "" names no agent
             result = mistake_patterns_detect(agent_id=agent_id, window_days=window_days, min_count=min_count)
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
