@@ -120,12 +120,14 @@ def idempotency_key_check(*, key, field: str) -> str:
     return key
 
 
-def idempotent_request_claim(*, agent: Agent, key: str, method: str, path: str, request_hash: str) -> IdempotentRequest | None:
+def idempotent_request_claim(
+    *, agent: Agent, key: str, method: str, path: str, request_hash: str, field: str = "Idempotency-Key"
+) -> IdempotentRequest | None:
     """Claim ``key`` for this request, in the request's own transaction (the claim commits with the write, or
     neither does). None: claimed, answer the request and store the answer. Otherwise the request stored under the
     key, to be answered again; a concurrent request with the key is waited for (its INSERT holds the key until it
-    commits or rolls back). The same key on another request is a 409; a key older than API_IDEMPOTENCY_TTL_S is
-    free again."""
+    commits or rolls back). The same key on another request is a 409 naming ``field`` (where the caller sent the
+    key: REST's header, MCP's ``_meta`` member); a key older than API_IDEMPOTENCY_TTL_S is free again."""
     cutoff = timezone.now() - timezone.timedelta(seconds=settings.API_IDEMPOTENCY_TTL_S)
     IdempotentRequest.objects.filter(agent=agent, key=key, created_at__lt=cutoff).delete()
     with connection.cursor() as cursor:
@@ -140,9 +142,9 @@ def idempotent_request_claim(*, agent: Agent, key: str, method: str, path: str, 
     stored = IdempotentRequest.objects.get(agent=agent, key=key)
     if stored.request_hash != request_hash:
         raise Conflict(
-            f"The Idempotency-Key {key!r} was sent with another request ({stored.method} {stored.path}); "
+            f"The idempotency key {key!r} ({field}) was sent with another request ({stored.method} {stored.path}); "
             "use a new key for a new request.",
-            field="Idempotency-Key",
+            field=field,
             code="idempotency_key_reused",
         )
     return stored

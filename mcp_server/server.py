@@ -231,9 +231,12 @@ def call_tool_sync(
     data = validate_arguments(tool, arguments)
     key = None
     if idempotency_key is not None and not tool.read_only:
-        key = idempotency_key_check(key=idempotency_key, field=f"_meta.{IDEMPOTENCY_META}")
+        field = f"_meta.{IDEMPOTENCY_META}"
+        key = idempotency_key_check(key=idempotency_key, field=field)
         digest = hashlib.sha256(json.dumps(["MCP", name, arguments], sort_keys=True, default=str).encode()).hexdigest()
-        stored = idempotent_request_claim(agent=request.user, key=key, method="MCP", path=f"tools/{name}", request_hash=digest)
+        stored = idempotent_request_claim(
+            agent=request.user, key=key, method="MCP", path=f"tools/{name}", request_hash=digest, field=field
+        )
         if stored is not None:
             return Outcome(data=stored.response, replayed=True, embedding_pending=stored.embedding_pending)
     with embedding_budget():  # REST's per-request embedding budget: a write never waits on a slow embedder

@@ -258,11 +258,13 @@ def test_a_write_tool_with_an_idempotency_key_runs_once_and_shares_rests_keys(ca
     assert confirm("k-2").data["phrase"]["occurrence_count"] == 2
     reused = confirm("k-1", {**body, "text": "list the units"})
     assert reused.error["http_status"] == 409 and reused.error["code"] == "idempotency_key_reused"
+    assert list(reused.error["fields"]) == ["_meta.idempotency_key"]  # where the MCP call sent it: it has no header
     bad = confirm("")
     assert bad.error["http_status"] == 400 and "_meta.idempotency_key" in bad.error["fields"]
     # REST's Idempotency-Key is the same store: the MCP call's key answers a REST retry's 409 (another request).
     rest = api.post("/api/v1/resolutions/confirm", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
     assert rest.status_code == 409 and rest.json()["code"] == "idempotency_key_reused"
+    assert list(rest.json()["fields"]) == ["Idempotency-Key"]
 
 
 def test_a_replayed_tool_call_says_embedding_pending_when_the_first_did(failing_embedder):
