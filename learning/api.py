@@ -236,13 +236,13 @@ class LearningStatsApi(GovernanceApi):
 class BlockCreateApi(GovernanceApi):
     """Block a verb for a phrase and its paraphrases, globally or for one user, optionally for a while."""
 
-    @extend_schema(request=BlockCreateSerializer, responses={201: BlockSerializer, **ERROR_RESPONSES})
+    @extend_schema(request=BlockCreateSerializer, responses={201: BlockSerializer, 200: BlockSerializer, **ERROR_RESPONSES})
     def post(self, request):
         body = BlockCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
         expires_in = d.get("expires_in")
-        block = phrase_block_add(
+        block, created = phrase_block_add(
             phrase=d["phrase"],
             verb_name=d["verb"],
             reason=d["reason"],
@@ -250,7 +250,7 @@ class BlockCreateApi(GovernanceApi):
             expires_at=timezone.now() + expires_in if expires_in else None,
             source=f"api:{request.user.name}"[:40],
         )
-        return Response(BlockSerializer(block).data, status=status.HTTP_201_CREATED)
+        return Response(BlockSerializer(block).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 class BlockDetailApi(GovernanceApi):

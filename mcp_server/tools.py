@@ -174,7 +174,7 @@ def _correct(caller: Caller, d: dict) -> dict:
 
 def _block_phrase(caller: Caller, d: dict) -> dict:
     expires_in = d.get("expires_in")
-    block = phrase_block_add(
+    block, _created = phrase_block_add(
         phrase=d["phrase"],
         verb_name=d["verb"],
         reason=d["reason"],

@@ -75,7 +75,7 @@ def test_a_verbs_name_and_a_tenants_slug_are_fixed_once_they_exist(catalogue, su
 
 
 def test_a_blocks_expiry_is_ended_by_revert_not_by_its_form(catalogue, su):
-    block = phrase_block_add(phrase="wipe everything", verb_name="cbu.delete", reason="dangerous")
+    block, _ = phrase_block_add(phrase="wipe everything", verb_name="cbu.delete", reason="dangerous")
     form = {"reason": "still dangerous", "expires_at_0": "2020-01-01", "expires_at_1": "00:00:00"}
     assert su.post(f"/admin/learning/phraseblock/{block.pk}/change/", form).status_code == 302
     block.refresh_from_db()

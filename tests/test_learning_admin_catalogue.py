@@ -120,7 +120,7 @@ def test_an_alias_typed_in_the_admin_is_normalized_embedded_and_resolved(rita):
 
 def test_blocks_are_not_added_in_the_admin_and_keep_what_they_block(rita, catalogue):
     assert rita.get("/admin/learning/phraseblock/add/").status_code == 403
-    block = phrase_block_add(phrase="delete everything", verb_name="cbu.delete", reason="too broad")
+    block, _ = phrase_block_add(phrase="delete everything", verb_name="cbu.delete", reason="too broad")
     page = rita.get(f"/admin/learning/phraseblock/{block.pk}/change/").content.decode()
     assert 'name="phrase"' not in page and 'name="reason"' in page
     assert PhraseBlock.objects.get().normalized == normalize_phrase("delete everything")

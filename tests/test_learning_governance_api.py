@@ -9,7 +9,7 @@ from django.utils import timezone
 from agents.models import Scope
 from learning.models import LearnedPhrase, LearningCandidate, PhraseBlock
 from learning.resolution import resolve
-from learning.services.blocks import phrase_block_add
+from learning.services.blocks import phrase_block_add, phrase_block_expire
 from learning.services.candidates import candidate_record
 from tests.conftest import make_client
 
@@ -138,7 +138,7 @@ def test_stats(gov_api, catalogue):
     applied = cand("onboard a fresh legal entity")
     gov_api.post(f"/api/v1/learning/candidates/{applied.pk}/approve", {}, format="json")
     phrase_block_add(phrase="delete everything", verb_name="cbu.delete")
-    expired = phrase_block_add(phrase="drop it", verb_name="cbu.delete")
+    expired, _ = phrase_block_add(phrase="drop it", verb_name="cbu.delete")
     PhraseBlock.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(hours=1))
     old = cand("ancient phrase")
     LearningCandidate.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=40))
@@ -181,6 +181,35 @@ def test_block_create_with_expiry(gov_api, catalogue):
     assert resolve(text="remove a client business unit", user_id="bob").verb == "cbu.delete"
 
 
+def test_adding_a_block_in_force_again_never_weakens_it(catalogue):
+    """A second tool adding the same block with an expiry and no reason neither shortens a permanent block nor drops
+    its reason; the answer is 200 (nothing created). A later end extends a temporary block; an ended one starts
+    again as asked (201 only for a new row)."""
+    first_tool, other_tool = make_client(["governance"], name="first-tool"), make_client(["governance"], name="other-tool")
+    body = {"phrase": "nuke everything", "verb": "cbu.delete"}
+    created = first_tool.post("/api/v1/blocklist", {**body, "reason": "never: destructive"}, format="json")
+    assert created.status_code == 201 and created.json()["expires_at"] is None
+    again = other_tool.post("/api/v1/blocklist", {**body, "expires_in": "1h"}, format="json")
+    assert again.status_code == 200 and again.json()["id"] == created.json()["id"]
+    block = PhraseBlock.objects.get()
+    assert (block.expires_at, block.reason, block.source) == (None, "never: destructive", "api:first-tool")
+
+    temporary = {"phrase": "drop a cbu", "verb": "cbu.delete"}
+    first_tool.post("/api/v1/blocklist", {**temporary, "expires_in": "2d"}, format="json")
+    shorter = other_tool.post("/api/v1/blocklist", {**temporary, "expires_in": "1h", "reason": "seen again"}, format="json")
+    assert shorter.status_code == 200
+    block = PhraseBlock.objects.get(normalized="drop a cbu")
+    assert block.expires_at - timezone.now() > timedelta(days=1, hours=23) and block.reason == "seen again"
+    other_tool.post("/api/v1/blocklist", {**temporary, "expires_in": "7d"}, format="json")
+    block.refresh_from_db()
+    assert block.expires_at - timezone.now() > timedelta(days=6, hours=23) and block.reason == "seen again"
+    phrase_block_expire(block_id=block.pk)
+    renewed = other_tool.post("/api/v1/blocklist", {**temporary, "expires_in": "1h"}, format="json")
+    assert renewed.status_code == 200
+    block.refresh_from_db()
+    assert timedelta(minutes=59) < block.expires_at - timezone.now() <= timedelta(hours=1) and block.reason == ""
+
+
 @pytest.mark.parametrize(
     "expiry,ok",
     [("1w", True), ("24h", True), ("90m", True), ("30x", False), ("-1d", False), ("0d", False), ("d", False), ("99999d", False)],
@@ -212,7 +241,7 @@ def test_block_bad_input(gov_api, catalogue):
 
 
 def test_block_expire_and_delete(gov_api, catalogue):
-    block = phrase_block_add(phrase="remove a client business unit", verb_name="cbu.delete")
+    block, _ = phrase_block_add(phrase="remove a client business unit", verb_name="cbu.delete")
     assert resolve(text="remove a client business unit").verb != "cbu.delete"
     r = gov_api.post(f"/api/v1/blocklist/{block.pk}/expire")
     assert r.status_code == 200 and r.json()["expires_at"]
@@ -226,8 +255,8 @@ def test_block_expire_and_delete(gov_api, catalogue):
 
 
 def test_expired_block_stops_applying_and_purge(catalogue, capsys):
-    live = phrase_block_add(phrase="remove a client business unit", verb_name="cbu.delete", user_id="alice")
-    gone = phrase_block_add(phrase="delete a cbu", verb_name="cbu.delete", expires_at=timezone.now() + timedelta(minutes=1))
+    live, _ = phrase_block_add(phrase="remove a client business unit", verb_name="cbu.delete", user_id="alice")
+    gone, _ = phrase_block_add(phrase="delete a cbu", verb_name="cbu.delete", expires_at=timezone.now() + timedelta(minutes=1))
     assert resolve(text="delete a cbu").verb != "cbu.delete"
     PhraseBlock.objects.filter(pk=gone.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert resolve(text="delete a cbu").verb == "cbu.delete"
@@ -265,7 +294,7 @@ def test_purge_task_is_scheduled_and_purges(catalogue, settings):
     from learning.tasks import purge_expired_blocks_task
 
     assert settings.CELERY_BEAT_SCHEDULE["learning-purge-expired-blocks"]["task"] == "learning.tasks.purge_expired_blocks_task"
-    block = phrase_block_add(phrase="drop a cbu", verb_name="cbu.delete")
+    block, _ = phrase_block_add(phrase="drop a cbu", verb_name="cbu.delete")
     PhraseBlock.objects.filter(pk=block.pk).update(expires_at=timezone.now() - timedelta(days=1))
     assert purge_expired_blocks_task.delay().get() == 1
     assert not PhraseBlock.objects.exists()

@@ -47,23 +47,34 @@ def _phrase_block_put(
     vectors,
     model: str,
     history_user=None,
-) -> PhraseBlock:
-    """Inside a transaction: create or refresh the block of ``verb`` for the phrase in its scope. Race-safe: a row
-    another connection inserted meanwhile is locked and refreshed instead (the insert runs in a savepoint)."""
+) -> tuple[PhraseBlock, bool]:
+    """Inside a transaction: create or refresh the block of ``verb`` for the phrase in its scope; answers the block
+    and whether it is new. A block still in force is never weakened by being added again: the later end wins (no end
+    beats any), and it keeps its reason and source unless a reason is given. An ended one starts again as asked.
+    Race-safe: a row another connection inserted meanwhile is locked and refreshed instead (the insert runs in a
+    savepoint)."""
+    now = timezone.now()
     for _attempt in range(3):
         block = PhraseBlock.objects.select_for_update().filter(normalized=normalized, verb=verb, user_id=user_id).first()
         fresh = block is None
         block = block or PhraseBlock(normalized=normalized, verb=verb, user_id=user_id)
+        if not fresh and (block.expires_at is None or block.expires_at > now):
+            if block.expires_at is not None and expires_at is not None:
+                expires_at = max(block.expires_at, expires_at)
+            else:
+                expires_at = None
+            source = source if reason else block.source
+            reason = reason or block.reason
         block.phrase, block.reason, block.source, block.expires_at = phrase.strip(), reason, source, expires_at
         embedding_assign(rows=[block], vectors=vectors, model=model)
         block._history_user = history_user
         if not fresh:
             block.save()
-            return block
+            return block, False
         try:
             with transaction.atomic():
                 block.save()
-            return block
+            return block, True
         except IntegrityError:
             continue  # inserted by a concurrent request: lock and refresh that one
     raise Conflict("The block changed meanwhile; retry.", field="phrase")
@@ -78,8 +89,10 @@ def _verb_by_name(name: str, *, field: str) -> Verb:
 
 def phrase_block_add(
     *, phrase: str, verb_name: str, user_id: str | None = None, reason: str = "", expires_at=None, source: str = "api"
-) -> PhraseBlock:
-    """Block ``verb`` for ``phrase`` and its paraphrases, globally or for one user, until ``expires_at`` (or forever)."""
+) -> tuple[PhraseBlock, bool]:
+    """Block ``verb`` for ``phrase`` and its paraphrases, globally or for one user, until ``expires_at`` (or forever);
+    answers the block and whether it is new. Adding a block in force again never shortens it or drops its reason
+    (``_phrase_block_put``): to end one sooner, expire it."""
     normalized = normalize_phrase(phrase)
     if not normalized:
         raise ApplicationError("The phrase is empty.", field="phrase")
