@@ -34,6 +34,14 @@ class RefusedValue(exceptions.ParseError):
         self.field, self.reason = field, reason
 
 
+class TooDeep(exceptions.ParseError):
+    """JSON nested deeper than the input policy allows; ``field``: the path to the value past the limit."""
+
+    def __init__(self, field: str, limit: int):
+        super().__init__(f"JSON nested deeper than {limit} levels.")
+        self.field = field
+
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # NUL, and UTF-16 surrogates that are not part of a pair (json.loads leaves "\\ud800" as a lone surrogate).
 UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
@@ -48,14 +56,14 @@ def text_problem(value: str) -> str | None:
 
 
 def check_value(value, limit: int) -> None:
-    """Raise ParseError (too deep) or RefusedValue naming the first value the input policy refuses (iteratively)."""
+    """Raise TooDeep or RefusedValue naming the first value the input policy refuses (iteratively)."""
     stack = [(value, 1, "")]
     while stack:
         node, level, path = stack.pop()
         field = path or "body"
         if isinstance(node, (dict, list)):
             if level > limit:
-                raise exceptions.ParseError(f"JSON nested deeper than {limit} levels.")
+                raise TooDeep(field, limit)
             if isinstance(node, dict):
                 for key, child in node.items():
                     problem = text_problem(key)

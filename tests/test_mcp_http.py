@@ -259,8 +259,10 @@ def test_http_a_body_that_is_not_one_message_is_a_clean_json_rpc_error(base_url)
         "Authorization": f"Bearer {raw}",
     }
 
-    def post(body: str):
-        return requests.post(f"{base_url}/mcp", data=body.encode(), headers=headers, timeout=30)
+    def post(body: str | bytes):
+        return requests.post(
+            f"{base_url}/mcp", data=body if isinstance(body, bytes) else body.encode(), headers=headers, timeout=30
+        )
 
     def call(name, arguments, id_=1):
         return json.dumps({"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
@@ -278,6 +280,36 @@ def test_http_a_body_that_is_not_one_message_is_a_clean_json_rpc_error(base_url)
         (call("resolve", ["list all cbus"], 11), 11, -32602, "params.arguments must be an object"),
         (call(12, {"text": "x"}, 12), 12, -32602, "params.name must be a string"),
         ('{"jsonrpc": "2.0", "id": 13, "method": "tools/call"}', 13, -32602, "params must be an object"),
+        # params that do not fit the method name the member (the SDK said "Invalid request parameters")
+        ('{"jsonrpc": "2.0", "id": 19, "method": "resources/read", "params": {}}', 19, -32602, "params.uri: Field required"),
+        (
+            '{"jsonrpc": "2.0", "id": 20, "method": "tools/list", "params": {"cursor": 5}}',
+            20,
+            -32602,
+            "params.cursor: Input should be a valid string",
+        ),
+        (
+            '{"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {"name": "resolve", "_meta": "x"}}',
+            21,
+            -32602,
+            "params._meta: Input should be a valid dictionary",
+        ),
+        # valid JSON the SDK's parser cannot read: answered for its request, naming the argument
+        (
+            call("resolve", {"text": "ab\ud800"}, 22),  # json.dumps writes the escape "\\ud800"
+            22,
+            -32602,
+            "params.arguments.text: The value contains a lone UTF-16 surrogate.",
+        ),
+        (
+            call("propose_action", {"action": "email.send", "proposed_action": {"a": [[[[]]]]}}, 23).replace(
+                "[[[[]]]]", "[" * 300 + "]" * 300
+            ),
+            23,
+            -32602,
+            "params.arguments.proposed_action: JSON nested deeper than 20 levels (arguments are level 1).",
+        ),
+        (b'{"jsonrpc": "2.0", "id": 24, "method": "ping", "params": {"x": "caf\xe9"}}', None, -32700, "Parse error"),
     ]
     for body, id_, code, message in refused:
         answer = post(body)

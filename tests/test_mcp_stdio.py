@@ -215,12 +215,16 @@ def test_stdio_answers_unreadable_lines_and_throttles_a_busy_key():
     _, raw = new_key()
     server = RawStdio(raw, API_KEY_RATE="2/min")
     try:
-        for line in (b'{"jsonrpc": "2.0", "id": 4, "method": ', b'{"a": "x\\ud800y"}', b"\xff\xfe garbage"):
-            answer = server.send(line)
+        for line in (b'{"jsonrpc": "2.0", "id": 4, "method": ', b"\xff\xfe garbage", b'{"text": "caf\xe9"}'):
+            answer = server.send(line)  # not JSON, or not UTF-8 (never read with replacement characters)
             assert answer["id"] is None and answer["error"]["code"] == -32700, (line, answer)
-        for line in (b'[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]', b'{"id": 6}'):
-            answer = server.send(line)
-            assert answer["id"] is None and answer["error"]["code"] == -32600, (line, answer)
+        for line, line_id in (
+            (b'[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]', None),
+            (b'{"id": 6}', 6),
+            (b'{"a": "x\\ud800y"}', None),
+        ):
+            answer = server.send(line)  # the message's own id when it has one, as HTTP answers
+            assert answer["id"] == line_id and answer["error"]["code"] == -32600, (line, answer)
         init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
         assert server.request(1, "initialize", init)["result"]["serverInfo"]["name"] == "agent-learning-governance"
         server.proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')

@@ -7,11 +7,14 @@ stdio: stdout is the JSON-RPC wire, so nothing else may reach it. Logging goes t
 and the key check at startup runs with file descriptor 1 pointed at stderr (the embedded database may
 start on that first connection and its tools print). The key is checked at startup, so a host shows
 a clear error for a wrong key, and again on every call, so revoking it takes effect at once. A line
-that is not JSON is answered -32700 (a JSON value that is not one JSON-RPC message, such as a batch,
--32600), with id null, and the session goes on.
+that is not JSON or not UTF-8 is answered -32700 (a JSON value that is not one JSON-RPC message, such as a
+batch, -32600), with id null, and the session goes on. Lines are read here, as bytes, not by the SDK's
+stdio transport (which decodes them with replacement characters and would store the replaced text); its
+transport still owns stdout.
 """
 
 import contextlib
+import io
 import os
 import sys
 
@@ -21,10 +24,9 @@ from django.core.management.base import BaseCommand, CommandError
 from mcp import MCPError
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
 
 from learning.preload import preload
-from mcp_server.jsonrpc import message_problem, not_one_message, parse_error
+from mcp_server.jsonrpc import message_read
 from mcp_server.server import authenticate, build_server, fixed_key
 from tenants.context import tenant_request
 
@@ -43,34 +45,63 @@ def stdout_to_stderr():
         os.close(saved)
 
 
-def unreadable_answer(exc: Exception) -> SessionMessage:
-    """The JSON-RPC error for a line that is no message: -32700 if not JSON, else -32600; id null."""
-    not_json = isinstance(exc, ValidationError) and all(e["type"] == "json_invalid" for e in exc.errors())
-    return SessionMessage(parse_error() if not_json else not_one_message("A line"))
+@contextlib.contextmanager
+def stdin_claimed():
+    """The process's stdin as a private binary file; file descriptor 0 reads the null device meanwhile (so a
+    child process never eats the wire), and is restored after."""
+    private = os.dup(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        yield os.fdopen(private, "rb", buffering=0, closefd=False)
+    finally:
+        os.dup2(private, 0)
+        os.close(private)
+
+
+class LinesEnd:
+    """What the SDK's stdio transport reads in place of stdin: nothing, until ``end`` (stdin read to its end)."""
+
+    def __init__(self):
+        self.ended = anyio.Event()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        await self.ended.wait()
+        raise StopAsyncIteration
+
+    def end(self) -> None:
+        self.ended.set()
 
 
 async def serve_stdio(raw_key: str) -> None:
     server = build_server(fixed_key(raw_key))
-    async with stdio_server() as (read_stream, write_stream):
-        # The SDK passes a line it cannot read on as an exception and answers nothing; answer it here.
-        messages_writer, messages = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    lines_end = LinesEnd()
+    with stdin_claimed() as stdin:
+        async with stdio_server(stdin=lines_end) as (_unused, write_stream):
+            messages_writer, messages = anyio.create_memory_object_stream[SessionMessage | Exception](0)
 
-        async def answer_unreadable() -> None:
-            async with messages_writer:
-                async for item in read_stream:
-                    if isinstance(item, Exception):
-                        await write_stream.send(unreadable_answer(item))
-                    elif problem := message_problem(
-                        item.message.model_dump(by_alias=True, mode="json", exclude_unset=True), "A line"
-                    ):
-                        await write_stream.send(SessionMessage(problem))  # a tools/call with a mistyped member, as HTTP
-                    else:
-                        await messages_writer.send(item)
+            async def read_lines() -> None:
+                """Each line as bytes: one message for the server, or the error to answer in its place."""
+                async with messages_writer:
+                    async for line in anyio.wrap_file(io.BufferedReader(stdin)):
+                        if not line.strip():
+                            continue
+                        message, problem = message_read(line, "A line")
+                        if problem is not None:
+                            await write_stream.send(SessionMessage(problem))
+                        else:
+                            await messages_writer.send(SessionMessage(message))
+                lines_end.end()
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(answer_unreadable)
-            await server.run(messages, write_stream, server.create_initialization_options())
-            tg.cancel_scope.cancel()  # the server is done: stop reading
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read_lines)
+                await server.run(messages, write_stream, server.create_initialization_options())
+                lines_end.end()
+                tg.cancel_scope.cancel()  # the server is done: stop reading
 
 
 class Command(BaseCommand):
