@@ -1,6 +1,5 @@
 """Disambiguation feedback loop through the API: storing, selecting, abandoning, learning, ranking."""
 
-
 import pytest
 
 from agents.models import Scope
