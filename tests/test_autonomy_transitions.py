@@ -244,3 +244,62 @@ def test_emergency_stop_through_the_api_takes_a_reviewer_token(agent):
     assert r.status_code == 200 and (r.data["from_level"], r.data["to_level"], r.data["status"]) == (3, 1, "applied")
     assert Action.objects.get(name="email.send").autonomy_level == 1
     assert rita.post("/api/v1/actions/email.send/stop", {"reason": "again"}, format="json").status_code == 409
+
+
+def test_a_stop_at_level_one_rejects_an_open_promotion_and_is_recorded():
+    agent = Agent.objects.create(name="ops")
+    act = Action.objects.create(name="email.send", autonomy_level=1)
+    fill_history(act, agent, completed=25)
+    (promotion,) = autonomy_evaluate()["proposed"]
+    stopper = reviewer_user("oncall", "approve_autonomytransition")
+    stop = action_autonomy_stop(action=act, user=stopper, reason="incident: wrong recipients")
+    assert (stop.from_level, stop.to_level, stop.status, stop.decided_by) == (1, 1, "applied", stopper)
+    promotion.refresh_from_db()
+    assert promotion.status == "rejected" and "superseded by emergency stop" in promotion.decision_notes
+    with pytest.raises(Conflict) as refused:
+        autonomy_transition_approve(transition=promotion.pk, user=reviewer_user("other", "approve_autonomytransition"))
+    assert refused.value.code == "invalid_transition"
+    act.refresh_from_db()
+    assert act.autonomy_level == 1
+    with pytest.raises(Conflict) as again:  # nothing left to stop
+        action_autonomy_stop(action=act, user=stopper, reason="again")
+    assert again.value.code == "already_stopped"
+
+
+def test_a_promotion_the_evidence_no_longer_supports_is_superseded_and_cannot_be_approved():
+    """25 successes propose 2 -> 3; then 60 executions reviewed incorrect call for a demotion. Approving the old
+    promotion meanwhile is refused (409 evidence_changed); the next evaluation rejects it and proposes the demotion."""
+    agent = Agent.objects.create(name="ops")
+    act = Action.objects.create(name="email.send", autonomy_level=2)
+    fill_history(act, agent, completed=25)
+    (promotion,) = autonomy_evaluate()["proposed"]
+    assert (promotion.from_level, promotion.to_level) == (2, 3)
+    fill_history(act, agent, exec_bad=60)
+    reviewer = reviewer_user("rev", "approve_autonomytransition")
+    with pytest.raises(Conflict) as refused:
+        autonomy_transition_approve(transition=promotion.pk, user=reviewer)
+    assert refused.value.code == "evidence_changed" and refused.value.extra["target_level"] == 1
+    act.refresh_from_db()
+    assert act.autonomy_level == 2
+    result = autonomy_evaluate(force=True)
+    (demotion,) = result["proposed"]
+    assert (demotion.from_level, demotion.to_level) == (2, 1) and not result["skipped_open"]
+    promotion.refresh_from_db()
+    assert promotion.status == "rejected" and promotion.decided_by is None
+    assert promotion.decision_notes.startswith("superseded by the evaluation of") and "level 1 is due" in promotion.decision_notes
+    autonomy_transition_approve(transition=demotion.pk, user=reviewer)
+    act.refresh_from_db()
+    assert act.autonomy_level == 1
+
+
+def test_an_open_demotion_stays_when_no_change_is_due_any_more():
+    """Lowering autonomy is the safe side: a demotion whose evidence faded stays for a human to decide."""
+    agent = Agent.objects.create(name="ops")
+    act = Action.objects.create(name="email.send", autonomy_level=2)
+    fill_history(act, agent, exec_bad=25)
+    (demotion,) = autonomy_evaluate()["proposed"]
+    assert demotion.to_level == 1
+    fill_history(act, agent, completed=60)
+    result = autonomy_evaluate(force=True)
+    demotion.refresh_from_db()
+    assert demotion.status == "proposed" and not result["proposed"]

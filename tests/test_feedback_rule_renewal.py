@@ -12,6 +12,7 @@ from django.utils import timezone
 from agents.models import Agent
 from autonomy.selectors import action_consult
 from autonomy.services import autonomy_cycle_run, autonomy_cycles_run
+from common.api import Conflict
 from feedback.models import CorrectionRule, FeedbackRecord, MistakePattern
 from feedback.services.agent_sets import correction_rules_create_for_agents, mistake_patterns_detect_for_agents
 from feedback.services.mistakes import mistake_pattern_set_status, mistake_patterns_detect
@@ -212,3 +213,18 @@ def test_a_pattern_never_has_two_rules_pending_or_in_force(agent):
         CorrectionRule.objects.create(
             agent=agent, action=rule.action, pattern=rule.pattern, precondition="again", correction={}, status="pending_approval"
         )
+
+
+@override_settings(CORRECTION_RULES_REQUIRE_APPROVAL=True)
+def test_a_pending_rule_past_its_expiry_is_not_approved():
+    """Approved, it would be reported active and never be in force (consult reads rules within their expiry)."""
+    agent = Agent.objects.create(name="ops")
+    reject_n(agent, 3)
+    mistake_patterns_detect(agent_id=agent.pk)
+    (rule,) = correction_rules_create(agent_id=agent.pk)
+    CorrectionRule.objects.filter(pk=rule.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
+    with pytest.raises(Conflict) as refused:
+        correction_rule_approve(rule=rule.pk, user=reviewer_user("rev", "approve_correctionrule"))
+    assert refused.value.code == "rule_expired" and refused.value.field == "expires_at"
+    rule.refresh_from_db()
+    assert rule.status == "pending_approval" and rule.approved_by is None

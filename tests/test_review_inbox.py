@@ -20,7 +20,7 @@ from memories.models import MemoryQuarantine
 from review.models import Claim, Decision
 from review.selectors import InboxFilters, inbox_page
 from tenants.services import membership_add, tenant_create
-from tests.conftest import CBU_CATALOGUE, reviewer_user
+from tests.conftest import CBU_CATALOGUE, fill_history, reviewer_user
 
 pytestmark = pytest.mark.django_db
 
@@ -62,6 +62,7 @@ def mixed_inbox(agent_name="agent-a"):
     items["execution"] = Execution.objects.create(
         agent=agent, action=deploy, params={"env": "staging"}, reasoning={"why": "asked"}, confidence=0.9, success=False
     )
+    fill_history(email, agent, completed=40)  # the evidence the promotion is checked against when approved
     items["transition"] = AutonomyTransition.objects.create(
         action=email,
         from_level=1,
@@ -269,7 +270,7 @@ def test_reviewers_see_only_their_tenants_items():
     membership_add(user=olga, tenant=other)
     client = signed_in(olga)
     assert client.get("/admin/inbox/").context["data"]["total"] == 0
-    assert client.get(f"/admin/inbox/proposal/{Proposal.objects.get().pk}/").status_code == 404
+    assert client.get(f"/admin/inbox/proposal/{Proposal.objects.get(status='pending').pk}/").status_code == 404
 
 
 def test_the_inbox_costs_the_same_queries_whatever_the_page_size(inbox):

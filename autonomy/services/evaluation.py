@@ -67,9 +67,9 @@ def _evaluate_claimed(*, ids: list[int], now, days: int, episode_of, ece_of=None
     (whose records of ``ece_skip_episodes`` are then left out)."""
     stats = outcome_rates(action_ids=ids, since=now - timedelta(days=days))
     actions = {a.pk: a for a in Action.objects.filter(pk__in=ids)}
-    open_ids = set(
-        AutonomyTransition.objects.filter(action_id__in=ids, status=TransitionStatus.PROPOSED).values_list("action_id", flat=True)
-    )
+    open_by_action = {
+        t.action_id: t for t in AutonomyTransition.objects.filter(action_id__in=ids, status=TransitionStatus.PROPOSED)
+    }
     latest_ece = {
         a: (ece, agent)
         for a, ece, agent in CalibrationRecord.objects.filter(action_id__in=ids, ece__isnull=False)
@@ -96,9 +96,13 @@ def _evaluate_claimed(*, ids: list[int], now, days: int, episode_of, ece_of=None
             "target_level": target,
         }
         outcome = out[action_id] = _Outcome(action_id, row)
+        open_row = open_by_action.get(action_id)
+        if open_row is not None and _superseded(open_row, level=action.autonomy_level, target=target):
+            _transition_supersede(open_row, now=now, target=target, row=row)
+            open_row = None
         if target is None:
             continue
-        if action_id in open_ids:
+        if open_row is not None:
             outcome.skipped_open = True
             continue
         patterns = recent_patterns(action_id=action_id, since=now - timedelta(days=days))
@@ -140,6 +144,35 @@ def _evaluate_claimed(*, ids: list[int], now, days: int, episode_of, ece_of=None
         except IntegrityError:  # another evaluation opened one meanwhile
             outcome.skipped_open = True
     return out
+
+
+def _superseded(open_row: AutonomyTransition, *, level: int, target: int | None) -> bool:
+    """Whether the evidence of this evaluation leaves an open proposal behind: the level changed since it was
+    made; a promotion the evidence no longer calls for (no change due, or another level); a demotion when a
+    different change is due (a demotion no longer due stays open: lowering autonomy is the safe side)."""
+    if open_row.from_level != level:
+        return True
+    if open_row.to_level > level:
+        return target != open_row.to_level
+    return target is not None and target != open_row.to_level
+
+
+def _transition_supersede(open_row: AutonomyTransition, *, now, target: int | None, row: dict) -> None:
+    """Reject an open proposal the new evidence leaves behind (nobody decided it: ``decided_by`` stays empty), with
+    the action locked first, as every writer of its level locks it; one a reviewer decided meanwhile is left."""
+    with transaction.atomic():
+        Action.objects.select_for_update().filter(pk=open_row.action_id).first()
+        locked = AutonomyTransition.objects.select_for_update().filter(pk=open_row.pk, status=TransitionStatus.PROPOSED).first()
+        if locked is None:
+            return
+        due = "no change" if target is None else f"level {target}"
+        locked.status, locked.decided_at = TransitionStatus.REJECTED, now
+        locked.decision_notes = (
+            f"superseded by the evaluation of {now:%Y-%m-%d %H:%M} UTC: {due} is due (level {row['level']}, success "
+            f"{row['success_rate']:.1%}, rejection {row['rejection_rate']:.1%} over {row['samples']} samples)"
+        )
+        locked.save(update_fields=["status", "decided_at", "decision_notes"])
+    logger.info("autonomy transition %s of %s superseded: %s is due", open_row.pk, row["action"], due)
 
 
 def _claim(ids: list[int], *, now, force: bool) -> list[int]:
@@ -260,7 +293,9 @@ def autonomy_transition_approve(*, transition, user, notes: str = "") -> Autonom
 
     Both rows are locked (SELECT … FOR UPDATE; the action first, as a stop or a revert locks it), so of two
     concurrent approvals the second sees ``applied`` and gets 409, and one after a stop sees the transition it
-    superseded (409). Refused if the level changed since the proposal.
+    superseded (409). Refused if the level changed since the proposal, and a promotion proposed from evidence is
+    refused when the evidence of now (the same window) no longer calls for it (409 ``evidence_changed``, with the
+    rates of now): more autonomy is granted on what holds when it is granted.
     """
     _check_human(user)
     with transaction.atomic():
@@ -273,6 +308,8 @@ def autonomy_transition_approve(*, transition, user, notes: str = "") -> Autonom
                 code="level_changed",
                 extra={"current_level": action.autonomy_level},
             )
+        if obj.to_level > obj.from_level and isinstance(obj.evidence, dict) and "sample_size" in obj.evidence:
+            _promotion_evidence_check(obj, action)
         now = timezone.now()
         obj.status, obj.decided_by, obj.decided_at = TransitionStatus.APPLIED, user, now
         obj.decision_notes = (notes or "").strip()[:5000]
@@ -284,6 +321,28 @@ def autonomy_transition_approve(*, transition, user, notes: str = "") -> Autonom
         action.save(update_fields=["autonomy_level"])
     logger.info("autonomy of %s: %s → %s (transition %s)", action.name, obj.from_level, obj.to_level, obj.pk)
     return obj
+
+
+def _promotion_evidence_check(obj: AutonomyTransition, action: Action) -> None:
+    days = obj.evidence.get("window_days")
+    days = days if isinstance(days, int) and days > 0 else settings.AUTONOMY_WINDOW_DAYS
+    n, ok, rej = outcome_rates(action_ids=[action.pk], since=timezone.now() - timedelta(days=days)).get(action.pk, (0, 0, 0))
+    success, rejection = (ok / n, rej / n) if n else (0.0, 0.0)
+    target = autonomy_level_decide(level=action.autonomy_level, samples=n, success_rate=success, rejection_rate=rejection)
+    if target != obj.to_level:
+        raise Conflict(
+            f"The evidence for promoting {action.name} no longer holds: success {success:.1%}, rejection {rejection:.1%} "
+            f"over {n} samples in {days} days now ({'no change' if target is None else f'level {target}'} is due); "
+            "reject it and evaluate again.",
+            field="evidence",
+            code="evidence_changed",
+            extra={
+                "samples": n,
+                "success_rate": round(success, 4),
+                "rejection_rate": round(rejection, 4),
+                "target_level": target,
+            },
+        )
 
 
 def autonomy_transition_reject(*, transition, user, notes: str = "") -> AutonomyTransition:
@@ -346,13 +405,18 @@ def action_autonomy_stop(*, action, user, reason: str) -> AutonomyTransition:
     """Emergency stop: the action drops to level 1 (propose only) at once, decided by a human with the permission.
 
     Recorded as an applied transition (and in the action's history) naming the human and the reason; an open
-    proposal for the action is rejected as superseded."""
+    proposal for the action is rejected as superseded, also when the action runs at level 1 already (else that is
+    a 409 ``already_stopped``)."""
     _check_human(user)
     reason = _reason_required(reason, "action is stopped")
     with transaction.atomic():
         row = _action_locked(action)
-        if row.autonomy_level == AutonomyLevel.PROPOSE:
+        if (
+            row.autonomy_level == AutonomyLevel.PROPOSE
+            and not AutonomyTransition.objects.filter(action=row, status=TransitionStatus.PROPOSED).exists()
+        ):
             raise Conflict(f"{row.name} already runs at level 1 (propose only).", field="action", code="already_stopped")
+        # at level 1 with a promotion open, the stop is recorded (1 -> 1) and rejects it: the stop keeps it at level 1
         stop = _level_set_now(
             row, to_level=AutonomyLevel.PROPOSE, user=user, reason=reason, evidence={"emergency_stop": True}, why="emergency stop"
         )

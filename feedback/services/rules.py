@@ -105,7 +105,8 @@ APPROVE_PERMISSION = "feedback.approve_correctionrule"
 
 
 def correction_rule_approve(*, rule, user) -> CorrectionRule:
-    """Activate a pending rule: only a human with the permission, never an agent's key."""
+    """Activate a pending rule: only a human with the permission, never an agent's key. A rule past its expiry is
+    refused (409 ``rule_expired``) even before the cycle marks it expired: approved, it would never be in force."""
     if user is None or not getattr(user, "is_authenticated", False) or not user.has_perm(APPROVE_PERMISSION):
         raise Forbidden(f"Only a reviewer with the permission {APPROVE_PERMISSION} approves correction rules.", field="user")
     with transaction.atomic():
@@ -114,6 +115,14 @@ def correction_rule_approve(*, rule, user) -> CorrectionRule:
             raise Conflict(
                 f"Rule {obj.pk} is {obj.status}; only pending rules can be approved.",
                 field="status",
+                extra={"current_status": obj.status},
+            )
+        if obj.expires_at is not None and obj.expires_at <= timezone.now():
+            raise Conflict(
+                f"Rule {obj.pk} expired at {obj.expires_at:%Y-%m-%d %H:%M} UTC before it was approved; if the mistake "
+                "recurs, the next autonomy cycle proposes a new rule.",
+                field="expires_at",
+                code="rule_expired",
                 extra={"current_status": obj.status},
             )
         obj.status, obj.approved_by, obj.approved_at = CorrectionRuleStatus.ACTIVE, user, timezone.now()
