@@ -144,24 +144,26 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
 
     vector, model, reason = None, current_model_name(), ""
     trusted = settings.RESOLVE_TRUSTED_CONFIDENCE if learned_rule else p["resolve_threshold"]
-    if exact and exact[0].confidence >= trusted:
-        # Fast path: a trusted exact match wins, unless a block could apply to it.
-        top = exact[0]
-        if not top.blocked:
-            candidate = best[top.verb]
-            r = _finish(request_id, text, user_id, [candidate], p, limit, degraded_reason="", model=model)
-            r.explanation = {
-                "rule": "exact",
-                "probability": None,  # nothing was computed: a trusted exact phrase answers at once
-                "cut": None,
-                "fit_version": None,
-                "margin": None,
-                "blocks": [],  # the fast path is taken only when no block could apply
-                "penalties": {},
-                "confidence": round(float(top.confidence), 4),
-                "trusted_confidence": trusted,
-            }
-            return r
+
+    def exact_answer(top, blocks: list[str], reason: str = "") -> Resolution:
+        r = _finish(request_id, text, user_id, [best[top.verb]], p, limit, degraded_reason=reason, model=model)
+        r.explanation = {
+            "rule": "exact",
+            "probability": None,  # nothing was computed: a trusted exact phrase answers as it is
+            "cut": None,
+            "fit_version": None,
+            "margin": None,
+            "blocks": blocks,  # blocks that applied to other verbs (none on the fast path)
+            "penalties": {},
+            "confidence": round(float(top.confidence), 4),
+            "trusted_confidence": trusted,
+        }
+        return r
+
+    trusted_exact = exact[0] if exact and exact[0].confidence >= trusted else None
+    if trusted_exact is not None and not trusted_exact.blocked:
+        # Fast path: a trusted exact match wins at once when no block of its verb is in force.
+        return exact_answer(trusted_exact, [])
 
     with timed("embed"):
         vector, model, reason = embed_query(normalized)
@@ -185,6 +187,9 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
         )
     # Tier 5: the semantic blocklist (blocked verbs are dropped below).
     blocked = rows.blocked
+    if trusted_exact is not None and trusted_exact.verb not in blocked:
+        # its verb has blocks, but none applies to this text: the trusted exact match wins as on the fast path
+        return exact_answer(trusted_exact, sorted(blocked), reason)
     # Tier 6: catalogue phrases, exact then substring (first, so they win ties with the anchors below).
     for verb, phrase, kind in rows.phrases:
         if kind == "exact":

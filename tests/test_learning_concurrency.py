@@ -26,7 +26,7 @@ def test_identical_concurrent_blocks_all_succeed_as_one_row(db):
 
     answers, errors, _ = run_concurrently(block, n=16)
     assert errors == []
-    assert [code for code, _ in answers] == [201] * 16, answers
+    assert sorted(code for code, _ in answers) == [200] * 15 + [201], answers  # one made it; the others found it
     assert PhraseBlock.objects.filter(normalized="wipe units", verb__name="cbu.delete", user_id=None).count() == 1
 
 

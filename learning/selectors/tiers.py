@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
+from pgvector.django import CosineDistance
 
 from common.db import VectorParam, rows_fetch
 from learning.models import (
@@ -314,10 +315,16 @@ def tier_rows(
     in_domain = " AND t.verb_id = ANY(ARRAY(SELECT id FROM v))" if domain else ""
     # The catalogue (text and vector tiers) from process memory when it is small enough, else in the query.
     catalogue = catalogue_arrays(domain=domain, model=model, stamp=stamp)
+    in_force = f"{scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s)"
+    # A block that cannot be compared with the text blocks its verb outright: every block when the text has no
+    # vector (the embedder is down), else one without a vector of the text's model (not embedded yet, or another model).
+    uncompared = "" if vector is None else " AND (t.embedding IS NULL OR t.embedding_model <> %(m)s)"
     parts = [
         # blocklist, exact text
         f"SELECT 'bx', v.name, 1.0::float8, t.phrase, NULL, 1.0::float8, '' FROM learning_phraseblock t "
-        f"JOIN v ON v.id = t.verb_id WHERE t.normalized = %(n)s AND {scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s)",
+        f"JOIN v ON v.id = t.verb_id WHERE t.normalized = %(n)s AND {in_force}",
+        f"SELECT 'bx', v.name, 1.0::float8, t.phrase, NULL, 1.0::float8, '' FROM learning_phraseblock t "
+        f"JOIN v ON v.id = t.verb_id WHERE {in_force}{uncompared}",
     ]
     if catalogue is None:
         # catalogue phrases: equal to the text, contained in it, or containing it
@@ -339,10 +346,10 @@ def tier_rows(
                 f"FROM learning_learnedphrase t WHERE t.is_active AND {learned_scope} AND t.embedding_model = %(m)s{in_domain}{in_tenant} "
                 f"ORDER BY {order} LIMIT {int(k_learned)}) x JOIN v ON v.id = x.verb_id"
             )
-        out.append(
+        out.append(  # blocks of verbs in scope only, filtered inside the scan: others take no place among the k
             "SELECT 'bs', v.name, 1.0 - x.d, x.phrase, NULL, 1.0::float8, '' FROM ("
             f"SELECT t.verb_id, t.phrase, t.embedding <=> (SELECT v FROM q) AS d FROM learning_phraseblock t "
-            f"WHERE {scope} AND (t.expires_at IS NULL OR t.expires_at > %(now)s) AND t.embedding_model = %(m)s{in_tenant} "
+            f"WHERE {in_force} AND t.embedding_model = %(m)s AND t.verb_id = ANY(ARRAY(SELECT id FROM v)){in_tenant} "
             f"ORDER BY {order} LIMIT {int(k_blocks)}) x JOIN v ON v.id = x.verb_id"
         )
         if k_evidence:
@@ -393,6 +400,17 @@ def tier_rows(
                     params,
                 )
                 rows = [r for r in rows if r[0] not in VECTOR_TIERS] + exact
+            near_blocks = [r for r in rows if r[0] == "bs"]
+            if len(near_blocks) >= k_blocks and min(r[2] for r in near_blocks) >= block_threshold:
+                # every one of the k nearest blocks applies: there may be more; all of those that apply, exactly
+                params.update(bd=1.0 - block_threshold)
+                rows += rows_fetch(
+                    cursor,
+                    f"WITH {ctes} SELECT 'bs', v.name, 1.0 - (t.embedding <=> (SELECT v FROM q)), t.phrase, NULL, "
+                    f"1.0::float8, '' FROM learning_phraseblock t JOIN v ON v.id = t.verb_id WHERE {in_force} "
+                    f"AND t.embedding_model = %(m)s{in_tenant} AND t.embedding <=> (SELECT v FROM q) <= %(bd)s",
+                    params,
+                )
     if catalogue is not None:
         rows = rows + _catalogue_rows(catalogue, normalized, vector, k_catalogue)
         out.details = catalogue.details
@@ -424,6 +442,28 @@ def unexpired_blocks() -> QuerySet[PhraseBlock]:
 def active_blocks(*, user_id: str | None) -> QuerySet[PhraseBlock]:
     """Blocks in force now for this user: global ones and the user's own."""
     return unexpired_blocks().filter(scope_q(user_id))
+
+
+def block_applying(*, normalized: str, verb, user_id: str | None, vector, model: str, threshold: float) -> PhraseBlock | None:
+    """The block in force in the user's scope that forbids ``verb`` for this text, as the resolver applies blocks:
+    one on the text itself, or on a paraphrase (cosine >= ``threshold`` with the text's ``vector``). A block that
+    cannot be compared (no vector for the text, or none of ``model`` for the block) answers too: what cannot be
+    checked against a block is not learned."""
+    blocks = active_blocks(user_id=user_id).filter(verb=verb)
+    same_text = blocks.filter(normalized=normalized).first()
+    if same_text is not None:
+        return same_text
+    if vector is None:
+        return blocks.first()
+    unchecked = blocks.filter(Q(embedding__isnull=True) | ~Q(embedding_model=model)).first()
+    if unchecked is not None:
+        return unchecked
+    return (
+        blocks.annotate(distance=CosineDistance("embedding", vector))
+        .filter(distance__lte=1.0 - threshold)
+        .order_by("distance")
+        .first()
+    )
 
 
 _VERB_DETAILS: dict[tuple, tuple[float, dict]] = {}  # (tenants in scope, verb name) -> (expiry, details)

@@ -13,7 +13,8 @@ from common.api import ApplicationError, Conflict, Forbidden
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import EntityAlias, LearningCandidate, Verb
-from learning.selectors import active_blocks
+from learning.resolution import profile
+from learning.selectors import block_applying
 from learning.services.blocks import _RISK_ORDER, _phrase_block_put
 from learning.services.phrases import _learned_phrase_put
 from tenants.context import acting_agent_id, private_agent_id, tenant_scope
@@ -241,9 +242,17 @@ def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer, a
         return
     verb = _candidate_verb(row)
 
-    if active_blocks(user_id=row.user_id).filter(normalized=row.normalized, verb=verb).exists():
+    block = block_applying(
+        normalized=row.normalized,
+        verb=verb,
+        user_id=row.user_id,
+        vector=vectors[0] if vectors is not None else None,
+        model=model,
+        threshold=profile(model or None)["blocklist_threshold"],
+    )
+    if block is not None:
         raise Conflict(
-            f"A blocklist entry forbids {row.input_pattern!r} → {verb.name}; remove the block first.",
+            f"A blocklist entry (on “{block.phrase}”) forbids {row.input_pattern!r} → {verb.name}; remove the block first.",
             field="suggested_output",
             code="blocked",
         )

@@ -90,7 +90,7 @@ def phrases_import(
     added, updated, unchanged = _import_classify(plan, existing)
 
     # Vectors: for rows to write (not in a dry run) and for rows whose verb has semantic blocks to check.
-    blocked_verbs = {v for _, _, v, e, _ in blocks if e is not None}
+    blocked_verbs = {v for _, _, v, _, _ in blocks}
     need_check = [n for n in plan if plan[n][1].name in blocked_verbs and n not in unchanged and n not in exactly_blocked]
     to_write = [] if dry_run or errors else [n for n in added + updated if n not in existing or not existing[n].embedding_model]
     vectors, model = embeddings_by_text(texts=need_check + to_write, progress=progress)
@@ -165,21 +165,36 @@ def phrases_import(
 
 def _import_semantic_block_errors(errors: list, *, plan: dict, texts: list, vectors: dict, model, blocks: list) -> None:
     """Add an error for each of ``texts`` that is a paraphrase (cosine >= the blocklist threshold) of a phrase an
-    active block forbids for its verb."""
+    active block forbids for its verb, and for each that cannot be compared with such a block (the text has no
+    vector, the embedder being unavailable, or the block none of ``model``): what cannot be checked is not
+    learned (the same rule as a confirmation's)."""
     import numpy as np
 
-    texts = [n for n in texts if n in vectors]
-    if not texts or not vectors:
+    if not texts:
         return
     threshold = profile(model or None)["blocklist_threshold"]
     for verb_name in {plan[n][1].name for n in texts}:
-        block_rows = [
-            (pk, np.asarray(e, dtype=np.float32)) for pk, _, v, e, m in blocks if v == verb_name and e is not None and m == model
-        ]
+        of_verb = [(pk, phrase, e, m) for pk, phrase, v, e, m in blocks if v == verb_name]
         mine = [n for n in texts if plan[n][1].name == verb_name]
-        if not block_rows or not mine:
+        if not of_verb or not mine:
             continue
-        bm = np.stack([e / (np.linalg.norm(e) or 1.0) for _, e in block_rows])
+        unchecked = next(((pk, phrase) for pk, phrase, e, m in of_verb if e is None or m != model), None)
+        for n in mine:
+            if n not in vectors or unchecked is not None:
+                pk, phrase = unchecked or of_verb[0][:2]
+                row = plan[n][0]
+                _import_error(
+                    errors,
+                    row,
+                    "verb",
+                    f"{row.phrase!r} → {verb_name} could not be compared with blocklist entry {pk} (“{phrase}”): "
+                    "a vector is missing (the embedder may be unavailable); retry the import later.",
+                )
+        mine = [n for n in mine if n in vectors and unchecked is None]
+        if not mine:
+            continue
+        bm = np.stack([np.asarray(e, dtype=np.float32) for _, _, e, _ in of_verb])
+        bm = bm / np.maximum(np.linalg.norm(bm, axis=1, keepdims=True), 1e-12)
         tm = np.stack([np.asarray(vectors[n], dtype=np.float32) for n in mine])
         tm = tm / np.maximum(np.linalg.norm(tm, axis=1, keepdims=True), 1e-12)
         sims = tm @ bm.T
@@ -191,7 +206,7 @@ def _import_semantic_block_errors(errors: list, *, plan: dict, texts: list, vect
                     errors,
                     row,
                     "verb",
-                    f"Blocklist entry {block_rows[j][0]} forbids {row.phrase!r} → {verb_name} (a paraphrase of a blocked phrase).",
+                    f"Blocklist entry {of_verb[j][0]} forbids {row.phrase!r} → {verb_name} (a paraphrase of a blocked phrase).",
                 )
 
 

@@ -129,7 +129,9 @@ def _learned_phrase_put(
 
     With ``keep_explicit`` (automatic promotion) an active row holding another verb that was taught on purpose (a
     correction, a confirmation, an import, a manual upsert: any source but ``candidate``) is not re-pointed: 409
-    ``explicit_phrase``, and the caller leaves the decision to a reviewer."""
+    ``explicit_phrase``, and the caller leaves the decision to a reviewer; one holding the same verb is left as it is
+    (its source and confidence are not replaced by the promotion's); a row a reviewer switched off stays off (409
+    ``inactive_phrase``)."""
     row, created = learned_phrase_lock_or_create(
         phrase=phrase,
         normalized=normalized,
@@ -146,7 +148,15 @@ def _learned_phrase_put(
     )
     if created:
         return row, "added"
-    if keep_explicit and row.is_active and row.verb_id != verb.pk and row.source != LEARNED_SOURCE:
+    if keep_explicit and not row.is_active:  # a reviewer switched it off: only a reviewer turns it on again
+        raise Conflict(
+            f"The phrase {row.phrase!r} was switched off by a reviewer; a reviewer decides whether it comes back.",
+            field="suggested_output",
+            code="inactive_phrase",
+        )
+    if keep_explicit and row.source != LEARNED_SOURCE:
+        if row.verb_id == verb.pk:  # already taught on purpose: kept as taught (its source keeps it from re-pointing)
+            return row, "unchanged"
         raise Conflict(
             f"The phrase {row.phrase!r} was taught to mean {row.verb.name} ({row.source}); a reviewer decides whether "
             f"{verb.name} replaces it.",
