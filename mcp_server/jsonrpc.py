@@ -19,7 +19,7 @@ from django.conf import settings
 from mcp_types.methods import MONOLITH_REQUESTS, SPEC_CLIENT_METHODS
 from pydantic import ValidationError
 
-from common.parsers import RefusedValue, TooDeep, check_value
+from common.parsers import RefusedValue, TooDeep, check_value, text_problem
 
 RequestId = int | str
 
@@ -38,8 +38,12 @@ def not_one_message(subject: str, request_id: RequestId | None = None) -> types.
 
 
 def _request_id(raw: dict) -> RequestId | None:
+    """The message's id when an answer can carry it: an integer, or a string that can be written back (not one
+    holding a lone surrogate or a NUL, which Python's parser keeps and no JSON writer here accepts)."""
     value = raw.get("id")
-    return value if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)) else None
+    if isinstance(value, str):
+        return value if text_problem(value) is None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _tool_call_problem(params: Any) -> str | None:
@@ -61,7 +65,8 @@ def _params_problem(method: str, params: Any) -> str | None:
         MONOLITH_REQUESTS[method].model_validate({"method": method, "params": params or {}}, by_name=False)
     except ValidationError as exc:
         first = exc.errors()[0]
-        return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+        where = ".".join(str(part) for part in first["loc"])
+        return f"{where or 'params'}: {first['msg']}"
     return None
 
 
@@ -108,7 +113,7 @@ def _unparsable(data: bytes | str, subject: str) -> types.JSONRPCError:
     lone surrogate escape, nesting deeper than that parser reads), the message's own id and the member, as the
     input policy names it (REST's, on the arguments and the rest of the params alike)."""
     try:
-        raw = json.loads(data)
+        raw = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)  # strictly UTF-8, no BOM
     except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested deeper than Python's parser reads
         return parse_error()
     if not isinstance(raw, dict) or raw.get("jsonrpc") != "2.0" or not isinstance(raw.get("method"), str):

@@ -1,10 +1,14 @@
 """Autonomy evaluation at the threshold edges, human approval exactly once, audit trail."""
 
+import io
 import threading
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.db import connection
+from django.utils import timezone
 
 from actions.models import Action
 from agents.models import Agent
@@ -17,6 +21,7 @@ from autonomy.services import (
     autonomy_transition_reject,
 )
 from common.api import ApplicationError, Conflict
+from feedback.models import Proposal
 from tests.conftest import fill_history, make_client, reviewer_client, reviewer_user
 
 pytestmark = pytest.mark.django_db
@@ -246,16 +251,17 @@ def test_emergency_stop_through_the_api_takes_a_reviewer_token(agent):
     assert rita.post("/api/v1/actions/email.send/stop", {"reason": "again"}, format="json").status_code == 409
 
 
-def test_a_stop_at_level_one_rejects_an_open_promotion_and_is_recorded():
+def test_a_stop_at_level_one_rejects_an_open_promotion():
     agent = Agent.objects.create(name="ops")
     act = Action.objects.create(name="email.send", autonomy_level=1)
     fill_history(act, agent, completed=25)
     (promotion,) = autonomy_evaluate()["proposed"]
     stopper = reviewer_user("oncall", "approve_autonomytransition")
-    stop = action_autonomy_stop(action=act, user=stopper, reason="incident: wrong recipients")
-    assert (stop.from_level, stop.to_level, stop.status, stop.decided_by) == (1, 1, "applied", stopper)
+    stopped = action_autonomy_stop(action=act, user=stopper, reason="incident: wrong recipients")
+    assert (stopped.pk, stopped.status, stopped.decided_by) == (promotion.pk, "rejected", stopper)
     promotion.refresh_from_db()
     assert promotion.status == "rejected" and "superseded by emergency stop" in promotion.decision_notes
+    assert not AutonomyTransition.objects.filter(action=act, status="applied").exists()  # nothing changed to revert
     with pytest.raises(Conflict) as refused:
         autonomy_transition_approve(transition=promotion.pk, user=reviewer_user("other", "approve_autonomytransition"))
     assert refused.value.code == "invalid_transition"
@@ -303,3 +309,16 @@ def test_an_open_demotion_stays_when_no_change_is_due_any_more():
     result = autonomy_evaluate(force=True)
     demotion.refresh_from_db()
     assert demotion.status == "proposed" and not result["proposed"]
+
+
+def test_an_evaluation_over_another_window_leaves_an_open_promotion_alone():
+    """A report's evaluation over 7 days sees none of the 20-day-old evidence the cycle's promotion (its own window)
+    stands on: judging it there would flip a reviewer's pending item back and forth."""
+    agent = Agent.objects.create(name="ops")
+    act = Action.objects.create(name="email.send", autonomy_level=1)
+    fill_history(act, agent, completed=25)
+    Proposal.objects.filter(action=act).update(created_at=timezone.now() - timedelta(days=20))
+    (promotion,) = autonomy_evaluate()["proposed"]
+    call_command("autonomy_report", "autonomy", "email.send", "--window-days", "7", stdout=io.StringIO())
+    promotion.refresh_from_db()
+    assert promotion.status == "proposed"

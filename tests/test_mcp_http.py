@@ -310,6 +310,8 @@ def test_http_a_body_that_is_not_one_message_is_a_clean_json_rpc_error(base_url)
             "params.arguments.proposed_action: JSON nested deeper than 20 levels (arguments are level 1).",
         ),
         (b'{"jsonrpc": "2.0", "id": 24, "method": "ping", "params": {"x": "caf\xe9"}}', None, -32700, "Parse error"),
+        (b'{"jsonrpc": "2.0", "id": 25, "method": "ping", "params": {"x": "\xed\xa0\x80"}}', None, -32700, "Parse error"),
+        ('{"jsonrpc": "2.0", "id": "\\ud800", "method": "ping"}', None, -32600, one),  # an id no answer can carry
     ]
     for body, id_, code, message in refused:
         answer = post(body)

@@ -215,13 +215,19 @@ def test_stdio_answers_unreadable_lines_and_throttles_a_busy_key():
     _, raw = new_key()
     server = RawStdio(raw, API_KEY_RATE="2/min")
     try:
-        for line in (b'{"jsonrpc": "2.0", "id": 4, "method": ', b"\xff\xfe garbage", b'{"text": "caf\xe9"}'):
+        for line in (
+            b'{"jsonrpc": "2.0", "id": 4, "method": ',
+            b"\xff\xfe garbage",
+            b'{"text": "caf\xe9"}',
+            b'{"a": "\xed\xa0\x80"}',
+        ):
             answer = server.send(line)  # not JSON, or not UTF-8 (never read with replacement characters)
             assert answer["id"] is None and answer["error"]["code"] == -32700, (line, answer)
         for line, line_id in (
             (b'[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]', None),
             (b'{"id": 6}', 6),
             (b'{"a": "x\\ud800y"}', None),
+            (b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "ping"}', None),  # an id no answer can carry: the session goes on
         ):
             answer = server.send(line)  # the message's own id when it has one, as HTTP answers
             assert answer["id"] == line_id and answer["error"]["code"] == -32600, (line, answer)

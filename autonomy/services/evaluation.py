@@ -97,7 +97,7 @@ def _evaluate_claimed(*, ids: list[int], now, days: int, episode_of, ece_of=None
         }
         outcome = out[action_id] = _Outcome(action_id, row)
         open_row = open_by_action.get(action_id)
-        if open_row is not None and _superseded(open_row, level=action.autonomy_level, target=target):
+        if open_row is not None and _superseded(open_row, level=action.autonomy_level, target=target, days=days):
             _transition_supersede(open_row, now=now, target=target, row=row)
             open_row = None
         if target is None:
@@ -146,12 +146,16 @@ def _evaluate_claimed(*, ids: list[int], now, days: int, episode_of, ece_of=None
     return out
 
 
-def _superseded(open_row: AutonomyTransition, *, level: int, target: int | None) -> bool:
+def _superseded(open_row: AutonomyTransition, *, level: int, target: int | None, days: int) -> bool:
     """Whether the evidence of this evaluation leaves an open proposal behind: the level changed since it was
-    made; a promotion the evidence no longer calls for (no change due, or another level); a demotion when a
-    different change is due (a demotion no longer due stays open: lowering autonomy is the safe side)."""
+    made; or, judged over the window it was proposed on (an evaluation over another window, such as a report's,
+    leaves it alone), a promotion the evidence no longer calls for (no change due, or another level), or a
+    demotion when a different change is due (a demotion no longer due stays open: lowering autonomy is the safe
+    side)."""
     if open_row.from_level != level:
         return True
+    if not isinstance(open_row.evidence, dict) or open_row.evidence.get("window_days") != days:
+        return False
     if open_row.to_level > level:
         return target != open_row.to_level
     return target is not None and target != open_row.to_level
@@ -364,16 +368,24 @@ def _action_locked(action) -> Action:
     return row
 
 
+def _open_transitions_reject(row: Action, *, user, reason: str, why: str) -> list[AutonomyTransition]:
+    """With the action locked: reject its open proposals as superseded by what ``user`` did (``why``)."""
+    rejected = []
+    for open_row in AutonomyTransition.objects.select_for_update().filter(action=row, status=TransitionStatus.PROPOSED):
+        open_row.status, open_row.decided_by, open_row.decided_at = TransitionStatus.REJECTED, user, timezone.now()
+        open_row.decision_notes = f"superseded by {why}: {reason}"[:5000]
+        open_row._history_user = user
+        open_row.save(update_fields=["status", "decided_by", "decided_at", "decision_notes"])
+        rejected.append(open_row)
+    return rejected
+
+
 def _level_set_now(row: Action, *, to_level: int, user, reason: str, evidence: dict, why: str) -> AutonomyTransition:
     """Inside the caller's transaction, with the action locked (before its transitions: the one lock order): set its
     level at once as ``user`` decided, record it as an applied transition, and reject an open proposal for the action
     as superseded (``why`` names what did)."""
     now = timezone.now()
-    for open_row in AutonomyTransition.objects.select_for_update().filter(action=row, status=TransitionStatus.PROPOSED):
-        open_row.status, open_row.decided_by, open_row.decided_at = TransitionStatus.REJECTED, user, now
-        open_row.decision_notes = f"superseded by {why}: {reason}"[:5000]
-        open_row._history_user = user
-        open_row.save(update_fields=["status", "decided_by", "decided_at", "decision_notes"])
+    _open_transitions_reject(row, user=user, reason=reason, why=why)
     applied = AutonomyTransition(
         action=row,
         from_level=row.autonomy_level,
@@ -405,18 +417,19 @@ def action_autonomy_stop(*, action, user, reason: str) -> AutonomyTransition:
     """Emergency stop: the action drops to level 1 (propose only) at once, decided by a human with the permission.
 
     Recorded as an applied transition (and in the action's history) naming the human and the reason; an open
-    proposal for the action is rejected as superseded, also when the action runs at level 1 already (else that is
-    a 409 ``already_stopped``)."""
+    proposal for the action is rejected as superseded. At level 1 already, the stop only rejects an open promotion
+    (answered: that transition, rejected), and with none open is a 409 ``already_stopped``."""
     _check_human(user)
     reason = _reason_required(reason, "action is stopped")
     with transaction.atomic():
         row = _action_locked(action)
-        if (
-            row.autonomy_level == AutonomyLevel.PROPOSE
-            and not AutonomyTransition.objects.filter(action=row, status=TransitionStatus.PROPOSED).exists()
-        ):
-            raise Conflict(f"{row.name} already runs at level 1 (propose only).", field="action", code="already_stopped")
-        # at level 1 with a promotion open, the stop is recorded (1 -> 1) and rejects it: the stop keeps it at level 1
+        if row.autonomy_level == AutonomyLevel.PROPOSE:
+            # nothing to lower; a promotion still open would raise it again once approved: the stop rejects it
+            superseded = _open_transitions_reject(row, user=user, reason=reason, why="emergency stop")
+            if not superseded:
+                raise Conflict(f"{row.name} already runs at level 1 (propose only).", field="action", code="already_stopped")
+            logger.warning("emergency stop of %s (at level 1) by %s rejected its open promotion: %s", row.name, user, reason)
+            return superseded[0]
         stop = _level_set_now(
             row, to_level=AutonomyLevel.PROPOSE, user=user, reason=reason, evidence={"emergency_stop": True}, why="emergency stop"
         )

@@ -7,6 +7,8 @@ from common.api import ApplicationError, Conflict, NotFound
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import PhraseBlock, Verb
+from learning.resolution import profile
+from learning.selectors import block_applying
 from learning.services.phrases import _phrase_length_check
 
 
@@ -78,6 +80,27 @@ def _phrase_block_put(
         except IntegrityError:
             continue  # inserted by a concurrent request: lock and refresh that one
     raise Conflict("The block changed meanwhile; retry.", field="phrase")
+
+
+def block_refusal_check(
+    *, text: str, normalized: str, verb: Verb, user_id: str | None, vectors, model: str, field: str, hint: str = ""
+) -> None:
+    """409 ``blocked`` naming ``field`` when a block in force forbids ``verb`` for the text or a paraphrase of it
+    (as the resolver applies blocks); when the text cannot be compared with a block of the verb (no vector: the
+    embedder is down; or the block has none of ``model``), it is refused too, saying so. ``hint`` ends the message
+    of a block that applies."""
+    vector = vectors[0] if vectors is not None else None
+    threshold = profile(model or None)["blocklist_threshold"]
+    block = block_applying(normalized=normalized, verb=verb, user_id=user_id, vector=vector, model=model, threshold=threshold)
+    if block is None:
+        return
+    if block.normalized == normalized:
+        why = hint
+    elif vector is None or block.embedding is None or block.embedding_model != model:
+        why = f" (it could not be compared with the block on “{block.phrase}”: a vector is missing; retry later)"
+    else:
+        why = f" (a paraphrase of the blocked “{block.phrase}”){hint}"
+    raise Conflict(f"A blocklist entry forbids {text!r} → {verb.name}{why}.", field=field, code="blocked")
 
 
 def _verb_by_name(name: str, *, field: str) -> Verb:

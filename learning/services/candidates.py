@@ -13,9 +13,7 @@ from common.api import ApplicationError, Conflict, Forbidden
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import EntityAlias, LearningCandidate, Verb
-from learning.resolution import profile
-from learning.selectors import block_applying
-from learning.services.blocks import _RISK_ORDER, _phrase_block_put
+from learning.services.blocks import _RISK_ORDER, _phrase_block_put, block_refusal_check
 from learning.services.phrases import _learned_phrase_put
 from tenants.context import acting_agent_id, private_agent_id, tenant_scope
 
@@ -242,20 +240,16 @@ def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer, a
         return
     verb = _candidate_verb(row)
 
-    block = block_applying(
+    block_refusal_check(
+        text=row.input_pattern,
         normalized=row.normalized,
         verb=verb,
         user_id=row.user_id,
-        vector=vectors[0] if vectors is not None else None,
+        vectors=vectors,
         model=model,
-        threshold=profile(model or None)["blocklist_threshold"],
+        field="suggested_output",
+        hint="; remove the block first",
     )
-    if block is not None:
-        raise Conflict(
-            f"A blocklist entry (on “{block.phrase}”) forbids {row.input_pattern!r} → {verb.name}; remove the block first.",
-            field="suggested_output",
-            code="blocked",
-        )
     for owner in _candidate_owners(row):
         _learned_phrase_put(
             phrase=row.input_pattern,

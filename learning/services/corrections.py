@@ -14,8 +14,8 @@ from common.text import normalize_phrase
 from embeddings.services import embeddings_compute
 from learning.models import LearnedPhrase, Verb
 from learning.resolution import profile
-from learning.selectors import block_applying, correction_decay_targets, phrase_owner
-from learning.services.blocks import _verb_by_name
+from learning.selectors import correction_decay_targets, phrase_owner
+from learning.services.blocks import _verb_by_name, block_refusal_check
 from learning.services.candidates import candidate_record, candidates_close_for_correction
 from learning.services.decisions import resolution_label
 from learning.services.evidence import phrase_evidence_add, phrase_evidence_overrule
@@ -45,7 +45,7 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
     correct = _verb_by_name(correct_verb, field="correct_verb")
 
     vectors, model = embeddings_compute(texts=[normalized])
-    _block_check(
+    block_refusal_check(
         text=text, normalized=normalized, verb=correct, user_id=user_id, vectors=vectors, model=model, field="correct_verb"
     )
     if user_id is None:
@@ -57,23 +57,6 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
     with transaction.atomic():  # the decision's label: the resolution of this text was wrong (or asked wrongly)
         resolution_label(source="correction", gold_verb=correct.name, user_id=user_id, text=text)
     return result
-
-
-def _block_check(*, text: str, normalized: str, verb: Verb, user_id: str | None, vectors, model: str, field: str) -> None:
-    """409 ``blocked`` when a block in force forbids ``verb`` for the text or a paraphrase of it (as the resolver
-    applies blocks); when the text has no vector to compare (the embedder is down), any block of the verb refuses."""
-    vector = vectors[0] if vectors is not None else None
-    threshold = profile(model or None)["blocklist_threshold"]
-    block = block_applying(normalized=normalized, verb=verb, user_id=user_id, vector=vector, model=model, threshold=threshold)
-    if block is None:
-        return
-    if block.normalized == normalized:
-        why = ""
-    elif vector is None:
-        why = f" (a block on “{block.phrase}” could not be compared: the text has no vector now; retry later)"
-    else:
-        why = f" (a paraphrase of the blocked “{block.phrase}”)"
-    raise Conflict(f"A blocklist entry forbids {text!r} → {verb.name}{why}.", field=field, code="blocked")
 
 
 def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, user_id: str, vectors, model: str) -> dict:
@@ -188,7 +171,9 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
     target = _verb_by_name(verb, field="verb")
 
     vectors, model = embeddings_compute(texts=[normalized])
-    _block_check(text=text, normalized=normalized, verb=target, user_id=user_id, vectors=vectors, model=model, field="verb")
+    block_refusal_check(
+        text=text, normalized=normalized, verb=target, user_id=user_id, vectors=vectors, model=model, field="verb"
+    )
     s = settings
     with transaction.atomic():
         row, created = learned_phrase_lock_or_create(
