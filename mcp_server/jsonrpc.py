@@ -2,10 +2,10 @@
 
 The SDK answers a message it cannot validate with its own validation text (HTTP), a generic -32602
 that names nothing, or not at all (stdio); the transports answer these instead: -32700 for what is not
-JSON (or not UTF-8), -32600 for a JSON value that is not one JSON-RPC message (a batch, an object
+JSON (or not utf-8), -32600 for a JSON value that is not one JSON-RPC message (a batch, an object
 without ``jsonrpc``/``method``), -32602 naming the member for a request whose params do not fit its
 method (``tools/call`` with a mistyped ``name``, ``arguments`` or ``_meta``, ``resources/read`` without
-``uri``, a ``cursor`` that is no string, ...) or hold what the SDK's parser cannot read (a lone UTF-16
+``uri``, a ``cursor`` that is no string, ...) or hold what the SDK's parser cannot read (a lone utf-16
 surrogate escape, nesting deeper than the input policy allows). The id is the message's own when it has
 a usable one (a string or an integer), else null.
 """
@@ -113,8 +113,8 @@ def _unparsable(data: bytes | str, subject: str) -> types.JSONRPCError:
     lone surrogate escape, nesting deeper than that parser reads), the message's own id and the member, as the
     input policy names it (REST's, on the arguments and the rest of the params alike)."""
     try:
-        raw = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)  # strictly UTF-8, no BOM
-    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested deeper than Python's parser reads
+        raw = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)  # strictly utf-8, no BOM
+    except (ValueError, RecursionError):  # not utf-8, not JSON, or nested deeper than Python's parser reads
         return parse_error()
     if not isinstance(raw, dict) or raw.get("jsonrpc") != "2.0" or not isinstance(raw.get("method"), str):
         return not_one_message(subject, _request_id(raw) if isinstance(raw, dict) else None)

@@ -9,6 +9,7 @@ from mcp import Client, ClientSession, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from agents.models import Scope
+from common.parsers import text_problem
 from embeddings.services import embedding_assign, embeddings_compute
 from feedback.models import Proposal
 from learning.models import EntityAlias, LearnedPhrase, PhraseBlock
@@ -299,7 +300,7 @@ def test_http_a_body_that_is_not_one_message_is_a_clean_json_rpc_error(base_url)
             call("resolve", {"text": "ab\ud800"}, 22),  # json.dumps writes the escape "\\ud800"
             22,
             -32602,
-            "params.arguments.text: The value contains a lone UTF-16 surrogate.",
+            f"params.arguments.text: The value {text_problem(chr(0xD800))}.",  # as REST words it
         ),
         (
             call("propose_action", {"action": "email.send", "proposed_action": {"a": [[[[]]]]}}, 23).replace(

@@ -221,7 +221,7 @@ def test_stdio_answers_unreadable_lines_and_throttles_a_busy_key():
             b'{"text": "caf\xe9"}',
             b'{"a": "\xed\xa0\x80"}',
         ):
-            answer = server.send(line)  # not JSON, or not UTF-8 (never read with replacement characters)
+            answer = server.send(line)  # not JSON, or not utf-8 (never read with replacement characters)
             assert answer["id"] is None and answer["error"]["code"] == -32700, (line, answer)
         for line, line_id in (
             (b'[{"jsonrpc": "2.0", "id": 5, "method": "ping"}]', None),

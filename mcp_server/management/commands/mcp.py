@@ -7,7 +7,7 @@ stdio: stdout is the JSON-RPC wire, so nothing else may reach it. Logging goes t
 and the key check at startup runs with file descriptor 1 pointed at stderr (the embedded database may
 start on that first connection and its tools print). The key is checked at startup, so a host shows
 a clear error for a wrong key, and again on every call, so revoking it takes effect at once. A line
-that is not JSON or not UTF-8 is answered -32700 (a JSON value that is not one JSON-RPC message, such as a
+that is not JSON or not utf-8 is answered -32700 (a JSON value that is not one JSON-RPC message, such as a
 batch, -32600), with id null, and the session goes on. Lines are read here, as bytes, not by the SDK's
 stdio transport (which decodes them with replacement characters and would store the replaced text); its
 transport still owns stdout.
