@@ -460,6 +460,8 @@ RESOLVE_HEADS_KEEP_FITS = env_int("RESOLVE_HEADS_KEEP_FITS", 10)
 RESOLVE_HEAD_CACHE_MB = env_float("RESOLVE_HEAD_CACHE_MB", 256.0)
 RESOLVE_DECISION_CACHE_S = env_float("RESOLVE_DECISION_CACHE_S", 5.0)  # how long a process trusts the fit in force
 RESOLUTION_RETENTION_DAYS = env_int("RESOLUTION_RETENTION_DAYS", 90)
+if RESOLUTION_RETENTION_DAYS < 1:  # 0 would purge the labels the decision is fitted on as they arrive
+    raise ImproperlyConfigured(f"RESOLUTION_RETENTION_DAYS={RESOLUTION_RETENTION_DAYS}: expected at least 1 (days).")
 CELERY_BEAT_SCHEDULE["learning-decision-refit"] = {
     "task": "learning.decision_refit",
     "schedule": env_float("RESOLVE_REFIT_EVERY_S", 86400.0),

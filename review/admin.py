@@ -343,7 +343,9 @@ def _changelist_ids(spec, model_admin):
     converts them, or, for "select all", every row of the list as filtered and searched."""
 
     def ids_of(request, args, kwargs) -> list[int]:
-        if not request.POST.get("action"):
+        # any action named: the changelist has one action menu above and one below, and Django runs the one
+        # ``index`` points at, whichever menu the last "action" value came from
+        if not any(request.POST.getlist("action")):
             return []
         if request.POST.get("select_across") == "1":
             try:

@@ -343,15 +343,19 @@ def last_decision(*, kind: str, object_id: int) -> Decision | None:
 
 
 def next_item(*, user, filters: InboxFilters, after: tuple[str, int] | None, skip: set[tuple[str, int]]) -> InboxItem | None:
-    """The first item of the queue that is not the one just decided, not skipped and not held by someone else."""
-    page = inbox_page(user=user, filters=filters, page=1, per_page=settings.REVIEW_NEXT_LOOKAHEAD)
-    for item in page["items"]:
-        key = (item.kind, item.pk)
-        if key == after or key in skip:
-            continue
-        if item.claim_user and item.claim_user != user.get_username():
-            continue
-        return item
+    """The first item of the queue that is not the one just decided, not skipped and not held by someone else: read
+    ``REVIEW_NEXT_LOOKAHEAD`` items at a time, page after page, until one is free or the queue ends."""
+    number, pages = 1, 1
+    while number <= pages:
+        page = inbox_page(user=user, filters=filters, page=number, per_page=settings.REVIEW_NEXT_LOOKAHEAD)
+        for item in page["items"]:
+            key = (item.kind, item.pk)
+            if key == after or key in skip:
+                continue
+            if item.claim_user and item.claim_user != user.get_username():
+                continue
+            return item
+        number, pages = number + 1, page["pages"]
     return None
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from django.utils import timezone
 
+from common.api import ApplicationError
 from learning import decision
 from learning.catalogue import VerbEntry
 from learning.models import DecisionFit, DecisionFitEvent, DecisionHead, ResolutionRecord
@@ -765,6 +766,9 @@ def test_purge_keeps_recent_records(big):
     resolve_and_record.post(URL, {"text": "find a document"}, format="json")
     ResolutionRecord.objects.filter(normalized="book a meeting").update(created_at=timezone.now() - datetime.timedelta(days=91))
     assert resolution_records_purge() == 1
+    assert ResolutionRecord.objects.count() == 1
+    with pytest.raises(ApplicationError, match="at least 1 day"):
+        resolution_records_purge(days=0)  # would delete every label as it arrives
     assert ResolutionRecord.objects.count() == 1
 
 

@@ -9,6 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from actions.models import Action
+from agents.models import Agent
 from autonomy.models import AutonomyTransition
 from common.api import ApplicationError
 from feedback.models import CorrectionRule, Proposal
@@ -17,7 +18,7 @@ from memories.models import MemoryQuarantine
 from review import admin as review_admin
 from review import services as review_services
 from review.models import Claim, Decision
-from review.selectors import progress
+from review.selectors import InboxFilters, next_item, progress
 from review.services import claim_take, item_decide
 from tests.conftest import reviewer_user
 from tests.test_review_inbox import ALL_PERMS, mixed_inbox, signed_in
@@ -278,3 +279,35 @@ def test_a_proposal_modified_on_its_change_form_is_logged_as_approved_with_what_
     decision = Decision.objects.get()
     assert (decision.kind, decision.verdict, decision.user, decision.reason) == ("proposal", "approve", rita, "to the CTO")
     assert decision.summary == f"Proposal #{proposal.pk} ({proposal.action.name}) is approved as modified (changed: cc, to)."
+
+
+def test_a_bulk_action_chosen_from_either_menu_honours_the_claim_and_is_logged_once():
+    """A changelist has an action menu above and one below: Django runs ``getlist("action")[index]``, whichever menu
+    the last ``action`` value came from."""
+    _, items = mixed_inbox()
+    rita, sam = reviewer_user("rita", *ALL_PERMS), reviewer_user("sam", *ALL_PERMS)
+    proposal = items["proposal"]
+    claim_take(kind="proposal", object_id=proposal.pk, tenant_id=proposal.tenant_id, user=rita)
+    chosen_above = {"action": ["approve_selected", ""], "index": "0", "_selected_action": [proposal.pk]}
+    signed_in(sam).post("/admin/feedback/proposal/", chosen_above)
+    assert Proposal.objects.get(pk=proposal.pk).status == "pending" and not Decision.objects.exists()
+    signed_in(rita).post("/admin/feedback/proposal/", chosen_above)
+    assert Proposal.objects.get(pk=proposal.pk).status != "pending"
+    assert list(Decision.objects.values_list("object_id", "user__username")) == [(proposal.pk, "rita")]
+
+
+def test_next_item_reads_past_a_page_of_skipped_or_held_items(settings):
+    settings.REVIEW_NEXT_LOOKAHEAD = 5
+    agent = Agent.objects.create(name="mailer")
+    action = Action.objects.create(name="email.send", autonomy_level=1)
+    proposals = [
+        Proposal.objects.create(agent=agent, action=action, proposed_action={"i": i}, reasoning={}, confidence=0.9)
+        for i in range(12)
+    ]
+    rita, sam = reviewer_user("rita", *ALL_PERMS), reviewer_user("sam", *ALL_PERMS)
+    for p in proposals[6:11]:
+        claim_take(kind="proposal", object_id=p.pk, tenant_id=p.tenant_id, user=sam)
+    skipped = {("proposal", p.pk) for p in proposals[:6]}
+    found = next_item(user=rita, filters=InboxFilters(), after=None, skip=skipped)
+    assert (found.kind, found.pk) == ("proposal", proposals[11].pk)
+    assert next_item(user=rita, filters=InboxFilters(), after=None, skip=skipped | {("proposal", proposals[11].pk)}) is None

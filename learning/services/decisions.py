@@ -123,8 +123,11 @@ def _refit_if_due() -> None:
 
 
 def resolution_records_purge(*, days: int | None = None) -> int:
-    """Delete resolution records older than RESOLUTION_RETENTION_DAYS; answers how many."""
+    """Delete resolution records older than RESOLUTION_RETENTION_DAYS (at least 1: 0 would delete the labels the
+    decision is fitted on as they arrive); answers how many."""
     days = settings.RESOLUTION_RETENTION_DAYS if days is None else days
+    if days < 1:
+        raise ApplicationError(f"The retention of resolution records must be at least 1 day (got {days}).", field="days")
     count, _ = ResolutionRecord.objects.filter(created_at__lt=timezone.now() - timezone.timedelta(days=days)).delete()
     return count
 
