@@ -234,6 +234,8 @@ def decide(
     contradicting = [n for n in on_topic if contradicts(content, n.content, correction=correction)]
     if contradicting:
         return evidence(NEW_VERSION, "contradiction", _nearest(contradicting))
+    # a near text of another type that contradicts this one is not the same lesson: merged, its fact would be lost
+    near = [n for n in near if not contradicts(content, n.content, correction=correction)]
     if near:
         return evidence(MERGE, "simhash", _nearest(near))
     semantic = [

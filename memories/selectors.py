@@ -6,6 +6,7 @@ the HNSW scan keeps going until it has found the user's rows instead of coming
 back short because of other users' rows.
 """
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -196,10 +197,13 @@ def rank_key(item: RetrievedMemory, decimals: int) -> tuple:
     return (_STATUS_RANK[m.status], -score, -updated.timestamp(), -m.hits, m.id)
 
 
+_BLOCK_TAG = re.compile(r"<\s*(/?)\s*learning_memories\s*/?\s*>", re.IGNORECASE)
+
+
 def bullet(item: RetrievedMemory) -> str:
     m = item.memory
     text = " ".join(m.content.split())
-    text = text.replace("<learning_memories>", "(learning_memories)").replace("</learning_memories>", "(/learning_memories)")
+    text = _BLOCK_TAG.sub(lambda m: f"({'/' if m.group(1) else ''}learning_memories)", text)  # any case or spacing
     return f"- [{m.status}/{m.memory_type}] {text}"
 
 

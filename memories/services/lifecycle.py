@@ -156,8 +156,10 @@ def memories_purge_deprecated(*, older_than: timedelta, user_id: str | None = No
             retrievals = retrievals.filter(user_id=user_id)
         if dry_run:
             return {"memories": memories.count(), "retrievals": retrievals.count()}
+        # locked first: a memory promoted or restored meanwhile is read again after the lock, no longer deprecated
+        ids = list(memories.select_for_update().values_list("pk", flat=True))
         return {
-            "memories": memories.delete()[1].get(Memory._meta.label, 0),
+            "memories": Memory.objects.filter(pk__in=ids, status=MemoryStatus.DEPRECATED).delete()[1].get(Memory._meta.label, 0),
             "retrievals": retrievals.delete()[0],
         }
 

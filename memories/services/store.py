@@ -185,27 +185,34 @@ def memory_store(
     try:
         with transaction.atomic():
             user_lock(namespace=namespace, user_id=user_id)
-            neighbours = memory_neighbours(
-                user_id=user_id,
-                namespace=namespace,
-                content_sha256=sha,
-                simhash=fingerprint,
-                vector=vector,
-                model=model,
-                k=settings.MEMORY_DEDUPE_NEIGHBOURS,
-                max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
-            )
-            decision = decide(
-                content=content,
-                content_sha256=sha,
-                memory_type=artifact.memory_type,
-                topic=artifact.topic,
-                neighbours=neighbours,
-                simhash_max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
-                semantic_threshold=semantic_duplicate_threshold(model),
-                topic_threshold=settings.MEMORY_TOPIC_SIMILARITY_THRESHOLD,
-                correction=artifact.correction,
-            )
+            for _attempt in range(3):
+                neighbours = memory_neighbours(
+                    user_id=user_id,
+                    namespace=namespace,
+                    content_sha256=sha,
+                    simhash=fingerprint,
+                    vector=vector,
+                    model=model,
+                    k=settings.MEMORY_DEDUPE_NEIGHBOURS,
+                    max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
+                )
+                decision = decide(
+                    content=content,
+                    content_sha256=sha,
+                    memory_type=artifact.memory_type,
+                    topic=artifact.topic,
+                    neighbours=neighbours,
+                    simhash_max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
+                    semantic_threshold=semantic_duplicate_threshold(model),
+                    topic_threshold=settings.MEMORY_TOPIC_SIMILARITY_THRESHOLD,
+                    correction=artifact.correction,
+                )
+                # The memory it skips into, merges into or supersedes, locked and still live: an outcome or a
+                # reviewer that deprecated it meanwhile (they do not take the user's lock) sends it round again.
+                if decision.target_id is None or (
+                    memories_readable().select_for_update().filter(pk=decision.target_id, status__in=LIVE).exists()
+                ):
+                    break
             to_embed: list[int] = []
             if decision.action == SKIP:
                 memory_id = decision.target_id
