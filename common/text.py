@@ -8,11 +8,12 @@ _SPACE = re.compile(r"\s+")
 _EDGE_PUNCT = " \t\n.,!?;:'\"`()[]{}"
 
 
-BRAILLE_BLANK = chr(0x2800)  # the blank Braille pattern: read as a space
-# Printable characters that show nothing, dropped: Hangul fillers, the combining grapheme joiner, Khmer inherent
-# vowels, Mongolian free variation selectors, variation selectors and their supplement.
-_SHOW_NOTHING = [0x115F, 0x1160, 0x3164, 0xFFA0, 0x034F, 0x17B4, 0x17B5, *range(0x180B, 0x1810), *range(0xFE00, 0xFE10)]
-_SHOW_NOTHING += range(0xE0100, 0xE01F0)
+BRAILLE_BLANK = unicodedata.lookup("BRAILLE PATTERN BLANK")  # read as a space
+# Printable characters that show nothing, dropped (code points in decimal): the Hangul fillers (choseong,
+# jungseong, the filler and its halfwidth form), the combining grapheme joiner, the two Khmer inherent vowels,
+# the Mongolian free variation selectors with the vowel separator, the variation selectors and their supplement.
+_SHOW_NOTHING = [4447, 4448, 12644, 65440, 847, 6068, 6069, *range(6155, 6160), *range(65024, 65040)]
+_SHOW_NOTHING += range(917760, 918000)
 _BLANK = re.compile("[" + re.escape("".join(map(chr, [*_SHOW_NOTHING, ord(BRAILLE_BLANK)]))) + "]")
 
 
