@@ -185,34 +185,16 @@ def memory_store(
     try:
         with transaction.atomic():
             user_lock(namespace=namespace, user_id=user_id)
-            for _attempt in range(3):
-                neighbours = memory_neighbours(
-                    user_id=user_id,
-                    namespace=namespace,
-                    content_sha256=sha,
-                    simhash=fingerprint,
-                    vector=vector,
-                    model=model,
-                    k=settings.MEMORY_DEDUPE_NEIGHBOURS,
-                    max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
-                )
-                decision = decide(
-                    content=content,
-                    content_sha256=sha,
-                    memory_type=artifact.memory_type,
-                    topic=artifact.topic,
-                    neighbours=neighbours,
-                    simhash_max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
-                    semantic_threshold=semantic_duplicate_threshold(model),
-                    topic_threshold=settings.MEMORY_TOPIC_SIMILARITY_THRESHOLD,
-                    correction=artifact.correction,
-                )
-                # The memory it skips into, merges into or supersedes, locked and still live: an outcome or a
-                # reviewer that deprecated it meanwhile (they do not take the user's lock) sends it round again.
-                if decision.target_id is None or (
-                    memories_readable().select_for_update().filter(pk=decision.target_id, status__in=LIVE).exists()
-                ):
-                    break
+            decision = _decision_on_live(
+                user_id=user_id,
+                namespace=namespace,
+                artifact=artifact,
+                content=content,
+                sha=sha,
+                fingerprint=fingerprint,
+                vector=vector,
+                model=model,
+            )
             to_embed: list[int] = []
             if decision.action == SKIP:
                 memory_id = decision.target_id
@@ -288,6 +270,40 @@ def memory_store(
         evidence["deprecated_memory_id"] = decision.target_id
     pending = bool(to_embed) and Memory.objects.filter(pk__in=to_embed, embedding__isnull=True).exists()
     return ObserveResult(DECISION_NAMES[decision.action], memory_id, evidence, embedding_pending=pending)
+
+
+def _decision_on_live(
+    *, user_id: str, namespace: str, artifact: Artifact, content: str, sha: str, fingerprint: int, vector, model: str
+) -> Decision:
+    """Inside the observation's transaction, under the user's lock: the dedupe decision against the user's live
+    neighbours, with the memory it skips into, merges into or supersedes locked and still live. An outcome or a
+    reviewer that deprecated that memory meanwhile (they take no user lock) sends it round again."""
+    for _attempt in range(3):
+        neighbours = memory_neighbours(
+            user_id=user_id,
+            namespace=namespace,
+            content_sha256=sha,
+            simhash=fingerprint,
+            vector=vector,
+            model=model,
+            k=settings.MEMORY_DEDUPE_NEIGHBOURS,
+            max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
+        )
+        decision = decide(
+            content=content,
+            content_sha256=sha,
+            memory_type=artifact.memory_type,
+            topic=artifact.topic,
+            neighbours=neighbours,
+            simhash_max_distance=settings.MEMORY_SIMHASH_MAX_DISTANCE,
+            semantic_threshold=semantic_duplicate_threshold(model),
+            topic_threshold=settings.MEMORY_TOPIC_SIMILARITY_THRESHOLD,
+            correction=artifact.correction,
+        )
+        target = decision.target_id
+        if target is None or memories_readable().select_for_update().filter(pk=target, status__in=LIVE).exists():
+            break
+    return decision
 
 
 def _decision_record(*, kind: str, memory_id: int, decision: Decision, text_changed: bool = False, **record) -> None:
