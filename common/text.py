@@ -2,6 +2,7 @@
 
 import hashlib
 import re
+import sys
 import unicodedata
 
 _SPACE = re.compile(r"\s+")
@@ -35,9 +36,43 @@ def visible_text(text: str) -> str:
     return _BLANK.sub(_blank, text)
 
 
+# Typographic quotes, apostrophes and dashes read as the plain ones a keyboard types, so a phone's "I’m" (smart
+# punctuation) matches a desktop's "I'm" (code points in decimal): the single quotes and the primes, the modifier
+# letter apostrophe, the grave and acute accents typed as apostrophes; the double quotes, double prime and
+# guillemets; the hyphens and dashes and the minus sign.
+_PLAIN_PUNCTUATION = str.maketrans(
+    {
+        **dict.fromkeys([8216, 8217, 8218, 8219, 8242, 8245, 700, 96, 180], "'"),
+        **dict.fromkeys([8220, 8221, 8222, 8223, 8243, 8246, 171, 187], '"'),
+        **dict.fromkeys([*range(8208, 8214), 8722], "-"),
+    }
+)
+
+
+def rewritten_pattern() -> str:
+    """A regular expression (Python's and PostgreSQL's) matching any character that normalisation drops or
+    rewrites besides NFKC and casefolding: control and format characters, the ones that show nothing, typographic
+    quotes and dashes. A text normalised before one of them was handled needs normalising again only if it holds
+    one of them."""
+    codes = {c for c in range(1, sys.maxunicode + 1) if unicodedata.category(chr(c)) in ("Cc", "Cf")}
+    codes = sorted(codes | {*_SHOW_NOTHING, ord(BRAILLE_BLANK), *_PLAIN_PUNCTUATION})
+    ranges, start = [], codes[0]
+    for previous, code in zip(codes, [*codes[1:], None], strict=True):
+        if code != previous + 1:
+            ranges.append(chr(start) if start == previous else f"{chr(start)}-{chr(previous)}")
+            start = code
+    return "[" + "".join(ranges) + "]"
+
+
+def plain_punctuation(text: str) -> str:
+    """``text`` with typographic quotes, apostrophes and dashes as their plain keyboard forms."""
+    return text.translate(_PLAIN_PUNCTUATION)
+
+
 def normalize_phrase(text: str) -> str:
-    """Casefolded, NFKC, without invisible characters, single-spaced, without surrounding punctuation."""
-    text = unicodedata.normalize("NFKC", visible_text(text or "")).casefold()
+    """Casefolded, NFKC, without invisible characters, with plain quotes and dashes, single-spaced, without
+    surrounding punctuation."""
+    text = unicodedata.normalize("NFKC", plain_punctuation(visible_text(text or ""))).casefold()
     text = _SPACE.sub(" ", text).strip(_EDGE_PUNCT)
     return _SPACE.sub(" ", text).strip()
 

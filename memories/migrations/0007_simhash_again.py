@@ -1,0 +1,29 @@
+"""Memories whose content holds a character normalisation now rewrites (typographic quotes and dashes,
+characters that show nothing) get their SimHash computed again, so near-duplicates of new text are found."""
+
+from django.db import migrations
+
+from common.text import rewritten_pattern
+from memories.simhash import simhash_hex
+
+
+def simhash_again(apps, schema_editor):
+    """Every tenant's memories (forced row-level security, local to the transaction)."""
+    db = schema_editor.connection.alias
+    Memory = apps.get_model("memories", "Memory")
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('app.tenant_ids', true)")
+        previous = cursor.fetchone()[0] or ""
+        cursor.execute("SELECT set_config('app.tenant_ids', '*', true)")
+    rows = list(Memory._base_manager.using(db).filter(content__regex=rewritten_pattern()).values_list("pk", "content", "simhash"))
+    for pk, content, fingerprint in rows:
+        if simhash_hex(content) != fingerprint:
+            Memory._base_manager.using(db).filter(pk=pk).update(simhash=simhash_hex(content))
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('app.tenant_ids', %s, true)", [previous])
+
+
+class Migration(migrations.Migration):
+    dependencies = [("memories", "0006_memoryretrieval_private_agent")]
+
+    operations = [migrations.RunPython(simhash_again, migrations.RunPython.noop)]
