@@ -145,7 +145,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     vector, model, reason = None, current_model_name(), ""
     trusted = settings.RESOLVE_TRUSTED_CONFIDENCE if learned_rule else p["resolve_threshold"]
 
-    def exact_answer(top, blocks: list[str], reason: str = "") -> Resolution:
+    def exact_answer(top, blocks: list[str], reason: str = "", unchecked: list[str] = ()) -> Resolution:
         r = _finish(request_id, text, user_id, [best[top.verb]], p, limit, degraded_reason=reason, model=model)
         r.explanation = {
             "rule": "exact",
@@ -154,6 +154,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             "fit_version": None,
             "margin": None,
             "blocks": blocks,  # blocks that applied to other verbs (none on the fast path)
+            "blocks_unchecked": list(unchecked),
             "penalties": {},
             "confidence": round(float(top.confidence), 4),
             "trusted_confidence": trusted,
@@ -189,7 +190,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     blocked = rows.blocked
     if trusted_exact is not None and trusted_exact.verb not in blocked:
         # its verb has blocks, but none applies to this text: the trusted exact match wins as on the fast path
-        return exact_answer(trusted_exact, sorted(blocked), reason)
+        return exact_answer(trusted_exact, sorted(blocked), reason, sorted(rows.unchecked))
     # Tier 6: catalogue phrases, exact then substring (first, so they win ties with the anchors below).
     for verb, phrase, kind in rows.phrases:
         if kind == "exact":
@@ -212,7 +213,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
     if endorsed is not None:
         candidates.sort(key=lambda c: (-c.score, c.verb))
     penalties = {c.verb: round(before[c.verb] - c.score, 4) for c in candidates if before[c.verb] != c.score}
-    context = {"blocks": sorted(blocked), "penalties": penalties}
+    context = {"blocks": sorted(blocked), "blocks_unchecked": sorted(rows.unchecked), "penalties": penalties}
     if learned_rule and vector is not None:
         with timed("decide"):
             learned, fallback = _learned_finish(

@@ -76,7 +76,8 @@ class ResolveResponseSerializer(serializers.Serializer):
     explanation = serializers.DictField(
         help_text=(
             "Why: rule (learned | prior | fixed | exact), probability that the top verb is right, the cut it was "
-            "compared with, fit_version (a number, or 'prior'), margin to the runner-up, blocks and penalties applied. "
+            "compared with, fit_version (a number, or 'prior'), margin to the runner-up, blocks and penalties applied "
+            "(blocks_unchecked: blocked verbs whose block has no vector of the text's model yet, so it was not compared). "
             "Every rule gives these keys; exact (a trusted exact phrase, nothing computed) gives null probability, cut, "
             "fit_version and margin, no blocks or penalties, and the phrase's confidence and trusted_confidence."
         )

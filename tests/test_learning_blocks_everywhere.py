@@ -50,6 +50,20 @@ def test_with_the_embedder_down_a_verb_with_blocks_is_never_answered(catalogue, 
         assert down.degraded and down.verb != verb and verb not in [c.verb for c in down.candidates]
 
 
+def test_a_block_with_no_vector_of_the_model_drops_its_verb_and_says_it_was_not_compared(catalogue):
+    learned_phrase_upsert(phrase="wipe the unit", verb=catalogue["cbu.delete"], user_id="alice")
+    compared = phrase_block_add(phrase="wipe the unit now", verb_name="cbu.delete")[0]
+    r = resolve(text="wipe the unit", user_id="alice")
+    assert "cbu.delete" in r.explanation["blocks"] and r.explanation["blocks_unchecked"] == []
+    # the same block as it stands right after a change of embedding model, before the backfill reaches it
+    type(compared).objects.filter(pk=compared.pk).update(embedding_model="another-model")
+    phrase_block_add(phrase="send the invoice to accounting", verb_name="cbu.list")
+    r = resolve(text="wipe the unit", user_id="alice")
+    assert r.verb != "cbu.delete" and "cbu.delete" not in [c.verb for c in r.candidates]
+    # a compared block on an unrelated phrase blocks nothing here
+    assert r.explanation["blocks_unchecked"] == r.explanation["blocks"] == ["cbu.delete"] and not r.degraded
+
+
 def test_every_verb_blocked_for_a_phrase_is_blocked_for_its_paraphrase():
     regions = ["paris", "london", "tokyo", "berlin", "madrid", "rome", "oslo", "vienna", "dublin", "lisbon", "prague"]
     regions += ["warsaw", "athens", "cairo", "lima", "quito", "delhi", "seoul", "hanoi", "manila", "sydney", "perth"]

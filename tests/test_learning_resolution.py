@@ -365,7 +365,7 @@ def test_the_exact_fast_path_explains_with_every_key_the_other_rules_give(catalo
     assert (exact.outcome, exact.verb, exact.explanation["rule"]) == ("resolved", "cbu.create", "exact")
     other = resolve(text="get rid of the client unit")
     assert other.explanation["rule"] != "exact"
-    promised = {"rule", "probability", "cut", "fit_version", "margin", "blocks", "penalties"}
+    promised = {"rule", "probability", "cut", "fit_version", "margin", "blocks", "blocks_unchecked", "penalties"}
     assert promised <= set(other.explanation) and promised <= set(exact.explanation)
     assert {k: exact.explanation[k] for k in promised - {"rule"}} == {
         "probability": None,
@@ -373,6 +373,7 @@ def test_the_exact_fast_path_explains_with_every_key_the_other_rules_give(catalo
         "fit_version": None,
         "margin": None,
         "blocks": [],
+        "blocks_unchecked": [],
         "penalties": {},
     }
     assert exact.explanation["confidence"] == 1.0

@@ -266,6 +266,8 @@ class TierRows:
     descriptions: dict[str, str]
     evidence: list[tuple[str, float, float]]  # (verb, similarity, negative - positive) near the query
     details: dict[str, dict] = field(default_factory=dict)  # verb_details of the catalogue in scope, when in memory
+    # verbs blocked outright by a block that cannot be compared with the text (no vector of the text's model yet)
+    unchecked: set[str] = field(default_factory=set)
 
 
 VECTOR_TIERS = {"ls", "bs", "ev", "cs"}
@@ -417,7 +419,10 @@ def tier_rows(
     for tier, verb, score, text, extra, confidence, description in rows:
         if description:
             out.descriptions[verb] = description
-        if tier == "bx" or (tier == "bs" and score >= block_threshold):
+        if tier == "bx":
+            out.blocked.add(verb)
+            out.unchecked.add(verb)
+        elif tier == "bs" and score >= block_threshold:
             out.blocked.add(verb)
         elif tier == "ls":
             out.learned.append(Hit(verb, float(score), text, extra, float(confidence)))
