@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from common.tasks import task_send
 from memories.models import Memory, MemoryStatus
+from tenants.context import private_agent_id
 
 logger = logging.getLogger(__name__)
 
@@ -19,9 +20,15 @@ def namespace_or_default(*, value: str | None) -> str:
 
 
 def user_lock(*, namespace: str, user_id: str) -> None:
-    """Serialise writes to one user's memories until the transaction ends."""
+    """Serialise writes to one user's memories (in this tenant, namespace and private agent's scope) until the
+    transaction ends; users of other tenants or agents never wait on each other."""
+    # the tenant as the database gives it to the rows written (the ``tenant`` column's default)
+    key = f"{private_agent_id()}:{namespace}:{user_id}"
     with connection.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"memory:{namespace}:{user_id}"])
+        cur.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('memory:' || coalesce(tenants_current_id()::text, '') || ':' || %s, 0))",
+            [key],
+        )
 
 
 def embedding_schedule(*, ids: list[int]) -> None:
