@@ -1,6 +1,7 @@
 """Reads for agents."""
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Agent
@@ -9,9 +10,28 @@ from common.lookups import tenant_one
 from common.parsers import text_problem
 
 
+def _id_or_name_check(*, ref: str, tenant: str | None) -> None:
+    """Digits are an agent's id, or the name of another agent (a name may be digits): both at once is refused
+    (409 ``ambiguous``), never one picked."""
+    if tenant is not None and not tenant.strip():
+        return  # tenant_one refuses the empty tenant
+    matches = Agent.objects.filter(Q(pk=int(ref)) | Q(name=ref)).select_related("tenant")
+    rows = list(matches.filter(tenant__slug=tenant) if tenant else matches)
+    by_id = [a for a in rows if a.pk == int(ref)]
+    named = sorted({a.tenant.slug for a in rows if a.pk != int(ref)})
+    if by_id and named:
+        raise Conflict(
+            f"Agent {ref} is the id of agent {by_id[0].name!r} (tenant {by_id[0].tenant.slug}) and the name of an "
+            f"agent in {', '.join(named)}; give the id of the one you mean.",
+            field="agent",
+            code="ambiguous",
+        )
+
+
 def agent_get(*, ref, tenant: str | None = None) -> Agent:
     """An agent by id or by name (commands take either), in the tenant with slug ``tenant`` when given. Names are
-    unique per tenant only: a name several tenants use is refused without the tenant (never one picked at random).
+    unique per tenant only: a name several tenants use is refused without the tenant (never one picked at random);
+    so are digits that are one agent's id and another's name.
     Text the database cannot store (a NUL, a lone surrogate such as undecodable command-line bytes give) is refused
     here, before any query; an id is ASCII digits only ("²" is a name, and no agent's)."""
     ref = str(ref).strip()
@@ -22,8 +42,10 @@ def agent_get(*, ref, tenant: str | None = None) -> Agent:
         if problem:
             raise ApplicationError(f"The {what} {problem}; give an id or a name.", field=what)
     is_id = ref.isascii() and ref.isdecimal()
+    if is_id:
+        _id_or_name_check(ref=ref, tenant=tenant)
     return tenant_one(
-        Agent.objects.filter(pk=int(ref)) if is_id else Agent.objects.filter(name=ref),
+        Agent.objects.filter(Q(pk=int(ref)) | Q(name=ref)) if is_id else Agent.objects.filter(name=ref),
         tenant=tenant,
         label=f"Agent {ref}",
         field="agent",

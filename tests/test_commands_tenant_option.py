@@ -10,7 +10,7 @@ from django.core.management.base import CommandError
 from actions.models import Action, AutonomyLevel
 from agents.selectors import agent_get
 from autonomy.models import Episode
-from common.api import ApplicationError, NotFound
+from common.api import ApplicationError, Conflict, NotFound
 from feedback.models import MistakePattern
 from tenants.context import tenant_scope
 from tenants.services import tenant_create
@@ -151,3 +151,47 @@ def test_an_empty_agent_or_tenant_is_refused_and_never_means_every_agent(two, ar
     with pytest.raises(CommandError, match="is empty"):
         run(*args)
     assert (Episode.objects.count(), MistakePattern.objects.count()) == (episodes, patterns)
+
+
+def test_digits_that_are_one_agents_id_and_another_agents_name_are_refused_never_one_picked(two):
+    acme, globex = two["acme"][0], two["globex"][0]
+    named = make_client(["resolve"], name=str(globex.pk), tenant=acme.tenant).agent
+    with pytest.raises(Conflict) as refused:
+        agent_get(ref=str(globex.pk))
+    assert refused.value.code == "ambiguous" and "acme" in refused.value.message and "globex" in refused.value.message
+    assert agent_get(ref=str(globex.pk), tenant="acme") == named  # the name, in its tenant
+    assert agent_get(ref=str(globex.pk), tenant="globex") == globex  # the id, in its tenant
+    assert agent_get(ref=str(acme.pk)) == acme  # digits that only an id holds
+    with pytest.raises(CommandError, match="ambiguous|id of agent"):
+        run("detect_mistakes", "--agent", str(globex.pk))
+    with pytest.raises(NotFound):
+        agent_get(ref="9" * 40)  # beyond any id: no agent, no database error
+
+
+def test_a_memory_purge_for_one_user_stays_in_the_tenant_named(two):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memories.models import Memory, MemoryStatus
+
+    old = timezone.now() - timedelta(days=400)
+    for agent in (two["acme"][0], two["globex"][0]):
+        with tenant_scope([agent.tenant_id]):
+            Memory.objects.create(
+                user_id="alice",
+                content=f"lesson of {agent.tenant.slug}",
+                simhash="0" * 16,
+                content_sha256=agent.tenant.slug[0] * 64,
+                status=MemoryStatus.DEPRECATED,
+            )
+            Memory.objects.filter(user_id="alice").update(updated_at=old, deprecated_at=old)
+    with pytest.raises(CommandError, match="several tenants.*acme, globex.*--tenant"):
+        run("purge_deprecated_memories", "--user", "alice", "--older-than", "30d")
+    assert Memory.objects.count() == 2
+    assert "deleted 1 deprecated memories" in run(
+        "purge_deprecated_memories", "--user", "alice", "--older-than", "30d", "--tenant", "acme"
+    )
+    assert list(Memory.objects.values_list("tenant__slug", flat=True)) == ["globex"]
+    with pytest.raises(CommandError, match="No tenant"):
+        run("embed_memories", "--user", "alice", "--tenant", "nowhere")

@@ -1,10 +1,15 @@
 """Checks shared by the memories commands: each refuses bad input with a CommandError naming the argument."""
 
 import re
+from contextlib import nullcontext
 
 from django.core.management.base import CommandError
 
+from common.text import terminal_safe
 from common.validators import USER_ID_RE
+from memories.models import Memory
+from tenants.context import tenant_scope
+from tenants.selectors import tenant_get
 
 SEARCH_MAX_LIMIT = 1000
 EMBED_MAX_BATCH = 10_000
@@ -22,3 +27,22 @@ def bounded(value: int, *, option: str, high: int) -> int:
     if not 1 <= value <= high:
         raise CommandError(f"{option} must be between 1 and {high} (got {value}).")
     return value
+
+
+def tenant_scoped(tenant: str | None, *, user_id: str | None = None, must_choose: bool = False):
+    """The scope of ``--tenant`` (that tenant only), or every tenant's without it. A user id is one tenant's user:
+    with ``must_choose`` (work that deletes), ``--user`` without ``--tenant`` is refused when that user id has
+    memories in several tenants, naming them, never run for each of them."""
+    if tenant is not None:
+        workspace = tenant_get(slug=tenant)
+        if workspace is None:
+            raise CommandError(f"No tenant {terminal_safe(tenant)!r}.")
+        return tenant_scope([workspace.pk])
+    if must_choose and user_id is not None:
+        slugs = sorted(set(Memory.objects.filter(user_id=user_id).values_list("tenant__slug", flat=True)))
+        if len(slugs) > 1:
+            raise CommandError(
+                f"User {user_id!r} has memories in several tenants ({', '.join(slugs)}); a user id is one tenant's "
+                "user: name the tenant (--tenant SLUG)."
+            )
+    return nullcontext()

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from embeddings.embedders import EmbeddingError
-from memories.management.options import EMBED_MAX_BATCH, bounded, user_checked
+from memories.management.options import EMBED_MAX_BATCH, bounded, tenant_scoped, user_checked
 from memories.services import memories_embed_backfill
 
 
@@ -14,13 +14,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--batch-size", type=int, default=128, help=f"Memories per batch, 1 to {EMBED_MAX_BATCH}")
         parser.add_argument("--user", dest="user_id", help="Only this user's memories")
+        parser.add_argument("--tenant", help="Only this tenant's memories (slug); a user id is one tenant's user")
         parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar")
 
-    def handle(self, *args, batch_size, user_id, no_progress, **options):
+    def handle(self, *args, batch_size, user_id, tenant, no_progress, **options):
         batch_size = bounded(batch_size, option="--batch-size", high=EMBED_MAX_BATCH)
         user_id = user_checked(user_id)
         try:
-            result = memories_embed_backfill(batch_size=batch_size, user_id=user_id, progress=not no_progress)
+            with tenant_scoped(tenant):
+                result = memories_embed_backfill(batch_size=batch_size, user_id=user_id, progress=not no_progress)
         except EmbeddingError as exc:
             raise CommandError(f"The embedder cannot load: {exc}") from exc
         self.stdout.write(f"embedded: {result['embedded']}, failed: {result['failed']}, model: {result['model']}")

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from common.api import ApplicationError
 from common.validation import MAX_DAYS
-from memories.management.options import user_checked
+from memories.management.options import tenant_scoped, user_checked
 from memories.services import memories_purge_deprecated
 
 _MINUTES = {"m": 1, "h": 60, "d": 24 * 60, "w": 7 * 24 * 60}
@@ -39,16 +39,20 @@ class Command(BaseCommand):
             "--older-than", default=f"{settings.MEMORY_PURGE_DEFAULT_DAYS}d", help="e.g. 90d, 12h, 2w; at least 1d"
         )
         parser.add_argument("--user", dest="user_id", help="Only this user's memories")
+        parser.add_argument(
+            "--tenant", help="Only this tenant's memories (slug); needed with --user when several tenants have that user id"
+        )
         parser.add_argument("--dry-run", action="store_true", help="Count, delete nothing")
 
-    def handle(self, *args, older_than, user_id, dry_run, **options):
+    def handle(self, *args, older_than, user_id, tenant, dry_run, **options):
         try:
             age = parse_age(older_than)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         user_id = user_checked(user_id)
         try:
-            counts = memories_purge_deprecated(older_than=age, user_id=user_id, dry_run=dry_run)
+            with tenant_scoped(tenant, user_id=user_id, must_choose=True):
+                counts = memories_purge_deprecated(older_than=age, user_id=user_id, dry_run=dry_run)
         except ApplicationError as exc:
             raise CommandError(f"--older-than: {exc.message}") from exc
         verb = "would delete" if dry_run else "deleted"

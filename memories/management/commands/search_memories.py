@@ -1,14 +1,10 @@
-from contextlib import nullcontext
-
 from django.core.management.base import BaseCommand, CommandError
 
 from common.parsers import text_problem
 from common.text import terminal_safe
 from embeddings.embedders import EmbeddingError, get_embedder
-from memories.management.options import SEARCH_MAX_LIMIT, bounded, user_checked
+from memories.management.options import SEARCH_MAX_LIMIT, bounded, tenant_scoped, user_checked
 from memories.selectors import memory_search_text
-from tenants.context import tenant_scope
-from tenants.selectors import tenant_get
 
 
 class Command(BaseCommand):
@@ -30,11 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", help="Only this tenant's memories (slug); a user id is one tenant's user")
 
     def handle(self, *args, query, user_id, semantic, substring, limit, include_deprecated, tenant, **options):
-        workspace = None
-        if tenant is not None:
-            workspace = tenant_get(slug=tenant)
-            if workspace is None:
-                raise CommandError(f"No tenant {terminal_safe(tenant)!r}.")
+        scope = tenant_scoped(tenant)
         query = query.strip()
         if not query:
             raise CommandError("Give a non-empty query.")
@@ -52,7 +44,7 @@ class Command(BaseCommand):
                     raise CommandError(f"No embedding model available: {exc}") from exc
                 self.stderr.write(self.style.WARNING(f"No embedding model available ({exc}); substring search only."))
                 mode = "substring"
-        with tenant_scope([workspace.pk]) if workspace is not None else nullcontext():
+        with scope:
             hits, reason = memory_search_text(
                 query=query, user_id=user_id, mode=mode, limit=limit, include_deprecated=include_deprecated
             )
