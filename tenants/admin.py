@@ -4,6 +4,9 @@ from contextlib import nullcontext
 
 from django import forms
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
 
 from common.admin import HistoryAdmin
 from tenants.context import tenant_scope
@@ -130,3 +133,25 @@ class MembershipAdmin(SuperuserOnly, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return request.user.is_superuser
+
+
+class _PeopleSuperuserOnly(SuperuserOnly):
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+
+# Users and groups cross every tenant: who may change a user may make them (or themselves) a superuser, set another
+# tenant's reviewer's password, or give a group any permission. Only superusers manage them, whatever permissions a
+# staff user holds; the autocomplete of the membership's user answers superusers only too.
+admin.site.unregister(get_user_model())
+admin.site.unregister(Group)
+
+
+@admin.register(get_user_model())
+class PeopleUserAdmin(_PeopleSuperuserOnly, UserAdmin):
+    pass
+
+
+@admin.register(Group)
+class PeopleGroupAdmin(_PeopleSuperuserOnly, GroupAdmin):
+    pass

@@ -127,3 +127,31 @@ def test_the_decision_logs_user_filter_names_only_reviewers_who_decided_in_the_t
     Decision.objects.create(tenant=acme, kind="rule", object_id=1, user=rita, verdict="approve")
     page = signed_in(rita).get("/admin/review/decision/").content.decode()
     assert "globex-boss" not in page and "acme-rev" in page
+
+
+def test_users_and_groups_are_managed_by_superusers_only_whatever_a_staff_user_may():
+    from django.contrib.auth.models import Group
+
+    theirs = reviewer_user("gina")
+    staff = reviewer_user(
+        "stan", "view_user", "change_user", "add_user", "delete_user", "view_group", "change_group", "add_group"
+    )
+    group = Group.objects.create(name="reviewers")
+    client = signed_in(staff)
+    pages = [
+        "/admin/auth/user/",
+        f"/admin/auth/user/{theirs.pk}/change/",
+        f"/admin/auth/user/{theirs.pk}/password/",
+        "/admin/auth/user/add/",
+        "/admin/auth/group/",
+        f"/admin/auth/group/{group.pk}/change/",
+    ]
+    for page in pages:
+        assert client.get(page).status_code == 403, page
+    refused = client.post(f"/admin/auth/user/{staff.pk}/change/", {"username": "stan", "is_superuser": "on"})
+    assert refused.status_code == 403 and not get_user_model().objects.get(pk=staff.pk).is_superuser
+    found = client.get("/admin/autocomplete/", {"app_label": "tenants", "model_name": "membership", "field_name": "user"})
+    assert found.status_code == 403
+    root = signed_in(reviewer_user("root", superuser=True))
+    for page in pages:
+        assert root.get(page).status_code == 200, page
