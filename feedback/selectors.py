@@ -142,7 +142,9 @@ WITH s AS (
            (status = 'completed' AND modified_action IS NULL) AS ok,
            (status = 'rejected' OR modified_action IS NOT NULL) AS rejected
       FROM feedback_proposal
-     WHERE action_id = ANY(%(ids)s) AND created_at >= %(since)s AND status IN ('completed', 'rejected', 'failed')
+     WHERE action_id = ANY(%(ids)s) AND created_at >= %(since)s
+           -- a reviewer's correction is a rejection as soon as it is made, whether or not the agent reports the end
+           AND status IN ('completed', 'rejected', 'failed', 'modified')
     UNION ALL
     SELECT action_id,
            (review_outcome = 'correct' OR (review_outcome IS NULL AND success)) AS ok,
@@ -156,7 +158,8 @@ SELECT action_id, count(*), count(*) FILTER (WHERE ok), count(*) FILTER (WHERE r
 
 
 def outcome_rates(*, action_ids: list[int], since) -> dict[int, tuple[int, int, int]]:
-    """Per action: (samples, successes, rejections) of proposals and executions since ``since``."""
+    """Per action: (samples, successes, rejections) of proposals and executions since ``since``: a proposal counts
+    once it ended, or once a reviewer rejected or corrected it (a correction is a rejection)."""
     with connection.cursor() as cur:
         cur.execute(_OUTCOME_RATES_SQL, {"ids": action_ids, "since": since})
         return {a: (n, ok, rej) for a, n, ok, rej in cur.fetchall()}

@@ -80,6 +80,28 @@ def test_evaluation_proposes_with_evidence_and_never_applies(agent):
         autonomy_evaluate(window_days=0, force=True)
 
 
+def test_a_reviewers_correction_counts_as_a_rejection_before_the_agent_reports_how_it_ended(agent):
+    send = Action.objects.create(name="email.send", autonomy_level=1)
+    fill_history(send, agent, completed=22)
+    corrected = [
+        Proposal(
+            agent=agent,
+            action=send,
+            proposed_action={"to": "ceo"},
+            confidence=0.9,
+            status="modified",
+            modified_action={"to": "cfo"},
+        )
+        for _ in range(8)
+    ]
+    Proposal.objects.bulk_create(corrected)  # the agent never reported how these ended
+    Proposal.objects.create(agent=agent, action=send, proposed_action={}, confidence=0.9, status="approved")  # not known yet
+    result = autonomy_evaluate(action_ids=[send.pk], force=True)
+    row = result["evaluated"][0]
+    assert row["samples"] == 30 and row["rejection_rate"] == pytest.approx(8 / 30, abs=1e-4)
+    assert result["proposed"] == []  # 26.7% rejected is no promotion
+
+
 def test_approval_through_the_api_applies_once_and_decisions_are_final(agent):
     send = Action.objects.create(name="email.send", autonomy_level=1)
     fill_history(send, agent, completed=25)
