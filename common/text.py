@@ -77,6 +77,12 @@ def normalize_phrase(text: str) -> str:
     return _SPACE.sub(" ", text).strip()
 
 
+def label_normalize(text: str) -> str:
+    """A label people type (a mistake category): NFKC, casefolded, without invisible characters, single-spaced, so
+    "Wrong_Target", "WRONG_TARGET" and its fullwidth form are one label."""
+    return " ".join(unicodedata.normalize("NFKC", visible_text(text or "")).casefold().split())
+
+
 def text_hash(text: str) -> str:
     """The sha256 hex digest of the text a vector was computed from."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -139,6 +139,10 @@ class CorrectionRuleAdmin(HistoryAdmin):
     """Procedural memory; approve pending rules, deactivate any in one click. History keeps the audit trail."""
 
     list_filter = ["status", "require_review", "agent", "action"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # a rule ends by deactivation or expiry, on the record; a deleted one would leave its pattern mute
+
     list_select_related = ["agent", "action", "pattern"]
     search_fields = ["precondition", "agent__name", "action__name"]
     readonly_fields = [

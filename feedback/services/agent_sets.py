@@ -15,7 +15,7 @@ from simple_history.utils import bulk_update_with_history
 
 from feedback.models import NEGATIVE_FEEDBACK_TYPES, CorrectionRule, CorrectionRuleStatus
 from feedback.selectors import patterns_wanting_rule
-from feedback.services.mistakes import _DETECT_SQL, _LINK_SQL, LOCK_NAMESPACE_DETECT, DetectionResult
+from feedback.services.mistakes import _DETECT_SQL, _LINK_SQL, DetectionResult, detection_lock
 from feedback.services.rules import correction_rules_create
 
 logger = logging.getLogger(__name__)
@@ -53,11 +53,7 @@ def mistake_patterns_detect_for_agents(*, agent_ids: list[int]) -> dict[int, Det
         "agents": ids,
     }
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock_shared(%s, 0)", [LOCK_NAMESPACE_DETECT])
-        cur.execute(
-            "SELECT count(pg_advisory_xact_lock(%s::int4, a)) FROM (SELECT a FROM unnest(%s::int4[]) a ORDER BY a) s",
-            [LOCK_NAMESPACE_DETECT, ids],
-        )
+        detection_lock(agent_ids=ids)
         cur.execute(_DETECT_AGENTS_SQL, params)
         for pk, agent_id, inserted in sorted(cur.fetchall()):
             r = out.setdefault(agent_id, DetectionResult())

@@ -34,29 +34,34 @@ class DetectionResult:
 
 
 # A pattern becomes active again when its mistake recurs after a reviewer resolved it, or after its latest correction
-# rule expired (a new rule can then be drawn from it). A rule a reviewer deactivated keeps its pattern mitigated: that
-# was a human decision, which only a human reopens (``mistake_pattern_set_status``).
+# rule expired (a new rule can then be drawn from it), or, mitigated with no rule left at all (a rule deleted), after
+# its last change. A rule a reviewer deactivated keeps its pattern mitigated: that was a human decision, which only a
+# human reopens (``mistake_pattern_set_status``).
 _STATUS_AFTER_SQL = """CASE
            WHEN p.status = 'resolved' AND EXCLUDED.last_seen > p.resolved_at THEN 'active'
-           WHEN p.status = 'mitigated' AND EXCLUDED.last_seen > (
-                SELECT CASE WHEN r.status = 'expired' THEN r.expires_at END
+           WHEN p.status = 'mitigated' AND EXCLUDED.last_seen > COALESCE((
+                SELECT CASE WHEN r.status = 'expired' THEN r.expires_at ELSE 'infinity'::timestamptz END
                   FROM feedback_correctionrule r
                  WHERE r.pattern_id = p.id
                  ORDER BY r.created_at DESC, r.id DESC
-                 LIMIT 1) THEN 'active'
+                 LIMIT 1), p.updated_at) THEN 'active'
            ELSE p.status END"""
+
+# One mistake is one proposal or execution, however many records it got (rejected and overridden, or overridden
+# twice); a record about neither is one mistake of its own.
+_MISTAKE = "COALESCE('p' || fr.proposal_id, 'e' || fr.execution_id, 'r' || fr.id)"
 
 _DETECT_SQL = """
 WITH grp AS (
     SELECT fr.agent_id, fr.action_id,
            COALESCE(NULLIF(fr.mistake_category, ''), fr.feedback_type) AS category,
-           count(*) AS n, min(fr.created_at) AS first_seen, max(fr.created_at) AS last_seen,
+           count(DISTINCT {mistake}) AS n, min(fr.created_at) AS first_seen, max(fr.created_at) AS last_seen,
            mode() WITHIN GROUP (ORDER BY fr.human_explanation) FILTER (WHERE fr.human_explanation <> '') AS explanation,
            mode() WITHIN GROUP (ORDER BY fr.corrected_action::text) FILTER (WHERE fr.corrected_action IS NOT NULL) AS correction
       FROM feedback_feedbackrecord fr
      WHERE fr.feedback_type = ANY(%(types)s) AND fr.created_at >= %(since)s {agent_filter}
      GROUP BY 1, 2, 3
-    HAVING count(*) >= %(min)s
+    HAVING count(DISTINCT {mistake}) >= %(min)s
 )
 INSERT INTO feedback_mistakepattern AS p
        (agent_id, action_id, category, description, common_explanation, common_correction, occurrence_count,
@@ -80,7 +85,7 @@ ON CONFLICT (agent_id, action_id, category) DO UPDATE
        IS DISTINCT FROM (EXCLUDED.occurrence_count, GREATEST(p.last_seen, EXCLUDED.last_seen), EXCLUDED.description,
                          {status_after})
 RETURNING p.id, (xmax = 0) AS inserted, p.status
-""".replace("{status_after}", _STATUS_AFTER_SQL)
+""".replace("{status_after}", _STATUS_AFTER_SQL).replace("{mistake}", _MISTAKE)
 
 
 _LINK_SQL = """
@@ -94,16 +99,33 @@ UPDATE feedback_feedbackrecord fr
 """
 
 
+def detection_lock(*, agent_ids: list[int] | None) -> None:
+    """Until the transaction ends: every agent's patterns (None: exclusive), or these agents' (the namespace shared,
+    then each agent's own key in ascending order), so runs that overlap wait instead of deadlocking. Taken again in
+    the same transaction, it is held already."""
+    with connection.cursor() as cur:
+        if agent_ids is None:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", [LOCK_NAMESPACE_DETECT])
+            return
+        cur.execute("SELECT pg_advisory_xact_lock_shared(%s, 0)", [LOCK_NAMESPACE_DETECT])
+        cur.execute(
+            "SELECT count(pg_advisory_xact_lock(%s::int4, a)) FROM (SELECT a FROM unnest(%s::int4[]) a ORDER BY a) s",
+            [LOCK_NAMESPACE_DETECT, sorted({int(a) for a in agent_ids})],
+        )
+
+
 def mistake_patterns_detect(
     *, agent_id: int | None = None, window_days: int | None = None, min_count: int | None = None
 ) -> DetectionResult:
-    """Group negative feedback by (agent, action, category) in the database; 3+ make or update a pattern.
+    """Group negative feedback by (agent, action, category) in the database; 3+ mistakes (distinct proposals or
+    executions, not records) make or update a pattern.
 
     One INSERT … ON CONFLICT DO UPDATE aggregates with GROUP BY (no Python loop over
     records) and one UPDATE links every contributing record not linked yet (a record's
     agent, action and category never change, so a linked record stays linked right). A resolved pattern, or a
-    mitigated one whose latest rule expired, becomes active again when the mistake recurs after that; one whose rule
-    a reviewer deactivated stays mitigated. The unique constraint
+    mitigated one whose latest rule expired (or that has no rule left), becomes active again when the mistake recurs
+    after that; one whose rule a reviewer deactivated stays mitigated. Correction rules are drawn under the same lock
+    (``detection_lock``), so a detection never reads a pattern's rules from before a rule drawn meanwhile. The unique constraint
     makes a pattern impossible to duplicate; an advisory lock serialises runs that
     overlap (a run for all agents takes it exclusively, runs for one agent share it
     and take their agent's key), so two runs at once wait instead of deadlocking.
@@ -126,11 +148,7 @@ def mistake_patterns_detect(
     agent_filter = "AND fr.agent_id = %(agent)s" if agent_id is not None else ""
     result = DetectionResult()
     with transaction.atomic(), connection.cursor() as cur:
-        if agent_id is None:
-            cur.execute("SELECT pg_advisory_xact_lock(%s, 0)", [LOCK_NAMESPACE_DETECT])
-        else:
-            cur.execute("SELECT pg_advisory_xact_lock_shared(%s, 0)", [LOCK_NAMESPACE_DETECT])
-            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_NAMESPACE_DETECT, agent_id])
+        detection_lock(agent_ids=None if agent_id is None else [agent_id])
         cur.execute(_DETECT_SQL.format(agent_filter=agent_filter), params)
         for pk, inserted, _status in cur.fetchall():
             (result.created if inserted else result.updated).append(pk)

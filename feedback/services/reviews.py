@@ -10,7 +10,7 @@ from rest_framework import status
 from actions.models import Action, AutonomyLevel
 from actions.services import action_name_validate, action_register
 from common.api import ApplicationError, Conflict, NotFound
-from common.text import visible_text
+from common.text import label_normalize, visible_text
 from common.validation import confidence_validate
 from feedback.delta import delta_is_empty, json_clean, json_delta
 from feedback.models import PROPOSAL_TRANSITIONS, Execution, FeedbackRecord, FeedbackType, Proposal, ProposalStatus, ReviewOutcome
@@ -48,7 +48,8 @@ def _json_object(value, *, field: str) -> dict:
 
 
 def _category(value: str) -> str:
-    value = visible_text(value or "").strip()  # "wrong_recipient\u200b" is "wrong_recipient"; nothing visible is none
+    # "wrong_recipient" with a zero-width space, "Wrong_Recipient" and its fullwidth form are "wrong_recipient"
+    value = label_normalize(value)
     if len(value) > MAX_CATEGORY:
         raise ApplicationError(f"At most {MAX_CATEGORY} characters.", field="mistake_category")
     return value

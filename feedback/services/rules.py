@@ -12,6 +12,7 @@ from simple_history.utils import bulk_create_with_history
 from common.api import Conflict, Forbidden, NotFound
 from feedback.models import CorrectionRule, CorrectionRuleStatus, FeedbackRecord, MistakePattern, PatternStatus
 from feedback.selectors import OPEN_RULE_STATUSES, patterns_wanting_rule
+from feedback.services.mistakes import detection_lock
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ def _rule_precondition(pattern, explanations: list[tuple[str, int]]) -> str:
     if not explanations:
         return f"{head}: {what}. Ask for review."
     said = "; ".join(f'"{text}"' + (f" ({n}×)" if n > 1 else "") for text, n in explanations)
-    return f"{head}: {what}. Reviewers said: {said}."
+    return f"{head}: {what}. Feedback said: {said}."
 
 
 def correction_rules_create(
@@ -40,6 +41,13 @@ def correction_rules_create(
 
     now = timezone.now()
     with transaction.atomic():
+        # under detection's lock: a detection running meanwhile reads the rules drawn here, or runs before them
+        if agent_id is not None:
+            detection_lock(agent_ids=[agent_id])
+        elif pattern_ids is not None:
+            detection_lock(agent_ids=list(MistakePattern.objects.filter(pk__in=pattern_ids).values_list("agent_id", flat=True)))
+        else:
+            detection_lock(agent_ids=None)
         qs = patterns_wanting_rule().select_for_update(of=("self",)).select_related("agent", "action").order_by("id")
         if agent_id is not None:
             qs = qs.filter(agent_id=agent_id)

@@ -1,0 +1,49 @@
+"""Mistake categories stored before they were normalised (case, width, spacing) normalised as new ones are, so
+"Wrong_Target" and "wrong_target" count as one mistake. A pattern whose normalised category another pattern of the
+same agent and action already holds keeps its old one (its records stay with it); the next detection counts the
+records under the normalised category."""
+
+import logging
+
+from django.db import IntegrityError, migrations, transaction
+
+from common.text import label_normalize
+
+logger = logging.getLogger(__name__)
+
+
+def categories_normalized(apps, schema_editor):
+    """Every tenant's rows (forced row-level security, local to the transaction)."""
+    db = schema_editor.connection.alias
+    FeedbackRecord = apps.get_model("feedback", "FeedbackRecord")
+    MistakePattern = apps.get_model("feedback", "MistakePattern")
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('app.tenant_ids', true)")
+        previous = cursor.fetchone()[0] or ""
+        cursor.execute("SELECT set_config('app.tenant_ids', '*', true)")
+    records = FeedbackRecord._base_manager.using(db)
+    for old in list(records.exclude(mistake_category="").values_list("mistake_category", flat=True).distinct()):
+        new = label_normalize(old)[:60]
+        if new != old:
+            records.filter(mistake_category=old).update(mistake_category=new)
+    patterns = MistakePattern._base_manager.using(db)
+    kept = 0
+    for pk, old in list(patterns.values_list("pk", "category")):
+        new = label_normalize(old)[:60]
+        if new == old:
+            continue
+        try:
+            with transaction.atomic(using=db):
+                patterns.filter(pk=pk).update(category=new)
+        except IntegrityError:
+            kept += 1
+    if kept:
+        logger.info("%d mistake pattern(s) kept their category: another pattern holds the normalised one", kept)
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('app.tenant_ids', %s, true)", [previous])
+
+
+class Migration(migrations.Migration):
+    dependencies = [("feedback", "0005_correction_rules_per_pattern")]
+
+    operations = [migrations.RunPython(categories_normalized, migrations.RunPython.noop)]
