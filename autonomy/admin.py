@@ -10,6 +10,7 @@ from actions.admin import ActionAdmin
 from actions.models import Action
 from autonomy import selectors as autonomy_selectors
 from autonomy import services as autonomy_services
+from autonomy.calibration import bucket_labels
 from autonomy.models import AutonomyTransition, CalibrationRecord, Episode, EpisodeEvent, TransitionStatus
 from common.admin import HistoryAdmin, pretty_json, run_bulk
 
@@ -65,13 +66,13 @@ class CalibrationRecordAdmin(admin.ModelAdmin):
             extra_context["chart_data"] = {
                 "buckets": [
                     {
-                        "label": f"{b['low']:.1f}–{b['high']:.1f}",
+                        "label": label,
                         "x": b["mean_confidence"],
                         "y": b["success_rate"],
                         "count": b["count"],
                         "counted": b["counted"],
                     }
-                    for b in record.buckets
+                    for b, label in zip(record.buckets, bucket_labels(record.buckets, sep="–"), strict=True)
                     if b["count"]
                 ],
                 "trend": [{"x": r.computed_at.strftime("%Y-%m-%d %H:%M"), "y": round(r.ece, 4)} for r in trend],

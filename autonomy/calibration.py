@@ -84,6 +84,18 @@ def summarize(buckets: list[BucketStat], *, ece_threshold: float, max_adjustment
     return CalibrationSummary(buckets, n, total, mean_conf, mean_succ, ece, over, under, raw)
 
 
+def _decimals(x: float) -> int:
+    """The decimals ``x`` needs to be written exactly (at least 1, at most 6; edges come from a setting)."""
+    return next((d for d in range(1, 7) if abs(round(x, d) - x) < 1e-9), 6)
+
+
+def bucket_labels(buckets: list[dict], *, sep: str = "-") -> list[str]:
+    """One label per bucket (stored ``low``/``high`` dicts), every edge with the decimals the edges need: quartile
+    edges read 0.00-0.25 ... 0.75-1.00, the default ones 0.0-0.5 ... 0.9-1.0 (never rounded to a neighbour's edge)."""
+    d = max((_decimals(float(e)) for b in buckets for e in (b["low"], b["high"])), default=1)
+    return [f"{float(b['low']):.{d}f}{sep}{float(b['high']):.{d}f}" for b in buckets]
+
+
 def clamp(x: float, low: float, high: float) -> float:
     return max(low, min(high, x))
 

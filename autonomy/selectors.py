@@ -39,8 +39,10 @@ def action_consult(*, agent: Agent, action_name: str, confidence: float) -> dict
     ``CONSULT_PATTERN_PENALTY`` (not below ``CONSULT_PATTERN_FLOOR``, and never
     raising a confidence already below it); then the latest calibration
     adjustment is added (none from a record that counted no samples), the
-    result kept within [0.1, 1.0]. Approval is required at level 1, when a
-    rule asks for review, or below ``CONSULT_APPROVAL_BELOW``.
+    result kept within [0.1, 1.0] (the floor never raising a confidence already
+    below it: a negative adjustment never raises the confidence, a positive one
+    never lowers it). Approval is required at level 1, when a rule asks for
+    review, or below ``CONSULT_APPROVAL_BELOW``.
     """
     confidence = confidence_validate(confidence)
     action = action_get(name=action_name)
@@ -60,7 +62,7 @@ def action_consult(*, agent: Agent, action_name: str, confidence: float) -> dict
     measured = calibration is not None and calibration.sample_count > 0 and calibration.ece is not None
     adjustment = calibration.recommended_adjustment if measured else 0.0
     if adjustment:
-        adjusted = clamp(adjusted + adjustment, 0.1, 1.0)
+        adjusted = clamp(adjusted + adjustment, min(0.1, adjusted), 1.0)
         warnings.append(f"Calibration adjusts your confidence by {adjustment:+.3f} (ECE {calibration.ece:.3f}).")
     for r in rules:
         warnings.append(f"Correction rule #{r.pk}: {r.precondition}")

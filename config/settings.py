@@ -54,6 +54,24 @@ def env_int(name: str, default: int) -> int:
     return _env_number(name, default, int)
 
 
+def env_edges(name: str, default: str) -> list[float]:
+    """Bucket edges, comma-separated (unset or empty: ``default``): at least 2 numbers, strictly increasing, from 0
+    to 1. Anything else stops the start: a last edge below 1 would fold the confidences above it into the last bucket."""
+    value = (os.environ.get(name) or "").strip() or default
+    try:
+        edges = [float(x) for x in value.split(",")]
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r}: expected comma-separated numbers.") from None
+    if (
+        len(edges) < 2
+        or edges[0] != 0.0
+        or edges[-1] != 1.0
+        or any(not low < high for low, high in zip(edges, edges[1:], strict=False))
+    ):
+        raise ImproperlyConfigured(f"{name}={value!r}: expected at least 2 strictly increasing edges from 0 to 1.")
+    return edges
+
+
 DEBUG = env_bool("DEBUG", False)
 # With DEBUG off the app refuses to start without a SECRET_KEY and ALLOWED_HOSTS from the environment;
 # with DEBUG=1 (local use) both fall back to local-only values. Tests use config/settings_test.py.
@@ -615,7 +633,7 @@ CONSULT_APPROVAL_BELOW = env_float("CONSULT_APPROVAL_BELOW", 0.7)  # levels 2-3 
 CORRECTION_RULE_EXPIRY_DAYS = env_int("CORRECTION_RULE_EXPIRY_DAYS", 90)
 CORRECTION_RULES_REQUIRE_APPROVAL = env_bool("CORRECTION_RULES_REQUIRE_APPROVAL", False)
 CALIBRATION_WINDOW_DAYS = env_int("CALIBRATION_WINDOW_DAYS", 30)
-CALIBRATION_BUCKETS = [float(x) for x in os.environ.get("CALIBRATION_BUCKETS", "0.0,0.5,0.7,0.9,1.0").split(",")]
+CALIBRATION_BUCKETS = env_edges("CALIBRATION_BUCKETS", "0.0,0.5,0.7,0.9,1.0")
 CALIBRATION_MIN_BUCKET_SAMPLES = env_int("CALIBRATION_MIN_BUCKET_SAMPLES", 10)
 CALIBRATION_ECE_THRESHOLD = env_float("CALIBRATION_ECE_THRESHOLD", 0.1)
 CALIBRATION_MAX_ADJUSTMENT = env_float("CALIBRATION_MAX_ADJUSTMENT", 0.15)

@@ -1,4 +1,5 @@
-"""Calibration: one agent (``calibration_compute``) or many at once (``calibration_compute_for_agents``)."""
+"""Calibration: one agent (``calibration_compute``) or many at once (``calibration_compute_for_agents``); a report's
+read-only view (``calibration_preview``)."""
 
 from datetime import timedelta
 
@@ -97,15 +98,7 @@ def _records(*, agent_id: int, groups: Groups, latest: dict, days: int, edges: l
     return records, new
 
 
-def calibration_compute(*, agent_id: int, window_days: int | None = None, episode=None) -> list[CalibrationRecord]:
-    """Calibrate one agent overall and per action; one aggregate query, one insert of the scopes with new evidence
-    (the others answer their latest record unchanged: the same data gives the same calibration).
-
-    Samples: proposals (completed = success; rejected or failed = failure) and
-    executions (reviewed correct = success; reviewed incorrect = failure;
-    unreviewed = its own success flag). The first record returned is the overall one.
-    """
-
+def _agent_records(*, agent_id: int, window_days: int | None, episode) -> tuple[list, list]:
     days = _window(window_days, settings.CALIBRATION_WINDOW_DAYS)
     if not Agent.objects.filter(pk=agent_id).exists():
         raise NotFound(f"Agent {agent_id} not found.", field="agent")
@@ -120,9 +113,37 @@ def calibration_compute(*, agent_id: int, window_days: int | None = None, episod
         .order_by("action_id", "-computed_at", "-id")
         .distinct("action_id")
     }
-    records, new = _records(agent_id=agent_id, groups=groups, latest=latest, days=days, edges=edges, episode=episode)
+    return _records(agent_id=agent_id, groups=groups, latest=latest, days=days, edges=edges, episode=episode)
+
+
+def calibration_compute(*, agent_id: int, window_days: int | None = None, episode=None) -> list[CalibrationRecord]:
+    """Calibrate one agent overall and per action; one aggregate query, one insert of the scopes with new evidence
+    (the others answer their latest record unchanged: the same data gives the same calibration).
+
+    Samples: proposals (completed = success; rejected or failed = failure) and
+    executions (reviewed correct = success; reviewed incorrect = failure;
+    unreviewed = its own success flag). The first record returned is the overall one.
+
+    The records stored are what consult answers and what the next run smooths against: the autonomy cycle calls this
+    with the default window (``CALIBRATION_WINDOW_DAYS``). To look at another window, use ``calibration_preview``,
+    which stores nothing.
+    """
+
+    records, new = _agent_records(agent_id=agent_id, window_days=window_days, episode=episode)
     with transaction.atomic():
         CalibrationRecord.objects.bulk_create(new)
+    return records
+
+
+def calibration_preview(*, agent_id: int, window_days: int | None = None) -> list[CalibrationRecord]:
+    """``calibration_compute`` without storing anything: what a calibration over ``window_days`` (default
+    ``CALIBRATION_WINDOW_DAYS``) measures now, overall first. A scope with no new evidence answers its latest stored
+    record; the others are unsaved records (no id).
+
+    For reports: looking at calibration, over any window, never changes what consult answers or what the next cycle
+    smooths against."""
+
+    records, _new = _agent_records(agent_id=agent_id, window_days=window_days, episode=None)
     return records
 
 

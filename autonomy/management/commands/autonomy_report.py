@@ -4,9 +4,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 from actions.selectors import action_get
 from agents.selectors import agent_get
-from autonomy.selectors import waiting_transition
-from autonomy.services import autonomy_cycle_run, autonomy_evaluate, calibration_compute
-from autonomy.services.calibration import MAX_WINDOW_DAYS
+from autonomy.calibration import bucket_labels
+from autonomy.selectors import latest_calibration, waiting_transition
+from autonomy.services import autonomy_cycle_run, autonomy_evaluate
+from autonomy.services.calibration import MAX_WINDOW_DAYS, calibration_preview
 from common.api import ApplicationError
 from common.text import terminal_safe
 from feedback.selectors import agent_patterns, feedback_record_summary
@@ -106,21 +107,23 @@ class Command(BaseCommand):
         self.out(render_table(["id", "action", "category", "count", "status", "last seen", "description"], rows))
 
     def view_calibrate(self, agent, window_days, tenant, **_):
+        """Read-only: what a calibration over the window measures now; nothing is stored, so looking (over any
+        window) never changes the adjustment consult applies or what the next cycle smooths against."""
 
         a = agent_get(ref=agent, tenant=tenant)
-        records = calibration_compute(agent_id=a.pk, window_days=window_days)
+        records = calibration_preview(agent_id=a.pk, window_days=window_days)
         overall = records[0]
         self.out(f"Calibration of {a.name} over {overall.window_days} days ({overall.total_samples} samples):\n")
         rows = [
             [
-                f"{b['low']:.1f}-{b['high']:.1f}",
+                label,
                 b["count"],
                 b["mean_confidence"],
                 b["success_rate"],
                 b["gap"],
                 "yes" if b["counted"] else "no (too few)",
             ]
-            for b in overall.buckets
+            for b, label in zip(overall.buckets, bucket_labels(overall.buckets), strict=True)
         ]
         self.out(render_table(["bucket", "n", "mean conf", "success", "gap", "counts"], rows))
         self.out(
@@ -130,6 +133,14 @@ class Command(BaseCommand):
             f"{overall.overconfidence_rate:.0%}, underconfident {overall.underconfidence_rate:.0%}; "
             f"recommended adjustment {overall.recommended_adjustment:+.3f} (raw {overall.raw_adjustment:+.3f})"
         )
+        live = latest_calibration(agent_id=a.pk, action_id=None)
+        if live is None or not (live.sample_count > 0 and live.ece is not None):
+            self.out("Consult applies no adjustment overall (no measured calibration stored); this report stores none.")
+        else:
+            self.out(
+                f"Consult applies {live.recommended_adjustment:+.3f} overall (the autonomy cycle's calibration over "
+                f"{live.window_days} days, {live.computed_at:%Y-%m-%d %H:%M}); this report stores none."
+            )
         if len(records) > 1:
             self.out("\nPer action:")
             self.out(
