@@ -213,6 +213,8 @@ def head_loads(data: bytes) -> tuple[dict, list[str]]:
         raise ValueError(f"unreadable head: {exc}") from exc
     if head["W"].ndim != 2 or head["W"].shape[1] != len(verbs) or head["b"].shape != (len(verbs),):
         raise ValueError("head shape does not match its verbs")
+    if not (np.isfinite(head["W"]).all() and np.isfinite(head["b"]).all()):
+        raise ValueError("head weights are not all finite")
     return head, verbs
 
 
@@ -352,14 +354,20 @@ def fit_decision(
     """P(top verb is right | features) and its cut, from labelled rows ``F`` (n x len(FEATURES)) and ``y`` (1 =
     the top verb was right). ``F_open``: open-set rows (queries scored with their verb removed; always wrong).
     Probabilities for the cut are out-of-fold; the model is then refitted on everything. None with fewer than
-    ``min_labels`` labels or one class only. ``max_open_rate``: the cut is also high enough that at most this share
-    of the open-set rows (held out) would auto-resolve."""
+    ``min_labels`` labels, one class only, or one row of each (rows with a non-finite feature are left out).
+    ``max_open_rate``: the cut is also high enough that at most this share of the open-set rows (held out) would
+    auto-resolve."""
     from sklearn.model_selection import StratifiedKFold
 
     y = np.asarray(y, dtype=np.int64)
-    if len(y) < min_labels or y.min() == y.max():
+    F = np.asarray(F, dtype=np.float64).reshape(len(y), len(FEATURES))
+    finite = np.isfinite(F).all(axis=1)  # a row with a non-finite feature teaches nothing: left out
+    F, y = F[finite], y[finite]
+    if F_open is not None and len(F_open):
+        F_open = np.asarray(F_open, dtype=np.float64)
+        F_open = F_open[np.isfinite(F_open).all(axis=1)]
+    if len(y) < min_labels or len(y) == 0 or y.min() == y.max():
         return None
-    F = np.asarray(F, dtype=np.float64)
     n_open = 0 if F_open is None else len(F_open)
     F_all = np.vstack([F, np.asarray(F_open, dtype=np.float64)]) if n_open else F
     y_all = np.r_[y, np.zeros(n_open, dtype=np.int64)]
@@ -370,6 +378,8 @@ def fit_decision(
     oof = np.zeros(len(y_all))
     strata = y_all + 2 * is_open
     counts = np.bincount(strata)
+    if counts.max() < 2:
+        return None  # one row of each kind: no two folds can be drawn
     k = max(2, min(folds, int(counts[counts > 0].min())))
     for tr, te in StratifiedKFold(k, shuffle=True, random_state=seed).split(Z, strata):
         oof[te] = MonoLR(_signs()).fit(Z[tr], y_all[tr]).predict_proba1(Z[te])
@@ -410,6 +420,11 @@ def check_params(params) -> None:
             raise ValueError(f"decision params: bad {key}")
     if not np.isfinite(float(params.get("intercept"))):
         raise ValueError("decision params: bad intercept")
+    for key, value in (("cut", params.get("cut")), ("min_top_cos", params.get("min_top_cos", -1.0))):
+        if key == "cut" and value is None:
+            continue  # no cut within the target: the fit never auto-resolves
+        if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
+            raise ValueError(f"decision params: bad {key}")
 
 
 def probability(params: dict, F) -> np.ndarray:

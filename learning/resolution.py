@@ -268,20 +268,35 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
 _LEARNED_SOURCES = {Source.USER_LEARNED_EXACT, Source.USER_LEARNED_SEMANTIC, Source.LEARNED_EXACT, Source.LEARNED_SEMANTIC}
 
 
-def _fit_in_force(user_id: str | None):
+def _fit_in_force(user_id: str | None, model: str):
     """(FitState, head tuple or None, degraded reason) of the fit to decide with: the live fit, else the catalogue
-    prior; a fit whose params or head cannot be read is skipped for the next (prior), with the reason."""
+    prior of the query's embedding model. A fit of another model (its cut and head were measured in another vector
+    space), one whose params or head cannot be read, and one whose head is missing are skipped for the next, with
+    the reason; none left: the fixed rule decides."""
     state = selectors.decision_state()
     reason = ""
-    for fs in (state["live"], state["prior"]):
-        if fs is None or fs.params is None:
+    live = state["live"]
+    if live is not None and live.embedding_model not in ("", model):
+        reason = f"decision fit v{live.version} is for embedding model {live.embedding_model}; fell back"
+        live = None
+    for fs in (live, state["priors"].get(model)):
+        if fs is None:
+            continue
+        if fs.params is None:
+            reason = f"decision fit v{fs.version} has no params; fell back"
             continue
         try:
             decision.check_params(fs.params)
-            return fs, selectors.decision_head(fs.version, user_id), reason
+            head = selectors.decision_head(fs.version, user_id)
         except (ValueError, TypeError, KeyError) as exc:
             logger.error("decision fit v%s unusable: %s", fs.version, exc)
             reason = f"decision fit v{fs.version} unusable; fell back"
+            continue
+        if head is None and fs.params.get("heads"):
+            logger.error("decision fit v%s: its head is missing", fs.version)
+            reason = f"decision head v{fs.version} missing; fell back"
+            continue
+        return fs, head, reason
     return None, None, reason
 
 
@@ -365,7 +380,7 @@ def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: 
 def _learned_finish(
     request_id, text, user_id, domain, candidates, rows, vector, p, limit, *, model, reason, before, endorsed, context, normalized
 ):
-    fs, head_tuple, degraded = _fit_in_force(user_id)
+    fs, head_tuple, degraded = _fit_in_force(user_id, model)
     if fs is None:
         return None, degraded
     reason = reason or degraded
@@ -396,6 +411,9 @@ def _learned_finish(
     prob = float(decision.probability(fs.params, f)[0])
     auto = bool(decision.decide(fs.params, f)[0])
     ranked_idx = [int(i) for i in np.argsort(-comb, kind="stable") if eligible[i] and np.isfinite(comb[i])]
+    if not ranked_idx or not np.isfinite(prob):  # scores that are not numbers: decide with the fixed rule, say so
+        logger.error("decision fit v%s gave no finite score", fs.version)
+        return None, f"decision fit v{fs.version} gave no finite score; fell back"
     runner = comb[ranked_idx[1]] if len(ranked_idx) > 1 else None
     explanation.update(
         probability=round(prob, 4),
@@ -430,7 +448,7 @@ def _learned_finish(
         margin=explanation["margin"],
         **context,
     )
-    _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized)
+    _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model)
     by_verb = {c.verb: c for c in pool}
     ordered = [by_verb[view.verbs[i]] for i in ranked_idx]
     if auto:
@@ -453,10 +471,11 @@ def _learned_finish(
     return r, reason
 
 
-def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized) -> None:
-    """What the shadow fit would have answered (recorded with the resolution; never shown)."""
+def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model) -> None:
+    """What the shadow fit would have answered (recorded with the resolution; never shown); nothing for a fit of
+    another embedding model."""
     shadow = selectors.decision_state()["shadow"]
-    if shadow is None or shadow.params is None:
+    if shadow is None or shadow.params is None or shadow.embedding_model not in ("", model):
         return
     try:
         decision.check_params(shadow.params)

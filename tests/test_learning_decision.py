@@ -607,7 +607,11 @@ def test_tiny_catalogue_has_no_prior_and_the_fixed_rule_says_so(catalogue):
 def test_corrupt_live_fit_falls_back_to_the_prior_never_a_500(big):
     prior = decision_prior_fit()
     bad = DecisionFit.objects.create(
-        version=prior.version + 1, source="labels", status="candidate", embedding_model="x", params={"features": ["junk"]}
+        version=prior.version + 1,
+        source="labels",
+        status="candidate",
+        embedding_model=prior.embedding_model,
+        params={"features": ["junk"]},
     )
     DecisionFit.objects.filter(pk=prior.pk).update(status="retired")
     DecisionFit.objects.filter(pk=bad.pk).update(status="live")
@@ -839,7 +843,7 @@ def test_pinning_and_rolling_back_in_a_scope_of_every_tenant_change_only_the_fit
     copy = {"source": "prior", "embedding_model": prior.embedding_model, "params": prior.params, "tenant": other}
     with tenant_scope([other.pk]):
         other_prior = DecisionFit.objects.create(version=1, status="live", **copy)
-        other_fit = DecisionFit.objects.create(version=2, status="retired", **{**copy, "source": "labels"})
+        other_fit = DecisionFit.objects.create(version=2, status="retired", n_labels=500, **{**copy, "source": "labels"})
     with tenant_scope(ALL):
         assert decision_fit_pin(fit=other_fit).status == "live"
         with pytest.raises(ApplicationError, match="name the tenant"):

@@ -40,6 +40,14 @@ PRIOR_UNFIT_MEMO_S = 24 * 3600
 # --- Recording and labelling ---
 
 
+def _finite_or_none(value):
+    """A number, or a list of numbers, as JSON can store it: a non-finite one (from a damaged vector or fit) is
+    None, so the record of a resolve never fails on it (and the fit leaves such a row out)."""
+    if isinstance(value, list):
+        return [None if isinstance(v, float) and not np.isfinite(v) else v for v in value]
+    return None if isinstance(value, float) and not np.isfinite(value) else value
+
+
 def resolution_record(*, resolution, agent=None, domain: str | None = None) -> ResolutionRecord:
     """Store one resolution with its explanation: one plain INSERT (common.db.row_insert), committed without
     waiting for the WAL flush (as disambiguation_record: a crash can lose the last fraction of a second of
@@ -58,12 +66,12 @@ def resolution_record(*, resolution, agent=None, domain: str | None = None) -> R
             top_verb=t.get("top_verb") or resolution.verb or (resolution.options[0].verb if resolution.options else ""),
             top_verbs=t.get("top_verbs") or [c.verb for c in resolution.candidates[: settings.RESOLVE_MAX_OPTIONS]],
             rule=e.get("rule", ResolutionRecord.Rule.FIXED),
-            features=t.get("features"),
-            features_open=t.get("features_open"),
-            probability=t.get("probability"),
-            cut=t.get("cut"),
+            features=_finite_or_none(t.get("features")),
+            features_open=_finite_or_none(t.get("features_open")),
+            probability=_finite_or_none(t.get("probability")),
+            cut=_finite_or_none(t.get("cut")),
             fit_version=t.get("fit_version"),
-            margin=e.get("margin"),
+            margin=_finite_or_none(e.get("margin")),
             blocks=e.get("blocks", []),
             penalties=e.get("penalties", {}),
             degraded_reason=(resolution.degraded_reason or "")[:200],
@@ -372,10 +380,16 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
             + "; floors "
             + (", ".join(f"{k} {v:.2f}" for k, v in floors.items()) or "of the model (too few phrases to measure)"),
         )
-        _heads_save(fit, heads)
+        _heads_recorded(fit, _heads_save(fit, heads))
         live = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.LIVE).first()
         if live is None or (live.source == DecisionFit.Source.PRIOR and not live.pinned):
             _switch(fit, action="prior", reason="catalogue prior (no fit from labels is live)")
+        elif live.embedding_model != model:  # even pinned: its cut and head were measured in another vector space
+            _switch(
+                fit,
+                action="prior",
+                reason=f"catalogue prior: the live v{live.version} is for embedding model {live.embedding_model}",
+            )
         else:
             fit.status = DecisionFit.Status.RETIRED
             fit.save(update_fields=["status"])
@@ -383,6 +397,12 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
     _unfit_remember(model, None)  # fitted: nothing to skip
     logger.info("decision prior v%s: %s; floors %s", fit.version, params["held_out"], floors)
     return fit
+
+
+def _heads_recorded(fit: DecisionFit, heads: int) -> None:
+    """The fit's params say how many heads it was saved with, so a resolver that finds none knows one is missing."""
+    fit.params = {**fit.params, "heads": heads}
+    fit.save(update_fields=["params"])
 
 
 def _switch(fit: DecisionFit, *, action: str, reason: str, by=None, pin: bool | None = None) -> DecisionFit:
@@ -478,6 +498,16 @@ def decision_refit(*, force: bool = False, progress: bool = False) -> dict:
         return _refit(force=force, progress=progress)
 
 
+def _feature_row(value) -> bool:
+    """A stored feature row the fit can read: one real number per feature (a damaged row is left out, never fatal;
+    non-finite values are left out by the fit)."""
+    return (
+        isinstance(value, list)
+        and len(value) == len(decision.FEATURES)
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    )
+
+
 def _refit(*, force: bool, progress: bool = False) -> dict:
     out = {"prior": None, "promoted": None, "shadow": None, "reason": ""}
     if _prior_stale():
@@ -490,6 +520,8 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
             shadow.save(update_fields=["shadow_figures"])
             live = DecisionFit.objects.filter(status=DecisionFit.Status.LIVE).first()
             ok, why = promotion_verdict(fit=shadow)
+            if ok and shadow.embedding_model != current_model_name():
+                ok, why = False, f"v{shadow.version} is for embedding model {shadow.embedding_model}"
             if ok and not (live and live.pinned):
                 _switch(shadow, action="promoted", reason=why)
                 out["promoted"] = shadow.version
@@ -499,13 +531,10 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
     if len(labels) < settings.RESOLVE_PROMOTE_MIN_LABELS and not force:
         out["reason"] = out["reason"] or f"{len(labels)} labels; a fit needs {settings.RESOLVE_PROMOTE_MIN_LABELS}"
         return out
-    n = len(decision.FEATURES)
-    good = [r for r in labels if isinstance(r["features"], list) and len(r["features"]) == n]
-    F = np.array([r["features"] for r in good], dtype=np.float64).reshape(-1, n)
+    good = [r for r in labels if _feature_row(r["features"])]
+    F = np.array([r["features"] for r in good], dtype=np.float64).reshape(-1, len(decision.FEATURES))
     y = np.array([int(r["label"]) for r in good])
-    F_open = [
-        r["features_open"] for r in good if r["label"] and isinstance(r["features_open"], list) and len(r["features_open"]) == n
-    ]
+    F_open = [r["features_open"] for r in good if r["label"] and _feature_row(r["features_open"])]
     params = decision.fit_decision(
         F,
         y,
@@ -540,6 +569,7 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
             shadow_since=timezone.now(),
         )
         heads = _heads_save(fit, trained)
+        _heads_recorded(fit, heads)
         fit.note = f"{params['n_labels']} labels ({params['n_open']} open-set rows), {heads} head(s)"
         fit.save(update_fields=["note"])
         decision_heads_prune(keep=settings.RESOLVE_HEADS_KEEP_FITS)
@@ -581,14 +611,33 @@ def decision_heads_prune(*, keep: int) -> int:
 
 
 def decision_fit_pin(*, fit: DecisionFit, reviewer=None) -> DecisionFit:
-    """Put ``fit`` live and hold it there: automatic promotion stops until it is unpinned. A fit with no usable
-    params can never be pinned."""
+    """Put ``fit`` live and hold it there: automatic promotion stops until it is unpinned. Never a fit with no usable
+    params, one of another embedding model than the one in use, or a fit from labels on fewer labels than
+    RESOLVE_PROMOTE_MIN_LABELS or with a held-out wrong rate above RESOLVE_MAX_WRONG_RATE."""
     with transaction.atomic():
         row = DecisionFit.objects.select_for_update().get(pk=fit.pk)
         try:
             decision.check_params(row.params)
         except (ValueError, TypeError) as exc:
             raise ApplicationError(f"v{row.version} cannot go live: {exc}", field="fit") from exc
+        if row.source == DecisionFit.Source.LABELS and row.n_labels < settings.RESOLVE_PROMOTE_MIN_LABELS:
+            raise ApplicationError(
+                f"v{row.version} cannot go live: fitted on {row.n_labels} labels, fewer than the "
+                f"{settings.RESOLVE_PROMOTE_MIN_LABELS} a fit needs (RESOLVE_PROMOTE_MIN_LABELS)",
+                field="fit",
+            )
+        if row.source == DecisionFit.Source.LABELS and (row.held_out or {}).get("wrong", 0.0) > settings.RESOLVE_MAX_WRONG_RATE:
+            raise ApplicationError(
+                f"v{row.version} cannot go live: its held-out wrong rate {row.held_out['wrong']} is above the target "
+                f"{settings.RESOLVE_MAX_WRONG_RATE} (RESOLVE_MAX_WRONG_RATE)",
+                field="fit",
+            )
+        if row.embedding_model != current_model_name():
+            raise ApplicationError(
+                f"v{row.version} cannot go live: it was fitted for embedding model {row.embedding_model}, and this "
+                f"deployment embeds with {current_model_name()}; pin a fit of that model, or the prior",
+                field="fit",
+            )
         if row.heads_pruned_at is not None:
             raise ApplicationError(
                 f"v{row.version} cannot go live: its classifier heads were deleted on {row.heads_pruned_at:%Y-%m-%d} "
@@ -621,14 +670,14 @@ def decision_fit_unpin(*, fit: DecisionFit, reviewer=None) -> DecisionFit:
 
 
 def decision_fit_retire_live(*, tenant_id: int | None = None, reviewer=None) -> DecisionFit | None:
-    """Roll ``tenant_id``'s decision back from the live learned fit to its newest catalogue prior (pinned, so it
-    stays). Without ``tenant_id`` the scope's tenant; a scope over several tenants must name one."""
-    priors = DecisionFit.objects.filter(Q(source=DecisionFit.Source.PRIOR))
+    """Roll ``tenant_id``'s decision back from the live learned fit to its newest catalogue prior of the embedding
+    model in use (pinned, so it stays). Without ``tenant_id`` the scope's tenant; a scope over several tenants must name one."""
+    priors = DecisionFit.objects.filter(Q(source=DecisionFit.Source.PRIOR), embedding_model=current_model_name())
     if tenant_id is not None:
         priors = priors.filter(tenant_id=tenant_id)
     elif priors.values("tenant_id").distinct().count() > 1:
         raise ApplicationError("Several tenants are in scope: name the tenant whose fit rolls back.", field="tenant")
     prior = priors.order_by("-version").first()
     if prior is None:
-        raise ApplicationError("There is no catalogue prior to roll back to.", field="fit")
+        raise ApplicationError(f"There is no catalogue prior of {current_model_name()} to roll back to.", field="fit")
     return decision_fit_pin(fit=prior, reviewer=reviewer)

@@ -1,0 +1,164 @@
+"""A damaged or foreign fit never decides and never answers 500: bad params or heads fall back with the reason, a
+fit of another embedding model is never used for this model's vectors, damaged labels are left out of a refit, and
+a reviewer cannot pin a fit that automatic promotion would refuse."""
+
+import io
+
+import numpy as np
+import pytest
+
+from embeddings.embedders import get_embedder, set_embedder
+from embeddings.services import embeddings_backfill
+from learning import decision
+from learning.models import DecisionFit, DecisionHead, ResolutionRecord, VerbPhrase
+from learning.resolution import resolve
+from learning.selectors import decision_cache_clear
+from learning.services.catalogue import verb_catalogue_load
+from learning.services.decisions import decision_fit_pin, decision_fit_retire_live, decision_prior_fit, decision_refit
+from tests.conftest import make_client
+from tests.test_learning_decision import BIG, _labelled
+
+pytestmark = pytest.mark.django_db
+TEXT = "please send an email to my manager"
+LOCAL = "all-MiniLM-L6-v2-onnx-int8"
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    decision_cache_clear()
+    yield
+    set_embedder(None)
+    decision_cache_clear()
+
+
+@pytest.fixture
+def prior(db):
+    verb_catalogue_load(entries=BIG)
+    fit = decision_prior_fit()
+    assert fit is not None and fit.status == "live" and fit.params["heads"] >= 1
+    return fit
+
+
+def _live_copy(prior, heads=True, **params):
+    """A learned fit, live: the prior's params with some keys damaged (and its heads, unless told)."""
+    bad = DecisionFit.objects.create(
+        version=DecisionFit.objects.order_by("-version").first().version + 1,
+        source="labels",
+        status="candidate",
+        embedding_model=prior.embedding_model,
+        params={**prior.params, **params},
+        n_labels=500,
+    )
+    if heads:
+        for h in DecisionHead.objects.filter(fit=prior):
+            DecisionHead.objects.create(fit=bad, user_id=h.user_id, weights=h.weights, anchors=h.anchors)
+    DecisionFit.objects.filter(status="live").update(status="retired")
+    DecisionFit.objects.filter(pk=bad.pk).update(status="live")
+    decision_cache_clear()
+    return bad
+
+
+def _answer():
+    response = make_client(["resolve"]).post("/api/v1/resolve", {"text": TEXT}, format="json")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+@pytest.mark.parametrize(
+    "damage", [{"cut": "0.5"}, {"cut": [0.5]}, {"cut": float("nan")}, {"min_top_cos": None}, {"min_top_cos": "x"}]
+)
+def test_a_damaged_cut_or_support_floor_falls_back_to_the_prior_with_the_reason(prior, damage):
+    if damage.get("cut") != damage.get("cut"):  # NaN cannot be stored in JSON: check the params directly
+        with pytest.raises(ValueError, match="cut"):
+            decision.check_params({**prior.params, **damage})
+        return
+    bad = _live_copy(prior, **damage)
+    body = _answer()
+    assert body["explanation"]["rule"] == "prior" and f"v{bad.version} unusable" in body["degraded_reason"]
+
+
+def test_a_head_with_weights_that_are_not_numbers_falls_back_never_500(prior):
+    head, verbs = decision.head_loads(DecisionHead.objects.filter(fit=prior, user_id=None).get().weights)
+    buffer = io.BytesIO()
+    W = head["W"].copy()
+    W[0, 0] = np.nan
+    np.savez(buffer, W=W, b=head["b"], classes=head["classes"], verbs=np.array(verbs))
+    with pytest.raises(ValueError, match="finite"):
+        decision.head_loads(buffer.getvalue())
+    DecisionHead.objects.filter(fit=prior).update(weights=buffer.getvalue())
+    decision_cache_clear()
+    body = _answer()
+    assert body["explanation"]["rule"] == "fixed" and "unusable" in body["degraded_reason"]
+
+
+def test_a_live_fit_without_params_or_without_its_head_is_skipped_with_the_reason(prior):
+    bad = _live_copy(prior)
+    DecisionFit.objects.filter(pk=bad.pk).update(params=None)
+    decision_cache_clear()
+    r = resolve(text=TEXT)
+    assert r.explanation["rule"] == "prior" and r.degraded_reason == f"decision fit v{bad.version} has no params; fell back"
+    other = _live_copy(prior, heads=False)
+    r = resolve(text=TEXT)
+    assert r.explanation["rule"] == "prior" and r.degraded_reason == f"decision head v{other.version} missing; fell back"
+
+
+class ModelB:
+    """Another embedding model: the local model's vectors with their dimensions permuted (another space)."""
+
+    model_name = "model-b"
+    dimension = 384
+    in_process = True
+
+    def __init__(self, inner):
+        self.inner, self.perm = inner, np.random.default_rng(7).permutation(384)
+
+    def embed(self, text):
+        return self.embed_batch([text])[0]
+
+    def embed_batch(self, texts):
+        return [v[self.perm] for v in self.inner.embed_batch(texts)]
+
+
+def test_after_a_change_of_embedding_model_only_that_models_fits_decide(prior):
+    decision_fit_pin(fit=prior)  # a reviewer had pinned the prior before the change
+    set_embedder(ModelB(get_embedder().inner))
+    assert embeddings_backfill()["failed"] == 0
+    assert not VerbPhrase.objects.exclude(embedding_model="model-b").exists()
+    decision_cache_clear()
+    r = resolve(text=TEXT)  # no fit of model-b yet: the fixed rule, and why
+    assert r.explanation["rule"] == "fixed" and f"v{prior.version} is for embedding model {LOCAL}" in r.degraded_reason
+    with pytest.raises(Exception, match="embedding model"):
+        decision_fit_pin(fit=prior)
+    out = decision_refit()  # the refit fits model-b's prior and puts it live, though the old one was pinned
+    new = DecisionFit.objects.get(version=out["prior"])
+    assert (new.embedding_model, new.status) == ("model-b", "live")
+    decision_cache_clear()
+    r = resolve(text=TEXT)
+    assert r.explanation["rule"] == "prior" and r.explanation["version"] == new.version and not r.degraded_reason
+    set_embedder(None)  # back to the local model: the roll back picks the local model's prior
+    decision_cache_clear()
+    assert decision_fit_retire_live().embedding_model == LOCAL
+
+
+def test_damaged_labels_are_left_out_of_a_refit_and_two_labels_fit_nothing(prior, settings):
+    _labelled(400, np.random.default_rng(0), prior)
+    first, second = ResolutionRecord.objects.order_by("id")[:2]
+    ResolutionRecord.objects.filter(pk=first.pk).update(features=[None] * len(decision.FEATURES))
+    ResolutionRecord.objects.filter(pk=second.pk).update(features=["0.5x", *second.features[1:]])
+    out = decision_refit()
+    assert DecisionFit.objects.get(version=out["shadow"]).n_labels == 398
+    F = np.zeros((2, len(decision.FEATURES)))
+    assert decision.fit_decision(F, [1, 0], max_wrong_rate=0.03, min_labels=1) is None
+    F = np.random.default_rng(1).normal(size=(41, len(decision.FEATURES)))
+    F[0, 0] = np.inf  # left out, not fatal
+    fit = decision.fit_decision(F, [1] * 21 + [0] * 20, max_wrong_rate=0.03, min_labels=1)
+    assert fit is not None and fit["n_labels"] == 40
+
+
+def test_a_fit_from_too_few_labels_cannot_be_pinned_live(prior, settings):
+    _labelled(150, np.random.default_rng(0), prior)
+    out = decision_refit(force=True)
+    forced = DecisionFit.objects.get(version=out["shadow"])
+    with pytest.raises(Exception, match="150 labels"):
+        decision_fit_pin(fit=forced)
+    assert DecisionFit.objects.get(status="live").pk == prior.pk
