@@ -107,8 +107,24 @@ class Decision:
     similarity: float | None = None
 
 
+_WORDS = re.compile(r"\w+")
+
+
+def _names(text: str) -> set[str]:
+    """Words written in capitals beside a word that is not ("the US region", "IT owns it"): names, not shouting."""
+    words = _WORDS.findall(text)
+    return {
+        w.casefold()
+        for i, w in enumerate(words)
+        if len(w) > 1 and w.isupper() and any(not n.isupper() for n in words[max(i - 1, 0) : i] + words[i + 1 : i + 2])
+    }
+
+
 def content_words(text: str) -> list[str]:
-    return [t for t in tokens(text) if t not in STOPWORDS and t not in _NEGATORS]
+    """The words that carry the statement: not stop words or negators, except a stop word that is a name ("the US
+    region", "the IT team": not "us" or "it")."""
+    names = _names(text)
+    return [t for t in tokens(text) if (t not in STOPWORDS or t in names) and t not in _NEGATORS]
 
 
 def same_substance(a: str, b: str) -> bool:

@@ -127,6 +127,16 @@ class TestObserve:
         assert Memory.objects.get(pk=old.json()["memory_id"]).status == "deprecated"
         assert "main branch" in Memory.objects.get(pk=new.json()["memory_id"]).content
 
+    def test_a_name_written_in_capitals_is_a_word_even_when_it_spells_a_stop_word(self):
+        """ "the US region" and "the IT team" name something; "us" and "it" in lower case are stop words."""
+        from memories.dedupe import content_words, contradicts, same_substance
+
+        assert contradicts(
+            "Always deploy the billing service to the EU region", "Always deploy the billing service to the US region"
+        )
+        assert contradicts("The IT team owns the VPN", "The HR team owns the VPN")
+        assert "us" not in content_words("tell us the plan") and same_substance("Tell us the plan", "TELL US THE PLAN")
+
     def test_another_form_of_a_word_or_an_added_word_is_no_contradiction(self):
         from memories.dedupe import contradicts
 
