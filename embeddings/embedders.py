@@ -10,7 +10,11 @@
   (``OPENAI_BASE_URL``), asking for 384 dimensions.
 
 Every vector is L2-normalised and 384 wide, whatever the backend. Failures
-raise :class:`EmbeddingError` so callers can degrade instead of failing.
+raise :class:`EmbeddingError` so callers can degrade instead of failing; so does
+a vector that cannot be used (:func:`vectors_check`: a NaN or infinite value, one
+beyond float32, a zero or near-zero norm, the wrong width or count), checked by
+the backends before normalising and again by the cache for every backend, before
+anything is cached.
 """
 
 import hashlib
@@ -47,9 +51,39 @@ class Embedder(Protocol):
     def embed_batch(self, texts: Sequence[str]) -> list[np.ndarray]: ...
 
 
-def _normalise(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return (matrix / np.clip(norms, 1e-12, None)).astype(np.float32)
+#: Below this L2 norm a vector has no direction to compare (pgvector's cosine distance to a zero vector is NaN).
+MIN_NORM = 1e-6
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def vectors_check(vectors, *, count: int, dimension: int = DIMENSION, source: str = "embedder") -> np.ndarray:
+    """``vectors`` as one float64 matrix of ``count`` rows of ``dimension``, or EmbeddingError naming what is wrong:
+    not numbers of one width, the wrong shape, a NaN or infinite value, a value float32 (and pgvector) cannot hold,
+    a zero or near-zero norm. Vectorised: a few passes over the matrix, whatever the batch."""
+    try:
+        matrix = np.asarray(vectors, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise EmbeddingError(f"{source} answered values that are not vectors of numbers: {exc}") from exc
+    if not count and not matrix.size:
+        return matrix.reshape(0, dimension)
+    if matrix.shape != (count, dimension):
+        raise EmbeddingError(f"{source} answered shape {matrix.shape}, expected ({count}, {dimension})")
+    bad = ~np.isfinite(matrix).all(axis=1)
+    if bad.any():
+        raise EmbeddingError(f"{source} answered {int(bad.sum())} vector(s) with NaN or infinite values")
+    bad = np.abs(matrix).max(axis=1) > _FLOAT32_MAX
+    if bad.any():
+        raise EmbeddingError(f"{source} answered {int(bad.sum())} vector(s) with values that overflow float32")
+    bad = np.linalg.norm(matrix, axis=1) < MIN_NORM
+    if bad.any():
+        raise EmbeddingError(f"{source} answered {int(bad.sum())} vector(s) of zero or near-zero norm")
+    return matrix
+
+
+def _normalise(vectors, *, count: int, source: str) -> np.ndarray:
+    """``vectors`` L2-normalised as a float32 matrix, after :func:`vectors_check` (a bad one raises EmbeddingError)."""
+    matrix = vectors_check(vectors, count=count, source=source)
+    return (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(np.float32)
 
 
 class LocalMiniLMEmbedder:
@@ -109,7 +143,7 @@ class LocalMiniLMEmbedder:
             hidden = self._session.run(None, feeds)[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        return _normalise(pooled)
+        return _normalise(pooled, count=len(texts), source="local model")
 
 
 class OpenAIEmbedder:
@@ -138,11 +172,11 @@ class OpenAIEmbedder:
                 response = client.embeddings.create(model=self.model_name, input=batch, dimensions=DIMENSION)
             except Exception as exc:  # the client raises many types; callers need one
                 raise EmbeddingError(f"embedding server failed: {exc.__class__.__name__}: {exc}") from exc
-            rows = sorted(response.data, key=lambda d: d.index)
-            matrix = np.array([r.embedding for r in rows], dtype=np.float32)
-            if matrix.shape != (len(batch), DIMENSION):
-                raise EmbeddingError(f"embedding server answered shape {matrix.shape}, expected ({len(batch)}, {DIMENSION})")
-            out.extend(_normalise(matrix))
+            rows = sorted(response.data or [], key=lambda d: d.index)
+            if [r.index for r in rows] != list(range(len(rows))):  # repeated indices would pair vectors with wrong texts
+                raise EmbeddingError("embedding server answered repeated or missing indices")
+            # checked as float64: a value beyond float32 is named, not made infinite by a cast
+            out.extend(_normalise([r.embedding for r in rows], count=len(batch), source="embedding server"))
         return out
 
 
@@ -179,8 +213,10 @@ class CachedEmbedder:
                 raise
             except Exception as exc:
                 raise EmbeddingError(f"{exc.__class__.__name__}: {exc}") from exc
+            # Every backend's answer, checked before it is used or cached: a bad vector raises like a server that is down.
+            vectors_check(vectors, count=len(missing), dimension=self.dimension, source=f"embedder {self.model_name}")
             with self._lock:
-                for t, v in zip(missing, vectors, strict=False):
+                for t, v in zip(missing, vectors, strict=True):
                     found[t] = v
                     self._cache[t] = v
                 while len(self._cache) > self._max:

@@ -7,6 +7,7 @@ from django.apps import apps
 from django.db.models import CharField, ExpressionWrapper, F, FloatField, Func, Q, QuerySet, Value
 from pgvector.django import CosineDistance
 
+from embeddings.embedders import MIN_NORM
 from embeddings.models import Embedded
 
 logger = logging.getLogger(__name__)
@@ -19,11 +20,24 @@ class Sha256Hex(Func):
     output_field = CharField()
 
 
+class VectorNorm(Func):
+    """pgvector's L2 norm of a vector."""
+
+    function = "VECTOR_NORM"
+    output_field = FloatField()
+
+
 def embedding_rows_needing_work(model, *, current_model: str) -> QuerySet:
-    """Rows whose vector is missing, made by another model, or made from other text."""
+    """Rows whose vector is missing, made by another model, made from other text, or of zero norm (stored before
+    the embedder refused such vectors: it has no direction, and its cosine distance to anything is NaN)."""
     return (
-        model.objects.annotate(current_hash=Sha256Hex(model.embedded_field))
-        .filter(Q(embedding__isnull=True) | ~Q(embedding_model=current_model) | ~Q(embedding_hash=F("current_hash")))
+        model.objects.annotate(current_hash=Sha256Hex(model.embedded_field), embedding_norm=VectorNorm("embedding"))
+        .filter(
+            Q(embedding__isnull=True)
+            | ~Q(embedding_model=current_model)
+            | ~Q(embedding_hash=F("current_hash"))
+            | Q(embedding_norm__lt=MIN_NORM)
+        )
         .order_by("pk")
     )
 

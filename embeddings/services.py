@@ -4,13 +4,13 @@ import logging
 from collections.abc import Sequence
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Model
 from tqdm import tqdm
 
 from common.text import text_hash
 from embeddings.embedders import embed_batch_bounded, get_embedder
-from embeddings.selectors import embedded_models, embedding_rows_needing_work
+from embeddings.selectors import Sha256Hex, embedded_models, embedding_rows_needing_work
 
 logger = logging.getLogger(__name__)
 
@@ -50,23 +50,60 @@ def embedding_assign(*, rows: Sequence[Model], vectors: list | None, model: str)
         row.embedding_hash = text_hash(row.embedding_text)
 
 
-def embeddings_refresh(*, rows: Sequence[Model]) -> int:
-    """Embed ``rows`` (all of one model) and save only their vector fields; answer how many were embedded."""
-    if not rows:
-        return 0
+def _vectors_write(*, rows: Sequence[Model], model: str) -> int:
+    """Write the assigned vector, model and hash of ``rows`` (all of one model) in one UPDATE, each only where the
+    row's text still hashes to what was embedded: a row whose text changed meanwhile (a writer that may have stored
+    the new text's vector) is left alone, and the next sweep sees it. Answers how many rows were written."""
+    table = type(rows[0])._meta
+    quote = connection.ops.quote_name
+    pk, text = table.pk, table.get_field(type(rows[0]).embedded_field)
+    vector_field = table.get_field("embedding")
+    current_hash = Sha256Hex.template % {"expressions": f"t.{quote(text.column)}"}
+    sql = (
+        f"UPDATE {quote(table.db_table)} AS t SET {quote(vector_field.column)} = v.vector::vector, "
+        f"{quote(table.get_field('embedding_model').column)} = %s, {quote(table.get_field('embedding_hash').column)} = v.hash "
+        f"FROM unnest(%s::{pk.cast_db_type(connection)}[], %s::text[], %s::text[]) AS v(pk, hash, vector) "
+        f"WHERE t.{quote(pk.column)} = v.pk AND {current_hash} = v.hash"
+    )
+    params = [
+        model,
+        [r.pk for r in rows],
+        [r.embedding_hash for r in rows],
+        [vector_field.get_prep_value(r.embedding) for r in rows],
+    ]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def _rows_refresh(*, rows: Sequence[Model]) -> tuple[int, int]:
+    """Embed ``rows`` and write the vectors of those whose text is unchanged: (written, skipped as changed);
+    (0, 0) when the embedder fails."""
     vectors, model = embeddings_compute(texts=[r.embedding_text for r in rows])
     if vectors is None:
-        return 0
+        return 0, 0
     embedding_assign(rows=rows, vectors=vectors, model=model)
-    with transaction.atomic():
-        type(rows[0]).objects.bulk_update(rows, ["embedding", "embedding_model", "embedding_hash"])
-    return len(rows)
+    written = _vectors_write(rows=rows, model=model)
+    if written < len(rows):
+        logger.info(
+            "%d %s row(s) changed text while embedded; left for the next sweep", len(rows) - written, type(rows[0]).__name__
+        )
+    return written, len(rows) - written
+
+
+def embeddings_refresh(*, rows: Sequence[Model]) -> int:
+    """Embed ``rows`` (all of one model) and save only their vector fields, for each row only if its text is still
+    the one embedded; answer how many were written."""
+    if not rows:
+        return 0
+    return _rows_refresh(rows=rows)[0]
 
 
 def embeddings_batches_refresh(*, pending, batch_size: int, update=None) -> tuple[int, int]:
     """Embed the rows of ``pending`` (one model's rows needing a vector) in batches by primary key, each batch
     committed on its own (resumable); a failing batch is logged, counted and skipped, so it never stops the rest.
-    ``update(n)`` is called after each batch (a progress bar). Answers (embedded, failed)."""
+    ``update(n)`` is called after each batch (a progress bar). Answers (embedded, failed); a row whose text changed
+    while its batch was embedded is neither (not written: the next sweep sees it if it still needs a vector)."""
     embedded = failed = last_pk = 0
     while True:
         rows = list(pending.filter(pk__gt=last_pk).order_by("pk")[:batch_size])
@@ -74,12 +111,12 @@ def embeddings_batches_refresh(*, pending, batch_size: int, update=None) -> tupl
             break
         last_pk = rows[-1].pk
         try:
-            done = embeddings_refresh(rows=rows)
+            done, changed = _rows_refresh(rows=rows)
         except Exception:  # count and go on: one bad batch must not stop the rest
             logger.exception("embedding batch of %s after pk %s failed", type(rows[0]).__name__, last_pk)
-            done = 0
+            done = changed = 0
         embedded += done
-        failed += len(rows) - done
+        failed += len(rows) - done - changed
         if update:
             update(len(rows))
     return embedded, failed
