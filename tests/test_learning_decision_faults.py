@@ -162,3 +162,30 @@ def test_a_fit_from_too_few_labels_cannot_be_pinned_live(prior, settings):
     with pytest.raises(Exception, match="150 labels"):
         decision_fit_pin(fit=forced)
     assert DecisionFit.objects.get(status="live").pk == prior.pk
+
+
+@pytest.mark.parametrize("where", ["learned", "catalogue", "block"])
+def test_a_stored_vector_with_no_direction_compares_with_nothing_and_never_fails_a_resolve(prior, settings, where):
+    """A zero vector stored before vectors were checked: its cosine is not a number. A phrase with one matches
+    nothing; a block with one blocks its verb outright, as a block that cannot be compared does."""
+    from learning.models import LearnedPhrase, PhraseBlock, Verb
+    from learning.services.blocks import phrase_block_add
+    from learning.services.phrases import learned_phrase_upsert
+
+    settings.RESOLVE_CATALOGUE_CACHE_PHRASES = 0  # the catalogue's tiers in SQL too
+    email = Verb.objects.get(name="email.send")
+    if where == "learned":
+        row = learned_phrase_upsert(phrase="mail my boss now", verb=email, user_id="alice")
+        LearnedPhrase.objects.filter(pk=row.pk).update(embedding=[0.0] * 384)
+    elif where == "catalogue":
+        VerbPhrase.objects.filter(verb=email).update(embedding=[0.0] * 384)
+    else:
+        block = phrase_block_add(phrase="send the payroll file", verb_name="email.send")[0]
+        PhraseBlock.objects.filter(pk=block.pk).update(embedding=[0.0] * 384)
+    response = make_client(["resolve"]).post("/api/v1/resolve", {"text": TEXT, "user_id": "alice"}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    if where == "block":
+        assert body["explanation"]["blocks_unchecked"] == ["email.send"] and body["verb"] != "email.send"
+    else:
+        assert all(c["matched_phrase"] != "mail my boss now" for c in body["candidates"])

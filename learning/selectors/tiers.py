@@ -419,6 +419,10 @@ def tier_rows(
     for tier, verb, score, text, extra, confidence, description in rows:
         if description:
             out.descriptions[verb] = description
+        if score != score:  # NaN: a stored vector with no direction (zero) compares with nothing
+            if tier != "bs":
+                continue
+            tier = "bx"  # a block that cannot be compared blocks its verb outright
         if tier == "bx":
             out.blocked.add(verb)
             out.unchecked.add(verb)
