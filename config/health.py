@@ -6,11 +6,19 @@ migration is applied, and the embedder is loaded (the first probe loads it, so t
 each check, or 503 naming the one that failed. Both answer whatever the Host header (probes use the pod's
 address, which ``ALLOWED_HOSTS`` rarely lists), take no authentication and reveal no data: only check names and
 error classes.
+
+What the API can serve without, degraded, is reported but does not make the process unready (every process
+shares it, so a 503 would take the whole service down instead of answering degraded): a remote embedding server
+that does not answer (probed at most every ``PROBE_EVERY_S``; resolve then answers from its text tiers), and the
+cache behind ``CACHE_URL`` (rate limits then stop counting). They are listed in ``degraded``.
 """
 
 import logging
 import threading
+import time
 
+from django.conf import settings
+from django.core.cache import cache
 from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import JsonResponse
@@ -46,20 +54,72 @@ def _embedder() -> str:
 
 CHECKS = (("database", _database), ("migrations", _migrations), ("embedder", _embedder))
 
+PROBE_EVERY_S = 30.0
+_probed: dict[str, tuple[float, str]] = {}  # what -> (monotonic time of the probe, its answer)
 
-def readiness() -> tuple[bool, dict]:
-    """Run the checks in order; the first that fails stops the rest (they need what it checks)."""
+
+def _remembered(what: str, probe) -> str:
+    now = time.monotonic()
+    hit = _probed.get(what)
+    if hit is None or now - hit[0] >= PROBE_EVERY_S:
+        try:
+            answer = probe()
+        except Exception as exc:  # whatever the dependency raises: reported by class, never raised
+            logger.warning("readiness: %s degraded: %s: %s", what, exc.__class__.__name__, exc)
+            answer = f"unreachable: {exc.__class__.__name__}"
+        hit = _probed[what] = (now, answer)
+    return hit[1]
+
+
+def _embedding_server() -> str | None:
+    """A remote embedder embeds one short text (not from the cache), bounded by the request timeout."""
+    embedder = get_embedder()
+    if embedder.in_process:
+        return None
+
+    def probe():
+        embedder.inner.embed_batch(["readiness probe"], timeout=settings.RESOLVE_EMBED_TIMEOUT_S)
+        return "ok"
+
+    return _remembered("embedding_server", probe)
+
+
+def _cache() -> str | None:
+    if not getattr(settings, "CACHE_URL", ""):
+        return None  # the process's own memory
+
+    def probe():
+        cache.get("readiness-probe")
+        return "ok"
+
+    return _remembered("cache", probe)
+
+
+OPTIONAL = (("embedding_server", _embedding_server), ("cache", _cache))
+
+
+def readiness() -> tuple[bool, dict, list[str]]:
+    """Run the checks in order; the first that fails stops the rest (they need what it checks). Then what the API
+    serves degraded without: (ready, checks, the degraded ones)."""
     results: dict[str, str] = {}
     for name, check in CHECKS:
         try:
             results[name] = check()
-        except (DatabaseError, EmbeddingError, RuntimeError) as exc:
-            results[name] = f"failed: {exc if isinstance(exc, RuntimeError) else exc.__class__.__name__}"
-            logger.warning("readiness: %s failed: %s", name, exc)
+        except Exception as exc:  # noqa: BLE001 - a check that fails in any way says not ready, by class, never 500
+            known = isinstance(exc, RuntimeError) and not isinstance(exc, DatabaseError | EmbeddingError)
+            results[name] = f"failed: {exc if known else exc.__class__.__name__}"
+            logger.warning("readiness: %s failed: %s: %s", name, exc.__class__.__name__, exc)
             if isinstance(exc, DatabaseError):
                 connection.close()  # a broken connection must not serve the next probe
-            return False, results
-    return True, results
+            return False, results, []
+    degraded = []
+    for name, check in OPTIONAL:
+        answer = check()
+        if answer is not None:
+            results[name] = answer
+            if answer != "ok":
+                degraded.append(name)
+    return True, results, degraded
 
 
 class HealthMiddleware:
@@ -71,5 +131,8 @@ class HealthMiddleware:
             return self.get_response(request)
         if request.path == LIVE_PATH:
             return JsonResponse({"status": "ok"})
-        ready, checks = readiness()
-        return JsonResponse({"status": "ready" if ready else "not ready", "checks": checks}, status=200 if ready else 503)
+        ready, checks, degraded = readiness()
+        body = {"status": "ready" if ready else "not ready", "checks": checks}
+        if degraded:
+            body["degraded"] = degraded
+        return JsonResponse(body, status=200 if ready else 503)

@@ -64,3 +64,55 @@ def test_readiness_is_503_when_the_embedder_cannot_load(client, monkeypatch):
 def test_only_get_and_head_are_probes(client):
     assert client.head("/readyz", **POD).status_code == 200
     assert client.post("/healthz").status_code == 404  # not a probe: the normal routing, which has no such page
+
+
+class _Unreachable:
+    in_process = False
+    model_name = "text-embedding-3-small"
+
+    def __init__(self):
+        self.calls = 0
+        self.inner = self
+
+    def embed_batch(self, texts, *, timeout=None):
+        self.calls += 1
+        raise ConnectionError("connection refused")
+
+
+@pytest.fixture
+def fresh_probes(monkeypatch):
+    monkeypatch.setattr(health, "_probed", {})
+
+
+def test_a_remote_embedder_that_does_not_answer_is_reported_degraded_not_unready(client, monkeypatch, fresh_probes):
+    remote = _Unreachable()
+    monkeypatch.setattr(health, "get_embedder", lambda: remote)
+    for _ in range(3):
+        answer = client.get("/readyz", **POD)
+        assert answer.status_code == 200, answer.content  # resolve still answers from its text tiers
+        body = answer.json()
+        assert body["degraded"] == ["embedding_server"]
+        assert body["checks"]["embedding_server"] == "unreachable: ConnectionError"
+    assert remote.calls == 1  # probed at most every PROBE_EVERY_S, so probes stay cheap
+
+
+def test_a_cache_that_does_not_answer_is_reported_degraded(client, monkeypatch, settings, fresh_probes):
+    class Down:
+        def get(self, key):
+            raise ConnectionError("Error 111 connecting to 127.0.0.1:1")
+
+    settings.CACHE_URL = "redis://127.0.0.1:1/1"
+    monkeypatch.setattr(health, "cache", Down())
+    body = client.get("/readyz", **POD).json()
+    assert (
+        body["status"] == "ready" and body["degraded"] == ["cache"] and body["checks"]["cache"] == "unreachable: ConnectionError"
+    )
+
+
+def test_a_check_failing_in_an_unexpected_way_is_503_by_its_class_never_500(client, monkeypatch):
+    def broken_pool():
+        raise ValueError("min_size cannot be negative")
+
+    monkeypatch.setattr(health, "CHECKS", (("database", broken_pool),))
+    answer = client.get("/readyz", **POD)
+    assert answer.status_code == 503 and answer.json()["checks"] == {"database": "failed: ValueError"}
