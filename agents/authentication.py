@@ -12,6 +12,10 @@ hash), so a busy agent costs no key query per request; revoking a key, or editin
 agent in the admin, forgets it at once in that process, and every other process stops accepting
 it within ``API_KEY_CACHE_S``. Failures are never remembered. Valid keys are rate limited by
 ``ApiKeyRateThrottle`` (``API_KEY_RATE``).
+
+Both limits are a protection, not part of the answer: when the cache that counts them fails (Redis behind
+``CACHE_URL`` down, timing out or refusing), requests are served uncounted, a key's and a failure's answer as
+without a limit, and a warning says so at most once a minute per process (with how many were served so).
 """
 
 import ipaddress
@@ -72,10 +76,44 @@ def client_ip(request) -> str:
 
 
 def _failure_limit() -> tuple[int, int]:
-    rate = settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["auth_failures"]
-    count, period = rate.split("/")
-    seconds = {"s": 1, "m": 60, "h": 3600, "d": 86400}[period[0]]
-    return int(count), seconds
+    """(failures, seconds) of ``auth_failures`` (``AUTH_FAILURE_RATE``, checked at the start), read as DRF reads a rate."""
+    count, period = settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["auth_failures"].lower().split("/")
+    return int(count), {"s": 1, "m": 60, "h": 3600, "d": 86400}[period.strip()[0]]
+
+
+CACHE_OUTAGE_LOG_EVERY_S = 60.0
+_cache_outage = {"logged_at": None, "uncounted": 0}
+_cache_outage_lock = threading.Lock()
+
+
+def cache_outage_note(what: str, exc: Exception) -> None:
+    """Log that the throttle cache failed (``what`` went uncounted): the first time, then at most once every
+    ``CACHE_OUTAGE_LOG_EVERY_S`` per process with the number of requests served uncounted meanwhile, so an outage
+    does not write a line per request."""
+    now = time.monotonic()
+    with _cache_outage_lock:
+        _cache_outage["uncounted"] += 1
+        last = _cache_outage["logged_at"]
+        if last is not None and now - last < CACHE_OUTAGE_LOG_EVERY_S:
+            return
+        uncounted, _cache_outage["uncounted"], _cache_outage["logged_at"] = _cache_outage["uncounted"], 0, now
+    logger.warning(
+        "throttle cache unavailable (%s: %s): %s not counted, served without a limit (%d request(s) since the last such warning)",
+        exc.__class__.__name__,
+        exc,
+        what,
+        uncounted,
+    )
+
+
+def _failure_count(bucket: str, period: int) -> int:
+    if cache.add(bucket, 1, period):
+        return 1
+    try:
+        return cache.incr(bucket)
+    except ValueError:  # expired between add and incr
+        cache.set(bucket, 1, period)
+        return 1
 
 
 _PREFIX_RE = re.compile(r"^alg_([0-9a-f]{8})_")
@@ -92,16 +130,11 @@ def authentication_fail(request, message: str, buckets: list[str]):
     """Count the failure in each bucket; 429 once any is over the limit (``auth_failures``), else 401."""
     limit, period = _failure_limit()
     over = False
-    for bucket in buckets:
-        if cache.add(bucket, 1, period):
-            count = 1
-        else:
-            try:
-                count = cache.incr(bucket)
-            except ValueError:
-                cache.set(bucket, 1, period)
-                count = 1
-        over = over or count > limit
+    try:
+        for bucket in buckets:
+            over = _failure_count(bucket, period) > limit or over
+    except Exception as exc:  # any cache backend's failure: answer 401 uncounted rather than 500
+        cache_outage_note("a failed authentication", exc)
     logger.info("failed API authentication from %s", client_ip(request))
     if over:
         raise exceptions.Throttled(wait=period, detail="Too many failed authentications; wait and retry.")
@@ -258,6 +291,13 @@ class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
 
     def get_rate(self):
         return settings.API_KEY_RATE or None
+
+    def allow_request(self, request, view):
+        try:
+            return super().allow_request(request, view)
+        except Exception as exc:  # any cache backend's failure: serve the request uncounted rather than answer 500
+            cache_outage_note("a request", exc)
+            return True
 
     def get_cache_key(self, request, view):
         if isinstance(request.auth, Token):
