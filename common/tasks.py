@@ -2,14 +2,27 @@
 
 When the broker is down, the request that caused the work must still succeed: the task runs inline
 (``CELERY_FALLBACK_INLINE``, the default) or is left for the periodic sweep that picks up unfinished work
-(unembedded rows, unprocessed signals).
+(unembedded rows, unprocessed signals). A send the configuration makes impossible (an unknown transport or result
+store, a bad port: the settings refuse most of them at the start) is treated the same way, with an error logged.
+A send that waited on a broker that turned out to be down makes this process skip the broker for
+``CELERY_BROKER_DOWN_SKIP_S`` seconds, so requests meanwhile do not each pay the wait.
+
+With no broker configured (``CELERY_TASK_ALWAYS_EAGER``) a task runs here, as Celery's eager ``apply_async`` would
+run it, but without taking a producer from the broker connection pool that does not exist.
 """
 
 import logging
+import threading
+import time
 
 from celery import current_app
+from celery.exceptions import ImproperlyConfigured as CeleryImproperlyConfigured
+from celery.result import denied_join_result
+from celery.utils import uuid
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
+from kombu import serialization
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 logger = logging.getLogger(__name__)
@@ -44,17 +57,82 @@ def _result_store_unreachable(exc: RuntimeError, task) -> bool:
     return isinstance(exc.__cause__, errors)
 
 
+def _run_eager(task, args, kwargs, headers) -> None:
+    """Run ``task`` here as ``apply_async`` does with ``task_always_eager`` (arguments checked, and passed through the
+    task serializer as a worker would receive them; the task's exception propagates with
+    ``task_eager_propagates``), without acquiring a producer: with no broker configured, kombu would log "No hostname
+    was supplied" for each send."""
+    check_arguments = getattr(task, "__header__", None) if task.typing else None
+    if check_arguments is not None:
+        check_arguments(*(args or ()), **(kwargs or {}))
+    serializer = task.serializer or task.app.conf.task_serializer
+    content_type, encoding, data = serialization.dumps((args or (), kwargs or {}), serializer)
+    args, kwargs = serialization.loads(data, content_type, encoding, accept=[content_type])
+    with denied_join_result():
+        task.apply(args, kwargs, task_id=uuid(), headers=headers)
+
+
+# A send that failed after waiting at least this long (timeouts, retries) marks the broker down for this process.
+SLOW_FAILURE_S = 0.2
+# (broker URL, result store) -> (monotonic time until which sends are not tried, why the last one failed)
+_down_until: dict[tuple, tuple[float, str]] = {}
+_down_lock = threading.Lock()
+
+
+def _broker_key(task) -> tuple:
+    conf = task.app.conf
+    return (str(conf.broker_url), str(conf.result_backend))
+
+
+def _broker_down(task) -> str | None:
+    """Why this process does not ask the broker (or result store) of ``task`` now; None: ask it."""
+    until, failure = _down_until.get(_broker_key(task), (0.0, ""))
+    left = until - time.monotonic()
+    return f"{failure}, not asked again for {left:.1f} s" if left > 0 else None
+
+
+def _broker_down_remember(task, failure: str, waited: float) -> None:
+    """After a failed send that waited ``waited`` seconds: skip this broker for ``CELERY_BROKER_DOWN_SKIP_S``. A
+    refusal that cost nothing is not remembered: asking again is as cheap, and sees the broker back at once."""
+    skip = getattr(settings, "CELERY_BROKER_DOWN_SKIP_S", 5.0)
+    if skip > 0 and waited >= SLOW_FAILURE_S:
+        with _down_lock:
+            _down_until[_broker_key(task)] = (time.monotonic() + skip, failure)
+
+
+def broker_down_forget() -> None:
+    """Forget every "broker down" memo of this process (the next send asks the broker again)."""
+    with _down_lock:
+        _down_until.clear()
+
+
+CONFIGURATION_ERRORS = (KeyError, ValueError, ImproperlyConfigured, CeleryImproperlyConfigured)
+
+
 def _queue(task, args, kwargs, headers) -> str | None:
-    """Send to the broker; None when sent, else why not (nothing was sent)."""
+    """Send to the broker; None when sent (or, with no broker configured, run here), else why not (nothing was
+    sent)."""
+    if task.app.conf.task_always_eager:
+        _run_eager(task, args, kwargs, headers)
+        return None
+    down = _broker_down(task)
+    if down:
+        return down
+    started = time.monotonic()
     try:
         task.apply_async(args=args, kwargs=kwargs, retry=False, headers=headers)
         return None
     except (KombuOperationalError, ConnectionError, OSError) as exc:
-        return f"broker unavailable ({exc.__class__.__name__})"
+        failure = f"broker unavailable ({exc.__class__.__name__})"
     except RuntimeError as exc:
         if not _result_store_unreachable(exc, task):
             raise
-        return f"result store unavailable ({exc.__cause__.__class__.__name__})"
+        failure = f"result store unavailable ({exc.__cause__.__class__.__name__})"
+    except CONFIGURATION_ERRORS as exc:  # an unknown transport or result store, a bad port: never silently lost
+        logger.error("cannot send %s, the broker configuration is wrong (%s: %s)", task.name, exc.__class__.__name__, exc)
+        failure = f"broker misconfigured ({exc.__class__.__name__})"
+    _broker_down_remember(task, failure, time.monotonic() - started)
+    return failure
 
 
 def task_queue(task, *args, headers: dict | None = None, **kwargs) -> bool:

@@ -4,6 +4,7 @@
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,206 @@ def test_whitenoise_serves_admin_and_api_docs_static_files_with_debug_off(settin
     assert docs.status_code == 200
     bundle = client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
     assert bundle.status_code == 200
+
+
+# --- a cache outage (CACHE_URL's Redis down) never fails a request: the throttles are a protection ---
+
+
+@pytest.fixture
+def dead_cache(monkeypatch):
+    """Both throttles count in a Redis nobody listens on (port 1); the outage warning starts afresh."""
+    from django.core.cache.backends.redis import RedisCache
+
+    from agents import authentication
+
+    dead = RedisCache("redis://127.0.0.1:1/1", {})
+    monkeypatch.setattr(authentication, "cache", dead)
+    monkeypatch.setattr(authentication.ApiKeyRateThrottle, "cache", dead)
+    monkeypatch.setitem(authentication._cache_outage, "logged_at", None)
+    monkeypatch.setitem(authentication._cache_outage, "uncounted", 0)
+    return dead
+
+
+def _resolve(client, key):
+    return client.post(
+        "/api/v1/resolve", {"text": "list all cbus"}, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {key}"
+    )
+
+
+def test_with_the_throttle_cache_down_keys_are_served_and_bad_keys_refused_with_one_warning(
+    client, catalogue, settings, dead_cache, caplog
+):
+    from tests.conftest import make_client
+
+    settings.API_KEY_RATE = "2/min"
+    good = make_client(["resolve"], name="served")._credentials["HTTP_AUTHORIZATION"].split()[1]
+    with caplog.at_level("WARNING", logger="agents.authentication"):
+        codes = [_resolve(client, good).status_code for _ in range(4)]  # uncounted: no 429 past the rate either
+        failed = [_resolve(client, f"alg_{i:08x}_guess").status_code for i in range(4)]
+    assert codes == [200] * 4 and failed == [401] * 4
+    warnings = [r for r in caplog.records if "throttle cache unavailable" in r.getMessage()]
+    assert len(warnings) == 1 and "ConnectionError" in warnings[0].getMessage()  # rate-limited: not one a request
+
+
+@pytest.mark.parametrize("error", ["redis.exceptions.TimeoutError", "builtins.RuntimeError"])
+def test_any_failure_of_the_throttle_cache_fails_open(client, catalogue, settings, monkeypatch, error):
+    import importlib
+
+    from agents import authentication
+    from tests.conftest import make_client
+
+    module, name = error.rsplit(".", 1)
+    exc = getattr(importlib.import_module(module), name)
+
+    class Broken:
+        def __getattr__(self, _method):
+            def fail(*args, **kwargs):
+                raise exc("cache says no")
+
+            return fail
+
+    monkeypatch.setattr(authentication, "cache", Broken())
+    monkeypatch.setattr(authentication.ApiKeyRateThrottle, "cache", Broken())
+    settings.API_KEY_RATE = "1/min"
+    good = make_client(["resolve"], name="served")._credentials["HTTP_AUTHORIZATION"].split()[1]
+    assert [_resolve(client, good).status_code for _ in range(2)] == [200, 200]
+    assert _resolve(client, "alg_deadbeef_nope").status_code == 401
+
+
+def test_the_outage_warning_is_written_again_after_a_minute_with_the_count(monkeypatch, caplog):
+    from agents import authentication
+
+    clock = [1000.0]
+    monkeypatch.setattr(authentication.time, "monotonic", lambda: clock[0])
+    monkeypatch.setitem(authentication._cache_outage, "logged_at", None)
+    monkeypatch.setitem(authentication._cache_outage, "uncounted", 0)
+    with caplog.at_level("WARNING", logger="agents.authentication"):
+        for _ in range(5):
+            authentication.cache_outage_note("a request", ConnectionError("down"))
+        clock[0] += authentication.CACHE_OUTAGE_LOG_EVERY_S
+        authentication.cache_outage_note("a request", ConnectionError("down"))
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2 and "(1 request(s)" in messages[0] and "(5 request(s)" in messages[1]
+
+
+# --- sending tasks: a configuration that makes a send impossible, a broker down, no broker at all ---
+
+SENT: list = []
+
+
+@pytest.fixture
+def sends():
+    from common.tasks import broker_down_forget
+
+    SENT.clear()
+    broker_down_forget()
+    yield SENT
+    broker_down_forget()
+    from config.celery import app
+
+    app.set_current()  # running another app's task inline made it the current app
+
+
+def _app(name, broker, **conf):
+    from celery import Celery
+
+    other = Celery(name, broker=broker, set_as_current=False)
+    other.conf.broker_connection_retry_on_startup = False
+    other.conf.update(conf)
+
+    @other.task(name=f"tests.{name}_record", ignore_result=True)
+    def record(value):
+        SENT.append(value)
+
+    return record
+
+
+def test_a_send_the_broker_configuration_makes_impossible_runs_inline_with_an_error(sends, settings, caplog):
+    from common.tasks import task_queue, task_send
+
+    settings.CELERY_FALLBACK_INLINE = True
+    record = _app("bogus_transport", "bogus://x")
+    with caplog.at_level("WARNING", logger="common.tasks"):
+        assert task_send(record, 1) is False
+    assert sends == [1]  # not lost
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert errors and "broker configuration is wrong" in errors[0].getMessage() and "KeyError" in errors[0].getMessage()
+    assert task_queue(record, 2) is False and sends == [1]  # queue only: nothing sent, nothing run, the caller told
+
+    port = _app("bad_port", "redis://127.0.0.1:notaport/0")
+    assert task_send(port, 3) is False and sends == [1, 3]
+
+
+def test_a_send_to_a_broker_that_is_down_gives_up_within_a_second(sends, settings):
+    from common.tasks import task_send
+
+    settings.CELERY_FALLBACK_INLINE = True
+    record = _app("refused", "redis://127.0.0.1:1/0", broker_transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS)
+    started = time.monotonic()
+    assert task_send(record, 1) is False and sends == [1]
+    assert time.monotonic() - started < 1.0
+
+
+def test_after_a_send_that_waited_on_a_down_broker_the_process_does_not_ask_it_for_a_while(sends, settings, monkeypatch):
+    from celery import current_app
+    from kombu.exceptions import OperationalError
+
+    from common.tasks import task_send
+
+    monkeypatch.setitem(current_app.conf, "task_always_eager", False)
+    settings.CELERY_FALLBACK_INLINE = True
+    settings.CELERY_BROKER_DOWN_SKIP_S = 0.5
+    record = _app("memo", "redis://127.0.0.1:1/0")
+    asked: list = []
+
+    def slow_refusal(self, args=None, kwargs=None, **options):
+        asked.append(args[0])
+        time.sleep(0.25)  # a connect timeout
+        raise OperationalError("timed out")
+
+    monkeypatch.setattr(type(record._get_current_object()), "apply_async", slow_refusal)
+    started = time.monotonic()
+    assert [task_send(record, i) for i in range(5)] == [False] * 5
+    assert asked == [0] and sends == [0, 1, 2, 3, 4]  # asked once, every one ran inline
+    assert time.monotonic() - started < 0.5
+    time.sleep(0.5)
+    assert task_send(record, 5) is False and asked == [0, 5]  # the memo ran out: the broker is asked again
+
+
+def test_an_instant_refusal_is_not_remembered(sends, settings, monkeypatch):
+    from kombu.exceptions import OperationalError
+
+    from common.tasks import task_send
+
+    settings.CELERY_FALLBACK_INLINE = True
+    record = _app("instant", "redis://127.0.0.1:1/0")
+    asked: list = []
+    state = {"up": False}
+
+    def apply_async(self, args=None, kwargs=None, **options):
+        asked.append(args[0])
+        if not state["up"]:
+            raise OperationalError("Connection refused")
+
+    monkeypatch.setattr(type(record._get_current_object()), "apply_async", apply_async)
+    assert task_send(record, 1) is False
+    state["up"] = True
+    assert task_send(record, 2) is True and asked == [1, 2] and sends == [1]  # the broker back: sent at once
+
+
+def test_without_a_broker_tasks_run_here_without_kombu_warning_about_a_hostname(sends, caplog):
+    from celery import shared_task
+
+    from common.tasks import task_queue, task_send
+
+    @shared_task(name="tests.no_broker_record")
+    def no_broker_record(value, pair):
+        SENT.append((value, pair))
+
+    with caplog.at_level("DEBUG"):
+        assert task_send(no_broker_record, 1, (2, 3)) is True
+        assert task_queue(no_broker_record, 4, pair=(5, 6)) is True
+    assert sends == [(1, [2, 3]), (4, [5, 6])]  # arguments as a worker receives them (through JSON)
+    assert not [r for r in caplog.records if "No hostname was supplied" in r.getMessage()]
+    with pytest.raises(TypeError):
+        task_send(no_broker_record, 1)  # a missing argument is refused as apply_async refuses it
