@@ -22,9 +22,10 @@ def action_get(*, name: str, tenant: str | None = None) -> Action:
     )
 
 
-def action_list() -> list[Action]:
-    """The action catalogue, by name."""
-    return list(Action.objects.order_by("name"))
+def action_list(*, limit: int | None = None, offset: int = 0) -> list[Action]:
+    """The action catalogue, by name (``limit`` of them after ``offset``; all without a limit)."""
+    qs = Action.objects.order_by("name", "id")
+    return list(qs[offset : offset + limit] if limit is not None else qs[offset:])
 
 
 def action_by_id(pk: int) -> Action | None:

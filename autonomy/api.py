@@ -9,6 +9,7 @@ from agents.api import TenantApiView
 from agents.authentication import ScopePermission
 from autonomy import selectors, services
 from autonomy.serializers import (
+    ActionListQuerySerializer,
     ActionSerializer,
     ActionStopQuerySerializer,
     ActionStopSerializer,
@@ -19,7 +20,6 @@ from autonomy.serializers import (
     TransitionSerializer,
 )
 from common.api import ApplicationError
-from common.fields import NoQuerySerializer
 from common.schema import ERROR_RESPONSES, ErrorSerializer
 
 _ERRORS = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
@@ -29,10 +29,16 @@ class ActionListApi(TenantApiView):
     permission_classes = [ScopePermission]
     required_scopes = ["resolve"]
 
-    @extend_schema(responses={200: ActionSerializer(many=True), **_ERRORS}, summary="The action catalogue and autonomy levels")
+    @extend_schema(
+        parameters=[ActionListQuerySerializer],
+        responses={200: ActionSerializer(many=True), **_ERRORS},
+        summary="The action catalogue and autonomy levels, by name (pages of up to 1,000)",
+    )
     def get(self, request):
-        NoQuerySerializer.check(request)
-        return Response(ActionSerializer(action_list(), many=True).data)
+        q = ActionListQuerySerializer(data=request.query_params)
+        q.is_valid(raise_exception=True)
+        rows = action_list(limit=q.validated_data["limit"], offset=q.validated_data["offset"])
+        return Response(ActionSerializer(rows, many=True).data)
 
 
 class ActionConsultApi(TenantApiView):
@@ -68,7 +74,8 @@ class TransitionListApi(TenantApiView):
     def get(self, request):
         q = TransitionListQuerySerializer(data=request.query_params)
         q.is_valid(raise_exception=True)
-        rows = selectors.transition_list(status=q.validated_data.get("status"), limit=200)
+        v = q.validated_data
+        rows = selectors.transition_list(status=v.get("status"), limit=v["limit"], offset=v["offset"])
         return Response(TransitionSerializer(rows, many=True).data)
 
 

@@ -24,12 +24,12 @@ def latest_calibration(*, agent_id: int, action_id: int | None) -> CalibrationRe
     return qs.filter(action__isnull=True).first()
 
 
-def transition_list(*, status: str | None = None, limit: int = 200) -> list[AutonomyTransition]:
-    """Autonomy transitions, newest first, optionally in one status."""
-    qs = AutonomyTransition.objects.select_related("action", "decided_by", "decided_by_key").order_by("-created_at", "-id")
+def transition_list(*, status: str | None = None, limit: int = 200, offset: int = 0) -> list[AutonomyTransition]:
+    """Autonomy transitions, newest first, optionally in one status: ``limit`` of them after ``offset``."""
+    qs = AutonomyTransition.objects.select_related("action", "decided_by", "decided_by_key__agent").order_by("-created_at", "-id")
     if status:
         qs = qs.filter(status=status)
-    return list(qs[:limit])
+    return list(qs[offset : offset + limit])
 
 
 def action_consult(*, agent: Agent, action_name: str, confidence: float) -> dict:

@@ -4,7 +4,14 @@ from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from autonomy.models import TransitionStatus
-from common.fields import ConfidenceField, StrictChoiceField, StrictQuerySerializer, StrictSerializer
+from common.fields import (
+    BoundedIntegerField,
+    ConfidenceField,
+    OffsetField,
+    StrictChoiceField,
+    StrictQuerySerializer,
+    StrictSerializer,
+)
 
 
 class ActionSerializer(serializers.Serializer):
@@ -20,6 +27,13 @@ class ConsultQuerySerializer(StrictQuerySerializer):
 
 class TransitionListQuerySerializer(StrictQuerySerializer):
     status = StrictChoiceField(choices=TransitionStatus.choices, required=False, help_text="Only transitions in this status")
+    limit = BoundedIntegerField(required=False, default=200, min_value=1, max_value=1000, help_text="At most this many")
+    offset = OffsetField(default=0, help_text="Skip this many of the newest first (older pages)")
+
+
+class ActionListQuerySerializer(StrictQuerySerializer):
+    limit = BoundedIntegerField(required=False, default=1000, min_value=1, max_value=1000, help_text="At most this many")
+    offset = OffsetField(default=0, help_text="Skip this many, by name")
 
 
 class ConsultRuleSerializer(serializers.Serializer):

@@ -107,6 +107,9 @@ class MembershipInline(admin.TabularInline):
     extra = 0
     autocomplete_fields = ["user"]
 
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("user", "tenant")
+
 
 @admin.register(Tenant)
 class TenantAdmin(SuperuserOnly, HistoryAdmin):

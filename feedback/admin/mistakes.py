@@ -3,6 +3,7 @@
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import Count
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404
@@ -90,7 +91,11 @@ class MistakePatternAdmin(admin.ModelAdmin):
     @admin.display(description="Contributing records")
     def records_link(self, obj):
         url = reverse("admin:feedback_feedbackrecord_changelist") + f"?pattern__id__exact={obj.pk}"
-        return format_html('<a href="{}">{} record(s)</a>', url, obj.records.count())
+        count = getattr(obj, "records_n", None)  # counted in the list's own query
+        return format_html('<a href="{}">{} record(s)</a>', url, obj.records.count() if count is None else count)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(records_n=Count("records"))
 
     def has_add_permission(self, request):
         return False

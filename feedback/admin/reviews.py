@@ -405,7 +405,7 @@ class FeedbackRecordAdmin(FeedbackRecordReadOnlyMixin, admin.ModelAdmin):
         "created_at",
     ]
     list_filter = ["feedback_type", "agent", "action", "source", "processed"]
-    list_select_related = ["agent", "action", "pattern"]
+    list_select_related = ["agent", "action", "pattern__agent", "pattern__action"]  # the pattern's name shows both
     search_fields = ["human_explanation", "mistake_category", "action__name", "agent__name"]
     date_hierarchy = "created_at"
     readonly_fields = [

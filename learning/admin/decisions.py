@@ -22,6 +22,9 @@ class DecisionFitEventInline(admin.TabularInline):
     readonly_fields = ["created_at", "action", "previous_version", "reason", "by"]
     fields = readonly_fields
 
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("fit", "by")
+
     def has_add_permission(self, request, obj=None):
         return False
 

@@ -1,0 +1,74 @@
+"""Pages and lists whose query count stays the same however many rows they show."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from actions.models import Action
+from autonomy.models import AutonomyTransition
+from feedback.models import MistakePattern
+from feedback.services.mistakes import mistake_patterns_detect
+from learning.models import DecisionFit, DecisionFitEvent
+from tests.conftest import make_client, reject_n, reviewer_user
+from tests.test_review_inbox import signed_in
+
+pytestmark = pytest.mark.django_db
+
+
+def _queries(client, url) -> int:
+    client.get(url)  # warm: the session, the key and the permissions are read once per process or request
+    with CaptureQueriesContext(connection) as seen:
+        response = client.get(url)
+    assert response.status_code == 200, (url, response.status_code)
+    return len(seen.captured_queries)
+
+
+def _mistakes(first: int, last: int):
+    from agents.models import Agent
+
+    for i in range(first, last):
+        reject_n(Agent.objects.create(name=f"agent-{i}"), 3, category=f"kind-{i}")
+    mistake_patterns_detect()
+
+
+def test_feedback_records_and_patterns_lists_read_the_same_queries_for_3_or_12_rows():
+    root = signed_in(reviewer_user("root", superuser=True))
+    pages = ["/admin/feedback/feedbackrecord/", "/admin/feedback/mistakepattern/"]
+    _mistakes(0, 1)
+    few = [_queries(root, page) for page in pages]
+    _mistakes(1, 4)
+    assert MistakePattern.objects.count() == 4
+    assert [_queries(root, page) for page in pages] == few
+
+
+def test_a_fits_events_are_read_with_their_fit_and_reviewer():
+    root = signed_in(reviewer_user("root", superuser=True))
+    fit = DecisionFit.objects.create(version=1, source="prior", status="live", embedding_model="m", params={})
+    page = f"/admin/learning/decisionfit/{fit.pk}/change/"
+
+    def more(n):
+        for i in range(n):
+            by = reviewer_user(f"r{DecisionFitEvent.objects.count()}-{i}")
+            DecisionFitEvent.objects.create(fit=fit, action="pinned", by=by)
+
+    more(2)
+    few = _queries(root, page)
+    more(8)
+    assert _queries(root, page) == few
+
+
+def test_transitions_and_actions_come_in_pages_with_the_deciding_keys_agent_read_once():
+    governance = make_client(["governance", "resolve"], name="tool")
+    for i in range(12):
+        action = Action.objects.create(name=f"task.step_{i:02d}")
+        AutonomyTransition.objects.create(
+            action=action, from_level=1, to_level=2, evidence={}, reason="r", status="rejected", decided_by_key=governance.key
+        )
+    url = "/api/v1/autonomy/transitions"
+    assert _queries(governance, url + "?limit=2") == _queries(governance, url)
+    page = governance.get(url, {"limit": 5, "offset": 10}).json()
+    assert len(page) == 2 and page[-1]["action"] == "task.step_00"
+    assert governance.get(url, {"limit": 0}).status_code == 400
+    names = [a["name"] for a in governance.get("/api/v1/actions", {"limit": 3, "offset": 3}).json()]
+    assert names == ["task.step_03", "task.step_04", "task.step_05"]
+    assert governance.get("/api/v1/actions", {"limit": 5000}).status_code == 400
