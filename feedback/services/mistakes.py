@@ -48,8 +48,9 @@ _STATUS_AFTER_SQL = """CASE
            ELSE p.status END"""
 
 # One mistake is one proposal or execution, however many records it got (rejected and overridden, or overridden
-# twice); a record about neither is one mistake of its own.
-_MISTAKE = "COALESCE('p' || fr.proposal_id, 'e' || fr.execution_id, 'r' || fr.id)"
+# twice); a record about neither is one mistake of its own. One integer key a mistake (a residue per kind), which
+# counts faster than text.
+_MISTAKE = "COALESCE(fr.proposal_id * 3, fr.execution_id * 3 + 1, fr.id * 3 + 2)"
 
 _DETECT_SQL = """
 WITH grp AS (
