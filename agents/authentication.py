@@ -82,8 +82,14 @@ def _failure_limit() -> tuple[int, int]:
 
 
 CACHE_OUTAGE_LOG_EVERY_S = 60.0
-_cache_outage = {"logged_at": None, "uncounted": 0}
+CACHE_OUTAGE_SKIP_S = 5.0  # after a failure, the throttles leave the cache alone this long (a hanging one costs once)
+_cache_outage = {"logged_at": None, "uncounted": 0, "until": 0.0}
 _cache_outage_lock = threading.Lock()
+
+
+def cache_outage_now() -> bool:
+    """Whether a throttle cache failure within the last ``CACHE_OUTAGE_SKIP_S`` seconds says not to ask it now."""
+    return time.monotonic() < _cache_outage["until"]
 
 
 def cache_outage_note(what: str, exc: Exception) -> None:
@@ -92,6 +98,7 @@ def cache_outage_note(what: str, exc: Exception) -> None:
     does not write a line per request."""
     now = time.monotonic()
     with _cache_outage_lock:
+        _cache_outage["until"] = now + CACHE_OUTAGE_SKIP_S
         _cache_outage["uncounted"] += 1
         last = _cache_outage["logged_at"]
         if last is not None and now - last < CACHE_OUTAGE_LOG_EVERY_S:
@@ -131,7 +138,7 @@ def authentication_fail(request, message: str, buckets: list[str]):
     limit, period = _failure_limit()
     over = False
     try:
-        for bucket in buckets:
+        for bucket in buckets if not cache_outage_now() else ():
             over = _failure_count(bucket, period) > limit or over
     except Exception as exc:  # any cache backend's failure: answer 401 uncounted rather than 500
         cache_outage_note("a failed authentication", exc)
@@ -293,6 +300,8 @@ class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
         return settings.API_KEY_RATE or None
 
     def allow_request(self, request, view):
+        if cache_outage_now():
+            return True  # the cache failed a moment ago: not asked again yet
         try:
             return super().allow_request(request, view)
         except Exception as exc:  # any cache backend's failure: serve the request uncounted rather than answer 500

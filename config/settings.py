@@ -427,7 +427,15 @@ CACHE_URL = os.environ.get("CACHE_URL", "").strip()
 if CACHE_URL:
     for _url in re.split("[;,]", CACHE_URL):
         _url_checked("CACHE_URL", _url.strip(), {"redis", "rediss", "unix"})
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
+    # A cache that hangs must not hold requests: what uses it (throttles, memos) goes on without it after this.
+    CACHE_TIMEOUT_S = env_float("CACHE_TIMEOUT_S", 0.5, minimum=0.05, maximum=30.0)
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "OPTIONS": {"socket_connect_timeout": CACHE_TIMEOUT_S, "socket_timeout": CACHE_TIMEOUT_S},
+        }
+    }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Agent Learning Governance API",
     "DESCRIPTION": "Resolve what users type into verbs, learn from their choices, and govern what agents learn.",
@@ -767,7 +775,7 @@ CONSULT_PATTERN_FLOOR = env_float("CONSULT_PATTERN_FLOOR", 0.3, minimum=0.0, max
 CONSULT_APPROVAL_BELOW = env_float(
     "CONSULT_APPROVAL_BELOW", 0.7, minimum=0.0, maximum=1.0
 )  # levels 2-3 still ask below this confidence
-CORRECTION_RULE_EXPIRY_DAYS = env_int("CORRECTION_RULE_EXPIRY_DAYS", 90, minimum=1)
+CORRECTION_RULE_EXPIRY_DAYS = env_int("CORRECTION_RULE_EXPIRY_DAYS", 90, minimum=0)  # 0: rules never expire
 CORRECTION_RULES_REQUIRE_APPROVAL = env_bool("CORRECTION_RULES_REQUIRE_APPROVAL", False)
 CALIBRATION_WINDOW_DAYS = env_int("CALIBRATION_WINDOW_DAYS", 30, minimum=1)
 CALIBRATION_BUCKETS = env_edges("CALIBRATION_BUCKETS", "0.0,0.5,0.7,0.9,1.0")

@@ -195,3 +195,21 @@ def test_a_memory_purge_for_one_user_stays_in_the_tenant_named(two):
     assert list(Memory.objects.values_list("tenant__slug", flat=True)) == ["globex"]
     with pytest.raises(CommandError, match="No tenant"):
         run("embed_memories", "--user", "alice", "--tenant", "nowhere")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_embedding_one_tenants_memories_commits_batch_by_batch(monkeypatch):
+    from django.db import connection
+
+    tenant_create(slug="acme")
+    from memories.management.commands import embed_memories
+
+    depths = []
+
+    def backfill(**kwargs):
+        depths.append(connection.in_atomic_block)
+        return {"embedded": 0, "failed": 0, "model": "m"}
+
+    monkeypatch.setattr(embed_memories, "memories_embed_backfill", backfill)
+    run("embed_memories", "--tenant", "acme")
+    assert depths == [False]  # no transaction around the batches: each commits on its own

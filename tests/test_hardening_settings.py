@@ -130,6 +130,7 @@ def dead_cache(monkeypatch):
     monkeypatch.setattr(authentication.ApiKeyRateThrottle, "cache", dead)
     monkeypatch.setitem(authentication._cache_outage, "logged_at", None)
     monkeypatch.setitem(authentication._cache_outage, "uncounted", 0)
+    monkeypatch.setitem(authentication._cache_outage, "until", 0.0)
     return dead
 
 
@@ -173,10 +174,42 @@ def test_any_failure_of_the_throttle_cache_fails_open(client, catalogue, setting
 
     monkeypatch.setattr(authentication, "cache", Broken())
     monkeypatch.setattr(authentication.ApiKeyRateThrottle, "cache", Broken())
+    monkeypatch.setitem(authentication._cache_outage, "until", 0.0)
     settings.API_KEY_RATE = "1/min"
     good = make_client(["resolve"], name="served")._credentials["HTTP_AUTHORIZATION"].split()[1]
     assert [_resolve(client, good).status_code for _ in range(2)] == [200, 200]
-    assert _resolve(client, "alg_deadbeef_nope").status_code == 401
+    assert _resolve(client, "alg_00000000_nope").status_code == 401
+
+
+def test_a_cache_that_failed_is_left_alone_for_a_few_seconds_so_a_hanging_one_costs_once(
+    client, catalogue, settings, monkeypatch
+):
+    from agents import authentication
+    from tests.conftest import make_client
+
+    asked = []
+
+    class Hanging:
+        def __getattr__(self, _method):
+            def fail(*args, **kwargs):
+                asked.append(_method)
+                raise TimeoutError("Timeout reading from socket")
+
+            return fail
+
+    clock = [5000.0]
+    monkeypatch.setattr(authentication.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(authentication, "cache", Hanging())
+    monkeypatch.setattr(authentication.ApiKeyRateThrottle, "cache", Hanging())
+    for key, value in (("logged_at", None), ("uncounted", 0), ("until", 0.0)):
+        monkeypatch.setitem(authentication._cache_outage, key, value)
+    settings.API_KEY_RATE = "100/min"
+    good = make_client(["resolve"], name="served")._credentials["HTTP_AUTHORIZATION"].split()[1]
+    assert [_resolve(client, good).status_code for _ in range(3)] == [200] * 3
+    assert _resolve(client, "alg_00000000_nope").status_code == 401
+    assert len(asked) == 1  # asked once; then skipped while the memo lasts
+    clock[0] += authentication.CACHE_OUTAGE_SKIP_S
+    assert _resolve(client, good).status_code == 200 and len(asked) == 2  # asked again afterwards
 
 
 def test_the_outage_warning_is_written_again_after_a_minute_with_the_count(monkeypatch, caplog):
@@ -186,6 +219,7 @@ def test_the_outage_warning_is_written_again_after_a_minute_with_the_count(monke
     monkeypatch.setattr(authentication.time, "monotonic", lambda: clock[0])
     monkeypatch.setitem(authentication._cache_outage, "logged_at", None)
     monkeypatch.setitem(authentication._cache_outage, "uncounted", 0)
+    monkeypatch.setitem(authentication._cache_outage, "until", 0.0)
     with caplog.at_level("WARNING", logger="agents.authentication"):
         for _ in range(5):
             authentication.cache_outage_note("a request", ConnectionError("down"))

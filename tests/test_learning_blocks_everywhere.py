@@ -135,3 +135,9 @@ def test_a_click_does_not_switch_back_on_a_phrase_a_reviewer_switched_off(api, c
     row.refresh_from_db()
     assert row.is_active is False
     assert LearningCandidate.objects.filter(normalized="list all cbus", user_id="alice", status="pending").exists()
+
+
+def test_a_block_on_the_very_text_is_compared_not_unchecked(catalogue):
+    phrase_block_add(phrase="wipe the unit", verb_name="cbu.delete")
+    r = resolve(text="wipe the unit", user_id="alice")
+    assert r.explanation["blocks"] == ["cbu.delete"] and r.explanation["blocks_unchecked"] == []

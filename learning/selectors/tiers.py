@@ -325,7 +325,7 @@ def tier_rows(
         # blocklist, exact text
         f"SELECT 'bx', v.name, 1.0::float8, t.phrase, NULL, 1.0::float8, '' FROM learning_phraseblock t "
         f"JOIN v ON v.id = t.verb_id WHERE t.normalized = %(n)s AND {in_force}",
-        f"SELECT 'bx', v.name, 1.0::float8, t.phrase, NULL, 1.0::float8, '' FROM learning_phraseblock t "
+        f"SELECT 'bu', v.name, 1.0::float8, t.phrase, NULL, 1.0::float8, '' FROM learning_phraseblock t "
         f"JOIN v ON v.id = t.verb_id WHERE {in_force}{uncompared}",
     ]
     if catalogue is None:
@@ -422,11 +422,11 @@ def tier_rows(
         if score != score:  # NaN: a stored vector with no direction (zero) compares with nothing
             if tier != "bs":
                 continue
-            tier = "bx"  # a block that cannot be compared blocks its verb outright
-        if tier == "bx":
+            tier = "bu"  # a block that cannot be compared blocks its verb outright
+        if tier == "bu":
             out.blocked.add(verb)
             out.unchecked.add(verb)
-        elif tier == "bs" and score >= block_threshold:
+        elif tier == "bx" or (tier == "bs" and score >= block_threshold):
             out.blocked.add(verb)
         elif tier == "ls":
             out.learned.append(Hit(verb, float(score), text, extra, float(confidence)))

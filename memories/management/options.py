@@ -8,7 +8,7 @@ from django.core.management.base import CommandError
 from common.text import terminal_safe
 from common.validators import USER_ID_RE
 from memories.models import Memory
-from tenants.context import tenant_scope
+from tenants.context import tenant_session
 from tenants.selectors import tenant_get
 
 SEARCH_MAX_LIMIT = 1000
@@ -37,7 +37,7 @@ def tenant_scoped(tenant: str | None, *, user_id: str | None = None, must_choose
         workspace = tenant_get(slug=tenant)
         if workspace is None:
             raise CommandError(f"No tenant {terminal_safe(tenant)!r}.")
-        return tenant_scope([workspace.pk])
+        return tenant_session([workspace.pk])  # the work's own transactions (batches commit one by one)
     if must_choose and user_id is not None:
         slugs = sorted(set(Memory.objects.filter(user_id=user_id).values_list("tenant__slug", flat=True)))
         if len(slugs) > 1:
