@@ -22,6 +22,10 @@ def action_get(*, name: str, tenant: str | None = None) -> Action:
     )
 
 
+def action_count() -> int:
+    return Action.objects.count()
+
+
 def action_list(*, limit: int | None = None, offset: int = 0) -> list[Action]:
     """The action catalogue, by name (``limit`` of them after ``offset``; all without a limit)."""
     qs = Action.objects.order_by("name", "id")

@@ -4,7 +4,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
 from actions.models import ACTION_NAME_RE
-from actions.selectors import action_get, action_list
+from actions.selectors import action_count, action_get, action_list
 from agents.api import TenantApiView
 from agents.authentication import ScopePermission
 from autonomy import selectors, services
@@ -32,13 +32,13 @@ class ActionListApi(TenantApiView):
     @extend_schema(
         parameters=[ActionListQuerySerializer],
         responses={200: ActionSerializer(many=True), **_ERRORS},
-        summary="The action catalogue and autonomy levels, by name (pages of up to 1,000)",
+        summary="The action catalogue and autonomy levels, by name (pages of up to 1,000; X-Total-Count: all)",
     )
     def get(self, request):
         q = ActionListQuerySerializer(data=request.query_params)
         q.is_valid(raise_exception=True)
         rows = action_list(limit=q.validated_data["limit"], offset=q.validated_data["offset"])
-        return Response(ActionSerializer(rows, many=True).data)
+        return Response(ActionSerializer(rows, many=True).data, headers={"X-Total-Count": str(action_count())})
 
 
 class ActionConsultApi(TenantApiView):
@@ -76,7 +76,8 @@ class TransitionListApi(TenantApiView):
         q.is_valid(raise_exception=True)
         v = q.validated_data
         rows = selectors.transition_list(status=v.get("status"), limit=v["limit"], offset=v["offset"])
-        return Response(TransitionSerializer(rows, many=True).data)
+        total = selectors.transition_count(status=v.get("status"))
+        return Response(TransitionSerializer(rows, many=True).data, headers={"X-Total-Count": str(total)})
 
 
 class _DecisionApi(TenantApiView):

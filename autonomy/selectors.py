@@ -24,6 +24,11 @@ def latest_calibration(*, agent_id: int, action_id: int | None) -> CalibrationRe
     return qs.filter(action__isnull=True).first()
 
 
+def transition_count(*, status: str | None = None) -> int:
+    qs = AutonomyTransition.objects.all()
+    return (qs.filter(status=status) if status else qs).count()
+
+
 def transition_list(*, status: str | None = None, limit: int = 200, offset: int = 0) -> list[AutonomyTransition]:
     """Autonomy transitions, newest first, optionally in one status: ``limit`` of them after ``offset``."""
     qs = AutonomyTransition.objects.select_related("action", "decided_by", "decided_by_key__agent").order_by("-created_at", "-id")

@@ -69,6 +69,8 @@ def test_transitions_and_actions_come_in_pages_with_the_deciding_keys_agent_read
     page = governance.get(url, {"limit": 5, "offset": 10}).json()
     assert len(page) == 2 and page[-1]["action"] == "task.step_00"
     assert governance.get(url, {"limit": 0}).status_code == 400
-    names = [a["name"] for a in governance.get("/api/v1/actions", {"limit": 3, "offset": 3}).json()]
-    assert names == ["task.step_03", "task.step_04", "task.step_05"]
+    assert governance.get(url, {"limit": 5}).headers["X-Total-Count"] == "12"
+    actions = governance.get("/api/v1/actions", {"limit": 3, "offset": 3})
+    assert [a["name"] for a in actions.json()] == ["task.step_03", "task.step_04", "task.step_05"]
+    assert actions.headers["X-Total-Count"] == str(Action.objects.count())
     assert governance.get("/api/v1/actions", {"limit": 5000}).status_code == 400

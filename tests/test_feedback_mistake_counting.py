@@ -82,6 +82,8 @@ def test_categories_stored_before_are_normalised_and_a_taken_one_is_kept(agent):
     categories = set(FeedbackRecord.objects.values_list("mistake_category", flat=True))
     assert categories == {"wrong_target", "other thing"}
     assert sorted(MistakePattern.objects.values_list("category", flat=True)) == ["Wrong_Target", "wrong_target"]
+    kept, twin = MistakePattern.objects.get(category="Wrong_Target"), MistakePattern.objects.get(category="wrong_target")
+    assert kept.status == "resolved" and f"pattern {twin.pk}" in kept.resolution_notes
     mistake_patterns_detect()
     assert MistakePattern.objects.get(category="wrong_target").occurrence_count == 6
 

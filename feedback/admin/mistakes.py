@@ -3,7 +3,8 @@
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count
+from django.db.models import Count, IntegerField, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404
@@ -15,6 +16,7 @@ from common.api import ApplicationError
 from feedback.models import (
     CorrectionRule,
     CorrectionRuleStatus,
+    FeedbackRecord,
     MistakePattern,
     PatternStatus,
 )
@@ -95,7 +97,15 @@ class MistakePatternAdmin(admin.ModelAdmin):
         return format_html('<a href="{}">{} record(s)</a>', url, obj.records.count() if count is None else count)
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(records_n=Count("records"))
+        # a subquery a row: counted for the rows of the page only, not for every pattern before the page is cut
+        per_pattern = FeedbackRecord.objects.filter(pattern=OuterRef("pk")).order_by().values("pattern")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                records_n=Coalesce(Subquery(per_pattern.annotate(n=Count("*")).values("n")[:1], output_field=IntegerField()), 0)
+            )
+        )
 
     def has_add_permission(self, request):
         return False

@@ -1,11 +1,12 @@
 """Mistake categories stored before they were normalised (case, width, spacing) normalised as new ones are, so
 "Wrong_Target" and "wrong_target" count as one mistake. A pattern whose normalised category another pattern of the
-same agent and action already holds keeps its old one (its records stay with it); the next detection counts the
-records under the normalised category."""
+same agent and action already holds keeps its old one and is resolved with a note naming that pattern: its records
+are counted under the normalised category from the next detection on, so it would never be updated again."""
 
 import logging
 
 from django.db import IntegrityError, migrations, transaction
+from django.utils import timezone
 
 from common.text import label_normalize
 
@@ -28,7 +29,7 @@ def categories_normalized(apps, schema_editor):
             records.filter(mistake_category=old).update(mistake_category=new)
     patterns = MistakePattern._base_manager.using(db)
     kept = 0
-    for pk, old in list(patterns.values_list("pk", "category")):
+    for pk, agent_id, action_id, old in list(patterns.values_list("pk", "agent_id", "action_id", "category")):
         new = label_normalize(old)[:60]
         if new == old:
             continue
@@ -37,6 +38,12 @@ def categories_normalized(apps, schema_editor):
                 patterns.filter(pk=pk).update(category=new)
         except IntegrityError:
             kept += 1
+            twin = patterns.filter(agent_id=agent_id, action_id=action_id, category=new).values_list("pk", flat=True)
+            patterns.filter(pk=pk).update(
+                status="resolved",
+                resolved_at=timezone.now(),
+                resolution_notes=f"the same category as pattern {twin.first()}, spelt another way; counted there now",
+            )
     if kept:
         logger.info("%d mistake pattern(s) kept their category: another pattern holds the normalised one", kept)
     with schema_editor.connection.cursor() as cursor:

@@ -3,7 +3,7 @@ dashes, characters that show nothing) normalised again, so they match what new t
 
 import logging
 
-from django.db import IntegrityError, migrations, transaction
+from django.db import IntegrityError, connections, migrations, transaction
 
 from common.text import normalize_phrase, rewritten_pattern
 
@@ -22,10 +22,27 @@ MODELS = [
 ]
 
 
+BATCH = 2000
+
+
+def _bulk_set(model, changes, db) -> None:
+    """One UPDATE for a batch of (pk, new text)."""
+    connection = connections[db]
+    quote, pk = connection.ops.quote_name, model._meta.pk
+    table = quote(model._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET normalized = v.n FROM unnest(%s::{pk.cast_db_type(connection)}[], %s::text[]) AS v(pk, n) "
+            f"WHERE {table}.{quote(pk.column)} = v.pk",
+            [[c[0] for c in changes], [c[1] for c in changes]],
+        )
+
+
 def normalized_again(apps, schema_editor):
-    """Every tenant's rows (forced row-level security, local to the transaction). A row whose new text would
-    collide with a row already holding it under a unique constraint keeps its old text: the other row answers
-    that text exactly, and this one still serves as a semantic anchor."""
+    """Every tenant's rows (forced row-level security, local to the transaction), in batches of one UPDATE each.
+    A row whose new text would collide with a row already holding it under a unique constraint keeps its old text
+    (its batch is then written row by row): the other row answers that text exactly, and this one still serves as a
+    semantic anchor."""
     db = schema_editor.connection.alias
     with schema_editor.connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('app.tenant_ids', true)")
@@ -35,18 +52,27 @@ def normalized_again(apps, schema_editor):
     for name in MODELS:
         model = apps.get_model("learning", name)
         limit = model._meta.get_field("normalized").max_length
-        rows = list(model._base_manager.using(db).filter(normalized__regex=pattern).values_list("pk", "normalized"))
-        changed = kept = 0
-        for pk, normalized in rows:
-            new = normalize_phrase(normalized)[:limit]
-            if new == normalized:
+        rows = model._base_manager.using(db).filter(normalized__regex=pattern).order_by("pk").values_list("pk", "normalized")
+        changed = kept = last = 0
+        while batch := list(rows.filter(pk__gt=last)[:BATCH]):
+            last = batch[-1][0]
+            changes = [(pk, new) for pk, old in batch if (new := normalize_phrase(old)[:limit]) != old]
+            if not changes:
                 continue
             try:
                 with transaction.atomic(using=db):
-                    model._base_manager.using(db).filter(pk=pk).update(normalized=new)
-                changed += 1
+                    _bulk_set(model, changes, db)
+                changed += len(changes)
+                continue
             except IntegrityError:
-                kept += 1
+                pass
+            for pk, new in changes:
+                try:
+                    with transaction.atomic(using=db):
+                        model._base_manager.using(db).filter(pk=pk).update(normalized=new)
+                    changed += 1
+                except IntegrityError:
+                    kept += 1
         if changed or kept:
             logger.info("%s: %d normalised again, %d kept (another row holds the new text)", name, changed, kept)
     with schema_editor.connection.cursor() as cursor:

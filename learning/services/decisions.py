@@ -400,8 +400,11 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
 
 
 def _heads_recorded(fit: DecisionFit, heads: int) -> None:
-    """The fit's params say how many heads it was saved with, so a resolver that finds none knows one is missing."""
-    fit.params = {**fit.params, "heads": heads}
+    """The fit's params say whether it was saved with a deployment head (``heads``: 1 or 0), so a resolver that
+    finds none knows one is missing; users' own heads are optional (a user without one decides with the
+    deployment's)."""
+    deployment = DecisionHead.objects.filter(fit=fit, user_id__isnull=True).exists() if heads else False
+    fit.params = {**fit.params, "heads": int(deployment)}
     fit.save(update_fields=["params"])
 
 
