@@ -189,3 +189,28 @@ def test_a_stored_vector_with_no_direction_compares_with_nothing_and_never_fails
         assert body["explanation"]["blocks_unchecked"] == ["email.send"] and body["verb"] != "email.send"
     else:
         assert all(c["matched_phrase"] != "mail my boss now" for c in body["candidates"])
+
+
+def test_vectors_without_direction_stored_before_are_cleared_so_every_block_still_blocks(prior):
+    """Beyond the nearest blocks the resolver reads, a zero-vector block would go unseen: the migration clears such
+    vectors, and a block without a vector blocks its verb outright until the backfill embeds it again."""
+    import importlib
+    from types import SimpleNamespace
+
+    from django.apps import apps as django_apps
+    from django.db import connection
+
+    from learning.models import PhraseBlock
+    from learning.services.blocks import phrase_block_add
+
+    for i in range(21):
+        phrase_block_add(phrase=f"archive the ledger of region {i}", verb_name="meeting.book", user_id="alice")
+    block = phrase_block_add(phrase="send the payroll file", verb_name="email.send")[0]
+    PhraseBlock.objects.filter(pk=block.pk).update(embedding=[0.0] * 384)
+    migration = importlib.import_module("embeddings.migrations.0002_vectors_without_direction_cleared")
+    migration.vectors_without_direction_cleared(django_apps, SimpleNamespace(connection=connection))
+    cleared = PhraseBlock.objects.get(pk=block.pk)
+    assert cleared.embedding is None and cleared.embedding_model == ""
+    assert PhraseBlock.objects.exclude(pk=block.pk).filter(embedding__isnull=True).count() == 0
+    r = resolve(text=TEXT, user_id="alice")
+    assert "email.send" in r.explanation["blocks_unchecked"] and r.verb != "email.send"
