@@ -532,8 +532,8 @@ RESOLUTION_PROFILES = {
         "decide_similarity": 0.90,
     },
 }
-RESOLUTION_OVERRIDES = {
-    k: env_float(f"RESOLVE_{k.upper()}", 0.0)
+RESOLUTION_OVERRIDES = {  # cosines, margins and windows between scores: -1 to 1 (a percent typo stops the start)
+    k: env_float(f"RESOLVE_{k.upper()}", 0.0, minimum=-1.0, maximum=1.0)
     for k in (
         "learned_threshold",
         "blocklist_threshold",
@@ -552,7 +552,7 @@ for _key, _old_name in (
     ("decide_similarity", "FEEDBACK_DECIDE_SIMILARITY"),
 ):
     if os.environ.get(_old_name, "").strip() and _key not in RESOLUTION_OVERRIDES:  # the names these had before
-        RESOLUTION_OVERRIDES[_key] = env_float(_old_name, 0.0)
+        RESOLUTION_OVERRIDES[_key] = env_float(_old_name, 0.0, minimum=-1.0, maximum=1.0)
 # Retrieval floors from the deployment's own phrases: each floor is this quantile of the cosines between its
 # catalogue (and global learned) phrases of different verbs, i.e. how rarely unrelated text of this domain comes
 # that close with this model. min_score: a semantic candidate is offered; learned_threshold: a learned phrase
@@ -719,7 +719,7 @@ MEMORY_MIN_CONTENT_WORDS = env_int("MEMORY_MIN_CONTENT_WORDS", 4, minimum=0)
 MEMORY_MAX_SPECIFIC_RATIO = env_float("MEMORY_MAX_SPECIFIC_RATIO", 0.25, minimum=0.0, maximum=1.0)
 MEMORY_MAX_FEEDBACK_IDS = env_int("MEMORY_MAX_FEEDBACK_IDS", 100, minimum=0)
 MEMORY_LAZY_EMBED_BATCH = env_int("MEMORY_LAZY_EMBED_BATCH", 64, minimum=1)
-MEMORY_PURGE_DEFAULT_DAYS = env_int("MEMORY_PURGE_DEFAULT_DAYS", 90, minimum=0)
+MEMORY_PURGE_DEFAULT_DAYS = env_int("MEMORY_PURGE_DEFAULT_DAYS", 90, minimum=1)  # a purge needs at least a day
 # Extractor: "deterministic" (default) or "llm" (OpenAI-compatible chat model; needs MEMORY_LLM_MODEL).
 MEMORY_EXTRACTOR = env_choice("MEMORY_EXTRACTOR", "deterministic", ("deterministic", "llm"))
 MEMORY_LLM_MODEL = os.environ.get("MEMORY_LLM_MODEL", "")

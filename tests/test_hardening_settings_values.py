@@ -253,3 +253,22 @@ def test_manage_py_check_stops_naming_the_variable_without_a_traceback_of_the_ca
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("django.core.exceptions.ImproperlyConfigured: API_KEY_RATE='abc'"), last
     assert "During handling of the above exception" not in result.stderr
+
+
+# --- thresholds and ages whose meaning has a range ---
+
+
+@pytest.mark.parametrize(
+    "name,value", [("RESOLVE_MIN_SCORE", "80"), ("RESOLVE_MARGIN", "-2"), ("FEEDBACK_DECIDE_SIMILARITY", "90")]
+)
+def test_a_resolver_threshold_outside_what_a_cosine_can_be_stops_the_start(load, name, value):
+    refused(load, name, **{name: value})
+
+
+def test_a_resolver_threshold_within_range_is_pinned_and_zero_rule_expiry_means_never(load):
+    names = load(RESOLVE_MIN_SCORE="0.4", CORRECTION_RULE_EXPIRY_DAYS="0")
+    assert names["RESOLUTION_OVERRIDES"]["min_score"] == 0.4 and names["CORRECTION_RULE_EXPIRY_DAYS"] == 0
+
+
+def test_a_memory_purge_age_of_zero_days_stops_the_start(load):
+    refused(load, "MEMORY_PURGE_DEFAULT_DAYS", MEMORY_PURGE_DEFAULT_DAYS="0")
