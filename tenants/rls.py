@@ -6,6 +6,8 @@ table owner, the app's own role, is bound too) and one policy that reads ``app.t
 role that is neither (docs/tenants.md).
 """
 
+from contextlib import contextmanager
+
 from django.db import migrations
 
 FUNCTIONS_SQL = """
@@ -188,3 +190,16 @@ def tables_with_rls(connection) -> set[str]:
             "WHERE n.nspname = current_schema() AND c.relrowsecurity AND c.relforcerowsecurity"
         )
         return {row[0] for row in cursor.fetchall()}
+
+
+@contextmanager
+def every_tenant(connection):
+    """For a data migration: every tenant's rows in scope (``app.tenant_ids`` = ``*``, local to the migration's
+    transaction), then the previous scope back."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('app.tenant_ids', true)")
+        previous = cursor.fetchone()[0] or ""
+        cursor.execute("SELECT set_config('app.tenant_ids', '*', true)")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('app.tenant_ids', %s, true)", [previous])

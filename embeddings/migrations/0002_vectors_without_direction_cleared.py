@@ -6,6 +6,8 @@ import logging
 
 from django.db import migrations
 
+from tenants.rls import every_tenant
+
 logger = logging.getLogger(__name__)
 
 MIN_NORM = 1e-6  # embeddings.embedders.MIN_NORM when this was written
@@ -15,10 +17,7 @@ def vectors_without_direction_cleared(apps, schema_editor):
     """Every tenant's rows (forced row-level security, local to the transaction), one UPDATE a table."""
     connection = schema_editor.connection
     quote = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('app.tenant_ids', true)")
-        previous = cursor.fetchone()[0] or ""
-        cursor.execute("SELECT set_config('app.tenant_ids', '*', true)")
+    with every_tenant(connection), connection.cursor() as cursor:
         for model in apps.get_models():
             names = {f.name for f in model._meta.concrete_fields}
             if not {"embedding", "embedding_model", "embedding_hash"} <= names or model._meta.proxy:
@@ -30,7 +29,6 @@ def vectors_without_direction_cleared(apps, schema_editor):
             )
             if cursor.rowcount:
                 logger.info("%s: %d vector(s) with no direction cleared", model._meta.label, cursor.rowcount)
-        cursor.execute("SELECT set_config('app.tenant_ids', %s, true)", [previous])
 
 
 class Migration(migrations.Migration):

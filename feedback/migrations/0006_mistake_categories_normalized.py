@@ -9,6 +9,7 @@ from django.db import IntegrityError, migrations, transaction
 from django.utils import timezone
 
 from common.text import label_normalize
+from tenants.rls import every_tenant
 
 logger = logging.getLogger(__name__)
 
@@ -18,10 +19,11 @@ def categories_normalized(apps, schema_editor):
     db = schema_editor.connection.alias
     FeedbackRecord = apps.get_model("feedback", "FeedbackRecord")
     MistakePattern = apps.get_model("feedback", "MistakePattern")
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('app.tenant_ids', true)")
-        previous = cursor.fetchone()[0] or ""
-        cursor.execute("SELECT set_config('app.tenant_ids', '*', true)")
+    with every_tenant(schema_editor.connection):
+        _normalized(FeedbackRecord, MistakePattern, db)
+
+
+def _normalized(FeedbackRecord, MistakePattern, db):
     records = FeedbackRecord._base_manager.using(db)
     for old in list(records.exclude(mistake_category="").values_list("mistake_category", flat=True).distinct()):
         new = label_normalize(old)[:60]
@@ -46,8 +48,6 @@ def categories_normalized(apps, schema_editor):
             )
     if kept:
         logger.info("%d mistake pattern(s) kept their category: another pattern holds the normalised one", kept)
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('app.tenant_ids', %s, true)", [previous])
 
 
 class Migration(migrations.Migration):

@@ -6,6 +6,7 @@ import logging
 from django.db import IntegrityError, connections, migrations, transaction
 
 from common.text import normalize_phrase, rewritten_pattern
+from tenants.rls import every_tenant
 
 logger = logging.getLogger(__name__)
 
@@ -38,45 +39,49 @@ def _bulk_set(model, changes, db) -> None:
         )
 
 
+def _batch_write(model, changes, db) -> tuple[int, int]:
+    """One UPDATE for the batch; when a row of it collides, row by row. Answers (written, kept)."""
+    try:
+        with transaction.atomic(using=db):
+            _bulk_set(model, changes, db)
+        return len(changes), 0
+    except IntegrityError:
+        pass
+    written = 0
+    for pk, new in changes:
+        try:
+            with transaction.atomic(using=db):
+                model._base_manager.using(db).filter(pk=pk).update(normalized=new)
+            written += 1
+        except IntegrityError:
+            pass
+    return written, len(changes) - written
+
+
+def _model_normalized_again(model, pattern: str, db) -> tuple[int, int]:
+    limit = model._meta.get_field("normalized").max_length
+    rows = model._base_manager.using(db).filter(normalized__regex=pattern).order_by("pk").values_list("pk", "normalized")
+    changed = kept = last = 0
+    while batch := list(rows.filter(pk__gt=last)[:BATCH]):
+        last = batch[-1][0]
+        changes = [(pk, new) for pk, old in batch if (new := normalize_phrase(old)[:limit]) != old]
+        written, collided = _batch_write(model, changes, db) if changes else (0, 0)
+        changed, kept = changed + written, kept + collided
+    return changed, kept
+
+
 def normalized_again(apps, schema_editor):
     """Every tenant's rows (forced row-level security, local to the transaction), in batches of one UPDATE each.
     A row whose new text would collide with a row already holding it under a unique constraint keeps its old text
     (its batch is then written row by row): the other row answers that text exactly, and this one still serves as a
     semantic anchor."""
     db = schema_editor.connection.alias
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('app.tenant_ids', true)")
-        previous = cursor.fetchone()[0] or ""
-        cursor.execute("SELECT set_config('app.tenant_ids', '*', true)")
-    pattern = rewritten_pattern()
-    for name in MODELS:
-        model = apps.get_model("learning", name)
-        limit = model._meta.get_field("normalized").max_length
-        rows = model._base_manager.using(db).filter(normalized__regex=pattern).order_by("pk").values_list("pk", "normalized")
-        changed = kept = last = 0
-        while batch := list(rows.filter(pk__gt=last)[:BATCH]):
-            last = batch[-1][0]
-            changes = [(pk, new) for pk, old in batch if (new := normalize_phrase(old)[:limit]) != old]
-            if not changes:
-                continue
-            try:
-                with transaction.atomic(using=db):
-                    _bulk_set(model, changes, db)
-                changed += len(changes)
-                continue
-            except IntegrityError:
-                pass
-            for pk, new in changes:
-                try:
-                    with transaction.atomic(using=db):
-                        model._base_manager.using(db).filter(pk=pk).update(normalized=new)
-                    changed += 1
-                except IntegrityError:
-                    kept += 1
-        if changed or kept:
-            logger.info("%s: %d normalised again, %d kept (another row holds the new text)", name, changed, kept)
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('app.tenant_ids', %s, true)", [previous])
+    with every_tenant(schema_editor.connection):
+        pattern = rewritten_pattern()
+        for name in MODELS:
+            changed, kept = _model_normalized_again(apps.get_model("learning", name), pattern, db)
+            if changed or kept:
+                logger.info("%s: %d normalised again, %d kept (another row holds the new text)", name, changed, kept)
 
 
 class Migration(migrations.Migration):

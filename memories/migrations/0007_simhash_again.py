@@ -5,22 +5,20 @@ from django.db import migrations
 
 from common.text import rewritten_pattern
 from memories.simhash import simhash_hex
+from tenants.rls import every_tenant
 
 
 def simhash_again(apps, schema_editor):
     """Every tenant's memories (forced row-level security, local to the transaction)."""
     db = schema_editor.connection.alias
     Memory = apps.get_model("memories", "Memory")
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('app.tenant_ids', true)")
-        previous = cursor.fetchone()[0] or ""
-        cursor.execute("SELECT set_config('app.tenant_ids', '*', true)")
-    rows = list(Memory._base_manager.using(db).filter(content__regex=rewritten_pattern()).values_list("pk", "content", "simhash"))
-    for pk, content, fingerprint in rows:
-        if simhash_hex(content) != fingerprint:
-            Memory._base_manager.using(db).filter(pk=pk).update(simhash=simhash_hex(content))
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('app.tenant_ids', %s, true)", [previous])
+    with every_tenant(schema_editor.connection):
+        rows = list(
+            Memory._base_manager.using(db).filter(content__regex=rewritten_pattern()).values_list("pk", "content", "simhash")
+        )
+        for pk, content, fingerprint in rows:
+            if simhash_hex(content) != fingerprint:
+                Memory._base_manager.using(db).filter(pk=pk).update(simhash=simhash_hex(content))
 
 
 class Migration(migrations.Migration):
