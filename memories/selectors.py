@@ -12,6 +12,7 @@ from datetime import datetime
 
 import numpy as np
 from django.conf import settings
+from django.db import connection
 from django.db.models import Q, QuerySet
 from pgvector.django import CosineDistance
 
@@ -281,21 +282,44 @@ def memories_needing_embedding(*, model: str, user_id: str | None = None, namesp
     return qs
 
 
+VERSION_CHAIN_MAX = 200  # versions read each way; a chain longer than that is cut (and one that loops stops)
+
+_CHAIN_SQL = """
+WITH RECURSIVE older(id, next_id, depth) AS (
+    SELECT id, supersedes_id, 0 FROM {table} WHERE id = %(id)s
+  UNION ALL
+    SELECT m.id, m.supersedes_id, o.depth - 1 FROM {table} m JOIN older o ON m.id = o.next_id WHERE o.depth > -%(max)s
+), newer(id, depth) AS (
+    SELECT id, 0 FROM {table} WHERE id = %(id)s
+  UNION ALL
+    SELECT (SELECT m.id FROM {table} m WHERE m.supersedes_id = n.id AND m.user_id = %(user)s ORDER BY m.id LIMIT 1),
+           n.depth + 1
+      FROM newer n WHERE n.id IS NOT NULL AND n.depth < %(max)s
+)
+SELECT id, depth FROM older UNION ALL SELECT id, depth FROM newer WHERE id IS NOT NULL AND depth > 0
+"""
+
+
 def memory_version_chain(*, memory: Memory) -> list[Memory]:
-    """Oldest first: the versions this memory superseded, itself, and the versions that superseded it."""
-    chain = [memory]
-    seen = {memory.pk}
-    older = memory.supersedes
-    while older is not None and older.pk not in seen:
-        chain.insert(0, older)
-        seen.add(older.pk)
-        older = older.supersedes
-    newer = Memory.objects.filter(supersedes=memory, user_id=memory.user_id).order_by("id").first()
-    while newer is not None and newer.pk not in seen:
-        chain.append(newer)
-        seen.add(newer.pk)
-        newer = Memory.objects.filter(supersedes=newer, user_id=memory.user_id).order_by("id").first()
-    return chain
+    """Oldest first: the versions this memory superseded, itself, and the versions that superseded it (the user's
+    own). Two queries whatever its length: the chain's ids (one recursive statement), then its rows."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _CHAIN_SQL.format(table=connection.ops.quote_name(Memory._meta.db_table)),
+            {"id": memory.pk, "user": memory.user_id, "max": VERSION_CHAIN_MAX},
+        )
+        steps = cursor.fetchall()
+    older = sorted((step for step in steps if step[1] <= 0), key=lambda step: -step[1])  # the memory first, outward
+    newer = sorted((step for step in steps if step[1] > 0), key=lambda step: step[1])
+    ids, seen = [], set()
+    for direction in (older, newer):
+        for pk, depth in direction:
+            if pk in seen:  # a version seen already closes a loop: the chain stops there
+                break
+            seen.add(pk)
+            ids.append((depth, pk))
+    rows = Memory.objects.in_bulk([pk for _, pk in ids])
+    return [rows[pk] for _, pk in sorted(ids) if pk in rows]
 
 
 # --- Search (API and the search_memories command) ---

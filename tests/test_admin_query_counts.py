@@ -74,3 +74,38 @@ def test_transitions_and_actions_come_in_pages_with_the_deciding_keys_agent_read
     assert [a["name"] for a in actions.json()] == ["task.step_03", "task.step_04", "task.step_05"]
     assert actions.headers["X-Total-Count"] == str(Action.objects.count())
     assert governance.get("/api/v1/actions", {"limit": 5000}).status_code == 400
+
+
+def _chain(n):
+    from tests.conftest import make_memory
+
+    versions = []
+    for i in range(n):
+        versions.append(
+            make_memory(
+                content=f"Deploy the app with release {i} of the runbook.",
+                version=i + 1,
+                supersedes=versions[-1] if versions else None,
+            )
+        )
+    return versions
+
+
+def test_a_memorys_version_chain_is_read_in_two_queries_whatever_its_length():
+    from memories.models import Memory
+    from memories.selectors import memory_version_chain
+    from tests.conftest import make_memory
+
+    versions = _chain(8)
+    for middle in (versions[0], versions[3], versions[7]):
+        with CaptureQueriesContext(connection) as seen:
+            chain = memory_version_chain(memory=middle)
+        assert [m.pk for m in chain] == [v.pk for v in versions] and len(seen.captured_queries) == 2
+    other = make_memory(content="Rotate the logs weekly.")
+    assert memory_version_chain(memory=other) == [other]
+    Memory.objects.filter(pk=versions[0].pk).update(supersedes=versions[7])  # a loop (a damaged row): it stops
+    looped = [m.pk for m in memory_version_chain(memory=versions[3])]
+    assert sorted(looped) == sorted(v.pk for v in versions)  # each version once, and the walk ends
+    root = signed_in(reviewer_user("root", superuser=True))
+    page = root.get(f"/admin/memories/memory/{versions[3].pk}/change/")
+    assert page.status_code == 200 and f"#{versions[7].pk} v8" in page.content.decode()
