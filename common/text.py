@@ -36,16 +36,31 @@ def visible_text(text: str) -> str:
     return _BLANK.sub(_blank, text)
 
 
+def _span(first: str, after: str) -> list[str]:
+    """The characters from ``first`` up to, not including, ``after``."""
+    return [chr(c) for c in range(ord(first), ord(after))]
+
+
 # Typographic quotes, apostrophes and dashes read as the plain ones a keyboard types, so a phone's "I’m" (smart
-# punctuation) matches a desktop's "I'm" (code points in decimal): the single quotes and the primes, the modifier
-# letter apostrophe, the grave and acute accents typed as apostrophes; the double quotes, double prime and
-# guillemets; the hyphens and dashes and the minus sign.
+# punctuation) matches a desktop's "I'm".
+_SINGLE_QUOTES = [
+    *_span("\N{LEFT SINGLE QUOTATION MARK}", "\N{LEFT DOUBLE QUOTATION MARK}"),  # left, right, low, reversed
+    "\N{PRIME}",
+    "\N{REVERSED PRIME}",
+    "\N{MODIFIER LETTER APOSTROPHE}",
+    "\N{GRAVE ACCENT}",  # typed as an apostrophe
+    "\N{ACUTE ACCENT}",
+]
+_DOUBLE_QUOTES = [
+    *_span("\N{LEFT DOUBLE QUOTATION MARK}", "\N{DAGGER}"),  # left, right, low, reversed
+    "\N{DOUBLE PRIME}",
+    "\N{REVERSED DOUBLE PRIME}",
+    "\N{LEFT-POINTING DOUBLE ANGLE QUOTATION MARK}",
+    "\N{RIGHT-POINTING DOUBLE ANGLE QUOTATION MARK}",
+]
+_DASHES = [*_span("\N{HYPHEN}", "\N{DOUBLE VERTICAL LINE}"), "\N{MINUS SIGN}"]  # hyphens, dashes, the bar
 _PLAIN_PUNCTUATION = str.maketrans(
-    {
-        **dict.fromkeys([8216, 8217, 8218, 8219, 8242, 8245, 700, 96, 180], "'"),
-        **dict.fromkeys([8220, 8221, 8222, 8223, 8243, 8246, 171, 187], '"'),
-        **dict.fromkeys([*range(8208, 8214), 8722], "-"),
-    }
+    {**dict.fromkeys(_SINGLE_QUOTES, "'"), **dict.fromkeys(_DOUBLE_QUOTES, '"'), **dict.fromkeys(_DASHES, "-")}
 )
 
 
@@ -79,7 +94,7 @@ def normalize_phrase(text: str) -> str:
 
 def label_normalize(text: str) -> str:
     """A label people type (a mistake category): NFKC, casefolded, without invisible characters, single-spaced, so
-    "Wrong_Target", "WRONG_TARGET" and its fullwidth form are one label."""
+    a category typed in capitals, in lower case or in fullwidth letters is one label."""
     return " ".join(unicodedata.normalize("NFKC", visible_text(text or "")).casefold().split())
 
 
