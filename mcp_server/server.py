@@ -32,18 +32,20 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import close_old_connections
+from django.http import QueryDict
 from django.http.request import HttpHeaders
 from mcp import MCPError
 from mcp.server import Server, ServerRequestContext
 from rest_framework import exceptions
 from rest_framework.views import APIView
 
-from actions.selectors import action_get, action_list
+from actions.selectors import action_count, action_get, action_list
 from agents.authentication import ApiKeyAuthentication, ApiKeyRateThrottle, ScopePermission, client_ip
 from agents.services import idempotency_key_check, idempotent_request_claim, idempotent_request_store
 from autonomy import api as autonomy_api
 from autonomy.serializers import ActionSerializer, ConsultPatternSerializer, ConsultRuleSerializer
 from common.api import exception_handler
+from common.fields import BoundedIntegerField, OffsetField, StrictQuerySerializer
 from common.parsers import PayloadTooLarge, RefusedValue, check_value
 from embeddings.budget import budget_pending, embedding_budget
 from feedback import selectors as feedback_selectors
@@ -76,8 +78,8 @@ lessons per user, and act within the autonomy each action has.
 * consult_action before acting; when approval is required, propose_action, wait for the review
   (get_proposal), run it, then record_outcome.
 * Governance tools (candidates, stats, blocks, imports) need a key with the governance scope.
-Resources: alg://verbs (the verb catalogue), alg://actions (actions and autonomy levels),
-alg://actions/{name} (one action's level and the correction rules in force for you)."""
+Resources: alg://verbs (the verb catalogue), alg://actions (actions and autonomy levels), both in pages
+(read `next` until it is null), alg://actions/{name} (one action's level and the correction rules in force for you)."""
 
 
 # --- Authentication and scope: REST's own code ---------------------------------------------------
@@ -252,6 +254,7 @@ def call_tool_sync(
 VERBS_URI = "alg://verbs"
 ACTIONS_URI = "alg://actions"
 ACTION_PREFIX = "alg://actions/"
+RESOURCE_PAGE_SIZE = 1000  # items of a list resource in one read; ``next`` names the following page
 
 
 # The REST view whose scopes each resource needs.
@@ -262,14 +265,49 @@ RESOURCE_VIEWS: dict[str, type[APIView]] = {
 }
 
 
+class ResourcePageSerializer(StrictQuerySerializer):
+    """A page of a list resource: ``alg://verbs?offset=1000&limit=500``."""
+
+    limit = BoundedIntegerField(
+        required=False, default=RESOURCE_PAGE_SIZE, min_value=1, max_value=RESOURCE_PAGE_SIZE, help_text="At most this many"
+    )
+    offset = OffsetField(default=0, help_text="Skip this many")
+
+
+def _page(base: str, query: str, key: str, rows: Callable[[int, int], list], total: Callable[[], int]) -> Outcome:
+    """One page of a list resource, with the total and the URI of the next page (null after the last)."""
+    page = ResourcePageSerializer(data=QueryDict(query))
+    page.is_valid(raise_exception=True)
+    limit, offset = page.validated_data["limit"], page.validated_data["offset"]
+    items, count = rows(limit, offset), total()
+    more = offset + len(items) < count and len(items) > 0
+    limit_part = f"&limit={limit}" if limit != RESOURCE_PAGE_SIZE else ""
+    return Outcome(
+        data={key: items, "total": count, "next": f"{base}?offset={offset + len(items)}{limit_part}" if more else None}
+    )
+
+
 def read_resource_sync(uri: str, authorization: str | None, client: str) -> Outcome:
     request = authenticate(authorization, client)
-    if uri == VERBS_URI:
+    base, _, query = uri.partition("?")
+    if base == VERBS_URI:
         check_scope(request, RESOURCE_VIEWS[VERBS_URI])
-        return Outcome(data={"verbs": learning_selectors.verb_catalogue()})
-    if uri == ACTIONS_URI:
+        return _page(
+            VERBS_URI,
+            query,
+            "verbs",
+            lambda limit, offset: learning_selectors.verb_catalogue(limit=limit, offset=offset),
+            learning_selectors.verb_count,
+        )
+    if base == ACTIONS_URI:
         check_scope(request, RESOURCE_VIEWS[ACTIONS_URI])
-        return Outcome(data={"actions": plain(ActionSerializer(action_list(), many=True).data)})
+        return _page(
+            ACTIONS_URI,
+            query,
+            "actions",
+            lambda limit, offset: plain(ActionSerializer(action_list(limit=limit, offset=offset), many=True).data),
+            action_count,
+        )
     if uri.startswith(ACTION_PREFIX):
         check_scope(request, RESOURCE_VIEWS[ACTION_PREFIX + "{name}"])
         action = action_get(name=uri.removeprefix(ACTION_PREFIX))
@@ -298,14 +336,20 @@ RESOURCES = [
         uri=VERBS_URI,
         name="verbs",
         title="Verb catalogue",
-        description="The active verbs (actions a user's text can resolve to) with display names, descriptions and example phrases.",
+        description=(
+            "The active verbs (actions a user's text can resolve to) with display names, descriptions and example"
+            " phrases; pages of up to 1,000 with `total` and `next` (the URI of the next page, `?offset=N`)."
+        ),
         mime_type="application/json",
     ),
     types.Resource(
         uri=ACTIONS_URI,
         name="actions",
         title="Actions and autonomy levels",
-        description="Every action with its autonomy level: 1 propose only, 2 act then be reviewed, 3 act alone.",
+        description=(
+            "Every action with its autonomy level: 1 propose only, 2 act then be reviewed, 3 act alone; pages of up"
+            " to 1,000 with `total` and `next` (the URI of the next page, `?offset=N`)."
+        ),
         mime_type="application/json",
     ),
 ]

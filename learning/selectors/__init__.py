@@ -4,6 +4,7 @@ from learning.selectors.aliases import (
     ALIAS_SEMANTIC_THRESHOLDS,
     entity_alias_resolve,
     verb_catalogue,
+    verb_count,
 )
 from learning.selectors.candidates import (
     STATS_RANGES,
@@ -103,6 +104,7 @@ __all__ = [
     "unexpired_blocks",
     "users_with_phrases",
     "verb_catalogue",
+    "verb_count",
     "verb_details",
     "verb_details_forget",
     "verb_evidence_balance",

@@ -2,6 +2,9 @@
 
 from collections import defaultdict
 
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
+
 from common.text import normalize_phrase
 from embeddings.embedders import embed_query
 from embeddings.selectors import nearest
@@ -70,14 +73,27 @@ def entity_alias_resolve(*, text: str, user_id: str | None = None, entity_type: 
     }
 
 
-def verb_catalogue(*, examples: int = 3) -> list[dict]:
-    """The active verbs, by domain and name, with display names, descriptions and a few example phrases."""
-    verbs = list(Verb.objects.filter(is_active=True).order_by("domain", "name"))
+def verb_catalogue(*, examples: int = 3, limit: int | None = None, offset: int = 0) -> list[dict]:
+    """The active verbs, by domain and name, with display names, descriptions and a few example phrases
+    (``limit`` verbs after ``offset``; all without a limit). Only the examples shown are read."""
+    qs = Verb.objects.filter(is_active=True).order_by("domain", "name", "id")
+    verbs = list(qs[offset : offset + limit] if limit is not None else qs[offset:])
+    ranked = (
+        VerbPhrase.objects.filter(verb__in=[v.pk for v in verbs])
+        .annotate(rank=Window(RowNumber(), partition_by=[F("verb_id")], order_by=[F("id").asc()]))
+        .filter(rank__lte=examples)
+        .order_by("verb_id", "id")
+        .values_list("verb_id", "text")
+    )
     phrases: dict[int, list[str]] = defaultdict(list)
-    for verb_id, text in VerbPhrase.objects.filter(verb__in=verbs).order_by("verb_id", "id").values_list("verb_id", "text"):
-        if len(phrases[verb_id]) < examples:
-            phrases[verb_id].append(text)
+    for verb_id, text in ranked if verbs and examples > 0 else ():
+        phrases[verb_id].append(text)
     return [
         {"name": v.name, "domain": v.domain, "display_name": v.label, "description": v.description, "examples": phrases[v.pk]}
         for v in verbs
     ]
+
+
+def verb_count() -> int:
+    """How many verbs are active."""
+    return Verb.objects.filter(is_active=True).count()
