@@ -28,6 +28,7 @@ def _result_store_timeouts() -> dict:
     ``task_send`` does not ask again for ``CELERY_BROKER_DOWN_SKIP_S``."""
     defaults = {
         "redis_socket_connect_timeout": 1,
+        "redis_socket_timeout": settings.CELERY_BROKER_TIMEOUT_S,  # a store that accepts and never answers
         "result_backend_transport_options": {
             "retry_policy": {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
         },

@@ -472,8 +472,13 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A send with the broker down gives up within about a second: a refused connection is tried twice at once, a
-# silent one (a firewall) gets one second in all (connect_retries_timeout).
+# silent one (a firewall) gets one second in all (connect_retries_timeout). A broker or result store that accepts the
+# connection and then never answers (a hung server, a half-open connection after a failover) holds a send at most
+# CELERY_BROKER_TIMEOUT_S a try: without it, a Redis publish waited forever and an AMQP handshake 4 s.
+CELERY_BROKER_TIMEOUT_S = env_float("CELERY_BROKER_TIMEOUT_S", 2.0, minimum=0.1, maximum=120.0)
+CELERY_BROKER_CONNECTION_TIMEOUT = CELERY_BROKER_TIMEOUT_S
 CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_timeout": CELERY_BROKER_TIMEOUT_S,
     "socket_connect_timeout": 1,
     "max_retries": 1,
     "interval_start": 0,

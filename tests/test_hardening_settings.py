@@ -287,6 +287,69 @@ def test_a_send_to_a_broker_that_is_down_gives_up_within_a_second(sends, setting
     assert time.monotonic() - started < 1.0
 
 
+@pytest.fixture
+def silent_server():
+    """A TCP server that accepts connections and never answers (a hung broker, a half-open connection)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list = []
+
+    def accept():
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+    for conn in held:
+        conn.close()
+
+
+@pytest.mark.parametrize("scheme", ["redis", "amqp"])
+def test_a_broker_that_accepts_and_never_answers_holds_a_send_only_for_the_timeout(sends, settings, silent_server, scheme):
+    from common.tasks import task_send
+
+    settings.CELERY_FALLBACK_INLINE = True
+    url = f"redis://127.0.0.1:{silent_server}/0" if scheme == "redis" else f"amqp://guest:guest@127.0.0.1:{silent_server}//"
+    record = _app(
+        f"silent_{scheme}",
+        url,
+        broker_transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS,
+        broker_connection_timeout=settings.CELERY_BROKER_CONNECTION_TIMEOUT,
+    )
+    started = time.monotonic()
+    assert task_send(record, 1) is False and sends == [1]  # before: a Redis publish waited forever
+    assert time.monotonic() - started < 2 * settings.CELERY_BROKER_TIMEOUT_S + 1
+
+
+def test_a_result_store_that_accepts_and_never_answers_holds_a_send_only_for_its_retries(sends, settings, silent_server):
+    from celery import Celery
+
+    from common.tasks import task_send
+    from config.celery import _result_store_timeouts
+
+    settings.CELERY_FALLBACK_INLINE = True
+    other = Celery("silent_store", broker="memory://", backend=f"redis://127.0.0.1:{silent_server}/0", set_as_current=False)
+    other.conf.update(_result_store_timeouts())
+    assert other.conf.redis_socket_timeout == settings.CELERY_BROKER_TIMEOUT_S  # Celery's own default is 120 s
+
+    @other.task(name="tests.silent_store_record")
+    def record(value):
+        SENT.append(value)
+
+    retries = other.conf.result_backend_transport_options["retry_policy"]["max_retries"]
+    started = time.monotonic()
+    assert task_send(record, 1) is False and sends == [1]
+    assert time.monotonic() - started < (retries + 1) * (settings.CELERY_BROKER_TIMEOUT_S + 0.5) + 1
+
+
 def test_after_a_send_that_waited_on_a_down_broker_the_process_does_not_ask_it_for_a_while(sends, settings, monkeypatch):
     from celery import current_app
     from kombu.exceptions import OperationalError

@@ -131,6 +131,7 @@ def test_every_beat_job_has_its_interval_variable_and_a_second_is_accepted(load)
         ({"RESOLVE_MAX_WRONG_RATE": "-0.1"}, "RESOLVE_MAX_WRONG_RATE"),
         ({"MCP_THREADS": "0"}, "MCP_THREADS"),
         ({"CELERY_BROKER_DOWN_SKIP_S": "-1"}, "CELERY_BROKER_DOWN_SKIP_S"),
+        ({"CELERY_BROKER_TIMEOUT_S": "0"}, "CELERY_BROKER_TIMEOUT_S"),  # every send to a live broker would time out
     ],
 )
 def test_a_number_out_of_its_range_stops_the_start(load, env, named):
