@@ -201,16 +201,14 @@ def _owners():
     )
 
 
-@pytest.mark.parametrize("proposer_private", [False, True])
-def test_a_private_agents_governance_key_approves_for_the_proposer_not_for_itself(catalogue, proposer_private):
+def test_a_private_agents_governance_key_approves_for_the_proposer_not_for_itself(catalogue):
     """The deciding key's agent keeping its own users' data private does not make the approved phrase its own: the
-    phrase is the proposer's (a private proposer's own row, else shared) and the approver reads none of it."""
+    phrase is the proposer's and the approver reads none of it. (A candidate only agents with private user data
+    proposed is theirs alone: another agent's key does not read it, tests/test_learning_candidates_private.py.)"""
     from agents.authentication import verified_keys_forget
     from tests.conftest import make_client
 
     proposer = make_client(["resolve", "feedback"], name="proposer")
-    proposer.agent.private_user_data = proposer_private
-    proposer.agent.save()
     approver = make_client(["resolve", "feedback", "governance"], name="approver")
     approver.agent.private_user_data = True
     approver.agent.save()
@@ -218,7 +216,22 @@ def test_a_private_agents_governance_key_approves_for_the_proposer_not_for_itsel
     candidate = _proposed_by(proposer.agent)
     r = approver.post(f"/api/v1/learning/candidates/{candidate.pk}/approve", {}, format="json")
     assert r.status_code == 200, r.content
-    assert _owners() == ({proposer.agent.pk} if proposer_private else {None})
+    assert _owners() == {None}
+
+
+def test_a_reviewer_approves_a_private_agents_candidate_for_that_agent(catalogue):
+    from agents.authentication import verified_keys_forget
+    from tests.conftest import make_client, reviewer_client, reviewer_user
+
+    proposer = make_client(["resolve", "feedback"], name="proposer")
+    proposer.agent.private_user_data = True
+    proposer.agent.save()
+    verified_keys_forget()
+    candidate = _proposed_by(proposer.agent)
+    rita = reviewer_client(reviewer_user("rita", "review_learningcandidate"))
+    r = rita.post(f"/api/v1/learning/candidates/{candidate.pk}/approve", {}, format="json")
+    assert r.status_code == 200, r.content
+    assert _owners() == {proposer.agent.pk}
 
 
 def test_a_candidate_whose_private_proposer_was_deleted_is_not_learned_for_the_shared_agents(catalogue):

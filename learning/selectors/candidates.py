@@ -4,9 +4,11 @@ from datetime import timedelta
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Count, QuerySet
+from django.contrib.postgres.expressions import ArraySubquery
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from agents.models import Agent
 from common.api import NotFound
 from embeddings.selectors import nearest
 from learning.models import (
@@ -18,6 +20,7 @@ from learning.models import (
 from learning.selectors.owners import phrase_owner
 from learning.selectors.review import candidates_waiting
 from learning.selectors.tiers import unexpired_blocks
+from tenants.context import acting_agent_id
 
 STATS_RANGES = {"day": timedelta(days=1), "week": timedelta(weeks=1), "month": timedelta(days=30), "all": None}
 
@@ -38,6 +41,17 @@ def correction_decay_targets(
     return [pk for pk, d in rows if 1.0 - d >= threshold]
 
 
+def candidates_readable() -> QuerySet[LearningCandidate]:
+    """The candidates the caller may read. A reviewer reads every one; an agent's key does not read a candidate that
+    only agents with private user data other than itself proposed or repeated: its text is their users' data."""
+    qs = LearningCandidate.objects.all()
+    me = acting_agent_id()
+    if me is None:
+        return qs
+    shared = ArraySubquery(Agent.objects.filter(private_user_data=False).values("pk"))  # computed once per query
+    return qs.filter(Q(seen_by_agents=[]) | Q(seen_by_agents__contains=[me]) | Q(seen_by_agents__overlap=shared))
+
+
 def candidate_list(
     *,
     status: str | None = None,
@@ -46,8 +60,8 @@ def candidate_list(
     risk_level: str | None = None,
     user_id: str | None = None,
 ) -> QuerySet[LearningCandidate]:
-    """Candidates, pending first, then by occurrences and recency."""
-    qs = LearningCandidate.objects.all()
+    """Candidates the caller may read, pending first, then by occurrences and recency."""
+    qs = candidates_readable()
     if status:
         qs = qs.filter(status=status)
     if candidate_type:
@@ -68,9 +82,14 @@ def pending_first():
 
 
 def top_pending_candidates(limit: int | None = None) -> list[LearningCandidate]:
-    """The most seen candidates that wait for a human (per-user ones that apply themselves do not)."""
+    """The most seen candidates that wait for a human (per-user ones that apply themselves do not), of those the
+    caller may read."""
     limit = limit or settings.LEARNING_STATS_TOP_PENDING
-    return list(candidates_waiting().order_by("-occurrence_count", "-last_seen_at", "-pk")[:limit])
+    return list(
+        candidates_waiting()
+        .filter(pk__in=candidates_readable().values("pk"))
+        .order_by("-occurrence_count", "-last_seen_at", "-pk")[:limit]
+    )
 
 
 def learning_stats(*, time_range: str = "week") -> dict:
@@ -128,9 +147,10 @@ def candidate_id_check(*, candidate_id: int) -> None:
 
 
 def candidate_get(*, candidate_id: int) -> LearningCandidate:
-    """The learning candidate with this id (404 when there is none, out-of-range ids included)."""
+    """The learning candidate with this id (404 when there is none or the caller may not read it, out-of-range ids
+    included)."""
     candidate_id_check(candidate_id=candidate_id)
-    row = LearningCandidate.objects.filter(pk=candidate_id).first()
+    row = candidates_readable().filter(pk=candidate_id).first()
     if row is None:
         raise NotFound(f"No learning candidate {candidate_id}.", field="id")
     return row
