@@ -141,3 +141,23 @@ def test_a_block_on_the_very_text_is_compared_not_unchecked(catalogue):
     phrase_block_add(phrase="wipe the unit", verb_name="cbu.delete")
     r = resolve(text="wipe the unit", user_id="alice")
     assert r.explanation["blocks"] == ["cbu.delete"] and r.explanation["blocks_unchecked"] == []
+
+
+def test_a_global_correction_the_blocks_cannot_be_compared_with_waits_for_review(api, catalogue, embedder_down_later):
+    """A correction of global data only proposes a candidate: with the embedder down it is kept (the candidate's
+    approval checks the blocks); a user's correction, which teaches at once, is still refused."""
+    phrase_block_add(phrase="delete a cbu", verb_name="cbu.delete", reason="needs approval")
+    embedder_down_later()
+    body = {"text": "please remove that unit", "wrong_verb": "cbu.list", "correct_verb": "cbu.delete"}
+    r = api.post("/api/v1/resolutions/correct", body, format="json")
+    assert r.status_code == 200, r.content  # before: 409, the correction lost
+    candidate = LearningCandidate.objects.get(normalized="please remove that unit", user_id=None)
+    assert (candidate.suggested_output, candidate.status) == ("cbu.delete", "pending")
+    with pytest.raises(Conflict, match="could not be compared"):
+        candidate_approve(candidate=candidate)
+    assert not LearnedPhrase.objects.filter(normalized="please remove that unit").exists()
+
+    mine = api.post("/api/v1/resolutions/correct", {**body, "user_id": "alice"}, format="json")
+    assert mine.status_code == 409 and "could not be compared" in mine.json()["detail"]
+    exact = api.post("/api/v1/resolutions/correct", {**body, "text": "delete a cbu"}, format="json")
+    assert exact.status_code == 409 and exact.json()["code"] == "blocked"  # a block on the text itself still refuses

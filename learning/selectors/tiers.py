@@ -453,20 +453,24 @@ def active_blocks(*, user_id: str | None) -> QuerySet[PhraseBlock]:
     return unexpired_blocks().filter(scope_q(user_id))
 
 
-def block_applying(*, normalized: str, verb, user_id: str | None, vector, model: str, threshold: float) -> PhraseBlock | None:
+def block_applying(
+    *, normalized: str, verb, user_id: str | None, vector, model: str, threshold: float, comparable_only: bool = False
+) -> PhraseBlock | None:
     """The block in force in the user's scope that forbids ``verb`` for this text, as the resolver applies blocks:
     one on the text itself, or on a paraphrase (cosine >= ``threshold`` with the text's ``vector``). A block that
     cannot be compared (no vector for the text, or none of ``model`` for the block) answers too: what cannot be
-    checked against a block is not learned."""
+    checked against a block is not learned; with ``comparable_only`` it does not."""
     blocks = active_blocks(user_id=user_id).filter(verb=verb)
     same_text = blocks.filter(normalized=normalized).first()
     if same_text is not None:
         return same_text
     if vector is None:
-        return blocks.first()
-    unchecked = blocks.filter(Q(embedding__isnull=True) | ~Q(embedding_model=model)).first()
-    if unchecked is not None:
-        return unchecked
+        return None if comparable_only else blocks.first()
+    unchecked = Q(embedding__isnull=True) | ~Q(embedding_model=model)
+    if comparable_only:
+        blocks = blocks.exclude(unchecked)
+    elif (first_unchecked := blocks.filter(unchecked).first()) is not None:
+        return first_unchecked
     return (
         blocks.annotate(distance=CosineDistance("embedding", vector))
         .filter(distance__lte=1.0 - threshold)

@@ -83,15 +83,33 @@ def _phrase_block_put(
 
 
 def block_refusal_check(
-    *, text: str, normalized: str, verb: Verb, user_id: str | None, vectors, model: str, field: str, hint: str = ""
+    *,
+    text: str,
+    normalized: str,
+    verb: Verb,
+    user_id: str | None,
+    vectors,
+    model: str,
+    field: str,
+    hint: str = "",
+    comparable_only: bool = False,
 ) -> None:
     """409 ``blocked`` naming ``field`` when a block in force forbids ``verb`` for the text or a paraphrase of it
     (as the resolver applies blocks); when the text cannot be compared with a block of the verb (no vector: the
-    embedder is down; or the block has none of ``model``), it is refused too, saying so. ``hint`` ends the message
-    of a block that applies."""
+    embedder is down; or the block has none of ``model``), it is refused too, saying so, unless ``comparable_only``
+    (for a write that teaches nothing until a check of its own, such as a candidate's approval). ``hint`` ends the
+    message of a block that applies."""
     vector = vectors[0] if vectors is not None else None
     threshold = profile(model or None)["blocklist_threshold"]
-    block = block_applying(normalized=normalized, verb=verb, user_id=user_id, vector=vector, model=model, threshold=threshold)
+    block = block_applying(
+        normalized=normalized,
+        verb=verb,
+        user_id=user_id,
+        vector=vector,
+        model=model,
+        threshold=threshold,
+        comparable_only=comparable_only,
+    )
     if block is None:
         return
     if block.normalized == normalized:

@@ -45,8 +45,17 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
     correct = _verb_by_name(correct_verb, field="correct_verb")
 
     vectors, model = embeddings_compute(texts=[normalized])
+    # A global correction teaches nothing before review (a candidate, whose approval checks every block again):
+    # a block it cannot compare with now (the embedder down) does not refuse it; one that applies does.
     block_refusal_check(
-        text=text, normalized=normalized, verb=correct, user_id=user_id, vectors=vectors, model=model, field="correct_verb"
+        text=text,
+        normalized=normalized,
+        verb=correct,
+        user_id=user_id,
+        vectors=vectors,
+        model=model,
+        field="correct_verb",
+        comparable_only=user_id is None,
     )
     if user_id is None:
         result = _correction_global(text=text, normalized=normalized, wrong=wrong, correct=correct)
