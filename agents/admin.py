@@ -9,7 +9,7 @@ from rest_framework.authtoken.models import TokenProxy
 from agents.authentication import verified_keys_forget
 from agents.models import Agent, ApiKey, Scope
 from agents.services import agent_name_validate, api_key_name_validate, api_key_revoke, api_key_scopes_validate, api_key_update
-from common.admin import HistoryAdmin
+from common.admin import BoundedRelatedFilter, HistoryAdmin
 from common.api import ApplicationError
 from tenants.admin import TenantChoiceMixin
 from tenants.context import tenant_filter_ids
@@ -94,7 +94,7 @@ class ApiKeyAdmin(ForgetVerifiedKeysMixin, HistoryAdmin):
 
     form = ApiKeyForm
     list_display = ["name", "agent", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]
-    list_filter = [("revoked_at", admin.EmptyFieldListFilter), "agent"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), ("agent", BoundedRelatedFilter)]
     search_fields = ["name", "prefix", "agent__name"]
     readonly_fields = ["agent", "prefix", "created_at", "last_used_at", "revoked_at"]
     fields = ["agent", "name", "prefix", "scopes", "created_at", "last_used_at", "revoked_at"]

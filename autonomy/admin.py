@@ -12,7 +12,7 @@ from autonomy import selectors as autonomy_selectors
 from autonomy import services as autonomy_services
 from autonomy.calibration import bucket_labels
 from autonomy.models import AutonomyTransition, CalibrationRecord, Episode, EpisodeEvent, TransitionStatus
-from common.admin import HistoryAdmin, pretty_json, run_bulk
+from common.admin import BoundedRelatedFilter, HistoryAdmin, RelatedHistoryRows, pretty_json, run_bulk
 
 APPROVE_PERMISSION = "autonomy.approve_autonomytransition"
 
@@ -23,7 +23,7 @@ class CalibrationRecordAdmin(admin.ModelAdmin):
 
     change_form_template = "admin/autonomy/calibrationrecord/change_form.html"
     list_display = ["id", "agent", "scope", "computed_at", "sample_count", "ece", "recommended_adjustment"]
-    list_filter = ["agent", ("action", admin.EmptyFieldListFilter)]
+    list_filter = [("agent", BoundedRelatedFilter), ("action", admin.EmptyFieldListFilter)]
     list_select_related = ["agent", "action"]
     readonly_fields = [
         "agent",
@@ -82,12 +82,12 @@ class CalibrationRecordAdmin(admin.ModelAdmin):
 
 
 @admin.register(AutonomyTransition)
-class AutonomyTransitionAdmin(HistoryAdmin):
+class AutonomyTransitionAdmin(RelatedHistoryRows, HistoryAdmin):
     """Proposed autonomy changes with their evidence. The page is read-only: a transition is decided in the review
     inbox or by the bulk actions, each behind a confirmation naming the action and both levels."""
 
     list_display = ["id", "action", "from_level", "to_level", "status", "created_at", "decided_at", "decided_by"]
-    list_filter = ["status", "action"]
+    list_filter = ["status", ("action", BoundedRelatedFilter)]
     list_select_related = ["action", "decided_by"]
     readonly_fields = [
         "action",
@@ -213,7 +213,7 @@ class EpisodeAdmin(admin.ModelAdmin):
     """Episodic memory: each learning run and its ordered events."""
 
     list_display = ["id", "agent", "kind", "trigger", "status", "started_at", "finished_at", "summary_text"]
-    list_filter = ["status", "kind", "trigger", "agent"]
+    list_filter = ["status", "kind", "trigger", ("agent", BoundedRelatedFilter)]
     list_select_related = ["agent"]
     readonly_fields = ["agent", "kind", "trigger", "status", "started_at", "finished_at", "summary_text", "summary_json"]
     fields = readonly_fields

@@ -3,8 +3,8 @@
 import json
 
 from django import forms
-from django.contrib import messages
-from django.contrib.admin.utils import unquote
+from django.contrib import admin, messages
+from django.contrib.admin.utils import get_last_value_from_parameters, unquote
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponseNotAllowed
 from django.urls import reverse
@@ -49,6 +49,91 @@ class HistoryAdmin(SimpleHistoryAdmin):
         if request.method != "GET":
             return HttpResponseNotAllowed(["GET"], "A past version is shown, not restored.")
         return super().history_form_view(request, object_id, version_id, extra_context=extra_context)
+
+
+class RelatedHistoryRows:
+    """For a ``HistoryAdmin`` whose model's ``__str__`` follows foreign keys: each row of the history page is named
+    with the related rows simple_history reads with the versions (one join), not with a query per row."""
+
+    def set_history_delta_changes(self, request, historical_records, foreign_keys_are_objs=True):
+        for record in historical_records:
+            version = record.history_object  # a new instance at each read: kept on the record for the template
+            for field in version._meta.concrete_fields:
+                if field.many_to_one and field.name in record._state.fields_cache:
+                    field.set_cached_value(version, record._state.fields_cache[field.name])
+            record.history_object = version
+        return super().set_history_delta_changes(request, historical_records, foreign_keys_are_objs)
+
+
+FILTER_CHOICES_MAX = 50  # a bounded filter links to at most this many rows; beyond, it asks for a name
+
+
+class BoundedRelatedFilter(admin.RelatedFieldListFilter):
+    """A filter by a related row (an agent, an action) that stays small however many rows there are.
+
+    It links to each related row while there are at most ``FILTER_CHOICES_MAX``; beyond, it shows a name search
+    (``<field>_name``: the name contains it, in any case; it filters the list too and keeps the other parameters)
+    and links to the first rows whose name matches. The rows come from the related model's manager, which holds
+    the request's tenant scope, so a reviewer is offered only their tenants' rows. Django's parameters
+    (``<field>__id__exact``, ``<field>__isnull``) keep working, and the row chosen is listed even when it is not
+    among the first."""
+
+    template = "admin/bounded_related_filter.html"
+    search_field = "name"
+
+    def __init__(self, field, request, params, model, model_admin, field_path):
+        # "agent_name", not "agent__name__icontains": the admin allows a lookup across a relation only when a
+        # list filter names it, while a name that is no field is the filter's own parameter
+        self.lookup_kwarg_search = f"{field_path}_{self.search_field}"
+        self.search_value = (get_last_value_from_parameters(params, self.lookup_kwarg_search) or "").strip()
+        self.truncated = False
+        self.search_keep = []
+        super().__init__(field, request, params, model, model_admin, field_path)
+        self.used_parameters.pop(self.lookup_kwarg_search, None)  # applied by ``queryset``, an empty one not at all
+
+    def expected_parameters(self):
+        return [*super().expected_parameters(), self.lookup_kwarg_search]
+
+    def queryset(self, request, queryset):
+        queryset = super().queryset(request, queryset)
+        if self.search_value:
+            queryset = queryset.filter(**{f"{self.field_path}__{self.search_field}__icontains": self.search_value})
+        return queryset
+
+    def field_choices(self, field, request, model_admin):
+        key = field.target_field
+        rows = field.remote_field.model._default_manager.complex_filter(field.get_limit_choices_to())
+        named = rows.filter(**{f"{self.search_field}__icontains": self.search_value}) if self.search_value else rows
+        ordering = self.field_admin_ordering(field, request, model_admin) or (self.search_field,)
+        choices = list(named.order_by(*ordering).values_list(key.attname, self.search_field)[: FILTER_CHOICES_MAX + 1])
+        self.truncated = len(choices) > FILTER_CHOICES_MAX
+        choices = choices[:FILTER_CHOICES_MAX]
+        listed = {str(pk) for pk, _ in choices}
+        chosen = []
+        for value in self.lookup_val or []:
+            try:
+                chosen.append(key.to_python(value))
+            except ValidationError:
+                continue  # not a key: the list answers it as Django's filter would
+        chosen = [pk for pk in chosen if str(pk) not in listed]
+        if chosen:
+            choices += list(rows.filter(**{f"{key.attname}__in": chosen}).values_list(key.attname, self.search_field))
+        return choices
+
+    def has_output(self):
+        return self.truncated or bool(self.search_value) or super().has_output()
+
+    def choices(self, changelist):
+        own = {self.lookup_kwarg, self.lookup_kwarg_isnull, self.lookup_kwarg_search}
+        self.search_keep = [(k, v) for k, values in changelist.filter_params.items() if k not in own for v in values]
+        for i, choice in enumerate(super().choices(changelist)):
+            if i == 0:  # "All" drops the name search too
+                choice = {
+                    **choice,
+                    "selected": choice["selected"] and not self.search_value,
+                    "query_string": changelist.get_query_string(remove=sorted(own)),
+                }
+            yield choice
 
 
 def pretty_json(value) -> str:

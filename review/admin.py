@@ -20,6 +20,7 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
+from common.admin import BoundedRelatedFilter
 from common.api import ApplicationError, NotFound
 from review import selectors, services
 from review.models import Decision, Kind
@@ -270,7 +271,7 @@ class DecisionAdmin(admin.ModelAdmin):
         "verdict",
         "category",
         ("user", admin.RelatedOnlyFieldListFilter),
-        ("agent", admin.RelatedOnlyFieldListFilter),
+        ("agent", BoundedRelatedFilter),
     ]
     search_fields = ["summary", "reason", "user__username", "agent__name"]
     date_hierarchy = "decided_at"

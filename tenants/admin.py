@@ -4,6 +4,7 @@ from contextlib import nullcontext
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.widgets import AutocompleteSelect
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
@@ -102,13 +103,47 @@ class SuperuserOnly:
         return request.user.is_superuser
 
 
+class _ReadUserSelect(AutocompleteSelect):
+    """The user autocomplete of a membership row, labelled with the user the row was read with: Django's widget
+    reads its chosen user again, one query per row of the inline. Another value (a row being changed) is read."""
+
+    read: dict = {}  # str(user id) -> label, set by the row's form
+
+    def optgroups(self, name, value, attr=None):
+        chosen = {str(v) for v in value if str(v) not in self.choices.field.empty_values}
+        if not chosen or not chosen <= self.read.keys():
+            return super().optgroups(name, value, attr)
+        options = [] if self.is_required else [self.create_option(name, "", "", False, 0)]
+        for key in sorted(chosen):
+            options.append(self.create_option(name, key, self.read[key], chosen, len(options)))
+        return [(None, options, 0)]
+
+
+class MembershipInlineForm(forms.ModelForm):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        field = self.fields.get("user")
+        if field is not None and self.instance.pk and Membership.user.is_cached(self.instance):
+            widget = getattr(field.widget, "widget", field.widget)  # inside the add/change links' wrapper
+            if isinstance(widget, _ReadUserSelect):
+                widget.read = {str(self.instance.user_id): field.label_from_instance(self.instance.user)}
+
+
 class MembershipInline(admin.TabularInline):
+    """A tenant's reviewers; the page reads the same queries however many there are."""
+
     model = Membership
+    form = MembershipInlineForm
     extra = 0
     autocomplete_fields = ["user"]
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("user", "tenant")
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "user":
+            kwargs.setdefault("widget", _ReadUserSelect(db_field, self.admin_site, using=kwargs.get("using")))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
 @admin.register(Tenant)

@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect, StreamingHttpResponse
 from django.urls import path, reverse
 
+from common.admin import BoundedRelatedFilter
 from feedback.admin.reviews import FeedbackRecordReadOnlyMixin
 from feedback.models import (
     FeedbackRecordArchive,
@@ -57,7 +58,7 @@ class FeedbackRecordArchiveAdmin(FeedbackRecordReadOnlyMixin, admin.ModelAdmin):
         "created_at",
         "archived_at",
     ]
-    list_filter = ["feedback_type", "agent", "action", "source"]
+    list_filter = ["feedback_type", ("agent", BoundedRelatedFilter), ("action", BoundedRelatedFilter), "source"]
     list_select_related = ["agent", "action"]
     search_fields = ["human_explanation", "mistake_category"]
     date_hierarchy = "created_at"

@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from common.admin import HistoryAdmin, confirm_bulk, pretty_json, revert_link, run_bulk
+from common.admin import BoundedRelatedFilter, HistoryAdmin, RelatedHistoryRows, confirm_bulk, pretty_json, revert_link, run_bulk
 from common.api import ApplicationError
 from feedback.models import (
     CorrectionRule,
@@ -49,7 +49,7 @@ class MistakePatternAdmin(admin.ModelAdmin):
 
     form = PatternReviewForm
     list_display = ["id", "agent", "action", "category", "occurrence_count", "status", "last_seen", "records_link"]
-    list_filter = ["status", "agent", "action", "category"]
+    list_filter = ["status", ("agent", BoundedRelatedFilter), ("action", BoundedRelatedFilter), "category"]
     list_select_related = ["agent", "action"]
     search_fields = ["description", "category", "action__name", "agent__name"]
     readonly_fields = [
@@ -150,10 +150,10 @@ class MistakePatternAdmin(admin.ModelAdmin):
 
 
 @admin.register(CorrectionRule)
-class CorrectionRuleAdmin(HistoryAdmin):
+class CorrectionRuleAdmin(RelatedHistoryRows, HistoryAdmin):
     """Procedural memory; approve pending rules, deactivate any in one click. History keeps the audit trail."""
 
-    list_filter = ["status", "require_review", "agent", "action"]
+    list_filter = ["status", "require_review", ("agent", BoundedRelatedFilter), ("action", BoundedRelatedFilter)]
 
     def has_delete_permission(self, request, obj=None):
         return False  # a rule ends by deactivation or expiry, on the record; a deleted one would leave its pattern mute

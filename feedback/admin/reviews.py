@@ -5,7 +5,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 
-from common.admin import JsonObjectField, pretty_json, rounded, run_bulk
+from common.admin import BoundedRelatedFilter, JsonObjectField, pretty_json, rounded, run_bulk
 from common.api import ApplicationError
 from feedback.delta import delta_is_empty, json_delta
 from feedback.models import (
@@ -69,7 +69,7 @@ class ProposalAdmin(admin.ModelAdmin):
 
     form = ProposalReviewForm
     list_display = ["id", "agent", "action", "status", rounded("confidence"), "created_at", "reviewed_at"]
-    list_filter = ["status", "agent", "action"]
+    list_filter = ["status", ("agent", BoundedRelatedFilter), ("action", BoundedRelatedFilter)]
     search_fields = ["action__name", "agent__name", "review_notes"]
     list_select_related = ["agent", "action"]
     date_hierarchy = "created_at"
@@ -216,7 +216,7 @@ class ExecutionAdmin(admin.ModelAdmin):
 
     form = ExecutionReviewForm
     list_display = ["id", "agent", "action", "success", rounded("confidence"), "review_outcome", "created_at"]
-    list_filter = [ReviewStateFilter, "success", "agent", "action"]
+    list_filter = [ReviewStateFilter, "success", ("agent", BoundedRelatedFilter), ("action", BoundedRelatedFilter)]
     list_select_related = ["agent", "action"]
     search_fields = ["action__name", "agent__name"]
     readonly_fields = [
@@ -404,7 +404,7 @@ class FeedbackRecordAdmin(FeedbackRecordReadOnlyMixin, admin.ModelAdmin):
         "source",
         "created_at",
     ]
-    list_filter = ["feedback_type", "agent", "action", "source", "processed"]
+    list_filter = ["feedback_type", ("agent", BoundedRelatedFilter), ("action", BoundedRelatedFilter), "source", "processed"]
     list_select_related = ["agent", "action", "pattern__agent", "pattern__action"]  # the pattern's name shows both
     search_fields = ["human_explanation", "mistake_category", "action__name", "agent__name"]
     date_hierarchy = "created_at"

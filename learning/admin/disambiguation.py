@@ -1,7 +1,9 @@
 """Admin screens of disambiguation requests, learning signals, phrase evidence and fitted resolution profiles."""
 
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import PAGE_VAR
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -21,7 +23,8 @@ from learning.services.profiles import resolution_profile_activate, resolution_p
 from tenants.context import tenant_scope
 from tenants.selectors import user_tenants
 
-CHART_ROWS = 30  # bars drawn above a table; the table lists every row
+CHART_ROWS = 30  # bars drawn above a table
+OUTCOME_ROWS_PER_PAGE = 100  # verbs in a page of the outcomes table
 
 
 def _outcomes_chart(rows: list[dict]) -> dict:
@@ -136,17 +139,24 @@ class DisambiguationRequestAdmin(admin.ModelAdmin):
         return extra + super().get_urls()
 
     def outcomes_view(self, request):
-        """Per verb offered: shares of its requests selected, abandoned, expired."""
+        """Per verb offered: shares of its requests selected, abandoned, expired; the most shown first, a page of
+        verbs at a time however large the catalogue."""
         if not self.has_view_permission(request):
             raise PermissionDenied
+        rows = _selectors.disambiguation_outcomes_per_verb()
+        paginator = Paginator(rows, OUTCOME_ROWS_PER_PAGE)
+        page = paginator.get_page(request.GET.get(PAGE_VAR))
         context = {
             **self.admin_site.each_context(request),
             "title": "Disambiguation outcomes per verb",
             "opts": self.model._meta,
-            "rows": (rows := _selectors.disambiguation_outcomes_per_verb()),
-            "chart": _outcomes_chart(rows[:CHART_ROWS]),
+            "rows": page.object_list,
+            "page_obj": page,
+            "page_range": paginator.get_elided_page_range(page.number) if paginator.num_pages > 1 else [],
+            "page_var": PAGE_VAR,
+            "chart": _outcomes_chart(page.object_list[:CHART_ROWS]),
         }
-        return TemplateResponse(request, "admin/learning/disambiguation_outcomes.html", context)
+        return TemplateResponse(request, "admin/learning/disambiguation_outcomes_page.html", context)
 
 
 @admin.register(LearningSignal)

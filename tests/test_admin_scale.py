@@ -1,0 +1,210 @@
+"""Admin pages stay bounded at production scale: filter sidebars, inlines, history pages and report tables render the
+same number of queries and at most a page of rows however many agents, actions, members or versions there are."""
+
+import re
+import uuid
+
+import pytest
+from django.contrib import admin
+from django.contrib.admin.filters import AllValuesFieldListFilter, RelatedFieldListFilter
+
+from actions.models import Action
+from agents.models import Agent
+from autonomy.models import AutonomyTransition
+from common.admin import FILTER_CHOICES_MAX, BoundedRelatedFilter
+from feedback.models import CorrectionRule
+from learning.models import DisambiguationRequest
+from tenants.context import tenant_scope
+from tenants.models import Tenant
+from tenants.services import membership_add, tenant_create
+from tests.conftest import reject_n, reviewer_user
+from tests.test_admin_query_counts import _queries
+from tests.test_review_inbox import signed_in
+
+pytestmark = pytest.mark.django_db
+
+FEEDBACK = "/admin/feedback/feedbackrecord/"
+
+
+def _agents(n, prefix="bot", tenant=None):
+    if tenant is None:
+        return [Agent.objects.create(name=f"{prefix}-{i:03d}") for i in range(n)]
+    with tenant_scope([tenant.pk]):
+        return [Agent.objects.create(name=f"{prefix}-{i:03d}", tenant=tenant) for i in range(n)]
+
+
+def _agent_links(page: str) -> set[str]:
+    return set(re.findall(r"agent__id__exact=(\d+)", page))
+
+
+def _filtered_fields(model_admin):
+    for item in model_admin.list_filter:
+        if isinstance(item, str):
+            yield item, None
+        elif isinstance(item, (list, tuple)):
+            yield item[0], item[1]
+
+
+def test_every_agent_and_action_filter_of_the_admin_is_the_bounded_one():
+    unbounded = []
+    for model, model_admin in admin.site._registry.items():
+        for name, spec in _filtered_fields(model_admin):
+            field = model._meta.get_field(name.split("__")[0])
+            if getattr(field, "related_model", None) in (Agent, Action) and len(name.split("__")) == 1:
+                if spec is None or (
+                    issubclass(spec, (RelatedFieldListFilter, AllValuesFieldListFilter))
+                    and not issubclass(spec, BoundedRelatedFilter)
+                ):
+                    unbounded.append(f"{model._meta.label}.{name}")
+    assert unbounded == []
+
+
+def test_a_sidebar_lists_a_few_agents_and_asks_for_a_name_when_there_are_many():
+    root = signed_in(reviewer_user("root", superuser=True))
+    few = _agents(3)
+    page = root.get(FEEDBACK).content.decode()
+    assert _agent_links(page) == {str(a.pk) for a in few} and 'name="agent_name"' not in page
+    many = few + _agents(FILTER_CHOICES_MAX + 10, prefix="crawler")
+    page = root.get(FEEDBACK).content.decode()
+    assert len(_agent_links(page)) <= FILTER_CHOICES_MAX and 'name="agent_name"' in page
+    # the search filters the list, keeps the other parameters, and lists the agents whose name matches
+    reject_n(few[0], 1)
+    reject_n(many[-1], 2)
+    searched = root.get(FEEDBACK, {"agent_name": "BOT-00", "feedback_type__exact": "rejection"})
+    assert searched.status_code == 200 and searched.context["cl"].result_count == 1
+    page = searched.content.decode()
+    assert _agent_links(page) == {str(a.pk) for a in few}
+    form = re.search(r'<form method="get" class="bounded-filter-search".*?</form>', page, re.S).group(0)
+    assert 'name="feedback_type__exact" value="rejection"' in form and 'name="agent_name" value="BOT-00"' in form
+    assert root.get(FEEDBACK, {"agent_name": "", "_facets": "True"}).context["cl"].result_count == 3
+    # the links of the current filter still work, and the one chosen is shown even beyond the first page of names
+    last = many[-1]
+    page = root.get(FEEDBACK, {"agent__id__exact": last.pk}).content.decode()
+    assert re.search(rf'class="selected">\s*<a href="[^"]*agent__id__exact={last.pk}', page)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        "/admin/feedback/feedbackrecord/",
+        "/admin/feedback/feedbackrecordarchive/",
+        "/admin/feedback/mistakepattern/",
+        "/admin/feedback/correctionrule/",
+        "/admin/feedback/proposal/",
+        "/admin/feedback/execution/",
+        "/admin/autonomy/calibrationrecord/",
+        "/admin/autonomy/episode/",
+        "/admin/agents/apikey/",
+        "/admin/review/decision/",
+    ],
+)
+def test_no_agent_filter_lists_every_agent(page):
+    _agents(FILTER_CHOICES_MAX + 10)
+    root = signed_in(reviewer_user("root", superuser=True))
+    assert len(_agent_links(root.get(page).content.decode())) <= FILTER_CHOICES_MAX
+
+
+def test_no_action_filter_lists_every_action():
+    for i in range(FILTER_CHOICES_MAX + 10):
+        Action.objects.create(name=f"task.step_{i:03d}")
+    root = signed_in(reviewer_user("root", superuser=True))
+    for page in ("/admin/autonomy/autonomytransition/", "/admin/feedback/proposal/", FEEDBACK):
+        shown = root.get(page).content.decode()
+        assert len(set(re.findall(r"action__id__exact=(\d+)", shown))) <= FILTER_CHOICES_MAX, page
+        assert 'name="action_name"' in shown, page
+
+
+def test_a_tenants_reviewer_never_sees_another_tenants_agent_in_the_sidebar():
+    acme, globex = tenant_create(slug="acme"), tenant_create(slug="globex")
+    ours = _agents(2, prefix="acme-bot", tenant=acme)
+    theirs = _agents(FILTER_CHOICES_MAX + 10, prefix="globex-bot", tenant=globex)
+    rita = reviewer_user("rita", "view_feedbackrecord", "view_correctionrule")
+    membership_add(user=rita, tenant=acme)
+    client = signed_in(rita)
+    for query in ({}, {"agent_name": "bot"}, {"agent__id__exact": theirs[0].pk}):
+        for page in (FEEDBACK, "/admin/feedback/correctionrule/"):
+            response = client.get(page, query)
+            assert response.status_code == 200, (page, query)
+            shown = response.content.decode()
+            echoed = {str(pk) for pk in query.values()}  # the id the reviewer typed, kept in the other links
+            assert "globex-bot" not in shown, (page, query)
+            assert not (_agent_links(shown) - echoed) & {str(a.pk) for a in theirs}, (page, query)
+    shown = client.get(FEEDBACK).content.decode()
+    assert _agent_links(shown) == {str(a.pk) for a in ours}
+    assert Tenant.objects.filter(slug="globex").exists()
+
+
+def _membership_rows(tenant, first, last):
+    for i in range(first, last):
+        user = reviewer_user(f"member-{i}")
+        membership_add(user=user, tenant=tenant)
+
+
+def test_a_tenants_page_reads_the_same_queries_for_2_or_12_members():
+    root = signed_in(reviewer_user("root", superuser=True))
+    acme = tenant_create(slug="acme")
+    page = f"/admin/tenants/tenant/{acme.pk}/change/"
+    _membership_rows(acme, 0, 2)
+    few = _queries(root, page)
+    _membership_rows(acme, 2, 12)
+    shown = root.get(page).content.decode()
+    assert "member-11" in shown
+    assert _queries(root, page) == few
+
+
+def test_a_transitions_history_reads_the_same_queries_for_2_or_12_versions():
+    root = signed_in(reviewer_user("root", superuser=True))
+    action = Action.objects.create(name="email.send")
+    transition = AutonomyTransition.objects.create(action=action, from_level=1, to_level=2, evidence={}, reason="r0")
+    page = f"/admin/autonomy/autonomytransition/{transition.pk}/history/"
+
+    def versions(first, last):
+        for i in range(first, last):
+            transition.reason = f"r{i}"
+            transition.save()
+
+    versions(1, 2)
+    few = _queries(root, page)
+    versions(2, 12)
+    assert transition.history.count() == 12 and "email.send" in root.get(page).content.decode()
+    assert _queries(root, page) == few
+
+
+def test_a_correction_rules_history_reads_the_same_queries_for_2_or_12_versions():
+    root = signed_in(reviewer_user("root", superuser=True))
+    rule = CorrectionRule.objects.create(
+        agent=Agent.objects.create(name="mailer"),
+        action=Action.objects.create(name="email.send"),
+        precondition="p0",
+        correction={},
+    )
+    page = f"/admin/feedback/correctionrule/{rule.pk}/history/"
+
+    def versions(first, last):
+        for i in range(first, last):
+            rule.precondition = f"p{i}"
+            rule.save()
+
+    versions(1, 2)
+    few = _queries(root, page)
+    versions(2, 12)
+    shown = root.get(page).content.decode()
+    assert rule.history.count() == 12 and "mailer · email.send" in shown
+    assert _queries(root, page) == few
+
+
+def test_the_disambiguation_outcomes_page_shows_a_page_of_verbs_however_many_were_offered():
+    from learning.admin.disambiguation import OUTCOME_ROWS_PER_PAGE
+
+    verbs = [f"verb_{i:03d}" for i in range(OUTCOME_ROWS_PER_PAGE + 20)]
+    DisambiguationRequest.objects.create(
+        request_id=uuid.uuid4(), text="t", normalized="t", options=[{"verb": v, "score": 0.5} for v in verbs]
+    )
+    client = signed_in(reviewer_user("viewer", "view_disambiguationrequest"))
+    url = "/admin/learning/disambiguationrequest/outcomes/"
+    first = client.get(url).content.decode()
+    shown = set(re.findall(r"<td>(verb_\d+)</td>", first))
+    assert len(shown) == OUTCOME_ROWS_PER_PAGE and "?p=2" in first
+    second = set(re.findall(r"<td>(verb_\d+)</td>", client.get(url, {"p": 2}).content.decode()))
+    assert shown | second == set(verbs) and not shown & second
+    assert client.get(url, {"p": "junk"}).status_code == 200
