@@ -6,6 +6,20 @@ import re
 
 from detect_secrets.filters import heuristic as ds_heuristic
 
+from memories.secrets.prose import (
+    _CODES_MORE_HINT,
+    _DOOR_CODE,
+    _LOGIN_STORY,
+    _PHRASE,
+    _RECOVERY_CODES,
+    _SEED_INTO_APP,
+    as_password,
+    flag_word_is_password,
+    login_story_is_secret,
+    mnemonic_runs,
+    phrase_words_end,
+    set_word_is_password,
+)
 from memories.secrets.rules import (
     _ACCESS_CODE,
     _ARTIFACTORY,
@@ -251,8 +265,9 @@ def _context(view: View, hits: list[_Hit]) -> None:
         _prose(view, add)
     if _COMMAND_LINE_HINT.search(t):
         _command_line(t, add)
-    if _CODES_HINT.search(t):
+    if _CODES_HINT.search(t) or _CODES_MORE_HINT.search(t):
         _codes(t, add)
+    _told(t, add)
 
     for m in _CARD.finditer(t) if _DIGITS_HINT.search(t) else ():
         digits = re.sub(r"\D", "", m.group(0))
@@ -318,14 +333,21 @@ def _prose(view: View, add) -> None:
             if m.group("name").lower() == "pin":
                 ok = value.isdigit() and 4 <= len(value) <= 8
             else:
-                ok = looks_like_password(value) and not _PATH_LIKE.search(value) and not value.startswith(("$", "%", "@"))
+                ok = (
+                    looks_like_password(value) and not _PATH_LIKE.search(value) and not value.startswith(("$", "%", "@"))
+                ) or set_word_is_password(t, value, vstart + len(value))
         if ok:
             add("password_in_prose", vstart, vstart + len(value))
     for m in _PROSE_AS.finditer(t):  # "use Kx8... as the password"
         value = m.group("value").rstrip(".,;:!?)")
         name = m.group("name").lower()
-        if (value.isdigit() and 4 <= len(value) <= 8) if name == "pin" else strong_password(value):
-            kind = "credentials_in_prose" if name.startswith(("cred", "login")) else "password_in_prose"
+        credentials = name.startswith(("cred", "login"))
+        if name == "pin":
+            ok = value.isdigit() and 4 <= len(value) <= 8
+        else:
+            ok = strong_password(value) if credentials else as_password(value)
+        if ok:
+            kind = "credentials_in_prose" if credentials else "password_in_prose"
             add(kind, m.start("value"), m.start("value") + len(value))
     for m in _PROSE_PASS.finditer(t):  # "the pass is Kx8!mQ2zLp"
         value = m.group("value").rstrip(".,;:!?)")
@@ -355,8 +377,35 @@ def _codes(t: str, add) -> None:
         value = m.group("value")
         if any(c in "234567" for c in value):
             add("otp_seed", m.start("value"), m.end("value"))
+    for m in _SEED_INTO_APP.finditer(t):  # "add JBSWY3DPEHPK3PXP to the app", not a constant ("SETTING2")
+        if re.search(r"[2-7][A-Za-z]", m.group("value")):
+            add("otp_seed", m.start("value"), m.end("value"))
     for m in _ACCESS_CODE.finditer(t):
         add("access_code", m.start("value"), m.end("value"))
+    for m in _DOOR_CODE.finditer(t):  # "the code is 4829 for the front door"
+        add("access_code", m.start("value"), m.end("value"))
+    for m in _RECOVERY_CODES.finditer(t):  # "my recovery codes are 8f3k-2j9d, 7h2m-4k8p"
+        add("recovery_code", m.start("value"), m.end("value"))
+
+
+def _told(t: str, add) -> None:
+    """Seed, recovery and unlock phrases named as such, a bare wallet mnemonic, credentials told as a story (see
+    ``prose``)."""
+    for m in _PHRASE.finditer(t):
+        kind = "passphrase" if m.group("name").lower().startswith(("unlock", "secret")) else "seed_phrase"
+        if m.group("quoted") is not None:
+            if not _is_placeholder(m.group("quoted")):
+                add(kind, m.start("quoted"), m.end("quoted"))
+            continue
+        end = phrase_words_end(t, m)
+        if end is not None:
+            add(kind, m.start("value"), end)
+    for i, j in mnemonic_runs(t):
+        add("seed_phrase", i, j)
+    for m in _LOGIN_STORY.finditer(t):  # "logs in as admin with hunter2"
+        span = login_story_is_secret(t, m)
+        if span:
+            add("credentials_in_prose", *span)
 
 
 def _cli_word(m: re.Match) -> tuple[int, int, bool]:
@@ -380,6 +429,8 @@ def _command_line(t: str, add) -> None:
                     add(kind, i, j)
             elif command_line_value_is_secret(mode, value, quoted):
                 add(kind, i, j)
+            elif mode == "spaced" and not quoted and flag_word_is_password(t, i, j):
+                add(kind, i, j)  # "redis-cli -a hunter -h cache", "use redis-cli -a hunter to flush it"
     for m in _HTPASSWD.finditer(t):
         flags = m.group("flags").replace("-", "")
         if "b" not in flags:

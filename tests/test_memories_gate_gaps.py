@@ -1,0 +1,149 @@
+"""The write gate's former gaps: a plain-word password after a spaced flag in prose, a plain word set imperatively,
+a door code or TOTP seed named by its context, 2FA recovery and backup codes, seed / unlock phrases and bare wallet
+mnemonics, credentials told as a story. Each is blocked and redacted; the lessons about them still pass."""
+
+import pytest
+
+from memories import write_gate
+from memories.secrets import find_secrets
+from tests.conftest import observe_blocked
+
+MNEMONIC = "abandon ability able about above absent absorb abstract absurd abuse access accident"
+
+# (lesson, the secret that must not survive redact(), the finding kind)
+BLOCKED = [
+    # a plain word after a spaced password flag, on a command line or in prose
+    ("Flush the cache with redis-cli -a hunter -h cache.internal FLUSHALL after deploys.", "hunter", "command_line_password"),
+    ("Use redis-cli -a hunter to flush the cache on the staging box.", "hunter", "command_line_password"),
+    ("Run `redis-cli --pass hunter` against the cache of the staging box.", "hunter", "command_line_password"),
+    ("Run the importer with --password hunter and the admin user every night.", "hunter", "command_line_password"),
+    ("Use sshpass -p hunter only in the lab, never in production scripts.", "hunter", "command_line_password"),
+    ("Push images after docker login -u deploy -p hunter registry.example.com in the job.", "hunter", "command_line_password"),
+    ("Sign the jar with jarsigner -storepass hunter app.jar release before uploading it.", "hunter", "command_line_password"),
+    # a plain word set imperatively, a name with a digit used as the password
+    ("Set the password to swordfish on the NAS web interface.", "swordfish", "password_in_prose"),
+    ("Change the wifi password to bluebird before the guests arrive.", "bluebird", "password_in_prose"),
+    ("Set the admin password to Swordfish.", "Swordfish", "password_in_prose"),
+    ("Use hunter2 as the password for the NAS web interface.", "hunter2", "password_in_prose"),
+    # a code or seed named by its context
+    ("The code is 4829 for the front door of the office.", "4829", "access_code"),
+    ("Our code is 482913 to get into the building on weekends.", "482913", "access_code"),
+    ("Add JBSWY3DPEHPK3PXP to the authenticator app on the on-call phone.", "JBSWY3DPEHPK3PXP", "otp_seed"),
+    ("Add JBSWY3DPEHPK3PXP to the app on the on-call phone.", "JBSWY3DPEHPK3PXP", "otp_seed"),
+    ("Enter jbsw y3dp ehpk 3pxp into Google Authenticator when you set up the phone.", "y3dp ehpk", "otp_seed"),
+    # 2FA recovery and backup codes
+    ("My recovery codes are 8f3k-2j9d, 7h2m-4k8p and 3n5q-9w1z for the admin account.", "7h2m-4k8p", "recovery_code"),
+    ("The backup code: 1234-5678 for the admin account of the billing app.", "1234-5678", "recovery_code"),
+    ("The GitHub 2FA recovery code is a1b2c-3d4e5, keep it offline.", "a1b2c-3d4e5", "recovery_code"),
+    ("The backup codes are 48291735 and 19283746 for the shared ops account.", "19283746", "recovery_code"),
+    (
+        "The BitLocker recovery key is 123456-234567-345678-456789-567890-678901-789012-890123 for the laptop.",
+        "345678-456789",
+        "recovery_code",
+    ),
+    # seed, recovery, unlock phrases and mnemonics
+    ("The unlock phrase is open sesame for the laptop disk encryption.", "open sesame", "passphrase"),
+    (f"The seed phrase is {MNEMONIC}.", "absorb abstract", "seed_phrase"),
+    (
+        "My wallet recovery phrase: 'zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo wrong' is in the drawer.",
+        "zoo wrong",
+        "seed_phrase",
+    ),
+    ("The mnemonic is legal winner thank year wave sausage worth useful, keep it offline.", "winner thank", "seed_phrase"),
+    (f"Restore the wallet with {MNEMONIC} on the new phone.", "absorb abstract", "seed_phrase"),
+    (f"{MNEMONIC}\nkeep these words for the hardware wallet.", "absorb abstract", "seed_phrase"),
+    (f"{MNEMONIC.capitalize()} is what the old wallet showed.", "absorb abstract", "seed_phrase"),
+    # credentials told as a story
+    ("The admin logs in as admin with hunter2 on the staging console.", "hunter2", "credentials_in_prose"),
+    ("Log in as root using password swordfish on the lab server.", "swordfish", "credentials_in_prose"),
+    ("She signs in as deploy with the password Kx8mQ2zLp on the build box.", "Kx8mQ2zLp", "credentials_in_prose"),
+    ("Log in as admin with admin on a fresh install of the router.", "with admin", "credentials_in_prose"),
+    ("Log in to the console as admin with the password hunter for the lab.", "hunter", "credentials_in_prose"),
+]
+
+
+@pytest.mark.parametrize("text, secret, kind", BLOCKED, ids=[f"blocked{i}" for i in range(len(BLOCKED))])
+def test_a_former_gap_is_blocked_and_redacted(text, secret, kind):
+    result = write_gate.check(text)
+    assert not result.allowed and result.reason == write_gate.SECRET, (text, result)
+    assert kind in result.kinds, result.kinds
+    redacted = write_gate.redact(text)
+    assert secret not in redacted and f"[REDACTED:{kind}]" in redacted, redacted
+    assert not find_secrets(redacted), redacted
+
+
+CLEAN = [
+    # flags with no value, a word about the flag, a prompt flag followed by a database name
+    "Use sshpass -p only in the lab, never in production scripts.",
+    "The redis-cli -a option leaks the password into the process list.",
+    "Pass --password twice and the client refuses to start.",
+    "The --password flag of the importer is deprecated, use a file.",
+    "Give redis-cli -a nothing and it asks for the password on the terminal.",
+    "Run mysql -u root -p reports to open the database and type the password when asked.",
+    "Run psql -U app --password reports to be asked for the password before connecting.",
+    "Start docker login -p interactively only when the registry is down.",
+    # set to / as
+    "Set the password to expire.",
+    "Set the password to persist across reboots of the appliance.",
+    "Set the password to match the policy of the identity provider.",
+    "Set the password to something long and random for every service account.",
+    "Change the password to comply with the new policy before the audit.",
+    "Use the password manager as the source of truth for every shared login.",
+    "Use FIDO2 as the password replacement for every admin account.",
+    "Use a long sentence as the password for the disk encryption.",
+    "The password is emailed by HR on the first day.",
+    # codes
+    "Error code 4829 means the door sensor is offline.",
+    "The error code is 4829 for the door controller when it loses power.",
+    "Zip code 94107 is the office in San Francisco.",
+    "The code is 4829 when the disk of the node is full.",
+    "The code is 200 for the door status endpoint of the access service.",
+    "Add the TOTP seed to the authenticator app by scanning the QR code.",
+    "Add ABCDEFGHIJKLMNOP to the allow list of the app.",
+    "Add the ULID 01ARZ3NDEKTSV4RRFFQ69G5FAV to the app log for tracing.",
+    "Add MYAPPLICATIONSETTING2 to the app config for the feature flag.",
+    # recovery and backup codes
+    "The recovery codes are in 1Password under the admin vault.",
+    "The backup codes are shown once when 2FA is enabled for the account.",
+    "The recovery code is 16 characters long and works only once.",
+    "The backup code is in backup.py and runs every night on the replica.",
+    "Backup codes: 10 per user, each usable once, regenerate them after use.",
+    "The recovery key is stored in Azure AD for every managed laptop.",
+    # phrases
+    "The seed phrase is written on paper and kept in the safe.",
+    "The recovery phrase is 24 words long and shown once by the wallet.",
+    "The mnemonic is BIP39 compatible in every wallet we support.",
+    "The unlock phrase is stored in the vault of the security team.",
+    "Never type the seed phrase into a website, only into the hardware wallet.",
+    "The seed words are twelve plain English words from a fixed list.",
+    "The unlock phrase is the same as the disk password of the laptop.",
+    "Tags: python django postgres redis celery docker kubernetes helm terraform ansible nginx.",
+    # stories
+    "The admin logs in as admin with SSO on the staging console.",
+    "Log in as root using password authentication only on the lab server.",
+    "Log in as admin with the password from the vault on the staging box.",
+    "Log in as the deploy user with your SSH key, never with a password.",
+    "Log in as admin with OAuth2 through the company identity provider.",
+    "The service connects as app with a client certificate from the vault.",
+]
+
+
+@pytest.mark.parametrize("text", CLEAN, ids=[f"clean{i}" for i in range(len(CLEAN))])
+def test_a_lesson_about_them_passes(text):
+    result = write_gate.check(text)
+    assert result.allowed, (text, result)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "answer, secret",
+    [
+        ("Use redis-cli -a hunter to flush the cache on the staging box.", "hunter"),
+        ("Set the password to swordfish on the NAS web interface.", "swordfish"),
+        ("My recovery codes are 8f3k-2j9d, 7h2m-4k8p and 3n5q-9w1z for the admin account.", "8f3k-2j9d"),
+        (f"The seed phrase is {MNEMONIC}.", "absorb abstract"),
+        ("The admin logs in as admin with hunter2 on the staging console.", "hunter2"),
+    ],
+)
+def test_observe_quarantines_a_former_gap_with_it_redacted(answer, secret):
+    observe_blocked(answer, secret)
