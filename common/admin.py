@@ -68,7 +68,31 @@ class RelatedHistoryRows:
 FILTER_CHOICES_MAX = 50  # a bounded filter links to at most this many rows; beyond, it asks for a name
 
 
-class BoundedRelatedFilter(admin.RelatedFieldListFilter):
+class _SearchWhenMany:
+    """The sidebar of a bounded filter: its links, and a search box when they are not all listed or a search is on."""
+
+    template = "admin/bounded_related_filter.html"
+    truncated = False
+    search_value = ""
+    search_keep = ()
+
+    def has_output(self):
+        return self.truncated or bool(self.search_value) or super().has_output()
+
+    def choices(self, changelist):
+        own = {self.lookup_kwarg, self.lookup_kwarg_isnull, self.lookup_kwarg_search}
+        self.search_keep = [(k, v) for k, values in changelist.filter_params.items() if k not in own for v in values]
+        for i, choice in enumerate(super().choices(changelist)):
+            if i == 0:  # "All" drops the search too
+                choice = {
+                    **choice,
+                    "selected": choice["selected"] and not self.search_value,
+                    "query_string": changelist.get_query_string(remove=sorted(own)),
+                }
+            yield choice
+
+
+class BoundedRelatedFilter(_SearchWhenMany, admin.RelatedFieldListFilter):
     """A filter by a related row (an agent, an action) that stays small however many rows there are.
 
     It links to each related row while there are at most ``FILTER_CHOICES_MAX``; beyond, it shows a name search
@@ -78,7 +102,6 @@ class BoundedRelatedFilter(admin.RelatedFieldListFilter):
     (``<field>__id__exact``, ``<field>__isnull``) keep working, and the row chosen is listed even when it is not
     among the first."""
 
-    template = "admin/bounded_related_filter.html"
     search_field = "name"
 
     def __init__(self, field, request, params, model, model_admin, field_path):
@@ -86,8 +109,6 @@ class BoundedRelatedFilter(admin.RelatedFieldListFilter):
         # list filter names it, while a name that is no field is the filter's own parameter
         self.lookup_kwarg_search = f"{field_path}_{self.search_field}"
         self.search_value = (get_last_value_from_parameters(params, self.lookup_kwarg_search) or "").strip()
-        self.truncated = False
-        self.search_keep = []
         super().__init__(field, request, params, model, model_admin, field_path)
         self.used_parameters.pop(self.lookup_kwarg_search, None)  # applied by ``queryset``, an empty one not at all
 
@@ -120,20 +141,32 @@ class BoundedRelatedFilter(admin.RelatedFieldListFilter):
             choices += list(rows.filter(**{f"{key.attname}__in": chosen}).values_list(key.attname, self.search_field))
         return choices
 
-    def has_output(self):
-        return self.truncated or bool(self.search_value) or super().has_output()
 
-    def choices(self, changelist):
-        own = {self.lookup_kwarg, self.lookup_kwarg_isnull, self.lookup_kwarg_search}
-        self.search_keep = [(k, v) for k, values in changelist.filter_params.items() if k not in own for v in values]
-        for i, choice in enumerate(super().choices(changelist)):
-            if i == 0:  # "All" drops the name search too
-                choice = {
-                    **choice,
-                    "selected": choice["selected"] and not self.search_value,
-                    "query_string": changelist.get_query_string(remove=sorted(own)),
-                }
-            yield choice
+class BoundedValuesFilter(_SearchWhenMany, admin.AllValuesFieldListFilter):
+    """Django's filter by the values of a field (a verb's name), at most ``FILTER_CHOICES_MAX`` of them; beyond, a
+    search (``<field>_contains``: the value contains it, in any case) filters the list and the values listed."""
+
+    def __init__(self, field, request, params, model, model_admin, field_path):
+        self.lookup_kwarg_search = f"{field_path}_contains"
+        self.search_value = (get_last_value_from_parameters(params, self.lookup_kwarg_search) or "").strip()
+        super().__init__(field, request, params, model, model_admin, field_path)
+        self.used_parameters.pop(self.lookup_kwarg_search, None)
+        values = self.lookup_choices
+        if self.search_value:
+            values = values.filter(**{f"{field.name}__icontains": self.search_value})
+        values = list(values[: FILTER_CHOICES_MAX + 1])
+        self.truncated = len(values) > FILTER_CHOICES_MAX
+        values = values[:FILTER_CHOICES_MAX]
+        self.lookup_choices = values + [v for v in self.lookup_val or [] if v not in {str(x) for x in values}]
+
+    def expected_parameters(self):
+        return [*super().expected_parameters(), self.lookup_kwarg_search]
+
+    def queryset(self, request, queryset):
+        queryset = super().queryset(request, queryset)
+        if self.search_value:
+            queryset = queryset.filter(**{f"{self.field_path}__icontains": self.search_value})
+        return queryset
 
 
 def pretty_json(value) -> str:

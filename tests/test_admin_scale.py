@@ -11,9 +11,9 @@ from django.contrib.admin.filters import AllValuesFieldListFilter, RelatedFieldL
 from actions.models import Action
 from agents.models import Agent
 from autonomy.models import AutonomyTransition
-from common.admin import FILTER_CHOICES_MAX, BoundedRelatedFilter
+from common.admin import FILTER_CHOICES_MAX, BoundedRelatedFilter, BoundedValuesFilter
 from feedback.models import CorrectionRule
-from learning.models import DisambiguationRequest
+from learning.models import DisambiguationRequest, PhraseEvidence
 from tenants.context import tenant_scope
 from tenants.models import Tenant
 from tenants.services import membership_add, tenant_create
@@ -132,6 +132,21 @@ def test_a_tenants_reviewer_never_sees_another_tenants_agent_in_the_sidebar():
     shown = client.get(FEEDBACK).content.decode()
     assert _agent_links(shown) == {str(a.pk) for a in ours}
     assert Tenant.objects.filter(slug="globex").exists()
+
+
+def test_the_phrase_evidence_verb_filter_lists_a_few_verbs_and_asks_for_one_when_there_are_many():
+    assert admin.site._registry[PhraseEvidence].list_filter == [("verb", BoundedValuesFilter)]
+    for i in range(FILTER_CHOICES_MAX + 10):
+        PhraseEvidence.objects.create(phrase=f"p{i}", normalized=f"p{i}", verb=f"task.step_{i:03d}")
+    root = signed_in(reviewer_user("root", superuser=True))
+    url = "/admin/learning/phraseevidence/"
+    page = root.get(url).content.decode()
+    assert len(set(re.findall(r"verb=(task\.step_\d+)", page))) <= FILTER_CHOICES_MAX and 'name="verb_contains"' in page
+    searched = root.get(url, {"verb_contains": "STEP_05"})
+    assert searched.status_code == 200 and searched.context["cl"].result_count == 10
+    assert len(set(re.findall(r"verb=(task\.step_\d+)", searched.content.decode()))) == 10
+    chosen = root.get(url, {"verb": "task.step_059"}).content.decode()
+    assert re.search(r'class="selected">\s*<a href="[^"]*verb=task.step_059', chosen)
 
 
 def _membership_rows(tenant, first, last):

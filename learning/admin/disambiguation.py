@@ -9,7 +9,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from common.admin import confirm_bulk, rounded, signal_direction
+from common.admin import BoundedValuesFilter, confirm_bulk, rounded, signal_direction
 from common.api import ApplicationError as _ApplicationError
 from learning import selectors as _selectors
 from learning.models import (
@@ -196,7 +196,7 @@ class LearningSignalAdmin(admin.ModelAdmin):
 class PhraseEvidenceAdmin(admin.ModelAdmin):
     list_display = ["phrase", "verb", "user_id", rounded("negative"), rounded("positive"), "signal_count", "updated_at"]
     search_fields = ["normalized", "verb", "user_id"]
-    list_filter = ["verb"]
+    list_filter = [("verb", BoundedValuesFilter)]
     readonly_fields = [
         "user_id",
         "private_agent",
