@@ -93,9 +93,7 @@ def test_examples_are_read_in_one_query_however_many_phrases_a_verb_has(seven_ve
     read_catalogue = lambda: verb_catalogue(limit=5)  # noqa: E731
     with CaptureQueriesContext(connection) as few:
         before = read_catalogue()
-    verb_catalogue_load(
-        entries=[VerbEntry("unit.v0", "unit", "Verb 0", "", [f"do thing 0 in room {n}" for n in range(40)])]
-    )
+    verb_catalogue_load(entries=[VerbEntry("unit.v0", "unit", "Verb 0", "", [f"do thing 0 in room {n}" for n in range(40)])])
     with CaptureQueriesContext(connection) as many:
         after = read_catalogue()
     assert len(many) == len(few) == 2
