@@ -65,6 +65,17 @@ def catalogue(db):
     return {v.name: v for v in Verb.objects.all()}
 
 
+@pytest.fixture
+def run_tasks(django_capture_on_commit_callbacks):
+    """Run on-commit callbacks (the eager Celery task) inside the test transaction."""
+
+    def _call(fn, *args, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args, **kwargs)
+
+    return _call
+
+
 def make_client(scopes, name="agent-a", tenant=None):
     key, raw = agent_key_create(agent_name=name, scopes=scopes, tenant=tenant)
     client = APIClient()

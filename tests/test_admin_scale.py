@@ -167,44 +167,33 @@ def test_a_tenants_page_reads_the_same_queries_for_2_or_12_members():
     assert _queries(root, page) == few
 
 
-def test_a_transitions_history_reads_the_same_queries_for_2_or_12_versions():
-    root = signed_in(reviewer_user("root", superuser=True))
+def _transition():
     action = Action.objects.create(name="email.send")
-    transition = AutonomyTransition.objects.create(action=action, from_level=1, to_level=2, evidence={}, reason="r0")
-    page = f"/admin/autonomy/autonomytransition/{transition.pk}/history/"
-
-    def versions(first, last):
-        for i in range(first, last):
-            transition.reason = f"r{i}"
-            transition.save()
-
-    versions(1, 2)
-    few = _queries(root, page)
-    versions(2, 12)
-    assert transition.history.count() == 12 and "email.send" in root.get(page).content.decode()
-    assert _queries(root, page) == few
+    row = AutonomyTransition.objects.create(action=action, from_level=1, to_level=2, evidence={}, reason="r0")
+    return row, "reason", "/admin/autonomy/autonomytransition/{}/history/", "email.send"
 
 
-def test_a_correction_rules_history_reads_the_same_queries_for_2_or_12_versions():
+def _rule():
+    agent, action = Agent.objects.create(name="mailer"), Action.objects.create(name="email.send")
+    row = CorrectionRule.objects.create(agent=agent, action=action, precondition="p0", correction={})
+    return row, "precondition", "/admin/feedback/correctionrule/{}/history/", "mailer · email.send"
+
+
+@pytest.mark.parametrize("make", [_transition, _rule], ids=["transition", "correction_rule"])
+def test_a_history_page_reads_the_same_queries_for_2_or_12_versions(make):
     root = signed_in(reviewer_user("root", superuser=True))
-    rule = CorrectionRule.objects.create(
-        agent=Agent.objects.create(name="mailer"),
-        action=Action.objects.create(name="email.send"),
-        precondition="p0",
-        correction={},
-    )
-    page = f"/admin/feedback/correctionrule/{rule.pk}/history/"
+    row, field, page, name = make()
+    page = page.format(row.pk)
 
     def versions(first, last):
         for i in range(first, last):
-            rule.precondition = f"p{i}"
-            rule.save()
+            setattr(row, field, f"v{i}")
+            row.save()
 
     versions(1, 2)
     few = _queries(root, page)
     versions(2, 12)
-    shown = root.get(page).content.decode()
-    assert rule.history.count() == 12 and "mailer · email.send" in shown
+    assert row.history.count() == 12 and name in root.get(page).content.decode()
     assert _queries(root, page) == few
 
 

@@ -18,7 +18,7 @@ from learning.services.corrections import phrase_confirmation_apply
 from learning.services.phrases import learned_phrase_deactivate, learned_phrase_upsert
 from tests.conftest import FailingEmbedder
 from tests.test_learning_disambiguation import resolve as resolve_api
-from tests.test_learning_disambiguation import run_tasks, select  # noqa: F401  (run_tasks is a fixture)
+from tests.test_learning_disambiguation import select
 
 pytestmark = pytest.mark.django_db
 
@@ -127,7 +127,7 @@ def test_automatic_promotion_keeps_a_confirmed_phrase_as_taught(catalogue):
     assert row.verb.name == "cbu.list"
 
 
-def test_a_click_does_not_switch_back_on_a_phrase_a_reviewer_switched_off(api, cbus, run_tasks):  # noqa: F811
+def test_a_click_does_not_switch_back_on_a_phrase_a_reviewer_switched_off(api, cbus, run_tasks):
     row = learned_phrase_upsert(phrase="list all cbus", verb=Verb.objects.get(name="cbu.list"), user_id="alice", confidence=0.5)
     learned_phrase_deactivate(phrase_id=row.pk, reviewer=None, reason="wrong for this user")
     body = resolve_api(api, "list all cbus")

@@ -40,15 +40,6 @@ def _listed(client) -> set[tuple[str | None, str]]:
     return {(c["user_id"], c["normalized"]) for c in answer.json()["results"]}
 
 
-@pytest.fixture
-def run_tasks(django_capture_on_commit_callbacks):
-    def _call(fn, *args, **kwargs):
-        with django_capture_on_commit_callbacks(execute=True):
-            return fn(*args, **kwargs)
-
-    return _call
-
-
 def test_another_agents_key_never_sees_a_private_agents_users_candidates(cbus, run_tasks):
     private, shared, other_private = _agent("private", True), _agent("shared", False), _agent("other-private", True)
     _click(private, run_tasks)

@@ -9,17 +9,6 @@ from learning.services.disambiguations import disambiguation_signals_process, di
 from tests.conftest import CBU_CATALOGUE, make_client
 
 
-@pytest.fixture
-def run_tasks(django_capture_on_commit_callbacks):
-    """Run on-commit callbacks (the eager Celery task) inside the test transaction."""
-
-    def _call(fn, *args, **kwargs):
-        with django_capture_on_commit_callbacks(execute=True):
-            return fn(*args, **kwargs)
-
-    return _call
-
-
 def resolve(api, text, user_id="alice"):
     response = api.post("/api/v1/resolve", {"text": text, "user_id": user_id}, format="json")
     assert response.status_code == 200, response.content

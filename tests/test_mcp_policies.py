@@ -41,11 +41,11 @@ def _clean_cache():
     cache.clear()
 
 
-def mcp_call(name: str, raw: str, arguments: dict, client: str = "test") -> Outcome:
-    """One tools/call as the server runs it (its tenant transaction, REST's error body), in the test's transaction."""
+def as_the_server_runs(fn, *args) -> Outcome:
+    """``fn(*args)`` as the server runs a call (its tenant transaction, REST's error body), in the test's transaction."""
     try:
         with tenant_request():
-            return call_tool_sync(name, f"Bearer {raw}", client, arguments)
+            return fn(*args)
     except MCPError:
         raise
     except Exception as exc:
@@ -53,6 +53,11 @@ def mcp_call(name: str, raw: str, arguments: dict, client: str = "test") -> Outc
         if body is None:
             raise
         return Outcome(error=body)
+
+
+def mcp_call(name: str, raw: str, arguments: dict, client: str = "test") -> Outcome:
+    """One tools/call as the server runs it."""
+    return as_the_server_runs(call_tool_sync, name, f"Bearer {raw}", client, arguments)
 
 
 def test_tool_calls_share_the_keys_rest_request_rate(catalogue, settings):

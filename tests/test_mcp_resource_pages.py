@@ -3,32 +3,22 @@
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from mcp import MCPError
 
 from actions.models import Action
 from learning.catalogue import VerbEntry
 from learning.models import Verb
 from learning.selectors import verb_catalogue
 from learning.services.catalogue import verb_catalogue_load
-from mcp_server.server import RESOURCE_PAGE_SIZE, Outcome, error_body, read_resource_sync
-from tenants.context import tenant_request
+from mcp_server.server import RESOURCE_PAGE_SIZE, Outcome, read_resource_sync
 from tests.conftest import make_client
+from tests.test_mcp_policies import as_the_server_runs
 
 pytestmark = pytest.mark.django_db
 
 
 def read(uri: str, raw: str) -> Outcome:
     """One resources/read as the server runs it, in the test's transaction."""
-    try:
-        with tenant_request():
-            return read_resource_sync(uri, f"Bearer {raw}", "test")
-    except MCPError:
-        raise
-    except Exception as exc:
-        body = error_body(exc)
-        if body is None:
-            raise
-        return Outcome(error=body)
+    return as_the_server_runs(read_resource_sync, uri, f"Bearer {raw}", "test")
 
 
 def read_all(uri: str, raw: str, key: str) -> tuple[list, list[str]]:
