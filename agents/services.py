@@ -9,6 +9,7 @@ from django.utils import timezone
 from agents.authentication import verified_keys_forget
 from agents.models import Agent, ApiKey, IdempotentRequest, Scope, generate_key, hash_key
 from common.api import ApplicationError, Conflict
+from common.db import rows_delete_in_batches
 from common.text import visible_text
 from tenants.models import Tenant
 from tenants.selectors import tenant_default
@@ -166,5 +167,4 @@ def idempotent_request_release(*, agent: Agent, key: str) -> None:
 def idempotent_requests_purge() -> int:
     """Delete stored answers older than API_IDEMPOTENCY_TTL_S; answers how many."""
     cutoff = timezone.now() - timezone.timedelta(seconds=settings.API_IDEMPOTENCY_TTL_S)
-    count, _ = IdempotentRequest.objects.filter(created_at__lt=cutoff).delete()
-    return count
+    return rows_delete_in_batches(IdempotentRequest.objects.filter(created_at__lt=cutoff))

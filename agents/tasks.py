@@ -9,7 +9,7 @@ from agents.services import idempotent_requests_purge
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="agents.idempotent_requests_purge", ignore_result=True)
+@shared_task(name="agents.idempotent_requests_purge", ignore_result=True, one_transaction=False)
 def idempotent_requests_purge_task() -> int:
     """Delete the stored answers of idempotent requests older than API_IDEMPOTENCY_TTL_S (beat: hourly)."""
 

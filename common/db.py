@@ -132,3 +132,31 @@ def row_insert(obj, *, before: tuple[str, ...] = ()) -> None:
         obj.pk = rows_fetch(cursor, sql, values, before=before, prepared=True)[0][0]
     obj._state.adding = False
     obj._state.db = connection.alias
+
+
+# Rows a purge deletes in one transaction: a backlog of millions goes in short transactions (locks, WAL and memory
+# bounded), never in one statement.
+PURGE_BATCH = 5000
+
+
+def rows_delete_in_batches(queryset, *, batch: int | None = None) -> int:
+    """Delete the rows of ``queryset`` ``batch`` at a time in the order of their keys, each batch its own
+    transaction; answers how many. Rows added meanwhile that match are deleted too; a row another transaction holds
+    locked is left for the next run."""
+    from django.db import transaction
+
+    batch = PURGE_BATCH if batch is None else batch
+    model = queryset.model
+    pk = model._meta.pk.attname
+    deleted = 0
+    after = None
+    while True:
+        with transaction.atomic():
+            page = queryset.order_by(pk)
+            if after is not None:
+                page = page.filter(**{f"{pk}__gt": after})
+            ids = list(page.select_for_update(skip_locked=True).values_list(pk, flat=True)[:batch])
+            if not ids:
+                return deleted
+            deleted += model.objects.filter(**{f"{pk}__in": ids}).delete()[0]
+        after = ids[-1]

@@ -104,7 +104,7 @@ def decision_prior_fit_task() -> int | None | dict:
     return fit_one() if tenant_filter_ids() is not None else _each_tenant("catalogue prior", fit_one)
 
 
-@shared_task(name="learning.resolution_records_purge", ignore_result=True)
+@shared_task(name="learning.resolution_records_purge", ignore_result=True, one_transaction=False)
 def resolution_records_purge_task() -> int:
     """Delete resolution records older than RESOLUTION_RETENTION_DAYS (beat: daily)."""
 

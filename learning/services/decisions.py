@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from agents.models import Agent
 from common.api import ApplicationError
-from common.db import ASYNC_COMMIT, row_insert
+from common.db import ASYNC_COMMIT, row_insert, rows_delete_in_batches
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.embedders import current_model_name
@@ -136,7 +136,10 @@ def resolution_records_purge(*, days: int | None = None) -> int:
     days = settings.RESOLUTION_RETENTION_DAYS if days is None else days
     if days < 1:
         raise ApplicationError(f"The retention of resolution records must be at least 1 day (got {days}).", field="days")
-    count, _ = ResolutionRecord.objects.filter(created_at__lt=timezone.now() - timezone.timedelta(days=days)).delete()
+    old = ResolutionRecord.objects.filter(created_at__lt=timezone.now() - timezone.timedelta(days=days))
+    count = rows_delete_in_batches(old)  # one resolve writes one: a backlog of millions, in short transactions
+    if count:
+        logger.info("purged %d resolution record(s) older than %d day(s)", count, days)
     return count
 
 

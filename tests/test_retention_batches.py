@@ -1,0 +1,85 @@
+"""Purges of tables every request writes go in short transactions of a few thousand rows, never in one statement
+over the whole backlog; a row another transaction holds is left for the next run instead of waited for."""
+
+import threading
+import uuid
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agents.models import IdempotentRequest
+from agents.services import idempotent_requests_purge
+from common import db
+from learning.models import ResolutionRecord
+from learning.services.decisions import resolution_records_purge
+from tenants.context import tenant_scope
+from tests.conftest import make_client
+
+
+def _records(n: int, *, days_old: int) -> list[int]:
+    rows = [
+        ResolutionRecord(request_id=uuid.uuid4(), text=f"t{i}", normalized=f"t{i}", outcome="resolved", rule="fixed")
+        for i in range(n)
+    ]
+    ResolutionRecord.objects.bulk_create(rows)
+    ids = [r.pk for r in rows]
+    ResolutionRecord.objects.filter(pk__in=ids).update(created_at=timezone.now() - timezone.timedelta(days=days_old))
+    return ids
+
+
+@pytest.mark.django_db
+def test_old_resolution_records_go_in_batches_and_recent_ones_stay(monkeypatch):
+    monkeypatch.setattr(db, "PURGE_BATCH", 3)
+    _records(10, days_old=91)
+    recent = _records(2, days_old=1)
+    with CaptureQueriesContext(connection) as queries:
+        assert resolution_records_purge() == 10
+    deletes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("DELETE")]
+    assert len(deletes) == 4  # 3 + 3 + 3 + 1, each its own statement (and transaction)
+    assert sorted(ResolutionRecord.objects.values_list("pk", flat=True)) == sorted(recent)
+    assert resolution_records_purge() == 0
+
+
+@pytest.mark.django_db
+def test_expired_idempotent_answers_go_in_batches(monkeypatch):
+    monkeypatch.setattr(db, "PURGE_BATCH", 2)
+    agent = make_client(["resolve"]).agent
+    IdempotentRequest.objects.bulk_create(
+        [IdempotentRequest(agent=agent, key=f"k{i}", method="POST", path="/x", request_hash="h") for i in range(5)]
+    )
+    IdempotentRequest.objects.update(created_at=timezone.now() - timezone.timedelta(days=2))
+    with CaptureQueriesContext(connection) as queries:
+        assert idempotent_requests_purge() == 5
+    assert sum(q["sql"].startswith("DELETE") for q in queries.captured_queries) == 3
+    assert not IdempotentRequest.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_held_by_another_transaction_is_left_for_the_next_run():
+    with tenant_scope([1]):
+        ids = _records(5, days_old=91)
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        try:
+            with tenant_scope([1]), transaction.atomic():
+                ResolutionRecord.objects.select_for_update().filter(pk=ids[2]).get()
+                held.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(30)
+        with tenant_scope([1]):
+            assert resolution_records_purge() == 4  # not blocked: the held row is skipped
+    finally:
+        release.set()
+        thread.join(30)
+    with tenant_scope([1]):
+        assert list(ResolutionRecord.objects.values_list("pk", flat=True)) == [ids[2]]
+        assert resolution_records_purge() == 1
