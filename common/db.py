@@ -141,7 +141,7 @@ PURGE_BATCH = 5000
 
 def rows_delete_in_batches(queryset, *, batch: int | None = None) -> int:
     """Delete the rows of ``queryset`` ``batch`` at a time in the order of their keys, each batch its own
-    transaction; answers how many. Rows added meanwhile that match are deleted too; a row another transaction holds
+    transaction (with the rows that cascade from them); answers how many of the queryset's. Rows added meanwhile that match are deleted too; a row another transaction holds
     locked is left for the next run."""
     from django.db import transaction
 
@@ -158,5 +158,5 @@ def rows_delete_in_batches(queryset, *, batch: int | None = None) -> int:
             ids = list(page.select_for_update(skip_locked=True).values_list(pk, flat=True)[:batch])
             if not ids:
                 return deleted
-            deleted += model.objects.filter(**{f"{pk}__in": ids}).delete()[0]
+            deleted += model.objects.filter(**{f"{pk}__in": ids}).delete()[1].get(model._meta.label, 0)  # not cascades
         after = ids[-1]

@@ -10,6 +10,7 @@ from learning.services.disambiguations import (
     disambiguation_signals_process,
     disambiguation_signals_sweep,
     disambiguations_expire,
+    disambiguations_purge,
 )
 from learning.services.indexes import learned_phrase_tenant_indexes_sync
 from tenants.context import tenant_filter_ids, tenant_session
@@ -105,10 +106,10 @@ def decision_prior_fit_task() -> int | None | dict:
 
 
 @shared_task(name="learning.resolution_records_purge", ignore_result=True, one_transaction=False)
-def resolution_records_purge_task() -> int:
-    """Delete resolution records older than RESOLUTION_RETENTION_DAYS (beat: daily)."""
+def resolution_records_purge_task() -> dict:
+    """Delete resolution records and ambiguous answers older than RESOLUTION_RETENTION_DAYS (beat: daily)."""
 
-    return resolution_records_purge()
+    return {"records": resolution_records_purge(), "disambiguations": disambiguations_purge()}
 
 
 @shared_task(name="learning.tenant_indexes_sync", ignore_result=True)

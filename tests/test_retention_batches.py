@@ -12,6 +12,7 @@ from django.utils import timezone
 from agents.models import IdempotentRequest
 from agents.services import idempotent_requests_purge
 from common import db
+from common.api import ApplicationError
 from learning.models import ResolutionRecord
 from learning.services.decisions import resolution_records_purge
 from tenants.context import tenant_scope
@@ -83,3 +84,34 @@ def test_a_row_held_by_another_transaction_is_left_for_the_next_run():
     with tenant_scope([1]):
         assert list(ResolutionRecord.objects.values_list("pk", flat=True)) == [ids[2]]
         assert resolution_records_purge() == 1
+
+
+@pytest.mark.django_db
+def test_old_ambiguous_answers_go_with_their_signals_and_what_they_taught_stays(api, cbus, run_tasks, monkeypatch):
+    from learning.models import AbandonEvent, DisambiguationRequest, LearnedPhrase, LearningCandidate, LearningSignal
+    from learning.services.disambiguations import disambiguations_purge
+    from learning.tasks import resolution_records_purge_task
+    from tests.test_learning_disambiguation import abandon, resolve, select
+
+    monkeypatch.setattr(db, "PURGE_BATCH", 1)
+    asked = {}
+    for user in ("ann", "bob", "cat", "dan"):
+        body = resolve(api, "list all cbus", user_id=user)
+        assert body["outcome"] == "ambiguous"
+        asked[user] = body["request_id"]
+    assert run_tasks(select, api, asked["ann"], "cbu.list").status_code == 200  # learned from
+    assert run_tasks(abandon, api, asked["bob"], "closed_session").status_code == 200
+    assert select(api, asked["cat"], "cbu.list").status_code == 200  # its signals not learned from yet
+    # dan's stays open
+    DisambiguationRequest.objects.update(created_at=timezone.now() - timezone.timedelta(days=91))
+    taught = LearnedPhrase.objects.filter(user_id="ann").count(), LearningCandidate.objects.count()
+
+    with pytest.raises(ApplicationError, match="at least 1 day"):
+        disambiguations_purge(days=0)
+    assert resolution_records_purge_task() == {"records": 0, "disambiguations": 2}
+    left = DisambiguationRequest.objects.values_list("request_id", flat=True)
+    assert {str(r) for r in left} == {asked["cat"], asked["dan"]}
+    assert not LearningSignal.objects.filter(request__isnull=True).exists()
+    assert set(LearningSignal.objects.values_list("request__request_id", flat=True)) <= set(left)
+    assert not AbandonEvent.objects.exists()
+    assert (LearnedPhrase.objects.filter(user_id="ann").count(), LearningCandidate.objects.count()) == taught

@@ -6,11 +6,12 @@ from dataclasses import asdict
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agents.models import Agent
 from common.api import ApplicationError, Conflict, NotFound
-from common.db import ASYNC_COMMIT, row_insert
+from common.db import ASYNC_COMMIT, row_insert, rows_delete_in_batches
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.services import embeddings_compute
@@ -218,6 +219,26 @@ def disambiguations_expire(*, older_than_s: float | None = None) -> int:
         )
     if count:
         logger.info("expired %d open disambiguation requests", count)
+    return count
+
+
+def disambiguations_purge(*, days: int | None = None) -> int:
+    """Delete the ambiguous answers (with their signals and abandon events) older than RESOLUTION_RETENTION_DAYS,
+    as the resolution records they belong to; answers how many. What they taught stays (learned phrases, evidence,
+    candidates with their counts); a candidate's review lists the interactions within the retention. Kept whatever
+    their age: an open one, and one whose signals are not all learned from yet."""
+    days = settings.RESOLUTION_RETENTION_DAYS if days is None else days
+    if days < 1:
+        raise ApplicationError(f"The retention of ambiguous answers must be at least 1 day (got {days}).", field="days")
+    unlearned = LearningSignal.objects.filter(request=OuterRef("pk"), processed_at__isnull=True)
+    old = (
+        DisambiguationRequest.objects.filter(created_at__lt=timezone.now() - timezone.timedelta(days=days))
+        .exclude(status=DisambiguationRequest.Status.OPEN)
+        .exclude(Exists(unlearned))
+    )
+    count = rows_delete_in_batches(old)
+    if count:
+        logger.info("purged %d ambiguous answer(s) older than %d day(s), with their signals", count, days)
     return count
 
 
