@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from agents.models import Agent
-from autonomy.services import autonomy_cycle_run, autonomy_cycles_run
+from autonomy.services import autonomy_cycle_run, autonomy_cycles_run, autonomy_history_purge
 from common.api import NotFound
 from common.tasks import task_queue, task_send_each
 
@@ -83,3 +83,10 @@ def autonomy_cycle_all(trigger: str = "beat") -> int:
         " (eager)" if settings.CELERY_TASK_ALWAYS_EAGER else "",
     )
     return len(ids)
+
+
+@shared_task(name="autonomy.history_purge", ignore_result=True, one_transaction=False)
+def autonomy_history_purge_task() -> dict:
+    """Delete episodes and superseded calibration records older than AUTONOMY_HISTORY_RETENTION_DAYS (beat: daily)."""
+
+    return autonomy_history_purge()

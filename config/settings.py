@@ -809,6 +809,13 @@ CELERY_BEAT_SCHEDULE["autonomy-cycle-all-agents"] = {
 # pg_try_advisory_lock, one lock per agent: keep chunk x 2 x Celery processes under the server's lock table,
 # max_locks_per_transaction x max_connections).
 AUTONOMY_CYCLE_CHUNK = env_int("AUTONOMY_CYCLE_CHUNK", 500, minimum=1)
+# Every cycle writes an episode with its events, and calibration records: older than this they are deleted daily,
+# except an episode an autonomy transition names (its evidence) and the latest calibration of each scope (consult's).
+AUTONOMY_HISTORY_RETENTION_DAYS = env_int("AUTONOMY_HISTORY_RETENTION_DAYS", 90, minimum=1)
+CELERY_BEAT_SCHEDULE["autonomy-history-purge"] = {
+    "task": "autonomy.history_purge",
+    "schedule": env_float("AUTONOMY_HISTORY_PURGE_EVERY_S", 86400.0, minimum=1.0),
+}
 # Retention: feedback records older than this move to the archive table (must exceed MISTAKE_WINDOW_DAYS).
 FEEDBACK_RECORD_RETENTION_DAYS = env_int("FEEDBACK_RECORD_RETENTION_DAYS", 180, minimum=1)
 FEEDBACK_ARCHIVE_BATCH = env_int("FEEDBACK_ARCHIVE_BATCH", 10000, minimum=1)  # records per statement (one short transaction each)

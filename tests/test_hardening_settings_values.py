@@ -94,6 +94,7 @@ BEAT = {
     "API_IDEMPOTENCY_PURGE_EVERY_S": "agents-idempotent-requests-purge",
     "RESOLUTION_PURGE_EVERY_S": "learning-resolution-records-purge",
     "FEEDBACK_SIGNAL_SWEEP_EVERY_S": "learning-disambiguation-signals-sweep",
+    "AUTONOMY_HISTORY_PURGE_EVERY_S": "autonomy-history-purge",
 }
 
 

@@ -8,6 +8,7 @@ from autonomy.services.episodes import (
     EpisodeLog,
     agent_cycle_lock,
     agents_cycle_lock,
+    autonomy_history_purge,
     episode_finish,
     episode_start,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "action_autonomy_revert",
     "action_autonomy_stop",
     "agent_cycle_lock",
+    "autonomy_history_purge",
     "agents_cycle_lock",
     "autonomy_cycle_run",
     "autonomy_cycles_run",

@@ -1,11 +1,19 @@
 """Cycle episodes (an ordered event log per run) and the per-agent cycle locks."""
 
 import contextlib
+import logging
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from autonomy.models import Episode, EpisodeEvent, EpisodeStatus
+from autonomy.models import AutonomyTransition, CalibrationRecord, Episode, EpisodeEvent, EpisodeStatus
+from common.api import ApplicationError
+from common.db import rows_delete_in_batches
+
+logger = logging.getLogger(__name__)
 
 LOCK_NAMESPACE_CYCLE = 61002
 
@@ -92,3 +100,25 @@ def asynchronous_commit():
         if connection.connection is not None:
             with connection.cursor() as cur:
                 cur.execute("RESET synchronous_commit")
+
+
+def autonomy_history_purge(*, days: int | None = None) -> dict:
+    """Delete what the cycles wrote more than AUTONOMY_HISTORY_RETENTION_DAYS ago: episodes with their events, except
+    one an autonomy transition names (the run that proposed it), and calibration records superseded by a newer one of
+    the same agent and scope (the latest of each is what consult answers and the next run smooths against, however
+    old). Batched; answers {"episodes": n, "calibration_records": n}."""
+    days = settings.AUTONOMY_HISTORY_RETENTION_DAYS if days is None else days
+    if days < 1:
+        raise ApplicationError(f"The retention of autonomy history must be at least 1 day (got {days}).", field="days")
+    cutoff = timezone.now() - timedelta(days=days)
+    named = AutonomyTransition.objects.filter(episode_id=OuterRef("pk"))
+    episodes = rows_delete_in_batches(Episode.objects.filter(started_at__lt=cutoff).exclude(Exists(named)))
+    newer = CalibrationRecord.objects.filter(agent_id=OuterRef("agent_id"), computed_at__gt=OuterRef("computed_at"))
+    old = CalibrationRecord.objects.filter(computed_at__lt=cutoff)
+    records = rows_delete_in_batches(
+        old.filter(action__isnull=False).filter(Exists(newer.filter(action_id=OuterRef("action_id"))))
+    )
+    records += rows_delete_in_batches(old.filter(action__isnull=True).filter(Exists(newer.filter(action__isnull=True))))
+    if episodes or records:
+        logger.info("purged %d episode(s) and %d calibration record(s) older than %d day(s)", episodes, records, days)
+    return {"episodes": episodes, "calibration_records": records}
