@@ -336,7 +336,7 @@ def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: 
     if head_tuple is not None:
         head, head_verbs, anchors_n, _ = head_tuple
         probs = decision.head_predict(head, vector, [normalized])[0]
-        active = selectors.active_verb_names() if allow_head_only else frozenset()
+        active = selectors.active_verb_names(stamp=rows.stamp) if allow_head_only else frozenset()
         order = np.argsort(-probs)
         shown = 0
         for j in order[: settings.RESOLVE_MAX_OPTIONS * 2]:

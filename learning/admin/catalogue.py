@@ -29,13 +29,19 @@ class _NormalizedForm(forms.ModelForm):
         text = self.cleaned_data.get(self.text_field)
         if text is not None:
             self.instance.normalized = self.cleaned_data["normalized"] = normalize_phrase(text)  # for the formset's checks
+            longest = self._meta.model._meta.get_field("normalized").max_length
             if not self.instance.normalized:
                 self.add_error(self.text_field, "This has no words to match.")
+            elif len(self.instance.normalized) > longest:  # a ligature or a unit sign spelled out grows
+                self.add_error(
+                    self.text_field,
+                    f"This is {len(self.instance.normalized)} characters once normalised; at most {longest} fit.",
+                )
         super()._post_clean()
 
     def _get_validation_exclusions(self):
         exclude = super()._get_validation_exclusions()
-        if self.instance.normalized:  # empty: the text field's own error says why
+        if self.instance.normalized and self.text_field not in self.errors:  # else the text field's error says why
             exclude.discard("normalized")
         return exclude
 
@@ -81,6 +87,11 @@ class VerbAdmin(TenantChoiceMixin, _VerbSave, HistoryAdmin):
     list_filter = ["domain", "is_active"]
     search_fields = ["name", "display_name", "description", "phrases__text"]
     inlines = [VerbPhraseInline]
+
+    def has_delete_permission(self, request, obj=None):
+        """A verb ends by retirement (``is_active`` off), never by deletion: deleting it would delete every phrase
+        and block learned for it, which a reload of the catalogue would not bring back."""
+        return False
 
     def get_readonly_fields(self, request, obj=None):
         """A verb's name is what candidates, evidence, signals and records name it by: fixed once it exists."""

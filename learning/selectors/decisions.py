@@ -27,7 +27,7 @@ _head_cache: "OrderedDict[tuple, object]" = OrderedDict()  # (tenants, version, 
 _head_bytes: dict = {}  # key -> bytes of its weights
 _HEAD_CACHE_SIZE = 256  # entries at most, and at most RESOLVE_HEAD_CACHE_MB of weights
 _head_lock = threading.Lock()
-_active_verbs_cache: dict = {}  # tenants in scope -> (expires, names)
+_active_verbs_cache: dict = {}  # tenants in scope -> (expires, names, catalogue stamp)
 
 
 @dataclass(frozen=True)
@@ -127,15 +127,17 @@ def _head_read(version: int, user_id: str | None) -> tuple | None:
     return head, verbs, {v: int(n) for v, n in (rows[0]["anchors"] or {}).items()}, rows[0]["user_id"]
 
 
-def active_verb_names() -> frozenset:
-    """Names of the active verbs, cached like the decision state (head-only options must still exist)."""
+def active_verb_names(*, stamp: tuple | None = None) -> frozenset:
+    """Names of the active verbs (a head-only option must still exist). With the catalogue ``stamp`` read in this
+    transaction (``catalogue_stamp``: every edit of a verb changes it), kept while the stamp holds: a verb retired in
+    any process is never offered again; without one, cached like the decision state."""
     now = _time.monotonic()
     tenants = tenant_filter_ids()
     hit = _active_verbs_cache.get(tenants)
-    if hit is not None and hit[0] > now:
+    if hit is not None and (hit[2] == stamp if stamp is not None else hit[0] > now):
         return hit[1]
     names = frozenset(Verb.objects.filter(is_active=True).values_list("name", flat=True))
-    _active_verbs_cache[tenants] = (now + settings.RESOLVE_DECISION_CACHE_S, names)
+    _active_verbs_cache[tenants] = (now + settings.RESOLVE_DECISION_CACHE_S, names, stamp)
     return names
 
 

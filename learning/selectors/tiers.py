@@ -268,6 +268,7 @@ class TierRows:
     details: dict[str, dict] = field(default_factory=dict)  # verb_details of the catalogue in scope, when in memory
     # verbs blocked outright by a block that cannot be compared with the text (no vector of the text's model yet)
     unchecked: set[str] = field(default_factory=set)
+    stamp: tuple | None = None  # the catalogue stamp read with these rows (``catalogue_stamp``), when it was
 
 
 VECTOR_TIERS = {"ls", "bs", "ev", "cs"}
@@ -379,7 +380,7 @@ def tier_rows(
         params.update(q=VectorParam(vector))
         parts += vector_parts("d")
     ctes = f"v AS MATERIALIZED ({verbs})" + (", q AS (SELECT %(q)s::vector AS v)" if vector is not None else "")
-    out = TierRows([], set(), [], [], {}, [])
+    out = TierRows([], set(), [], [], {}, [], stamp=stamp)
     # A tenant with its own HNSW index walks it: PostgreSQL would rather read and sort the tenant's rows in scope (it
     # costs a vector distance like any operator), 5 ms for 1,200 rows where the walk takes about 1 ms.
     walk_own = (

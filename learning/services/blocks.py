@@ -121,8 +121,11 @@ def block_refusal_check(
     raise Conflict(f"A blocklist entry forbids {text!r} → {verb.name}{why}.", field=field, code="blocked")
 
 
-def _verb_by_name(name: str, *, field: str) -> Verb:
-    verb = Verb.objects.filter(name=name, is_active=True).first()
+def _verb_by_name(name: str, *, field: str, retired_too: bool = False) -> Verb:
+    """The active verb of that name (400 ``unknown_verb`` naming ``field``); with ``retired_too`` a retired one
+    answers as well (the verb a user says was wrong may have been retired since)."""
+    verbs = Verb.objects.filter(name=name) if retired_too else Verb.objects.filter(name=name, is_active=True)
+    verb = verbs.first()
     if verb is None:
         raise ApplicationError(f"Unknown or inactive verb {name!r}.", field=field, code="unknown_verb")
     return verb

@@ -41,7 +41,7 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
     _phrase_length_check(text, normalized, field="text")
     if wrong_verb == correct_verb:
         raise ApplicationError("The wrong and the correct verb are the same.", field="correct_verb")
-    wrong = _verb_by_name(wrong_verb, field="wrong_verb")
+    wrong = _verb_by_name(wrong_verb, field="wrong_verb", retired_too=True)  # retired since it answered: still wrong
     correct = _verb_by_name(correct_verb, field="correct_verb")
 
     vectors, model = embeddings_compute(texts=[normalized])

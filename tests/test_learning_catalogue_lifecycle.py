@@ -1,0 +1,103 @@
+"""The catalogue changes in production (verbs retired, phrases typed in the admin): nothing learned is deleted by
+hand, a retired verb is never offered, a correction of an answer whose verb was retired since still teaches, and
+input the database cannot hold is an error on the page."""
+
+import pytest
+from django.test import Client
+
+from learning.catalogue import VerbEntry
+from learning.models import EntityAlias, LearnedPhrase, Verb, VerbPhrase
+from learning.resolution import resolve
+from learning.selectors import decision_cache_clear
+from learning.services.catalogue import verb_catalogue_load, verb_edit
+from learning.services.decisions import decision_prior_fit
+from tests.conftest import make_client, reviewer_user
+from tests.test_learning_decision import BIG
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_client(db):
+    client = Client(raise_request_exception=False)
+    client.force_login(reviewer_user("root", superuser=True))
+    return client
+
+
+def _verb_form(name, phrases):
+    data = {
+        "name": name,
+        "domain": "wire",
+        "display_name": "",
+        "description": "",
+        "is_active": "on",
+        "phrases-TOTAL_FORMS": str(len(phrases)),
+        "phrases-INITIAL_FORMS": "0",
+    }
+    data.update({f"phrases-{i}-text": text for i, text in enumerate(phrases)})
+    return data
+
+
+def test_a_verb_is_never_deleted_in_the_admin_so_nothing_learned_goes_with_it(catalogue, admin_client):
+    api = make_client(["resolve", "feedback"])
+    body = {"text": "spin up a unit for me", "verb": "cbu.create", "user_id": "u1"}
+    assert api.post("/api/v1/resolutions/confirm", body, format="json").status_code == 200
+    verb = catalogue["cbu.create"]
+    assert admin_client.get(f"/admin/learning/verb/{verb.pk}/delete/").status_code == 403
+    assert admin_client.post(f"/admin/learning/verb/{verb.pk}/delete/", {"post": "yes"}).status_code == 403
+    bulk = {"action": "delete_selected", "_selected_action": [verb.pk], "post": "yes"}
+    admin_client.post("/admin/learning/verb/", bulk)
+    assert Verb.objects.filter(pk=verb.pk).exists() and LearnedPhrase.objects.filter(verb=verb).count() == 1
+
+
+@pytest.mark.parametrize("text", ["\N{ARABIC LIGATURE SALLALLAHOU ALAYHE WASALLAM}" * 30, "\N{SQUARE MHZ}" * 200])
+def test_a_phrase_too_long_once_normalised_is_an_error_on_the_page_not_a_500(admin_client, text):
+    page = admin_client.post("/admin/learning/verb/add/", _verb_form("wire.send", [text]))
+    assert page.status_code == 200 and "once normalised" in page.content.decode()
+    assert not Verb.objects.filter(name="wire.send").exists() and not VerbPhrase.objects.exists()
+
+
+def test_an_alias_too_long_once_normalised_is_an_error_on_the_page(admin_client):
+    form = {
+        "alias": "\N{ARABIC LIGATURE SALLALLAHOU ALAYHE WASALLAM}" * 17,
+        "canonical_name": "X",
+        "entity_type": "entity",
+        "confidence": "1",
+        "occurrence_count": "1",
+        "source": "manual",
+        "is_active": "on",
+    }
+    page = admin_client.post("/admin/learning/entityalias/add/", form)
+    assert page.status_code == 200 and "once normalised" in page.content.decode()
+    assert not EntityAlias.objects.exists()
+
+
+def test_a_verb_retired_in_any_process_is_not_offered_by_the_head_on_the_next_resolve(settings):
+    settings.RESOLVE_PROMOTE_MIN_LABELS = 10**6
+    verb_catalogue_load(entries=BIG)
+    decision_prior_fit()
+    decision_cache_clear()
+    text = "will there be snow in oslo next week"
+    before = resolve(text=text)
+    assert "weather.get" in {c.verb for c in before.candidates} | {before.verb}
+    verb = Verb.objects.get(name="weather.get")
+    verb.is_active = False
+    verb_edit(verb=verb)  # no cache of this process is told: another process retired it
+    after = resolve(text=text)
+    named = {c.verb for c in after.candidates} | {o.verb for o in after.options} | {after.verb}
+    assert "weather.get" not in named
+
+
+def test_a_correction_of_an_answer_whose_verb_was_retired_since_still_teaches(catalogue):
+    api = make_client(["resolve", "feedback"])
+    body = {"text": "spin up a unit for me", "verb": "cbu.create", "user_id": "u1"}
+    assert api.post("/api/v1/resolutions/confirm", body, format="json").status_code == 200
+    verb_catalogue_load(entries=[VerbEntry("cbu.create", "cbu", "Create a CBU", "", ["create a cbu"], is_active=False)])
+    correct = {"text": "spin up a unit for me", "wrong_verb": "cbu.create", "correct_verb": "cbu.list", "user_id": "u1"}
+    answer = api.post("/api/v1/resolutions/correct", correct, format="json")
+    assert answer.status_code == 200, answer.content  # before: 400 unknown_verb, the correction lost
+    assert LearnedPhrase.objects.get(normalized="spin up a unit for me", user_id="u1").verb.name == "cbu.list"
+    r = api.post("/api/v1/resolve", {"text": "spin up a unit for me", "user_id": "u1"}, format="json").json()
+    assert (r["outcome"], r["verb"]) == ("resolved", "cbu.list")
+    unknown = api.post("/api/v1/resolutions/correct", {**correct, "wrong_verb": "cbu.nothing"}, format="json")
+    assert unknown.status_code == 400 and "wrong_verb" in unknown.json()["fields"]
