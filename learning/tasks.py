@@ -69,13 +69,13 @@ def disambiguations_expire_task() -> int:
 
 
 @shared_task(name="learning.decision_refit", ignore_result=True, one_transaction=False)
-def decision_refit_task(force: bool = False) -> dict:
+def decision_refit_task(force: bool = False, due: bool = False) -> dict:
     """Promote the shadow decision fit if it earned it, refit on the newest labels (beat: daily; also sent every
-    RESOLVE_REFIT_EVERY_LABELS labels)."""
+    RESOLVE_REFIT_EVERY_LABELS labels, ``due``: skipped when another refit fitted them meanwhile)."""
 
     if tenant_filter_ids() is not None:
-        return decision_refit(force=force)  # sent from a tenant's request: that tenant's decision
-    return _each_tenant("decision refit", lambda: decision_refit(force=force))  # the daily beat: each tenant's labels
+        return decision_refit(force=force, due=due)  # sent from a tenant's request: that tenant's decision
+    return _each_tenant("decision refit", lambda: decision_refit(force=force, due=due))  # the beat: each tenant's
 
 
 def _each_tenant(name: str, work) -> dict:

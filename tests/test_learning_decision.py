@@ -780,7 +780,10 @@ def test_purge_keeps_recent_records(big):
 
 
 def _labelled(n, rng, prior):
+    """``n`` labelled resolutions answered by ``prior``; a fit in shadow judged them too (it asked where the label
+    says the top verb was wrong), as it judges every resolution made while it runs."""
     F, y = _synthetic(n, seed=int(rng.integers(1000)))
+    shadow = DecisionFit.objects.filter(status="shadow").first()
     rows = [
         ResolutionRecord(
             request_id=uuid.uuid4(),
@@ -793,6 +796,10 @@ def _labelled(n, rng, prior):
             label=bool(y[i]),
             labelled_at=timezone.now(),
             fit_version=prior.version,
+            shadow_version=shadow.version if shadow else None,
+            shadow_outcome=("resolved" if y[i] else "ambiguous") if shadow else "",
+            shadow_verb="x" if shadow else "",
+            shadow_label=bool(y[i]) if shadow else None,
         )
         for i in range(n)
     ]
@@ -814,6 +821,9 @@ def test_a_fit_runs_in_shadow_then_goes_live_and_a_reviewer_can_pin_and_roll_bac
     decision_cache_clear()
     r = resolve(text="send an email")
     assert r.explanation["rule"] == "prior" and r.trace["shadow_version"] == shadow.version  # shadow answers recorded
+    assert not decision_refit()["promoted"]  # no label has judged it in shadow yet
+    shadow = DecisionFit.objects.get(status="shadow")
+    _labelled(50, rng, prior)  # labels arrive while it runs in shadow
     out = decision_refit()
     shadow.refresh_from_db()
     assert out["promoted"] == shadow.version and shadow.status == "live"
@@ -889,6 +899,8 @@ def test_promotion_refuses_few_labels_a_high_wrong_rate_or_a_bad_shadow(settings
     fit = DecisionFit(params={"cut": 0.5}, n_labels=150, held_out={"wrong": 0.01})
     assert not promotion_verdict(fit=fit)[0]
     fit.n_labels = 500
+    assert not promotion_verdict(fit=fit)[0]  # no label judged it in shadow yet
+    fit.shadow_figures = {"n": 50, "wrong": 0, "right": 40}
     assert promotion_verdict(fit=fit)[0]
     fit.held_out = {"wrong": 0.05}
     assert not promotion_verdict(fit=fit)[0]
@@ -1046,7 +1058,9 @@ def test_a_refit_due_is_never_run_inside_the_labelling_request(db, settings, mon
     monkeypatch.setattr(decision_services, "task_send_on_commit", lambda name, **kw: sent.append((name, kw)))
     settings.RESOLVE_REFIT_EVERY_LABELS = 0
     decision_services._refit_if_due()
-    assert sent == [("learning.decision_refit", {"fallback_inline": False})]
+    assert sent == [("learning.decision_refit", {"due": True, "fallback_inline": False})]
+    decision_services._refit_if_due()  # queued already: not sent again for every further label
+    assert len(sent) == 1
 
 
 def test_a_candidate_only_the_classifier_head_proposes_is_documented_in_the_schema(big):
@@ -1071,3 +1085,22 @@ def test_a_candidate_only_the_classifier_head_proposes_is_documented_in_the_sche
     for c in body["candidates"]:
         for name in ("source", "matched_phrase"):
             assert Draft4Validator(resolved(properties[name])).is_valid(c[name]), (name, c[name], properties[name])
+
+
+def test_a_refit_sent_for_labels_that_another_refit_fitted_meanwhile_does_nothing(big, settings):
+    """Refits sent one after another (a duplicate, the beat beside a label-sent one) neither fit the same labels again
+    nor put the previous one's shadow live untried."""
+    prior = decision_prior_fit()
+    rng = np.random.default_rng(5)
+    _labelled(300, rng, prior)
+    first = decision_refit(due=True)
+    assert first["shadow"] is not None
+    assert decision_refit(due=True) == {
+        "prior": None,
+        "promoted": None,
+        "shadow": None,
+        "reason": "not due: another refit fitted them",
+    }
+    second = decision_refit()  # the daily beat right after: a new fit, but the untried shadow does not go live
+    assert second["promoted"] is None and "no label has judged it" in second["reason"]
+    assert DecisionFit.objects.get(status="live").pk == prior.pk

@@ -118,16 +118,36 @@ def resolution_label(
     return row
 
 
-_refit_checked = [0.0]
+# A label-triggered refit sent (per tenant) is not sent again for this long, unless it ends sooner: every label past
+# the threshold would send one more, each waiting minutes on the fit lock.
+REFIT_SENT_MEMO_S = 900
+
+
+def _refit_sent_key() -> str:
+    tenants = tenant_filter_ids()
+    return f"learning:refit-sent:{'-'.join(map(str, tenants)) if tenants else 'all'}"
+
+
+def _refit_due() -> bool:
+    newest = DecisionFit.objects.filter(source=DecisionFit.Source.LABELS).order_by("-version").values("created_at").first()
+    return selectors.labels_since(newest["created_at"] if newest else None) >= settings.RESOLVE_REFIT_EVERY_LABELS
 
 
 def _refit_if_due() -> None:
-    """Send a refit (of this tenant's decision) once RESOLVE_REFIT_EVERY_LABELS labels arrived since its newest fit.
-    Never inline: a refit trains heads for minutes, too long for the labelling request. With the broker down it is
-    not sent, and the next label after the broker is back sends it (the count still says it is due)."""
-    newest = DecisionFit.objects.filter(source=DecisionFit.Source.LABELS).order_by("-version").values("created_at").first()
-    if selectors.labels_since(newest["created_at"] if newest else None) >= settings.RESOLVE_REFIT_EVERY_LABELS:
-        task_send_on_commit("learning.decision_refit", fallback_inline=False)
+    """Send a refit (of this tenant's decision) once RESOLVE_REFIT_EVERY_LABELS labels arrived since its newest fit,
+    once: the labels after it do not send it again while it is queued or running (``REFIT_SENT_MEMO_S``, in the
+    cache), and the refit itself checks it is still due. Never inline: a refit trains heads for minutes, too long for
+    the labelling request. With the broker down it is not sent, and a later label sends it (the count still says
+    it is due)."""
+    if not _refit_due():
+        return
+    try:
+        first = cache.add(_refit_sent_key(), 1, REFIT_SENT_MEMO_S)
+    except Exception:  # the cache is an optimisation: without it every label past the threshold sends
+        logger.warning("cache unavailable: a refit may be sent more than once", exc_info=True)
+        first = True
+    if first:
+        task_send_on_commit("learning.decision_refit", due=True, fallback_inline=False)
 
 
 def resolution_records_purge(*, days: int | None = None) -> int:
@@ -438,7 +458,8 @@ def _switch(fit: DecisionFit, *, action: str, reason: str, by=None, pin: bool | 
 def promotion_verdict(*, fit: DecisionFit) -> tuple[bool, str]:
     """May this shadow fit go live? Never on fewer than RESOLVE_PROMOTE_MIN_LABELS labels, never when its
     held-out wrong rate is above RESOLVE_MAX_WRONG_RATE or it would never auto-resolve, and not when the labels
-    that arrived while it ran in shadow show it worse than the target (lower 90% bound above it)."""
+    that arrived while it ran in shadow show it worse than the target (lower 90% bound above it), nor before any
+    label arrived while it ran in shadow."""
     target = settings.RESOLVE_MAX_WRONG_RATE
     if fit.params is None or fit.params.get("cut") is None:
         return False, "the fit found no cut within the target"
@@ -447,10 +468,11 @@ def promotion_verdict(*, fit: DecisionFit) -> tuple[bool, str]:
     if fit.held_out.get("wrong", 1.0) > target:
         return False, f"held-out wrong {fit.held_out.get('wrong')} above the target {target}"
     s = fit.shadow_figures or {}
-    if s.get("n"):
-        w = s["wrong"]
-        if (w - decision.BOUND_Z * np.sqrt(w + 1.0)) / s["n"] > target:
-            return False, f"in shadow: {w} wrong of {s['n']} labels, above the target"
+    if not s.get("n"):  # a refit right after another (a duplicate task, the beat): no trial at all
+        return False, "no label has judged it in shadow yet"
+    w = s["wrong"]
+    if (w - decision.BOUND_Z * np.sqrt(w + 1.0)) / s["n"] > target:
+        return False, f"in shadow: {w} wrong of {s['n']} labels, above the target"
     return True, "held-out wrong within the target"
 
 
@@ -496,12 +518,22 @@ def _prior_stale() -> bool:
     return stale and _unfit_at(model) != count
 
 
-def decision_refit(*, force: bool = False, progress: bool = False) -> dict:
+def decision_refit(*, force: bool = False, progress: bool = False, due: bool = False) -> dict:
     """Promote the shadow fit if it earned it, then fit the newest labels (and the heads) into a new shadow fit.
     Also refits the catalogue prior when it is stale (``_prior_stale``). One fit at a time per tenant
-    (``decision_fits_serialised``). Answers what happened."""
-    with decision_fits_serialised():
-        return _refit(force=force, progress=progress)
+    (``decision_fits_serialised``). ``due``: sent because labels arrived: nothing when another refit has fitted
+    them meanwhile. Answers what happened."""
+    try:
+        with decision_fits_serialised():
+            if due and not force and not _refit_due():
+                return {"prior": None, "promoted": None, "shadow": None, "reason": "not due: another refit fitted them"}
+            return _refit(force=force, progress=progress)
+    finally:
+        if due:
+            try:
+                cache.delete(_refit_sent_key())
+            except Exception:
+                logger.warning("cache unavailable: the sent refit is remembered until it expires", exc_info=True)
 
 
 def _feature_row(value) -> bool:
