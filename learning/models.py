@@ -320,6 +320,10 @@ class DisambiguationRequest(TenantOwned):
     created_at = models.DateTimeField(auto_now_add=True)
     answered_at = models.DateTimeField(null=True, blank=True)
     processed_at = models.DateTimeField(null=True, blank=True, help_text="When its signals were learned from")
+    sweep_failures = models.PositiveSmallIntegerField(
+        default=0, db_default=0, help_text="Sweeps that failed to learn from its signals (none past the limit)"
+    )
+    sweep_after = models.DateTimeField(null=True, blank=True, help_text="The sweep tries it again from then on")
 
     class Meta:
         ordering = ["-created_at"]

@@ -427,7 +427,7 @@ def test_selecting_a_verb_retired_since_the_options_is_409_and_the_request_stays
 
 def test_the_sweep_learns_from_answers_whose_task_never_ran(api, cbus, monkeypatch):
     """The click's task is lost (no on-commit run here): the beat's sweep processes the request once it is old
-    enough, in its tenant and as the agent that asked; a request that fails is reported and retried next time."""
+    enough, in its tenant and as the agent that asked; a request that fails is reported and retried later."""
     from django.utils import timezone
 
     from learning.services import disambiguations
@@ -454,6 +454,8 @@ def test_the_sweep_learns_from_answers_whose_task_never_ran(api, cbus, monkeypat
     phrase = LearnedPhrase.objects.get(normalized="list all cbus", user_id="alice")
     assert phrase.verb.name == verb and phrase.agent_id == api.agent.pk  # as the agent that asked
     monkeypatch.setattr(disambiguations, "disambiguation_signals_process", real)
+    assert disambiguation_signals_sweep() == {"processed": 0, "failed": 0}  # tried again after a while, not at once
+    DisambiguationRequest.objects.filter(pk=bob).update(sweep_after=timezone.now())
     assert disambiguation_signals_sweep() == {"processed": 1, "failed": 0}
     assert not LearningSignal.objects.filter(processed_at__isnull=True).exists()
     assert disambiguation_signals_sweep() == {"processed": 0, "failed": 0}
@@ -653,3 +655,39 @@ def test_a_generated_variant_never_overrides_the_users_correction(api, gov_api, 
     assert gov_api.post(f"/api/v1/learning/candidates/{again.pk}/approve", {}, format="json").status_code == 200
     row.refresh_from_db()
     assert (row.verb.name, row.source) == ("cbu.list", "candidate")
+
+
+def test_requests_the_sweep_fails_on_never_keep_newer_ones_waiting(api, cbus, monkeypatch):
+    """The sweep took the oldest requests first every run: as many that always fail as its batch holds kept every
+    newer click from being learned from, forever. A failure is tried again later (5, 10, 20, 40 minutes), after
+    the others, and left after the last try."""
+    from django.utils import timezone
+
+    from learning.services import disambiguations
+
+    bodies = [resolve(api, "list all cbus", user_id=u) for u in ("alice", "bob", "carol")]
+    for body in bodies:
+        assert select(api, body["request_id"], body["options"][0]["verb"]).status_code == 200
+    LearningSignal.objects.update(created_at=timezone.now() - timezone.timedelta(minutes=10))  # their tasks were lost
+    rows = {b["request_id"]: DisambiguationRequest.objects.get(request_id=b["request_id"]).pk for b in bodies}
+    failing = {rows[bodies[0]["request_id"]], rows[bodies[1]["request_id"]]}
+    real = disambiguations.disambiguation_signals_process
+
+    def process(*, request_pk):
+        if request_pk in failing:
+            raise RuntimeError("always fails")
+        return real(request_pk=request_pk)
+
+    monkeypatch.setattr(disambiguations, "disambiguation_signals_process", process)
+    assert disambiguations.disambiguation_signals_sweep(limit=2) == {"processed": 0, "failed": 2}
+    assert disambiguations.disambiguation_signals_sweep(limit=2) == {"processed": 1, "failed": 0}  # carol's, at once
+    assert DisambiguationRequest.objects.get(pk=rows[bodies[2]["request_id"]]).processed_at is not None
+    clock = [timezone.now()]
+    monkeypatch.setattr(disambiguations.timezone, "now", lambda: clock[0])
+    for failures in range(2, disambiguations.SWEEP_MAX_FAILURES + 1):
+        clock[0] += disambiguations.SWEEP_BACKOFF * 2 ** (failures - 1)
+        assert disambiguations.disambiguation_signals_sweep(limit=2) == {"processed": 0, "failed": 2}
+    clock[0] += timezone.timedelta(days=1)
+    assert disambiguations.disambiguation_signals_sweep(limit=2) == {"processed": 0, "failed": 0}  # left
+    left = DisambiguationRequest.objects.filter(pk__in=failing)
+    assert all(r.sweep_failures == disambiguations.SWEEP_MAX_FAILURES and r.processed_at is None for r in left)

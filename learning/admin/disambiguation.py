@@ -19,6 +19,7 @@ from learning.models import (
     LearningSignal,
     PhraseEvidence,
 )
+from learning.services.disambiguations import SWEEP_MAX_FAILURES
 from learning.services.profiles import resolution_profile_activate, resolution_profile_fit, resolution_profile_retire
 from tenants.context import tenant_scope
 from tenants.selectors import user_tenants
@@ -87,10 +88,27 @@ class AbandonEventInline(admin.StackedInline):
         return False
 
 
+class SweepFailuresFilter(admin.SimpleListFilter):
+    """Requests whose signals the sweep failed to learn from: retried, or left after the last try."""
+
+    title = "learning from its signals"
+    parameter_name = "sweep"
+
+    def lookups(self, request, model_admin):
+        return [("retrying", "failed, tried again"), ("left", f"failed {SWEEP_MAX_FAILURES} times, left")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "retrying":
+            return queryset.filter(sweep_failures__gt=0, sweep_failures__lt=SWEEP_MAX_FAILURES, processed_at__isnull=True)
+        if self.value() == "left":
+            return queryset.filter(sweep_failures__gte=SWEEP_MAX_FAILURES, processed_at__isnull=True)
+        return queryset
+
+
 @admin.register(DisambiguationRequest)
 class DisambiguationRequestAdmin(admin.ModelAdmin):
     list_display = ["text", "user_id", "channel", "shown_options", "status", "selected_verb", "created_at"]
-    list_filter = ["status", "channel", "domain", "created_at"]
+    list_filter = ["status", "channel", "domain", "created_at", SweepFailuresFilter]
     search_fields = ["text", "user_id", "request_id", "selected_verb"]
     date_hierarchy = "created_at"
     readonly_fields = [
@@ -108,6 +126,8 @@ class DisambiguationRequestAdmin(admin.ModelAdmin):
         "created_at",
         "answered_at",
         "processed_at",
+        "sweep_failures",
+        "sweep_after",
     ]
     exclude = ["options"]
     inlines = [AbandonEventInline, LearningSignalInline]

@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from agents.models import Agent
@@ -242,6 +242,12 @@ def disambiguations_purge(*, days: int | None = None) -> int:
     return count
 
 
+# A request whose signals fail to process is tried again after 5, 10, 20, 40 minutes, then left (logged as an error,
+# listed in the admin with its failures): newer clicks are learned from meanwhile.
+SWEEP_MAX_FAILURES = 5
+SWEEP_BACKOFF = timezone.timedelta(minutes=5)
+
+
 def disambiguation_signals_sweep(*, older_than_s: float | None = None, limit: int = 500) -> dict:
     """Learn from answered requests whose signals no task has processed after ``older_than_s`` seconds
     (``FEEDBACK_SIGNAL_SWEEP_AFTER_S``): a lost message, a worker that died, work that failed. Each request in its
@@ -249,24 +255,34 @@ def disambiguation_signals_sweep(*, older_than_s: float | None = None, limit: in
     failure is logged and the others still run. Answers {"processed": n, "failed": n}."""
     age = settings.FEEDBACK_SIGNAL_SWEEP_AFTER_S if older_than_s is None else older_than_s
     cutoff = timezone.now() - timezone.timedelta(seconds=age)
+    now = timezone.now()
     rows = list(
         DisambiguationRequest.objects.filter(
             processed_at__isnull=True, signals__processed_at__isnull=True, signals__created_at__lte=cutoff
         )
-        .values_list("pk", "tenant_id", "agent_id")
+        .filter(Q(sweep_after__isnull=True) | Q(sweep_after__lte=now), sweep_failures__lt=SWEEP_MAX_FAILURES)
+        .values_list("pk", "tenant_id", "agent_id", "sweep_failures")
         .distinct()
-        .order_by("pk")[:limit]
+        .order_by("sweep_failures", "pk")[:limit]  # the ones that never failed first: a failing one never blocks them
     )
-    agents = Agent.objects.in_bulk({agent_id for _, _, agent_id in rows if agent_id is not None})
+    agents = Agent.objects.in_bulk({agent_id for _, _, agent_id, _ in rows if agent_id is not None})
     counts = {"processed": 0, "failed": 0}
-    for pk, tenant_id, agent_id in rows:
+    for pk, tenant_id, agent_id, failures in rows:
         try:
             with tenant_scope([tenant_id]), acting_agent(agents.get(agent_id)):
                 disambiguation_signals_process(request_pk=pk)
             counts["processed"] += 1
         except Exception:
-            logger.exception("disambiguation request %s: its signals failed to process; the next sweep retries", pk)
             counts["failed"] += 1
+            failures += 1
+            if failures >= SWEEP_MAX_FAILURES:
+                logger.exception("disambiguation request %s: its signals failed %d times; no sweep tries again", pk, failures)
+            else:
+                logger.exception("disambiguation request %s: its signals failed to process; tried again later", pk)
+            with tenant_scope([tenant_id]):
+                DisambiguationRequest.objects.filter(pk=pk).update(
+                    sweep_failures=failures, sweep_after=now + SWEEP_BACKOFF * 2 ** (failures - 1)
+                )
     if rows:
         logger.info("signal sweep: %s", counts)
     return counts
