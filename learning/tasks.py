@@ -121,4 +121,11 @@ def tenant_indexes_sync_task() -> dict:
         logger.warning("tenant index sync refused inside one tenant's scope; the hourly beat runs it")
         return {"refused": True}
     result = learned_phrase_tenant_indexes_sync()
-    return {"created": result.created, "rebuilt": result.rebuilt, "dropped": result.dropped, "kept": result.kept}
+    return {
+        "created": result.created,
+        "rebuilt": result.rebuilt,
+        "dropped": result.dropped,
+        "kept": result.kept,
+        "failed": result.failed,
+        "busy": result.busy,
+    }

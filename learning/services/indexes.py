@@ -10,11 +10,12 @@ index a failed build left invalid, and drops those of tenants that shrank below 
 The planner picks a tenant's index by itself: the tier query filters by the tenant's id.
 """
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from tqdm import tqdm
 
 from learning.selectors.indexes import (
@@ -35,6 +36,44 @@ class IndexSync:
     rebuilt: list[int] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)  # a build or drop that failed: logged, tried again next run
+    busy: bool = False  # another sync was running: this one did nothing
+
+
+# One sync at a time: a second one (the hourly beat while a long build runs, a redelivered task) would take the
+# build in progress, invalid until it ends, for a failed one's leftover, drop it and deadlock with it.
+LOCK_NAMESPACE_INDEXES = 61004
+
+
+@contextlib.contextmanager
+def _sync_lock():
+    """Yields whether this sync holds the lock (without waiting): the transaction's inside one, else the session's."""
+    with connection.cursor() as cursor:
+        if connection.in_atomic_block:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s, 0)", [LOCK_NAMESPACE_INDEXES])
+            yield cursor.fetchone()[0]
+            return
+        cursor.execute("SELECT pg_try_advisory_lock(%s, 0)", [LOCK_NAMESPACE_INDEXES])
+        held = cursor.fetchone()[0]
+    try:
+        yield held
+    finally:
+        if held:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, 0)", [LOCK_NAMESPACE_INDEXES])
+
+
+def _step(out: IndexSync, tenant_id: int, concurrently: bool, work) -> bool:
+    """``work()`` for one tenant; a failure is logged and counted, and the other tenants still run (inside a
+    transaction, in a savepoint so the transaction goes on)."""
+    try:
+        with contextlib.nullcontext() if concurrently else transaction.atomic():
+            work()
+        return True
+    except Exception:
+        logger.exception("tenant %s: its index on learned phrases could not be built or dropped; next run retries", tenant_id)
+        out.failed.append(tenant_id)
+        return False
 
 
 def _create(tenant_id: int, definition: str, concurrently: bool) -> None:
@@ -62,6 +101,14 @@ def learned_phrase_tenant_indexes_sync(*, min_phrases: int | None = None, progre
 
     Not one transaction: each index is built concurrently (writes go on meanwhile) and stands on its own; run
     again, it finishes what an interrupted run left. Inside a transaction (tests) the builds are plain."""
+    with _sync_lock() as held:
+        if not held:
+            logger.info("tenant indexes on learned phrases: another sync is running; this one does nothing")
+            return IndexSync(busy=True)
+        return _sync(min_phrases=min_phrases, progress=progress)
+
+
+def _sync(*, min_phrases: int | None, progress: bool) -> IndexSync:
     minimum = settings.LEARNED_TENANT_INDEX_MIN_PHRASES if min_phrases is None else min_phrases
     concurrently = not connection.in_atomic_block
     counts = learned_phrase_counts_by_tenant()
@@ -73,27 +120,30 @@ def learned_phrase_tenant_indexes_sync(*, min_phrases: int | None = None, progre
         wanted = n >= minimum and n * 2 < total
         keep = tenant_id in existing and n * 2 >= minimum and n * 2 < total  # hysteresis: no flapping at the edge
         if tenant_id in existing and not existing[tenant_id] and (wanted or keep):
-            _drop(tenant_id, concurrently)  # an interrupted concurrent build leaves an invalid index behind
-            _create(tenant_id, definition, concurrently)
-            out.rebuilt.append(tenant_id)
+            # an interrupted concurrent build leaves an invalid index behind (none is running: the lock says so)
+            if _step(
+                out, tenant_id, concurrently, lambda t=tenant_id: (_drop(t, concurrently), _create(t, definition, concurrently))
+            ):
+                out.rebuilt.append(tenant_id)
         elif tenant_id in existing and (wanted or keep):
             out.kept.append(tenant_id)
         elif wanted:
-            _create(tenant_id, definition, concurrently)
-            out.created.append(tenant_id)
+            if _step(out, tenant_id, concurrently, lambda t=tenant_id: _create(t, definition, concurrently)):
+                out.created.append(tenant_id)
     for tenant_id in existing:
-        if tenant_id not in out.kept and tenant_id not in out.rebuilt and tenant_id not in out.created:
-            _drop(tenant_id, concurrently)
+        settled = out.kept + out.rebuilt + out.created + out.failed
+        if tenant_id not in settled and _step(out, tenant_id, concurrently, lambda t=tenant_id: _drop(t, concurrently)):
             out.dropped.append(tenant_id)
     if out.created or out.rebuilt or out.dropped:
         with connection.cursor() as cursor:
             cursor.execute(f"ANALYZE {LEARNED_TABLE}")
         tenants_with_own_index_forget()
     logger.info(
-        "tenant indexes on learned phrases: %s created, %s rebuilt, %s dropped, %s kept",
+        "tenant indexes on learned phrases: %s created, %s rebuilt, %s dropped, %s kept, %s failed",
         len(out.created),
         len(out.rebuilt),
         len(out.dropped),
         len(out.kept),
+        len(out.failed),
     )
     return out

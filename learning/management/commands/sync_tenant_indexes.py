@@ -19,7 +19,11 @@ class Command(BaseCommand):
         if min_phrases is not None and min_phrases < 1:
             raise CommandError("--min-phrases must be a positive number")
         result = learned_phrase_tenant_indexes_sync(min_phrases=min_phrases, progress=not no_progress)
+        if result.busy:
+            raise CommandError("Another sync of the tenant indexes is running (the hourly task?); nothing was done.")
         self.stdout.write(
             f"Tenant indexes: created {result.created or 'none'}, rebuilt {result.rebuilt or 'none'}, "
             f"dropped {result.dropped or 'none'}, kept {result.kept or 'none'}."
         )
+        if result.failed:
+            raise CommandError(f"The indexes of tenant(s) {result.failed} failed (the log says why); run it again.")
