@@ -1,6 +1,7 @@
 """Statements on every request's path: a plain INSERT for a model instance, and a statement sent together with the
 ``SET LOCAL`` lines it needs in one round trip, prepared once per connection where it is on every resolve."""
 
+import contextlib
 import struct
 
 import numpy as np
@@ -160,3 +161,23 @@ def rows_delete_in_batches(queryset, *, batch: int | None = None) -> int:
                 return deleted
             deleted += model.objects.filter(**{f"{pk}__in": ids}).delete()[1].get(model._meta.label, 0)  # not cascades
         after = ids[-1]
+
+
+@contextlib.contextmanager
+def advisory_try_lock(namespace: int, key: int = 0):
+    """Yields whether this connection took the PostgreSQL advisory lock (``namespace``, ``key``) without waiting:
+    for a job that must not run twice at once (the second leaves). Inside a transaction it is the transaction's;
+    outside, the session's, released at the end of the block."""
+    with connection.cursor() as cursor:
+        if connection.in_atomic_block:
+            cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [namespace, key])
+            yield cursor.fetchone()[0]
+            return
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [namespace, key])
+        held = cursor.fetchone()[0]
+    try:
+        yield held
+    finally:
+        if held and connection.connection is not None:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [namespace, key])

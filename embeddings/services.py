@@ -8,6 +8,7 @@ from django.db import connection, transaction
 from django.db.models import Model
 from tqdm import tqdm
 
+from common.db import advisory_try_lock
 from common.text import text_hash
 from embeddings.embedders import embed_batch_bounded, get_embedder
 from embeddings.selectors import Sha256Hex, embedded_models, embedding_rows_needing_work
@@ -122,14 +123,29 @@ def embeddings_batches_refresh(*, pending, batch_size: int, update=None) -> tupl
     return embedded, failed
 
 
+# One backfill at a time: after a change of model it runs for hours, and the beat starts another every few minutes,
+# which would embed the same stale rows again (a remote embedder's bill twice over).
+LOCK_NAMESPACE_BACKFILL = 61005
+
+
 def embeddings_backfill(*, batch_size: int = 128, progress=None) -> dict:
-    """Embed every row whose vector is missing or stale, one committed batch at a time (resumable).
+    """Embed every row whose vector is missing or stale, one committed batch at a time (resumable); nothing (and
+    ``"busy": True``) while another backfill runs.
 
     ``progress(model, total)`` may return a callable ``update(n)`` for a progress bar.
-    Answers {"embedded": n, "failed": n, "model": name}; raises EmbeddingError if the embedder cannot load.
+    Answers {"embedded": n, "failed": n, "model": name, "busy": bool}; raises EmbeddingError if the embedder cannot
+    load.
     """
+    with advisory_try_lock(LOCK_NAMESPACE_BACKFILL) as held:
+        if not held:
+            logger.info("embedding backfill: another one is running; this one does nothing")
+            return {"embedded": 0, "failed": 0, "model": "", "busy": True}
+        return _backfill(batch_size=batch_size, progress=progress)
+
+
+def _backfill(*, batch_size: int, progress) -> dict:
     model_name = get_embedder().model_name
-    totals = {"embedded": 0, "failed": 0, "model": model_name}
+    totals = {"embedded": 0, "failed": 0, "model": model_name, "busy": False}
     for model in embedded_models():
         pending = embedding_rows_needing_work(model, current_model=model_name)
         total = pending.count()

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from tqdm import tqdm
 
+from common.db import advisory_try_lock
 from learning.selectors.indexes import (
     LEARNED_TABLE,
     TENANT_INDEX_PREFIX,
@@ -43,24 +44,6 @@ class IndexSync:
 # One sync at a time: a second one (the hourly beat while a long build runs, a redelivered task) would take the
 # build in progress, invalid until it ends, for a failed one's leftover, drop it and deadlock with it.
 LOCK_NAMESPACE_INDEXES = 61004
-
-
-@contextlib.contextmanager
-def _sync_lock():
-    """Yields whether this sync holds the lock (without waiting): the transaction's inside one, else the session's."""
-    with connection.cursor() as cursor:
-        if connection.in_atomic_block:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%s, 0)", [LOCK_NAMESPACE_INDEXES])
-            yield cursor.fetchone()[0]
-            return
-        cursor.execute("SELECT pg_try_advisory_lock(%s, 0)", [LOCK_NAMESPACE_INDEXES])
-        held = cursor.fetchone()[0]
-    try:
-        yield held
-    finally:
-        if held:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, 0)", [LOCK_NAMESPACE_INDEXES])
 
 
 def _step(out: IndexSync, tenant_id: int, concurrently: bool, work) -> bool:
@@ -101,7 +84,7 @@ def learned_phrase_tenant_indexes_sync(*, min_phrases: int | None = None, progre
 
     Not one transaction: each index is built concurrently (writes go on meanwhile) and stands on its own; run
     again, it finishes what an interrupted run left. Inside a transaction (tests) the builds are plain."""
-    with _sync_lock() as held:
+    with advisory_try_lock(LOCK_NAMESPACE_INDEXES) as held:
         if not held:
             logger.info("tenant indexes on learned phrases: another sync is running; this one does nothing")
             return IndexSync(busy=True)

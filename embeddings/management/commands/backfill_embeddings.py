@@ -41,6 +41,8 @@ class Command(BaseCommand):
         finally:
             for bar in bars:
                 bar.close()
+        if totals["busy"]:
+            raise CommandError("Another backfill is running (the periodic sweep?); nothing was done.")
         self.stdout.write(f"embedded: {totals['embedded']}, failed: {totals['failed']}, model: {totals['model']}")
         if totals["failed"]:
             raise CommandError(f"{totals['failed']} row(s) could not be embedded; run the command again later")
