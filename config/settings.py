@@ -816,8 +816,9 @@ CELERY_BEAT_SCHEDULE["autonomy-history-purge"] = {
     "task": "autonomy.history_purge",
     "schedule": env_float("AUTONOMY_HISTORY_PURGE_EVERY_S", 86400.0, minimum=1.0),
 }
-# Retention: feedback records older than this move to the archive table (must exceed MISTAKE_WINDOW_DAYS).
-FEEDBACK_RECORD_RETENTION_DAYS = env_int("FEEDBACK_RECORD_RETENTION_DAYS", 180, minimum=1)
+# Retention: feedback records older than this move to the archive table (must exceed MISTAKE_WINDOW_DAYS: archived
+# records inside the window would lower the mistake counts, and the daily archive would refuse to run).
+FEEDBACK_RECORD_RETENTION_DAYS = env_int("FEEDBACK_RECORD_RETENTION_DAYS", 180, minimum=MISTAKE_WINDOW_DAYS + 1)
 FEEDBACK_ARCHIVE_BATCH = env_int("FEEDBACK_ARCHIVE_BATCH", 10000, minimum=1)  # records per statement (one short transaction each)
 FEEDBACK_ARCHIVE_INTERVAL_S = env_int("FEEDBACK_ARCHIVE_INTERVAL_S", 86400, minimum=1)
 CELERY_BEAT_SCHEDULE["feedback-archive-records"] = {

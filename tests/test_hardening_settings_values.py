@@ -133,6 +133,11 @@ def test_every_beat_job_has_its_interval_variable_and_a_second_is_accepted(load)
         ({"MCP_THREADS": "0"}, "MCP_THREADS"),
         ({"CELERY_BROKER_DOWN_SKIP_S": "-1"}, "CELERY_BROKER_DOWN_SKIP_S"),
         ({"CELERY_BROKER_TIMEOUT_S": "0"}, "CELERY_BROKER_TIMEOUT_S"),  # every send to a live broker would time out
+        ({"FEEDBACK_RECORD_RETENTION_DAYS": "30"}, "FEEDBACK_RECORD_RETENTION_DAYS"),  # within MISTAKE_WINDOW_DAYS (30)
+        (
+            {"MISTAKE_WINDOW_DAYS": "200", "FEEDBACK_RECORD_RETENTION_DAYS": "180"},
+            "FEEDBACK_RECORD_RETENTION_DAYS",
+        ),  # the daily archive would refuse every run
     ],
 )
 def test_a_number_out_of_its_range_stops_the_start(load, env, named):
