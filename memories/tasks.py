@@ -28,7 +28,7 @@ def memory_embed(self, memory_ids: list[int]) -> int:
 # --- Memories: periodic purge ---
 
 
-@shared_task(ignore_result=True)
+@shared_task(ignore_result=True, one_transaction=False)
 def memory_purge_deprecated_task() -> dict:
     """Periodic: delete deprecated memories and retrieval logs older than MEMORY_PURGE_DEFAULT_DAYS."""
     counts = memories_purge_deprecated(older_than=timedelta(days=settings.MEMORY_PURGE_DEFAULT_DAYS))

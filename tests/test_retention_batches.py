@@ -115,3 +115,23 @@ def test_old_ambiguous_answers_go_with_their_signals_and_what_they_taught_stays(
     assert set(LearningSignal.objects.values_list("request__request_id", flat=True)) <= set(left)
     assert not AbandonEvent.objects.exists()
     assert (LearnedPhrase.objects.filter(user_id="ann").count(), LearningCandidate.objects.count()) == taught
+
+
+@pytest.mark.django_db
+def test_deprecated_memories_go_in_batches_and_one_restored_meanwhile_stays(monkeypatch):
+    from memories.models import Memory, MemoryStatus
+    from memories.services.lifecycle import memories_purge_deprecated
+    from tests.conftest import make_memory
+
+    monkeypatch.setattr(db, "PURGE_BATCH", 2)
+    old = [make_memory(content=f"Lesson {i}: always run the migrations before deploying service {i}.") for i in range(5)]
+    Memory.objects.filter(pk__in=[m.pk for m in old]).update(
+        status=MemoryStatus.DEPRECATED, deprecated_at=timezone.now() - timezone.timedelta(days=100)
+    )
+    Memory.objects.filter(pk=old[4].pk).update(status=MemoryStatus.VERIFIED)  # restored before the purge reached it
+    with CaptureQueriesContext(connection) as queries:
+        counts = memories_purge_deprecated(older_than=timezone.timedelta(days=90))
+    assert counts["memories"] == 4
+    memory_deletes = [q for q in queries.captured_queries if q["sql"].startswith('DELETE FROM "memories_memory"')]
+    assert len(memory_deletes) == 2  # 2 + 2, each in its own transaction
+    assert list(Memory.objects.values_list("pk", flat=True)) == [old[4].pk]

@@ -9,6 +9,7 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from common.api import ApplicationError, Conflict, NotFound
+from common.db import rows_delete_in_batches
 from common.validation import MAX_DAYS
 from embeddings.embedders import current_model_name, get_embedder
 from embeddings.services import embeddings_batches_refresh, embeddings_refresh
@@ -146,22 +147,18 @@ def memories_purge_deprecated(*, older_than: timedelta, user_id: str | None = No
     now = timezone.now()
     cutoff = now - older_than
     retrieval_cutoff = min(cutoff, now - timedelta(seconds=settings.MEMORY_OUTCOME_WINDOW_S))
-    with transaction.atomic():
-        memories = Memory.objects.filter(status=MemoryStatus.DEPRECATED).filter(
-            Q(deprecated_at__lt=cutoff) | Q(deprecated_at__isnull=True, updated_at__lt=cutoff)
-        )
-        retrievals = MemoryRetrieval.objects.filter(created_at__lt=retrieval_cutoff)
-        if user_id:
-            memories = memories.filter(user_id=user_id)
-            retrievals = retrievals.filter(user_id=user_id)
-        if dry_run:
-            return {"memories": memories.count(), "retrievals": retrievals.count()}
-        # locked first: a memory promoted or restored meanwhile is read again after the lock, no longer deprecated
-        ids = list(memories.select_for_update().values_list("pk", flat=True))
-        return {
-            "memories": Memory.objects.filter(pk__in=ids, status=MemoryStatus.DEPRECATED).delete()[1].get(Memory._meta.label, 0),
-            "retrievals": retrievals.delete()[0],
-        }
+    memories = Memory.objects.filter(status=MemoryStatus.DEPRECATED).filter(
+        Q(deprecated_at__lt=cutoff) | Q(deprecated_at__isnull=True, updated_at__lt=cutoff)
+    )
+    retrievals = MemoryRetrieval.objects.filter(created_at__lt=retrieval_cutoff)
+    if user_id:
+        memories = memories.filter(user_id=user_id)
+        retrievals = retrievals.filter(user_id=user_id)
+    if dry_run:
+        return {"memories": memories.count(), "retrievals": retrievals.count()}
+    # In batches, each its own transaction. Each batch locks its rows first, and the lock reads them again: a
+    # memory promoted or restored meanwhile is no longer deprecated and stays.
+    return {"memories": rows_delete_in_batches(memories), "retrievals": rows_delete_in_batches(retrievals)}
 
 
 def memories_embed_backfill(*, batch_size: int = 128, user_id: str | None = None, progress: bool = False) -> dict:
