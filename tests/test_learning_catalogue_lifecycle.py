@@ -101,3 +101,30 @@ def test_a_correction_of_an_answer_whose_verb_was_retired_since_still_teaches(ca
     assert (r["outcome"], r["verb"]) == ("resolved", "cbu.list")
     unknown = api.post("/api/v1/resolutions/correct", {**correct, "wrong_verb": "cbu.nothing"}, format="json")
     assert unknown.status_code == 400 and "wrong_verb" in unknown.json()["fields"]
+
+
+def test_a_verb_switched_off_and_another_on_refits_the_prior_even_when_as_many_phrases_remain(
+    settings, django_capture_on_commit_callbacks
+):
+    """The prior was refitted only when the number of phrases changed: retiring a verb and switching on another of
+    as many phrases left it scoring the retired verb and blind to the new one, for good."""
+    from learning.models import DecisionFit
+    from learning.selectors import decision_head
+    from learning.services.decisions import decision_refit
+
+    settings.RESOLVE_PROMOTE_MIN_LABELS = 10**6
+    entries = [VerbEntry(e.name, e.domain, "", "", e.phrases, is_active=e.name != "meeting.book") for e in BIG]
+    verb_catalogue_load(entries=entries)
+    first = decision_prior_fit()
+    assert len(VerbPhrase.objects.filter(verb__name="meeting.book")) == len(VerbPhrase.objects.filter(verb__name="weather.get"))
+    with django_capture_on_commit_callbacks(execute=True) as sent:
+        for name, active in (("meeting.book", True), ("weather.get", False)):
+            verb = Verb.objects.get(name=name)
+            verb.is_active = active
+            verb_edit(verb=verb)
+    assert len(sent) >= 2  # each switch sends the prior's refit (here it runs at once)
+    newest = DecisionFit.objects.filter(source="prior").order_by("-version").first()
+    assert newest.version > first.version
+    head_verbs = set(decision_head(newest.version, None)[1])
+    assert "meeting.book" in head_verbs and "weather.get" not in head_verbs
+    assert decision_refit()["prior"] is None  # up to date now: the daily refit leaves it

@@ -21,8 +21,8 @@ from learning.selectors.candidates import (
 from learning.selectors.decisions import (
     FitState,
     active_verb_names,
-    decision_anchor_count,
     decision_anchor_rows,
+    decision_anchor_stamp,
     decision_cache_clear,
     decision_head,
     decision_heads_newest,
@@ -77,7 +77,7 @@ __all__ = [
     "candidate_list",
     "correction_decay_targets",
     "dashboard_counts",
-    "decision_anchor_count",
+    "decision_anchor_stamp",
     "decision_anchor_rows",
     "decision_cache_clear",
     "decision_head",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Count, Q
+from django.db.models import Count, Q, Sum
 
 from learning import decision
 from learning.models import (
@@ -229,11 +229,13 @@ def decision_heads_newest(*, model: str, users: list[str | None]) -> dict:
     return {user_id: (pk, digest, version, frozenset(anchors)) for user_id, pk, digest, version, anchors in rows}
 
 
-def decision_anchor_count(*, model: str) -> int:
-    """How many anchors the catalogue prior would train on now (``decision_anchor_rows`` without a user): a
-    prior fitted on another number is stale."""
+def decision_anchor_stamp(*, model: str) -> tuple[int, int]:
+    """(how many, sum of their keys) of the anchors the catalogue prior would train on now: a prior fitted on other
+    anchors is stale, also when as many changed places (a verb retired, another switched on)."""
     catalogue, learned = _anchor_querysets(model)
-    return catalogue.count() + learned.count()
+    a = catalogue.aggregate(n=Count("pk"), keys=Sum("pk"))
+    b = learned.aggregate(n=Count("pk"), keys=Sum("pk"))
+    return a["n"] + b["n"], int(a["keys"] or 0) + int(b["keys"] or 0)  # a bigint sum is numeric in PostgreSQL
 
 
 def users_with_phrases(*, model: str, min_phrases: int) -> list[str]:

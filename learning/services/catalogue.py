@@ -72,10 +72,14 @@ def _embed_changed(rows: list) -> None:
 
 
 def verb_edit(*, verb: Verb) -> Verb:
-    """A verb edited by hand (the admin's verb page): saved, and the verbs' cache dropped once this commits."""
+    """A verb edited by hand (the admin's verb page): saved, and the verbs' cache dropped once this commits; retired
+    or switched back on, the catalogue prior refits (its phrases are in or out of the anchors)."""
     with transaction.atomic():
+        was_active = Verb.objects.filter(pk=verb.pk).values_list("is_active", flat=True).first() if verb.pk else None
         verb.save()
         transaction.on_commit(verb_details_forget)
+        if was_active is not None and was_active != verb.is_active:
+            task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
     return verb
 
 

@@ -350,6 +350,7 @@ def decision_prior_fit(*, progress: bool = False) -> DecisionFit | None:
 
 def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
     model = current_model_name()
+    stamp = selectors.decision_anchor_stamp(model=model)  # read first: a change meanwhile makes the fit stale
     # the deployment's own phrases: its catalogue and its global learned phrases (imports, reviewed candidates)
     vectors, names, is_learned, confidence, texts = selectors.decision_anchor_rows(model=model)
     if len(vectors) < settings.RESOLVE_PRIOR_MIN_EXAMPLES:
@@ -384,7 +385,8 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
     params, n = None, 0
     for words, (got, count) in zip((False, True), fits, strict=True):
         if got is not None and (params is None or _held_out_better(got, params)):
-            params, n = {**got, "head_words": words, "floors": floors, "anchors": len(vectors)}, count
+            params = {**got, "head_words": words, "floors": floors, "anchors": len(vectors), "anchor_keys": stamp[1]}
+            n = count
     if params is None:
         _unfit_remember(model, len(vectors))
         return None
@@ -504,17 +506,17 @@ def _unfit_at(model: str) -> int | None:
 
 
 def _prior_stale() -> bool:
-    """No catalogue prior for the current model, one from before floors were measured, or one fitted on another
-    number of phrases than the deployment has now (a load or import whose refit was deferred, a verb turned off,
-    phrases embedded later, reviewed phrases): the refit makes a new one; not when a fit on the same number of
-    phrases failed within the last day (``_unfit_remember``)."""
+    """No catalogue prior for the current model, one from before floors were measured, or one fitted on other
+    phrases than the deployment has now (a load or import whose refit was deferred, a verb turned off or on,
+    phrases embedded later, reviewed phrases; compared by their number and the sum of their keys): the refit makes
+    a new one; not when a fit on the same number of phrases failed within the last day (``_unfit_remember``)."""
     model = current_model_name()
-    count = selectors.decision_anchor_count(model=model)
+    count, keys = selectors.decision_anchor_stamp(model=model)
     newest = DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR, embedding_model=model).order_by("-version").first()
     if newest is None or not isinstance(newest.params, dict) or "floors" not in newest.params:
         stale = True
-    else:
-        stale = newest.params.get("anchors") != count
+    else:  # a prior from before the keys were recorded is compared by number only
+        stale = newest.params.get("anchors") != count or newest.params.get("anchor_keys", keys) != keys
     return stale and _unfit_at(model) != count
 
 
