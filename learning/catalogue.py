@@ -31,12 +31,15 @@ KNOWN_KEYS = {"name", "domain", "display_name", "description", "phrases", "is_ac
 
 @dataclass
 class VerbEntry:
+    """A verb as a catalogue file gives it. A field left None is not set by the file: a load keeps what the verb has
+    (a retirement or a description edited in the admin); a new verb is active, with no display name or description."""
+
     name: str
     domain: str
-    display_name: str = ""
-    description: str = ""
+    display_name: str | None = None
+    description: str | None = None
     phrases: list[str] = field(default_factory=list)
-    is_active: bool = True
+    is_active: bool | None = None
     origin: str = ""
 
 

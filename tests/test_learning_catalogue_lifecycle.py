@@ -128,3 +128,34 @@ def test_a_verb_switched_off_and_another_on_refits_the_prior_even_when_as_many_p
     head_verbs = set(decision_head(newest.version, None)[1])
     assert "meeting.book" in head_verbs and "weather.get" not in head_verbs
     assert decision_refit()["prior"] is None  # up to date now: the daily refit leaves it
+
+
+def test_reloading_the_file_keeps_what_the_admin_changed_unless_the_file_says_otherwise(tmp_path):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    catalogue = tmp_path / "verbs.yaml"
+    catalogue.write_text(
+        "verbs:\n"
+        "  - name: cbu.create\n    display_name: Create a CBU\n    phrases: [create a cbu]\n"
+        "  - name: cbu.list\n    phrases: [list the cbus]\n"
+    )
+    call_command("load_verbs", str(catalogue), "--no-progress", stdout=StringIO())
+    verb = Verb.objects.get(name="cbu.create")
+    verb.is_active, verb.description = False, "Replaced by cbu.open."
+    verb_edit(verb=verb)
+
+    out = StringIO()
+    call_command("load_verbs", str(catalogue), "--no-progress", stdout=out)
+    verb.refresh_from_db()
+    assert (verb.is_active, verb.description, verb.display_name) == (False, "Replaced by cbu.open.", "Create a CBU")
+    assert "switched back on" not in out.getvalue()
+    assert resolve(text="create a cbu").verb != "cbu.create"
+
+    catalogue.write_text(catalogue.read_text().replace("    display_name: Create a CBU\n", "    is_active: true\n"))
+    out = StringIO()
+    call_command("load_verbs", str(catalogue), "--no-progress", stdout=out)
+    verb.refresh_from_db()
+    assert verb.is_active and "verbs switched back on by the file: cbu.create" in out.getvalue()
+    assert Verb.objects.get(name="cbu.list").is_active  # a new verb is active when the file does not say

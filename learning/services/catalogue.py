@@ -17,9 +17,11 @@ logger = logging.getLogger(__name__)
 
 
 def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False) -> dict:
-    """Create or update verbs and their phrases, all or nothing; when phrases were added, the catalogue prior (and
-    the retrieval floors measured with it) is refitted once this commits. Answers counts. ``progress``: a tqdm bar
-    while the new phrases are embedded."""
+    """Create or update verbs and their phrases, all or nothing. A field an entry leaves None keeps the verb's (a
+    verb retired in the admin stays retired unless the file says ``is_active: true``). When phrases were added or a
+    verb was retired or switched back on, the catalogue prior (and the retrieval floors measured with it) is
+    refitted once this commits. Answers counts, and the names of verbs switched back on and retired. ``progress``:
+    a tqdm bar while the new phrases are embedded."""
     entries = list(entries)
     wanted = {e.name: [(p, normalize_phrase(p)) for p in e.phrases] for e in entries}
     existing = {(v, n) for v, n in VerbPhrase.objects.filter(verb__name__in=wanted).values_list("verb__name", "normalized")}
@@ -32,27 +34,35 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False)
                 new_phrases.append((name, text, norm))
     vectors, model = embeddings_by_text(texts=[n for _, _, n in new_phrases], progress=progress)  # before the transaction
 
-    counts = {"verbs_created": 0, "verbs_updated": 0, "phrases_added": len(new_phrases), "unembedded": 0}
+    counts = {
+        "verbs_created": 0,
+        "verbs_updated": 0,
+        "phrases_added": len(new_phrases),
+        "unembedded": 0,
+        "reactivated": [],
+        "retired": [],
+    }
     with transaction.atomic():
+        was_active = dict(Verb.objects.select_for_update().filter(name__in=wanted).values_list("name", "is_active"))
         verbs = {}
         for e in entries:
+            fields = {"domain": e.domain}
+            fields.update({k: getattr(e, k) for k in ("display_name", "description", "is_active") if getattr(e, k) is not None})
             verb, created = Verb.objects.update_or_create(
                 name=e.name,
-                defaults={
-                    "domain": e.domain,
-                    "display_name": e.display_name,
-                    "description": e.description,
-                    "is_active": e.is_active,
-                },
+                defaults=fields,
+                create_defaults={"display_name": "", "description": "", "is_active": True, **fields},
             )
             counts["verbs_created" if created else "verbs_updated"] += 1
+            if not created and was_active.get(e.name) != verb.is_active:
+                counts["reactivated" if verb.is_active else "retired"].append(e.name)
             verbs[e.name] = verb
         rows = [VerbPhrase(verb=verbs[name], text=text, normalized=norm) for name, text, norm in new_phrases]
         embedded = [r for r in rows if r.normalized in vectors]
         embedding_assign(rows=embedded, vectors=[vectors[r.normalized] for r in embedded], model=model)
         VerbPhrase.objects.bulk_create(rows, ignore_conflicts=True)
         transaction.on_commit(verb_details_forget)
-        if new_phrases:
+        if new_phrases or counts["reactivated"] or counts["retired"]:
             # the prior and the floors follow the catalogue (a broker outage: the daily refit catches up)
             task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
     counts["unembedded"] = len(rows) - len(embedded)

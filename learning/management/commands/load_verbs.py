@@ -32,6 +32,9 @@ class Command(BaseCommand):
             f"verbs created: {counts['verbs_created']}, updated: {counts['verbs_updated']}, "
             f"phrases added: {counts['phrases_added']}"
         )
+        for key, what in (("reactivated", "switched back on"), ("retired", "retired")):
+            if counts[key]:
+                self.stdout.write(f"verbs {what} by the file: {', '.join(counts[key])}")
         if counts["unembedded"]:
             self.stderr.write(
                 f"warning: {counts['unembedded']} phrase(s) could not be embedded now; run backfill_embeddings later"
