@@ -59,13 +59,16 @@ def test_expired_idempotent_answers_go_in_batches(monkeypatch):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_row_held_by_another_transaction_is_left_for_the_next_run():
-    with tenant_scope([1]):
+    from tenants.selectors import tenant_default
+
+    tenant = tenant_default().pk  # its id after the other tests' flushes
+    with tenant_scope([tenant]):
         ids = _records(5, days_old=91)
     held, release = threading.Event(), threading.Event()
 
     def holder():
         try:
-            with tenant_scope([1]), transaction.atomic():
+            with tenant_scope([tenant]), transaction.atomic():
                 ResolutionRecord.objects.select_for_update().filter(pk=ids[2]).get()
                 held.set()
                 release.wait(30)
@@ -76,12 +79,12 @@ def test_a_row_held_by_another_transaction_is_left_for_the_next_run():
     thread.start()
     try:
         assert held.wait(30)
-        with tenant_scope([1]):
+        with tenant_scope([tenant]):
             assert resolution_records_purge() == 4  # not blocked: the held row is skipped
     finally:
         release.set()
         thread.join(30)
-    with tenant_scope([1]):
+    with tenant_scope([tenant]):
         assert list(ResolutionRecord.objects.values_list("pk", flat=True)) == [ids[2]]
         assert resolution_records_purge() == 1
 
