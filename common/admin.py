@@ -75,6 +75,25 @@ class _SearchWhenMany:
     truncated = False
     search_value = ""
     search_keep = ()
+    search_suffix = ""  # the search's parameter: the field's path and this
+    search_lookup = ""  # what the search filters the list by, after the field's path
+
+    def __init__(self, field, request, params, model, model_admin, field_path):
+        # "agent_name", not "agent__name__icontains": the admin allows a lookup across a relation only when a
+        # list filter names it, while a name that is no field is the filter's own parameter
+        self.lookup_kwarg_search = f"{field_path}{self.search_suffix}"
+        self.search_value = (get_last_value_from_parameters(params, self.lookup_kwarg_search) or "").strip()
+        super().__init__(field, request, params, model, model_admin, field_path)
+        self.used_parameters.pop(self.lookup_kwarg_search, None)  # applied by ``queryset``, an empty one not at all
+
+    def expected_parameters(self):
+        return [*super().expected_parameters(), self.lookup_kwarg_search]
+
+    def queryset(self, request, queryset):
+        queryset = super().queryset(request, queryset)
+        if self.search_value:
+            queryset = queryset.filter(**{f"{self.field_path}{self.search_lookup}": self.search_value})
+        return queryset
 
     def has_output(self):
         return self.truncated or bool(self.search_value) or super().has_output()
@@ -103,23 +122,8 @@ class BoundedRelatedFilter(_SearchWhenMany, admin.RelatedFieldListFilter):
     among the first."""
 
     search_field = "name"
-
-    def __init__(self, field, request, params, model, model_admin, field_path):
-        # "agent_name", not "agent__name__icontains": the admin allows a lookup across a relation only when a
-        # list filter names it, while a name that is no field is the filter's own parameter
-        self.lookup_kwarg_search = f"{field_path}_{self.search_field}"
-        self.search_value = (get_last_value_from_parameters(params, self.lookup_kwarg_search) or "").strip()
-        super().__init__(field, request, params, model, model_admin, field_path)
-        self.used_parameters.pop(self.lookup_kwarg_search, None)  # applied by ``queryset``, an empty one not at all
-
-    def expected_parameters(self):
-        return [*super().expected_parameters(), self.lookup_kwarg_search]
-
-    def queryset(self, request, queryset):
-        queryset = super().queryset(request, queryset)
-        if self.search_value:
-            queryset = queryset.filter(**{f"{self.field_path}__{self.search_field}__icontains": self.search_value})
-        return queryset
+    search_suffix = "_name"
+    search_lookup = "__name__icontains"
 
     def field_choices(self, field, request, model_admin):
         key = field.target_field
@@ -146,11 +150,11 @@ class BoundedValuesFilter(_SearchWhenMany, admin.AllValuesFieldListFilter):
     """Django's filter by the values of a field (a verb's name), at most ``FILTER_CHOICES_MAX`` of them; beyond, a
     search (``<field>_contains``: the value contains it, in any case) filters the list and the values listed."""
 
+    search_suffix = "_contains"
+    search_lookup = "__icontains"
+
     def __init__(self, field, request, params, model, model_admin, field_path):
-        self.lookup_kwarg_search = f"{field_path}_contains"
-        self.search_value = (get_last_value_from_parameters(params, self.lookup_kwarg_search) or "").strip()
         super().__init__(field, request, params, model, model_admin, field_path)
-        self.used_parameters.pop(self.lookup_kwarg_search, None)
         values = self.lookup_choices
         if self.search_value:
             values = values.filter(**{f"{field.name}__icontains": self.search_value})
@@ -158,15 +162,6 @@ class BoundedValuesFilter(_SearchWhenMany, admin.AllValuesFieldListFilter):
         self.truncated = len(values) > FILTER_CHOICES_MAX
         values = values[:FILTER_CHOICES_MAX]
         self.lookup_choices = values + [v for v in self.lookup_val or [] if v not in {str(x) for x in values}]
-
-    def expected_parameters(self):
-        return [*super().expected_parameters(), self.lookup_kwarg_search]
-
-    def queryset(self, request, queryset):
-        queryset = super().queryset(request, queryset)
-        if self.search_value:
-            queryset = queryset.filter(**{f"{self.field_path}__icontains": self.search_value})
-        return queryset
 
 
 def pretty_json(value) -> str:

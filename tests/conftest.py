@@ -344,6 +344,16 @@ def reviewer_user(name, *codenames, superuser=False, **fields):
     return user
 
 
+@pytest.fixture
+def su(db):
+    """The admin signed in as a superuser; a server error is answered as a page (500), not raised."""
+    from django.test import Client
+
+    client = Client(raise_request_exception=False)
+    client.force_login(reviewer_user("root", superuser=True))
+    return client
+
+
 def reviewer_client(user):
     """An API client with the reviewer's personal token (``Authorization: Token <key>``)."""
     client = APIClient()
@@ -436,3 +446,30 @@ def asgi_server(env: dict):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+@contextmanager
+def advisory_lock_held_elsewhere(namespace: int, key: int = 0):
+    """Another connection (another process's job) holds the advisory lock (``namespace``, ``key``) for the block."""
+    import threading
+
+    from django.db import connections
+
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with connections["default"].cursor() as cur:  # this thread's own connection
+            cur.execute("SELECT pg_advisory_lock(%s, %s)", [namespace, key])
+            held.set()
+            release.wait(30)
+            cur.execute("SELECT pg_advisory_unlock(%s, %s)", [namespace, key])
+        connections["default"].close()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(30)
+        yield
+    finally:
+        release.set()
+        thread.join(30)

@@ -4,7 +4,6 @@ a quarantine preview with a secret, pattern notes over the limit and invisible a
 candidates are rejected and profiles retired, not deleted."""
 
 import pytest
-from django.test import Client
 
 from agents.models import Agent, Scope
 from feedback.models import MistakePattern
@@ -17,16 +16,9 @@ from memories.models import MemoryQuarantine
 from tenants.context import acting_agent
 from tenants.models import Tenant
 from tenants.selectors import tenant_default
-from tests.conftest import make_client, make_memory, reject_n, reviewer_user
+from tests.conftest import make_client, make_memory, reject_n
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def su(db):
-    client = Client(raise_request_exception=False)
-    client.force_login(reviewer_user("root", superuser=True))
-    return client
 
 
 def test_a_candidates_proposer_stays_so_it_still_cannot_approve_its_own(catalogue, su):

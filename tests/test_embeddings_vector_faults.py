@@ -294,33 +294,15 @@ def test_refresh_writes_the_rows_whose_text_is_unchanged_and_skips_a_row_whose_t
 def test_a_backfill_while_another_runs_does_nothing(catalogue, capsys):
     """After a change of model a backfill runs for hours and the beat starts one every few minutes: each embedded
     the same stale rows again. Now the second sees the first holds the lock and leaves."""
-    import threading
-
     from django.core.management import CommandError, call_command
-    from django.db import connections
 
     from embeddings.services import LOCK_NAMESPACE_BACKFILL
+    from tests.conftest import advisory_lock_held_elsewhere
 
     set_embedder(None)
     VerbPhrase.objects.filter(pk=VerbPhrase.objects.order_by("pk").first().pk).update(embedding=None)
-    held, release = threading.Event(), threading.Event()
-
-    def other_backfill():
-        with connections["default"].cursor() as cur:  # this thread's own connection
-            cur.execute("SELECT pg_advisory_lock(%s, 0)", [LOCK_NAMESPACE_BACKFILL])
-            held.set()
-            release.wait(30)
-            cur.execute("SELECT pg_advisory_unlock(%s, 0)", [LOCK_NAMESPACE_BACKFILL])
-        connections["default"].close()
-
-    thread = threading.Thread(target=other_backfill)
-    thread.start()
-    try:
-        assert held.wait(30)
+    with advisory_lock_held_elsewhere(LOCK_NAMESPACE_BACKFILL):
         assert embeddings_backfill() == {"embedded": 0, "failed": 0, "model": "", "busy": True}
         with pytest.raises(CommandError, match="Another backfill"):
             call_command("backfill_embeddings", "--no-progress")
-    finally:
-        release.set()
-        thread.join(30)
     assert embeddings_backfill()["embedded"] == 1

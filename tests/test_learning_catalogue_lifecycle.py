@@ -3,7 +3,6 @@ hand, a retired verb is never offered, a correction of an answer whose verb was 
 input the database cannot hold is an error on the page."""
 
 import pytest
-from django.test import Client
 
 from learning.catalogue import VerbEntry
 from learning.models import EntityAlias, LearnedPhrase, Verb, VerbPhrase
@@ -11,17 +10,10 @@ from learning.resolution import resolve
 from learning.selectors import decision_cache_clear
 from learning.services.catalogue import verb_catalogue_load, verb_edit
 from learning.services.decisions import decision_prior_fit
-from tests.conftest import make_client, reviewer_user
+from tests.conftest import make_client
 from tests.test_learning_decision import BIG
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin_client(db):
-    client = Client(raise_request_exception=False)
-    client.force_login(reviewer_user("root", superuser=True))
-    return client
 
 
 def _verb_form(name, phrases):
@@ -38,26 +30,26 @@ def _verb_form(name, phrases):
     return data
 
 
-def test_a_verb_is_never_deleted_in_the_admin_so_nothing_learned_goes_with_it(catalogue, admin_client):
+def test_a_verb_is_never_deleted_in_the_admin_so_nothing_learned_goes_with_it(catalogue, su):
     api = make_client(["resolve", "feedback"])
     body = {"text": "spin up a unit for me", "verb": "cbu.create", "user_id": "u1"}
     assert api.post("/api/v1/resolutions/confirm", body, format="json").status_code == 200
     verb = catalogue["cbu.create"]
-    assert admin_client.get(f"/admin/learning/verb/{verb.pk}/delete/").status_code == 403
-    assert admin_client.post(f"/admin/learning/verb/{verb.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert su.get(f"/admin/learning/verb/{verb.pk}/delete/").status_code == 403
+    assert su.post(f"/admin/learning/verb/{verb.pk}/delete/", {"post": "yes"}).status_code == 403
     bulk = {"action": "delete_selected", "_selected_action": [verb.pk], "post": "yes"}
-    admin_client.post("/admin/learning/verb/", bulk)
+    su.post("/admin/learning/verb/", bulk)
     assert Verb.objects.filter(pk=verb.pk).exists() and LearnedPhrase.objects.filter(verb=verb).count() == 1
 
 
 @pytest.mark.parametrize("text", ["\N{ARABIC LIGATURE SALLALLAHOU ALAYHE WASALLAM}" * 30, "\N{SQUARE MHZ}" * 200])
-def test_a_phrase_too_long_once_normalised_is_an_error_on_the_page_not_a_500(admin_client, text):
-    page = admin_client.post("/admin/learning/verb/add/", _verb_form("wire.send", [text]))
+def test_a_phrase_too_long_once_normalised_is_an_error_on_the_page_not_a_500(su, text):
+    page = su.post("/admin/learning/verb/add/", _verb_form("wire.send", [text]))
     assert page.status_code == 200 and "once normalised" in page.content.decode()
     assert not Verb.objects.filter(name="wire.send").exists() and not VerbPhrase.objects.exists()
 
 
-def test_an_alias_too_long_once_normalised_is_an_error_on_the_page(admin_client):
+def test_an_alias_too_long_once_normalised_is_an_error_on_the_page(su):
     form = {
         "alias": "\N{ARABIC LIGATURE SALLALLAHOU ALAYHE WASALLAM}" * 17,
         "canonical_name": "X",
@@ -67,7 +59,7 @@ def test_an_alias_too_long_once_normalised_is_an_error_on_the_page(admin_client)
         "source": "manual",
         "is_active": "on",
     }
-    page = admin_client.post("/admin/learning/entityalias/add/", form)
+    page = su.post("/admin/learning/entityalias/add/", form)
     assert page.status_code == 200 and "once normalised" in page.content.decode()
     assert not EntityAlias.objects.exists()
 

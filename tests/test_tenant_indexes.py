@@ -149,33 +149,14 @@ def test_the_prepared_tier_statement_keeps_walking_a_tenants_index_once_its_plan
 def test_a_sync_while_another_runs_does_nothing(tenants):
     """A second sync (the hourly beat while a long build runs) took the build in progress for a failed one's
     leftover, dropped it and deadlocked with it; now it sees the first holds the lock and leaves."""
-    import threading
-
-    from django.db import connections
-
     from learning.services.indexes import LOCK_NAMESPACE_INDEXES
+    from tests.conftest import advisory_lock_held_elsewhere
 
-    held, release = threading.Event(), threading.Event()
-
-    def other_sync():
-        with connections["default"].cursor() as cur:  # this thread's own connection
-            cur.execute("SELECT pg_advisory_lock(%s, 0)", [LOCK_NAMESPACE_INDEXES])
-            held.set()
-            release.wait(30)
-            cur.execute("SELECT pg_advisory_unlock(%s, 0)", [LOCK_NAMESPACE_INDEXES])
-        connections["default"].close()
-
-    thread = threading.Thread(target=other_sync)
-    thread.start()
-    try:
-        assert held.wait(30)
+    with advisory_lock_held_elsewhere(LOCK_NAMESPACE_INDEXES):
         result = learned_phrase_tenant_indexes_sync(min_phrases=10)
         assert result.busy and not (result.created or result.dropped or result.rebuilt) and learned_tenant_indexes() == {}
         with pytest.raises(CommandError, match="Another sync"):
             call_command("sync_tenant_indexes", "--min-phrases", "10", "--no-progress")
-    finally:
-        release.set()
-        thread.join(30)
     assert learned_phrase_tenant_indexes_sync(min_phrases=10).created == [tenants["big"].pk]
 
 
