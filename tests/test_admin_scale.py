@@ -70,12 +70,12 @@ def test_a_sidebar_lists_a_few_agents_and_asks_for_a_name_when_there_are_many():
     # the search filters the list, keeps the other parameters, and lists the agents whose name matches
     reject_n(few[0], 1)
     reject_n(many[-1], 2)
-    searched = root.get(FEEDBACK, {"agent_name": "BOT-00", "feedback_type__exact": "rejection"})
+    searched = root.get(FEEDBACK, {"agent_name": "Bot-00", "feedback_type__exact": "rejection"})
     assert searched.status_code == 200 and searched.context["cl"].result_count == 1
     page = searched.content.decode()
     assert _agent_links(page) == {str(a.pk) for a in few}
     form = re.search(r'<form method="get" class="bounded-filter-search".*?</form>', page, re.S).group(0)
-    assert 'name="feedback_type__exact" value="rejection"' in form and 'name="agent_name" value="BOT-00"' in form
+    assert 'name="feedback_type__exact" value="rejection"' in form and 'name="agent_name" value="Bot-00"' in form
     assert root.get(FEEDBACK, {"agent_name": "", "_facets": "True"}).context["cl"].result_count == 3
     # the links of the current filter still work, and the one chosen is shown even beyond the first page of names
     last = many[-1]
