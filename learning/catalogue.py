@@ -19,7 +19,7 @@ import yaml
 from common.parsers import text_problem
 from common.text import normalize_phrase
 from learning.importing import ImportFormatError, NoAliasLoader
-from learning.models import VERB_NAME_RE, Verb, VerbPhrase
+from learning.models import DOMAIN_RE, VERB_NAME_RE, Verb, VerbPhrase
 
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_NODES = 200_000
@@ -154,7 +154,7 @@ def parse_file(path: Path) -> list[VerbEntry]:
                     errors.append(f"{where}:{lines[key]}: verb {name}: {problem}")
                 else:
                     setattr(entry, key, values[key].strip())
-        if not entry.domain or len(entry.domain) > TEXT_LENGTHS["domain"] or not re.match(r"^[a-z][a-z0-9_]*$", entry.domain):
+        if not entry.domain or len(entry.domain) > TEXT_LENGTHS["domain"] or not re.match(DOMAIN_RE, entry.domain):
             errors.append(f"{where}:{lines.get('domain', line)}: verb {name}: 'domain' must be a lowercase identifier")
         if "is_active" in values:
             flag = str(values["is_active"]).lower()

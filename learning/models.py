@@ -22,6 +22,7 @@ from embeddings.models import Embedded, hnsw_index
 from tenants.models import TenantOwned
 
 VERB_NAME_RE = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
+DOMAIN_RE = r"^[a-z][a-z0-9_]*$"  # a verb's domain: what resolve's ``domain`` and a catalogue file name it by
 verb_name_validator = RegexValidator(VERB_NAME_RE, "Use a dotted lowercase name such as cbu.create.")
 
 

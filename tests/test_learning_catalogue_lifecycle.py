@@ -151,3 +151,26 @@ def test_reloading_the_file_keeps_what_the_admin_changed_unless_the_file_says_ot
     verb.refresh_from_db()
     assert verb.is_active and "verbs switched back on by the file: cbu.create" in out.getvalue()
     assert Verb.objects.get(name="cbu.list").is_active  # a new verb is active when the file does not say
+
+
+def test_the_admin_refuses_a_domain_a_catalogue_file_could_not_name(su):
+    form = {**_verb_form("wire.send", ["send a wire"]), "domain": "Wire Transfers!"}
+    page = su.post("/admin/learning/verb/add/", form)
+    assert page.status_code == 200 and "lowercase identifier" in page.content.decode()
+    assert not Verb.objects.filter(name="wire.send").exists()
+    assert su.post("/admin/learning/verb/add/", {**form, "domain": "wire_transfers"}).status_code == 302
+
+
+def test_a_block_can_be_prepared_for_a_retired_verb_and_holds_when_it_comes_back(gov_api, catalogue):
+    verb = catalogue["cbu.delete"]
+    verb.is_active = False
+    verb_edit(verb=verb)
+    body = {"phrase": "delete a cbu for the ceo", "verb": "cbu.delete", "reason": "needs approval"}
+    answer = gov_api.post("/api/v1/blocklist", body, format="json")
+    assert answer.status_code == 201, answer.content
+    verb.is_active = True
+    verb_edit(verb=verb)
+    r = resolve(text="delete a cbu for the ceo")
+    assert r.verb != "cbu.delete" and "cbu.delete" in r.explanation["blocks"]
+    unknown = gov_api.post("/api/v1/blocklist", {**body, "verb": "cbu.nothing"}, format="json")
+    assert unknown.status_code == 400 and "verb" in unknown.json()["fields"]

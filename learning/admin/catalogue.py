@@ -1,6 +1,8 @@
 """Admin screens of the verb catalogue, learned phrases, entity aliases and the blocklist. What a reviewer types
 (a verb's phrases, an alias) is normalized and embedded by the catalogue's services, as a load or a candidate is."""
 
+import re
+
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
@@ -9,6 +11,7 @@ from common.admin import HistoryAdmin, revert_link
 from common.text import normalize_phrase
 from embeddings.admin import EmbeddingStatusMixin
 from learning.models import (
+    DOMAIN_RE,
     EntityAlias,
     LearnedPhrase,
     PhraseBlock,
@@ -81,8 +84,18 @@ class _VerbSave:
         verb_phrases_edit(verb=form.instance, phrases=phrases, deleted=formset.deleted_objects)
 
 
+class VerbForm(forms.ModelForm):
+    def clean_domain(self):
+        """The domain a catalogue file and resolve's ``domain`` can name: a lowercase identifier, as a load requires."""
+        domain = self.cleaned_data["domain"].strip()
+        if not re.match(DOMAIN_RE, domain):
+            raise ValidationError("Use a lowercase identifier such as cbu or wire_transfers.")
+        return domain
+
+
 @admin.register(Verb)
 class VerbAdmin(TenantChoiceMixin, _VerbSave, HistoryAdmin):
+    form = VerbForm
     list_display = ["name", "domain", "display_name", "is_active", "updated_at"]
     list_filter = ["domain", "is_active"]
     search_fields = ["name", "display_name", "description", "phrases__text"]

@@ -141,7 +141,7 @@ def phrase_block_add(
     if not normalized:
         raise ApplicationError("The phrase is empty.", field="phrase")
     _phrase_length_check(phrase, normalized, field="phrase")
-    verb = _verb_by_name(verb_name, field="verb")
+    verb = _verb_by_name(verb_name, field="verb", retired_too=True)  # in force when it is switched back on
     if expires_at is not None and expires_at <= timezone.now():
         raise ApplicationError("The expiry must lie in the future.", field="expires_in")
     vectors, model = embeddings_compute(texts=[normalized])
