@@ -10,12 +10,20 @@ _EDGE_PUNCT = " \t\n.,!?;:'\"`()[]{}"
 
 
 BRAILLE_BLANK = unicodedata.lookup("BRAILLE PATTERN BLANK")  # read as a space
-# Printable characters that show nothing, dropped (code points in decimal): the Hangul fillers (choseong,
-# jungseong, the filler and its halfwidth form), the combining grapheme joiner, the two Khmer inherent vowels,
-# the Mongolian free variation selectors with the vowel separator, the variation selectors and their supplement.
-_SHOW_NOTHING = [4447, 4448, 12644, 65440, 847, 6068, 6069, *range(6155, 6160), *range(65024, 65040)]
-_SHOW_NOTHING += range(917760, 918000)
-_BLANK = re.compile("[" + re.escape("".join(map(chr, [*_SHOW_NOTHING, ord(BRAILLE_BLANK)]))) + "]")
+# Printable characters that show nothing, dropped: the Hangul fillers, the combining grapheme joiner, the two Khmer
+# inherent vowels, the Mongolian free variation selectors with the vowel separator (one run), and the variation
+# selectors and their supplement (two runs, from the first to the last of each).
+_SHOW_NOTHING_RUNS = [
+    ("MONGOLIAN FREE VARIATION SELECTOR ONE", "MONGOLIAN FREE VARIATION SELECTOR FOUR"),
+    *((f"VARIATION SELECTOR-{first}", f"VARIATION SELECTOR-{last}") for first, last in ((1, 16), (17, 256))),
+]
+_SHOW_NOTHING = (
+    "\N{HANGUL CHOSEONG FILLER}\N{HANGUL JUNGSEONG FILLER}\N{HANGUL FILLER}\N{HALFWIDTH HANGUL FILLER}"
+    "\N{COMBINING GRAPHEME JOINER}\N{KHMER VOWEL INHERENT AQ}\N{KHMER VOWEL INHERENT AA}"
+) + "".join(
+    map(chr, (c for a, b in _SHOW_NOTHING_RUNS for c in range(ord(unicodedata.lookup(a)), ord(unicodedata.lookup(b)) + 1)))
+)
+_BLANK = re.compile("[" + re.escape(_SHOW_NOTHING + BRAILLE_BLANK) + "]")
 
 
 def _blank(match: re.Match) -> str:
@@ -70,7 +78,7 @@ def rewritten_pattern() -> str:
     quotes and dashes. A text normalised before one of them was handled needs normalising again only if it holds
     one of them."""
     codes = {c for c in range(1, sys.maxunicode + 1) if unicodedata.category(chr(c)) in ("Cc", "Cf")}
-    codes = sorted(codes | {*_SHOW_NOTHING, ord(BRAILLE_BLANK), *_PLAIN_PUNCTUATION})
+    codes = sorted(codes | {*map(ord, _SHOW_NOTHING), ord(BRAILLE_BLANK), *_PLAIN_PUNCTUATION})
     ranges, start = [], codes[0]
     for previous, code in zip(codes, [*codes[1:], None], strict=True):
         if code != previous + 1:
