@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 
-from celery import current_app
+from celery import current_app, shared_task
 from celery.exceptions import ImproperlyConfigured as CeleryImproperlyConfigured
 from celery.result import denied_join_result
 from celery.utils import uuid
@@ -24,6 +24,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from kombu import serialization
 from kombu.exceptions import OperationalError as KombuOperationalError
+
+from common.history import history_purge
 
 logger = logging.getLogger(__name__)
 
@@ -196,3 +198,10 @@ def task_send_on_commit(task, *args, fallback_inline: bool = True, **kwargs) -> 
     """Send ``task`` once the current transaction commits, with the headers of now (the caller's tenant)."""
     headers = task_headers()
     transaction.on_commit(lambda: task_send(task, *args, headers=headers, fallback_inline=fallback_inline, **kwargs), robust=True)
+
+
+@shared_task(name="common.history_purge", ignore_result=True, one_transaction=False)
+def history_purge_task() -> dict:
+    """Delete audit-trail rows older than HISTORY_RETENTION_DAYS but each live object's latest (beat: daily)."""
+
+    return history_purge()

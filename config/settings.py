@@ -816,6 +816,14 @@ CELERY_BEAT_SCHEDULE["autonomy-history-purge"] = {
     "task": "autonomy.history_purge",
     "schedule": env_float("AUTONOMY_HISTORY_PURGE_EVERY_S", 86400.0, minimum=1.0),
 }
+# The audit trail (django-simple-history) of phrases, candidates, memories, ... grows with every confirmation and
+# review: older than this, every change of an object but its latest is deleted daily, and the whole trail of an
+# object deleted before then (a deleted memory's text does not live on in its history).
+HISTORY_RETENTION_DAYS = env_int("HISTORY_RETENTION_DAYS", 365, minimum=1)
+CELERY_BEAT_SCHEDULE["common-history-purge"] = {
+    "task": "common.history_purge",
+    "schedule": env_float("HISTORY_PURGE_EVERY_S", 86400.0, minimum=1.0),
+}
 # Retention: feedback records older than this move to the archive table (must exceed MISTAKE_WINDOW_DAYS: archived
 # records inside the window would lower the mistake counts, and the daily archive would refuse to run).
 FEEDBACK_RECORD_RETENTION_DAYS = env_int("FEEDBACK_RECORD_RETENTION_DAYS", 180, minimum=MISTAKE_WINDOW_DAYS + 1)

@@ -95,6 +95,7 @@ BEAT = {
     "RESOLUTION_PURGE_EVERY_S": "learning-resolution-records-purge",
     "FEEDBACK_SIGNAL_SWEEP_EVERY_S": "learning-disambiguation-signals-sweep",
     "AUTONOMY_HISTORY_PURGE_EVERY_S": "autonomy-history-purge",
+    "HISTORY_PURGE_EVERY_S": "common-history-purge",
 }
 
 
@@ -133,6 +134,7 @@ def test_every_beat_job_has_its_interval_variable_and_a_second_is_accepted(load)
         ({"MCP_THREADS": "0"}, "MCP_THREADS"),
         ({"CELERY_BROKER_DOWN_SKIP_S": "-1"}, "CELERY_BROKER_DOWN_SKIP_S"),
         ({"CELERY_BROKER_TIMEOUT_S": "0"}, "CELERY_BROKER_TIMEOUT_S"),  # every send to a live broker would time out
+        ({"HISTORY_RETENTION_DAYS": "0"}, "HISTORY_RETENTION_DAYS"),  # every object's trail but its latest row, daily
         ({"FEEDBACK_RECORD_RETENTION_DAYS": "30"}, "FEEDBACK_RECORD_RETENTION_DAYS"),  # within MISTAKE_WINDOW_DAYS (30)
         (
             {"MISTAKE_WINDOW_DAYS": "200", "FEEDBACK_RECORD_RETENTION_DAYS": "180"},
