@@ -6,6 +6,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import get_last_value_from_parameters, unquote
 from django.core.exceptions import ValidationError
+from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpResponseNotAllowed
 from django.urls import reverse
 from django.utils.html import format_html
@@ -125,9 +126,13 @@ class BoundedRelatedFilter(_SearchWhenMany, admin.RelatedFieldListFilter):
     search_suffix = "_name"
     search_lookup = "__name__icontains"
 
+    def related_rows(self, field, request, model_admin):
+        """The rows the filter may link to."""
+        return field.remote_field.model._default_manager.complex_filter(field.get_limit_choices_to())
+
     def field_choices(self, field, request, model_admin):
         key = field.target_field
-        rows = field.remote_field.model._default_manager.complex_filter(field.get_limit_choices_to())
+        rows = self.related_rows(field, request, model_admin)
         named = rows.filter(**{f"{self.search_field}__icontains": self.search_value}) if self.search_value else rows
         ordering = self.field_admin_ordering(field, request, model_admin) or (self.search_field,)
         choices = list(named.order_by(*ordering).values_list(key.attname, self.search_field)[: FILTER_CHOICES_MAX + 1])
@@ -144,6 +149,16 @@ class BoundedRelatedFilter(_SearchWhenMany, admin.RelatedFieldListFilter):
         if chosen:
             choices += list(rows.filter(**{f"{key.attname}__in": chosen}).values_list(key.attname, self.search_field))
         return choices
+
+
+class BoundedRelatedOnlyFilter(BoundedRelatedFilter):
+    """A bounded filter by the related rows that the list's own rows name (Django's ``RelatedOnlyFieldListFilter``,
+    which reads every row of the list for them): each related row is tested for a list row that names it, through
+    the foreign key's index, so the cost follows the related table (reviewers, say), not the list (their decisions)."""
+
+    def related_rows(self, field, request, model_admin):
+        named = model_admin.get_queryset(request).filter(**{field.name: OuterRef("pk")})
+        return super().related_rows(field, request, model_admin).filter(Exists(named))
 
 
 class BoundedValuesFilter(_SearchWhenMany, admin.AllValuesFieldListFilter):

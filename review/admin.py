@@ -20,7 +20,7 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from common.admin import BoundedRelatedFilter
+from common.admin import BoundedRelatedFilter, BoundedRelatedOnlyFilter
 from common.api import ApplicationError, NotFound
 from review import selectors, services
 from review.models import Decision, Kind
@@ -260,6 +260,13 @@ def revert_view(request, kind: str, pk: int):
     return render(request, "review/revert.html", context, status=status)
 
 
+class ReviewerFilter(BoundedRelatedOnlyFilter):
+    """The reviewers who decided something the list holds; beyond the first ones, a search by user name."""
+
+    search_field = "username"
+    search_lookup = "__username__icontains"
+
+
 @admin.register(Decision)
 class DecisionAdmin(admin.ModelAdmin):
     """The inbox's decision log: who decided what, when and why (read-only)."""
@@ -270,7 +277,7 @@ class DecisionAdmin(admin.ModelAdmin):
         "kind",
         "verdict",
         "category",
-        ("user", admin.RelatedOnlyFieldListFilter),
+        ("user", ReviewerFilter),
         ("agent", BoundedRelatedFilter),
     ]
     search_fields = ["summary", "reason", "user__username", "agent__name"]

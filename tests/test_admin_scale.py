@@ -212,3 +212,38 @@ def test_the_disambiguation_outcomes_page_shows_a_page_of_verbs_however_many_wer
     second = set(re.findall(r"<td>(verb_\d+)</td>", client.get(url, {"p": 2}).content.decode()))
     assert shown | second == set(verbs) and not shown & second
     assert client.get(url, {"p": "junk"}).status_code == 200
+
+
+def _user_links(page: str) -> set[str]:
+    return set(re.findall(r"user__id__exact=(\d+)", page))
+
+
+def test_the_decision_logs_reviewer_filter_lists_only_who_decided_a_few_at_a_time():
+    from django.contrib.auth import get_user_model
+
+    from review.models import Decision, Kind
+
+    acme = tenant_create(slug="acme")
+    users = get_user_model().objects
+    deciders = [users.create_user(f"reviewer-{i:03d}") for i in range(FILTER_CHOICES_MAX + 10)]
+    Decision.objects.bulk_create(
+        [Decision(kind=Kind.RULE, object_id=i, user=u, verdict="approve") for i, u in enumerate(deciders)]
+    )
+    idle = users.create_user("reviewer-idle")  # decided nothing
+    with tenant_scope([acme.pk]):
+        elsewhere = users.create_user("acme-reviewer")
+        Decision.objects.create(kind=Kind.RULE, object_id=1, user=elsewhere, verdict="reject", tenant=acme)
+    rita = reviewer_user("rita", "view_decision")
+    client = signed_in(rita)
+
+    page = client.get("/admin/review/decision/").content.decode()
+    listed = _user_links(page)
+    assert len(listed) == FILTER_CHOICES_MAX and listed <= {str(u.pk) for u in deciders}
+    assert 'name="user_name"' in page
+    searched = client.get("/admin/review/decision/", {"user_name": "reviewer-05"})
+    assert searched.status_code == 200 and searched.context["cl"].result_count == 10
+    assert _user_links(searched.content.decode()) == {str(u.pk) for u in deciders[50:60]}
+    # neither the reviewer who decided nothing nor another tenant's reviewer is offered
+    for name in ("reviewer-idle", "acme"):
+        shown = client.get("/admin/review/decision/", {"user_name": name}).content.decode()
+        assert not _user_links(shown) & {str(idle.pk), str(elsewhere.pk)}, name
