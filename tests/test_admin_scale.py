@@ -7,6 +7,7 @@ import uuid
 import pytest
 from django.contrib import admin
 from django.contrib.admin.filters import AllValuesFieldListFilter, RelatedFieldListFilter
+from django.utils import timezone
 
 from actions.models import Action
 from agents.models import Agent
@@ -208,7 +209,7 @@ def test_the_disambiguation_outcomes_page_shows_a_page_of_verbs_however_many_wer
     url = "/admin/learning/disambiguationrequest/outcomes/"
     first = client.get(url).content.decode()
     shown = set(re.findall(r"<td>(verb_\d+)</td>", first))
-    assert len(shown) == OUTCOME_ROWS_PER_PAGE and "?p=2" in first
+    assert len(shown) == OUTCOME_ROWS_PER_PAGE and "?days=30&amp;p=2" in first
     second = set(re.findall(r"<td>(verb_\d+)</td>", client.get(url, {"p": 2}).content.decode()))
     assert shown | second == set(verbs) and not shown & second
     assert client.get(url, {"p": "junk"}).status_code == 200
@@ -247,3 +248,27 @@ def test_the_decision_logs_reviewer_filter_lists_only_who_decided_a_few_at_a_tim
     for name in ("reviewer-idle", "acme"):
         shown = client.get("/admin/review/decision/", {"user_name": name}).content.decode()
         assert not _user_links(shown) & {str(idle.pk), str(elsewhere.pk)}, name
+
+
+def test_the_disambiguation_outcomes_page_reads_one_period_of_requests(settings):
+    settings.RESOLUTION_RETENTION_DAYS = 90
+    for verb, days_old in (("recent.verb", 2), ("month.verb", 20), ("old.verb", 60)):
+        row = DisambiguationRequest.objects.create(
+            request_id=uuid.uuid4(), text="t", normalized="t", options=[{"verb": verb, "score": 0.5}]
+        )
+        DisambiguationRequest.objects.filter(pk=row.pk).update(created_at=timezone.now() - timezone.timedelta(days=days_old))
+    client = signed_in(reviewer_user("viewer", "view_disambiguationrequest"))
+    url = "/admin/learning/disambiguationrequest/outcomes/"
+
+    def verbs(query):
+        response = client.get(url, query)
+        assert response.status_code == 200
+        return set(re.findall(r"<td>([a-z]+\.verb)</td>", response.content.decode())), response.context["days"]
+
+    assert verbs({}) == ({"recent.verb", "month.verb"}, 30)  # the default period
+    assert verbs({"days": "7"}) == ({"recent.verb"}, 7)
+    assert verbs({"days": "90"}) == ({"recent.verb", "month.verb", "old.verb"}, 90)
+    assert verbs({"days": "5000"})[1] == 30 and verbs({"days": "x"})[1] == 30  # not offered: the default
+    settings.RESOLUTION_RETENTION_DAYS = 10  # nothing older is kept: no longer period is offered
+    page = client.get(url).content.decode()
+    assert client.get(url).context["periods"] == [1, 7, 10] and "days=30" not in page

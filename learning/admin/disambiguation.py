@@ -1,5 +1,8 @@
 """Admin screens of disambiguation requests, learning signals, phrase evidence and fitted resolution profiles."""
 
+from datetime import timedelta
+
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import PAGE_VAR
 from django.core.exceptions import PermissionDenied
@@ -7,6 +10,7 @@ from django.core.paginator import Paginator
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from common.admin import BoundedValuesFilter, confirm_bulk, rounded, signal_direction
@@ -26,6 +30,14 @@ from tenants.selectors import user_tenants
 
 CHART_ROWS = 30  # bars drawn above a table
 OUTCOME_ROWS_PER_PAGE = 100  # verbs in a page of the outcomes table
+OUTCOME_DEFAULT_DAYS = 30  # the outcomes report reads the requests of this many days unless another period is chosen
+PERIOD_VAR = "days"
+
+
+def outcome_periods() -> list[int]:
+    """The periods the outcomes report offers, in days: none longer than the requests are kept."""
+    kept = settings.RESOLUTION_RETENTION_DAYS
+    return sorted({d for d in (1, 7, OUTCOME_DEFAULT_DAYS) if d < kept} | {kept})
 
 
 def _outcomes_chart(rows: list[dict]) -> dict:
@@ -163,10 +175,16 @@ class DisambiguationRequestAdmin(admin.ModelAdmin):
         verbs at a time however large the catalogue."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        rows = _selectors.disambiguation_outcomes_per_verb()
+        periods = outcome_periods()
+        days = request.GET.get(PERIOD_VAR, "")
+        days = int(days) if days in {str(d) for d in periods} else min(OUTCOME_DEFAULT_DAYS, periods[-1])
+        rows = _selectors.disambiguation_outcomes_per_verb(since=timezone.now() - timedelta(days=days))
         paginator = Paginator(rows, OUTCOME_ROWS_PER_PAGE)
         page = paginator.get_page(request.GET.get(PAGE_VAR))
         context = {
+            "days": days,
+            "periods": periods,
+            "period_var": PERIOD_VAR,
             **self.admin_site.each_context(request),
             "title": "Disambiguation outcomes per verb",
             "opts": self.model._meta,

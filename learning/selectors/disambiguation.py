@@ -37,8 +37,10 @@ def verb_evidence_balance(evidence: list[tuple[str, float, float]], *, verbs: li
     return dict(net)
 
 
-def disambiguation_outcomes_per_verb() -> list[dict]:
-    """Per verb offered as an option: how many requests showed it, and the shares selected (it / another), abandoned, expired, open."""
+def disambiguation_outcomes_per_verb(*, since=None) -> list[dict]:
+    """Per verb offered as an option in the requests made ``since`` (a datetime; None: every request kept): how many
+    requests showed it, and the shares selected (it / another), abandoned, expired, open."""
+    where = "WHERE r.created_at >= %(since)s" if since is not None else ""
     sql = f"""
         SELECT o->>'verb' AS verb, COUNT(*) AS shown,
                COUNT(*) FILTER (WHERE r.status = 'selected' AND r.selected_verb = o->>'verb') AS chosen,
@@ -47,10 +49,11 @@ def disambiguation_outcomes_per_verb() -> list[dict]:
                COUNT(*) FILTER (WHERE r.status = 'expired') AS expired,
                COUNT(*) FILTER (WHERE r.status = 'open') AS open
         FROM {DisambiguationRequest._meta.db_table} r, jsonb_array_elements(r.options) o
+        {where}
         GROUP BY 1 ORDER BY shown DESC, verb
     """
     with connection.cursor() as cur:
-        cur.execute(sql)
+        cur.execute(sql, {"since": since})
         cols = [c[0] for c in cur.description]
         rows = [dict(zip(cols, r, strict=False)) for r in cur.fetchall()]
     for r in rows:
