@@ -41,6 +41,7 @@ class VerbEntry:
     phrases: list[str] = field(default_factory=list)
     is_active: bool | None = None
     origin: str = ""
+    lists_phrases: bool = True  # False: the file has no ``phrases`` for it (a load that replaces phrases keeps them)
 
 
 class CatalogueError(Exception):
@@ -161,6 +162,7 @@ def parse_file(path: Path) -> list[VerbEntry]:
             if flag not in {"true", "false", "yes", "no"}:
                 errors.append(f"{where}:{lines['is_active']}: verb {name}: 'is_active' must be true or false")
             entry.is_active = flag in {"true", "yes"}
+        entry.lists_phrases = "phrases" in values
         phrases = values.get("phrases", [])
         if not isinstance(phrases, list):
             errors.append(f"{where}:{lines.get('phrases', line)}: verb {name}: 'phrases' must be a list of text")

@@ -7,6 +7,7 @@ import pytest
 from learning.catalogue import VerbEntry
 from learning.models import EntityAlias, LearnedPhrase, Verb, VerbPhrase
 from learning.resolution import resolve
+from learning.scoring import Source
 from learning.selectors import decision_cache_clear
 from learning.services.catalogue import verb_catalogue_load, verb_edit
 from learning.services.decisions import decision_prior_fit
@@ -174,3 +175,58 @@ def test_a_block_can_be_prepared_for_a_retired_verb_and_holds_when_it_comes_back
     assert r.verb != "cbu.delete" and "cbu.delete" in r.explanation["blocks"]
     unknown = gov_api.post("/api/v1/blocklist", {**body, "verb": "cbu.nothing"}, format="json")
     assert unknown.status_code == 400 and "verb" in unknown.json()["fields"]
+
+
+def test_a_reload_that_replaces_phrases_removes_those_the_file_no_longer_lists(tmp_path, settings):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    catalogue = tmp_path / "verbs.yaml"
+    catalogue.write_text(
+        "verbs:\n"
+        "  - name: cbu.create\n    phrases: [create a cbu, new cbu, open a cbu]\n"
+        "  - name: cbu.list\n    phrases: [list the cbus]\n"
+    )
+    call_command("load_verbs", str(catalogue), "--no-progress", stdout=StringIO())
+    create = Verb.objects.get(name="cbu.create")
+    VerbPhrase.objects.create(verb=create, text="make a cbu", normalized="make a cbu")  # typed in the admin
+
+    def phrases(name):
+        return set(VerbPhrase.objects.filter(verb__name=name).values_list("normalized", flat=True))
+
+    # "open a cbu" was a mistake: dropped from the file; cbu.list's entry now says nothing of phrases
+    catalogue.write_text("verbs:\n  - name: cbu.create\n    phrases: [create a cbu, new cbu]\n  - name: cbu.list\n")
+    out = StringIO()
+    call_command("load_verbs", str(catalogue), "--no-progress", stdout=out)  # a plain reload only adds
+    assert phrases("cbu.create") == {"create a cbu", "new cbu", "open a cbu", "make a cbu"}
+    assert "removed" not in out.getvalue()
+
+    out = StringIO()
+    call_command("load_verbs", str(catalogue), "--no-progress", "--replace-phrases", stdout=out)
+    assert phrases("cbu.create") == {"create a cbu", "new cbu"}
+    assert phrases("cbu.list") == {"list the cbus"}  # its entry lists no phrases: kept
+    assert "phrases added: 0, removed: 2" in out.getvalue()
+    assert Source.PHRASE_EXACT not in {c.source for c in resolve(text="open a cbu").candidates}
+    assert Source.PHRASE_EXACT in {c.source for c in resolve(text="create a cbu").candidates}
+
+
+def test_a_load_names_the_phrases_another_verb_holds_too_and_resolve_asks_between_them(tmp_path):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    catalogue = tmp_path / "verbs.yaml"
+    catalogue.write_text(
+        "verbs:\n"
+        "  - name: card.freeze\n    domain: cards\n    phrases: [freeze my card, block my card]\n"
+        "  - name: card.cancel\n    domain: cards\n    phrases: [cancel my card, block my card]\n"
+    )
+    err = StringIO()
+    call_command("load_verbs", str(catalogue), "--no-progress", stdout=StringIO(), stderr=err)
+    assert "1 phrase(s) of the file belong to more than one verb" in err.getvalue() and "block my card" in err.getvalue()
+    answer = resolve(text="block my card")
+    assert answer.verb is None and {o.verb for o in answer.options[:2]} == {"card.freeze", "card.cancel"}
+    err = StringIO()
+    call_command("load_verbs", str(catalogue), "--no-progress", stdout=StringIO(), stderr=err)
+    assert "more than one verb" in err.getvalue()  # said again on every load until the file changes

@@ -4,6 +4,7 @@ import logging
 from collections.abc import Iterable
 
 from django.db import IntegrityError, transaction
+from django.db.models import Count
 
 from common.api import ApplicationError, Conflict
 from common.tasks import task_send_on_commit
@@ -16,12 +17,19 @@ from learning.selectors import verb_details_forget
 logger = logging.getLogger(__name__)
 
 
-def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False) -> dict:
+SHARED_PHRASES_LISTED = 20  # texts named in a load's answer among those that more than one verb holds
+
+
+def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False, replace_phrases: bool = False) -> dict:
     """Create or update verbs and their phrases, all or nothing. A field an entry leaves None keeps the verb's (a
-    verb retired in the admin stays retired unless the file says ``is_active: true``). When phrases were added or a
-    verb was retired or switched back on, the catalogue prior (and the retrieval floors measured with it) is
-    refitted once this commits. Answers counts, and the names of verbs switched back on and retired. ``progress``:
-    a tqdm bar while the new phrases are embedded."""
+    verb retired in the admin stays retired unless the file says ``is_active: true``). Phrases are added; with
+    ``replace_phrases``, a verb whose entry lists phrases also loses those the entry does not list (typed in the
+    admin, or dropped from the file since). When phrases were added or removed or a verb was retired or switched
+    back on, the catalogue prior (and the retrieval floors measured with it) is refitted once this commits.
+
+    Answers counts, the names of verbs switched back on and retired, and ``shared``: up to SHARED_PHRASES_LISTED
+    of the file's texts that another verb of the catalogue holds too (the resolver then offers both and asks),
+    ``shared_count`` how many. ``progress``: a tqdm bar while the new phrases are embedded."""
     entries = list(entries)
     wanted = {e.name: [(p, normalize_phrase(p)) for p in e.phrases] for e in entries}
     existing = {(v, n) for v, n in VerbPhrase.objects.filter(verb__name__in=wanted).values_list("verb__name", "normalized")}
@@ -39,8 +47,11 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False)
         "verbs_updated": 0,
         "phrases_added": len(new_phrases),
         "unembedded": 0,
+        "phrases_removed": 0,
         "reactivated": [],
         "retired": [],
+        "shared": [],
+        "shared_count": 0,
     }
     with transaction.atomic():
         was_active = dict(Verb.objects.select_for_update().filter(name__in=wanted).values_list("name", "is_active"))
@@ -61,8 +72,25 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False)
         embedded = [r for r in rows if r.normalized in vectors]
         embedding_assign(rows=embedded, vectors=[vectors[r.normalized] for r in embedded], model=model)
         VerbPhrase.objects.bulk_create(rows, ignore_conflicts=True)
+        if replace_phrases:
+            for e in entries:
+                if e.lists_phrases:
+                    keep = {norm for _, norm in wanted[e.name]}
+                    counts["phrases_removed"] += (
+                        VerbPhrase.objects.filter(verb=verbs[e.name]).exclude(normalized__in=keep).delete()[0]
+                    )
+        shared = (
+            VerbPhrase.objects.filter(normalized__in={norm for phrases in wanted.values() for _, norm in phrases})
+            .values("normalized")
+            .annotate(verbs=Count("verb", distinct=True))
+            .filter(verbs__gt=1)
+            .order_by("normalized")
+            .values_list("normalized", flat=True)
+        )
+        counts["shared_count"] = shared.count()
+        counts["shared"] = list(shared[:SHARED_PHRASES_LISTED])
         transaction.on_commit(verb_details_forget)
-        if new_phrases or counts["reactivated"] or counts["retired"]:
+        if new_phrases or counts["phrases_removed"] or counts["reactivated"] or counts["retired"]:
             # the prior and the floors follow the catalogue (a broker outage: the daily refit catches up)
             task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
     counts["unembedded"] = len(rows) - len(embedded)
