@@ -10,6 +10,7 @@ from autonomy.services.episodes import (
     agents_cycle_lock,
     autonomy_history_purge,
     episode_finish,
+    episode_restart,
     episode_start,
 )
 from autonomy.services.evaluation import (
@@ -41,5 +42,6 @@ __all__ = [
     "calibration_compute",
     "calibration_compute_for_agents",
     "episode_finish",
+    "episode_restart",
     "episode_start",
 ]

@@ -21,12 +21,18 @@ from feedback.services.rules import correction_rules_create, correction_rules_ex
 logger = logging.getLogger(__name__)
 
 
-def autonomy_cycle_run(*, agent_id: int, trigger: str = "command", force_autonomy: bool = False) -> Episode | None:
+def autonomy_cycle_run(
+    *, agent_id: int, trigger: str = "command", force_autonomy: bool = False, episode: Episode | None = None
+) -> Episode | None:
     """Detect mistakes, create rules for new or reopened patterns, calibrate, evaluate autonomy: one episode.
 
-    Returns None when another worker is running this agent's cycle (advisory lock).
+    Returns None when another worker is running this agent's cycle (advisory lock). ``episode``: an unfinished
+    episode of this agent to record the run in, after its events so far (a failed set-based run's, begun again),
+    instead of a new one. A failure is logged, recorded in the episode (failed), and raised.
     """
 
+    if episode is not None and episode.agent_id != agent_id:
+        raise ValueError(f"episode #{episode.pk} is not agent {agent_id}'s")
     if not Agent.objects.filter(pk=agent_id).exists():
         raise NotFound(f"Agent {agent_id} not found.", field="agent")
     with agent_cycle_lock(agent_id=agent_id) as acquired:
@@ -39,7 +45,7 @@ def autonomy_cycle_run(*, agent_id: int, trigger: str = "command", force_autonom
             # next cycle redoes them (every step is idempotent); nothing can be half-written.
             cur.execute("SET synchronous_commit TO off")
         try:
-            return _autonomy_cycle_steps(agent_id=agent_id, trigger=trigger, force_autonomy=force_autonomy)
+            return _autonomy_cycle_steps(agent_id=agent_id, trigger=trigger, force_autonomy=force_autonomy, episode=episode)
         finally:
             if connection.connection is not None:
                 with connection.cursor() as cur:
@@ -109,9 +115,10 @@ def evaluation_log(*, log: EpisodeLog, summary: dict, due: bool, evaluated: list
     log.add("summary", "cycle completed", **summary)
 
 
-def _autonomy_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool) -> Episode:
-    episode = episode_start(agent_id=agent_id, trigger=trigger)
-    log = EpisodeLog(episode, seq=0)
+def _autonomy_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool, episode: Episode | None) -> Episode:
+    fresh = episode is None
+    episode = episode_start(agent_id=agent_id, trigger=trigger) if fresh else episode
+    log = EpisodeLog(episode, seq=0 if fresh else None)  # a given episode: after the events it has
     summary: dict = {}
     try:
         # rules past their expiry first: a mistake that recurred after one reopens its pattern, and gets a new rule,

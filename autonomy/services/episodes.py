@@ -50,6 +50,22 @@ def episode_finish(*, episode: Episode, summary: dict, status: str = EpisodeStat
     return episode
 
 
+def episode_restart(*, episode: Episode, kind: str, message: str = "", **payload) -> Episode | None:
+    """Begin an unfinished ``episode`` again: its events replaced by one (``kind``, ``message``, ``payload``) saying
+    why, its summary emptied. None when it is finished or gone (nothing changed)."""
+    with transaction.atomic():
+        reset = {"status": EpisodeStatus.RUNNING, "finished_at": None, "summary": {}, "summary_text": ""}
+        if not Episode.objects.filter(pk=episode.pk, status=EpisodeStatus.RUNNING).update(**reset):
+            return None
+        EpisodeEvent.objects.filter(episode_id=episode.pk).delete()
+        for name, value in reset.items():
+            setattr(episode, name, value)
+        log = EpisodeLog(episode, seq=0)
+        log.add(kind, message, **payload)
+        log.flush()
+    return episode
+
+
 @contextlib.contextmanager
 def agent_cycle_lock(*, agent_id: int):
     """A PostgreSQL session advisory lock per agent; yields whether it was acquired (never waits)."""

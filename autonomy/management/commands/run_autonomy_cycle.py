@@ -1,12 +1,17 @@
+import logging
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from agents.models import Agent
 from agents.selectors import agent_get
+from autonomy.models import Episode, EpisodeStatus
 from autonomy.services import autonomy_cycle_run, autonomy_cycles_run
 from autonomy.tasks import agent_chunks, autonomy_cycle, autonomy_cycle_chunk, cycles_queue
-from common.api import ApplicationError
+from common.api import ApplicationError, NotFound
+
+logger = logging.getLogger(__name__)
 
 
 def agents_text(ids: list[int]) -> str:
@@ -19,7 +24,8 @@ def agents_text(ids: list[int]) -> str:
 class Command(BaseCommand):
     help = (
         "Run the autonomy cycle (detect mistakes, rules, calibration, autonomy evaluation) for one agent, "
-        "or set-based for every active agent in chunks of AUTONOMY_CYCLE_CHUNK."
+        "or set-based for every active agent in chunks of AUTONOMY_CYCLE_CHUNK. Every agent is run even when some "
+        "fail; the command then exits non-zero naming them."
     )
 
     def add_arguments(self, parser):
@@ -86,19 +92,38 @@ class Command(BaseCommand):
 
     def _set_based(self, chunks: list[list[int]]):
         done = skipped = 0
+        failed: list[int] = []
         total = sum(len(c) for c in chunks)
         with tqdm(total=total, desc="autonomy cycles", unit="agent", disable=total < 2, file=self.stderr) as bar:
             for c in chunks:
-                result = autonomy_cycles_run(agent_ids=c, trigger="command")
-                done += len(result.episodes)
-                skipped += len(result.skipped)
+                try:
+                    result = autonomy_cycles_run(agent_ids=c, trigger="command")
+                except Exception:  # not one agent's failure (those fall back): the chunk's, the next ones still run
+                    logger.exception("autonomy cycles for %s failed", agents_text(c))
+                    failed.extend(c)
+                else:
+                    done += sum(1 for e in result.episodes if e.status == EpisodeStatus.COMPLETED)
+                    skipped += len(result.skipped)
+                    failed.extend(result.failed)
                 bar.update(len(c))
         self.stdout.write(f"{done} cycle(s) run, {skipped} skipped (already running elsewhere).")
+        self._failed_refuse(failed)
 
     def _per_agent(self, ids: list[int]):
         done = skipped = 0
+        failed: list[int] = []
         for agent_id in tqdm(ids, desc="autonomy cycles", unit="agent", disable=len(ids) < 2, file=self.stderr):
-            episode = autonomy_cycle_run(agent_id=agent_id, trigger="command")
+            try:
+                episode = autonomy_cycle_run(agent_id=agent_id, trigger="command")
+            except NotFound:
+                continue  # deleted since it was listed
+            except Exception:  # logged, and recorded in the agent's failed episode, by the cycle
+                failed.append(agent_id)
+                if len(ids) == 1:
+                    episode = Episode.objects.filter(agent_id=agent_id, status=EpisodeStatus.FAILED).order_by("-pk").first()
+                    if episode is not None:
+                        self.stdout.write(f"Episode #{episode.pk} ({episode.status}): {episode.summary_text}")
+                continue
             if episode is None:
                 skipped += 1
                 continue
@@ -106,3 +131,10 @@ class Command(BaseCommand):
             if len(ids) == 1:
                 self.stdout.write(f"Episode #{episode.pk} ({episode.status}): {episode.summary_text}")
         self.stdout.write(f"{done} cycle(s) run, {skipped} skipped (already running elsewhere).")
+        self._failed_refuse(failed)
+
+    def _failed_refuse(self, failed: list[int]) -> None:
+        if failed:
+            raise CommandError(
+                f"The autonomy cycle failed for {agents_text(sorted(failed))}; see their failed episodes and the log."
+            )
