@@ -1,6 +1,7 @@
 """The vector every semantically matched text carries, with the model and text hash that made it."""
 
 from django.db import models
+from django.db.models import BooleanField, Func, Q
 from pgvector.django import HnswIndex, VectorField
 
 from embeddings.embedders import DIMENSION
@@ -30,3 +31,28 @@ class Embedded(models.Model):
 
 def hnsw_index(name: str) -> HnswIndex:
     return HnswIndex(name=name, fields=["embedding"], m=16, ef_construction=64, opclasses=["vector_cosine_ops"])
+
+
+class EmbeddingStale(Func):
+    """True when a row's vector is missing, has no direction, or was made from other text than the row's now: the
+    SQL function ``embedding_stale`` (migration ``embeddings.0003``), immutable, so a partial index can hold it.
+
+    Written ``IS TRUE`` so PostgreSQL estimates it from the expression's statistics (``EmbeddingStaleStatistics``),
+    not a fixed third of the table: the backfill's batch query then reads the partial index, not every row."""
+
+    function = "embedding_stale"
+    template = "%(function)s(%(expressions)s) IS TRUE"
+    output_field = BooleanField()
+
+    def __init__(self, text_field: str, **extra):
+        super().__init__("embedding", "embedding_hash", text_field, **extra)
+
+
+def embedding_work_indexes(prefix: str, text_field: str = "normalized") -> list[models.Index]:
+    """The two indexes that find an ``Embedded`` table's rows needing a vector without reading the others: the ids of
+    stale rows (a partial index, empty while nothing is stale, kept by PostgreSQL on every write however made), and
+    the model of each vector (rows of another model are a range scan either side of the current one)."""
+    return [
+        models.Index(fields=["id"], condition=Q(EmbeddingStale(text_field)), name=f"{prefix}_emb_stale"),
+        models.Index(fields=["embedding_model"], name=f"{prefix}_emb_model"),
+    ]

@@ -4,11 +4,10 @@ import logging
 from collections.abc import Callable
 
 from django.apps import apps
-from django.db.models import CharField, ExpressionWrapper, F, FloatField, Func, Q, QuerySet, Value
+from django.db.models import CharField, ExpressionWrapper, FloatField, Func, Q, QuerySet, Value
 from pgvector.django import CosineDistance
 
-from embeddings.embedders import MIN_NORM
-from embeddings.models import Embedded
+from embeddings.models import Embedded, EmbeddingStale
 
 logger = logging.getLogger(__name__)
 
@@ -20,26 +19,16 @@ class Sha256Hex(Func):
     output_field = CharField()
 
 
-class VectorNorm(Func):
-    """pgvector's L2 norm of a vector."""
-
-    function = "VECTOR_NORM"
-    output_field = FloatField()
-
-
 def embedding_rows_needing_work(model, *, current_model: str) -> QuerySet:
     """Rows whose vector is missing, made by another model, made from other text, or of zero norm (stored before
-    the embedder refused such vectors: it has no direction, and its cosine distance to anything is NaN)."""
-    return (
-        model.objects.annotate(current_hash=Sha256Hex(model.embedded_field), embedding_norm=VectorNorm("embedding"))
-        .filter(
-            Q(embedding__isnull=True)
-            | ~Q(embedding_model=current_model)
-            | ~Q(embedding_hash=F("current_hash"))
-            | Q(embedding_norm__lt=MIN_NORM)
-        )
-        .order_by("pk")
-    )
+    the embedder refused such vectors: it has no direction, and its cosine distance to anything is NaN).
+
+    Index lookups, not a hash of every row (``embedding_work_indexes``): all but the model is one SQL function a
+    partial index holds, and another model is a range either side of the current one (``<>`` cannot use an index).
+    """
+    return model.objects.filter(
+        Q(EmbeddingStale(model.embedded_field)) | Q(embedding_model__lt=current_model) | Q(embedding_model__gt=current_model)
+    ).order_by("pk")
 
 
 def embedded_models() -> list[type[Embedded]]:

@@ -18,7 +18,7 @@ from simple_history.models import HistoricalRecords
 from agents.models import private_agent_field
 from common.history import history_user
 from common.validators import user_id_validator
-from embeddings.models import Embedded, hnsw_index
+from embeddings.models import Embedded, embedding_work_indexes, hnsw_index
 from tenants.models import TenantOwned
 
 VERB_NAME_RE = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
@@ -65,7 +65,7 @@ class VerbPhrase(TenantOwned, Embedded):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["verb", "normalized"], name="verbphrase_unique_per_verb")]
-        indexes = [hnsw_index("verbphrase_embedding_hnsw")]
+        indexes = [hnsw_index("verbphrase_embedding_hnsw"), *embedding_work_indexes("verbphrase")]
 
     def __str__(self):
         return self.text
@@ -127,6 +127,7 @@ class LearnedPhrase(TenantOwned, Embedded):
         indexes = [
             hnsw_index("learnedphrase_embedding_hnsw"),
             models.Index(fields=["tenant", "user_id", "normalized"], name="learnedphrase_user_norm"),
+            *embedding_work_indexes("learnedphrase"),
         ]
 
     def __str__(self):
@@ -160,7 +161,7 @@ class EntityAlias(TenantOwned, Embedded):
                 nulls_distinct=False,
             )
         ]
-        indexes = [hnsw_index("entityalias_embedding_hnsw")]
+        indexes = [hnsw_index("entityalias_embedding_hnsw"), *embedding_work_indexes("entityalias")]
 
     def __str__(self):
         return f"{self.alias} → {self.canonical_name}"
@@ -188,7 +189,7 @@ class PhraseBlock(TenantOwned, Embedded):
                 fields=["normalized", "verb", "user_id"], name="phraseblock_unique_per_scope", nulls_distinct=False
             )
         ]
-        indexes = [hnsw_index("phraseblock_embedding_hnsw")]
+        indexes = [hnsw_index("phraseblock_embedding_hnsw"), *embedding_work_indexes("phraseblock")]
 
     def __str__(self):
         return f"{self.phrase} ✗ {self.verb_id}"
@@ -427,7 +428,11 @@ class PhraseEvidence(TenantOwned, Embedded):
                 nulls_distinct=False,
             )
         ]
-        indexes = [hnsw_index("phraseevidence_embedding_hnsw"), models.Index(fields=["user_id"], name="phraseevidence_user")]
+        indexes = [
+            hnsw_index("phraseevidence_embedding_hnsw"),
+            models.Index(fields=["user_id"], name="phraseevidence_user"),
+            *embedding_work_indexes("phraseevidence"),
+        ]
 
     def __str__(self):
         return f"{self.phrase} / {self.verb}: -{self.negative:.2f} +{self.positive:.2f}"

@@ -10,7 +10,7 @@ from simple_history.models import HistoricalRecords
 from agents.models import private_agent_field
 from common.history import history_user
 from common.validators import user_id_validator
-from embeddings.models import Embedded, hnsw_index
+from embeddings.models import Embedded, embedding_work_indexes, hnsw_index
 from tenants.models import TenantOwned
 
 DEFAULT_NAMESPACE = "learning"
@@ -101,6 +101,7 @@ class Memory(TenantOwned, Embedded):
             models.Index(fields=["user_id", "namespace", "status", "-updated_at"], name="memory_user_status_recent"),
             models.Index(fields=["status", "deprecated_at"], name="memory_status_deprecated_at"),
             models.Index(fields=["user_id", "namespace"], condition=Q(embedding__isnull=True), name="memory_unembedded"),
+            *embedding_work_indexes("memory", "content"),
         ]
 
     def __str__(self):

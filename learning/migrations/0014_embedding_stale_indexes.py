@@ -1,0 +1,55 @@
+"""The indexes that let the embedding backfill find catalogue and learned phrases, aliases, blocks and evidence needing a vector by index lookups (a partial index of
+stale rows, an index of the vector's model), and statistics on staleness, so PostgreSQL knows how few rows are stale."""
+
+from django.db import migrations, models
+
+from embeddings.migration_ops import EmbeddingStaleStatistics
+from embeddings.models import EmbeddingStale
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("embeddings", "0003_embedding_stale_function"),
+        ("learning", "0013_disambiguation_sweep_failures"),
+    ]
+
+    operations = [
+        migrations.AddIndex(
+            model_name="entityalias",
+            index=models.Index(condition=models.Q(EmbeddingStale("normalized")), fields=["id"], name="entityalias_emb_stale"),
+        ),
+        migrations.AddIndex(
+            model_name="entityalias", index=models.Index(fields=["embedding_model"], name="entityalias_emb_model")
+        ),
+        EmbeddingStaleStatistics(model_name="entityalias", text_field="normalized"),
+        migrations.AddIndex(
+            model_name="learnedphrase",
+            index=models.Index(condition=models.Q(EmbeddingStale("normalized")), fields=["id"], name="learnedphrase_emb_stale"),
+        ),
+        migrations.AddIndex(
+            model_name="learnedphrase", index=models.Index(fields=["embedding_model"], name="learnedphrase_emb_model")
+        ),
+        EmbeddingStaleStatistics(model_name="learnedphrase", text_field="normalized"),
+        migrations.AddIndex(
+            model_name="phraseblock",
+            index=models.Index(condition=models.Q(EmbeddingStale("normalized")), fields=["id"], name="phraseblock_emb_stale"),
+        ),
+        migrations.AddIndex(
+            model_name="phraseblock", index=models.Index(fields=["embedding_model"], name="phraseblock_emb_model")
+        ),
+        EmbeddingStaleStatistics(model_name="phraseblock", text_field="normalized"),
+        migrations.AddIndex(
+            model_name="phraseevidence",
+            index=models.Index(condition=models.Q(EmbeddingStale("normalized")), fields=["id"], name="phraseevidence_emb_stale"),
+        ),
+        migrations.AddIndex(
+            model_name="phraseevidence", index=models.Index(fields=["embedding_model"], name="phraseevidence_emb_model")
+        ),
+        EmbeddingStaleStatistics(model_name="phraseevidence", text_field="normalized"),
+        migrations.AddIndex(
+            model_name="verbphrase",
+            index=models.Index(condition=models.Q(EmbeddingStale("normalized")), fields=["id"], name="verbphrase_emb_stale"),
+        ),
+        migrations.AddIndex(model_name="verbphrase", index=models.Index(fields=["embedding_model"], name="verbphrase_emb_model")),
+        EmbeddingStaleStatistics(model_name="verbphrase", text_field="normalized"),
+    ]
