@@ -133,6 +133,13 @@ def _evaluate_claimed(*, ids: list[int], now, days: int, episode_of, ece_of=None
         )
         try:
             with transaction.atomic():
+                # the level read above may have changed since (an emergency stop, an approval): every writer of the
+                # level locks the action, so this proposal is made from the level it has, or not at all
+                if Action.objects.select_for_update().filter(pk=action_id).values_list("autonomy_level", flat=True).first() != (
+                    action.autonomy_level
+                ):
+                    row["skipped"] = "the level changed during the evaluation; the next one proposes from the new level"
+                    continue
                 outcome.transition = AutonomyTransition.objects.create(
                     action=action,
                     from_level=action.autonomy_level,

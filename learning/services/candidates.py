@@ -141,6 +141,23 @@ def candidate_record(
     return row
 
 
+def candidates_lock_pending(*, normalized: str, user_id: str | None) -> None:
+    """Inside a transaction: lock the pending phrase candidates of ``normalized`` in a scope (a user's, or global
+    with None), in key order. A writer that locks a candidate and a learned phrase of one text locks the candidate
+    first, as an approval does; the other order deadlocks with it."""
+    list(
+        LearningCandidate.objects.select_for_update()
+        .filter(
+            status=LearningCandidate.Status.PENDING,
+            candidate_type=LearningCandidate.Type.INVOCATION_PHRASE,
+            normalized=normalized,
+            **({"user_id": user_id} if user_id is not None else {"user_id__isnull": True}),
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+
+
 def candidates_close_for_correction(*, normalized: str, user_id: str, verb_name: str, text: str) -> list[int]:
     """Inside a transaction: the user said ``text`` does not mean ``verb_name``; their pending candidates proposing it
     (of the acting agent's kind: a private agent's own, else those the shared agents' traffic proposed) are rejected

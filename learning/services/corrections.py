@@ -16,7 +16,7 @@ from learning.models import LearnedPhrase, Verb
 from learning.resolution import profile
 from learning.selectors import correction_decay_targets, phrase_owner
 from learning.services.blocks import _verb_by_name, block_refusal_check
-from learning.services.candidates import candidate_record, candidates_close_for_correction
+from learning.services.candidates import candidate_record, candidates_close_for_correction, candidates_lock_pending
 from learning.services.decisions import resolution_label
 from learning.services.evidence import phrase_evidence_add, phrase_evidence_overrule
 from learning.services.phrases import _phrase_length_check, learned_phrase_lock_or_create
@@ -83,6 +83,9 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
     decay = Greatest(Value(s.LEARNING_CORRECTION_FLOOR), F("confidence") * Value(s.LEARNING_CORRECTION_DECAY))
     fresh = min(s.LEARNING_CORRECTION_CAP, s.LEARNING_CORRECTION_START + s.LEARNING_CORRECTION_BOOST)
     with transaction.atomic():
+        # What the user's clicks proposed for the text and the user just turned down is no longer pending. First:
+        # candidates before phrases, the order an approval locks them in.
+        candidates_close_for_correction(normalized=normalized, user_id=user_id, verb_name=wrong.name, text=text)
         row, created = learned_phrase_lock_or_create(
             phrase=text,
             normalized=normalized,
@@ -148,8 +151,6 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
                 similarity=profile(model)["decide_similarity"],  # near-paraphrases: the variants a click taught
             )
         _positive_evidence_add(user_id=user_id, text=text, verb=correct, vectors=vectors, model=model, weight=fresh)
-        # What the user's clicks proposed for the text and the user just turned down is no longer pending.
-        candidates_close_for_correction(normalized=normalized, user_id=user_id, verb_name=wrong.name, text=text)
     by_pk = {t.pk: t for t in touched}
     phrase = by_pk[row.pk]
     return {
@@ -240,6 +241,7 @@ def _positive_evidence_add(*, user_id: str, text: str, verb: Verb, vectors, mode
 def _correction_global(*, text: str, normalized: str, wrong: Verb, correct: Verb) -> dict:
     candidate = None
     with transaction.atomic():
+        candidates_lock_pending(normalized=normalized, user_id=None)  # candidates before phrases, as an approval
         row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id__isnull=True).first()
         if row is not None and row.verb_id == correct.pk:
             LearnedPhrase.objects.filter(pk=row.pk).update(occurrence_count=F("occurrence_count") + 1, updated_at=timezone.now())

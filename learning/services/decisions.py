@@ -558,7 +558,8 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
         if shadow is not None:
             shadow.shadow_figures = selectors.shadow_figures(shadow.version)
             shadow.save(update_fields=["shadow_figures"])
-            live = DecisionFit.objects.filter(status=DecisionFit.Status.LIVE).first()
+            # locked before its pin is read: a reviewer's pin meanwhile waits for this promotion, or this sees it
+            live = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.LIVE).first()
             ok, why = promotion_verdict(fit=shadow)
             if ok and shadow.embedding_model != current_model_name():
                 ok, why = False, f"v{shadow.version} is for embedding model {shadow.embedding_model}"

@@ -3,7 +3,7 @@
 import logging
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from common.api import ApplicationError
@@ -81,6 +81,11 @@ def resolution_profile_activate(*, fitted, reviewer=None):
     stays out of service: fit a new one."""
 
     with transaction.atomic():
+        with connection.cursor() as cursor:  # one activation at a time per tenant and model: the second retires the first
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                [f"learning:profile:{fitted.tenant_id}:{fitted.embedding_model}"],
+            )
         row = FittedResolutionProfile.objects.select_for_update().get(pk=fitted.pk)
         if row.status == FittedResolutionProfile.Status.ACTIVE:
             return row

@@ -1,0 +1,363 @@
+"""Two different writers on one object at once: each answers as if they had run one after the other (no deadlock,
+no 500, no lost pin, no proposal from a level the action no longer has). Each test holds one writer at the point
+where it has taken its first lock and lets the other run into it."""
+
+import threading
+import time
+import types
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.utils import timezone as dj_timezone
+from rest_framework.test import APIClient
+
+from actions.models import Action
+from agents.models import Agent
+from autonomy.models import AutonomyTransition
+from autonomy.services import action_autonomy_stop, autonomy_evaluate, autonomy_transition_approve
+from autonomy.services import evaluation as ev_mod
+from common.api import Conflict
+from embeddings.embedders import current_model_name
+from learning import decision
+from learning.models import DecisionFit, DecisionFitEvent, FittedResolutionProfile, LearnedPhrase, Verb
+from learning.services import candidates as cand_mod
+from learning.services import corrections as corr_mod
+from learning.services import decisions as dec_mod
+from learning.services import profiles as prof_mod
+from learning.services.candidates import candidate_approve, candidate_record
+from learning.services.catalogue import verb_catalogue_load
+from learning.services.corrections import phrase_correction_apply
+from learning.services.decisions import decision_fit_pin, decision_refit
+from learning.services.phrases import learned_phrase_upsert
+from learning.services.profiles import resolution_profile_activate
+from tests.conftest import CBU_CATALOGUE, fill_history, make_client, reviewer_user
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOLD_S = 2  # how long a writer waits for the other to reach its pause; with one order of locks, the other never does
+
+
+def _two(fa, fb):
+    out = {}
+
+    def run(name, fn):
+        try:
+            out[name] = ("ok", fn())
+        except Exception as exc:  # noqa: BLE001
+            out[name] = ("error", exc)
+        finally:
+            connection.close()
+
+    ts = [threading.Thread(target=run, args=("a", fa)), threading.Thread(target=run, args=("b", fb))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    return out
+
+
+def test_a_users_correction_and_the_approval_of_the_candidate_it_closes_at_once(monkeypatch):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    # alice's clicks proposed "wipe my units" -> cbu.delete; it waits for a reviewer
+    cand = candidate_record(
+        input_pattern="wipe my units", suggested_output="cbu.delete", user_id="alice", source="click", confidence=0.5
+    )
+    both = threading.Barrier(2, timeout=HOLD_S)
+
+    real_overrule = corr_mod.phrase_evidence_overrule
+    real_refusal = cand_mod.block_refusal_check
+
+    def overrule_paused(**kw):  # the correction holds alice's phrase row here
+        try:
+            both.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return real_overrule(**kw)
+
+    def refusal_paused(**kw):  # the approval holds the candidate row here
+        try:
+            both.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return real_refusal(**kw)
+
+    monkeypatch.setattr(corr_mod, "phrase_evidence_overrule", overrule_paused)
+    monkeypatch.setattr(cand_mod, "block_refusal_check", refusal_paused)
+
+    out = _two(
+        lambda: phrase_correction_apply(text="wipe my units", wrong_verb="cbu.delete", correct_verb="cbu.list", user_id="alice"),
+        lambda: candidate_approve(candidate=cand),
+    )
+    errors = {k: v[1] for k, v in out.items() if v[0] == "error"}
+    cand.refresh_from_db()
+    if cand.status == "rejected":  # the correction closed it first: the approval is refused, not a deadlock
+        assert list(errors) == ["b"] and isinstance(errors["b"], Conflict) and errors["b"].code == "invalid_status", errors
+    else:  # approved first: the correction then re-points the phrase the approval wrote
+        assert cand.status == "applied" and errors == {}, errors
+    assert list(LearnedPhrase.objects.filter(user_id="alice").values_list("normalized", "verb__name")) == [
+        ("wipe my units", "cbu.list")
+    ]
+
+
+def _pause_pair(monkeypatch, *, correction_late: float = 0.0, approval_late: float = 0.0):
+    """Hold the correction right after it locked the phrase row and the approval right after it locked the candidate
+    row, release both together; ``*_late`` lets one of them wait a moment longer (the other becomes PostgreSQL's
+    deadlock victim: the one that started waiting first)."""
+
+    both = threading.Barrier(2, timeout=HOLD_S)
+    real_overrule = corr_mod.phrase_evidence_overrule
+    real_refusal = cand_mod.block_refusal_check
+
+    def wait(late):
+        try:
+            both.wait()
+        except threading.BrokenBarrierError:
+            pass
+        time.sleep(late)
+
+    def overrule_paused(**kw):
+        wait(correction_late)
+        return real_overrule(**kw)
+
+    def refusal_paused(**kw):
+        wait(approval_late)
+        return real_refusal(**kw)
+
+    monkeypatch.setattr(corr_mod, "phrase_evidence_overrule", overrule_paused)
+    monkeypatch.setattr(cand_mod, "block_refusal_check", refusal_paused)
+
+
+def test_an_inbox_approval_and_an_api_correction_of_one_text_at_once(monkeypatch):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    cand = candidate_record(
+        input_pattern="wipe my units", suggested_output="cbu.delete", user_id="alice", source="click", confidence=0.5
+    )
+    agent = make_client(["resolve", "feedback"], name="agent-a")
+    auth = agent._credentials["HTTP_AUTHORIZATION"]
+    root = reviewer_user("root", superuser=True)
+    _pause_pair(monkeypatch, correction_late=0.5)  # the approval waits first: it is the victim
+
+    def correct():
+        c = APIClient(raise_request_exception=False)  # the test client's exception signal is process-wide
+        c.credentials(HTTP_AUTHORIZATION=auth)
+        r = c.post(
+            "/api/v1/resolutions/correct",
+            {"text": "wipe my units", "wrong_verb": "cbu.delete", "correct_verb": "cbu.list", "user_id": "alice"},
+            format="json",
+        )
+        return r.status_code
+
+    def approve_in_inbox():
+        c = Client(raise_request_exception=False)
+        c.force_login(root)
+        r = c.post(f"/admin/inbox/candidate/{cand.pk}/", {"action": "approve", "confirmed": "1", "acknowledged": "1"})
+        return r.status_code
+
+    out = _two(correct, approve_in_inbox)
+    cand.refresh_from_db()
+    phrases = list(LearnedPhrase.objects.filter(user_id="alice").values_list("normalized", "verb__name"))
+    assert out["a"] == ("ok", 200) and phrases == [("wipe my units", "cbu.list")]
+    assert out["b"][0] == "ok" and out["b"][1] != 500, out  # the inbox answers the decision or that it came too late
+    assert cand.status in ("rejected", "applied")
+
+
+def test_a_global_correction_and_the_approval_of_the_global_candidate_at_once(monkeypatch):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    # a global phrase exists (cbu.show), and a pending global candidate says it should be cbu.list
+    learned_phrase_upsert(phrase="units overview", verb=Verb.objects.get(name="cbu.show"), user_id=None)
+    cand = candidate_record(
+        input_pattern="units overview", suggested_output="cbu.list", user_id=None, source="click", confidence=0.5
+    )
+    both = threading.Barrier(2, timeout=HOLD_S)
+    real_record = corr_mod.candidate_record
+    real_refusal = cand_mod.block_refusal_check
+
+    def record_paused(**kw):  # the global correction holds the global phrase row here
+        try:
+            both.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return real_record(**kw)
+
+    def refusal_paused(**kw):  # the approval holds the candidate row here
+        try:
+            both.wait()
+        except threading.BrokenBarrierError:
+            pass
+        time.sleep(0.3)
+        return real_refusal(**kw)
+
+    monkeypatch.setattr(corr_mod, "candidate_record", record_paused)
+    monkeypatch.setattr(cand_mod, "block_refusal_check", refusal_paused)
+    out = _two(
+        lambda: phrase_correction_apply(text="units overview", wrong_verb="cbu.show", correct_verb="cbu.list", user_id=None),
+        lambda: candidate_approve(candidate=cand),
+    )
+    errors = {k: v[1] for k, v in out.items() if v[0] == "error"}
+    assert errors == {}, errors
+    cand.refresh_from_db()
+    assert cand.status == "applied"  # the correction only counted once more on the pending candidate, or after it
+    assert list(LearnedPhrase.objects.filter(user_id=None).values_list("normalized", "verb__name")) == [
+        ("units overview", "cbu.list")
+    ]
+
+
+def _profile(**kw):
+    return FittedResolutionProfile.objects.create(
+        embedding_model="all-MiniLM-L6-v2-onnx-int8",
+        resolve_threshold=kw.pop("t", 0.6),
+        margin=0.05,
+        max_wrong_pct=5.0,
+        gold_count=100,
+        train_count=70,
+        held_out_count=30,
+        baseline={"resolve_threshold": 0.5, "margin": 0.04},
+        **kw,
+    )
+
+
+def _pause_after_retiring(monkeypatch):
+    both = threading.Barrier(2, timeout=HOLD_S)
+
+    def now():
+        try:
+            both.wait()  # each has retired "the" active profile it could see, and holds only its own row
+        except threading.BrokenBarrierError:
+            pass
+        return dj_timezone.now()
+
+    monkeypatch.setattr(prof_mod, "timezone", types.SimpleNamespace(now=now))
+
+
+def test_two_activations_of_different_profiles_of_one_model_at_once(monkeypatch):
+    a, b = _profile(t=0.6), _profile(t=0.7)
+    _pause_after_retiring(monkeypatch)
+    out = _two(lambda: resolution_profile_activate(fitted=a), lambda: resolution_profile_activate(fitted=b))
+    errors = {k: v[1] for k, v in out.items() if v[0] == "error"}
+    assert errors == {}, errors
+    assert sorted(FittedResolutionProfile.objects.values_list("status", flat=True)) == ["active", "retired"]
+
+
+def test_two_inbox_activations_of_different_profiles_of_one_model(monkeypatch):
+    a, b = _profile(t=0.6), _profile(t=0.7)
+    r1, r2 = reviewer_user("rev1", superuser=True), reviewer_user("rev2", superuser=True)
+    _pause_after_retiring(monkeypatch)
+
+    def decide(user, pk):
+        def go():
+            c = Client(raise_request_exception=False)
+            c.force_login(user)
+            return c.post(f"/admin/inbox/profile/{pk}/", {"action": "approve", "confirmed": "1"}).status_code
+
+        return go
+
+    out = _two(decide(r1, a.pk), decide(r2, b.pk))
+    assert sorted(v[1] for v in out.values()) == [302, 302], out  # the second activation retires the first
+    assert sorted(FittedResolutionProfile.objects.values_list("status", flat=True)) == ["active", "retired"]
+
+
+def _params():
+    n = len(decision.FEATURES)
+    return {
+        "features": list(decision.FEATURES),
+        "mean": [0.0] * n,
+        "scale": [1.0] * n,
+        "coef": [0.0] * n,
+        "intercept": 0.0,
+        "cut": 0.5,
+    }
+
+
+def test_a_pin_of_the_live_fit_while_the_refit_promotes_the_shadow_holds(monkeypatch):
+    model = current_model_name()
+    live = DecisionFit.objects.create(
+        version=1, source="prior", status="live", embedding_model=model, params=_params(), n_labels=0, held_out={"wrong": 0.0}
+    )
+    shadow = DecisionFit.objects.create(
+        version=2,
+        source="labels",
+        status="shadow",
+        embedding_model=model,
+        params=_params(),
+        n_labels=1000,
+        held_out={"wrong": 0.0},
+    )
+    read_live, pinned = threading.Event(), threading.Event()
+
+    def verdict_then_wait(*, fit):  # the refit has locked the live fit (not pinned) and judges the shadow fit
+        read_live.set()
+        pinned.wait(10)
+        return True, "held-out wrong within the target"
+
+    monkeypatch.setattr(dec_mod, "promotion_verdict", verdict_then_wait)
+    monkeypatch.setattr(dec_mod, "_prior_stale", lambda: False)
+    out = {}
+
+    def refit():
+        try:
+            out["refit"] = decision_refit()
+        except Exception as exc:  # noqa: BLE001
+            out["refit"] = exc
+        finally:
+            connection.close()
+
+    t = threading.Thread(target=refit)
+    t.start()
+    assert read_live.wait(20)
+    # the reviewer pins v1 (hold it live, no automatic promotion until unpinned) while the refit is deciding
+    pin = threading.Thread(target=lambda: (decision_fit_pin(fit=live), connection.close()))
+    pin.start()
+    pin.join(0.5)
+    assert pin.is_alive()  # it waits for the refit, which holds the live fit
+    pinned.set()
+    t.join(30)
+    pin.join(30)
+    live.refresh_from_db()
+    shadow.refresh_from_db()
+    assert out["refit"]["promoted"] == 2  # the refit, first, promoted v2; then the pin put v1 back, pinned
+    assert (live.status, live.pinned) == ("live", True) and shadow.status == "retired"
+    assert list(DecisionFitEvent.objects.order_by("pk").values_list("fit__version", "action")) == [
+        (2, "promoted"),
+        (1, "rolled_back"),
+    ]
+
+
+def test_an_emergency_stop_while_the_evaluation_proposes_a_promotion_leaves_none_open(monkeypatch):
+    agent = Agent.objects.create(name="ops")
+    send = Action.objects.create(name="email.send", autonomy_level=2)
+    fill_history(send, agent, completed=25)  # the evidence calls for 2 -> 3
+    boss = reviewer_user("boss", "approve_autonomytransition")
+    read, stopped = threading.Event(), threading.Event()
+    real = ev_mod.recent_patterns
+
+    def patterns_then_wait(**kw):  # the evaluation has read level 2 and found no open proposal
+        read.set()
+        stopped.wait(10)
+        return real(**kw)
+
+    monkeypatch.setattr(ev_mod, "recent_patterns", patterns_then_wait)
+    out = {}
+
+    def evaluate():
+        try:
+            out["eval"] = autonomy_evaluate(action_ids=[send.pk])
+        except Exception as exc:  # noqa: BLE001
+            out["eval"] = exc
+        finally:
+            connection.close()
+
+    t = threading.Thread(target=evaluate)
+    t.start()
+    assert read.wait(20)
+    action_autonomy_stop(action=send, user=boss, reason="it emailed the CEO")
+    stopped.set()
+    t.join(30)
+    send.refresh_from_db()
+    open_rows = list(AutonomyTransition.objects.filter(action=send, status="proposed").values_list("from_level", "to_level"))
+    assert send.autonomy_level == 1
+    if open_rows:  # what a reviewer who opens it gets: a promotion that can only be refused
+        with pytest.raises(Conflict) as refused:
+            autonomy_transition_approve(transition=AutonomyTransition.objects.get(action=send, status="proposed"), user=boss)
+        print("approve ->", refused.value.code)
+    assert open_rows == [], "after the stop an open promotion from a level the action no longer has waits in the inbox"
