@@ -361,3 +361,34 @@ def test_an_emergency_stop_while_the_evaluation_proposes_a_promotion_leaves_none
             autonomy_transition_approve(transition=AutonomyTransition.objects.get(action=send, status="proposed"), user=boss)
         print("approve ->", refused.value.code)
     assert open_rows == [], "after the stop an open promotion from a level the action no longer has waits in the inbox"
+
+
+def test_two_corrections_whose_phrases_are_each_others_anchors_at_once(monkeypatch):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    delete = Verb.objects.get(name="cbu.delete")
+    texts = ["close my unit now", "close my unit now please"]  # near-paraphrases: each decays with the other's correction
+    for text in texts:
+        learned_phrase_upsert(phrase=text, verb=delete, user_id="alice")
+    both = threading.Barrier(2, timeout=HOLD_S)
+    real = corr_mod.learned_phrase_lock_or_create
+
+    def locked_then_wait(**kw):  # each holds its own phrase here and next wants the other, an anchor of its text
+        out = real(**kw)
+        try:
+            both.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return out
+
+    monkeypatch.setattr(corr_mod, "learned_phrase_lock_or_create", locked_then_wait)
+    out = _two(
+        *(
+            lambda text=text: phrase_correction_apply(
+                text=text, wrong_verb="cbu.delete", correct_verb="cbu.list", user_id="alice"
+            )
+            for text in texts
+        )
+    )
+    assert {k: v[0] for k, v in out.items()} == {"a": "ok", "b": "ok"}, out
+    assert all(v[1]["decayed"] or v[1]["phrase"]["verb"] == "cbu.list" for v in out.values())
+    assert set(LearnedPhrase.objects.filter(user_id="alice").values_list("verb__name", flat=True)) == {"cbu.list"}

@@ -14,7 +14,7 @@ from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import EntityAlias, LearningCandidate, Verb
 from learning.services.blocks import _RISK_ORDER, _phrase_block_put, block_refusal_check
-from learning.services.phrases import _learned_phrase_put
+from learning.services.phrases import _learned_phrase_put, phrase_text_lock
 from tenants.context import acting_agent_id, private_agent_id, tenant_scope
 
 logger = logging.getLogger(__name__)
@@ -141,23 +141,6 @@ def candidate_record(
     return row
 
 
-def candidates_lock_pending(*, normalized: str, user_id: str | None) -> None:
-    """Inside a transaction: lock the pending phrase candidates of ``normalized`` in a scope (a user's, or global
-    with None), in key order. A writer that locks a candidate and a learned phrase of one text locks the candidate
-    first, as an approval does; the other order deadlocks with it."""
-    list(
-        LearningCandidate.objects.select_for_update()
-        .filter(
-            status=LearningCandidate.Status.PENDING,
-            candidate_type=LearningCandidate.Type.INVOCATION_PHRASE,
-            normalized=normalized,
-            **({"user_id": user_id} if user_id is not None else {"user_id__isnull": True}),
-        )
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-
-
 def candidates_close_for_correction(*, normalized: str, user_id: str, verb_name: str, text: str) -> list[int]:
     """Inside a transaction: the user said ``text`` does not mean ``verb_name``; their pending candidates proposing it
     (of the acting agent's kind: a private agent's own, else those the shared agents' traffic proposed) are rejected
@@ -222,6 +205,7 @@ def candidate_approve(
     _candidate_check_open(candidate, allowed=(LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED))
     vectors, model = embeddings_compute(texts=[candidate.normalized]) if apply_immediately else (None, "")
     with tenant_scope([candidate.tenant_id]):  # its tenant's verb and phrases, whoever decides (a superuser sees all)
+        phrase_text_lock(normalized=candidate.normalized)
         row = LearningCandidate.objects.select_for_update().get(pk=candidate.pk)
         _candidate_check_open(row, allowed=(LearningCandidate.Status.PENDING, LearningCandidate.Status.APPROVED))
         _candidate_check_decider(row, agent=agent)

@@ -5,7 +5,7 @@ import logging
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
@@ -16,10 +16,10 @@ from learning.models import LearnedPhrase, Verb
 from learning.resolution import profile
 from learning.selectors import correction_decay_targets, phrase_owner
 from learning.services.blocks import _verb_by_name, block_refusal_check
-from learning.services.candidates import candidate_record, candidates_close_for_correction, candidates_lock_pending
+from learning.services.candidates import candidate_record, candidates_close_for_correction
 from learning.services.decisions import resolution_label
 from learning.services.evidence import phrase_evidence_add, phrase_evidence_overrule
-from learning.services.phrases import _phrase_length_check, learned_phrase_lock_or_create
+from learning.services.phrases import _phrase_length_check, learned_phrase_lock_or_create, phrase_text_lock
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +83,17 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
     decay = Greatest(Value(s.LEARNING_CORRECTION_FLOOR), F("confidence") * Value(s.LEARNING_CORRECTION_DECAY))
     fresh = min(s.LEARNING_CORRECTION_CAP, s.LEARNING_CORRECTION_START + s.LEARNING_CORRECTION_BOOST)
     with transaction.atomic():
-        # What the user's clicks proposed for the text and the user just turned down is no longer pending. First:
-        # candidates before phrases, the order an approval locks them in.
+        phrase_text_lock(normalized=normalized)  # an approval of the text's candidate waits, or is waited for
+        # What the user's clicks proposed for the text and the user just turned down is no longer pending.
         candidates_close_for_correction(normalized=normalized, user_id=user_id, verb_name=wrong.name, text=text)
+        # The user's phrase and the anchors to decay, in key order in one statement: two corrections (or a correction
+        # and an import) that each hold one and want the other would deadlock.
+        list(
+            LearnedPhrase.objects.select_for_update()
+            .filter(Q(pk__in=sorted(anchors)) | Q(normalized=normalized, user_id=user_id, private_agent_id=phrase_owner(user_id)))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
         row, created = learned_phrase_lock_or_create(
             phrase=text,
             normalized=normalized,
@@ -241,7 +249,7 @@ def _positive_evidence_add(*, user_id: str, text: str, verb: Verb, vectors, mode
 def _correction_global(*, text: str, normalized: str, wrong: Verb, correct: Verb) -> dict:
     candidate = None
     with transaction.atomic():
-        candidates_lock_pending(normalized=normalized, user_id=None)  # candidates before phrases, as an approval
+        phrase_text_lock(normalized=normalized)  # an approval of the text's candidate waits, or is waited for
         row = LearnedPhrase.objects.select_for_update().filter(normalized=normalized, user_id__isnull=True).first()
         if row is not None and row.verb_id == correct.pk:
             LearnedPhrase.objects.filter(pk=row.pk).update(occurrence_count=F("occurrence_count") + 1, updated_at=timezone.now())

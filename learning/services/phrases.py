@@ -2,7 +2,7 @@
 
 import logging
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from common.api import ApplicationError, Conflict, NotFound
 from common.text import normalize_phrase
@@ -53,6 +53,19 @@ def learned_phrase_upsert(
         embedding_assign(rows=[row], vectors=vectors, model=model)
         row.save()
     return row
+
+
+def phrase_text_lock(*, normalized: str) -> None:
+    """Inside a transaction: wait for, then hold until its end, the tenant's lock on one text. A writer that changes
+    both a candidate and a learned phrase of the text (an approval, a correction) takes it first, so two of them run
+    one after the other whatever rows each would lock, and in whichever order (a candidate that appears meanwhile
+    included)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('learning:text:' || coalesce(tenants_current_id()::text, '')"
+            " || ':' || %s, 0))",
+            [normalized],
+        )
 
 
 _AS_REQUEST = object()  # history_user not given: django-simple-history records the request's user, if any
