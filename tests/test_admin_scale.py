@@ -272,3 +272,30 @@ def test_the_disambiguation_outcomes_page_reads_one_period_of_requests(settings)
     settings.RESOLUTION_RETENTION_DAYS = 10  # nothing older is kept: no longer period is offered
     page = client.get(url).content.decode()
     assert client.get(url).context["periods"] == [1, 7, 10] and "days=30" not in page
+
+
+def test_the_signals_per_phrase_page_reads_one_period_of_requests(settings):
+    from learning.models import LearningSignal
+
+    settings.RESOLUTION_RETENTION_DAYS = 90
+    for text, days_old in (("freeze my card", 3), ("lost my card", 45)):
+        row = DisambiguationRequest.objects.create(
+            request_id=uuid.uuid4(), text=text, normalized=text, options=[{"verb": "card.freeze", "score": 0.5}]
+        )
+        DisambiguationRequest.objects.filter(pk=row.pk).update(created_at=timezone.now() - timezone.timedelta(days=days_old))
+        LearningSignal.objects.create(
+            request=row, phrase=text, normalized=text, verb="card.freeze", outcome="selected_alt", source="user_disambiguation", confidence=1.0
+        )
+    client = signed_in(reviewer_user("viewer", "view_learningsignal"))
+    url = "/admin/learning/learningsignal/per-phrase/"
+
+    def phrases(query):
+        response = client.get(url, query)
+        assert response.status_code == 200
+        return set(re.findall(r"<td>([a-z ]+ card)</td>", response.content.decode()))
+
+    assert phrases({}) == {"freeze my card"}  # the default: 30 days
+    assert phrases({"days": "90"}) == {"freeze my card", "lost my card"}
+    assert phrases({"days": "90", "q": "lost"}) == {"lost my card"}
+    page = client.get(url, {"days": "90", "q": "lost"}).content.decode()
+    assert 'name="days" value="90"' in page and "?days=7&amp;q=lost" in page  # the search keeps the period and back

@@ -30,14 +30,21 @@ from tenants.selectors import user_tenants
 
 CHART_ROWS = 30  # bars drawn above a table
 OUTCOME_ROWS_PER_PAGE = 100  # verbs in a page of the outcomes table
-OUTCOME_DEFAULT_DAYS = 30  # the outcomes report reads the requests of this many days unless another period is chosen
+OUTCOME_DEFAULT_DAYS = 30  # the reports of ambiguous answers read this many days of them unless another period is chosen
 PERIOD_VAR = "days"
 
 
 def outcome_periods() -> list[int]:
-    """The periods the outcomes report offers, in days: none longer than the requests are kept."""
+    """The periods the reports of ambiguous answers offer, in days: none longer than the requests are kept."""
     kept = settings.RESOLUTION_RETENTION_DAYS
     return sorted({d for d in (1, 7, OUTCOME_DEFAULT_DAYS) if d < kept} | {kept})
+
+
+def report_period(request) -> tuple[list[int], int]:
+    """(the periods offered, the one chosen: ``?days=`` when offered, else the default) of a report's page."""
+    periods = outcome_periods()
+    days = request.GET.get(PERIOD_VAR, "")
+    return periods, int(days) if days in {str(d) for d in periods} else min(OUTCOME_DEFAULT_DAYS, periods[-1])
 
 
 def _outcomes_chart(rows: list[dict]) -> dict:
@@ -175,9 +182,7 @@ class DisambiguationRequestAdmin(admin.ModelAdmin):
         verbs at a time however large the catalogue."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        periods = outcome_periods()
-        days = request.GET.get(PERIOD_VAR, "")
-        days = int(days) if days in {str(d) for d in periods} else min(OUTCOME_DEFAULT_DAYS, periods[-1])
+        periods, days = report_period(request)
         rows = _selectors.disambiguation_outcomes_per_verb(since=timezone.now() - timedelta(days=days))
         paginator = Paginator(rows, OUTCOME_ROWS_PER_PAGE)
         page = paginator.get_page(request.GET.get(PAGE_VAR))
@@ -219,12 +224,16 @@ class LearningSignalAdmin(admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         search = request.GET.get("q", "").strip()
+        periods, days = report_period(request)
         context = {
             **self.admin_site.each_context(request),
             "title": "Learning signals per phrase",
             "opts": self.model._meta,
             "search": search,
-            "rows": (rows := _selectors.signals_per_phrase(search=search)),
+            "days": days,
+            "periods": periods,
+            "period_var": PERIOD_VAR,
+            "rows": (rows := _selectors.signals_per_phrase(search=search, since=timezone.now() - timedelta(days=days))),
             "chart": _signals_chart(rows[:CHART_ROWS]),
         }
         return TemplateResponse(request, "admin/learning/signals_per_phrase.html", context)

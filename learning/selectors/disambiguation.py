@@ -62,9 +62,12 @@ def disambiguation_outcomes_per_verb(*, since=None) -> list[dict]:
     return rows
 
 
-def signals_per_phrase(*, search: str = "", limit: int = 200) -> list[dict]:
-    """Signals grouped by (phrase, user, verb): positive and negative counts and confidence sums."""
+def signals_per_phrase(*, search: str = "", limit: int = 200, since=None) -> list[dict]:
+    """Signals grouped by (phrase, user, verb): positive and negative counts and confidence sums; of the requests made
+    ``since`` (a datetime; None: every signal kept), found through the requests' date index."""
     qs = LearningSignal.objects.all()
+    if since is not None:
+        qs = qs.filter(request__in=DisambiguationRequest.objects.filter(created_at__gte=since).values("pk"))
     if search:
         qs = qs.filter(normalized__icontains=search.casefold())
     return list(
