@@ -8,6 +8,7 @@ from django.contrib.admin.widgets import AutocompleteSelect
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
+from django.forms.models import BaseInlineFormSet
 
 from common.admin import HistoryAdmin
 from tenants.context import tenant_scope
@@ -120,6 +121,12 @@ class _ReadUserSelect(AutocompleteSelect):
 
 
 class MembershipInlineForm(forms.ModelForm):
+    def _get_validation_exclusions(self):
+        exclude = super()._get_validation_exclusions()
+        if self.instance.pk and "user" not in self.changed_data:
+            exclude.add("user")  # the row exists with this user: the user exists and the pair is unique already
+        return exclude
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         field = self.fields.get("user")
@@ -129,11 +136,45 @@ class MembershipInlineForm(forms.ModelForm):
                 widget.read = {str(self.instance.user_id): field.label_from_instance(self.instance.user)}
 
 
+class MembershipFormSet(BaseInlineFormSet):
+    """Saving a tenant's page checks its memberships in the same queries however many there are: each row and each
+    user the page names is read once for all of them (Django reads each again per row), and a row whose user is
+    unchanged is not checked again (its user exists, and the pair is unique already)."""
+
+    def _read_once(self, field, rows: dict) -> None:
+        """``field`` answers the keys of ``rows`` from them, other values as before (a row added meanwhile, say)."""
+        to_python = field.to_python
+
+        def read(value):
+            found = rows.get(str(value)) if value not in field.empty_values else None
+            return found if found is not None else to_python(value)
+
+        field.to_python = read
+
+    def add_fields(self, form, index):
+        super().add_fields(form, index)
+        if not self.is_bound:
+            return
+        if not hasattr(self, "_rows_read"):
+            named = {self.data.get(f"{self.add_prefix(i)}-user") for i in range(self.total_form_count())}
+            users = form.fields["user"].queryset.in_bulk([v for v in named if v and v.isdigit()]) if "user" in form.fields else {}
+            self._rows_read = (
+                {str(m.pk): m for m in self.get_queryset()},
+                {str(pk): u for pk, u in users.items()},
+            )
+        memberships, users = self._rows_read
+        if self._pk_field.name in form.fields:
+            self._read_once(form.fields[self._pk_field.name], memberships)
+        if "user" in form.fields:
+            self._read_once(form.fields["user"], users)
+
+
 class MembershipInline(admin.TabularInline):
-    """A tenant's reviewers; the page reads the same queries however many there are."""
+    """A tenant's reviewers; the page reads, and saves, in the same queries however many there are."""
 
     model = Membership
     form = MembershipInlineForm
+    formset = MembershipFormSet
     extra = 0
     autocomplete_fields = ["user"]
 

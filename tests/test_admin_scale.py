@@ -7,6 +7,8 @@ import uuid
 import pytest
 from django.contrib import admin
 from django.contrib.admin.filters import AllValuesFieldListFilter, RelatedFieldListFilter
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from actions.models import Action
@@ -16,7 +18,7 @@ from common.admin import FILTER_CHOICES_MAX, BoundedRelatedFilter, BoundedValues
 from feedback.models import CorrectionRule
 from learning.models import DisambiguationRequest, PhraseEvidence
 from tenants.context import tenant_scope
-from tenants.models import Tenant
+from tenants.models import Membership, Tenant
 from tenants.services import membership_add, tenant_create
 from tests.conftest import reject_n, reviewer_user
 from tests.test_admin_query_counts import _queries
@@ -168,6 +170,44 @@ def test_a_tenants_page_reads_the_same_queries_for_2_or_12_members():
     assert _queries(root, page) == few
 
 
+def _tenant_form(tenant, **changes):
+    rows = list(Membership.objects.filter(tenant=tenant).order_by("pk"))
+    data = {"name": tenant.name, "memberships-TOTAL_FORMS": str(len(rows)), "memberships-INITIAL_FORMS": str(len(rows))}
+    for i, m in enumerate(rows):
+        data.update({f"memberships-{i}-id": str(m.pk), f"memberships-{i}-tenant": str(tenant.pk)})
+        data[f"memberships-{i}-user"] = str(m.user_id)
+    data.update(changes)
+    return data
+
+
+def test_saving_a_tenants_page_costs_the_same_queries_for_2_or_12_members():
+    root = signed_in(reviewer_user("root", superuser=True))
+    acme = tenant_create(slug="acme")
+    page = f"/admin/tenants/tenant/{acme.pk}/change/"
+    counts = []
+    for first, last in ((0, 2), (2, 12)):
+        _membership_rows(acme, first, last)
+        with CaptureQueriesContext(connection) as ctx:
+            assert root.post(page, _tenant_form(acme)).status_code == 302
+        counts.append(len(ctx.captured_queries))
+    assert counts[0] == counts[1], counts
+
+    # what the page does still works: a row's user changed, one added, one removed, a duplicate refused
+    first, second = Membership.objects.filter(tenant=acme).order_by("pk")[:2]
+    newcomer, other = reviewer_user("newcomer"), reviewer_user("other")
+    n = Membership.objects.filter(tenant=acme).count()
+    form = _tenant_form(acme, **{"memberships-0-user": str(newcomer.pk), "memberships-1-DELETE": "on"})
+    form.update(
+        {"memberships-TOTAL_FORMS": str(n + 1), f"memberships-{n}-tenant": str(acme.pk), f"memberships-{n}-user": str(other.pk)}
+    )
+    assert root.post(page, form).status_code == 302
+    members = set(Membership.objects.filter(tenant=acme).values_list("user__username", flat=True))
+    assert {"newcomer", "other"} <= members and first.user.username not in members and second.user.username not in members
+    duplicate = _tenant_form(acme, **{"memberships-0-user": str(other.pk)})
+    response = root.post(page, duplicate)
+    assert response.status_code == 200 and "already exists" in response.content.decode().lower()
+
+
 def _transition():
     action = Action.objects.create(name="email.send")
     row = AutonomyTransition.objects.create(action=action, from_level=1, to_level=2, evidence={}, reason="r0")
@@ -284,7 +324,13 @@ def test_the_signals_per_phrase_page_reads_one_period_of_requests(settings):
         )
         DisambiguationRequest.objects.filter(pk=row.pk).update(created_at=timezone.now() - timezone.timedelta(days=days_old))
         LearningSignal.objects.create(
-            request=row, phrase=text, normalized=text, verb="card.freeze", outcome="selected_alt", source="user_disambiguation", confidence=1.0
+            request=row,
+            phrase=text,
+            normalized=text,
+            verb="card.freeze",
+            outcome="selected_alt",
+            source="user_disambiguation",
+            confidence=1.0,
         )
     client = signed_in(reviewer_user("viewer", "view_learningsignal"))
     url = "/admin/learning/learningsignal/per-phrase/"
