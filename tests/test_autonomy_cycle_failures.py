@@ -2,7 +2,6 @@
 chunk and exits non-zero naming the failed agents, the chunk task counts them."""
 
 import logging
-import threading
 from io import StringIO
 
 import pytest
@@ -16,6 +15,7 @@ from autonomy.services import agent_sets as agent_sets_module
 from autonomy.services import cycle as cycle_module
 from autonomy.tasks import autonomy_cycle_all, autonomy_cycle_chunk
 from feedback.models import CorrectionRule, MistakePattern
+from tests.conftest import advisory_lock_held_elsewhere
 from tests.test_autonomy_cycles_set_based import build
 
 
@@ -139,24 +139,8 @@ def test_the_fallback_keeps_skipping_agents_another_worker_is_running(monkeypatc
     ids = [a.pk for a in agents]
     locked, bad = ids[0], ids[2]
     calibration_fails_for(monkeypatch, {bad})
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE_CYCLE, locked])
-            held.set()
-            release.wait(30)
-            cur.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE_CYCLE, locked])
-        connection.close()
-
-    t = threading.Thread(target=hold)
-    t.start()
-    try:
-        assert held.wait(10)
+    with advisory_lock_held_elsewhere(LOCK_NAMESPACE_CYCLE, locked):
         result = autonomy_cycles_run(agent_ids=ids)
-    finally:
-        release.set()
-        t.join()
     assert result.skipped == [locked] and result.failed == [bad]
     assert statuses() == {ids[1]: ["completed"], bad: ["failed"], ids[3]: ["completed"]}
     # every lock of the set was released: a second worker takes them at once

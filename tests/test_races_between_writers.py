@@ -57,6 +57,21 @@ def _two(fa, fb):
     return out
 
 
+def _paused(real, both: threading.Barrier, late: float = 0.0):
+    """``real`` run after both writers reached this point (or HOLD_S passed: the other waits for a lock this one
+    holds), ``late`` seconds after the other."""
+
+    def run(**kw):
+        try:
+            both.wait()
+        except threading.BrokenBarrierError:
+            pass
+        time.sleep(late)
+        return real(**kw)
+
+    return run
+
+
 def test_a_users_correction_and_the_approval_of_the_candidate_it_closes_at_once(monkeypatch):
     verb_catalogue_load(entries=CBU_CATALOGUE)
     # alice's clicks proposed "wipe my units" -> cbu.delete; it waits for a reviewer
@@ -64,26 +79,9 @@ def test_a_users_correction_and_the_approval_of_the_candidate_it_closes_at_once(
         input_pattern="wipe my units", suggested_output="cbu.delete", user_id="alice", source="click", confidence=0.5
     )
     both = threading.Barrier(2, timeout=HOLD_S)
-
-    real_overrule = corr_mod.phrase_evidence_overrule
-    real_refusal = cand_mod.block_refusal_check
-
-    def overrule_paused(**kw):  # the correction holds alice's phrase row here
-        try:
-            both.wait()
-        except threading.BrokenBarrierError:
-            pass
-        return real_overrule(**kw)
-
-    def refusal_paused(**kw):  # the approval holds the candidate row here
-        try:
-            both.wait()
-        except threading.BrokenBarrierError:
-            pass
-        return real_refusal(**kw)
-
-    monkeypatch.setattr(corr_mod, "phrase_evidence_overrule", overrule_paused)
-    monkeypatch.setattr(cand_mod, "block_refusal_check", refusal_paused)
+    # each pauses here holding the rows it has locked: the correction its phrase, the approval the candidate
+    monkeypatch.setattr(corr_mod, "phrase_evidence_overrule", _paused(corr_mod.phrase_evidence_overrule, both))
+    monkeypatch.setattr(cand_mod, "block_refusal_check", _paused(cand_mod.block_refusal_check, both))
 
     out = _two(
         lambda: phrase_correction_apply(text="wipe my units", wrong_verb="cbu.delete", correct_verb="cbu.list", user_id="alice"),
@@ -106,26 +104,8 @@ def _pause_pair(monkeypatch, *, correction_late: float = 0.0, approval_late: flo
     deadlock victim: the one that started waiting first)."""
 
     both = threading.Barrier(2, timeout=HOLD_S)
-    real_overrule = corr_mod.phrase_evidence_overrule
-    real_refusal = cand_mod.block_refusal_check
-
-    def wait(late):
-        try:
-            both.wait()
-        except threading.BrokenBarrierError:
-            pass
-        time.sleep(late)
-
-    def overrule_paused(**kw):
-        wait(correction_late)
-        return real_overrule(**kw)
-
-    def refusal_paused(**kw):
-        wait(approval_late)
-        return real_refusal(**kw)
-
-    monkeypatch.setattr(corr_mod, "phrase_evidence_overrule", overrule_paused)
-    monkeypatch.setattr(cand_mod, "block_refusal_check", refusal_paused)
+    monkeypatch.setattr(corr_mod, "phrase_evidence_overrule", _paused(corr_mod.phrase_evidence_overrule, both, correction_late))
+    monkeypatch.setattr(cand_mod, "block_refusal_check", _paused(cand_mod.block_refusal_check, both, approval_late))
 
 
 def test_an_inbox_approval_and_an_api_correction_of_one_text_at_once(monkeypatch):
@@ -170,26 +150,9 @@ def test_a_global_correction_and_the_approval_of_the_global_candidate_at_once(mo
         input_pattern="units overview", suggested_output="cbu.list", user_id=None, source="click", confidence=0.5
     )
     both = threading.Barrier(2, timeout=HOLD_S)
-    real_record = corr_mod.candidate_record
-    real_refusal = cand_mod.block_refusal_check
-
-    def record_paused(**kw):  # the global correction holds the global phrase row here
-        try:
-            both.wait()
-        except threading.BrokenBarrierError:
-            pass
-        return real_record(**kw)
-
-    def refusal_paused(**kw):  # the approval holds the candidate row here
-        try:
-            both.wait()
-        except threading.BrokenBarrierError:
-            pass
-        time.sleep(0.3)
-        return real_refusal(**kw)
-
-    monkeypatch.setattr(corr_mod, "candidate_record", record_paused)
-    monkeypatch.setattr(cand_mod, "block_refusal_check", refusal_paused)
+    # each pauses here holding the rows it has locked: the correction the global phrase, the approval the candidate
+    monkeypatch.setattr(corr_mod, "candidate_record", _paused(corr_mod.candidate_record, both))
+    monkeypatch.setattr(cand_mod, "block_refusal_check", _paused(cand_mod.block_refusal_check, both, 0.3))
     out = _two(
         lambda: phrase_correction_apply(text="units overview", wrong_verb="cbu.show", correct_verb="cbu.list", user_id=None),
         lambda: candidate_approve(candidate=cand),
