@@ -5,6 +5,7 @@ where it has taken its first lock and lets the other run into it."""
 import threading
 import time
 import types
+from unittest import mock
 
 import pytest
 from django.db import connection
@@ -21,6 +22,7 @@ from common.api import Conflict
 from embeddings.embedders import current_model_name
 from learning import decision
 from learning.models import DecisionFit, DecisionFitEvent, FittedResolutionProfile, LearnedPhrase, Verb
+from learning.resolution import resolve as pipeline
 from learning.services import candidates as cand_mod
 from learning.services import corrections as corr_mod
 from learning.services import decisions as dec_mod
@@ -29,6 +31,7 @@ from learning.services.candidates import candidate_approve, candidate_record
 from learning.services.catalogue import verb_catalogue_load
 from learning.services.corrections import phrase_correction_apply
 from learning.services.decisions import decision_fit_pin, decision_refit
+from learning.services.disambiguations import disambiguation_record, disambiguation_select, disambiguation_signals_process
 from learning.services.phrases import learned_phrase_upsert
 from learning.services.profiles import resolution_profile_activate
 from tests.conftest import CBU_CATALOGUE, fill_history, make_client, reviewer_user
@@ -355,3 +358,99 @@ def test_two_corrections_whose_phrases_are_each_others_anchors_at_once(monkeypat
     assert {k: v[0] for k, v in out.items()} == {"a": "ok", "b": "ok"}, out
     assert all(v[1]["decayed"] or v[1]["phrase"]["verb"] == "cbu.list" for v in out.values())
     assert set(LearnedPhrase.objects.filter(user_id="alice").values_list("verb__name", flat=True)) == {"cbu.list"}
+
+
+def _fit(version, status, source="prior", **kw):
+    return DecisionFit.objects.create(
+        version=version,
+        source=source,
+        status=status,
+        embedding_model=current_model_name(),
+        params=_params(),
+        n_labels=kw.pop("n_labels", 0),
+        held_out={"wrong": 0.0},
+        **kw,
+    )
+
+
+def _waiting_on_a_lock() -> bool:
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+        return cur.fetchone()[0] > 0
+
+
+def test_a_rollback_pin_committed_while_the_refit_waits_for_the_live_fit_holds(monkeypatch):
+    older = _fit(1, "retired")
+    _fit(2, "live")
+    _fit(3, "shadow", source="labels", n_labels=1000)
+    retired_live, go = threading.Event(), threading.Event()
+
+    def now():
+        if threading.current_thread().name == "pin":  # in the switch: the live fit is retired, the pinned one not yet live
+            retired_live.set()
+            go.wait(20)
+        return dj_timezone.now()
+
+    monkeypatch.setattr(dec_mod, "timezone", types.SimpleNamespace(now=now))
+    monkeypatch.setattr(dec_mod, "promotion_verdict", lambda *, fit: (True, "held-out wrong within the target"))
+    monkeypatch.setattr(dec_mod, "_prior_stale", lambda: False)
+    out = {}
+
+    def run(name, fn):
+        try:
+            out[name] = fn()
+        except Exception as exc:  # noqa: BLE001
+            out[name] = exc
+        finally:
+            connection.close()
+
+    pin = threading.Thread(target=run, args=("pin", lambda: decision_fit_pin(fit=older)), name="pin")
+    pin.start()
+    assert retired_live.wait(20)
+    refit = threading.Thread(target=run, args=("refit", decision_refit), name="refit")
+    refit.start()
+    deadline = time.monotonic() + 20
+    while not _waiting_on_a_lock() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _waiting_on_a_lock()  # the refit waits for the live fit the pin holds
+    go.set()
+    pin.join(30)
+    refit.join(30)
+    assert not isinstance(out["pin"], Exception) and not isinstance(out["refit"], Exception), out
+    assert out["refit"]["promoted"] is None and "pinned" in out["refit"]["reason"]
+    # the reviewer rolled back to v1 and pinned it: no automatic promotion until it is unpinned
+    assert {f.version: (f.status, f.pinned) for f in DecisionFit.objects.all()} == {
+        1: ("live", True),
+        2: ("retired", False),
+        3: ("shadow", False),
+    }
+
+
+def test_a_clicks_automatic_promotion_and_the_users_correction_of_the_text_at_once(monkeypatch):
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    # dave's earlier clicks left a pending candidate "list all cbus" -> cbu.list below the promotion threshold
+    candidate_record(input_pattern="list all cbus", suggested_output="cbu.list", user_id="dave", source="click", confidence=0.3)
+    row = disambiguation_record(resolution=pipeline(text="list all cbus", user_id="dave"))
+    with mock.patch("learning.services.disambiguations._signals_enqueue"):
+        disambiguation_select(request_id=row.request_id, selected_verb="cbu.list", agent_id=None)
+    both = threading.Barrier(2, timeout=HOLD_S)
+    real_lock = cand_mod.phrase_text_lock
+
+    def correction_lock(**kw):  # the correction holds the text's lock here, and next locks the candidate to close it
+        real_lock(**kw)
+        try:
+            both.wait()
+        except threading.BrokenBarrierError:
+            pass
+
+    # the click's learning pauses where its promotion asks for the text's lock, the candidate bumped
+    monkeypatch.setattr(cand_mod, "phrase_text_lock", _paused(real_lock, both))
+    monkeypatch.setattr(corr_mod, "phrase_text_lock", correction_lock)
+    out = _two(
+        lambda: disambiguation_signals_process(request_pk=row.pk),
+        lambda: phrase_correction_apply(text="list all cbus", wrong_verb="cbu.list", correct_verb="cbu.create", user_id="dave"),
+    )
+    assert {k: v[0] for k, v in out.items()} == {"a": "ok", "b": "ok"}, out
+    assert list(LearnedPhrase.objects.filter(user_id="dave").values_list("normalized", "verb__name")) == [
+        ("list all cbus", "cbu.create")
+    ]

@@ -20,7 +20,7 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from agents.models import Agent
-from common.api import ApplicationError
+from common.api import ApplicationError, Conflict
 from common.db import ASYNC_COMMIT, row_insert, rows_delete_in_batches
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
@@ -406,7 +406,7 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
             + (", ".join(f"{k} {v:.2f}" for k, v in floors.items()) or "of the model (too few phrases to measure)"),
         )
         _heads_recorded(fit, _heads_save(fit, heads))
-        live = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.LIVE).first()
+        live = _live_fit_locked()
         if live is None or (live.source == DecisionFit.Source.PRIOR and not live.pinned):
             _switch(fit, action="prior", reason="catalogue prior (no fit from labels is live)")
         elif live.embedding_model != model:  # even pinned: its cut and head were measured in another vector space
@@ -414,6 +414,7 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
                 fit,
                 action="prior",
                 reason=f"catalogue prior: the live v{live.version} is for embedding model {live.embedding_model}",
+                over_pin=True,
             )
         else:
             fit.status = DecisionFit.Status.RETIRED
@@ -433,8 +434,11 @@ def _heads_recorded(fit: DecisionFit, heads: int) -> None:
     fit.save(update_fields=["params"])
 
 
-def _switch(fit: DecisionFit, *, action: str, reason: str, by=None, pin: bool | None = None) -> DecisionFit:
-    """Make ``fit`` the live one (inside a transaction); the previous live fit is retired; recorded."""
+def _switch(
+    fit: DecisionFit, *, action: str, reason: str, by=None, pin: bool | None = None, over_pin: bool = False
+) -> DecisionFit:
+    """Make ``fit`` the live one (inside a transaction); the previous live fit is retired; recorded. An automatic
+    switch (``pin`` None) never retires a pinned fit (409), unless ``over_pin`` (a fit of another embedding model)."""
     previous = (
         DecisionFit.objects.select_for_update()
         .filter(tenant_id=fit.tenant_id, status=DecisionFit.Status.LIVE)
@@ -442,6 +446,8 @@ def _switch(fit: DecisionFit, *, action: str, reason: str, by=None, pin: bool | 
         .first()
     )
     if previous is not None:
+        if previous.pinned and pin is None and not over_pin:
+            raise Conflict(f"v{previous.version} is pinned; automatic promotion waits until it is unpinned.", field="fit")
         previous.status, previous.pinned = DecisionFit.Status.RETIRED, False
         previous.save(update_fields=["status", "pinned"])
     fit.status = DecisionFit.Status.LIVE
@@ -548,6 +554,17 @@ def _feature_row(value) -> bool:
     )
 
 
+def _live_fit_locked() -> DecisionFit | None:
+    """Inside a transaction: the live fit, locked before its pin is read (a pin then waits for this transaction, or
+    this one sees it). A switch that committed while the lock was awaited leaves the statement with no row (the
+    row it waited for is no longer live, and the new live one was not in its snapshot): it is read again."""
+    for _attempt in range(3):
+        live = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.LIVE).first()
+        if live is not None or not DecisionFit.objects.filter(status=DecisionFit.Status.LIVE).exists():
+            return live
+    raise Conflict("The live decision fit keeps changing; the refit runs again later.", field="fit")
+
+
 def _refit(*, force: bool, progress: bool = False) -> dict:
     out = {"prior": None, "promoted": None, "shadow": None, "reason": ""}
     if _prior_stale():
@@ -558,8 +575,7 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
         if shadow is not None:
             shadow.shadow_figures = selectors.shadow_figures(shadow.version)
             shadow.save(update_fields=["shadow_figures"])
-            # locked before its pin is read: a reviewer's pin meanwhile waits for this promotion, or this sees it
-            live = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.LIVE).first()
+            live = _live_fit_locked()
             ok, why = promotion_verdict(fit=shadow)
             if ok and shadow.embedding_model != current_model_name():
                 ok, why = False, f"v{shadow.version} is for embedding model {shadow.embedding_model}"

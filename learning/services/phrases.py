@@ -57,9 +57,9 @@ def learned_phrase_upsert(
 
 def phrase_text_lock(*, normalized: str) -> None:
     """Inside a transaction: wait for, then hold until its end, the tenant's lock on one text. A writer that changes
-    both a candidate and a learned phrase of the text (an approval, a correction) takes it first, so two of them run
-    one after the other whatever rows each would lock, and in whichever order (a candidate that appears meanwhile
-    included)."""
+    a candidate and a learned phrase or evidence of the text (an approval, a correction, a click's learning) takes
+    it first, so two of them run one after the other whatever rows each would lock, and in whichever order (a
+    candidate that appears meanwhile included). A writer of several texts takes them in sorted order."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended('learning:text:' || coalesce(tenants_current_id()::text, '')"
