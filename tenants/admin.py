@@ -8,6 +8,7 @@ from django.contrib.admin.widgets import AutocompleteSelect
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
 from django.forms.models import BaseInlineFormSet
 
 from common.admin import HistoryAdmin
@@ -104,6 +105,17 @@ class SuperuserOnly:
         return request.user.is_superuser
 
 
+def _keys(model, values) -> list:
+    """Of ``values`` (as posted), those that can be keys of ``model``'s rows."""
+    keys = []
+    for value in values:
+        try:
+            keys.append(model._meta.pk.to_python(value))
+        except ValidationError:
+            continue
+    return [k for k in keys if k is not None]
+
+
 class _ReadUserSelect(AutocompleteSelect):
     """The user autocomplete of a membership row, labelled with the user the row was read with: Django's widget
     reads its chosen user again, one query per row of the inline. Another value (a row being changed) is read."""
@@ -111,6 +123,7 @@ class _ReadUserSelect(AutocompleteSelect):
     read: dict = {}  # str(user id) -> label, set by the row's form
 
     def optgroups(self, name, value, attr=None):
+        value = _keys(self.choices.queryset.model, value)  # a page shown again with a value that is no key: none chosen
         chosen = {str(v) for v in value if str(v) not in self.choices.field.empty_values}
         if not chosen or not chosen <= self.read.keys():
             return super().optgroups(name, value, attr)
@@ -157,7 +170,8 @@ class MembershipFormSet(BaseInlineFormSet):
             return
         if not hasattr(self, "_rows_read"):
             named = {self.data.get(f"{self.add_prefix(i)}-user") for i in range(self.total_form_count())}
-            users = form.fields["user"].queryset.in_bulk([v for v in named if v and v.isdigit()]) if "user" in form.fields else {}
+            field = form.fields.get("user")
+            users = field.queryset.in_bulk(_keys(field.queryset.model, named)) if field is not None else {}
             self._rows_read = (
                 {str(m.pk): m for m in self.get_queryset()},
                 {str(pk): u for pk, u in users.items()},

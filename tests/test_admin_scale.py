@@ -345,3 +345,16 @@ def test_the_signals_per_phrase_page_reads_one_period_of_requests(settings):
     assert phrases({"days": "90", "q": "lost"}) == {"lost my card"}
     page = client.get(url, {"days": "90", "q": "lost"}).content.decode()
     assert 'name="days" value="90"' in page and "?days=7&amp;q=lost" in page  # the search keeps the period and back
+
+
+@pytest.mark.parametrize("value", ["\N{SUPERSCRIPT TWO}", "x", "99999999999999999999"])
+def test_a_user_value_that_is_no_key_on_the_tenant_page_is_a_form_error(value):
+    from django.test import Client
+
+    client = Client(raise_request_exception=False)
+    client.force_login(reviewer_user("root", superuser=True))
+    acme = tenant_create(slug="acme")
+    membership_add(user=reviewer_user("member-1"), tenant=acme)
+    response = client.post(f"/admin/tenants/tenant/{acme.pk}/change/", _tenant_form(acme, **{"memberships-0-user": value}))
+    assert response.status_code == 200 and "errornote" in response.content.decode()  # the page again, with the error
+    assert Membership.objects.filter(tenant=acme, user__username="member-1").exists()
