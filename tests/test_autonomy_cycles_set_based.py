@@ -237,6 +237,11 @@ def test_agents_another_worker_is_running_are_skipped():
     locked = agents[1].pk
     with advisory_lock_held_elsewhere(LOCK_NAMESPACE_CYCLE, locked):
         result = autonomy_cycles_run(agent_ids=[a.pk for a in agents] + [10**9])
+        assert result.skipped == [locked] and result.missing == [10**9]
+        assert sorted(e.agent_id for e in result.episodes) == [agents[0].pk, agents[2].pk]
+        assert not Episode.objects.filter(agent_id=locked).exists()
+        # the locks of the set are released: the per-agent cycle can take them at once
+        assert autonomy_cycle_run(agent_id=agents[0].pk) is not None
     # a second set-based run is idempotent: nothing new, nothing duplicated
     before = MistakePattern.objects.count(), CorrectionRule.objects.count(), AutonomyTransition.objects.count()
     result = autonomy_cycles_run(agent_ids=[agents[0].pk, agents[2].pk])
