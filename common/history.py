@@ -1,17 +1,6 @@
-"""The audit trail (django-simple-history): who made a change, and how long the trail is kept."""
+"""Who made a change, for django-simple-history's audit trail (how long it is kept: ``common/retention.py``)."""
 
-import logging
-from datetime import timedelta
-
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, OuterRef, Q
-from django.utils import timezone
-from simple_history.models import registered_models
-
-from common.db import rows_delete_in_batches
-
-logger = logging.getLogger(__name__)
 
 
 def history_user(instance=None, request=None, **kwargs):
@@ -23,28 +12,3 @@ def history_user(instance=None, request=None, **kwargs):
     if user is None and request is not None:
         user = getattr(request, "user", None)
     return user if isinstance(user, get_user_model()) and user.is_authenticated else None
-
-
-def history_purge(*, days: int | None = None) -> dict:
-    """Delete audit-trail rows older than HISTORY_RETENTION_DAYS, in batches: every change of an object but its
-    latest, and the whole trail of an object deleted before then. The latest row of an object that still exists is
-    kept however old (who made it what it is). Answers the rows deleted per historical table."""
-    from common.api import ApplicationError  # here: common.api loads DRF's settings, which need the models loaded
-
-    days = settings.HISTORY_RETENTION_DAYS if days is None else days
-    if days < 1:
-        raise ApplicationError(f"The retention of the audit trail must be at least 1 day (got {days}).", field="days")
-    cutoff = timezone.now() - timedelta(days=days)
-    deleted = {}
-    for model in sorted(registered_models.values(), key=lambda m: m._meta.label):
-        historical = model.history.model
-        newer = historical.objects.filter(id=OuterRef("id")).filter(
-            Q(history_date__gt=OuterRef("history_date"))
-            | Q(history_date=OuterRef("history_date"), history_id__gt=OuterRef("history_id"))
-        )
-        old = historical.objects.filter(history_date__lt=cutoff).filter(Q(Exists(newer)) | Q(history_type="-"))
-        count = rows_delete_in_batches(old)
-        if count:
-            deleted[historical._meta.db_table] = count
-            logger.info("purged %d row(s) of %s older than %d day(s)", count, historical._meta.label, days)
-    return deleted

@@ -25,7 +25,7 @@ from django.db import transaction
 from kombu import serialization
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from common.history import history_purge
+from common.retention import history_purge
 
 logger = logging.getLogger(__name__)
 

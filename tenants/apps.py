@@ -1,7 +1,6 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
-import tenants.tasks  # noqa: F401  (registers the header that carries the sender's tenant with every task sent)
 from tenants.context import DEFAULT_SLUG
 
 
@@ -15,4 +14,8 @@ class TenantsConfig(AppConfig):
     verbose_name = "Tenants"
 
     def ready(self):
+        # registers the header that carries the sender's tenant with every task sent; here, once the models are
+        # loaded, as the tasks module reads them (common.tasks, through the audit trail's retention)
+        import tenants.tasks  # noqa: F401
+
         post_migrate.connect(_default_tenant, sender=self)

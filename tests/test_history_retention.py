@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from common import db
 from common.api import ApplicationError
-from common.history import history_purge
+from common.retention import history_purge
 from common.tasks import history_purge_task
 from learning.models import LearnedPhrase, Verb
 from memories.models import Memory
