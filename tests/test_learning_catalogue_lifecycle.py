@@ -224,9 +224,16 @@ def test_a_load_names_the_phrases_another_verb_holds_too_and_resolve_asks_betwee
     )
     err = StringIO()
     call_command("load_verbs", str(catalogue), "--no-progress", stdout=StringIO(), stderr=err)
-    assert "1 phrase(s) of the file belong to more than one verb" in err.getvalue() and "block my card" in err.getvalue()
+    assert "1 phrase(s) of the file belong to more than one active verb" in err.getvalue() and "block my card" in err.getvalue()
     answer = resolve(text="block my card")
     assert answer.verb is None and {o.verb for o in answer.options[:2]} == {"card.freeze", "card.cancel"}
     err = StringIO()
     call_command("load_verbs", str(catalogue), "--no-progress", stdout=StringIO(), stderr=err)
-    assert "more than one verb" in err.getvalue()  # said again on every load until the file changes
+    assert "more than one active verb" in err.getvalue()  # said again on every load until the file changes
+    catalogue.write_text(
+        catalogue.read_text().replace("  - name: card.cancel\n", "  - name: card.cancel\n    is_active: false\n")
+    )
+    err = StringIO()
+    call_command("load_verbs", str(catalogue), "--no-progress", stdout=StringIO(), stderr=err)
+    assert "more than one" not in err.getvalue()  # the other verb retired: resolve offers only card.freeze
+    assert resolve(text="block my card").verb == "card.freeze"

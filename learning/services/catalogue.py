@@ -28,7 +28,7 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False,
     back on, the catalogue prior (and the retrieval floors measured with it) is refitted once this commits.
 
     Answers counts, the names of verbs switched back on and retired, and ``shared``: up to SHARED_PHRASES_LISTED
-    of the file's texts that another verb of the catalogue holds too (the resolver then offers both and asks),
+    of the file's texts that another active verb of the catalogue holds too (the resolver then offers both and asks),
     ``shared_count`` how many. ``progress``: a tqdm bar while the new phrases are embedded."""
     entries = list(entries)
     wanted = {e.name: [(p, normalize_phrase(p)) for p in e.phrases] for e in entries}
@@ -80,7 +80,9 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False,
                         VerbPhrase.objects.filter(verb=verbs[e.name]).exclude(normalized__in=keep).delete()[0]
                     )
         shared = (
-            VerbPhrase.objects.filter(normalized__in={norm for phrases in wanted.values() for _, norm in phrases})
+            VerbPhrase.objects.filter(
+                normalized__in={norm for phrases in wanted.values() for _, norm in phrases}, verb__is_active=True
+            )
             .values("normalized")
             .annotate(verbs=Count("verb", distinct=True))
             .filter(verbs__gt=1)

@@ -44,7 +44,7 @@ class Command(BaseCommand):
         if counts["shared_count"]:
             more = counts["shared_count"] - len(counts["shared"])
             self.stderr.write(
-                f"warning: {counts['shared_count']} phrase(s) of the file belong to more than one verb; resolve offers "
+                f"warning: {counts['shared_count']} phrase(s) of the file belong to more than one active verb; resolve offers "
                 f"those verbs and asks: {', '.join(counts['shared'])}" + (f" (and {more} more)" if more > 0 else "")
             )
         if counts["unembedded"]:
