@@ -42,22 +42,28 @@ HOLD_S = 2  # how long a writer waits for the other to reach its pause; with one
 
 
 def _two(fa, fb):
-    out = {}
+    """``fa`` and ``fb`` at once, each in its own thread and connection: {"a"|"b": ("ok", answer) or ("error", exc)}."""
+    raw = {}
+    threads = [_start(raw, "a", fa), _start(raw, "b", fb)]
+    for thread in threads:
+        thread.join(60)
+    return {k: ("error", v) if isinstance(v, Exception) else ("ok", v) for k, v in raw.items()}
 
-    def run(name, fn):
+
+def _start(out: dict, name: str, fn) -> threading.Thread:
+    """A thread (named ``name``, its own connection) running ``fn``; its answer or exception goes to ``out[name]``."""
+
+    def run():
         try:
-            out[name] = ("ok", fn())
+            out[name] = fn()
         except Exception as exc:  # noqa: BLE001
-            out[name] = ("error", exc)
+            out[name] = exc
         finally:
             connection.close()
 
-    ts = [threading.Thread(target=run, args=("a", fa)), threading.Thread(target=run, args=("b", fb))]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(60)
-    return out
+    thread = threading.Thread(target=run, name=name)
+    thread.start()
+    return thread
 
 
 def _paused(real, both: threading.Barrier, late: float = 0.0):
@@ -259,17 +265,7 @@ def test_a_pin_of_the_live_fit_while_the_refit_promotes_the_shadow_holds(monkeyp
     monkeypatch.setattr(dec_mod, "promotion_verdict", verdict_then_wait)
     monkeypatch.setattr(dec_mod, "_prior_stale", lambda: False)
     out = {}
-
-    def refit():
-        try:
-            out["refit"] = decision_refit()
-        except Exception as exc:  # noqa: BLE001
-            out["refit"] = exc
-        finally:
-            connection.close()
-
-    t = threading.Thread(target=refit)
-    t.start()
+    t = _start(out, "refit", decision_refit)
     assert read_live.wait(20)
     # the reviewer pins v1 (hold it live, no automatic promotion until unpinned) while the refit is deciding
     pin = threading.Thread(target=lambda: (decision_fit_pin(fit=live), connection.close()))
@@ -304,17 +300,7 @@ def test_an_emergency_stop_while_the_evaluation_proposes_a_promotion_leaves_none
 
     monkeypatch.setattr(ev_mod, "recent_patterns", patterns_then_wait)
     out = {}
-
-    def evaluate():
-        try:
-            out["eval"] = autonomy_evaluate(action_ids=[send.pk])
-        except Exception as exc:  # noqa: BLE001
-            out["eval"] = exc
-        finally:
-            connection.close()
-
-    t = threading.Thread(target=evaluate)
-    t.start()
+    t = _start(out, "eval", lambda: autonomy_evaluate(action_ids=[send.pk]))
     assert read.wait(20)
     action_autonomy_stop(action=send, user=boss, reason="it emailed the CEO")
     stopped.set()
@@ -395,20 +381,9 @@ def test_a_rollback_pin_committed_while_the_refit_waits_for_the_live_fit_holds(m
     monkeypatch.setattr(dec_mod, "promotion_verdict", lambda *, fit: (True, "held-out wrong within the target"))
     monkeypatch.setattr(dec_mod, "_prior_stale", lambda: False)
     out = {}
-
-    def run(name, fn):
-        try:
-            out[name] = fn()
-        except Exception as exc:  # noqa: BLE001
-            out[name] = exc
-        finally:
-            connection.close()
-
-    pin = threading.Thread(target=run, args=("pin", lambda: decision_fit_pin(fit=older)), name="pin")
-    pin.start()
+    pin = _start(out, "pin", lambda: decision_fit_pin(fit=older))
     assert retired_live.wait(20)
-    refit = threading.Thread(target=run, args=("refit", decision_refit), name="refit")
-    refit.start()
+    refit = _start(out, "refit", decision_refit)
     deadline = time.monotonic() + 20
     while not _waiting_on_a_lock() and time.monotonic() < deadline:
         time.sleep(0.05)
