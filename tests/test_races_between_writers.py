@@ -429,3 +429,40 @@ def test_a_clicks_automatic_promotion_and_the_users_correction_of_the_text_at_on
     assert list(LearnedPhrase.objects.filter(user_id="dave").values_list("normalized", "verb__name")) == [
         ("list all cbus", "cbu.create")
     ]
+
+
+def test_a_writer_of_several_texts_holds_each_texts_lock_once_and_a_writer_of_one_waits():
+    from django.db import transaction
+
+    from learning.services.phrases import phrase_texts_lock
+
+    taken, released = threading.Event(), threading.Event()
+
+    def several():
+        with transaction.atomic():
+            phrase_texts_lock(texts=["show the cbus", "list all cbus", "show the cbus"])
+            with connection.cursor() as cur:
+                cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+                held = cur.fetchone()[0]
+            taken.set()
+            released.wait(10)
+        return held
+
+    def one():
+        taken.wait(10)
+        started = time.monotonic()
+        with transaction.atomic():
+            cand_mod.phrase_text_lock(normalized="list all cbus")
+        return time.monotonic() - started
+
+    def release_later():
+        taken.wait(10)
+        time.sleep(0.5)
+        released.set()
+
+    raw = {}
+    threads = [_start(raw, "a", several), _start(raw, "b", one), _start(raw, "c", release_later)]
+    for thread in threads:
+        thread.join(30)
+    assert raw["a"] == 2  # two texts, each once
+    assert raw["b"] >= 0.4  # the one-text writer waited for the several-text writer's transaction

@@ -19,7 +19,7 @@ from learning.models import AbandonEvent, DisambiguationRequest, LearningCandida
 from learning.services.candidates import candidate_approve, candidate_record, candidate_text_fits
 from learning.services.decisions import resolution_label, resolution_record
 from learning.services.evidence import phrase_evidence_add_many
-from learning.services.phrases import phrase_text_lock
+from learning.services.phrases import phrase_texts_lock
 from learning.variants import phrase_variants
 from tenants.context import acting_agent, tenant_scope
 
@@ -305,8 +305,7 @@ def disambiguation_signals_process(*, request_pk: int) -> dict:
         if row is None or row.processed_at is not None:
             counts["already_processed"] = row is not None
             return counts
-        for text in sorted({s.normalized for s in pending}):  # in one order: a correction takes one of them first
-            phrase_text_lock(normalized=text)
+        phrase_texts_lock(texts=[s.normalized for s in pending])  # in one order: a correction takes one of them first
         now = timezone.now()
         rejected_confidence = settings.FEEDBACK_SIGNAL_CONFIDENCE["rejected"]
         evidence = []

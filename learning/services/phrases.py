@@ -59,12 +59,21 @@ def phrase_text_lock(*, normalized: str) -> None:
     """Inside a transaction: wait for, then hold until its end, the tenant's lock on one text. A writer that changes
     a candidate and a learned phrase or evidence of the text (an approval, a correction, a click's learning) takes
     it first, so two of them run one after the other whatever rows each would lock, and in whichever order (a
-    candidate that appears meanwhile included). A writer of several texts takes them in sorted order."""
+    candidate that appears meanwhile included). A writer of several texts takes them with ``phrase_texts_lock``."""
+    phrase_texts_lock(texts=[normalized])
+
+
+def phrase_texts_lock(*, texts) -> None:
+    """``phrase_text_lock`` for several texts in one statement, in one order (Python's sort of the texts, not the
+    database's collation), so two writers of overlapping texts never wait on each other in a cycle."""
+    texts = sorted(set(texts))
+    if not texts:
+        return
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended('learning:text:' || coalesce(tenants_current_id()::text, '')"
-            " || ':' || %s, 0))",
-            [normalized],
+            " || ':' || t, 0)) FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n",
+            [texts],
         )
 
 
