@@ -235,3 +235,25 @@ def test_a_row_deleted_meanwhile_is_still_checked_against_blocks(gov_api, catalo
     assert r.status_code == 400 and "paraphrase" in r.json()["errors"][0]["reason"]
     assert LearnedPhrase.objects.filter(normalized="wipe all the client units").exists()  # rolled back: nothing lost
     assert not LearnedPhrase.objects.filter(normalized="spin up a client unit").exists()
+
+
+def test_a_phrase_to_update_deleted_meanwhile_is_a_conflict_and_nothing_is_imported(gov_api, catalogue, monkeypatch):
+    from learning.services import imports as imports_mod
+
+    learned_phrase_upsert(phrase="show every client unit", verb=catalogue["cbu.delete"])
+    real = imports_mod.selectors.import_existing
+    reads = []
+
+    def read_then_deleted(**kw):  # the second read, under the import's lock: an admin deletes the row right after
+        found = real(**kw)
+        reads.append(1)
+        if len(reads) == 2:
+            LearnedPhrase.objects.filter(normalized="show every client unit").delete()
+        return found
+
+    monkeypatch.setattr(imports_mod.selectors, "import_existing", read_then_deleted)
+    r = post_json(gov_api, content=json.dumps(GOOD))
+    assert r.status_code == 409, r.json()
+    assert "content" in r.json()["fields"] and "deleted meanwhile" in r.json()["detail"]
+    # nothing of the import was written (the deletion, inside the import's transaction in this test, rolled back with it)
+    assert list(LearnedPhrase.objects.values_list("normalized", "verb__name")) == [("show every client unit", "cbu.delete")]

@@ -466,3 +466,48 @@ def test_a_writer_of_several_texts_holds_each_texts_lock_once_and_a_writer_of_on
         thread.join(30)
     assert raw["a"] == 2  # two texts, each once
     assert raw["b"] >= 0.4  # the one-text writer waited for the several-text writer's transaction
+
+
+def test_a_correction_and_an_import_of_its_text_and_its_anchor_at_once(monkeypatch):
+    from learning.importing import ImportRow
+    from learning.services.imports import phrases_import
+
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    anchor, text = "close my unit now", "close my unit now please"  # near-paraphrases: the correction decays the anchor
+    learned_phrase_upsert(phrase=anchor, verb=Verb.objects.get(name="cbu.delete"), user_id="alice")
+    holds_anchor, go = threading.Event(), threading.Event()
+    real = corr_mod.learned_phrase_lock_or_create
+
+    def create_later(**kw):  # the correction holds its anchors' rows here, and next creates its text's phrase
+        holds_anchor.set()
+        go.wait(20)
+        return real(**kw)
+
+    monkeypatch.setattr(corr_mod, "learned_phrase_lock_or_create", create_later)
+    out = {}
+    correction = _start(
+        out,
+        "correction",
+        lambda: phrase_correction_apply(text=text, wrong_verb="cbu.delete", correct_verb="cbu.list", user_id="alice"),
+    )
+    assert holds_anchor.wait(20)
+    # the import adds the correction's text and re-points its anchor
+    imported = _start(
+        out,
+        "import",
+        lambda: phrases_import(rows=[ImportRow(1, text, "cbu.list"), ImportRow(2, anchor, "cbu.list")], user_id="alice"),
+    )
+    deadline = time.monotonic() + 10
+    while not _waiting_on_a_lock() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _waiting_on_a_lock()  # the import waits for the anchor the correction holds, before it inserts anything
+    go.set()
+    correction.join(60)
+    imported.join(60)
+    assert not isinstance(out["correction"], Exception), out
+    # the import, second, finds the correction's phrase added meanwhile: a 409 to retry, never a deadlock
+    assert isinstance(out["import"], Conflict), out
+    assert LearnedPhrase.objects.get(user_id="alice", normalized=text).verb.name == "cbu.list"
+    retried = phrases_import(rows=[ImportRow(1, text, "cbu.list"), ImportRow(2, anchor, "cbu.list")], user_id="alice")
+    assert retried["updated"] + retried["unchanged"] == 2
+    assert LearnedPhrase.objects.get(user_id="alice", normalized=anchor).verb.name == "cbu.list"

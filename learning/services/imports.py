@@ -234,9 +234,22 @@ def _import_lock() -> None:
 
 
 def _import_write(*, plan, added, updated, existing, vectors, model, user_id, source, now) -> None:
-    """Inside the write transaction: create the added rows, update the changed ones (with history)."""
+    """Inside the write transaction: create the added rows, update the changed ones (with history). The rows to
+    update are locked first, in key order, as a correction locks its phrase and anchors before it creates one: an
+    import and a correction of overlapping texts never hold each other's rows (one waits, or gets a Conflict)."""
     from simple_history.utils import bulk_create_with_history, bulk_update_with_history
 
+    locked = {}
+    if updated:
+        pks = sorted(existing[n].pk for n in updated)
+        locked = {r.normalized: r for r in LearnedPhrase.objects.select_for_update().filter(pk__in=pks).order_by("pk")}
+        gone = [plan[n][0].phrase for n in updated if n not in locked]
+        if gone:  # deleted meanwhile (the admin)
+            raise Conflict(
+                f"{len(gone)} phrase(s) to update were deleted meanwhile (first: {gone[0]!r}); nothing was imported. "
+                "Retry the import.",
+                field="content",
+            )
     new_rows = []
     for n in added:
         row, verb = plan[n]
@@ -256,9 +269,6 @@ def _import_write(*, plan, added, updated, existing, vectors, model, user_id, so
         new_rows.append(obj)
     bulk_create_with_history(new_rows, LearnedPhrase, batch_size=1000, default_change_reason=f"import ({source})")
     if updated:
-        locked = {
-            r.normalized: r for r in LearnedPhrase.objects.select_for_update().filter(pk__in=[existing[n].pk for n in updated])
-        }
         changed = []
         for n in updated:
             obj = locked[n]
