@@ -5,7 +5,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Agent
-from common.api import ApplicationError, Conflict
+from common.api import ApplicationError, Conflict, NotFound
 from common.lookups import tenant_one
 from common.parsers import text_problem
 
@@ -60,7 +60,11 @@ def agent_shared_required(*, agent: Agent) -> None:
     ``API_KEY_CACHE_S``: until then a request may still write a private row, which the work would leave behind;
     code ``switch_settling`` with ``retry_after_s``). Reads the agent's row afresh, locked until the caller's
     transaction ends, so a switch back to private waits for the work (or the work sees it)."""
-    if Agent.objects.select_for_update().filter(pk=agent.pk, private_user_data=True).exists():
+    # the row is locked whatever its flag (a filter on the flag would lock nothing once the agent is shared)
+    private = Agent.objects.select_for_update().filter(pk=agent.pk).values_list("private_user_data", flat=True).first()
+    if private is None:
+        raise NotFound(f"Agent {agent.name!r} no longer exists.", field="agent")
+    if private:
         raise Conflict(
             f"Agent {agent.name!r} still keeps its user data private; switch private_user_data off first (admin, Agents).",
             field="agent",

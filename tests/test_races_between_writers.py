@@ -511,3 +511,89 @@ def test_a_correction_and_an_import_of_its_text_and_its_anchor_at_once(monkeypat
     retried = phrases_import(rows=[ImportRow(1, text, "cbu.list"), ImportRow(2, anchor, "cbu.list")], user_id="alice")
     assert retried["updated"] + retried["unchanged"] == 2
     assert LearnedPhrase.objects.get(user_id="alice", normalized=anchor).verb.name == "cbu.list"
+
+
+def test_a_quarantine_release_while_the_owners_private_memories_are_shared_moves_the_released_memory(monkeypatch, settings):
+    from memories.models import Memory, MemoryQuarantine
+    from memories.services import quarantine as quarantine_mod
+    from memories.services.owners import private_memories_share
+    from tests.test_memories_private import OBSERVE, _shared_and_private
+
+    settings.API_KEY_CACHE_S = 0  # no settling wait after the switch
+    _, private = _shared_and_private()
+    body = {
+        "user_id": "alice",
+        "user_message": "How do I reach the S3 bucket for the nightly export?",
+        "assistant_message": "Use the access key AKIAIOSFODNN7EXAMPLQ with the deploy role for the nightly export job.",
+    }
+    item = MemoryQuarantine.objects.get(pk=private.post(OBSERVE, body, format="json").json()["evidence"]["quarantine_id"])
+    edited = "Use the deploy role's own credentials from the vault for the nightly export job to the S3 bucket."
+    holding, go = threading.Event(), threading.Event()
+    real_store = quarantine_mod.memory_store
+
+    def store_later(**kw):  # the release holds the owner and the item here, and next stores the memory as the owner's
+        holding.set()
+        go.wait(20)
+        return real_store(**kw)
+
+    monkeypatch.setattr(quarantine_mod, "memory_store", store_later)
+    agent = private.agent
+
+    def switch_and_share():  # the admin switches the agent to shared, then its private data is shared
+        row = Agent.objects.get(pk=agent.pk)
+        row.private_user_data = False
+        row.save()  # as the admin saves it: with its history, which dates the switch
+        return private_memories_share(agent=row)
+
+    out = {}
+    release = _start(out, "release", lambda: quarantine_mod.quarantine_release(item=item, actor="rita", content=edited))
+    assert holding.wait(20)
+    share = _start(out, "share", switch_and_share)
+    deadline = time.monotonic() + 10
+    while not _waiting_on_a_lock() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _waiting_on_a_lock()  # the switch waits for the release, which holds the agent
+    go.set()
+    release.join(30)
+    share.join(30)
+    assert not isinstance(out["release"], Exception) and not isinstance(out["share"], Exception), out
+    assert out["share"]["memories_shared"] == 1
+    released = Memory.objects.get(pk=out["release"].memory_id)
+    assert released.private_agent_id is None  # shared with the rest, not left behind as the agent's
+    assert not Memory.objects.filter(private_agent=agent).exists()
+
+
+def test_work_on_a_shared_agents_former_private_data_holds_the_agent_against_a_switch_back(settings):
+    from django.db import transaction
+
+    from agents.selectors import agent_shared_required
+
+    settings.API_KEY_CACHE_S = 0
+    agent = Agent.objects.create(name="formerly-private", private_user_data=False)
+    checked, done = threading.Event(), threading.Event()
+
+    def work():
+        with transaction.atomic():
+            agent_shared_required(agent=agent)
+            checked.set()
+            done.wait(10)
+
+    def switch_back():
+        checked.wait(10)
+        row = Agent.objects.get(pk=agent.pk)
+        row.private_user_data = True
+        row.save()
+
+    raw = {}
+    threads = [_start(raw, "work", work), _start(raw, "switch", switch_back)]
+    assert checked.wait(10)
+    deadline = time.monotonic() + 5
+    while not _waiting_on_a_lock() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    waited = _waiting_on_a_lock()
+    done.set()
+    for thread in threads:
+        thread.join(30)
+    assert waited  # the switch back to private waits for the work, which read the agent as shared
+    assert raw == {"work": None, "switch": None}
+    assert Agent.objects.get(pk=agent.pk).private_user_data

@@ -6,7 +6,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.models import Agent
-from common.api import ApplicationError
+from common.api import ApplicationError, Conflict
 from memories import write_gate
 from memories.extraction import Artifact
 from memories.models import MemoryQuarantine, QuarantineStatus
@@ -28,14 +28,22 @@ def quarantine_release(*, item: MemoryQuarantine, actor: str, content: str | Non
     if not gate.allowed:
         raise ApplicationError(f"Still blocked: {gate.message}", field="redacted_preview")
     with transaction.atomic():
+        # The owner first, locked, then the item: the order in which sharing the agent's private data takes them
+        # (agents.selectors.agent_shared_required, then the items), so a share waits for a release and moves what
+        # it stored, or the release sees the item shared.
+        owner_id = MemoryQuarantine.objects.filter(pk=item.pk).values_list("private_agent_id", flat=True).first()
+        owner = Agent.objects.select_for_update().filter(pk=owner_id).first() if owner_id else None
         locked = MemoryQuarantine.objects.select_for_update().get(pk=item.pk)
         if locked.status != QuarantineStatus.PENDING:
             raise ApplicationError(f"This item is already {locked.status}.", field="status")
+        if locked.private_agent_id is None:  # never private, or shared meanwhile
+            owner = None
+        elif owner is None or locked.private_agent_id != owner.pk:  # its owner deleted or changed meanwhile
+            raise Conflict("This item's owner changed meanwhile; release it again.", field="status")
         artifact = Artifact(
             memory_type=locked.memory_type, topic=locked.topic, content=text, tags=list(locked.tags), extractor="reviewer"
         )
         # a lesson of a private agent's user is released as that agent's memory (deduplicated against its own)
-        owner = Agent.objects.filter(pk=locked.private_agent_id).first() if locked.private_agent_id else None
         with acting_agent(owner) if owner is not None else nullcontext():
             result = memory_store(
                 user_id=locked.user_id,
