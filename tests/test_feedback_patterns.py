@@ -5,6 +5,7 @@ from datetime import timedelta
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.test import override_settings
@@ -135,6 +136,10 @@ def test_grouping_by_category_then_type_and_window(agent):
         mistake_patterns_detect(window_days=0)
     with pytest.raises(ApplicationError):
         mistake_patterns_detect(window_days=-3)
+    # records older than the retention move to the archive: a window reaching them cannot count them
+    with pytest.raises(ApplicationError, match="shorter than the feedback records' retention") as refused:
+        mistake_patterns_detect(window_days=settings.FEEDBACK_RECORD_RETENTION_DAYS)
+    assert refused.value.field == "window_days"
 
 
 def test_resolved_pattern_reopens_on_new_mistakes_dismissed_stays(agent):
@@ -164,6 +169,8 @@ def test_detect_mistakes_command(agent):
         call_command("detect_mistakes", "--window-days", "0")
     with pytest.raises(CommandError):
         call_command("detect_mistakes", "--agent", "nobody")
+    with pytest.raises(CommandError, match="FEEDBACK_RECORD_RETENTION_DAYS"):
+        call_command("detect_mistakes", "--window-days", "400")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -137,6 +137,13 @@ def mistake_patterns_detect(
         raise ApplicationError("The window must be a positive number of days.", field="window_days")
     if window_days > MAX_WINDOW_DAYS:
         raise ApplicationError(f"The window must be at most {MAX_WINDOW_DAYS} days.", field="window_days")
+    if window_days >= settings.FEEDBACK_RECORD_RETENTION_DAYS:
+        # older records move to the archive: counted from one snapshot, they would be gone when their links are written
+        raise ApplicationError(
+            f"The window must be shorter than the feedback records' retention (FEEDBACK_RECORD_RETENTION_DAYS, "
+            f"{settings.FEEDBACK_RECORD_RETENTION_DAYS} days): older records are archived.",
+            field="window_days",
+        )
     if not isinstance(min_count, int) or min_count < 1:
         raise ApplicationError("The minimum must be at least 1.", field="min")
     params = {
