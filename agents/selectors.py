@@ -94,6 +94,11 @@ def agent_switch_settling_s(*, agent: Agent) -> float:
     return max(0.0, settings.API_KEY_CACHE_S - (timezone.now() - switched_at).total_seconds())
 
 
+def agent_private_user_data(pk: int) -> bool | None:
+    """The agent's ``private_user_data`` as stored now (None: no such agent in scope)."""
+    return Agent.objects.filter(pk=pk).values_list("private_user_data", flat=True).first()
+
+
 def agents_private(*, ids) -> set[int]:
     """Of these agent ids, those of agents with private user data."""
     return set(Agent.objects.filter(pk__in=list(ids), private_user_data=True).values_list("pk", flat=True))

@@ -46,6 +46,25 @@ def _header(request, name: str):
     return value
 
 
+# Readers of an agent's ``private_user_data`` as stored now (registered by the agents app, above this one)
+_agent_readers: list = []
+
+
+def agent_reader_register(reader) -> None:
+    """``reader(pk)`` answers the agent's ``private_user_data`` as stored now (None: no such agent). A task acts
+    with that, not with the flag its sender knew: one that waited in the queue past the agent's switch to shared,
+    and the share of its data, must not write private rows that nothing shares any more."""
+    _agent_readers.append(reader)
+
+
+def _agent_now(agent: SentAgent) -> SentAgent:
+    for reader in _agent_readers:
+        private = reader(agent.pk)
+        if private is not None:
+            return SentAgent(agent.pk, bool(private))
+    return agent  # no reader (a process without the agents app) or no such agent: as sent
+
+
 def _sent_agent(request) -> SentAgent | None:
     pk, _, private = str(_header(request, AGENT_HEADER) or "").partition(":")
     if not (pk.isascii() and pk.isdecimal()):
@@ -72,10 +91,10 @@ class TenantTask(Task):
     def __call__(self, *args, **kwargs):
         scope, agent = _sent_scope(self.request), _sent_agent(self.request)
         with ExitStack() as stack:
-            if agent is not None:
-                stack.enter_context(acting_agent(agent))
             if scope is not None:
                 stack.enter_context((tenant_scope if self.one_transaction else tenant_session)(scope))
+            if agent is not None:
+                stack.enter_context(acting_agent(_agent_now(agent)))  # read in the sender's scope
             return super().__call__(*args, **kwargs)
 
 

@@ -212,3 +212,31 @@ def test_an_agent_that_never_kept_its_data_private_has_nothing_to_wait_for(catal
     shared.agent.save()
     result = private_phrases_share(agent=shared.agent)
     assert result["phrases_shared"] == 0 and result["evidence_shared"] == 0
+
+
+def test_a_task_queued_before_the_switch_and_run_after_the_share_writes_shared_rows(cbus, django_capture_on_commit_callbacks):
+    """A click of a private agent's user queues its learning; the worker runs it late (a backlog, a restart), after
+    the agent was switched to shared and its data shared. The task acts with the agent as stored when it runs, so
+    nothing it writes is left private to an agent that no longer keeps private data."""
+    asker = make_client(["resolve", "feedback"], name="asker")
+    asker.agent.private_user_data = True
+    asker.agent.save()
+    verified_keys_forget()
+    body = asker.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "u1"}, format="json").json()
+    assert body["outcome"] == "ambiguous", body
+    verb = body["options"][0]["verb"]
+    with django_capture_on_commit_callbacks(execute=False) as queued:  # sent with the sender's agent, not yet run
+        r = asker.post(f"/api/v1/disambiguations/{body['request_id']}/select", {"selected_verb": verb}, format="json")
+    assert r.status_code == 200 and queued
+
+    agent = Agent.objects.get(pk=asker.agent.pk)
+    agent.private_user_data = False
+    agent.save()
+    private_phrases_share(agent=agent)  # nothing of the click's to share yet
+    for callback in queued:  # the worker picks the task up now
+        callback()
+
+    learned = LearnedPhrase.objects.filter(user_id="u1", normalized="list all cbus")
+    assert learned.exists() and not learned.filter(private_agent__isnull=False).exists()
+    assert PhraseEvidence.objects.filter(user_id="u1").exists()
+    assert not PhraseEvidence.objects.filter(private_agent=agent).exists()
