@@ -40,7 +40,7 @@ from rest_framework import exceptions
 from rest_framework.views import APIView
 
 from actions.selectors import action_count, action_get, action_list
-from agents.authentication import ApiKeyAuthentication, ApiKeyRateThrottle, ScopePermission, client_ip
+from agents.authentication import ApiKeyAuthentication, ApiKeyRateThrottle, ScopePermission, client_ip, verified_keys_forget
 from agents.services import idempotency_key_check, idempotent_request_claim, idempotent_request_store
 from autonomy import api as autonomy_api
 from autonomy.serializers import ActionSerializer, ConsultPatternSerializer, ConsultRuleSerializer
@@ -106,6 +106,10 @@ def authenticate(authorization: str | None, client: str, *, count: bool = True) 
 
     ``count``: the call counts against the key's request rate (REST's ``ApiKeyRateThrottle``)."""
     request = KeyRequest(authorization, client)
+    if client == "stdio":
+        # the stdio server is never the process that revokes its one key: it reads the key afresh on every call
+        # (one indexed lookup), so a revocation in the admin stops it at once, not within API_KEY_CACHE_S
+        verified_keys_forget()
     try:
         found = ApiKeyAuthentication().authenticate(request)
     except exceptions.Throttled as exc:

@@ -31,9 +31,11 @@ RESOLVE_FEEDBACK = [Scope.RESOLVE.value, Scope.FEEDBACK.value]
 
 
 def server_env(**extra) -> dict:
-    """The environment of a server process on this test's database (keys checked on every call)."""
+    """The environment of a server process on this test's database (the shipped key cache: the stdio server reads
+    its key afresh on every call anyway)."""
     db_name = connection.settings_dict["NAME"]
-    env = dict(os.environ, EMBEDDED_DB_NAME=db_name, DJANGO_SETTINGS_MODULE="config.settings", API_KEY_CACHE_S="0")
+    env = dict(os.environ, EMBEDDED_DB_NAME=db_name, DJANGO_SETTINGS_MODULE="config.settings")
+    env.pop("API_KEY_CACHE_S", None)
     env.pop("CELERY_BROKER_URL", None)  # learning from a selection runs inline (eager), as in the other tests
     if os.environ.get("DATABASE_URL"):
         env["DATABASE_URL"] = urlunparse(urlparse(os.environ["DATABASE_URL"])._replace(path="/" + db_name))
