@@ -3,6 +3,7 @@
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from rest_framework.authtoken.admin import TokenAdmin
 from rest_framework.authtoken.models import TokenProxy
 
@@ -27,19 +28,20 @@ class ApiKeyInline(admin.TabularInline):
 
 
 class ForgetVerifiedKeysMixin:
-    """An edited agent or key (switched off, scopes changed) takes effect at once in this process."""
+    """An edited agent or key (switched off, scopes changed) takes effect at once in this process: its keys are
+    forgotten when the change commits (forgotten before, a request in between would remember the old agent)."""
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
-        verified_keys_forget()
+        transaction.on_commit(verified_keys_forget)
 
     def delete_model(self, request, obj):
         super().delete_model(request, obj)
-        verified_keys_forget()
+        transaction.on_commit(verified_keys_forget)
 
     def delete_queryset(self, request, queryset):
         super().delete_queryset(request, queryset)
-        verified_keys_forget()
+        transaction.on_commit(verified_keys_forget)
 
 
 class AgentForm(forms.ModelForm):

@@ -61,25 +61,27 @@ def test_verified_keys_are_remembered_briefly_and_revocation_elsewhere_lands_wit
     assert other.post(URL, body, format="json").status_code == 401
 
 
-def test_admin_edit_of_an_agent_takes_effect_at_once(api, catalogue, admin_client):
+def test_admin_edit_of_an_agent_takes_effect_at_once(api, catalogue, admin_client, django_capture_on_commit_callbacks):
     body = {"text": "list all cbus"}
     assert api.post(URL, body, format="json").status_code == 200
     agent = api.agent
-    r = admin_client.post(
-        f"/admin/agents/agent/{agent.pk}/change/",
-        {
-            "name": agent.name,
-            "description": agent.description,
-            "is_active": "",
-            "keys-TOTAL_FORMS": "1",
-            "keys-INITIAL_FORMS": "1",
-            "keys-MIN_NUM_FORMS": "0",
-            "keys-MAX_NUM_FORMS": "1000",
-            "keys-0-id": str(api.key.pk),
-            "keys-0-agent": str(agent.pk),
-        },
-    )
+    with django_capture_on_commit_callbacks(execute=True) as committed:  # the keys are forgotten once the edit commits
+        r = admin_client.post(
+            f"/admin/agents/agent/{agent.pk}/change/",
+            {
+                "name": agent.name,
+                "description": agent.description,
+                "is_active": "",
+                "keys-TOTAL_FORMS": "1",
+                "keys-INITIAL_FORMS": "1",
+                "keys-MIN_NUM_FORMS": "0",
+                "keys-MAX_NUM_FORMS": "1000",
+                "keys-0-id": str(api.key.pk),
+                "keys-0-agent": str(agent.pk),
+            },
+        )
     assert r.status_code == 302, r.content[:2000]
+    assert committed
     assert api.post(URL, body, format="json").status_code == 401
 
 

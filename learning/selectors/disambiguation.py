@@ -4,6 +4,7 @@ fitted resolution profiles."""
 import time as _time
 from collections import defaultdict
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Q, Sum
 
@@ -82,12 +83,12 @@ def signals_per_phrase(*, search: str = "", limit: int = 200, since=None) -> lis
     )
 
 
-_ACTIVE_PROFILE_TTL_S = 10.0
 _active_profile_cache: dict[tuple, tuple[float, dict]] = {}  # (tenants in scope, model) -> (expiry, values)
 
 
 def active_profile_values(model_name: str) -> dict:
-    """{resolve_threshold, margin} of the active fitted profile for the model ({} if none); cached for a few seconds."""
+    """{resolve_threshold, margin} of the active fitted profile for the model ({} if none); trusted by this process
+    for ``RESOLVE_DECISION_CACHE_S``, as the decision fit in force (the process that activates one clears it)."""
     now = _time.monotonic()
     key = (tenant_filter_ids(), model_name)
     hit = _active_profile_cache.get(key)
@@ -99,7 +100,7 @@ def active_profile_values(model_name: str) -> dict:
         .first()
     )
     values = dict(row) if row else {}
-    _active_profile_cache[key] = (now + _ACTIVE_PROFILE_TTL_S, values)
+    _active_profile_cache[key] = (now + settings.RESOLVE_DECISION_CACHE_S, values)
     return values
 
 
