@@ -230,6 +230,7 @@ INSTALLED_APPS = [
     "autonomy",
     "mcp_server",
     "review",
+    "privacy",
 ]
 
 MIDDLEWARE = [

@@ -360,6 +360,20 @@ def revert_apply(*, kind: str, obj, user, reason: str, revert_of: int | None = N
     return statement
 
 
+ERASED = "(erased with the user's data)"
+
+
+def decisions_of_erased_items_scrub(*, kind: str, object_ids: list[int]) -> int:
+    """The decisions on items deleted with a user's data keep who decided what kind of item, how and when; their
+    summary (the item's text and user) and reason are erased, and claims on the items dropped. Answers how many
+    decisions were scrubbed."""
+    if not object_ids:
+        return 0
+    with transaction.atomic():
+        Claim.objects.filter(kind=kind, object_id__in=object_ids).delete()
+        return Decision.objects.filter(kind=kind, object_id__in=object_ids).update(summary=ERASED, reason="")
+
+
 def backlog_snapshot_take() -> int:
     """Record, per tenant and kind, how many items wait now (today's row is overwritten until the day ends; a
     queue that emptied since the last snapshot gets zero). Answers the rows written."""

@@ -19,11 +19,15 @@ def namespace_or_default(*, value: str | None) -> str:
     return value or settings.MEMORY_DEFAULT_NAMESPACE
 
 
-def user_lock(*, namespace: str, user_id: str) -> None:
-    """Serialise writes to one user's memories (in this tenant, namespace and private agent's scope) until the
-    transaction ends; users of other tenants or agents never wait on each other."""
+_ACTING = object()
+
+
+def user_lock(*, namespace: str, user_id: str, private_agent: int | None | object = _ACTING) -> None:
+    """Serialise writes to one user's memories (in this tenant, namespace and private agent's scope: the acting
+    agent's unless ``private_agent`` names one, None for the shared agents) until the transaction ends; users of
+    other tenants or agents never wait on each other."""
     # the tenant as the database gives it to the rows written (the ``tenant`` column's default)
-    key = f"{private_agent_id()}:{namespace}:{user_id}"
+    key = f"{private_agent_id() if private_agent is _ACTING else private_agent}:{namespace}:{user_id}"
     with connection.cursor() as cur:
         cur.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended('memory:' || coalesce(tenants_current_id()::text, '') || ':' || %s, 0))",

@@ -1,0 +1,165 @@
+"""A data subject's request: everything stored about one user of one tenant is erased, in one transaction, and
+nothing of anyone else's."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from common.api import ApplicationError
+from learning.models import (
+    DecisionFit,
+    DecisionHead,
+    DisambiguationRequest,
+    LearnedPhrase,
+    LearningCandidate,
+    LearningSignal,
+    PhraseBlock,
+    PhraseEvidence,
+    ResolutionRecord,
+)
+from learning.services.blocks import phrase_block_add
+from learning.services.candidates import candidate_record
+from memories.models import Memory, MemoryQuarantine, MemoryRetrieval
+from privacy.services import user_data_erase
+from review.models import Decision, Kind
+from review.services import item_decide
+from tenants.context import tenant_scope
+from tenants.services import tenant_create
+from tests.conftest import OBSERVE, RETRIEVE, make_client, reviewer_user
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "Use the access key AKIAIOSFODNN7EXAMPLQ with the deploy role for the nightly export job."
+LESSON = "Rotate the application logs with logrotate every night and keep fourteen compressed copies."
+USER_MODELS = (
+    LearnedPhrase,
+    PhraseBlock,
+    LearningCandidate,
+    LearningSignal,
+    DisambiguationRequest,
+    PhraseEvidence,
+    ResolutionRecord,
+    Memory,
+    MemoryQuarantine,
+    MemoryRetrieval,
+)
+
+
+def _use(api, user_id: str) -> dict:
+    """What a user leaves behind: a click, a correction, a block, a candidate a reviewer approves, a lesson, a
+    quarantined lesson a reviewer discards, a retrieval."""
+    body = api.post("/api/v1/resolve", {"text": "list all cbus", "user_id": user_id}, format="json").json()
+    assert body["outcome"] == "ambiguous", body
+    r = api.post(
+        f"/api/v1/disambiguations/{body['request_id']}/select",
+        {"selected_verb": body["options"][0]["verb"], "user_id": user_id},
+        format="json",
+    )
+    assert r.status_code == 200, r.content
+    r = api.post(
+        "/api/v1/resolutions/correct",
+        {"text": "wipe my client unit", "wrong_verb": "cbu.list", "correct_verb": "cbu.delete", "user_id": user_id},
+        format="json",
+    )
+    assert r.status_code == 200, r.content
+    phrase_block_add(phrase="remove every unit", verb_name="cbu.delete", user_id=user_id)
+    candidate = candidate_record(
+        input_pattern=f"show the units of {user_id}", suggested_output="cbu.list", user_id=user_id, source="click", confidence=0.3
+    )
+    observed = {"user_id": user_id, "user_message": "How do we rotate logs?", "assistant_message": LESSON}
+    assert api.post(OBSERVE, observed, format="json").status_code == 200
+    quarantined = api.post(
+        OBSERVE, {"user_id": user_id, "user_message": "How do I reach the bucket?", "assistant_message": SECRET}, format="json"
+    ).json()
+    assert api.post(RETRIEVE, {"user_id": user_id, "query": "log rotation"}, format="json").status_code == 200
+    return {"candidate": candidate.pk, "quarantine": quarantined["evidence"]["quarantine_id"]}
+
+
+def _rows(user_id: str) -> dict:
+    counts = {m.__name__: m.objects.filter(user_id=user_id).count() for m in USER_MODELS}
+    counts.update(
+        {
+            f"history {m.__name__}": m.history.filter(user_id=user_id).count()
+            for m in (LearnedPhrase, LearningCandidate, PhraseBlock, Memory)
+        }
+    )
+    return counts
+
+
+@pytest.fixture
+def used(cbus):
+    api = make_client(["resolve", "feedback", "governance"], name="assistant")
+    reviewer = reviewer_user("rita", superuser=True)
+    items = {u: _use(api, u) for u in ("alice", "bob")}
+    for u in ("alice", "bob"):
+        item_decide(kind=Kind.CANDIDATE, object_id=items[u]["candidate"], user=reviewer, verdict="approve", confirmed=True)
+        item_decide(kind=Kind.QUARANTINE, object_id=items[u]["quarantine"], user=reviewer, verdict="reject")
+    return items
+
+
+def test_everything_of_the_user_goes_and_nothing_of_anyone_elses(used):
+    alice, bob = _rows("alice"), _rows("bob")
+    globals_before = LearnedPhrase.objects.filter(user_id__isnull=True).count()
+    assert all(alice.values()), alice  # every kind of row, and its audit trail, exists before
+    counted = user_data_erase(user_id="alice", dry_run=True)
+    assert _rows("alice") == alice  # a dry run deletes nothing
+    assert counted["rows"]["learning_learnedphrase"] == alice["LearnedPhrase"]
+
+    erased = user_data_erase(user_id="alice")
+    assert not any(_rows("alice").values()), _rows("alice")
+    assert _rows("bob") == bob
+    assert sum(erased["rows"].values()) >= sum(v for k, v in alice.items() if not k.startswith("history"))
+    assert erased["rows"]["memories_memory"] == alice["Memory"]
+    # the review log keeps who decided what kind of item, how and when, not the user's texts
+    assert erased["decisions_scrubbed"] == 2
+    for kind, key in ((Kind.CANDIDATE, "candidate"), (Kind.QUARANTINE, "quarantine")):
+        decision = Decision.objects.get(kind=kind, object_id=used["alice"][key])
+        assert "alice" not in decision.summary and decision.verdict
+        assert "bob" in Decision.objects.get(kind=kind, object_id=used["bob"][key]).summary
+    # the global vocabulary stays: a global phrase holds no user
+    assert LearnedPhrase.objects.filter(user_id__isnull=True).count() == globals_before
+
+    again = user_data_erase(user_id="alice")  # idempotent: nothing left to erase
+    assert again["rows"] == {} and again["history"] == {}
+
+
+def test_the_users_classifier_heads_go_too(used):
+    fit = DecisionFit.objects.create(version=99, source="labels", status="retired", embedding_model="m")
+    DecisionHead.objects.create(fit=fit, user_id="alice", weights=b"x")
+    DecisionHead.objects.create(fit=fit, user_id="bob", weights=b"y")
+    user_data_erase(user_id="alice")
+    assert list(DecisionHead.objects.values_list("user_id", flat=True)) == ["bob"]
+
+
+def test_another_tenants_user_of_the_same_id_keeps_everything(used):
+    other = tenant_create(slug="other")
+    api = make_client(["resolve", "feedback"], name="elsewhere", tenant=other)
+    body = {"user_id": "alice", "user_message": "How do we rotate logs?", "assistant_message": LESSON}
+    assert api.post(OBSERVE, body, format="json").status_code == 200
+    with tenant_scope([other.pk]):
+        assert Memory.objects.filter(user_id="alice").count() == 1
+    call_command("erase_user", "alice", "--tenant", "default", stdout=StringIO())
+    assert not Memory.objects.filter(user_id="alice").exclude(tenant=other).exists()
+    with tenant_scope([other.pk]):
+        assert Memory.objects.filter(user_id="alice").count() == 1
+        assert Memory.history.filter(user_id="alice").exists()
+
+
+def test_the_command_names_what_it_deletes_and_refuses_bad_input(used):
+    out = StringIO()
+    call_command("erase_user", "alice", "--dry-run", stdout=out)  # one tenant: no --tenant needed
+    assert "would delete" in out.getvalue() and "learning_learnedphrase" in out.getvalue()
+    assert Memory.objects.filter(user_id="alice").exists()
+    call_command("erase_user", "alice", stdout=out)
+    assert "deleted" in out.getvalue() and not Memory.objects.filter(user_id="alice").exists()
+    with pytest.raises(CommandError, match="user_id"):
+        call_command("erase_user", "not a user id!")
+    with pytest.raises(CommandError, match="No tenant"):
+        call_command("erase_user", "bob", "--tenant", "nowhere")
+    tenant_create(slug="second")
+    with pytest.raises(CommandError, match="--tenant"):
+        call_command("erase_user", "bob")
+    assert Memory.objects.filter(user_id="bob").exists()
+    with pytest.raises(ApplicationError):
+        user_data_erase(user_id="")
