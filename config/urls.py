@@ -6,6 +6,7 @@ from autonomy import api as autonomy_api
 from feedback import api as feedback_api
 from learning import api as learning_api
 from memories import api as memories_api
+from privacy import api as privacy_api
 from review import admin as review_admin
 from review import api as review_api
 
@@ -39,6 +40,8 @@ api_v1 += [
     path("memories/retrieve", memories_api.MemoryRetrieveApi.as_view(), name="memory-retrieve"),
     path("memories/outcome", memories_api.MemoryOutcomeApi.as_view(), name="memory-outcome"),
     path("memories/search", memories_api.MemorySearchApi.as_view(), name="memory-search"),
+    # A data subject's request: everything stored about one user (reviewer token).
+    path("users/erase", privacy_api.UserEraseApi.as_view(), name="user-erase"),
 ]
 
 # Agent actions and their outcomes, feedback records, mistake patterns.

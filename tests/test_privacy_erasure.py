@@ -26,7 +26,7 @@ from review.models import Decision, Kind
 from review.services import item_decide
 from tenants.context import tenant_scope
 from tenants.services import tenant_create
-from tests.conftest import OBSERVE, RETRIEVE, make_client, reviewer_user
+from tests.conftest import OBSERVE, RETRIEVE, make_client, reviewer_client, reviewer_user
 
 pytestmark = pytest.mark.django_db
 
@@ -163,3 +163,37 @@ def test_the_command_names_what_it_deletes_and_refuses_bad_input(used):
     assert Memory.objects.filter(user_id="bob").exists()
     with pytest.raises(ApplicationError):
         user_data_erase(user_id="")
+
+
+ERASE = "/api/v1/users/erase"
+
+
+def test_a_reviewer_who_may_delete_phrases_and_memories_erases_over_the_api(used):
+    eraser = reviewer_client(reviewer_user("dora", "delete_learnedphrase", "delete_memory"))
+    counted = eraser.post(ERASE, {"user_id": "alice", "dry_run": True}, format="json")
+    assert counted.status_code == 200, counted.json()
+    assert counted.json()["tenant"] == "default"
+    assert counted.json()["rows"]["memories_memory"] == Memory.objects.filter(user_id="alice").count() == 1
+    assert Memory.objects.filter(user_id="alice").exists()
+    erased = eraser.post(ERASE, {"user_id": "alice"}, format="json")
+    assert erased.status_code == 200 and erased.json()["decisions_scrubbed"] == 2
+    assert not any(_rows("alice").values()) and all(v for k, v in _rows("bob").items() if not k.startswith("history"))
+
+
+def test_erasure_over_the_api_refuses_agents_other_reviewers_and_bad_input(used):
+    agent = make_client(["resolve", "feedback", "governance"], name="keyed")
+    assert agent.post(ERASE, {"user_id": "alice"}, format="json").status_code == 403  # never an agent key
+    reader = reviewer_client(reviewer_user("rick", "delete_learnedphrase"))
+    assert reader.post(ERASE, {"user_id": "alice"}, format="json").status_code == 403  # may not delete memories
+    root = reviewer_client(reviewer_user("root", superuser=True))
+    r = root.post(ERASE, {"user_id": "al ice"}, format="json")
+    assert r.status_code == 400 and "user_id" in r.json()["fields"]
+    r = root.post(ERASE, {"user_id": "alice", "dry_run": "yes"}, format="json")
+    assert r.status_code == 400 and "dry_run" in r.json()["fields"]
+    assert root.post(ERASE, {"user_id": "alice", "tenant": "nowhere"}, format="json").status_code == 404
+    tenant_create(slug="second")  # a superuser now sees two tenants: the user's must be named
+    r = root.post(ERASE, {"user_id": "alice"}, format="json")
+    assert r.status_code == 409 and r.json()["code"] == "ambiguous"
+    assert Memory.objects.filter(user_id="alice").exists()  # nothing refused deleted anything
+    assert root.post(ERASE, {"user_id": "alice", "tenant": "default"}, format="json").status_code == 200
+    assert not Memory.objects.filter(user_id="alice").exists()
