@@ -6,6 +6,7 @@ from autonomy import api as autonomy_api
 from feedback import api as feedback_api
 from learning import api as learning_api
 from memories import api as memories_api
+from privacy import admin as privacy_admin
 from privacy import api as privacy_api
 from review import admin as review_admin
 from review import api as review_api
@@ -74,6 +75,7 @@ urlpatterns = [
     path("admin/inbox/", admin.site.admin_view(review_admin.inbox_view), name="review-inbox"),
     path("admin/inbox/<str:kind>/<int:pk>/", admin.site.admin_view(review_admin.decide_view), name="review-decide"),
     path("admin/revert/<str:kind>/<int:pk>/", admin.site.admin_view(review_admin.revert_view), name="review-revert"),
+    path("admin/users/erase/", admin.site.admin_view(privacy_admin.erase_view), name="privacy-erase"),
     path("admin/", admin.site.urls),
     path("console/", include("learning.console")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -25,6 +25,7 @@ from privacy.services import user_data_erase
 from review.models import Decision, Kind
 from review.services import item_decide
 from tenants.context import tenant_scope
+from tenants.models import Tenant
 from tenants.services import tenant_create
 from tests.conftest import OBSERVE, RETRIEVE, make_client, reviewer_client, reviewer_user
 
@@ -197,3 +198,30 @@ def test_erasure_over_the_api_refuses_agents_other_reviewers_and_bad_input(used)
     assert Memory.objects.filter(user_id="alice").exists()  # nothing refused deleted anything
     assert root.post(ERASE, {"user_id": "alice", "tenant": "default"}, format="json").status_code == 200
     assert not Memory.objects.filter(user_id="alice").exists()
+
+
+def test_a_reviewer_erases_in_the_admin_after_seeing_what_would_go(used):
+    from django.test import Client
+
+    web = Client()
+    web.force_login(reviewer_user("erin", "delete_learnedphrase", "delete_memory"))
+    assert 'href="/admin/users/erase/"' in web.get("/admin/").content.decode()
+    default = Tenant.objects.get(slug="default")
+    preview = web.post("/admin/users/erase/", {"user_id": "alice", "tenant": default.pk})
+    assert preview.status_code == 200 and 'id="erase-preview"' in preview.content.decode()
+    assert "memories_memory" in preview.content.decode()
+    assert Memory.objects.filter(user_id="alice").exists()  # a preview deletes nothing
+    done = web.post("/admin/users/erase/", {"user_id": "alice", "tenant": default.pk, "confirm": "yes"}, follow=True)
+    assert "Erased user alice of default" in done.content.decode()
+    assert not any(_rows("alice").values()) and Memory.objects.filter(user_id="bob").exists()
+
+    refused = web.post("/admin/users/erase/", {"user_id": "bo b", "tenant": default.pk, "confirm": "yes"})
+    assert refused.status_code == 200 and "Not a user id" in refused.content.decode()
+    other = tenant_create(slug="not-hers")
+    refused = web.post("/admin/users/erase/", {"user_id": "bob", "tenant": other.pk, "confirm": "yes"})
+    assert refused.status_code == 200 and "errorlist" in refused.content.decode()  # not one of the reviewer's tenants
+    assert Memory.objects.filter(user_id="bob").exists()
+
+    web.force_login(reviewer_user("ned", "delete_learnedphrase"))
+    assert web.get("/admin/users/erase/").status_code == 403
+    assert 'href="/admin/users/erase/"' not in web.get("/admin/").content.decode()
