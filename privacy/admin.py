@@ -43,7 +43,7 @@ def erase_view(request):
         confirmed = request.POST.get("confirm") == "yes"
         try:
             with tenant_scope([tenant.pk]):
-                result = user_data_erase(user_id=user_id, dry_run=not confirmed)
+                result = user_data_erase(user_id=user_id, dry_run=not confirmed, actor=f"reviewer {request.user.username}")
         except ApplicationError as exc:
             form.add_error(None, exc.message)
         else:
@@ -52,7 +52,7 @@ def erase_view(request):
                     request,
                     f"Erased user {user_id} of {tenant.slug}: {sum(result['rows'].values())} row(s), "
                     f"{sum(result['history'].values())} audit-trail row(s); {result['decisions_scrubbed']} review "
-                    "decision(s) no longer hold the user's texts.",
+                    f"decision(s) and {result['admin_log_scrubbed']} admin log entries no longer hold the user's texts.",
                 )
                 return redirect("privacy-erase")
             counted = {

@@ -5,7 +5,7 @@ from rest_framework.response import Response
 
 from agents.api import TenantApiView
 from agents.authentication import ScopePermission
-from common.schema import ERROR_RESPONSES
+from common.schema import ERROR_RESPONSES, ErrorSerializer
 from privacy.selectors import erasure_tenant
 from privacy.serializers import UserEraseResultSerializer, UserEraseSerializer
 from privacy.services import user_data_erase
@@ -22,7 +22,7 @@ class UserEraseApi(TenantApiView):
 
     @extend_schema(
         request=UserEraseSerializer,
-        responses={200: UserEraseResultSerializer, **ERROR_RESPONSES},
+        responses={200: UserEraseResultSerializer, **ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer},
         summary="Erase one user's data (reviewer token)",
     )
     def post(self, request):
@@ -30,5 +30,9 @@ class UserEraseApi(TenantApiView):
         s.is_valid(raise_exception=True)
         tenant = erasure_tenant(slug=s.validated_data.get("tenant"))
         with tenant_scope([tenant.pk]):
-            result = user_data_erase(user_id=s.validated_data["user_id"], dry_run=s.validated_data["dry_run"])
+            result = user_data_erase(
+                user_id=s.validated_data["user_id"],
+                dry_run=s.validated_data["dry_run"],
+                actor=f"reviewer {request.user.username}",
+            )
         return Response({**result, "tenant": tenant.slug})

@@ -22,3 +22,4 @@ class UserEraseResultSerializer(serializers.Serializer):
     rows = serializers.DictField(child=serializers.IntegerField(), help_text="Rows deleted (or counted) per table")
     history = serializers.DictField(child=serializers.IntegerField(), help_text="Audit-trail rows per table")
     decisions_scrubbed = serializers.IntegerField(help_text="Review decisions that no longer hold the user's texts")
+    admin_log_scrubbed = serializers.IntegerField(help_text="Admin log entries that no longer hold the user's texts")

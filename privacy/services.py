@@ -3,27 +3,43 @@
 import logging
 import re
 
+from django.contrib.admin.models import LogEntry
+from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
+from django.db.models import Q
 
 from common.api import ApplicationError
 from common.validators import USER_ID_RE
 from learning.services.users import user_learning_erase
 from memories.services.users import user_memories_erase
-from review.models import Kind
-from review.services import decisions_of_erased_items_scrub
+from review.services import ERASED, decisions_of_erased_user_scrub
+from tenants.context import tenant_current_id
 
 logger = logging.getLogger(__name__)
 
 
-def user_data_erase(*, user_id: str, dry_run: bool = False) -> dict:
-    """Delete every row of ``user_id`` in the caller's tenant scope, in one transaction: what the resolver learned
-    from them and answered them (learning), their memories (memories), and the texts the review log kept of their
-    items (their candidates and quarantined lessons; the decisions stay, without the texts). Rows the user
-    never appears in stay: global phrases and candidates, the agents' feedback on actions, API keys. An
-    idempotent request's stored answer may still quote them until it expires (``API_IDEMPOTENCY_TTL_S``).
+def _admin_log_scrub(objects: dict[str, list[int]], *, dry_run: bool) -> int:
+    """The admin's own log of changes to these objects keeps who changed what kind of object and when, not the
+    object's text (its ``__str__`` names the user and their words)."""
+    named = Q(pk__in=[])
+    for label, ids in objects.items():
+        if ids:
+            ct = ContentType.objects.get_by_natural_key(*label.lower().split("."))
+            named |= Q(content_type=ct, object_id__in=[str(i) for i in ids])
+    entries = LogEntry.objects.filter(named)
+    return entries.count() if dry_run else entries.update(object_repr=ERASED, change_message="")
 
-    ``dry_run``: count, delete nothing. Answers the rows per table, audit-trail rows per table, and the review
-    decisions scrubbed."""
+
+def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> dict:
+    """Delete every row of ``user_id`` in the caller's tenant scope, in one transaction: what the resolver learned
+    from them and answered them (learning), their memories (memories), and their texts in the logs that name them:
+    the review log (the decisions on their candidates and quarantined lessons stay, without the texts) and the
+    admin's log of changes. Rows the user never appears in stay: global phrases and candidates, the agents' feedback
+    on actions, API keys. An idempotent request's stored answer may still quote them until it expires
+    (``API_IDEMPOTENCY_TTL_S``). ``actor`` (who asked) goes to the log line, with the tenant, not the user id.
+
+    ``dry_run``: count, delete nothing (the audit-trail rows a deletion writes, then removes, are not counted).
+    Answers the rows per table, audit-trail rows per table, and the log entries scrubbed."""
     if not isinstance(user_id, str) or not re.fullmatch(USER_ID_RE, user_id):
         raise ApplicationError(
             "Not a user id: 1-128 letters, digits or _ . : @ -, starting with a letter or digit.", field="user_id"
@@ -31,22 +47,31 @@ def user_data_erase(*, user_id: str, dry_run: bool = False) -> dict:
     with transaction.atomic():
         learning = user_learning_erase(user_id=user_id, dry_run=dry_run)
         memories = user_memories_erase(user_id=user_id, dry_run=dry_run)
-        scrubbed = 0
-        if not dry_run:
-            scrubbed += decisions_of_erased_items_scrub(kind=Kind.CANDIDATE, object_ids=learning["candidate_ids"])
-            scrubbed += decisions_of_erased_items_scrub(kind=Kind.QUARANTINE, object_ids=memories["quarantine_ids"])
+        objects = {**learning["objects"], **memories["objects"]}
+        decisions = decisions_of_erased_user_scrub(
+            user_id=user_id,
+            candidate_ids=objects.get("learning.LearningCandidate", []),
+            quarantine_ids=objects.get("memories.MemoryQuarantine", []),
+            dry_run=dry_run,
+        )
+        admin_log = _admin_log_scrub(objects, dry_run=dry_run)
     result = {
         "user_id": user_id,
         "dry_run": dry_run,
         "rows": {**learning["rows"], **memories["rows"]},
         "history": {**learning["history"], **memories["history"]},
-        "decisions_scrubbed": scrubbed,
+        "decisions_scrubbed": decisions,
+        "admin_log_scrubbed": admin_log,
     }
     if not dry_run:
         logger.info(
-            "erased user data: %d rows, %d audit-trail rows, %d review decisions scrubbed",
+            "erased a user's data at the request of %s in tenant %s: %d rows, %d audit-trail rows, %d review decisions "
+            "and %d admin log entries without their texts",
+            actor or "an operator",
+            tenant_current_id(),
             sum(result["rows"].values()),
             sum(result["history"].values()),
-            scrubbed,
+            decisions,
+            admin_log,
         )
     return result

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from autonomy.selectors import transitions_waiting_lock
@@ -363,15 +363,29 @@ def revert_apply(*, kind: str, obj, user, reason: str, revert_of: int | None = N
 ERASED = "(erased with the user's data)"
 
 
-def decisions_of_erased_items_scrub(*, kind: str, object_ids: list[int]) -> int:
-    """The decisions on items deleted with a user's data keep who decided what kind of item, how and when; their
-    summary (the item's text and user) and reason are erased, and claims on the items dropped. Answers how many
-    decisions were scrubbed."""
-    if not object_ids:
-        return 0
+def decisions_of_erased_user_scrub(
+    *, user_id: str, candidate_ids: list[int], quarantine_ids: list[int], dry_run: bool = False
+) -> int:
+    """The decisions on a user's items (their candidates and quarantined lessons, those deleted before included: the
+    summaries this module composed name the user) keep who decided what kind of item, how and when; their summary
+    (the item's text and user) and reason are erased, and claims on the items dropped. Answers how many decisions
+    were (``dry_run``: would be) scrubbed."""
+    named = (
+        Q(kind=Kind.CANDIDATE, object_id__in=candidate_ids)
+        | Q(kind=Kind.CANDIDATE, summary__endswith=f" for user {user_id}.")
+        | Q(kind=Kind.CANDIDATE, summary__contains=f" is rejected for user {user_id}; nothing is learned.")
+        | Q(kind=Kind.QUARANTINE, object_id__in=quarantine_ids)
+        | Q(kind=Kind.QUARANTINE, summary__startswith=f"The redacted lesson is stored as a memory of {user_id} (")
+        | Q(kind=Kind.QUARANTINE, summary=f"The quarantined lesson of {user_id} is discarded.")
+    )
+    decisions = Decision.objects.filter(named)
+    if dry_run:
+        return decisions.count()
     with transaction.atomic():
-        Claim.objects.filter(kind=kind, object_id__in=object_ids).delete()
-        return Decision.objects.filter(kind=kind, object_id__in=object_ids).update(summary=ERASED, reason="")
+        Claim.objects.filter(
+            Q(kind=Kind.CANDIDATE, object_id__in=candidate_ids) | Q(kind=Kind.QUARANTINE, object_id__in=quarantine_ids)
+        ).delete()
+        return decisions.update(summary=ERASED, reason="")
 
 
 def backlog_snapshot_take() -> int:

@@ -225,3 +225,136 @@ def test_a_reviewer_erases_in_the_admin_after_seeing_what_would_go(used):
     web.force_login(reviewer_user("ned", "delete_learnedphrase"))
     assert web.get("/admin/users/erase/").status_code == 403
     assert 'href="/admin/users/erase/"' not in web.get("/admin/").content.decode()
+
+
+def test_the_logs_of_items_deleted_before_the_erasure_lose_the_users_texts_too(used, su):
+    from django.contrib.admin.models import LogEntry
+
+    phrase = LearnedPhrase.objects.filter(user_id="alice").first()
+    assert su.post(f"/admin/learning/learnedphrase/{phrase.pk}/delete/", {"post": "yes"}).status_code == 302
+    item = MemoryQuarantine.objects.get(pk=used["alice"]["quarantine"])
+    assert su.post(f"/admin/memories/memoryquarantine/{item.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert LogEntry.objects.filter(object_repr__contains="alice").exists()
+    erased = user_data_erase(user_id="alice")
+    assert erased["admin_log_scrubbed"] >= 1 and erased["decisions_scrubbed"] == 2
+    assert not LogEntry.objects.filter(object_repr__contains="alice").exists()
+    assert not Decision.objects.filter(summary__contains="alice").exists()
+    assert Decision.objects.filter(summary__contains="bob").count() == 2
+
+
+def test_the_schema_names_every_answer_of_the_erasure(used):
+    root = reviewer_client(reviewer_user("root", superuser=True))
+    operation = root.get("/api/schema/", {"format": "json"}).json()["paths"]["/api/v1/users/erase"]["post"]
+    assert {"200", "400", "403", "404", "409"} <= set(operation["responses"])
+
+
+def test_another_process_that_knew_the_users_head_answers_with_the_deployments(db):
+    from learning.resolution import resolve
+    from learning.selectors import decision_cache_clear
+    from learning.services.catalogue import verb_catalogue_load
+    from learning.services.decisions import decision_prior_fit
+    from tests.test_learning_decision import BIG
+
+    verb_catalogue_load(entries=BIG)
+    fit = decision_prior_fit()
+    deployment = DecisionHead.objects.get(fit=fit, user_id=None)
+    for user in ("alice", "bob"):
+        DecisionHead.objects.create(fit=fit, user_id=user, weights=deployment.weights, anchors=deployment.anchors)
+    decision_cache_clear()
+    text = "please send an email to my manager"
+    assert not resolve(text=text, user_id="bob").degraded  # this process now knows which users have a head
+    user_data_erase(user_id="alice")  # in this test's transaction: the clear on commit does not run, as elsewhere
+    answer = resolve(text=text, user_id="alice")
+    assert not answer.degraded, answer.degraded_reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_erasure_while_the_user_clicks_waits_for_the_click_and_erases_it_too(cbus, monkeypatch):
+    import threading
+    import time
+
+    from django.db import connection
+
+    import learning.services.disambiguations as disambiguations
+
+    monkeypatch.setattr(disambiguations, "_signals_enqueue", lambda pk: None)
+    api = make_client(["resolve", "feedback"], name="assistant")
+    body = api.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "alice"}, format="json").json()
+    root = reviewer_client(reviewer_user("root", superuser=True))
+    clicked, answers, label = threading.Event(), {}, disambiguations.resolution_label
+
+    def label_then_wait(**kw):  # the click holds its request and has written its signals
+        label(**kw)
+        clicked.set()
+        time.sleep(1.5)
+
+    monkeypatch.setattr(disambiguations, "resolution_label", label_then_wait)
+
+    def click():
+        try:
+            option = body["options"][0]["verb"]
+            answers["click"] = api.post(
+                f"/api/v1/disambiguations/{body['request_id']}/select",
+                {"selected_verb": option, "user_id": "alice"},
+                format="json",
+            ).status_code
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=click)
+    thread.start()
+    assert clicked.wait(20)
+    erased = root.post("/api/v1/users/erase", {"user_id": "alice", "tenant": "default"}, format="json")
+    thread.join(30)
+    assert answers["click"] == 200 and erased.status_code == 200, (answers, erased.content[:300])
+    assert not DisambiguationRequest.objects.filter(user_id="alice").exists()
+    assert not LearningSignal.objects.exists()  # the click's signals went with it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_erasure_and_a_quarantine_release_of_the_user_run_one_after_the_other(db):
+    import threading
+    import time
+
+    from django.db import connection
+
+    import memories.services.quarantine as quarantine
+    from tenants.selectors import tenant_default
+
+    tenant = tenant_default().pk
+    api = make_client(["resolve", "feedback"], name="assistant")
+    observed = {"user_id": "alice", "user_message": "How do I reach the bucket?", "assistant_message": SECRET}
+    item = MemoryQuarantine.objects.get(pk=api.post(OBSERVE, observed, format="json").json()["evidence"]["quarantine_id"])
+    holding, errors, store = threading.Event(), {}, quarantine.memory_store
+
+    def wait_then_store(**kw):  # the release holds its item, and next takes the user's scope to store
+        holding.set()
+        time.sleep(1.5)
+        return store(**kw)
+
+    quarantine.memory_store = wait_then_store
+    try:
+
+        def release():
+            try:
+                with tenant_scope([tenant]):
+                    quarantine.quarantine_release(
+                        item=item, actor="rita", content="Use the deploy role for the nightly export job."
+                    )
+            except Exception as exc:  # noqa: BLE001
+                errors["release"] = repr(exc)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=release)
+        thread.start()
+        assert holding.wait(20)
+        with tenant_scope([tenant]):
+            user_data_erase(user_id="alice")
+        thread.join(30)
+    finally:
+        quarantine.memory_store = store
+    assert errors == {}
+    with tenant_scope([tenant]):  # the release finished first; the erasure then took what it stored
+        assert not Memory.objects.filter(user_id="alice").exists()
+        assert not MemoryQuarantine.objects.filter(user_id="alice").exists()

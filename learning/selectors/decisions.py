@@ -76,7 +76,8 @@ def decision_cache_clear() -> None:
 def decision_head(version: int, user_id: str | None) -> tuple | None:
     """(head, verbs, anchors per verb, owner) of fit ``version`` for this user: the user's own head when the fit
     trained one, else the deployment's; None when the fit has no head. A fit's heads never change once it exists
-    (they are written in the transaction that creates it), so each is read once per process (LRU); which users
+    (they are written in the transaction that creates it; a user's may only be erased with the user's data, and
+    then the deployment's answers), so each is read once per process (LRU); which users
     have their own is read with the deployment's head, so a user without one costs no query.
     Raises ValueError when the stored head is unreadable."""
     tenants = tenant_filter_ids()  # versions count per tenant
@@ -85,7 +86,10 @@ def decision_head(version: int, user_id: str | None) -> tuple | None:
     # (``private_user_data``) decides with the deployment's head, and its users' own phrases count as anchors.
     shared = private_agent_id() is None
     owner = user_id if shared and user_id is not None and user_id in owners else None
-    return _head_cached((tenants, version, owner), lambda: _head_read(version, owner))
+    head = _head_cached((tenants, version, owner), lambda: _head_read(version, owner))
+    if head is None and owner is not None:  # the user's own head was erased with their data (privacy) since
+        head = _head_cached((tenants, version, None), lambda: _head_read(version, None))
+    return head
 
 
 def _head_cached(key, load):

@@ -1,13 +1,9 @@
 """Erasure of one user's memories (a data subject's request): every row that names the user, and its history."""
 
-import logging
-
 from django.db import transaction
 
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval
 from memories.services.shared import user_lock
-
-logger = logging.getLogger(__name__)
 
 
 def user_memories_erase(*, user_id: str, dry_run: bool = False) -> dict:
@@ -16,16 +12,27 @@ def user_memories_erase(*, user_id: str, dry_run: bool = False) -> dict:
     then every audit-trail row that names them. Each (namespace, agent) scope's lock is taken first, so an observe
     running meanwhile finishes before, or starts after. ``dry_run``: count only.
 
-    Answers ``{"rows": {table: n}, "history": {table: n}, "quarantine_ids": [...]}``."""
+    Answers ``{"rows": {table: n}, "history": {table: n}, "objects": {model label: ids}}`` (the ids of the user's
+    memories the audit trail knew, deleted ones included, and of their quarantined items, for the logs that name
+    them)."""
     models = (Memory, MemoryQuarantine, MemoryRetrieval)
     rows, history = {}, {}
     with transaction.atomic():
-        scopes = set()
-        for model in models:
-            scopes |= set(model.objects.filter(user_id=user_id).values_list("namespace", "private_agent_id").distinct())
-        for namespace, private_agent in sorted(scopes, key=lambda s: (s[0], s[1] or 0)):
-            user_lock(namespace=namespace, user_id=user_id, private_agent=private_agent)
-        quarantine_ids = list(MemoryQuarantine.objects.filter(user_id=user_id).values_list("pk", flat=True))
+        if not dry_run:
+            # the quarantined items first, in key order: a release locks its item, then the user's scope
+            list(MemoryQuarantine.objects.filter(user_id=user_id).order_by("pk").select_for_update().values_list("pk"))
+            scopes = set()
+            for model in models:
+                scopes |= set(model.objects.filter(user_id=user_id).values_list("namespace", "private_agent_id").distinct())
+            for namespace, private_agent in sorted(scopes, key=lambda s: (s[0], s[1] or 0)):
+                user_lock(namespace=namespace, user_id=user_id, private_agent=private_agent)
+        objects = {
+            Memory._meta.label: sorted(
+                set(Memory.objects.filter(user_id=user_id).values_list("pk", flat=True))
+                | set(Memory.history.model.objects.filter(user_id=user_id).values_list("id", flat=True))
+            ),
+            MemoryQuarantine._meta.label: list(MemoryQuarantine.objects.filter(user_id=user_id).values_list("pk", flat=True)),
+        }
         for model in models:
             qs = model.objects.filter(user_id=user_id)
             rows[model._meta.db_table] = qs.count() if dry_run else qs.delete()[1].get(model._meta.label, 0)
@@ -35,6 +42,4 @@ def user_memories_erase(*, user_id: str, dry_run: bool = False) -> dict:
                 history[model.history.model._meta.db_table] = qs.count() if dry_run else qs.delete()[0]
     rows = {k: v for k, v in rows.items() if v}
     history = {k: v for k, v in history.items() if v}
-    if not dry_run:
-        logger.info("erased the memories of a user: %s rows, %s audit-trail rows", sum(rows.values()), sum(history.values()))
-    return {"rows": rows, "history": history, "quarantine_ids": quarantine_ids}
+    return {"rows": rows, "history": history, "objects": objects}

@@ -35,7 +35,7 @@ class Command(BaseCommand):
             workspace = tenant_get(slug=slugs[0])
         try:
             with tenant_scope([workspace.pk]):
-                result = user_data_erase(user_id=user_id, dry_run=dry_run)
+                result = user_data_erase(user_id=user_id, dry_run=dry_run, actor="the erase_user command")
         except ApplicationError as exc:
             raise CommandError(f"{exc.field}: {exc.message}") from exc
         verb = "would delete" if dry_run else "deleted"
@@ -45,5 +45,8 @@ class Command(BaseCommand):
         )
         for table, n in sorted({**result["rows"], **result["history"]}.items()):
             self.stdout.write(f"  {table}: {n}")
-        if not dry_run:
-            self.stdout.write(f"  review decisions without their texts now: {result['decisions_scrubbed']}")
+        when = "would no longer hold" if dry_run else "no longer hold"
+        self.stdout.write(
+            f"  review decisions and admin log entries that {when} the user's texts: "
+            f"{result['decisions_scrubbed']} and {result['admin_log_scrubbed']}"
+        )
