@@ -52,7 +52,8 @@ def user_learning_erase(*, user_id: str, dry_run: bool = False) -> dict:
     rows, history, objects = {}, {}, {}
     with transaction.atomic():
         if not dry_run:
-            # then the rows other writers lock (an approval, a correction), in key order, as they do
+            # the user's requests first (a click and its learning lock theirs first), then the rows an approval or a
+            # correction locks, each in key order, as they do
             for model in (DisambiguationRequest, LearningCandidate, LearnedPhrase):
                 list(model.objects.filter(user_id=user_id).order_by("pk").select_for_update().values_list("pk"))
         for model in USER_MODELS:
