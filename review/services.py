@@ -8,6 +8,7 @@ claim dropped.
 
 import logging
 from datetime import timedelta
+from types import SimpleNamespace
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -69,11 +70,15 @@ def claims_expired_purge() -> int:
     return deleted
 
 
+def _candidate_scope(user_id: str) -> str:
+    return f"for user {user_id}"
+
+
 def change_statement_compose(*, kind: str, obj, verdict: str) -> str:
     """What a decision changes, in one sentence: the confirmation page says it and the decision log keeps it."""
     approve = verdict == Decision.Verdict.APPROVE
     if kind == Kind.CANDIDATE:
-        scope = f"for user {obj.user_id}" if obj.user_id else "for every user of this tenant (a global phrase)"
+        scope = _candidate_scope(obj.user_id) if obj.user_id else "for every user of this tenant (a global phrase)"
         if approve:
             return f"“{obj.input_pattern}” will resolve to {obj.suggested_output} {scope}."
         return f"“{obj.input_pattern}” → {obj.suggested_output} is rejected {scope}; nothing is learned."
@@ -370,13 +375,21 @@ def decisions_of_erased_user_scrub(
     summaries this module composed name the user) keep who decided what kind of item, how and when; their summary
     (the item's text and user) and reason are erased, and claims on the items dropped. Answers how many decisions
     were (``dry_run``: would be) scrubbed."""
+    # what change_statement_compose says of the user's items: a candidate's scope ends its statement (approved) or
+    # its first clause (rejected); a quarantined lesson's statements name only the user
+    scope = _candidate_scope(user_id)
+    lesson = SimpleNamespace(user_id=user_id)
     named = (
         Q(kind=Kind.CANDIDATE, object_id__in=candidate_ids)
-        | Q(kind=Kind.CANDIDATE, summary__endswith=f" for user {user_id}.")
-        | Q(kind=Kind.CANDIDATE, summary__contains=f" is rejected for user {user_id}; nothing is learned.")
+        | Q(kind=Kind.CANDIDATE, summary__endswith=f" {scope}.")
+        | Q(kind=Kind.CANDIDATE, summary__contains=f" is rejected {scope};")
         | Q(kind=Kind.QUARANTINE, object_id__in=quarantine_ids)
-        | Q(kind=Kind.QUARANTINE, summary__startswith=f"The redacted lesson is stored as a memory of {user_id} (")
-        | Q(kind=Kind.QUARANTINE, summary=f"The quarantined lesson of {user_id} is discarded.")
+        | Q(
+            kind=Kind.QUARANTINE,
+            summary__in=[
+                change_statement_compose(kind=Kind.QUARANTINE, obj=lesson, verdict=v)[:300] for v in Decision.Verdict.values
+            ],
+        )
     )
     decisions = Decision.objects.filter(named)
     if dry_run:
