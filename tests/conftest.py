@@ -50,6 +50,16 @@ def _fresh_verb_details():
 
 
 @pytest.fixture(autouse=True)
+def _fresh_decision_cache():
+    """Each test starts and ends without the per-process decision fits and heads (tests roll their fits back)."""
+    from learning.selectors import decision_cache_clear
+
+    decision_cache_clear()
+    yield
+    decision_cache_clear()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_django_cache():
     """Each test starts with an empty Django cache (rate-limit buckets, a failed prior fit remembered)."""
     from django.core.cache import cache

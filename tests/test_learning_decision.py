@@ -84,13 +84,6 @@ BIG = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_decision_cache():
-    decision_cache_clear()
-    yield
-    decision_cache_clear()
-
-
 @pytest.fixture
 def big(db):
     verb_catalogue_load(entries=BIG)
