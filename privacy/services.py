@@ -38,7 +38,7 @@ def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> 
     on actions, API keys. An idempotent request's stored answer may still quote them until it expires
     (``API_IDEMPOTENCY_TTL_S``). ``actor`` (who asked) goes to the log line, with the tenant, not the user id.
 
-    ``dry_run``: count, delete nothing (the audit-trail rows a deletion writes, then removes, are not counted).
+    ``dry_run``: count, delete nothing (the audit-trail rows counted include the one each deletion would write).
     Answers the rows per table, audit-trail rows per table, and the log entries scrubbed."""
     if not isinstance(user_id, str) or not re.fullmatch(USER_ID_RE, user_id):
         raise ApplicationError(

@@ -125,6 +125,51 @@ def test_everything_of_the_user_goes_and_nothing_of_anyone_elses(used):
     assert again["rows"] == {} and again["history"] == {}
 
 
+def _click(api, text: str, user_id: str) -> str:
+    body = api.post("/api/v1/resolve", {"text": text, "user_id": user_id}, format="json").json()
+    assert body["outcome"] == "ambiguous", body
+    verb = body["options"][0]["verb"]
+    r = api.post(
+        f"/api/v1/disambiguations/{body['request_id']}/select", {"selected_verb": verb, "user_id": user_id}, format="json"
+    )
+    assert r.status_code == 200, r.content
+    return verb
+
+
+def test_a_pending_global_candidate_only_the_users_clicks_proposed_goes_too(used, django_capture_on_commit_callbacks):
+    api = make_client(["resolve", "feedback"], name="clicker")
+
+    def click(text, user_id):
+        with django_capture_on_commit_callbacks(execute=True):  # the click's learning runs, as after its commit
+            return _click(api, text, user_id)
+
+    verb = click("cbus of mine please", "alice")
+    shared_verb = click("every cbu there is", "alice")
+    click("every cbu there is", "bob")
+    again = click("cbus I have", "alice")
+    first = LearningCandidate.objects.get(user_id__isnull=True, normalized="cbus i have", suggested_output=again)
+    item_decide(kind=Kind.CANDIDATE, object_id=first.pk, user=reviewer_user("ria", superuser=True), verdict="reject")
+    assert click("cbus I have", "bob") == again  # a new proposal, bob's alone
+    only_hers = LearningCandidate.objects.get(user_id__isnull=True, normalized="cbus of mine please", suggested_output=verb)
+    shared = LearningCandidate.objects.get(user_id__isnull=True, normalized="every cbu there is", suggested_output=shared_verb)
+    assert only_hers.occurrence_count == 1 and shared.occurrence_count == 2  # alice and bob both clicked the second
+    bobs = LearningCandidate.objects.get(user_id__isnull=True, normalized="cbus i have", status="pending")
+    agents = candidate_record(
+        input_pattern="cbus of mine please", suggested_output="cbu.delete", user_id=None, source="api", confidence=0.5
+    )
+
+    counted = user_data_erase(user_id="alice", dry_run=True)
+    assert LearningCandidate.objects.filter(pk=only_hers.pk).exists()
+    erased = user_data_erase(user_id="alice")
+    assert not LearningCandidate.objects.filter(pk=only_hers.pk).exists()
+    assert not LearningCandidate.history.filter(id=only_hers.pk).exists()
+    assert LearningCandidate.objects.filter(pk=shared.pk).exists()  # bob proposed it too: it stays, his words as well
+    assert LearningCandidate.objects.filter(pk=agents.pk).exists()  # another proposal of the same text, not a click
+    assert LearningCandidate.objects.filter(pk=bobs.pk).exists()  # alice's click went into the rejected one before it
+    # the dry run counted what the erasure deleted, the audit rows the deletions write included
+    assert counted["rows"] == erased["rows"] and counted["history"] == erased["history"]
+
+
 def test_the_users_classifier_heads_go_too(used):
     fit = DecisionFit.objects.create(version=99, source="labels", status="retired", embedding_model="m")
     DecisionHead.objects.create(fit=fit, user_id="alice", weights=b"x")

@@ -30,18 +30,62 @@ USER_MODELS = (
 )
 
 
-def _of_user(model, user_id: str):
+def _global_candidates_only_of(user_id: str) -> list[int]:
+    """Pending global candidates every occurrence of which is one of this user's clicks: each click the signals'
+    processing accumulated (or promoted) in the user's scope added one occurrence to the global candidate of the same
+    text and verb (``disambiguation_signals_process``, which marks a signal processed after that). The clicks
+    processed since the pending candidate was created are the user's occurrences of it (those before went into an
+    earlier one, decided since); when they are all of its occurrences, it holds only this user's words. A candidate
+    others proposed too (another user, an agent, a correction) has more occurrences, and stays."""
+    clicks = LearningSignal.objects.filter(
+        Q(user_id=user_id) | Q(request__user_id=user_id),
+        outcome=LearningSignal.Outcome.SELECTED_ALT,
+        result__in=(LearningSignal.Result.ACCUMULATED, LearningSignal.Result.PROMOTED),
+    ).values_list("normalized", "verb", "processed_at")
+    by_proposal: dict[tuple, list] = {}
+    for normalized, verb, processed_at in clicks:
+        by_proposal.setdefault((normalized, verb), []).append(processed_at)
+    if not by_proposal:
+        return []
+    named = Q(pk__in=[])
+    for normalized, verb in by_proposal:
+        named |= Q(normalized=normalized, suggested_output=verb)
+    candidates = LearningCandidate.objects.filter(
+        named,
+        user_id__isnull=True,
+        candidate_type=LearningCandidate.Type.INVOCATION_PHRASE,
+        status=LearningCandidate.Status.PENDING,
+    ).values_list("pk", "normalized", "suggested_output", "occurrence_count", "created_at")
+    return sorted(
+        pk
+        for pk, normalized, verb, occurrences, created_at in candidates
+        if occurrences <= sum(1 for at in by_proposal[(normalized, verb)] if at is not None and at >= created_at)
+    )
+
+
+def _of_user(model, user_id: str, global_candidates: list[int]):
     if model is LearningSignal:  # a click's signals, whoever the request named
         return LearningSignal.objects.filter(Q(user_id=user_id) | Q(request__user_id=user_id))
+    if model is LearningCandidate:
+        return LearningCandidate.objects.filter(Q(user_id=user_id) | Q(pk__in=global_candidates))
     return model.objects.filter(user_id=user_id)
+
+
+def _history_of_user(model, user_id: str, global_candidates: list[int]):
+    named = Q(user_id=user_id)
+    if model is LearningCandidate:
+        named |= Q(id__in=global_candidates)
+    return model.history.model.objects.filter(named)
 
 
 def user_learning_erase(*, user_id: str, dry_run: bool = False) -> dict:
     """Delete, in the caller's tenant scope and in one transaction, every learning row of ``user_id``: their own
     phrases, aliases, blocks and candidates, their disambiguations and signals, their evidence, the records of what
     was resolved for them (the fit's labels) and their own classifier heads; then every audit-trail row that names
-    them (a deletion writes one more). Global rows hold no user: a global phrase or candidate the user's clicks
-    helped make stays, as the tenant's vocabulary. ``dry_run``: count only.
+    them (a deletion writes one more). Global rows hold no user: a global phrase stays, as the tenant's vocabulary,
+    and so does a global candidate others proposed too; a pending global candidate only the user's clicks proposed
+    goes (``_global_candidates_only_of``). ``dry_run``: count only (the audit-trail rows counted include the one
+    each deletion would write).
 
     The user's disambiguation requests are locked first, in key order, as a click (``disambiguation_select``) and its
     learning (``disambiguation_signals_process``) lock theirs first: one of them running meanwhile finishes before
@@ -54,20 +98,28 @@ def user_learning_erase(*, user_id: str, dry_run: bool = False) -> dict:
         if not dry_run:
             # the user's requests first (a click and its learning lock theirs first), then the rows an approval or a
             # correction locks, each in key order, as they do
-            for model in (DisambiguationRequest, LearningCandidate, LearnedPhrase):
-                list(model.objects.filter(user_id=user_id).order_by("pk").select_for_update().values_list("pk"))
+            list(DisambiguationRequest.objects.filter(user_id=user_id).order_by("pk").select_for_update().values_list("pk"))
+        global_candidates = _global_candidates_only_of(user_id)
+        if not dry_run:
+            for model in (LearningCandidate, LearnedPhrase):
+                qs = _of_user(model, user_id, global_candidates)
+                list(qs.order_by("pk").select_for_update().values_list("pk"))
+            # locked: a click processed meanwhile may have added an occurrence; read again under the lock
+            global_candidates = _global_candidates_only_of(user_id)
         for model in USER_MODELS:
             if hasattr(model, "history"):
-                ids = set(model.objects.filter(user_id=user_id).values_list("pk", flat=True))
-                ids |= set(model.history.model.objects.filter(user_id=user_id).values_list("id", flat=True))
+                ids = set(_of_user(model, user_id, global_candidates).values_list("pk", flat=True))
+                ids |= set(_history_of_user(model, user_id, global_candidates).values_list("id", flat=True))
                 objects[model._meta.label] = sorted(ids)
         for model in USER_MODELS:
-            qs = _of_user(model, user_id)
+            qs = _of_user(model, user_id, global_candidates)
             rows[model._meta.db_table] = qs.count() if dry_run else qs.delete()[1].get(model._meta.label, 0)
         for model in USER_MODELS:
             if hasattr(model, "history"):
-                qs = model.history.model.objects.filter(user_id=user_id)
-                history[model.history.model._meta.db_table] = qs.count() if dry_run else qs.delete()[0]
+                qs = _history_of_user(model, user_id, global_candidates)
+                table = model.history.model._meta.db_table
+                # a deletion writes one audit-trail row per row deleted: a dry run counts it too
+                history[table] = qs.count() + rows[model._meta.db_table] if dry_run else qs.delete()[0]
         if not dry_run:
             transaction.on_commit(decision_cache_clear)  # this process forgets the user's heads at once
     rows = {k: v for k, v in rows.items() if v}

@@ -9,7 +9,7 @@ from memories.services.shared import user_lock
 def user_memories_erase(*, user_id: str, dry_run: bool = False) -> dict:
     """Delete, in the caller's tenant scope and in one transaction, every memory of ``user_id`` in every namespace
     and agent's scope (with the write decisions that explain them), their quarantined lessons and retrieval logs,
-    then every audit-trail row that names them. Each (namespace, agent) scope's lock is taken first, so an observe
+    then every audit-trail row that names them (a dry run counts the one each deletion would write). Each (namespace, agent) scope's lock is taken first, so an observe
     running meanwhile finishes before, or starts after. ``dry_run``: count only.
 
     Answers ``{"rows": {table: n}, "history": {table: n}, "objects": {model label: ids}}`` (the ids of the user's
@@ -39,7 +39,10 @@ def user_memories_erase(*, user_id: str, dry_run: bool = False) -> dict:
         for model in models:
             if hasattr(model, "history"):
                 qs = model.history.model.objects.filter(user_id=user_id)
-                history[model.history.model._meta.db_table] = qs.count() if dry_run else qs.delete()[0]
+                # a deletion writes one audit-trail row per row deleted: a dry run counts it too
+                history[model.history.model._meta.db_table] = (
+                    qs.count() + rows[model._meta.db_table] if dry_run else qs.delete()[0]
+                )
     rows = {k: v for k, v in rows.items() if v}
     history = {k: v for k, v in history.items() if v}
     return {"rows": rows, "history": history, "objects": objects}
