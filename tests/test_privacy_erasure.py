@@ -403,3 +403,50 @@ def test_an_erasure_and_a_quarantine_release_of_the_user_run_one_after_the_other
     with tenant_scope([tenant]):  # the release finished first; the erasure then took what it stored
         assert not Memory.objects.filter(user_id="alice").exists()
         assert not MemoryQuarantine.objects.filter(user_id="alice").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("writer", ["confirmation", "correction"])
+def test_an_erasure_during_a_confirmation_or_correction_waits_and_erases_all_it_wrote(cbus, monkeypatch, writer):
+    import threading
+    import time
+
+    from django.db import connection
+
+    import learning.services.decisions as decisions
+
+    api = make_client(["resolve", "feedback"], name="assistant")
+    assert api.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "alice"}, format="json").status_code == 200
+    labelling, answers, due = threading.Event(), {}, decisions._refit_if_due
+
+    def labelled_then_wait():  # the writer has added the phrase and evidence and labelled the record; not committed
+        labelling.set()
+        time.sleep(1.5)
+        due()
+
+    monkeypatch.setattr(decisions, "_refit_if_due", labelled_then_wait)
+    url, body = {
+        "confirmation": ("/api/v1/resolutions/confirm", {"text": "list all cbus", "verb": "cbu.list"}),
+        "correction": (
+            "/api/v1/resolutions/correct",
+            {"text": "list all cbus", "wrong_verb": "cbu.list", "correct_verb": "cbu.show"},
+        ),
+    }[writer]
+
+    def write():
+        try:
+            answers[writer] = api.post(url, {**body, "user_id": "alice"}, format="json").status_code
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    assert labelling.wait(20)
+    root = reviewer_client(reviewer_user("root", superuser=True))
+    erased = root.post(ERASE, {"user_id": "alice", "tenant": "default"}, format="json")
+    thread.join(30)
+    assert answers[writer] == 200 and erased.status_code == 200, (answers, erased.content[:300])
+    assert erased.json()["rows"]["learning_learnedphrase"] == 1  # it waited for the writer, and took what it wrote
+    for model in (LearnedPhrase, PhraseEvidence, ResolutionRecord, DisambiguationRequest):
+        assert not model.objects.filter(user_id="alice").exists(), model
+    assert not LearnedPhrase.history.filter(user_id="alice").exists()

@@ -19,7 +19,12 @@ from learning.services.blocks import _verb_by_name, block_refusal_check
 from learning.services.candidates import candidate_record, candidates_close_for_correction
 from learning.services.decisions import resolution_label
 from learning.services.evidence import phrase_evidence_add, phrase_evidence_overrule
-from learning.services.phrases import _phrase_length_check, learned_phrase_lock_or_create, phrase_text_lock
+from learning.services.phrases import (
+    _phrase_length_check,
+    learned_phrase_lock_or_create,
+    phrase_text_lock,
+    user_learning_lock,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +64,14 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
     )
     if user_id is None:
         result = _correction_global(text=text, normalized=normalized, wrong=wrong, correct=correct)
-    else:
+        with transaction.atomic():  # the decision's label: the resolution of this text was wrong (or asked wrongly)
+            resolution_label(source="correction", gold_verb=correct.name, user_id=user_id, text=text)
+        return result
+    with transaction.atomic():  # the user's phrase, anchors, evidence and label: an erasure of the user waits for all
+        user_learning_lock(user_id=user_id)
         result = _correction_user(
             text=text, normalized=normalized, wrong=wrong, correct=correct, user_id=user_id, vectors=vectors, model=model
         )
-    with transaction.atomic():  # the decision's label: the resolution of this text was wrong (or asked wrongly)
         resolution_label(source="correction", gold_verb=correct.name, user_id=user_id, text=text)
     return result
 
@@ -194,6 +202,7 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
     )
     s = settings
     with transaction.atomic():
+        user_learning_lock(user_id=user_id)  # an erasure of the user waits for the phrase, evidence and label, or runs first
         row, created = learned_phrase_lock_or_create(
             phrase=text,
             normalized=normalized,

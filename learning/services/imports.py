@@ -12,6 +12,7 @@ from embeddings.services import embedding_assign, embeddings_by_text
 from learning import selectors
 from learning.models import LearnedPhrase, Verb
 from learning.resolution import profile
+from learning.services.phrases import user_learning_lock
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,8 @@ def phrases_import(
     now = timezone.now()
     try:
         with transaction.atomic():
+            if user_id:
+                user_learning_lock(user_id=user_id)  # an erasure of the user waits for the import, or runs first
             _import_lock()
             # decided again under the lock: a concurrent import of the same rows has committed by now
             existing = selectors.import_existing(normalized=list(plan), user_id=user_id)

@@ -77,6 +77,19 @@ def phrase_texts_lock(*, texts) -> None:
         )
 
 
+def user_learning_lock(*, user_id: str, exclusive: bool = False) -> None:
+    """Inside a transaction: hold the tenant's lock on one user's learning until its end. A writer that adds several
+    rows of the user (a confirmation, a correction, an import into the user's scope) takes it shared, first; the
+    erasure of the user (``user_learning_erase``) takes it ``exclusive``, first: it waits for the writers running,
+    whose rows it then sees, and the writers after it wait for it. Writers never wait on each other."""
+    fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {fn}(hashtextextended('learning:user:' || coalesce(tenants_current_id()::text, '') || ':' || %s, 0))",
+            [user_id],
+        )
+
+
 _AS_REQUEST = object()  # history_user not given: django-simple-history records the request's user, if any
 
 
