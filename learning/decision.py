@@ -61,9 +61,13 @@ BOUND_Z = 1.28  # one-sided 90% bound on the wrong count
 SUPPORT_QUANTILE = 0.01  # the guard loses at most 1% of right answers by construction
 HEAD_C = 10.0
 HEAD_MAX_ITER = 300  # a cap, not a budget: fits stop at the tolerance well before it
+# The solver's tolerance: on HWU64's 8,954 training utterances plus its catalogue, 1e-4 reached the same test accuracy
+# as 1e-5 (91.1 and 91.0% top-1) in 46 iterations cold instead of 68, and 17 warm instead of 36 (a refit 200 labels
+# later): the refits of a deployment that learns all day cost half as much.
+HEAD_TOL = 1e-4
 # How a head is trained (features, weighting, solver tolerance): part of every head's inputs digest, so a change
 # here retrains stored heads instead of reusing them. Change it with any change to head_train or lexical.
-HEAD_FORMAT = "lr-balanced-tol1e-5+char_wb2-4-sublinear-v1"
+HEAD_FORMAT = "lr-balanced-tol1e-4+char_wb2-4-sublinear-v1"
 ALPHA = 0.5  # ranking blend: anchor weight
 # The head's lexical features: character 2- to 4-grams within word boundaries, hashed into LEX_FEATURES columns
 # (stateless: a head stores weights only, no vocabulary), sublinear counts, each row L2-normalised like the
@@ -124,8 +128,8 @@ def head_train(X, y, n_verbs: int, sample_weight=None, C: float = HEAD_C, warm: 
     """Multinomial LR over anchor embeddings X (classes: verb indices 0..n_verbs-1) and, with ``texts`` (the
     anchors' normalised texts), their lexical features; balanced class weights so verbs with few anchors are not
     drowned. Answers {W ((d [+ LEX_FEATURES]) x V), b (V), classes} or None (fewer than 2 verbs).
-    ``warm``: a previous head over the same verbs and features; the refit starts from it (to the same tolerance:
-    on 10,000 anchors of 64 verbs it converged in about 50 iterations instead of about 95)."""
+    ``warm``: a previous head over the same verbs and features; the refit starts from it (to the same tolerance,
+    ``HEAD_TOL``, in about half the iterations)."""
     X = _head_inputs(X, texts)
     y = np.asarray(y, dtype=np.int64)
     classes = np.unique(y)
@@ -142,7 +146,7 @@ def head_train(X, y, n_verbs: int, sample_weight=None, C: float = HEAD_C, warm: 
     )
     from sklearn.linear_model import LogisticRegression
 
-    clf = LogisticRegression(C=C, max_iter=HEAD_MAX_ITER, tol=1e-5, warm_start=use_warm)
+    clf = LogisticRegression(C=C, max_iter=HEAD_MAX_ITER, tol=HEAD_TOL, warm_start=use_warm)
     if use_warm and len(classes) > 2:
         clf.coef_ = warm["W"][:, classes].T.astype(np.float64).copy()
         clf.intercept_ = warm["b"][classes].astype(np.float64).copy()

@@ -30,7 +30,7 @@ from learning.selectors.decisions import (
     decision_state,
     decision_user_anchor_rows,
     head_cache_bytes,
-    labels_since,
+    labels_since_newest_fit,
     shadow_figures,
     users_with_phrases,
 )
@@ -91,7 +91,7 @@ __all__ = [
     "entity_alias_resolve",
     "gold_labels",
     "import_existing",
-    "labels_since",
+    "labels_since_newest_fit",
     "learned_exact",
     "learning_stats",
     "leave_one_out_scores",

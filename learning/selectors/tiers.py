@@ -462,6 +462,8 @@ def block_applying(
     cannot be compared (no vector for the text, or none of ``model`` for the block) answers too: what cannot be
     checked against a block is not learned; with ``comparable_only`` it does not."""
     blocks = active_blocks(user_id=user_id).filter(verb=verb)
+    if not blocks.exists():  # as a rule: one statement for a write that no block concerns
+        return None
     same_text = blocks.filter(normalized=normalized).first()
     if same_text is not None:
         return same_text

@@ -129,8 +129,8 @@ def _refit_sent_key() -> str:
 
 
 def _refit_due() -> bool:
-    newest = DecisionFit.objects.filter(source=DecisionFit.Source.LABELS).order_by("-version").values("created_at").first()
-    return selectors.labels_since(newest["created_at"] if newest else None) >= settings.RESOLVE_REFIT_EVERY_LABELS
+    every = settings.RESOLVE_REFIT_EVERY_LABELS
+    return selectors.labels_since_newest_fit(at_most=every) >= every
 
 
 def _refit_if_due() -> None:
