@@ -9,8 +9,9 @@ from memories.services.shared import user_lock
 def user_memories_erase(*, user_id: str, dry_run: bool = False) -> dict:
     """Delete, in the caller's tenant scope and in one transaction, every memory of ``user_id`` in every namespace
     and agent's scope (with the write decisions that explain them), their quarantined lessons and retrieval logs,
-    then every audit-trail row that names them (a dry run counts the one each deletion would write). Each (namespace, agent) scope's lock is taken first, so an observe
-    running meanwhile finishes before, or starts after. ``dry_run``: count only.
+    then every audit-trail row that names them. Each (namespace, agent) scope's lock is taken first, so an observe
+    running meanwhile finishes before, or starts after. ``dry_run``: count only (the audit-trail rows counted
+    include the one each deletion would write).
 
     Answers ``{"rows": {table: n}, "history": {table: n}, "objects": {model label: ids}}`` (the ids of the user's
     memories the audit trail knew, deleted ones included, and of their quarantined items, for the logs that name
