@@ -388,6 +388,9 @@ class LearningSignal(TenantOwned):
     rejected_alternatives = models.JSONField(default=list, blank=True)
     result = models.CharField(max_length=12, choices=Result.choices, blank=True, default="")
     candidate_id = models.BigIntegerField(null=True, blank=True, help_text="The learning candidate it fed, if any")
+    global_candidate_id = models.BigIntegerField(
+        null=True, blank=True, help_text="The global candidate a click counted toward, if any (one occurrence of it)"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     processed_at = models.DateTimeField(null=True, blank=True)
 

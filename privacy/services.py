@@ -34,8 +34,9 @@ def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> 
     """Delete every row of ``user_id`` in the caller's tenant scope, in one transaction: what the resolver learned
     from them and answered them (learning), their memories (memories), and their texts in the logs that name them:
     the review log (the decisions on their candidates and quarantined lessons stay, without the texts) and the
-    admin's log of changes. Rows the user never appears in stay: global phrases and candidates, the agents' feedback
-    on actions, API keys. An idempotent request's stored answer may still quote them until it expires
+    admin's log of changes. A pending global candidate only the user's clicks proposed goes too. Rows the user never
+    appears in stay: global phrases, global candidates others proposed too or a reviewer decided, the agents'
+    feedback on actions, API keys. An idempotent request's stored answer may still quote them until it expires
     (``API_IDEMPOTENCY_TTL_S``). ``actor`` (who asked) goes to the log line, with the tenant, not the user id.
 
     ``dry_run``: count, delete nothing (the audit-trail rows counted include the one each deletion would write).

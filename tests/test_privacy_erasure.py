@@ -20,6 +20,7 @@ from learning.models import (
 )
 from learning.services.blocks import phrase_block_add
 from learning.services.candidates import candidate_record
+from learning.services.corrections import phrase_correction_apply
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval
 from privacy.services import user_data_erase
 from review.models import Decision, Kind
@@ -154,9 +155,14 @@ def test_a_pending_global_candidate_only_the_users_clicks_proposed_goes_too(used
     shared = LearningCandidate.objects.get(user_id__isnull=True, normalized="every cbu there is", suggested_output=shared_verb)
     assert only_hers.occurrence_count == 1 and shared.occurrence_count == 2  # alice and bob both clicked the second
     bobs = LearningCandidate.objects.get(user_id__isnull=True, normalized="cbus i have", status="pending")
-    agents = candidate_record(
-        input_pattern="cbus of mine please", suggested_output="cbu.delete", user_id=None, source="api", confidence=0.5
-    )
+    corrected_verb = click("all my cbus please", "alice")
+    corrected = LearningCandidate.objects.get(user_id__isnull=True, normalized="all my cbus please")
+    wrong = next(v for v in ("cbu.list", "cbu.show") if v != corrected_verb)
+    phrase_correction_apply(
+        text="all my cbus please", wrong_verb=wrong, correct_verb=corrected_verb, user_id=None
+    )  # a global correction of the same text to the same verb: one more occurrence, not alice's
+    corrected.refresh_from_db()
+    assert corrected.occurrence_count == 2
 
     counted = user_data_erase(user_id="alice", dry_run=True)
     assert LearningCandidate.objects.filter(pk=only_hers.pk).exists()
@@ -164,7 +170,7 @@ def test_a_pending_global_candidate_only_the_users_clicks_proposed_goes_too(used
     assert not LearningCandidate.objects.filter(pk=only_hers.pk).exists()
     assert not LearningCandidate.history.filter(id=only_hers.pk).exists()
     assert LearningCandidate.objects.filter(pk=shared.pk).exists()  # bob proposed it too: it stays, his words as well
-    assert LearningCandidate.objects.filter(pk=agents.pk).exists()  # another proposal of the same text, not a click
+    assert LearningCandidate.objects.filter(pk=corrected.pk).exists()  # a correction proposed it too
     assert LearningCandidate.objects.filter(pk=bobs.pk).exists()  # alice's click went into the rejected one before it
     # the dry run counted what the erasure deleted, the audit rows the deletions write included
     assert counted["rows"] == erased["rows"] and counted["history"] == erased["history"]
@@ -416,13 +422,15 @@ def test_an_erasure_during_a_confirmation_or_correction_waits_and_erases_all_it_
     import learning.services.decisions as decisions
 
     api = make_client(["resolve", "feedback"], name="assistant")
+    root = reviewer_client(reviewer_user("root", superuser=True))
     assert api.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "alice"}, format="json").status_code == 200
-    labelling, answers, due = threading.Event(), {}, decisions._refit_if_due
+    labelling, answers, due, times = threading.Event(), {}, decisions._refit_if_due, {}
 
     def labelled_then_wait():  # the writer has added the phrase and evidence and labelled the record; not committed
         labelling.set()
         time.sleep(1.5)
         due()
+        times["writer_done"] = time.monotonic()
 
     monkeypatch.setattr(decisions, "_refit_if_due", labelled_then_wait)
     url, body = {
@@ -442,10 +450,11 @@ def test_an_erasure_during_a_confirmation_or_correction_waits_and_erases_all_it_
     thread = threading.Thread(target=write)
     thread.start()
     assert labelling.wait(20)
-    root = reviewer_client(reviewer_user("root", superuser=True))
+    times["erasure_sent"] = time.monotonic()
     erased = root.post(ERASE, {"user_id": "alice", "tenant": "default"}, format="json")
     thread.join(30)
     assert answers[writer] == 200 and erased.status_code == 200, (answers, erased.content[:300])
+    assert times["erasure_sent"] < times["writer_done"]  # the erasure began while the writer held its rows
     assert erased.json()["rows"]["learning_learnedphrase"] == 1  # it waited for the writer, and took what it wrote
     for model in (LearnedPhrase, PhraseEvidence, ResolutionRecord, DisambiguationRequest):
         assert not model.objects.filter(user_id="alice").exists(), model

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Count, Exists, Q, Subquery, Sum
+from django.db.models import Count, Q, Sum
 
 from learning import decision
 from learning.models import (
@@ -157,12 +157,12 @@ def decision_labels(*, window: int) -> list[dict]:
 
 def labels_since_newest_fit(*, at_most: int) -> int:
     """How many labels arrived since the newest fit from labels was made (all of them before the first), counted up
-    to ``at_most``: one statement, which stops counting there (a label asks it, on every label)."""
-    newest = DecisionFit.objects.filter(source=DecisionFit.Source.LABELS).order_by("-version").values("created_at")[:1]
-    qs = ResolutionRecord.objects.filter(label__isnull=False, features__isnull=False).filter(
-        Q(labelled_at__gt=Subquery(newest)) | ~Exists(newest)
-    )
-    return qs[: max(at_most, 0)].count()
+    to ``at_most``: the count stops there (a label asks it, on every label), on the ``labelled_at`` index."""
+    newest = DecisionFit.objects.filter(source=DecisionFit.Source.LABELS).order_by("-version").values("created_at").first()
+    qs = ResolutionRecord.objects.filter(label__isnull=False, features__isnull=False)
+    if newest is not None:
+        qs = qs.filter(labelled_at__gt=newest["created_at"])
+    return qs.order_by()[: max(at_most, 0)].count()
 
 
 def shadow_figures(version: int) -> dict:

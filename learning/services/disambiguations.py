@@ -306,6 +306,7 @@ def disambiguation_signals_process(*, request_pk: int) -> dict:
             counts["already_processed"] = row is not None
             return counts
         phrase_texts_lock(texts=[s.normalized for s in pending])  # in one order: a correction takes one of them first
+        now = timezone.now()
         rejected_confidence = settings.FEEDBACK_SIGNAL_CONFIDENCE["rejected"]
         evidence = []
         for s in pending:
@@ -349,14 +350,14 @@ def disambiguation_signals_process(*, request_pk: int) -> dict:
             else:
                 # Gold labels count toward a global candidate a reviewer decides on.
                 if s.outcome == LearningSignal.Outcome.SELECTED_ALT and s.user_id:
-                    candidate_record(
+                    s.global_candidate_id = candidate_record(
                         input_pattern=s.phrase,
                         suggested_output=s.verb,
                         user_id=None,
                         source=s.source,
                         confidence=s.confidence,
                         rejected_alternatives=s.rejected_alternatives,
-                    )
+                    ).pk
                 candidate = candidate_record(
                     input_pattern=s.phrase,
                     suggested_output=s.verb,
@@ -375,10 +376,10 @@ def disambiguation_signals_process(*, request_pk: int) -> dict:
                         s.result = LearningSignal.Result.PROMOTED
                     except ApplicationError as exc:  # a block, a verb retired, a phrase taught on purpose: a reviewer decides
                         logger.info("candidate %s not promoted, left to review: %s", candidate.pk, exc.message)
-            s.processed_at = timezone.now()  # after the candidate it fed was created: the erasure orders them so
+            s.processed_at = now
             counts[s.result] += 1
-        LearningSignal.objects.bulk_update(pending, ["result", "candidate_id", "processed_at"])
-        row.processed_at = timezone.now()
+        LearningSignal.objects.bulk_update(pending, ["result", "candidate_id", "global_candidate_id", "processed_at"])
+        row.processed_at = now
         row.save(update_fields=["processed_at"])
     logger.info("disambiguation %s learned from: %s", row.request_id, counts)
     return counts

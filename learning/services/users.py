@@ -1,7 +1,7 @@
 """Erasure of one user's learning data (a data subject's request): every row that names the user, and its history."""
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 
 from learning.models import (
     DecisionHead,
@@ -32,36 +32,25 @@ USER_MODELS = (
 
 
 def _global_candidates_only_of(user_id: str) -> list[int]:
-    """Pending global candidates every occurrence of which is one of this user's clicks: each click the signals'
-    processing accumulated (or promoted) in the user's scope added one occurrence to the global candidate of the same
-    text and verb (``disambiguation_signals_process``, which marks a signal processed after that). The clicks
-    processed since the pending candidate was created are the user's occurrences of it (those before went into an
-    earlier one, decided since); when they are all of its occurrences, it holds only this user's words. A candidate
-    others proposed too (another user, an agent, a correction) has more occurrences, and stays."""
-    clicks = LearningSignal.objects.filter(
-        Q(user_id=user_id) | Q(request__user_id=user_id),
-        outcome=LearningSignal.Outcome.SELECTED_ALT,
-        result__in=(LearningSignal.Result.ACCUMULATED, LearningSignal.Result.PROMOTED),
-    ).values_list("normalized", "verb", "processed_at")
-    by_proposal: dict[tuple, list] = {}
-    for normalized, verb, processed_at in clicks:
-        by_proposal.setdefault((normalized, verb), []).append(processed_at)
-    if not by_proposal:
-        return []
-    named = Q(pk__in=[])
-    for normalized, verb in by_proposal:
-        named |= Q(normalized=normalized, suggested_output=verb)
-    candidates = LearningCandidate.objects.filter(
-        named,
-        user_id__isnull=True,
-        candidate_type=LearningCandidate.Type.INVOCATION_PHRASE,
-        status=LearningCandidate.Status.PENDING,
-    ).values_list("pk", "normalized", "suggested_output", "occurrence_count", "created_at")
-    return sorted(
-        pk
-        for pk, normalized, verb, occurrences, created_at in candidates
-        if occurrences <= sum(1 for at in by_proposal[(normalized, verb)] if at is not None and at >= created_at)
+    """Pending global candidates every occurrence of which is one of this user's clicks: a click the signals'
+    processing accumulated in the user's scope counts one occurrence toward the global candidate of the same text
+    and verb, and its signal names that candidate (``global_candidate_id``). When the user's clicks are all of its
+    occurrences, the candidate holds only this user's words. One others proposed too (another user, an agent, a
+    correction) has more occurrences, and stays; so does one whose clicks are no longer known (their
+    disambiguations purged after ``RESOLUTION_RETENTION_DAYS``, or counted before signals named the candidate)."""
+    counted = (
+        LearningSignal.objects.filter(Q(user_id=user_id) | Q(request__user_id=user_id), global_candidate_id__isnull=False)
+        .values("global_candidate_id")
+        .annotate(n=Count("id"))
+        .values_list("global_candidate_id", "n")
     )
+    clicks = dict(counted)
+    if not clicks:
+        return []
+    pending = LearningCandidate.objects.filter(
+        pk__in=list(clicks), user_id__isnull=True, status=LearningCandidate.Status.PENDING
+    ).values_list("pk", "occurrence_count")
+    return sorted(pk for pk, occurrences in pending if occurrences <= clicks[pk])
 
 
 def _of_user(model, user_id: str, global_candidates: list[int]):
@@ -88,9 +77,11 @@ def user_learning_erase(*, user_id: str, dry_run: bool = False) -> dict:
     goes (``_global_candidates_only_of``). ``dry_run``: count only (the audit-trail rows counted include the one
     each deletion would write).
 
-    The user's disambiguation requests are locked first, in key order, as a click (``disambiguation_select``) and its
-    learning (``disambiguation_signals_process``) lock theirs first: one of them running meanwhile finishes before
-    the erasure reads what to delete, or finds its request gone.
+    The user's learning lock is taken first, exclusive (``user_learning_lock``: a confirmation, a correction or an
+    import of the user's running meanwhile finishes first, one arriving waits); then the user's disambiguation
+    requests, in key order, as a click (``disambiguation_select``) and its learning
+    (``disambiguation_signals_process``) lock theirs first: one of them running meanwhile finishes before the
+    erasure reads what to delete, or finds its request gone.
 
     Answers ``{"rows": {table: n}, "history": {table: n}, "objects": {model label: ids}}``: the ids of every object
     of the user's that the audit trail knew (deleted ones included), for the logs that name them."""
