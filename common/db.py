@@ -14,6 +14,18 @@ from django.db.models.expressions import DatabaseDefault
 ASYNC_COMMIT = ("SET LOCAL synchronous_commit TO OFF",)
 
 
+def tenant_lock(namespace: str, key: str | None = None, *, shared: bool = False) -> None:
+    """Inside a transaction: hold an advisory lock until it ends, on ``namespace`` (ending in ':') in the tenant the
+    database gives the rows written (``tenants_current_id()``), and ``key`` when given; ``shared`` holders never wait on
+    each other, only on an exclusive one."""
+    fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {fn}(hashtextextended(%s::text || coalesce(tenants_current_id()::text, '') || coalesce(':' || %s::text, ''), 0))",
+            [namespace, key],
+        )
+
+
 class VectorParam:
     """A query vector as a statement parameter (``%(q)s::vector``): sent in pgvector's binary form by a prepared
     statement (1.5 kB instead of 8 kB of text formatted and parsed again), as its text literal otherwise."""

@@ -2,10 +2,11 @@
 
 import logging
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from common.api import ApplicationError, Conflict
+from common.db import tenant_lock
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_by_text
@@ -230,10 +231,7 @@ def _import_classify(plan: dict, existing: dict) -> tuple[list, list, list]:
 def _import_lock() -> None:
     """Inside the write transaction: wait for any other import into the same tenant (the one its rows land in,
     whatever scope each import runs in) to commit."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended('learning:import:' || coalesce(tenants_current_id()::text, ''), 0))"
-        )
+    tenant_lock("learning:import:")
 
 
 def _import_write(*, plan, added, updated, existing, vectors, model, user_id, source, now) -> None:

@@ -5,6 +5,7 @@ import logging
 from django.db import IntegrityError, connection, transaction
 
 from common.api import ApplicationError, Conflict, NotFound
+from common.db import tenant_lock
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import LearnedPhrase, Verb
@@ -82,12 +83,7 @@ def user_learning_lock(*, user_id: str, exclusive: bool = False) -> None:
     rows of the user (a confirmation, a correction, an import into the user's scope) takes it shared, first; the
     erasure of the user (``user_learning_erase``) takes it ``exclusive``, first: it waits for the writers running,
     whose rows it then sees, and the writers after it wait for it. Writers never wait on each other."""
-    fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {fn}(hashtextextended('learning:user:' || coalesce(tenants_current_id()::text, '') || ':' || %s, 0))",
-            [user_id],
-        )
+    tenant_lock("learning:user:", user_id, shared=not exclusive)
 
 
 _AS_REQUEST = object()  # history_user not given: django-simple-history records the request's user, if any

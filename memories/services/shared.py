@@ -3,11 +3,12 @@
 import logging
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from common.db import tenant_lock
 from common.tasks import task_send
 from memories.models import Memory, MemoryStatus
 from tenants.context import private_agent_id
@@ -28,11 +29,7 @@ def user_lock(*, namespace: str, user_id: str, private_agent: int | None | objec
     other tenants or agents never wait on each other."""
     # the tenant as the database gives it to the rows written (the ``tenant`` column's default)
     key = f"{private_agent_id() if private_agent is _ACTING else private_agent}:{namespace}:{user_id}"
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended('memory:' || coalesce(tenants_current_id()::text, '') || ':' || %s, 0))",
-            [key],
-        )
+    tenant_lock("memory:", key)
 
 
 def embedding_schedule(*, ids: list[int]) -> None:
