@@ -304,7 +304,6 @@ def main():
             curve.append({"interactions": i, **summary(outcomes(test))})
             tqdm.write(f"@{i} {curve[-1]}")
     stream_s = time.perf_counter() - t0
-    disk.save()  # the variants the stream embedded (learning.variants): the next run reads them
     fixed_final = fixed_rule(test)
     disk.merge()
     t1 = time.perf_counter()
@@ -312,7 +311,7 @@ def main():
     for i in tqdm(range(0, len(others), 256), desc=f"embedding ({other_ds} test)", unit="batch"):
         embedder.embed_batch(others[i : i + 256])
     embed_s += time.perf_counter() - t1
-    disk.save()
+    disk.save()  # with the variants the stream embedded (learning.variants): the next run reads them
     oos, oos_verbs = oos_caught(other)
     from learning.models import DecisionFit  # bench only (outside the apps' layering)
 
