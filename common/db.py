@@ -121,12 +121,9 @@ def rows_fetch(
     return rows
 
 
-def row_insert(obj, *, before: tuple[str, ...] = ()) -> None:
-    """INSERT ``obj`` (a new instance) and set its primary key: each field prepared as the ORM prepares it
-    (``pre_save`` fills auto_now_add; ``get_db_prep_save`` adapts JSON, UUIDs, ...), a field left to its
-    database default is left out. No signals are sent, no history is written: for models that have neither
-    (resolution and disambiguation records), where the ORM's compiler costs a millisecond a request. ``before``:
-    ``SET LOCAL`` lines sent with it (``rows_fetch``)."""
+def _insert_statement(obj) -> tuple[str, list]:
+    """The INSERT of ``obj`` (a new instance) with its values, each field prepared as the ORM prepares it (``pre_save``
+    fills auto_now_add; ``get_db_prep_save`` adapts JSON, UUIDs, ...); a field left to its database default is left out."""
     meta = obj._meta
     columns, values = [], []
     for field in meta.concrete_fields:
@@ -141,10 +138,40 @@ def row_insert(obj, *, before: tuple[str, ...] = ()) -> None:
         f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({', '.join(columns)}) "
         f"VALUES ({', '.join(['%s'] * len(values))}) RETURNING {connection.ops.quote_name(meta.pk.column)}"
     )
-    with connection.cursor() as cursor:
-        obj.pk = rows_fetch(cursor, sql, values, before=before, prepared=True)[0][0]
+    return sql, values
+
+
+def _inserted(obj, pk) -> None:
+    obj.pk = pk
     obj._state.adding = False
     obj._state.db = connection.alias
+
+
+def row_insert(obj, *, before: tuple[str, ...] = ()) -> None:
+    """INSERT ``obj`` (a new instance) and set its primary key. No signals are sent, no history is written: for
+    models that have neither (resolution and disambiguation records), where the ORM's compiler costs a
+    millisecond a request. ``before``: ``SET LOCAL`` lines sent with it (``rows_fetch``)."""
+    rows_insert([obj], before=before)
+
+
+def rows_insert(objs, *, before: tuple[str, ...] = ()) -> None:
+    """``row_insert`` for several new instances: with prepared statements, all of them and the ``before`` lines go in
+    one pipeline (one round trip); otherwise one statement each, the lines sent with the first."""
+    sqls = [_insert_statement(obj) for obj in objs]
+    prepared = _prepared_cursor() if sqls else None
+    if prepared is None:
+        with connection.cursor() as cursor:
+            for i, (obj, (sql, values)) in enumerate(zip(objs, sqls, strict=True)):
+                _inserted(obj, rows_fetch(cursor, sql, values, before=before if i == 0 else ())[0][0])
+        return
+    cursors = [prepared] + [_prepared_cursor() for _ in sqls[1:]]  # one cursor a statement: each keeps its result
+    with connection.cursor() as cursor, connection.wrap_database_errors, connection.connection.pipeline():
+        for line in before:
+            cursor.execute(line)
+        for prepared_cursor, (sql, values) in zip(cursors, sqls, strict=True):
+            prepared_cursor.execute(sql, values)
+    for obj, prepared_cursor in zip(objs, cursors, strict=True):
+        _inserted(obj, prepared_cursor.fetchone()[0])
 
 
 # Rows a purge deletes in one transaction: a backlog of millions goes in short transactions (locks, WAL and memory

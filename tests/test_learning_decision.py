@@ -666,6 +666,44 @@ def test_a_record_from_the_plain_insert_reads_back_as_the_orm_would_write_it(big
     assert before <= row.created_at <= timezone.now() and not record._state.adding
 
 
+@pytest.mark.parametrize("prepared", [True, False])
+def test_an_ambiguous_answer_stores_its_two_rows_in_one_round_trip_with_the_commit_setting(big, prepared):
+    """resolution_store: the disambiguation request and the resolution record go in one pipeline with the SET LOCAL
+    line before them (common.db.rows_insert; with prepared statements off, one statement each), and both read back."""
+    from django.db import connection, transaction
+
+    from learning.models import DisambiguationRequest
+    from learning.services.disambiguations import resolution_store
+
+    r = resolve(text="send an email to bob", user_id="bea")
+    r.outcome = "ambiguous"  # whatever this text resolves to: store it as an ambiguous answer
+    connection.ensure_connection()
+    threshold = connection.connection.prepare_threshold
+    in_pipeline = []
+
+    def watch(execute, sql, params, many, context):
+        in_pipeline.append((sql.split()[0], connection.connection._pipeline is not None))
+        return execute(sql, params, many, context)
+
+    try:
+        connection.connection.prepare_threshold = 0 if prepared else None
+        with transaction.atomic(), connection.execute_wrapper(watch):
+            resolution_store(resolution=r, domain="mail")
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT current_setting('synchronous_commit')")
+                assert cursor.fetchone()[0] == "off"
+    finally:
+        connection.connection.prepare_threshold = threshold
+    if prepared:
+        assert in_pipeline[:-1] == [("SET", True), ("INSERT", True), ("INSERT", True)]
+    else:
+        assert not any(piped for _, piped in in_pipeline)
+    request = DisambiguationRequest.objects.get(request_id=uuid.UUID(r.request_id))
+    record = ResolutionRecord.objects.get(request_id=uuid.UUID(r.request_id))
+    assert (request.user_id, request.domain, request.status) == ("bea", "mail", "open")
+    assert (record.outcome, record.domain, record.user_id) == ("ambiguous", "mail", "bea")
+
+
 @pytest.mark.parametrize("binding", ["client", "server"])
 def test_a_statement_and_its_set_local_lines_travel_together_and_the_settings_hold(db, binding):
     """common.db.rows_fetch: the statement's own rows come back, the SET LOCAL lines before it apply to it and

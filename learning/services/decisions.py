@@ -1,7 +1,7 @@
 """The learned auto-resolve decision: record every resolution, label it from the user's answer, refit, run new
 fits in shadow, promote, pin and roll back (docs/thresholds.md).
 
-Flow: learning.api.ResolveApi -> resolution_record (one INSERT per resolve) -> a click / abandon
+Flow: learning.api.ResolveApi -> resolution_store (disambiguations; one INSERT of resolution_row per resolve) -> a click / abandon
 (disambiguations) or a confirmation / correction (corrections) -> resolution_label -> every
 RESOLVE_REFIT_EVERY_LABELS labels (and daily, beat) learning.decision_refit -> decision_refit: promote the
 shadow fit if it earned it, fit the newest labels and the classifier heads into a new version that runs in shadow.
@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from agents.models import Agent
 from common.api import ApplicationError, Conflict
-from common.db import ASYNC_COMMIT, row_insert, rows_delete_in_batches
+from common.db import rows_delete_in_batches
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.embedders import current_model_name
@@ -48,39 +48,34 @@ def _finite_or_none(value):
     return None if isinstance(value, float) and not np.isfinite(value) else value
 
 
-def resolution_record(*, resolution, agent=None, domain: str | None = None) -> ResolutionRecord:
-    """Store one resolution with its explanation: one plain INSERT (common.db.row_insert), committed without
-    waiting for the WAL flush (as disambiguation_record: a crash can lose the last fraction of a second of
-    records, nothing else)."""
+def resolution_row(*, resolution, agent=None, domain: str | None = None) -> ResolutionRecord:
+    """The record of one resolution with its explanation, not yet stored."""
     t, e = resolution.trace or {}, resolution.explanation or {}
-    with transaction.atomic(savepoint=False):  # inside a request: its transaction, no savepoint round trips
-        record = ResolutionRecord(
-            request_id=uuid.UUID(resolution.request_id),
-            agent=agent,
-            user_id=resolution.user_id,
-            text=resolution.text[:2000],
-            normalized=normalize_phrase(resolution.text)[:2000],
-            domain=domain or "",
-            outcome=resolution.outcome,
-            verb=resolution.verb or "",
-            top_verb=t.get("top_verb") or resolution.verb or (resolution.options[0].verb if resolution.options else ""),
-            top_verbs=t.get("top_verbs") or [c.verb for c in resolution.candidates[: settings.RESOLVE_MAX_OPTIONS]],
-            rule=e.get("rule", ResolutionRecord.Rule.FIXED),
-            features=_finite_or_none(t.get("features")),
-            features_open=_finite_or_none(t.get("features_open")),
-            probability=_finite_or_none(t.get("probability")),
-            cut=_finite_or_none(t.get("cut")),
-            fit_version=t.get("fit_version"),
-            margin=_finite_or_none(e.get("margin")),
-            blocks=e.get("blocks", []),
-            penalties=e.get("penalties", {}),
-            degraded_reason=(resolution.degraded_reason or "")[:200],
-            shadow_version=t.get("shadow_version"),
-            shadow_outcome=t.get("shadow_outcome", ""),
-            shadow_verb=t.get("shadow_verb", ""),
-        )
-        row_insert(record, before=ASYNC_COMMIT)
-        return record
+    return ResolutionRecord(
+        request_id=uuid.UUID(resolution.request_id),
+        agent=agent,
+        user_id=resolution.user_id,
+        text=resolution.text[:2000],
+        normalized=normalize_phrase(resolution.text)[:2000],
+        domain=domain or "",
+        outcome=resolution.outcome,
+        verb=resolution.verb or "",
+        top_verb=t.get("top_verb") or resolution.verb or (resolution.options[0].verb if resolution.options else ""),
+        top_verbs=t.get("top_verbs") or [c.verb for c in resolution.candidates[: settings.RESOLVE_MAX_OPTIONS]],
+        rule=e.get("rule", ResolutionRecord.Rule.FIXED),
+        features=_finite_or_none(t.get("features")),
+        features_open=_finite_or_none(t.get("features_open")),
+        probability=_finite_or_none(t.get("probability")),
+        cut=_finite_or_none(t.get("cut")),
+        fit_version=t.get("fit_version"),
+        margin=_finite_or_none(e.get("margin")),
+        blocks=e.get("blocks", []),
+        penalties=e.get("penalties", {}),
+        degraded_reason=(resolution.degraded_reason or "")[:200],
+        shadow_version=t.get("shadow_version"),
+        shadow_outcome=t.get("shadow_outcome", ""),
+        shadow_verb=t.get("shadow_verb", ""),
+    )
 
 
 def resolution_label(

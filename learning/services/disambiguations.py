@@ -11,20 +11,20 @@ from django.utils import timezone
 
 from agents.models import Agent
 from common.api import ApplicationError, Conflict, NotFound
-from common.db import ASYNC_COMMIT, row_insert, rows_delete_in_batches
+from common.db import ASYNC_COMMIT, row_insert, rows_delete_in_batches, rows_insert
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.services import embeddings_compute
 from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, LearningSignal, Verb
 from learning.services.candidates import candidate_approve, candidate_record, candidate_text_fits
-from learning.services.decisions import resolution_label, resolution_record
+from learning.services.decisions import resolution_label, resolution_row
 from learning.services.evidence import phrase_evidence_add_many
 from learning.services.phrases import phrase_texts_lock
 from learning.variants import phrase_variants
 from tenants.context import acting_agent, tenant_scope
 
-# Flow: learning.api.ResolveApi (and the console, MCP) -> resolution_store -> resolution_record (every answer)
-# and disambiguation_record (every ambiguous answer);
+# Flow: learning.api.ResolveApi (and the console, MCP) -> resolution_store -> a resolution record (every answer)
+# and a disambiguation request (every ambiguous answer), one round trip;
 # select/abandon endpoints -> disambiguation_select / disambiguation_abandon (status +
 # learning signals, one transaction) -> feedback.tasks.disambiguation_signals_process_task
 # (on commit; eager by default) -> disambiguation_signals_process: positive signals
@@ -36,6 +36,21 @@ from tenants.context import acting_agent, tenant_scope
 logger = logging.getLogger(__name__)
 
 
+def _disambiguation_row(*, resolution, agent, domain: str | None, channel: str) -> DisambiguationRequest | None:
+    if resolution.outcome != "ambiguous":
+        return None
+    return DisambiguationRequest(
+        request_id=uuid.UUID(resolution.request_id),
+        agent=agent,
+        channel=channel,
+        user_id=resolution.user_id,
+        text=resolution.text[:2000],
+        normalized=normalize_phrase(resolution.text)[:2000],
+        domain=domain or "",
+        options=[asdict(o) for o in resolution.options],
+    )
+
+
 def disambiguation_record(
     *, resolution, agent=None, domain: str | None = None, channel: str = "api"
 ) -> DisambiguationRequest | None:
@@ -45,30 +60,24 @@ def disambiguation_record(
     this transaction only): it sits on the resolve path, and a database crash can at worst lose the
     last fraction of a second of open requests, whose select or abandon then answers 404; it never
     corrupts anything. Every other write keeps the server's setting."""
-    if resolution.outcome != "ambiguous":
-        return None
-    with transaction.atomic(savepoint=False):  # inside a request: its transaction, no savepoint round trips
-        request = DisambiguationRequest(
-            request_id=uuid.UUID(resolution.request_id),
-            agent=agent,
-            channel=channel,
-            user_id=resolution.user_id,
-            text=resolution.text[:2000],
-            normalized=normalize_phrase(resolution.text)[:2000],
-            domain=domain or "",
-            options=[asdict(o) for o in resolution.options],
-        )
-        row_insert(request, before=ASYNC_COMMIT)  # a plain INSERT (no signals or history on this model)
-        return request
+    request = _disambiguation_row(resolution=resolution, agent=agent, domain=domain, channel=channel)
+    if request is not None:
+        with transaction.atomic(savepoint=False):  # inside a request: its transaction, no savepoint round trips
+            row_insert(request, before=ASYNC_COMMIT)  # a plain INSERT (no signals or history on this model)
+    return request
 
 
 def resolution_store(*, resolution, agent=None, domain: str | None = None, channel: str = "api") -> None:
     """Store what a resolve answered, in one transaction: the resolution with its explanation (every answer, so a
     later click, abandon, confirmation or correction labels it for the decision fit) and, for an ``ambiguous``
-    answer, the request with the options shown. Every interface that resolves (REST, console, MCP) calls this."""
+    answer, the request with the options shown (``disambiguation_record``). Every interface that resolves (REST,
+    console, MCP) calls this. Both rows are plain INSERTs sent in one round trip (``common.db.rows_insert``)."""
+    rows = [
+        _disambiguation_row(resolution=resolution, agent=agent, domain=domain, channel=channel),
+        resolution_row(resolution=resolution, agent=agent, domain=domain),
+    ]
     with transaction.atomic(savepoint=False):  # inside a request: its transaction, no savepoint round trips
-        disambiguation_record(resolution=resolution, agent=agent, domain=domain, channel=channel)
-        resolution_record(resolution=resolution, agent=agent, domain=domain)
+        rows_insert([row for row in rows if row is not None], before=ASYNC_COMMIT)
 
 
 def _locked_request(request_id, *, agent_id: int | None, user_id: str | None, channel: str) -> DisambiguationRequest:
