@@ -17,6 +17,7 @@ from actions.selectors import action_by_id
 from autonomy import selectors as autonomy_selectors
 from feedback import selectors as feedback_selectors
 from learning.selectors import review as learning_review
+from learning.selectors.candidates import candidates_readable
 from memories import selectors as memory_selectors
 from review.models import BacklogSnapshot, Claim, Decision, Kind
 
@@ -37,6 +38,7 @@ class KindSpec:
     reject: str
     confirm_approve: bool  # approving changes what an agent may do (or everyone's vocabulary): confirm first
     rejected: Q  # a decided item in this state was rejected; in any other, approved
+    readable: object = None  # () -> QuerySet of the items the caller (an agent's key) may read; None: all in its tenants
 
 
 def _risk(*whens, default=0):
@@ -57,6 +59,7 @@ KINDS: dict[str, KindSpec] = {
         "Reject",
         True,
         Q(status="rejected"),
+        readable=candidates_readable,
     ),
     Kind.PROPOSAL: KindSpec(
         Kind.PROPOSAL,
@@ -314,6 +317,12 @@ def item_get(*, kind: str, pk: int):
     """The item (waiting or not) of that kind, or None (unknown, or another tenant's: the same answer)."""
     spec = KINDS.get(kind)
     return None if spec is None else spec.by_ids([pk]).first()
+
+
+def item_readable(*, kind: str, pk: int) -> bool:
+    """Whether the caller may read the item (an agent's key does not read every kind's every row)."""
+    readable = KINDS[kind].readable
+    return readable is None or readable().filter(pk=pk).exists()
 
 
 def item_is_waiting(*, kind: str, pk: int) -> bool:

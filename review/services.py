@@ -251,6 +251,8 @@ def api_decision_begin(*, kind: str, object_id: int, user) -> list:
     while another reviewer holds it in the inbox. Answers the item as it waits (for ``admin_decisions_record`` once
     the decision is taken), or [] when it does not wait."""
     held = items_hold_for_admin(kind=kind, ids=[object_id], user=user)
+    if held and user is None and not selectors.item_readable(kind=kind, pk=object_id):
+        return []  # an item the agent may not read: its own lookup answers 404, as for an id that does not exist
     if held:
         claim = held[0]
         raise Conflict(

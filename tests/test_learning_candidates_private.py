@@ -89,3 +89,51 @@ def test_a_candidate_of_a_deleted_private_agent_is_left_to_the_reviewers(cbus, r
     _click(private, run_tasks)
     private.agent.delete()
     assert ("alice", "list all cbus") not in _listed(shared) and (None, "list all cbus") not in _listed(shared)
+
+
+def test_a_reviewers_claim_on_a_private_candidate_answers_another_agent_404_not_who_holds_it(cbus, run_tasks):
+    """The inbox's claim is checked before the decision's own lookup: for an item the agent may not read it must
+    answer as for an unknown id (REST and MCP), never with the claim's reviewer and time."""
+    from review.models import Kind
+    from review.services import claim_take
+
+    private, shared = _agent("private", True), _agent("shared", False)
+    _click(private, run_tasks)
+    row = LearningCandidate.objects.get(normalized="list all cbus", user_id="alice")
+    rita = reviewer_user("rita", "review_learningcandidate", "view_learningcandidate")
+    claim_take(kind=Kind.CANDIDATE, object_id=row.pk, tenant_id=row.tenant_id, user=rita)
+    for path, body in ((f"{CANDIDATES}/{row.pk}/approve", {}), (f"{CANDIDATES}/{row.pk}/reject", {"reason": "x"})):
+        answer = shared.post(path, body, format="json")
+        assert answer.status_code == 404 and "rita" not in answer.content.decode(), answer.content
+    for tool, args in (("approve_learning_candidate", {}), ("reject_learning_candidate", {"reason": "x"})):
+        refused = mcp_call(tool, shared.raw, {"candidate_id": row.pk, **args})
+        assert refused.error["http_status"] == 404 and "rita" not in str(refused.error)
+    # A key that may read it still learns why it cannot decide it now.
+    glob = LearningCandidate.objects.get(normalized="list all cbus", user_id__isnull=True)
+    claim_take(kind=Kind.CANDIDATE, object_id=glob.pk, tenant_id=glob.tenant_id, user=rita)
+    other = _agent("other-shared", False)
+    _click(shared, run_tasks)  # shared traffic repeats it: shared keys read it now
+    held = other.post(f"{CANDIDATES}/{glob.pk}/approve", {}, format="json")
+    assert held.status_code == 409 and held.json()["code"] == "claimed", held.content
+    assert LearningCandidate.objects.get(pk=row.pk).status == row.status
+
+
+def test_learning_stats_count_only_what_the_key_may_read(cbus, run_tasks):
+    """Counts are an inference channel too: another agent's key does not see a private agent's users' candidates
+    and phrases in them; the private agent's own key and a reviewer do."""
+    private, shared = _agent("private", True), _agent("shared", False)
+    before = {c: c.get("/api/v1/learning/stats", {"time_range": "all"}).json() for c in (private, shared)}
+    _click(private, run_tasks)
+    after_shared = shared.get("/api/v1/learning/stats", {"time_range": "all"}).json()
+    for field in ("candidates_total", "candidates_by_status", "active_learned_phrases"):
+        assert after_shared[field] == before[shared][field], field
+    assert (
+        mcp_call("learning_stats", shared.raw, {"time_range": "all"}).data["candidates_total"]
+        == before[shared]["candidates_total"]
+    )
+    after_private = private.get("/api/v1/learning/stats", {"time_range": "all"}).json()
+    assert after_private["candidates_total"] > before[private]["candidates_total"]
+    assert after_private["active_learned_phrases"] == before[private]["active_learned_phrases"] + 1
+    from learning.selectors import learning_stats  # no agent acting (a reviewer's page, a command): every row
+
+    assert learning_stats(time_range="all")["candidates_total"] == after_private["candidates_total"]

@@ -93,11 +93,15 @@ def top_pending_candidates(limit: int | None = None) -> list[LearningCandidate]:
 
 
 def learning_stats(*, time_range: str = "week") -> dict:
-    """Counts for reviewers: candidates by status (created within the range), active learnings, top pending phrases."""
+    """Counts for reviewers: candidates by status (created within the range), active learnings, top pending phrases.
+    An agent's key counts only what it may read: not the candidates and phrases of another agent's private users."""
     since = None
     if STATS_RANGES[time_range] is not None:
         since = timezone.now() - STATS_RANGES[time_range]
-    candidates = LearningCandidate.objects.all()
+    candidates = candidates_readable()
+    phrases = LearnedPhrase.objects.filter(is_active=True)
+    if acting_agent_id() is not None:
+        phrases = phrases.filter(Q(private_agent__isnull=True) | Q(private_agent_id=acting_agent_id()))
     if since is not None:
         candidates = candidates.filter(created_at__gte=since)
     by_status = {s: 0 for s in LearningCandidate.Status.values}
@@ -107,7 +111,7 @@ def learning_stats(*, time_range: str = "week") -> dict:
         "since": since,
         "candidates_by_status": by_status,
         "candidates_total": sum(by_status.values()),
-        "active_learned_phrases": LearnedPhrase.objects.filter(is_active=True).count(),
+        "active_learned_phrases": phrases.count(),
         "active_aliases": EntityAlias.objects.filter(is_active=True).count(),
         "active_blocklist_entries": unexpired_blocks().count(),
         "top_pending": top_pending_candidates(),
