@@ -1,8 +1,8 @@
 """The disambiguation console: a page where a signed-in person types requests and clicks options.
 
 The page posts (session cookie + CSRF token) to the console endpoints below,
-which call the same services as the agent API; the console's end-user id is
-``console:<username>``.
+which call the same services as the agent API, with the API's JSON parser; the console's end-user id is
+``console:<username>`` (``console_user_id``), in the person's home tenant (a person in none is refused).
 """
 
 import re
@@ -16,11 +16,12 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
-from rest_framework.permissions import IsAuthenticated
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.parsers import LimitedJSONParser
 from common.schema import ERROR_RESPONSES
 from common.validators import USER_ID_RE
 from learning.api import abandon_answer, selection_answer
@@ -40,29 +41,49 @@ CONSOLE = DisambiguationRequest.Channel.CONSOLE
 
 
 def console_user_id(user) -> str:
-    """The end-user id the console acts as for a signed-in person."""
-    candidate = f"console:{user.get_username()}"
-    return candidate if re.fullmatch(USER_ID_RE, candidate) else f"console:{user.pk}"
+    """The end-user id the console acts as for a signed-in person: ``console:<username>``, or ``console:<pk>`` for a
+    username a user id cannot hold. A username of digits only takes the second form too: it could otherwise be
+    another person's ``console:<pk>``, and one person would answer the other's requests and share their phrases."""
+    username = user.get_username()
+    candidate = f"console:{username}"
+    if re.fullmatch(USER_ID_RE, candidate) and not re.fullmatch(r"[0-9]+", username):
+        return candidate
+    return f"console:{user.pk}"
+
+
+NO_TENANT = "Your account belongs to no tenant: an administrator adds you to one (admin, Tenants) before you use the console."
 
 
 @ensure_csrf_cookie
 @login_required(login_url=reverse_lazy("console-login"))
 def console_page(request):
+    if user_home_tenant_id(request.user) is None:
+        return render(request, "console/index.html", {"no_tenant": NO_TENANT}, status=403)
     return render(
         request, "console/index.html", {"timeout_s": settings.CONSOLE_TIMEOUT_S, "user_id": console_user_id(request.user)}
     )
+
+
+class InATenant(BasePermission):
+    message = NO_TENANT
+
+    def has_permission(self, request, view):
+        return view.tenant_id is not None
 
 
 class ConsoleApi(APIView):
     """Session-authenticated; resolves within the person's home tenant (``user_home_tenant_id``)."""
 
     authentication_classes = [SessionAuthentication]  # enforces CSRF
-    permission_classes = [IsAuthenticated]
-    parser_classes = [JSONParser, FormParser, MultiPartParser]  # sendBeacon posts form data
+    permission_classes = [IsAuthenticated, InATenant]
+    # the API's JSON parser (its body size, nesting and value limits); sendBeacon posts form data
+    parser_classes = [LimitedJSONParser, FormParser, MultiPartParser]
+
+    tenant_id = None
 
     def dispatch(self, request, *args, **kwargs):
-        tenant_id = user_home_tenant_id(getattr(request, "user", None))
-        if tenant_id is None:
+        self.tenant_id = tenant_id = user_home_tenant_id(getattr(request, "user", None))
+        if tenant_id is None:  # anonymous, or in no tenant: the permissions answer 403 before anything is read
             return super().dispatch(request, *args, **kwargs)
         with tenant_scope([tenant_id]):
             return super().dispatch(request, *args, **kwargs)

@@ -114,6 +114,56 @@ def _wait_for(predicate, timeout=15.0):
     return False
 
 
+def test_a_person_in_no_tenant_is_told_so_and_refused_not_answered_500(cbus):
+    from django.contrib.auth import get_user_model
+
+    from tenants.models import Membership
+
+    nobody = get_user_model().objects.create_user("nomember", password="pw-1234-xyz", is_staff=True)
+    assert not Membership.objects.filter(user=nobody).exists()
+    browser = Client(raise_request_exception=False)
+    browser.force_login(nobody)
+    page = browser.get("/console/")
+    assert (
+        page.status_code == 403 and "belongs to no tenant" in page.content.decode() and 'id="text"' not in page.content.decode()
+    )
+    answer = browser.post("/console/api/resolve", {"text": "list all cbus"}, content_type="application/json")
+    assert answer.status_code == 403 and "no tenant" in answer.json()["detail"], answer.content
+    assert not ResolutionRecord.objects.exists() and not DisambiguationRequest.objects.exists()
+
+
+def test_console_bodies_pass_the_apis_input_policy(person, cbus, settings):
+    """The console parses JSON with the API's parser: its depth, size and value limits (400 or 413, never a 500 or a
+    stored value the API refuses)."""
+    browser = Client(raise_request_exception=False)
+    browser.login(username="alice", password="s3cret-pass")
+    rid = browser.post("/console/api/resolve", {"text": "list all cbus"}, content_type="application/json").json()["request_id"]
+    url = f"/console/api/disambiguations/{rid}/select"
+    for depth in (settings.API_MAX_JSON_DEPTH + 5, 5000):
+        body = '{"selected_verb": "cbu.list", "args": ' + '{"a":' * depth + "1" + "}" * depth + "}"
+        answer = browser.post(url, body, content_type="application/json")
+        assert answer.status_code == 400, (depth, answer.status_code)
+    huge = '{"selected_verb": "cbu.list", "args": {"a": "' + "x" * (settings.API_MAX_BODY_BYTES + 1) + '"}}'
+    assert browser.post(url, huge, content_type="application/json").status_code == 413
+    assert DisambiguationRequest.objects.get(request_id=rid).status == "open"  # nothing was stored
+    assert browser.post(url, {"selected_verb": "cbu.list", "args": {"a": 1}}, content_type="application/json").status_code == 200
+
+
+def test_two_people_never_share_a_console_user_id(db):
+    """A username a user id cannot hold acts as console:<pk>; a username of digits too, so no one can be named
+    another person's fallback."""
+    from django.contrib.auth import get_user_model
+
+    from learning.console import console_user_id
+
+    User = get_user_model()
+    jose = User.objects.create_user("josé")
+    named_like_his_pk = User.objects.create_user(str(jose.pk))
+    plain = User.objects.create_user("bob")
+    ids = {console_user_id(u) for u in (jose, named_like_his_pk, plain)}
+    assert ids == {f"console:{jose.pk}", f"console:{named_like_his_pk.pk}", "console:bob"}
+
+
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
 def test_browser_click_and_typed_new_input(live_server, browser_page):
