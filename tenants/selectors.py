@@ -36,11 +36,11 @@ def user_tenants(*, user):
 
 
 def user_home_tenant_id(user) -> int | None:
-    """The one tenant a signed-in person works in where one is needed (the console): their first
-    membership; a superuser without memberships works in the default tenant."""
+    """The one tenant a signed-in person works in where one is needed (the console): their first membership (the
+    oldest: a membership added later does not move them); a superuser without memberships works in the default tenant."""
     if user is None or not user.is_authenticated:
         return None
-    first = Membership.objects.filter(user=user).order_by("tenant__slug").values_list("tenant_id", flat=True).first()
+    first = Membership.objects.filter(user=user).order_by("pk").values_list("tenant_id", flat=True).first()
     if first is None and user.is_superuser:
         return Tenant.objects.filter(slug=DEFAULT_SLUG).values_list("pk", flat=True).first()
     return first
