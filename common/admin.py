@@ -10,9 +10,11 @@ from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpResponseNotAllowed
 from django.urls import reverse
 from django.utils.html import format_html
+from rest_framework.exceptions import ParseError
 from simple_history.admin import SimpleHistoryAdmin
 
 from common.api import ApplicationError
+from common.parsers import RefusedValue, TooDeep, json_loads_checked
 
 
 class HistoryAdmin(SimpleHistoryAdmin):
@@ -189,11 +191,34 @@ def pretty_json(value) -> str:
 
 
 class JsonObjectField(forms.JSONField):
-    """A JSON text area that must hold an object."""
+    """A JSON text area that must hold an object, under the API's input policy (``common.parsers.json_loads_checked``:
+    no NaN, no integer past 64 bits, no NUL or lone surrogate, a bounded depth): a form error, never a 500."""
 
     def __init__(self, **kwargs):
         kwargs.setdefault("widget", forms.Textarea(attrs={"rows": 8, "cols": 80, "style": "font-family:monospace"}))
         super().__init__(**kwargs)
+
+    def to_python(self, value):
+        if self.disabled or value in self.empty_values or not isinstance(value, str):
+            return super().to_python(value)
+        try:
+            return json_loads_checked(value)
+        except RefusedValue as exc:
+            where = "" if exc.field == "body" else f" (at {exc.field[:100]})"
+            raise forms.ValidationError(f"{exc.reason}{where}", code="invalid") from None
+        except TooDeep as exc:
+            raise forms.ValidationError(str(exc.detail), code="invalid") from None
+        except ParseError:
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid", params={"value": value}) from None
+
+    def bound_data(self, data, initial):
+        """The text as posted, shown again as it was when it cannot be parsed (Django's parses it again, unguarded)."""
+        if self.disabled or data is None:
+            return super().bound_data(data, initial)
+        try:
+            return json_loads_checked(data)
+        except ParseError:  # TooDeep and RefusedValue are ParseErrors too
+            return forms.fields.InvalidJSONInput(data)
 
     def validate(self, value):
         super().validate(value)

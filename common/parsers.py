@@ -104,12 +104,19 @@ class LimitedJSONParser(parsers.JSONParser):
             raise exceptions.ParseError(f"Unsupported charset {encoding!r}: {exc}") from exc
         except UnicodeError as exc:  # bytes the charset cannot decode, or a codec that decodes nothing (undefined)
             raise exceptions.ParseError(f"JSON parse error - {exc}") from exc
-        try:
-            data = json.loads(text, parse_constant=_refuse_constant)
-        except (ValueError, RecursionError) as exc:
-            raise exceptions.ParseError(f"JSON parse error - {exc}") from exc
-        check_value(data, settings.API_MAX_JSON_DEPTH)
-        return data
+        return json_loads_checked(text)
+
+
+def json_loads_checked(text: str):
+    """``text`` parsed as JSON under the input policy (``check_value``, with ``API_MAX_JSON_DEPTH``): ParseError for
+    text that is not JSON (NaN and Infinity included, and nesting too deep to parse), TooDeep or RefusedValue for a
+    value the policy refuses. The API's parser and the admin's JSON fields share it."""
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:
+        raise exceptions.ParseError(f"JSON parse error - {exc}") from exc
+    check_value(data, settings.API_MAX_JSON_DEPTH)
+    return data
 
 
 def _refuse_constant(name: str):

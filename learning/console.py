@@ -21,6 +21,7 @@ from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.fields import VisibleTextField
 from common.parsers import LimitedJSONParser
 from common.schema import ERROR_RESPONSES
 from common.validators import USER_ID_RE
@@ -90,7 +91,7 @@ class ConsoleApi(APIView):
 
 
 class ConsoleResolveSerializer(serializers.Serializer):
-    text = serializers.CharField(max_length=settings.RESOLVE_MAX_TEXT_LENGTH, trim_whitespace=True)
+    text = VisibleTextField(max_length=settings.RESOLVE_MAX_TEXT_LENGTH, trim_whitespace=True)  # as the API's
 
 
 class ConsoleResolveApi(ConsoleApi):

@@ -116,7 +116,15 @@ def _keys(model, values) -> list:
     return [k for k in keys if k is not None]
 
 
-class _ReadUserSelect(AutocompleteSelect):
+class _UserSelect(AutocompleteSelect):
+    """The user autocomplete: a page shown again with a posted value that is no user key (``abc``) chooses none,
+    where Django's widget would send that value to SQL and answer 500."""
+
+    def optgroups(self, name, value, attr=None):
+        return super().optgroups(name, _keys(self.choices.queryset.model, value), attr)
+
+
+class _ReadUserSelect(_UserSelect):
     """The user autocomplete of a membership row, labelled with the user the row was read with: Django's widget
     reads its chosen user again, one query per row of the inline. Another value (a row being changed) is read."""
 
@@ -223,6 +231,11 @@ class MembershipAdmin(SuperuserOnly, admin.ModelAdmin):
     list_display = ["user", "tenant", "created_at"]
     list_filter = ["tenant"]
     autocomplete_fields = ["user"]
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "user":
+            kwargs.setdefault("widget", _UserSelect(db_field, self.admin_site, using=kwargs.get("using")))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def has_delete_permission(self, request, obj=None):
         return request.user.is_superuser

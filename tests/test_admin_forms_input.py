@@ -145,3 +145,60 @@ def test_a_history_screen_still_shows_a_real_record(admin_client):
     assert response.status_code == 200 and "card.freeze" in response.content.decode()
     version = action.history.latest().history_id
     assert admin_client.get(f"/admin/actions/action/{action.pk}/history/{version}/").status_code == 200
+
+
+BAD_JSON = [
+    ('{"to": NaN}', "Enter a valid JSON"),
+    ('{"to": Infinity}', "Enter a valid JSON"),
+    ('{"to": 1e999}', "Not a finite number"),
+    ('{"to": "\\ud800"}', "lone UTF-16 surrogate"),
+    ('{"\\udfff": 1}', "lone UTF-16 surrogate"),
+    ('{"to": 99999999999999999999999999}', "outside 64 bits"),
+    ('{"to": ' + "[" * 5000 + "]" * 5000 + "}", "Enter a valid JSON"),
+    ('{"to": ' + '{"a": ' * 60 + "1" + "}" * 60 + "}", "nested deeper"),
+]
+
+
+def _superuser_client():
+    from django.test import Client
+
+    client = Client(raise_request_exception=False)
+    client.force_login(reviewer_user("root", superuser=True))
+    return client
+
+
+@pytest.mark.parametrize("bad,said", BAD_JSON)
+def test_an_admin_json_field_refuses_what_the_api_refuses_as_a_form_error(agent, bad, said, settings):
+    """A proposal's modified action and an execution's corrected action: the API's input policy, shown on the form
+    (not a 500, nothing decided), and the text shown again as typed."""
+    from feedback.models import Execution, Proposal
+    from tests.conftest import make_proposal
+
+    settings.API_MAX_JSON_DEPTH = 32
+    client = _superuser_client()
+    proposal = make_proposal(agent)
+    answer = client.post(
+        f"/admin/feedback/proposal/{proposal.pk}/change/", {"decision": "modify", "new_action": bad, "notes": "n", "category": ""}
+    )
+    assert answer.status_code == 200 and said in answer.content.decode(), answer.status_code
+    assert Proposal.objects.get(pk=proposal.pk).status == "pending"
+    action = Action.objects.get_or_create(name="email.send")[0]
+    execution = Execution.objects.create(agent=agent, action=action, confidence=0.9, success=True)
+    answer = client.post(
+        f"/admin/feedback/execution/{execution.pk}/change/",
+        {"outcome": "incorrect", "corrected": bad, "notes": "n", "category": ""},
+    )
+    assert answer.status_code == 200 and said in answer.content.decode(), answer.status_code
+    assert Execution.objects.get(pk=execution.pk).review_outcome in ("", None)
+
+
+@pytest.mark.parametrize("value", ["abc", "1e999", "²"])
+def test_a_membership_whose_user_is_no_key_is_a_form_error_not_500(db, value):
+    from tenants.models import Membership
+    from tenants.selectors import tenant_default
+
+    client = _superuser_client()
+    before = Membership.objects.count()
+    answer = client.post("/admin/tenants/membership/add/", {"user": value, "tenant": tenant_default().pk})
+    assert answer.status_code == 200 and "errorlist" in answer.content.decode(), answer.status_code
+    assert Membership.objects.count() == before

@@ -147,6 +147,10 @@ def test_console_bodies_pass_the_apis_input_policy(person, cbus, settings):
     assert browser.post(url, huge, content_type="application/json").status_code == 413
     assert DisambiguationRequest.objects.get(request_id=rid).status == "open"  # nothing was stored
     assert browser.post(url, {"selected_verb": "cbu.list", "args": {"a": 1}}, content_type="application/json").status_code == 200
+    for invisible in ("\u200b\u200b", "\u3164"):  # text that shows nothing: refused as the API refuses it
+        answer = browser.post("/console/api/resolve", {"text": invisible}, content_type="application/json")
+        assert answer.status_code == 400 and "text" in answer.json()["fields"], answer.content
+    assert ResolutionRecord.objects.count() == 1
 
 
 def test_two_people_never_share_a_console_user_id(db):
