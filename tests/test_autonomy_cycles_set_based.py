@@ -265,3 +265,38 @@ def test_cycle_all_queues_chunks_and_the_command_runs_them(settings):
     call_command("run_autonomy_cycle", "--agent", agents[0].name, stdout=stdout)
     assert "Episode #" in stdout.getvalue()
     assert timezone.now() - Episode.objects.latest("started_at").started_at < timedelta(minutes=5)
+
+
+@pytest.mark.django_db
+def test_a_set_that_spans_tenants_says_due_as_each_agents_own_cycle_in_its_tenant_would():
+    """One tenant's actions were all evaluated moments ago, another's are due: the first tenant's agent is told its
+    evaluation was skipped (as its own cycle, in its tenant's scope, would say), not "0 evaluated" because of the
+    other tenant's actions; the other tenant's agent evaluates its own."""
+    from tenants.context import tenant_scope
+    from tenants.services import tenant_create
+
+    agents = {}
+    for slug, evaluated in (("acme", timezone.now()), ("globex", None)):
+        tenant = tenant_create(slug=slug)
+        with tenant_scope([tenant.pk]):
+            action = Action.objects.create(name="email.send", autonomy_level=2, last_evaluated_at=evaluated)
+            agent = agents[slug] = Agent.objects.create(name="mailer")
+            Proposal.objects.bulk_create(
+                [Proposal(agent=agent, action=action, proposed_action={}, reasoning={}, confidence=0.9, status="completed")] * 5
+            )
+
+    def evaluation_message(slug):
+        episode = Episode.objects.get(agent=agents[slug])
+        return episode.events.get(kind="autonomy_evaluation").message
+
+    result = autonomy_cycles_run(agent_ids=[agents["acme"].pk, agents["globex"].pk], trigger="test")
+    assert not result.skipped and len(result.episodes) == 2
+    assert evaluation_message("acme").startswith("skipped: every action was evaluated")
+    assert evaluation_message("globex") == "1 action(s) evaluated, 0 transition(s) proposed"
+
+    # the per-agent cycle of acme's agent says the same, in acme's scope (as its task runs) or in all (a command)
+    for scope in ([agents["acme"].tenant_id], "*"):
+        Episode.objects.filter(agent=agents["acme"]).delete()
+        with tenant_scope(scope):
+            autonomy_cycle_run(agent_id=agents["acme"].pk, trigger="test")
+        assert evaluation_message("acme").startswith("skipped: every action was evaluated"), scope

@@ -130,7 +130,9 @@ def _autonomy_cycle_steps(*, agent_id: int, trigger: str, force_autonomy: bool, 
         rules_log(log=log, summary=summary, rules=rules, expired=expired)
         log.flush()
         calibration_log(log=log, summary=summary, records=calibration_compute(agent_id=agent_id, episode=episode))
-        due = force_autonomy or Action.objects.filter(_evaluation_due_q(timezone.now())).exists()
+        due = force_autonomy or (  # in the agent's tenant, whatever scope the caller runs in (a command: all)
+            Action.objects.filter(_evaluation_due_q(timezone.now()), tenant_id=episode.tenant_id).exists()
+        )
         evaluation = (
             autonomy_evaluate(
                 action_ids=agent_action_ids(

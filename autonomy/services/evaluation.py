@@ -6,11 +6,12 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from actions.models import Action, AutonomyLevel
 from actions.services import actions_claim_for_evaluation
+from agents.models import Agent
 from autonomy.models import AutonomyTransition, CalibrationRecord, TransitionStatus
 from autonomy.services.calibration import _window
 from common.api import ApplicationError, Conflict, Forbidden, NotFound
@@ -233,8 +234,16 @@ def autonomy_evaluate_for_agents(
     days = settings.AUTONOMY_WINDOW_DAYS
     now = timezone.now()
     union = sorted({a for acts in agent_actions.values() for a in acts})
-    remaining_due = Action.objects.filter(_evaluation_due_q(now)).count()
-    claimed = _claim(union, now=now, force=force) if union and (force or remaining_due) else []
+    # what each agent's own cycle would count, in its tenant's scope: the actions of its tenant still due
+    tenant_of = dict(Agent.objects.filter(pk__in=agent_order).values_list("pk", "tenant_id"))
+    remaining_due = dict(
+        Action.objects.filter(_evaluation_due_q(now), tenant_id__in=set(tenant_of.values()))
+        .order_by()
+        .values("tenant_id")
+        .annotate(n=Count("pk"))
+        .values_list("tenant_id", "n")
+    )
+    claimed = _claim(union, now=now, force=force) if union and (force or any(remaining_due.values())) else []
     owner: dict[int, int] = {}
     for agent_id in agent_order:
         for action_id in agent_actions.get(agent_id, []):
@@ -255,7 +264,8 @@ def autonomy_evaluate_for_agents(
     out: dict[int, AgentEvaluation] = {}
     claimed_set = set(claimed)
     for agent_id in agent_order:
-        result = out[agent_id] = AgentEvaluation(due=force or remaining_due > 0)
+        tenant = tenant_of.get(agent_id)
+        result = out[agent_id] = AgentEvaluation(due=force or remaining_due.get(tenant, 0) > 0)
         for action_id in agent_actions.get(agent_id, []):
             if action_id not in claimed_set or not (force or owner[action_id] == agent_id):
                 continue
@@ -266,7 +276,7 @@ def autonomy_evaluate_for_agents(
             elif o.skipped_open or (o.transition is not None and o.row["target_level"] is not None):
                 result.skipped_open.append(o.row)
             if owner[action_id] == agent_id and not force:
-                remaining_due -= 1
+                remaining_due[tenant] = remaining_due.get(tenant, 0) - 1
     return out
 
 
