@@ -17,7 +17,22 @@ from common.api import ApplicationError
 from common.parsers import RefusedValue, TooDeep, json_loads_checked
 
 
-class HistoryAdmin(SimpleHistoryAdmin):
+class SaveChangedOnly:
+    """A change page writes only the fields its form changed, and nothing when none did: Django's full-row save would
+    put back what the page read over what a service wrote meanwhile (a count, a decision, a block made longer), and
+    record a change nobody made. Every model admin whose change page saves without a service of its own uses it."""
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            return super().save_model(request, obj, form, change)
+        concrete = {f.name for f in obj._meta.concrete_fields}
+        fields = [name for name in form.changed_data if name in concrete]
+        if fields:
+            stamps = [f.name for f in obj._meta.concrete_fields if getattr(f, "auto_now", False)]
+            obj.save(update_fields=[*fields, *(n for n in stamps if n not in fields)])
+
+
+class HistoryAdmin(SaveChangedOnly, SimpleHistoryAdmin):
     """simple_history's admin, read-only and held to the admin's own rules: a history page shows an object only
     when its change page would (``get_queryset``: the reviewer's tenants; a deleted object's history only to a
     superuser, who sees every tenant), and never writes: a past version is not restored by posting it (that would

@@ -14,7 +14,7 @@ from django.db.models import Count
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from common.admin import HistoryAdmin, confirm_bulk
+from common.admin import HistoryAdmin, SaveChangedOnly, confirm_bulk
 from common.api import ApplicationError
 from common.validation import MAX_DAYS
 from memories import write_gate
@@ -246,7 +246,7 @@ class QuarantineForm(forms.ModelForm):
 
 
 @admin.register(MemoryQuarantine)
-class MemoryQuarantineAdmin(admin.ModelAdmin):
+class MemoryQuarantineAdmin(SaveChangedOnly, admin.ModelAdmin):
     form = QuarantineForm
     list_display = ["id", "user_id", "reason", "kinds", "short_preview", "status", "created_at", "reviewed_by"]
     list_filter = ["status", "reason", "memory_type", UserFilter]

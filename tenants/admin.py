@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.forms.models import BaseInlineFormSet
 
-from common.admin import HistoryAdmin
+from common.admin import HistoryAdmin, SaveChangedOnly
 from tenants.context import tenant_scope
 from tenants.models import Membership, Tenant
 from tenants.selectors import user_tenants
@@ -227,7 +227,7 @@ class TenantAdmin(SuperuserOnly, HistoryAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(SuperuserOnly, admin.ModelAdmin):
+class MembershipAdmin(SuperuserOnly, SaveChangedOnly, admin.ModelAdmin):
     list_display = ["user", "tenant", "created_at"]
     list_filter = ["tenant"]
     autocomplete_fields = ["user"]
@@ -254,10 +254,10 @@ admin.site.unregister(Group)
 
 
 @admin.register(get_user_model())
-class PeopleUserAdmin(_PeopleSuperuserOnly, UserAdmin):
+class PeopleUserAdmin(_PeopleSuperuserOnly, SaveChangedOnly, UserAdmin):
     pass
 
 
 @admin.register(Group)
-class PeopleGroupAdmin(_PeopleSuperuserOnly, GroupAdmin):
+class PeopleGroupAdmin(_PeopleSuperuserOnly, SaveChangedOnly, GroupAdmin):
     pass

@@ -1,7 +1,8 @@
 """The admin's forms change only what no service owns: who proposed a candidate, a phrase's state and origin, whose
 private evidence a row is, a verb's name, a tenant's slug, a block's expiry and a memory's agent are fixed there;
 a quarantine preview with a secret, pattern notes over the limit and invisible agent names are errors on the page;
-candidates are rejected and profiles retired, not deleted."""
+candidates are rejected and profiles retired, not deleted; a change page writes only what its form changed, so it never
+puts back what it read over what a service wrote meanwhile."""
 
 import pytest
 
@@ -125,3 +126,105 @@ def test_a_profile_is_retired_not_deleted(su):
     assert su.get("/admin/learning/fittedresolutionprofile/1/delete/").status_code in (403, 302)
     assert "delete_selected" not in su.get("/admin/learning/fittedresolutionprofile/").content.decode()
     assert not FittedResolutionProfile.objects.exists()
+
+
+def _meanwhile(monkeypatch, model, write):
+    """Run ``write`` (a service, committing as another request would) after the change page read its row and before
+    it saves it."""
+    from django.contrib import admin
+
+    model_admin = type(admin.site._registry[model])
+    read_then_saved = model_admin.save_form
+
+    def save_form(self, request, form, change):
+        write()
+        return read_then_saved(self, request, form, change)
+
+    monkeypatch.setattr(model_admin, "save_form", save_form)
+
+
+def test_saving_a_candidates_page_keeps_what_was_counted_and_decided_meanwhile(catalogue, su, monkeypatch):
+    """Every field of the page is read only: a save writes nothing, so it cannot put back the count or the pending
+    state it read over clicks counted and an approval taken while it was open."""
+    from learning.models import LearnedPhrase
+    from learning.services.candidates import candidate_approve
+
+    def record():
+        return candidate_record(
+            input_pattern="wipe my units", suggested_output="cbu.delete", user_id=None, source="t", confidence=0.5
+        )
+
+    cand = record()
+    history = cand.history.count()
+    _meanwhile(monkeypatch, LearningCandidate, lambda: ([record() for _ in range(3)], candidate_approve(candidate=cand)))
+    assert su.post(f"/admin/learning/learningcandidate/{cand.pk}/change/", {"_save": "Save"}).status_code == 302
+    cand.refresh_from_db()
+    assert (cand.occurrence_count, cand.status) == (4, "applied") and cand.reviewed_at is not None
+    assert LearnedPhrase.objects.filter(normalized="wipe my units", is_active=True).exists()
+    assert cand.history.count() == history + 4  # the three counts and the approval: no row for the empty save
+
+
+def test_editing_a_blocks_reason_keeps_it_as_long_as_a_service_made_it_meanwhile(catalogue, su, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    block, _ = phrase_block_add(
+        phrase="wipe it", verb_name="cbu.delete", reason="r", expires_at=timezone.now() + timedelta(days=1)
+    )
+    _meanwhile(
+        monkeypatch, PhraseBlock, lambda: phrase_block_add(phrase="wipe it", verb_name="cbu.delete", reason="", expires_at=None)
+    )
+    assert su.post(f"/admin/learning/phraseblock/{block.pk}/change/", {"reason": "edited reason"}).status_code == 302
+    block.refresh_from_db()
+    assert (block.reason, block.expires_at) == ("edited reason", None)
+
+
+def test_saving_a_memorys_page_keeps_the_hits_counted_meanwhile(su, monkeypatch):
+    from django.db.models import F
+
+    from memories.models import Memory
+
+    memory = make_memory()
+    _meanwhile(
+        monkeypatch, Memory, lambda: Memory.objects.filter(pk=memory.pk).update(hits=F("hits") + 5, streak=F("streak") + 5)
+    )
+    inline = {"write_decisions-TOTAL_FORMS": "0", "write_decisions-INITIAL_FORMS": "0"}
+    assert su.post(f"/admin/memories/memory/{memory.pk}/change/", {"_save": "Save", **inline}).status_code == 302
+    memory.refresh_from_db()
+    assert (memory.hits, memory.streak) == (5, 5)
+
+
+def test_every_change_page_saves_through_a_service_or_only_what_its_form_changed(rf):
+    """Django's own save_model writes the whole row: no change page a superuser can save uses it."""
+    from django.contrib import admin
+    from django.contrib.auth import get_user_model
+
+    request = rf.post("/")
+    request.user = get_user_model()(is_superuser=True, is_staff=True, is_active=True)
+    full_row = [
+        model.__name__
+        for model, model_admin in admin.site._registry.items()
+        if model_admin.has_change_permission(request) and type(model_admin).save_model is admin.ModelAdmin.save_model
+    ]
+    assert full_row == []
+
+
+def test_editing_a_persons_name_keeps_the_password_they_changed_meanwhile(su, monkeypatch):
+    from django.contrib.auth import get_user_model
+
+    User = get_user_model()
+    person = User.objects.create_user("pat", password="old-pass-1234")
+
+    def change_password():
+        fresh = User.objects.get(pk=person.pk)
+        fresh.set_password("new-pass-5678")
+        fresh.save(update_fields=["password"])
+
+    _meanwhile(monkeypatch, User, change_password)
+    form = {"username": "pat", "first_name": "Pat", "last_name": "", "email": "", "is_active": "on"}
+    form.update({"date_joined_0": "2026-01-01", "date_joined_1": "00:00:00", "initial-date_joined_0": "2026-01-01"})
+    answer = su.post(f"/admin/auth/user/{person.pk}/change/", form)
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    person.refresh_from_db()
+    assert person.first_name == "Pat" and person.check_password("new-pass-5678")

@@ -4,6 +4,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
+from common.admin import SaveChangedOnly
 from common.api import ApplicationError
 from learning.models import (
     DecisionFit,
@@ -30,7 +31,7 @@ class DecisionFitEventInline(admin.TabularInline):
 
 
 @admin.register(DecisionFit)
-class DecisionFitAdmin(admin.ModelAdmin):
+class DecisionFitAdmin(SaveChangedOnly, admin.ModelAdmin):
     """Versioned decision fits: held-out figures of each fit and of the fit in use; pin (put live and hold),
     unpin, roll back to the catalogue prior. Every switch is listed in its history (events)."""
 
@@ -126,7 +127,7 @@ class DecisionFitAdmin(admin.ModelAdmin):
 
 
 @admin.register(ResolutionRecord)
-class ResolutionRecordAdmin(admin.ModelAdmin):
+class ResolutionRecordAdmin(SaveChangedOnly, admin.ModelAdmin):
     """Every resolution with its explanation and, once the user answered, its label."""
 
     list_display = [

@@ -13,7 +13,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from common.admin import BoundedValuesFilter, confirm_bulk, rounded, signal_direction
+from common.admin import BoundedValuesFilter, SaveChangedOnly, confirm_bulk, rounded, signal_direction
 from common.api import ApplicationError as _ApplicationError
 from learning import selectors as _selectors
 from learning.models import (
@@ -240,7 +240,7 @@ class LearningSignalAdmin(admin.ModelAdmin):
 
 
 @admin.register(PhraseEvidence)
-class PhraseEvidenceAdmin(admin.ModelAdmin):
+class PhraseEvidenceAdmin(SaveChangedOnly, admin.ModelAdmin):
     list_display = ["phrase", "verb", "user_id", rounded("negative"), rounded("positive"), "signal_count", "updated_at"]
     search_fields = ["normalized", "verb", "user_id"]
     list_filter = [("verb", BoundedValuesFilter)]
@@ -264,7 +264,7 @@ class PhraseEvidenceAdmin(admin.ModelAdmin):
 
 
 @admin.register(FittedResolutionProfile)
-class FittedResolutionProfileAdmin(admin.ModelAdmin):
+class FittedResolutionProfileAdmin(SaveChangedOnly, admin.ModelAdmin):
     """Fitted thresholds with their measured effect on held-out gold labels; a reviewer activates one to put it live."""
 
     list_display = [
