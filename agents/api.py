@@ -7,7 +7,7 @@ import logging
 
 import psycopg
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -120,7 +120,10 @@ class TenantApiView(APIView):
     def handle_exception(self, exc):
         if isinstance(exc, _Replay):
             return exc.response
-        return super().handle_exception(exc)
+        response = super().handle_exception(exc)
+        if connection.in_atomic_block:  # an answered error keeps nothing the request wrote, even what a service
+            transaction.set_rollback(True)  # committed in a savepoint before it raised (and the idempotency claim)
+        return response
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)

@@ -190,3 +190,27 @@ def test_a_replay_of_an_answer_without_pending_vectors_does_not_say_it(api, cata
     again = post(api, CONFIRM, BODY, "confirm-embedded")
     assert "X-Embedding-Pending" not in first and "X-Embedding-Pending" not in again
     assert again["Idempotent-Replayed"] == "true"
+
+
+def test_an_answered_error_keeps_nothing_the_request_wrote(gov_api, catalogue, monkeypatch):
+    """A service that wrote (in a savepoint it committed) and then refused answers 4xx and leaves nothing: the
+    request's transaction is rolled back, and with it the idempotency claim, so the retry runs."""
+    from django.db import transaction
+
+    from common.api import ApplicationError
+    from learning import api as learning_api
+    from learning.models import EntityAlias
+
+    def writes_then_refuses(**kwargs):
+        with transaction.atomic():
+            EntityAlias.objects.create(alias="half written", normalized="half written", canonical_name="x", entity_type="cbu")
+        raise ApplicationError("Refused after a write.", field="phrase")
+
+    monkeypatch.setattr(learning_api, "phrase_block_add", writes_then_refuses)
+    body = {"phrase": "wipe everything", "verb": "cbu.delete", "reason": "dangerous"}
+    answer = gov_api.post("/api/v1/blocklist", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert answer.status_code == 400 and answer.json()["fields"] == {"phrase": ["Refused after a write."]}
+    assert not EntityAlias.objects.filter(normalized="half written").exists()
+    assert not IdempotentRequest.objects.filter(key="k-1").exists()
+    monkeypatch.undo()
+    assert gov_api.post("/api/v1/blocklist", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1").status_code == 201
