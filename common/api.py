@@ -7,6 +7,7 @@ Every error answers ``{"detail": str, "code": str, "fields": {field: [reason]}}`
 import logging
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
@@ -126,6 +127,9 @@ def exception_handler(exc, context):
         exc = exceptions.ValidationError(detail)
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
+    elif isinstance(exc, SuspiciousOperation):  # too many fields in a query, a body too large to read: the input's fault
+        logger.warning("suspicious request answered as 400: %s", exc.__class__.__name__)
+        return error_response(400, f"The request cannot be read: {exc}", "invalid")
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, IntegrityError):

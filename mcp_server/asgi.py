@@ -68,6 +68,27 @@ async def _rpc_error(send, status: int, message: str | types.JSONRPCError) -> No
     await send({"type": "http.response.body", "body": body})
 
 
+def _accepts_json(accept: str | None) -> bool:
+    """Whether an Accept header admits a JSON answer (no header: anything does)."""
+    if accept is None or not accept.strip():
+        return True
+    ranges = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    return bool(ranges & {"application/json", "application/*", "*/*"})
+
+
+def _media_types_lowered(scope) -> dict:
+    """``scope`` with the media types of Content-Type and Accept in lower case (their parameters as sent)."""
+    headers = []
+    for name, value in scope.get("headers", []):
+        if name.lower() in (b"content-type", b"accept"):
+            value = b",".join(
+                part.split(b";", 1)[0].lower() + (b";" + part.split(b";", 1)[1] if b";" in part else b"")
+                for part in value.split(b",")
+            )
+        headers.append((name, value))
+    return {**scope, "headers": headers}
+
+
 async def _read_body(scope, receive, limit: int):
     """``(body, receive, too_large)``: the request body and a ``receive`` that gives it to the SDK again.
 
@@ -171,6 +192,10 @@ class McpRouter:
             # The SDK's own check answers this in plain text, not JSON-RPC: answer as the SDK means to.
             await _rpc_error(send, 415, "Unsupported Media Type: Content-Type must be application/json")
             return
+        if not _accepts_json(headers.get("accept")):  # the SDK's answer to this has no body on one protocol version
+            await _rpc_error(send, 406, "Not Acceptable: Accept must include application/json")
+            return
+        scope = _media_types_lowered(scope)  # media types are case-insensitive; the SDK compares them as sent
         if not self.running:
             await _answer(
                 send, 503, "The MCP endpoint needs the ASGI lifespan: run the server with --lifespan on.", "mcp_not_started"
@@ -180,6 +205,8 @@ class McpRouter:
         body, receive, too_large = await _read_body(scope, receive, limit)
         if too_large:  # the SDK answers this in plain text: a JSON-RPC error instead, as for the other refusals
             await _rpc_error(send, 413, f"Payload Too Large: the body is larger than {limit} bytes")
+            return
+        if body is None:  # the client left before sending all of it: no one to answer
             return
         if body is not None and (problem := body_problem(body)):
             await _rpc_error(send, 400, problem)

@@ -469,11 +469,15 @@ def build_server(key_source: KeySource, *, threads: int | None = None) -> Server
         text = json.dumps(outcome.data, ensure_ascii=False)
         return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type="application/json", text=text)])
 
+    schemas = {d.name: d.input_schema for d in definitions}
     return Server(
         SERVER_NAME,
         version=SERVER_VERSION,
         title="Agent Learning Governance",
         instructions=INSTRUCTIONS,
+        # the schema an Mcp-Param header is checked against (HTTP, newer protocol): the tool's own, read without the
+        # key (the call authenticates once, after); otherwise the SDK would list the key's tools first
+        get_tool_input_schema=schemas.get,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,

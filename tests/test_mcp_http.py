@@ -340,3 +340,76 @@ def test_http_resources_are_listed_by_scope(base_url):
     assert resources == [] and templates == []
     resources, templates = session_flow(base_url, resolver, body)
     assert {str(r.uri) for r in resources} == {"alg://verbs", "alg://actions"} and len(templates) == 1
+
+
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+MODERN_HEADERS = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "resolve"}
+
+
+def _post(url: str, raw: str, body: dict, **headers) -> requests.Response:
+    sent = {"Content-Type": "application/json", "Accept": "application/json", "Authorization": f"Bearer {raw}", **headers}
+    return requests.post(f"{url}/mcp", data=json.dumps(body), headers=sent, timeout=60)
+
+
+def test_http_a_call_on_the_newer_protocol_version_counts_once_against_the_rate():
+    """The SDK checks a call's Mcp-Param headers against the tool's schema first: read without the key, so the call is
+    authenticated (and counted) once, as on the older version."""
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    _, raw = new_key()
+    with asgi_server(server_env(API_KEY_RATE="3/min")) as url:
+        answers = []
+        for i in range(4):
+            call = {"name": "resolve", "arguments": {"text": "list all cbus"}, "_meta": MODERN_META}
+            answers.append(_post(url, raw, {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": call}, **MODERN_HEADERS))
+    outcomes = [("result" in a.json()) or a.json()["error"]["code"] for a in answers]
+    assert outcomes == [True, True, True, -32011], outcomes
+
+
+def test_http_media_types_in_any_case_and_an_accept_without_json_is_a_json_406(base_url):
+    _, raw = new_key()
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    upper = _post(base_url, raw, ping, **{"Content-Type": "APPLICATION/JSON", "Accept": "Application/Json"})
+    assert upper.status_code == 200 and upper.json()["id"] == 1
+    for version in ("2025-11-25", "2026-07-28"):
+        body = {**ping, "params": {"_meta": MODERN_META}} if version == "2026-07-28" else ping
+        refused = _post(
+            base_url, raw, body, Accept="text/event-stream", **{"MCP-Protocol-Version": version, "Mcp-Method": "ping"}
+        )
+        assert refused.status_code == 406 and refused.headers["Content-Type"] == "application/json", version
+        assert "application/json" in refused.json()["error"]["message"]
+
+
+def test_http_a_resource_uri_with_too_many_query_fields_is_invalid_params(base_url):
+    _, raw = new_key()
+    body = {"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": "alg://verbs?" + "a=1&" * 1001}}
+    error = _post(base_url, raw, body, **{"MCP-Protocol-Version": "2025-11-25"}).json()["error"]
+    assert error["code"] == -32602 and "cannot be read" in error["message"], error
+
+
+def test_a_client_that_leaves_mid_body_is_not_handed_to_the_sdk(settings):
+    """Nothing to answer and nothing for the SDK to fail on (it logged an error with a traceback)."""
+    import anyio
+
+    from mcp_server.asgi import McpRouter
+
+    router = McpRouter(django_app=None)
+    router.running = True
+
+    async def sdk(*args):
+        raise AssertionError("the SDK was given a request whose client left")
+
+    router.mcp_app = sdk
+    incoming = iter([{"type": "http.request", "body": b'{"jsonrpc"', "more_body": True}, {"type": "http.disconnect"}])
+    sent = []
+
+    async def receive():
+        return next(incoming)
+
+    async def send(message):
+        sent.append(message)
+
+    headers = [(b"host", b"127.0.0.1"), (b"authorization", b"Bearer x"), (b"content-type", b"application/json")]
+    headers.append((b"content-length", b"100"))
+    scope = {"type": "http", "method": "POST", "path": settings.MCP_HTTP_PATH, "headers": headers}
+    anyio.run(router._mcp, scope, receive, send)
+    assert sent == []

@@ -245,3 +245,38 @@ def test_stdio_answers_unreadable_lines_and_throttles_a_busy_key():
         assert server.request(5, "ping") == {"jsonrpc": "2.0", "id": 5, "result": {}}  # the session went on
     finally:
         server.close()
+
+
+def test_stdio_answers_a_call_still_running_when_its_input_ends_and_says_why_before_initialize():
+    """stdin closed right after a write: the server answers it before it stops (it answered "Connection closed" for
+    a write that committed, and a retry would apply it twice); a call before initialize is told to initialize."""
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    _, raw = new_key()
+    early = RawStdio(raw)
+    try:
+        answer = early.request(1, "tools/call", {"name": "resolve", "arguments": {"text": "x"}})
+        assert answer["error"]["code"] == -32602 and "initialize" in answer["error"]["message"], answer
+    finally:
+        early.close()
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    confirm = {
+        "name": "confirm_resolution",
+        "arguments": {"text": "every client unit please", "verb": "cbu.list", "user_id": "al"},
+    }
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": confirm},
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "mcp", "--transport", "stdio"],
+        cwd=ROOT,
+        env=server_env(AGENT_API_KEY=raw),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    out, _ = proc.communicate(b"".join(json.dumps(line).encode() + b"\n" for line in lines), timeout=120)
+    answers = {a["id"]: a for a in map(json.loads, out.splitlines())}
+    assert proc.returncode == 0 and "result" in answers[2] and not answers[2]["result"].get("isError"), answers
+    assert LearnedPhrase.objects.filter(normalized="every client unit please").exists()

@@ -17,16 +17,17 @@ import contextlib
 import io
 import os
 import sys
+from collections import Counter
 
 import anyio
 import uvicorn
 from django.core.management.base import BaseCommand, CommandError
-from mcp import MCPError
+from mcp import MCPError, types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from learning.preload import preload
-from mcp_server.jsonrpc import message_read
+from mcp_server.jsonrpc import error, message_read
 from mcp_server.server import authenticate, build_server, fixed_key
 from tenants.context import tenant_request
 
@@ -77,15 +78,71 @@ class LinesEnd:
         self.ended.set()
 
 
+# What the SDK answers a request sent before initialize (its pinned, generic shape).
+UNINITIALIZED = types.ErrorData(code=types.INVALID_PARAMS, message="Invalid request parameters", data="")
+# At the end of stdin, how long the requests still running may take to be answered before the server stops.
+DRAIN_S = 300
+
+
+class Answers:
+    """The stdio write stream, counting the requests read and not answered yet: at the end of stdin the server stops
+    only once they are answered (stopping it cancels them: a write that commits would be answered "Connection
+    closed", and a retry would apply it twice)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.open: Counter = Counter()
+        self.idle = anyio.Event()
+        self.idle.set()
+
+    initialized = False  # an initialize request was read
+
+    def asked(self, message) -> None:
+        if isinstance(message, types.JSONRPCRequest):
+            self.initialized = self.initialized or message.method == "initialize"
+            self.open[str(message.id)] += 1
+            self.idle = anyio.Event() if self.idle.is_set() else self.idle
+        elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+            self._settled((message.params or {}).get("requestId"))  # a cancelled request may go unanswered
+
+    def _settled(self, request_id) -> None:
+        key = str(request_id)
+        if self.open[key] > 0:
+            self.open[key] -= 1
+        if not +self.open:
+            self.idle.set()
+
+    async def send(self, item) -> None:
+        message = getattr(item, "message", None)
+        if isinstance(message, types.JSONRPCError) and not self.initialized and message.error == UNINITIALIZED:
+            # the SDK's answer to a request before the session is initialized names nothing: say why
+            item = SessionMessage(error(types.INVALID_PARAMS, "Send initialize before any other request.", message.id))
+        await self.stream.send(item)
+        if isinstance(message, types.JSONRPCResponse | types.JSONRPCError) and message.id is not None:
+            self._settled(message.id)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+    async def __aenter__(self):
+        await self.stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc):
+        return await self.stream.__aexit__(*exc)
+
+
 async def serve_stdio(raw_key: str) -> None:
     server = build_server(fixed_key(raw_key))
     lines_end = LinesEnd()
     with stdin_claimed() as stdin:
-        async with stdio_server(stdin=lines_end) as (_unused, write_stream):
+        async with stdio_server(stdin=lines_end) as (_unused, stdout_stream):
+            write_stream = Answers(stdout_stream)
             messages_writer, messages = anyio.create_memory_object_stream[SessionMessage | Exception](0)
 
             async def read_lines() -> None:
-                """Each line as bytes: one message for the server, or the error to answer in its place."""
+                """Each line as bytes: one message for the server, or the error to answer in its place. At the end,
+                the requests still running are answered first."""
                 async with messages_writer:
                     async for line in anyio.wrap_file(io.BufferedReader(stdin)):
                         if not line.strip():
@@ -94,7 +151,10 @@ async def serve_stdio(raw_key: str) -> None:
                         if problem is not None:
                             await write_stream.send(SessionMessage(problem))
                         else:
+                            write_stream.asked(message)
                             await messages_writer.send(SessionMessage(message))
+                    with anyio.move_on_after(DRAIN_S):
+                        await write_stream.idle.wait()
                 lines_end.end()
 
             async with anyio.create_task_group() as tg:
