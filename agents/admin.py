@@ -10,7 +10,7 @@ from rest_framework.authtoken.models import TokenProxy
 from agents.authentication import verified_keys_forget
 from agents.models import Agent, ApiKey, Scope
 from agents.services import agent_name_validate, api_key_name_validate, api_key_revoke, api_key_scopes_validate, api_key_update
-from common.admin import BoundedRelatedFilter, HistoryAdmin
+from common.admin import BoundedRelatedFilter, HistoryAdmin, SaveChangedOnly
 from common.api import ApplicationError
 from tenants.admin import TenantChoiceMixin
 from tenants.context import tenant_filter_ids
@@ -125,7 +125,7 @@ admin.site.unregister(TokenProxy)
 
 
 @admin.register(TokenProxy)
-class ReviewerTokenAdmin(TokenAdmin):
+class ReviewerTokenAdmin(SaveChangedOnly, TokenAdmin):
     """Reviewers' personal API tokens (``Authorization: Token <key>``). A reviewer sees and creates only their own
     token, a superuser anyone's; the key is never listed: it is shown once, when the token is created."""
 

@@ -1,11 +1,13 @@
 """Small helpers shared by the outcomes/autonomy admin screens."""
 
 import json
+import re
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import get_last_value_from_parameters, unquote
 from django.core.exceptions import ValidationError
+from django.db import DatabaseError
 from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpResponseNotAllowed
 from django.urls import reverse
@@ -17,19 +19,59 @@ from common.api import ApplicationError
 from common.parsers import RefusedValue, TooDeep, json_loads_checked
 
 
+def fields_changed(obj, form) -> list[str]:
+    """The model fields ``form`` changed from what its page showed (its hidden initial values; ``SaveChangedOnly``
+    sends them), with the ``auto_now`` stamps when any did: what a change page may write."""
+    concrete = {f.name for f in obj._meta.concrete_fields}
+    fields = [name for name in form.changed_data if name in concrete]
+    if not fields:
+        return []
+    stamps = [f.name for f in obj._meta.concrete_fields if getattr(f, "auto_now", False)]
+    return [*fields, *(n for n in stamps if n not in fields)]
+
+
+def unchanged_read_again(obj, fields: list[str]) -> None:
+    """Read the fields of ``obj`` not in ``fields`` again, so the history row a save of ``fields`` writes records them
+    as they are stored (a service may have changed them since the page read the row)."""
+    others = [f.attname for f in obj._meta.concrete_fields if not f.primary_key and f.name not in fields]
+    if others:
+        obj.refresh_from_db(fields=others)
+
+
 class SaveChangedOnly:
-    """A change page writes only the fields its form changed, and nothing when none did: Django's full-row save would
-    put back what the page read over what a service wrote meanwhile (a count, a decision, a block made longer), and
-    record a change nobody made. Every model admin whose change page saves without a service of its own uses it."""
+    """A change page writes only the fields its form changed from what the page showed, and nothing when none did:
+    Django's full-row save would put back what the page read over what a service wrote meanwhile (a count, a
+    decision, a block made longer), and record a change nobody made. Each field sends the value the page showed
+    (``show_hidden_initial``), so a value a service changed while the page was open is not taken for an edit. The
+    other fields are read again before the save, so its history row records them as they are. Every model admin
+    whose change page saves without a service of its own uses it; those with one pass ``fields_changed``."""
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if obj is not None:
+            posted = request.POST if request.method == "POST" else None
+            for name, field in form.base_fields.items():
+                # a page shows every value it showed; a post that sent none for a field (a script) is compared with
+                # the stored value, as Django compares
+                if posted is None or any(re.fullmatch(rf"initial-{re.escape(name)}(_\d+)?", key) for key in posted):
+                    field.show_hidden_initial = True
+        return form
 
     def save_model(self, request, obj, form, change):
         if not change:
             return super().save_model(request, obj, form, change)
-        concrete = {f.name for f in obj._meta.concrete_fields}
-        fields = [name for name in form.changed_data if name in concrete]
-        if fields:
-            stamps = [f.name for f in obj._meta.concrete_fields if getattr(f, "auto_now", False)]
-            obj.save(update_fields=[*fields, *(n for n in stamps if n not in fields)])
+        fields = fields_changed(obj, form)
+        if not fields:
+            return
+        try:
+            unchanged_read_again(obj, fields)
+            obj.save(update_fields=fields)
+        except obj.DoesNotExist:
+            self.message_user(request, f"Not saved: this {obj._meta.verbose_name} was deleted meanwhile.", messages.ERROR)
+        except DatabaseError as exc:
+            if "did not affect any rows" not in str(exc):
+                raise
+            self.message_user(request, f"Not saved: this {obj._meta.verbose_name} was deleted meanwhile.", messages.ERROR)
 
 
 class HistoryAdmin(SaveChangedOnly, SimpleHistoryAdmin):

@@ -255,7 +255,7 @@ admin.site.unregister(Group)
 
 @admin.register(get_user_model())
 class PeopleUserAdmin(_PeopleSuperuserOnly, SaveChangedOnly, UserAdmin):
-    pass
+    readonly_fields = ["last_login", "date_joined"]  # written by signing in and by creation, not by hand
 
 
 @admin.register(Group)

@@ -7,7 +7,7 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
-from common.admin import HistoryAdmin, revert_link
+from common.admin import HistoryAdmin, fields_changed, revert_link, unchanged_read_again
 from common.text import normalize_phrase
 from embeddings.admin import EmbeddingStatusMixin
 from learning.models import (
@@ -75,9 +75,19 @@ class VerbPhraseInline(EmbeddingStatusMixin, admin.TabularInline):
     readonly_fields = ["normalized"]
 
 
+def _edited(obj, form, change) -> list[str] | None:
+    """The fields an edit saves (None: a new row, saved whole), the others read again for its history row."""
+    if not change:
+        return None
+    fields = fields_changed(obj, form)
+    if fields:
+        unchanged_read_again(obj, fields)
+    return fields
+
+
 class _VerbSave:
     def save_model(self, request, obj, form, change):
-        verb_edit(verb=obj)
+        verb_edit(verb=obj, fields=_edited(obj, form, change))
 
     def save_formset(self, request, form, formset, change):  # only shown to those who may change phrases
         phrases = formset.save(commit=False)
@@ -155,7 +165,7 @@ class EntityAliasForm(_NormalizedForm):
 
 class _AliasSave:
     def save_model(self, request, obj, form, change):
-        entity_alias_save(alias=obj)
+        entity_alias_save(alias=obj, fields=_edited(obj, form, change))
 
 
 @admin.register(EntityAlias)

@@ -111,12 +111,15 @@ def _embed_changed(rows: list) -> None:
             row.embedding, row.embedding_model, row.embedding_hash = None, "", ""
 
 
-def verb_edit(*, verb: Verb) -> Verb:
-    """A verb edited by hand (the admin's verb page): saved, and the verbs' cache dropped once this commits; retired
-    or switched back on, the catalogue prior refits (its phrases are in or out of the anchors)."""
+def verb_edit(*, verb: Verb, fields: list[str] | None = None) -> Verb:
+    """A verb edited by hand (the admin's verb page): saved (an edit: only ``fields``, the ones the page changed, so
+    nothing a catalogue load wrote meanwhile is put back; none: nothing), and the verbs' cache dropped once this
+    commits; retired or switched back on, the catalogue prior refits (its phrases are in or out of the anchors)."""
+    if fields is not None and not fields:
+        return verb
     with transaction.atomic():
         was_active = Verb.objects.filter(pk=verb.pk).values_list("is_active", flat=True).first() if verb.pk else None
-        verb.save()
+        verb.save(update_fields=fields)
         transaction.on_commit(verb_details_forget)
         if was_active is not None and was_active != verb.is_active:
             task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
@@ -147,16 +150,22 @@ def verb_phrases_edit(*, verb: Verb, phrases: list[VerbPhrase] = (), deleted: li
         raise Conflict("The verb has that phrase already (after normalisation).", field="text", code="duplicate") from exc
 
 
-def entity_alias_save(*, alias: EntityAlias) -> EntityAlias:
-    """An alias added or edited by hand: its normalized text and vector follow its text. One the scope has already
-    (same normalized text and type, for the same user) is refused (409)."""
+def entity_alias_save(*, alias: EntityAlias, fields: list[str] | None = None) -> EntityAlias:
+    """An alias added or edited by hand: its normalized text and vector follow its text. An edit saves only
+    ``fields`` (the ones the page changed, with what follows the text), so nothing an approval wrote meanwhile (its
+    confidence, count, state) is put back; none: nothing. One the scope has already (same normalized text and type,
+    for the same user) is refused (409)."""
+    if fields is not None and not fields:
+        return alias
     alias.normalized = normalize_phrase(alias.alias)
     if not alias.normalized:
         raise ApplicationError("The alias has no words to match.", field="alias")
     _embed_changed([alias])
+    if fields is not None and "alias" in fields:
+        fields = [*fields, "normalized", "embedding", "embedding_model", "embedding_hash"]
     try:
         with transaction.atomic():
-            alias.save()
+            alias.save(update_fields=fields)
     except IntegrityError as exc:
         raise Conflict("That alias exists already for this type and user.", field="alias", code="duplicate") from exc
     return alias
