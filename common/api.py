@@ -7,7 +7,7 @@ Every error answers ``{"detail": str, "code": str, "fields": {field: [reason]}}`
 import logging
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import SuspiciousOperation
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
@@ -116,6 +116,15 @@ def database_unavailable_response() -> JsonResponse:
     return JsonResponse(body, status=503, headers={"Retry-After": "1"})
 
 
+# What a request Django refuses to read says, by the refusal (fixed texts: an exception's own may name paths).
+SUSPICIOUS = {
+    "TooManyFieldsSent": "more fields or parameters than DATA_UPLOAD_MAX_NUMBER_FIELDS allows",
+    "TooManyFilesSent": "too many files",
+    "SuspiciousMultipartForm": "a malformed multipart form",
+    "SuspiciousFileOperation": "a file name that is not allowed",
+}
+
+
 def exception_handler(exc, context):
     if isinstance(exc, RefusedValue):
         return error_response(400, str(exc.detail), "invalid", {exc.field: [exc.reason]})
@@ -127,9 +136,12 @@ def exception_handler(exc, context):
         exc = exceptions.ValidationError(detail)
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
-    elif isinstance(exc, SuspiciousOperation):  # too many fields in a query, a body too large to read: the input's fault
+    elif isinstance(exc, RequestDataTooBig):
+        return error_response(413, "Request body too large.", "payload_too_large")
+    elif isinstance(exc, SuspiciousOperation):  # too many fields in a query, a malformed form: the input's fault
         logger.warning("suspicious request answered as 400: %s", exc.__class__.__name__)
-        return error_response(400, f"The request cannot be read: {exc}", "invalid")
+        reason = SUSPICIOUS.get(exc.__class__.__name__, "it is malformed")
+        return error_response(400, f"The request cannot be read: {reason}.", "invalid")
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, IntegrityError):

@@ -68,24 +68,45 @@ async def _rpc_error(send, status: int, message: str | types.JSONRPCError) -> No
     await send({"type": "http.response.body", "body": body})
 
 
+def _media_ranges(value: str) -> list[tuple[str, float]]:
+    """The media types of a Content-Type or Accept value, lower-cased, with their q (1 when not given)."""
+    ranges = []
+    for part in value.split(","):
+        media, *params = part.split(";")
+        q = 1.0
+        for param in params:
+            name, _, number = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(number.strip())
+                except ValueError:
+                    q = 0.0
+        if media.strip():
+            ranges.append((media.strip().lower(), q))
+    return ranges
+
+
 def _accepts_json(accept: str | None) -> bool:
-    """Whether an Accept header admits a JSON answer (no header: anything does)."""
+    """Whether an Accept header admits a JSON answer (none, or an empty one: anything does)."""
     if accept is None or not accept.strip():
         return True
-    ranges = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-    return bool(ranges & {"application/json", "application/*", "*/*"})
+    return any(media in ("application/json", "application/*", "*/*") and q > 0 for media, q in _media_ranges(accept))
 
 
-def _media_types_lowered(scope) -> dict:
-    """``scope`` with the media types of Content-Type and Accept in lower case (their parameters as sent)."""
+def _headers_normalised(scope) -> dict:
+    """``scope`` as the SDK compares its headers: the Content-Type's media type in lower case (media types are
+    case-insensitive; the SDK compares them as sent), and an Accept that admits JSON saying so plainly (none, or
+    ``*/*``, is anything to us, a 406 to the SDK)."""
     headers = []
     for name, value in scope.get("headers", []):
-        if name.lower() in (b"content-type", b"accept"):
-            value = b",".join(
-                part.split(b";", 1)[0].lower() + (b";" + part.split(b";", 1)[1] if b";" in part else b"")
-                for part in value.split(b",")
-            )
+        key = name.lower()
+        if key == b"content-type":
+            media, sep, params = value.partition(b";")
+            value = media.strip().lower() + sep + params
+        elif key == b"accept":
+            continue
         headers.append((name, value))
+    headers.append((b"accept", b"application/json"))  # _accepts_json let it through: JSON is what it gets
     return {**scope, "headers": headers}
 
 
@@ -195,7 +216,7 @@ class McpRouter:
         if not _accepts_json(headers.get("accept")):  # the SDK's answer to this has no body on one protocol version
             await _rpc_error(send, 406, "Not Acceptable: Accept must include application/json")
             return
-        scope = _media_types_lowered(scope)  # media types are case-insensitive; the SDK compares them as sent
+        scope = _headers_normalised(scope)
         if not self.running:
             await _answer(
                 send, 503, "The MCP endpoint needs the ASGI lifespan: run the server with --lifespan on.", "mcp_not_started"
@@ -208,7 +229,7 @@ class McpRouter:
             return
         if body is None:  # the client left before sending all of it: no one to answer
             return
-        if body is not None and (problem := body_problem(body)):
+        if problem := body_problem(body):
             await _rpc_error(send, 400, problem)
             return
         await self.mcp_app(scope, receive, send)

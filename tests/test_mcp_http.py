@@ -370,20 +370,27 @@ def test_http_media_types_in_any_case_and_an_accept_without_json_is_a_json_406(b
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
     upper = _post(base_url, raw, ping, **{"Content-Type": "APPLICATION/JSON", "Accept": "Application/Json"})
     assert upper.status_code == 200 and upper.json()["id"] == 1
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
     for version in ("2025-11-25", "2026-07-28"):
-        body = {**ping, "params": {"_meta": MODERN_META}} if version == "2026-07-28" else ping
-        refused = _post(
-            base_url, raw, body, Accept="text/event-stream", **{"MCP-Protocol-Version": version, "Mcp-Method": "ping"}
-        )
-        assert refused.status_code == 406 and refused.headers["Content-Type"] == "application/json", version
-        assert "application/json" in refused.json()["error"]["message"]
+        body = {**listing, "params": {"_meta": MODERN_META}} if version == "2026-07-28" else listing
+        protocol = {"MCP-Protocol-Version": version, "Mcp-Method": "tools/list"}
+        for accept in ("text/event-stream", "text/html", "application/json;q=0"):
+            refused = _post(base_url, raw, body, Accept=accept, **protocol)
+            assert refused.status_code == 406 and refused.headers["Content-Type"] == "application/json", (version, accept)
+            assert "application/json" in refused.json()["error"]["message"]
+        for accept in ("", "*/*", "application/json;q=0.9", "text/event-stream, application/json", "Application/*"):
+            answered = _post(base_url, raw, body, Accept=accept, **protocol)
+            assert answered.status_code == 200 and answered.json()["result"]["tools"], (version, accept, answered.text)
+        sent = {"Content-Type": "application/json", "Authorization": f"Bearer {raw}", **protocol}
+        answered = requests.post(f"{base_url}/mcp", data=json.dumps(body), headers=sent, timeout=30)  # no Accept at all
+        assert answered.status_code == 200 and answered.json()["result"]["tools"], (version, answered.text)
 
 
 def test_http_a_resource_uri_with_too_many_query_fields_is_invalid_params(base_url):
     _, raw = new_key()
     body = {"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": "alg://verbs?" + "a=1&" * 1001}}
     error = _post(base_url, raw, body, **{"MCP-Protocol-Version": "2025-11-25"}).json()["error"]
-    assert error["code"] == -32602 and "cannot be read" in error["message"], error
+    assert error["code"] == -32602 and "cannot be read: more fields" in error["message"], error
 
 
 def test_a_client_that_leaves_mid_body_is_not_handed_to_the_sdk(settings):

@@ -70,7 +70,7 @@ def disambiguation_record(
 def resolution_store(*, resolution, agent=None, domain: str | None = None, channel: str = "api") -> None:
     """Store what a resolve answered, in one transaction: the resolution with its explanation (every answer, so a
     later click, abandon, confirmation or correction labels it for the decision fit) and, for an ``ambiguous``
-    answer, the request with the options shown (``disambiguation_record``). Every interface that resolves (REST,
+    answer, the request with the options shown (as ``disambiguation_record`` stores it). Every interface that resolves (REST,
     console, MCP) calls this. Both rows are plain INSERTs sent in one round trip (``common.db.rows_insert``)."""
     rows = [
         _disambiguation_row(resolution=resolution, agent=agent, domain=domain, channel=channel),

@@ -24,6 +24,7 @@ import uvicorn
 from django.core.management.base import BaseCommand, CommandError
 from mcp import MCPError, types
 from mcp.server.stdio import stdio_server
+from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 
 from learning.preload import preload
@@ -84,6 +85,17 @@ UNINITIALIZED = types.ErrorData(code=types.INVALID_PARAMS, message="Invalid requ
 DRAIN_S = 300
 
 
+PROTOCOL_META = "io.modelcontextprotocol/protocolVersion"
+
+
+def _key(request_id):
+    """A request id as the SDK matches ids ("7" and 7 are one id)."""
+    try:
+        return coerce_request_id(request_id)
+    except (TypeError, ValueError):
+        return str(request_id)
+
+
 class Answers:
     """The stdio write stream, counting the requests read and not answered yet: at the end of stdin the server stops
     only once they are answered (stopping it cancels them: a write that commits would be answered "Connection
@@ -95,18 +107,21 @@ class Answers:
         self.idle = anyio.Event()
         self.idle.set()
 
-    initialized = False  # an initialize request was read
+    initialized = False  # an initialize request was read, or a request of the protocol that has none (its _meta says)
 
     def asked(self, message) -> None:
         if isinstance(message, types.JSONRPCRequest):
-            self.initialized = self.initialized or message.method == "initialize"
-            self.open[str(message.id)] += 1
+            meta = (message.params or {}).get("_meta")
+            self.initialized = (
+                self.initialized or message.method == "initialize" or (isinstance(meta, dict) and PROTOCOL_META in meta)
+            )
+            self.open[_key(message.id)] += 1
             self.idle = anyio.Event() if self.idle.is_set() else self.idle
         elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
             self._settled((message.params or {}).get("requestId"))  # a cancelled request may go unanswered
 
     def _settled(self, request_id) -> None:
-        key = str(request_id)
+        key = _key(request_id)
         if self.open[key] > 0:
             self.open[key] -= 1
         if not +self.open:
