@@ -10,6 +10,7 @@ import re
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.db import connection, transaction
 from django.shortcuts import render
 from django.urls import path, reverse_lazy
 from django.views.decorators.csrf import ensure_csrf_cookie
@@ -81,6 +82,12 @@ class ConsoleApi(APIView):
     parser_classes = [LimitedJSONParser, FormParser, MultiPartParser]
 
     tenant_id = None
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        if connection.in_atomic_block:  # as the API's: an answered error keeps nothing the request wrote
+            transaction.set_rollback(True)
+        return response
 
     def dispatch(self, request, *args, **kwargs):
         self.tenant_id = tenant_id = user_home_tenant_id(getattr(request, "user", None))

@@ -1,6 +1,7 @@
 """The disambiguation console: session login, CSRF, the same services as the API, and a real browser."""
 
 import time
+import uuid
 
 import pytest
 from django.test import Client
@@ -236,3 +237,21 @@ def test_browser_keyboard_choice_timeout_and_closed_session(live_server, browser
     page.wait_for_selector("#result.resolved")
     row = DisambiguationRequest.objects.get(user_id="console:bob", normalized="list all cbus")
     assert row.status == "selected" and row.selected_verb == second_verb
+
+
+def test_a_console_answer_with_an_error_keeps_nothing_the_request_wrote(person, cbus, monkeypatch):
+    from django.db import transaction
+
+    from common.api import ApplicationError
+    from learning import console
+
+    def stores_then_refuses(**kwargs):
+        with transaction.atomic():
+            ResolutionRecord.objects.create(request_id=uuid.uuid4(), text="half", normalized="half", outcome="resolved")
+        raise ApplicationError("Refused after a write.", field="text")
+
+    monkeypatch.setattr(console, "resolution_store", stores_then_refuses)
+    browser = Client()
+    browser.login(username="alice", password="s3cret-pass")
+    answer = browser.post("/console/api/resolve", {"text": "list all cbus"}, content_type="application/json")
+    assert answer.status_code == 400 and not ResolutionRecord.objects.filter(text="half").exists()

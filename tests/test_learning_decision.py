@@ -704,6 +704,35 @@ def test_an_ambiguous_answer_stores_its_two_rows_in_one_round_trip_with_the_comm
     assert (record.outcome, record.domain, record.user_id) == ("ambiguous", "mail", "bea")
 
 
+@pytest.mark.parametrize("prepared", [True, False])
+def test_rows_sent_together_fail_together(big, prepared):
+    """common.db.rows_insert: a row the database refuses (a request id stored already) fails the call as Django's own
+    error, and the transaction it ran in keeps neither row."""
+    from django.db import IntegrityError, connection, transaction
+
+    from common.db import rows_insert
+    from learning.models import DisambiguationRequest
+
+    taken = uuid.uuid4()
+    DisambiguationRequest.objects.create(request_id=taken, text="x", normalized="x", options=[])
+    connection.ensure_connection()
+    threshold = connection.connection.prepare_threshold
+    fresh = uuid.uuid4()
+    try:
+        connection.connection.prepare_threshold = 0 if prepared else None
+        with pytest.raises(IntegrityError), transaction.atomic():
+            rows_insert(
+                [
+                    ResolutionRecord(request_id=fresh, text="y", normalized="y", outcome="resolved"),
+                    DisambiguationRequest(request_id=taken, text="x", normalized="x", options=[]),
+                ]
+            )
+    finally:
+        connection.connection.prepare_threshold = threshold
+    assert not ResolutionRecord.objects.filter(request_id=fresh).exists()
+    assert DisambiguationRequest.objects.filter(request_id=taken).count() == 1
+
+
 @pytest.mark.parametrize("binding", ["client", "server"])
 def test_a_statement_and_its_set_local_lines_travel_together_and_the_settings_hold(db, binding):
     """common.db.rows_fetch: the statement's own rows come back, the SET LOCAL lines before it apply to it and
