@@ -595,3 +595,40 @@ def test_bad_inbox_parameters_answer_a_page_not_an_error(inbox):
     assert client.get("/admin/inbox/nope/1/").status_code == 404
     assert client.post(f"/admin/inbox/proposal/{inbox[1]['proposal'].pk}/", {"action": "explode"}).status_code == 400
     assert client.get("/admin/revert/nope/1/").status_code == 404
+
+
+def _same_text_in_two_tenants():
+    from tenants.context import tenant_scope
+
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    acme = tenant_create(slug="acme", name="Acme")
+    with tenant_scope([acme.pk]):
+        verb_catalogue_load(entries=CBU_CATALOGUE)
+    mine = candidate_record(
+        input_pattern="open the unit", suggested_output="cbu.show", user_id=None, source="correction", confidence=0.9
+    )
+    with tenant_scope([acme.pk]):
+        theirs = candidate_record(
+            input_pattern="open the unit", suggested_output="cbu.show", user_id=None, source="correction", confidence=0.9
+        )
+        learned_phrase_upsert(
+            phrase="open the unit", verb=Verb.objects.get(name="cbu.delete"), user_id="zed", source="confirmation"
+        )
+    return acme, mine, theirs
+
+
+def test_a_reviewer_of_several_tenants_decides_a_candidate_with_its_own_tenants_evidence_only():
+    """Another tenant's identical candidate is not offered (nor decided) together, and its vocabulary is no conflict to
+    acknowledge: the same decision answers the same whatever other tenants the reviewer belongs to."""
+    acme, mine, theirs = _same_text_in_two_tenants()
+    dora, rita = reviewer_user("dora", *ALL_PERMS), reviewer_user("rita", *ALL_PERMS)
+    membership_add(user=rita, tenant=acme)
+    page = signed_in(rita).get(f"/admin/inbox/candidate/{mine.pk}/")
+    assert page.status_code == 200 and "zed" not in page.content.decode()
+    first = signed_in(dora).post(f"/admin/inbox/candidate/{mine.pk}/", {"action": "approve"})
+    second = signed_in(rita).post(f"/admin/inbox/candidate/{mine.pk}/", {"action": "approve"})
+    assert first.status_code == second.status_code == 200  # the confirmation page, no conflict to acknowledge
+    signed_in(rita).post(f"/admin/inbox/candidate/{mine.pk}/", {"action": "approve", "together": [theirs.pk], "confirmed": "1"})
+    assert LearningCandidate.objects.get(pk=mine.pk).status == "applied"
+    assert LearningCandidate.objects.get(pk=theirs.pk).status == "pending"
+    assert not Decision.objects.filter(object_id=theirs.pk).exists()

@@ -36,7 +36,8 @@ def profiles_by_ids(ids: list[int]) -> QuerySet[FittedResolutionProfile]:
 
 
 def candidate_evidence(candidate: LearningCandidate, *, limit: int = 50) -> dict:
-    """What produced a candidate and what approving it would touch.
+    """What produced a candidate and what approving it would touch, in the candidate's tenant (a reviewer of several
+    sees all of them in one scope: another tenant's vocabulary is neither a conflict nor a duplicate).
 
     ``signals``: the interactions that fed it (linked by candidate id, else by phrase and verb);
     ``conflicts``: learned phrases or users' positive evidence mapping the same text to another verb;
@@ -47,9 +48,8 @@ def candidate_evidence(candidate: LearningCandidate, *, limit: int = 50) -> dict
     ``users``: the users it would affect (its own user, or every user of the tenant for a global phrase).
     """
     signals = list(
-        LearningSignal.objects.filter(
-            Q(candidate_id=candidate.pk) | Q(normalized=candidate.normalized, verb=candidate.suggested_output)
-        )
+        LearningSignal.objects.filter(tenant_id=candidate.tenant_id)
+        .filter(Q(candidate_id=candidate.pk) | Q(normalized=candidate.normalized, verb=candidate.suggested_output))
         .select_related("request")
         .order_by("-created_at", "-id")[:limit]
     )
@@ -59,7 +59,7 @@ def candidate_evidence(candidate: LearningCandidate, *, limit: int = 50) -> dict
         users = [candidate.user_id]
     else:
         users = list(
-            LearnedPhrase.objects.filter(user_id__isnull=False, normalized=candidate.normalized)
+            LearnedPhrase.objects.filter(tenant_id=candidate.tenant_id, user_id__isnull=False, normalized=candidate.normalized)
             .values_list("user_id", flat=True)
             .distinct()[:limit]
         )
@@ -78,7 +78,7 @@ def candidate_conflicts(candidate: LearningCandidate, *, limit: int = 50) -> lis
     conflicts = []
     if candidate.candidate_type == LearningCandidate.Type.INVOCATION_PHRASE:
         phrases = (
-            LearnedPhrase.objects.filter(normalized=candidate.normalized, is_active=True)
+            LearnedPhrase.objects.filter(tenant_id=candidate.tenant_id, normalized=candidate.normalized, is_active=True)
             .exclude(verb__name=candidate.suggested_output)
             .select_related("verb")
             .order_by("-confidence", "id")[:limit]
@@ -93,7 +93,7 @@ def candidate_conflicts(candidate: LearningCandidate, *, limit: int = 50) -> lis
                 }
             )
         evidence = (
-            PhraseEvidence.objects.filter(normalized=candidate.normalized, positive__gt=0)
+            PhraseEvidence.objects.filter(tenant_id=candidate.tenant_id, normalized=candidate.normalized, positive__gt=0)
             .exclude(verb=candidate.suggested_output)
             .order_by("-positive", "id")[:limit]
         )
@@ -112,7 +112,9 @@ def candidate_conflicts(candidate: LearningCandidate, *, limit: int = 50) -> lis
 def candidate_similar(candidate: LearningCandidate, *, limit: int = 50) -> tuple[list, list]:
     """Other pending candidates of the same type for the same text or a near spelling: (same verb, another verb)."""
     similar = (
-        LearningCandidate.objects.filter(status=LearningCandidate.Status.PENDING, candidate_type=candidate.candidate_type)
+        LearningCandidate.objects.filter(
+            tenant_id=candidate.tenant_id, status=LearningCandidate.Status.PENDING, candidate_type=candidate.candidate_type
+        )
         .filter(Q(normalized=candidate.normalized) | Q(normalized__in=_near_spellings(candidate.normalized)))
         .exclude(pk=candidate.pk)
         .order_by("-occurrence_count", "id")
