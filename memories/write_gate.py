@@ -24,9 +24,21 @@ from dataclasses import dataclass, field
 
 from memories.secrets import find_secrets
 from memories.secrets import redact as secrets_redact
-from memories.secrets.rules import luhn_valid
+from memories.secrets.prose import as_password
+from memories.secrets.rules import _is_placeholder, format_term, luhn_valid
 
-__all__ = ["Finding", "GateResult", "blocked", "check", "luhn_valid", "redact", "secret_findings"]
+__all__ = [
+    "Finding",
+    "GateResult",
+    "answered_secrets",
+    "blocked",
+    "check",
+    "luhn_valid",
+    "redact",
+    "redact_values",
+    "secret_findings",
+    "value_findings",
+]
 
 SECRET = "secret"
 UNSTABLE = "unstable"
@@ -69,6 +81,77 @@ def secret_findings(text: str) -> list[Finding]:
 def redact(text: str) -> str:
     """The text with each secret span replaced by ``[REDACTED:<kind>]`` (re-scanned until nothing is left)."""
     return secrets_redact(text or "")
+
+
+# --- A secret asked for in the question and given in the answer ---
+
+# "What's the admin password for staging?", "the wifi password?", "the PIN for the alarm?", "the door code?"
+_SECRET_NOUN = (
+    r"(?:pass(?:word|phrase|code)s?|passwd|pwd|pins?|pin\s*codes?|secrets?|credentials?|api[\s_-]*keys?|tokens?|"
+    r"(?:door|alarm|gate|safe|lock|garage|entry|access|building|wi-?fi|network|security|unlock)\s+"
+    r"(?:codes?|keys?|combinations?)|combinations?)"
+)
+# a question that asks for the value, not about it ("how do I reset my password", "which token format", "the password
+# policy" ask about one)
+_ASKS_FOR_SECRET = re.compile(
+    r"(?i)\b(?:what(?:'s|\s+is|\s+are|\s+was|\s+were)|which|tell\s+me|give\s+me|remind\s+me|send\s+me|share)\b"
+    rf"[^?\n]{{0,80}}?\b{_SECRET_NOUN}\b(?!\s+(?:format|policy|policies|length|rules?|requirements?|expir\w*|reset|"
+    r"manager|field|type|strength|complexity|hash\w*|storage|rotation|scheme|algorithm|lifetime|ttl|duration|size|"
+    r"limit|count|header|endpoint|url|scopes?|permissions?)\b)"
+)
+_ANSWER_TOKEN = re.compile(r"[^\s,;()\[\]{}<>\"'`]+")
+_NOT_A_SECRET_VALUE = re.compile(
+    r"(?i)^(?:https?://\S+|[\w.+\-]+@[\w\-]+\.[\w.\-]+|/\S*|~/\S*|\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?|"
+    r"v?\d+(?:\.\d+)+|\d{1,2}:\d{2}(?::\d{2})?(?:am|pm)?|\d{4}-\d{2}-\d{2}|\d+(?:st|nd|rd|th|s|h|m|d|ms|kb|mb|gb|%)?)$"
+)
+
+
+def _answer_secret_values(answer: str) -> list[tuple[int, int]]:
+    """Spans of the values in an answer to a question that asks for a secret: a PIN (4-8 digits) or a token of
+    letters and digits (a password such as "Hunter2Staging!9" or "bluebird42"), not an address, a path, a version,
+    a time or a count."""
+    spans = []
+    for m in _ANSWER_TOKEN.finditer(answer):
+        token = m.group(0).rstrip(".,:;!?")
+        if len(token) < 4 or _is_placeholder(token) or format_term(token):
+            continue
+        end = m.start() + len(token)
+        pin = (
+            token.isdigit()
+            and 4 <= len(token) <= 8
+            and not re.fullmatch(r"(?:19|20)\d\d", token)  # a year
+            and not re.match(r"\s+\w", answer[end:])  # a count: "3600 seconds"
+        )
+        acronym = re.fullmatch(r"[A-Z]{2,}[-_]?\d+", token)  # RS256, RFC7519, HTTP2
+        if not pin and (_NOT_A_SECRET_VALUE.match(token) or acronym or not as_password(token)):
+            continue
+        spans.append((m.start(), m.start() + len(token)))
+    return spans
+
+
+def answered_secrets(question: str, answer: str) -> list[str]:
+    """The values the answer gives when the question asks for a password, PIN, code, key or token: stored as a
+    lesson ("Q: ... A: Hunter2Staging!9") or alone, each would be a secret the gate's other rules cannot see (the
+    word that names it is in the question, the value alone in the answer)."""
+    if not _ASKS_FOR_SECRET.search(question or ""):
+        return []
+    return [answer[i:j] for i, j in _answer_secret_values(answer or "")]
+
+
+def value_findings(text: str, values: list[str]) -> list[Finding]:
+    """Where ``values`` (from ``answered_secrets``) occur in ``text``, as the gate's secret findings."""
+    out = []
+    for value in sorted(set(values), key=len, reverse=True):
+        for m in re.finditer(re.escape(value), text):
+            out.append(Finding(SECRET, "secret_in_answer", m.start(), m.end()))
+    return sorted(out, key=lambda f: (f.start, -f.end))
+
+
+def redact_values(text: str, values: list[str]) -> str:
+    """``redact(text)`` with each of ``values`` replaced too."""
+    for value in sorted(set(values), key=len, reverse=True):
+        text = text.replace(value, "[REDACTED:secret_in_answer]")
+    return redact(text)
 
 
 # --- Unstable facts ---

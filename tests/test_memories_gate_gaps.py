@@ -147,3 +147,48 @@ def test_a_lesson_about_them_passes(text):
 )
 def test_observe_quarantines_a_former_gap_with_it_redacted(answer, secret):
     observe_blocked(answer, secret)
+
+
+@pytest.mark.parametrize(
+    "question, answer, secret",
+    [
+        ("What's the admin password for staging?", "Hunter2Staging!9", "Hunter2Staging!9"),
+        (
+            "Which password do I use for the staging admin console?",
+            "Use Hunter2Staging!9 when the console asks.",
+            "Hunter2Staging!9",
+        ),
+        ("What is the wifi password at the office?", "bluebird42 is the one for the main floor network.", "bluebird42"),
+        ("What's the PIN for the office alarm?", "482913, enter it within thirty seconds of opening the door.", "482913"),
+    ],
+)
+def test_a_secret_asked_for_in_the_question_and_given_in_the_answer_is_quarantined_and_redacted(db, question, answer, secret):
+    """The word that names it is in the question, the value alone in the answer: neither the lesson ("Q: ... A: ...")
+    nor the answer kept alone, nor the quarantine's preview, nor a retrieve holds it."""
+    from memories.models import Memory, MemoryQuarantine
+    from tests.conftest import OBSERVE, RETRIEVE, make_client
+
+    client = make_client(["resolve", "feedback"], name="obs")
+    r = client.post(OBSERVE, {"user_id": "alice", "user_message": question, "assistant_message": answer}, format="json")
+    body = r.json()
+    assert r.status_code == 200 and body["decision"] == "blocked" and body["evidence"]["reason"] == "secret", body
+    assert secret not in r.content.decode() and not Memory.objects.exists()
+    item = MemoryQuarantine.objects.get(user_id="alice")
+    assert secret not in item.redacted_preview and secret not in item.topic and "[REDACTED:" in item.redacted_preview
+    block = client.post(RETRIEVE, {"user_id": "alice", "query": question}, format="json").json()["block"]
+    assert secret not in block
+
+
+@pytest.mark.parametrize(
+    "question, answer",
+    [
+        ("How do I reset my password?", "Open Settings, then Security, and click Reset; it works on v2.3.1 with Python3 too."),
+        ("Which token format does the API use?", "JWT signed with RS256 and valid for 3600 seconds, as RFC7519 describes."),
+        ("What is the password policy here?", "At least 12 characters with one digit, rotated every 90 days by the vault."),
+        ("What is the token lifetime for the api?", "Tokens expire after 3600 seconds since the 2024 release of the gateway."),
+    ],
+)
+def test_a_question_about_passwords_or_tokens_keeps_its_answer(question, answer):
+    from memories import write_gate
+
+    assert write_gate.answered_secrets(question, answer) == []

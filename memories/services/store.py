@@ -108,6 +108,7 @@ def memory_observe(*, user_id: str, user_message: str, assistant_message: str, m
             source_session_id=str(meta.get("session_id") or "")[:200],
             source_message_id=str(meta.get("message_id") or "")[:200],
             extractor=extractor,
+            answered_secrets=write_gate.answered_secrets(user_message, assistant_message),
         )
     # After the store, so a correction keeps its version chain: what it superseded is not judged again.
     signal = memory_outcome_signal_apply(
@@ -133,15 +134,22 @@ def memory_store(
     source_message_id: str = "",
     extractor: str = "deterministic",
     quarantine_on_block: bool = True,
+    answered_secrets: list[str] = (),
 ) -> ObserveResult:
-    """Gate, deduplicate and store one artifact for the user (the write half of observe)."""
+    """Gate, deduplicate and store one artifact for the user (the write half of observe). ``answered_secrets``: the
+    values the turn's answer gave to a question asking for a password, PIN or key (``write_gate.answered_secrets``):
+    a lesson holding one is blocked as a secret, and they are redacted wherever the quarantine keeps text."""
     metadata = metadata or {}
+    answered = list(answered_secrets)
     gate = write_gate.check(artifact.content)
+    if gate.allowed or gate.reason != write_gate.SECRET:
+        in_lesson = write_gate.value_findings(artifact.content, answered)
+        gate = write_gate.blocked(in_lesson) if in_lesson else gate
     # Every field stored beside the lesson is scanned too (and redacted if the lesson is quarantined).
     side_text = "\n".join(
         [artifact.topic, " ".join(artifact.tags), _metadata_text(metadata), source_session_id, source_message_id]
     )
-    side_secrets = write_gate.secret_findings(side_text)
+    side_secrets = write_gate.secret_findings(side_text) + write_gate.value_findings(side_text, answered)
     if not gate.allowed or side_secrets:
         if gate.allowed:  # the lesson is clean but its topic, tags or filters hold a secret
             gate = write_gate.blocked(side_secrets)
@@ -151,12 +159,12 @@ def memory_store(
                 namespace=namespace,
                 user_id=user_id,
                 memory_type=artifact.memory_type,
-                topic=write_gate.redact(artifact.topic)[:200],
-                tags=[write_gate.redact(t) for t in artifact.tags],
+                topic=write_gate.redact_values(artifact.topic, answered)[:200],
+                tags=[write_gate.redact_values(t, answered) for t in artifact.tags],
                 reason=gate.reason,
                 reason_detail=gate.message,
                 finding_kinds=gate.kinds,
-                redacted_preview=write_gate.redact(artifact.content),
+                redacted_preview=write_gate.redact_values(artifact.content, answered),
                 source_session_id=write_gate.redact(source_session_id)[:200],
                 source_message_id=write_gate.redact(source_message_id)[:200],
                 metadata=_redact_value(metadata),
