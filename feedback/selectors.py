@@ -54,8 +54,13 @@ def feedback_record_list(*, agent, filters: dict):
 
 
 def mistake_pattern_list(*, agent, filters: dict):
+    """The agent's patterns; ``feedback_type``: those grouping records of that type (a pattern is named by the
+    records' mistake category when they have one, so its own name does not say)."""
     qs = MistakePattern.objects.select_related("action").filter(agent=agent)
-    return _filter(qs, filters, {"action": "action__name", "feedback_type": "category", "status": "status"})
+    feedback_type = filters.get("feedback_type")
+    if feedback_type not in (None, ""):
+        qs = qs.filter(Exists(FeedbackRecord.objects.filter(pattern=OuterRef("pk"), feedback_type=feedback_type)))
+    return _filter(qs, filters, {"action": "action__name", "status": "status"})
 
 
 def active_rules_q() -> Q:

@@ -360,7 +360,7 @@ def revert_apply(*, kind: str, obj, user, reason: str, revert_of: int | None = N
         elif kind == "block":
             phrase_block_expire(block_id=obj.pk, reviewer=user, reason=reason, must_be_active=True)
         elif kind == "rule":
-            correction_rule_deactivate(rule=obj, user=user, reason=reason)
+            correction_rule_deactivate(rule=obj, user=user, reason=reason, must_be_active=True)
         elif kind == "autonomy":
             action_autonomy_revert(action=obj, user=user, reason=reason, revert_of=revert_of)
     logger.info("revert: %s %s by %s: %s", kind, obj.pk, user.get_username(), reason)

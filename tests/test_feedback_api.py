@@ -346,3 +346,20 @@ def test_fields_a_decision_would_drop_are_refused_by_name(db):
     assert success.status_code == 400 and list(success.json()["fields"]) == ["explanation"]
     assert Proposal.objects.get(pk=pid).status == "approved"
     assert agent.post("/api/v1/outcomes", {"proposal": pid, "success": True}, format="json").status_code == 200
+
+
+def test_mistake_patterns_filter_by_the_feedback_type_of_their_records():
+    """A pattern of rejections named by their mistake category is found by feedback_type=rejection."""
+    from feedback.services.mistakes import mistake_patterns_detect
+
+    agent, reviewer = make_client(["resolve", "feedback"], name="agent-a"), make_client(["governance"], name="rev")
+    for _ in range(3):
+        body = {"action": "email.send", "proposed_action": {"to": "a@x.com"}, "reasoning": {"confidence": 0.8}}
+        pid = agent.post("/api/v1/proposals", body, format="json").json()["id"]
+        assert (
+            reviewer.post(f"/api/v1/proposals/{pid}/reject", {"mistake_category": "wrong_target"}, format="json").status_code
+            == 200
+        )
+    mistake_patterns_detect()
+    assert agent.get("/api/v1/mistake-patterns", {"feedback_type": "rejection"}).json()["count"] == 1
+    assert agent.get("/api/v1/mistake-patterns", {"feedback_type": "execution_incorrect"}).json()["count"] == 0

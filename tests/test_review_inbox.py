@@ -632,3 +632,16 @@ def test_a_reviewer_of_several_tenants_decides_a_candidate_with_its_own_tenants_
     assert LearningCandidate.objects.get(pk=mine.pk).status == "applied"
     assert LearningCandidate.objects.get(pk=theirs.pk).status == "pending"
     assert not Decision.objects.filter(object_id=theirs.pk).exists()
+
+
+def test_a_rule_still_waiting_is_not_reverted_behind_the_inbox():
+    """A revert undoes a rule that applied; one still waiting is decided in the inbox (its claim and its decision
+    log), so the revert refuses it and it stays waiting."""
+    _, items = mixed_inbox()
+    rule = items["rule"]
+    holder, other = reviewer_user("holder", *ALL_PERMS), reviewer_user("other", *ALL_PERMS)
+    assert signed_in(holder).get(f"/admin/inbox/rule/{rule.pk}/").status_code == 200  # held in the inbox
+    answer = signed_in(other).post(f"/admin/revert/rule/{rule.pk}/", {"reason": "no"})
+    assert answer.status_code == 409, answer.status_code
+    rule.refresh_from_db()
+    assert rule.status == "pending_approval" and not Decision.objects.filter(object_id=rule.pk).exists()

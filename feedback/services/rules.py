@@ -139,12 +139,19 @@ def correction_rule_approve(*, rule, user) -> CorrectionRule:
     return obj
 
 
-def correction_rule_deactivate(*, rule, user=None, reason: str = "") -> CorrectionRule:
-    """Stop a rule (pending or active); its history keeps who and why."""
+def correction_rule_deactivate(*, rule, user=None, reason: str = "", must_be_active: bool = False) -> CorrectionRule:
+    """Stop a rule (pending or active; ``must_be_active``: only one in force, as a revert undoes what applied); its
+    history keeps who and why."""
     with transaction.atomic():
         obj = _rule_locked(rule)
         if obj.status in (CorrectionRuleStatus.INACTIVE, CorrectionRuleStatus.EXPIRED):
             raise Conflict(f"Rule {obj.pk} is already {obj.status}.", field="status", extra={"current_status": obj.status})
+        if must_be_active and obj.status != CorrectionRuleStatus.ACTIVE:
+            raise Conflict(
+                f"Rule {obj.pk} is {obj.status}: it never applied, so there is nothing to revert; decide it in the review inbox.",
+                field="status",
+                extra={"current_status": obj.status},
+            )
         obj.status, obj.deactivated_by, obj.deactivated_at = CorrectionRuleStatus.INACTIVE, user, timezone.now()
         obj._history_user = user
         if reason:
