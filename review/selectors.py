@@ -497,10 +497,14 @@ def revert_statement(kind: str, obj) -> str:
 
 
 def revert_of(kind: str, obj) -> int | None:
-    """The transition an action's revert undoes (its confirmation carries the id, so a second submission is
-    refused instead of reverting the revert); None for other kinds or when nothing can be reverted."""
-    last = _revertible_transition(obj) if kind == "autonomy" else None
-    return None if last is None else last.pk
+    """What the confirmation shows, as the page carries it: an action's revert undoes its last transition (its id);
+    a phrase's, block's or rule's, the object as its newest history row has it. A second submission, or a change
+    since (a user taught the phrase again), is then refused instead of undoing what the reviewer never saw. None
+    when nothing can be reverted."""
+    if kind == "autonomy":
+        last = _revertible_transition(obj)
+        return None if last is None else last.pk
+    return obj.history.order_by("-history_id").values_list("history_id", flat=True).first()
 
 
 def _revertible_transition(action):

@@ -355,6 +355,15 @@ def revert_apply(*, kind: str, obj, user, reason: str, revert_of: int | None = N
         raise ApplicationError("Say why you revert it.", field="reason")
     statement = selectors.revert_statement(kind, obj)
     with tenant_scope([obj.tenant_id]):
+        if kind != "autonomy" and revert_of is not None:  # the object as the confirmation showed it, under its lock
+            type(obj).objects.select_for_update().filter(pk=obj.pk).first()
+            if selectors.revert_of(kind, obj) != revert_of:
+                raise Conflict(
+                    "It changed since this page was shown (a user taught it again, or it was reverted): look at it "
+                    "again before you revert it.",
+                    field="revert_of",
+                    code="changed",
+                )
         if kind == "phrase":
             learned_phrase_deactivate(phrase_id=obj.pk, reviewer=user, reason=reason)
         elif kind == "block":

@@ -645,3 +645,27 @@ def test_a_rule_still_waiting_is_not_reverted_behind_the_inbox():
     assert answer.status_code == 409, answer.status_code
     rule.refresh_from_db()
     assert rule.status == "pending_approval" and not Decision.objects.filter(object_id=rule.pk).exists()
+
+
+def test_a_phrase_revert_confirmed_before_a_user_taught_it_again_is_refused():
+    """The confirmation said "stops resolving to cbu.show"; the user then taught the text to cbu.delete: posting that
+    confirmation (late, or a second time after the revert) does not switch off what the reviewer never saw."""
+    import re
+
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    show, delete = Verb.objects.get(name="cbu.show"), Verb.objects.get(name="cbu.delete")
+    phrase = learned_phrase_upsert(phrase="open the unit", verb=show, user_id="ann", source="candidate")
+    client = signed_in(reviewer_user("rita", "change_learnedphrase", "view_learnedphrase"))
+    url = f"/admin/revert/phrase/{phrase.pk}/"
+    shown = client.get(url).content.decode()
+    assert "cbu.show" in shown
+    token = re.search(r'name="revert_of" value="(\d+)"', shown).group(1)
+    learned_phrase_upsert(phrase="open the unit", verb=delete, user_id="ann", source="confirmation")  # meanwhile
+    late = client.post(url, {"reason": "wrong approval", "revert_of": token})
+    assert late.status_code == 409 and "changed since" in late.content.decode()
+    assert LearnedPhrase.objects.get(pk=phrase.pk).is_active
+    fresh = re.search(r'name="revert_of" value="(\d+)"', client.get(url).content.decode()).group(1)
+    assert client.post(url, {"reason": "wrong", "revert_of": fresh}).status_code == 302  # seen now: reverted
+    learned_phrase_upsert(phrase="open the unit", verb=delete, user_id="ann", source="confirmation")  # taught again
+    assert client.post(url, {"reason": "wrong", "revert_of": fresh}).status_code == 409  # the same form a second time
+    assert LearnedPhrase.objects.get(pk=phrase.pk).is_active
