@@ -192,3 +192,32 @@ def test_a_question_about_passwords_or_tokens_keeps_its_answer(question, answer)
     from memories import write_gate
 
     assert write_gate.answered_secrets(question, answer) == []
+
+
+@pytest.mark.parametrize(
+    "text, secret",
+    [
+        ("Log in to staging with admin / Hunter2Staging!9 from the VPN.", "Hunter2Staging!9"),
+        ("admin:Hunter2Staging!9 is what the staging console accepts.", "Hunter2Staging!9"),
+        ("Our SMTP relay login is smtp-user with secret Zq8xW3vP9kLm on port 587.", "Zq8xW3vP9kLm"),
+    ],
+)
+def test_a_credential_pair_or_secret_in_prose_is_blocked_and_redacted(text, secret):
+    result = write_gate.check(text)
+    assert not result.allowed and result.kinds == ["credentials_in_prose"], result
+    assert secret not in write_gate.redact(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Log in with SSO and pick the staging account from the list.",
+        "Use the python:3.12-slim image and pin sha256:abc123def456 in the Dockerfile.",
+        "The root:wheel ownership is needed on /etc/sudoers for sudo to work.",
+        "Connect using password authentication only when keys fail on the bastion host.",
+        "Run the job as user:group deploy:deploy with umask 022 always.",
+        "Set the owner to root:root and mode 0600 on the key file.",
+    ],
+)
+def test_a_lesson_about_accounts_and_logins_passes(text):
+    assert write_gate.check(text).allowed, write_gate.check(text)

@@ -22,6 +22,7 @@ from memories.secrets.prose import (
 )
 from memories.secrets.rules import (
     _ACCESS_CODE,
+    _ACCOUNT_PAIR,
     _ARTIFACTORY,
     _AWS_CONTEXT,
     _AWS_SECRET_CANDIDATE,
@@ -46,6 +47,7 @@ from memories.secrets.rules import (
     _KEY_VALUE,
     _KEYWORD_HINT,
     _KV_HINT,
+    _LOGIN_WITH_PAIR,
     _OTP_SEED,
     _PARTICIPLE_NEXT,
     _PATH_LIKE,
@@ -67,6 +69,7 @@ from memories.secrets.rules import (
     _SECRET_CONTEXT,
     _STOPWORDS,
     _STRUCTURED,
+    _WITH_SECRET,
     _WORD,
     _in_url_path,
     _is_placeholder,
@@ -268,6 +271,7 @@ def _context(view: View, hits: list[_Hit]) -> None:
     if _CODES_HINT.search(t) or _CODES_MORE_HINT.search(t):
         _codes(t, add)
     _told(t, add)
+    _pairs(t, add)
 
     for m in _CARD.finditer(t) if _DIGITS_HINT.search(t) else ():
         digits = re.sub(r"\D", "", m.group(0))
@@ -461,6 +465,29 @@ def _command_line(t: str, add) -> None:
             value = m.group("value").rstrip(".,;:!?)")
             if prose_credential_is_secret(value, pair=False):
                 add("credentials_in_prose", m.start("value"), m.start("value") + len(value))
+
+
+def _pairs(t: str, add) -> None:
+    """A user and password pair after a login ("log in to staging with admin / Kx8..."), a well-known account with
+    a password of letters and digits, bare ("admin:Kx8... is what it accepts"; not "deploy:deploy", a user and
+    group), a value after "with secret" / "using password"."""
+    for m in _LOGIN_WITH_PAIR.finditer(t):
+        value = m.group("pair_value").rstrip(".,;:!?)")
+        if prose_credential_is_secret(value, pair=True, user=m.group("user")):
+            add("credentials_in_prose", m.start("user"), m.start("pair_value") + len(value))
+    for m in _ACCOUNT_PAIR.finditer(t):
+        value = m.group("pair_value").rstrip(".,;:!?)")
+        mixed = any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+        if (
+            mixed
+            and value.lower() != m.group("user").lower()
+            and prose_credential_is_secret(value, pair=True, user=m.group("user"))
+        ):
+            add("credentials_in_prose", m.start("user"), m.start("pair_value") + len(value))
+    for m in _WITH_SECRET.finditer(t):
+        value = m.group("value").rstrip(".,;:!?)")
+        if prose_credential_is_secret(value, pair=False):
+            add("credentials_in_prose", m.start("value"), m.start("value") + len(value))
 
 
 _ALPHA_RUN = re.compile(r"[A-Za-z]+")

@@ -571,6 +571,21 @@ _PROSE_CREDENTIALS = re.compile(
     r"\s+(?:to|as)|is now|are now|is|are|was|were)\s+|\s*:\s*|\s+-\s+)"
     r"(?:(?P<user>[\w.@\\\-]+)\s*(?P<sep>[/:%])\s*(?P<pair_value>[^\s\"'`]+)|(?P<value>[^\s\"'`]+))"
 )
+# "log in to staging with admin / Kx8...", "connect as ops with root:hunter2x": a user and password pair after a login
+_LOGIN_WITH_PAIR = re.compile(
+    r"(?i)\b(?:log(?:s|ged|ging)?\s*(?:in|on)|sign(?:s|ed|ing)?\s*in|login|authenticat\w*|connect\w*)\b[^.\n]{0,60}?"
+    r"\b(?:with|using|as)\s+(?P<user>[\w.@\\\-]+)\s*(?P<sep>[/:])\s*(?P<pair_value>[^\s\"'`]+)"
+)
+# "admin:Kx8... is what the console accepts": a well-known account and its password, bare
+_ACCOUNT_PAIR = re.compile(
+    r"(?i)(?<![\w/:.@\-])(?P<user>admin|administrator|root|sa|postgres|mysql|guest|user|deploy|ubuntu|ec2-user|"
+    r"operator|service|svc[\w\-]*|api|test|demo|elastic|kibana|grafana|jenkins|git|ftp|oracle|system|smtp[\w\-]*)"
+    r"\s*:\s*(?P<pair_value>[^\s\"'`/]{4,64})"
+)
+# "the relay login is smtp-user with secret Zq8...", "connect using password Kx8...": a value after "with secret"
+_WITH_SECRET = re.compile(
+    r"(?i)\b(?:with|using)\s+(?:the\s+|a\s+)?(?:secret|password|passphrase|passwd|pwd)\s+(?P<value>[^\s\"'`]+)"
+)
 # "user admin pass Kx8...", "username: admin, password: ..." (the password must not read as a word)
 _PROSE_USER_PASS = re.compile(
     r"(?i)\b(?:user(?:name)?|login)\s*[:=]?\s*(?P<user>\w[\w.@\\\-]*)(?:\s*[,;/]\s*|\s+)(?:and\s+)?"
