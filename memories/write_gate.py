@@ -87,9 +87,9 @@ def redact(text: str) -> str:
 
 # "What's the admin password for staging?", "the wifi password?", "the PIN for the alarm?", "the door code?"
 _SECRET_NOUN = (
-    r"(?:pass(?:word|phrase|code)s?|passwd|pwd|pins?|pin\s*codes?|secrets?|credentials?|api[\s_-]*keys?|tokens?|"
+    r"(?:pass(?:word|phrase|code)s?|passwd|pwd|pin|pin\s*codes?|secret|credentials?|api[\s_-]*keys?|token|"
     r"(?:door|alarm|gate|safe|lock|garage|entry|access|building|wi-?fi|network|security|unlock)\s+"
-    r"(?:codes?|keys?|combinations?)|combinations?)"
+    r"(?:codes?|keys?|combinations?))"
 )
 # a question that asks for the value, not about it ("how do I reset my password", "which token format", "the password
 # policy" ask about one)
@@ -120,20 +120,36 @@ def _answer_secret_values(answer: str) -> list[tuple[int, int]]:
             token.isdigit()
             and 4 <= len(token) <= 8
             and not re.fullmatch(r"(?:19|20)\d\d", token)  # a year
-            and not re.match(r"\s+\w", answer[end:])  # a count: "3600 seconds"
+            and not _UNIT.match(answer, end)  # a count: "3600 seconds"
         )
         acronym = re.fullmatch(r"[A-Z]{2,}[-_]?\d+", token)  # RS256, RFC7519, HTTP2
+        if token.count(":") > 1 or "==" in token:  # an ARN, a URN, a pinned requirement ("pytest==8.2")
+            continue
         if not pin and (_NOT_A_SECRET_VALUE.match(token) or acronym or not as_password(token)):
             continue
         spans.append((m.start(), m.start() + len(token)))
     return spans
 
 
+# words that make a question about secrets rather than for one, wherever they stand: "the requirements for a PIN"
+_ABOUT_SECRETS = re.compile(
+    r"(?i)\b(?:format|policy|policies|length|rules?|requirements?|expir\w*|reset|manager|strength|complexity|"
+    r"rotation|scheme|algorithm|lifetime|ttl|duration|limit|used\s+for|work|works|stored|hashed)\b"
+)
+# what follows a number that counts something ("3600 seconds", "12 characters"): not a PIN
+_UNIT = re.compile(
+    r"\s+(?:seconds?|secs?|minutes?|mins?|hours?|days?|weeks?|months?|years?|ms|characters?|chars?|digits?|letters?|"
+    r"times|users?|requests?|rows?|items?|bytes?|kb|mb|gb|tb|px|percent|ports?|retries|attempts?)\b",
+    re.IGNORECASE,
+)
+
+
 def answered_secrets(question: str, answer: str) -> list[str]:
     """The values the answer gives when the question asks for a password, PIN, code, key or token: stored as a
     lesson ("Q: ... A: Hunter2Staging!9") or alone, each would be a secret the gate's other rules cannot see (the
     word that names it is in the question, the value alone in the answer)."""
-    if not _ASKS_FOR_SECRET.search(question or ""):
+    asked = _ASKS_FOR_SECRET.search(question or "")
+    if asked is None or _ABOUT_SECRETS.search(question):
         return []
     return [answer[i:j] for i, j in _answer_secret_values(answer or "")]
 
@@ -142,7 +158,7 @@ def value_findings(text: str, values: list[str]) -> list[Finding]:
     """Where ``values`` (from ``answered_secrets``) occur in ``text``, as the gate's secret findings."""
     out = []
     for value in sorted(set(values), key=len, reverse=True):
-        for m in re.finditer(re.escape(value), text):
+        for m in re.finditer(rf"(?<![\w]){re.escape(value)}(?![\w])", text):
             out.append(Finding(SECRET, "secret_in_answer", m.start(), m.end()))
     return sorted(out, key=lambda f: (f.start, -f.end))
 
@@ -150,7 +166,7 @@ def value_findings(text: str, values: list[str]) -> list[Finding]:
 def redact_values(text: str, values: list[str]) -> str:
     """``redact(text)`` with each of ``values`` replaced too."""
     for value in sorted(set(values), key=len, reverse=True):
-        text = text.replace(value, "[REDACTED:secret_in_answer]")
+        text = re.sub(rf"(?<![\w]){re.escape(value)}(?![\w])", "[REDACTED:secret_in_answer]", text)
     return redact(text)
 
 

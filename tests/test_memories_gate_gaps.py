@@ -160,6 +160,7 @@ def test_observe_quarantines_a_former_gap_with_it_redacted(answer, secret):
         ),
         ("What is the wifi password at the office?", "bluebird42 is the one for the main floor network.", "bluebird42"),
         ("What's the PIN for the office alarm?", "482913, enter it within thirty seconds of opening the door.", "482913"),
+        ("What's the PIN for the office alarm?", "It's 4829 then press enter on the keypad by the door.", "4829"),
     ],
 )
 def test_a_secret_asked_for_in_the_question_and_given_in_the_answer_is_quarantined_and_redacted(db, question, answer, secret):
@@ -186,6 +187,11 @@ def test_a_secret_asked_for_in_the_question_and_given_in_the_answer_is_quarantin
         ("Which token format does the API use?", "JWT signed with RS256 and valid for 3600 seconds, as RFC7519 describes."),
         ("What is the password policy here?", "At least 12 characters with one digit, rotated every 90 days by the vault."),
         ("What is the token lifetime for the api?", "Tokens expire after 3600 seconds since the 2024 release of the gateway."),
+        ("What are pins used for in pytest?", "Pin with pytest==8.2 in requirements2.txt for the nightly builds."),
+        ("Which tokens does the tokenizer produce for code?", "It uses cl100k_base with about 100k entries in all."),
+        ("What is the combination of flags for gzip?", "Use -9 -k with gzip1.12 or newer on the build hosts."),
+        ("What are the requirements for a PIN?", "Six digits, never 000000 or 123456, changed every year."),
+        ("Which credentials does the nightly job use?", "The role arn:aws:iam::123456789012:role/nightly2 from the vault."),
     ],
 )
 def test_a_question_about_passwords_or_tokens_keeps_its_answer(question, answer):
@@ -200,6 +206,7 @@ def test_a_question_about_passwords_or_tokens_keeps_its_answer(question, answer)
         ("Log in to staging with admin / Hunter2Staging!9 from the VPN.", "Hunter2Staging!9"),
         ("admin:Hunter2Staging!9 is what the staging console accepts.", "Hunter2Staging!9"),
         ("Our SMTP relay login is smtp-user with secret Zq8xW3vP9kLm on port 587.", "Zq8xW3vP9kLm"),
+        ("Use admin:Kx8vQ2mZpL/9 on the staging console only.", "Kx8vQ2mZpL/9"),
     ],
 )
 def test_a_credential_pair_or_secret_in_prose_is_blocked_and_redacted(text, secret):
@@ -217,6 +224,19 @@ def test_a_credential_pair_or_secret_in_prose_is_blocked_and_redacted(text, secr
         "Connect using password authentication only when keys fail on the bastion host.",
         "Run the job as user:group deploy:deploy with umask 022 always.",
         "Set the owner to root:root and mode 0600 on the key file.",
+        "root:x:0:0:root:/root:/bin/bash is the first line of the passwd file.",
+        "Pull jenkins:lts-jdk17 and ubuntu:jammy20240227 images before the build.",
+        "Use postgres:16-alpine3.19 and svc-payments:2024r3 images in staging.",
+        "Call api:v2beta1 and service:v1alpha1 resources in the cluster.",
+        "Bind system:node:ip-10-0-1-5 and system:serviceaccount:default:builder roles.",
+        "Run npm run test:unit2 and test:e2e2 before pushing any branch.",
+        "Grant sa:ReadOnly2 to the reporting service account only.",
+        "Connect with redis:6379 and db:5432 from the app containers.",
+        "Connect with mongo:27017/app2 for the reporting jobs.",
+        "Log in with Google/GitHub on the staging portal.",
+        "Authenticate with OIDC/SAML against the company directory.",
+        "Login with admin/admin is disabled on every production box.",
+        "Connect as cluster-admin/system:masters only in emergencies.",
     ],
 )
 def test_a_lesson_about_accounts_and_logins_passes(text):

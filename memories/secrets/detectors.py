@@ -76,6 +76,7 @@ from memories.secrets.rules import (
     _natural_language,
     _Rx,
     _value_is_secret,
+    bare_pair_is_secret,
     command_line_pair_is_secret,
     command_line_value_is_secret,
     format_term,
@@ -469,21 +470,15 @@ def _command_line(t: str, add) -> None:
 
 def _pairs(t: str, add) -> None:
     """A user and password pair after a login ("log in to staging with admin / Kx8..."), a well-known account with
-    a password of letters and digits, bare ("admin:Kx8... is what it accepts"; not "deploy:deploy", a user and
-    group), a value after "with secret" / "using password"."""
-    for m in _LOGIN_WITH_PAIR.finditer(t):
-        value = m.group("pair_value").rstrip(".,;:!?)")
-        if prose_credential_is_secret(value, pair=True, user=m.group("user")):
-            add("credentials_in_prose", m.start("user"), m.start("pair_value") + len(value))
-    for m in _ACCOUNT_PAIR.finditer(t):
-        value = m.group("pair_value").rstrip(".,;:!?)")
-        mixed = any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
-        if (
-            mixed
-            and value.lower() != m.group("user").lower()
-            and prose_credential_is_secret(value, pair=True, user=m.group("user"))
-        ):
-            add("credentials_in_prose", m.start("user"), m.start("pair_value") + len(value))
+    a password of letters, digits and a symbol, bare ("admin:Kx8!... is what it accepts"; not "deploy:deploy", a
+    user and group, a port, a tag or a Kubernetes name: ``rules.bare_pair_is_secret``), a value after "with secret" /
+    "using password"."""
+    for rx in (_LOGIN_WITH_PAIR, _ACCOUNT_PAIR):
+        for m in rx.finditer(t):
+            value = m.group("pair_value").rstrip(".,;:!?)")
+            end = m.start("pair_value") + len(value)
+            if bare_pair_is_secret(t, m.group("user"), value, end):
+                add("credentials_in_prose", m.start("user"), end)
     for m in _WITH_SECRET.finditer(t):
         value = m.group("value").rstrip(".,;:!?)")
         if prose_credential_is_secret(value, pair=False):

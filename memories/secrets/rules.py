@@ -580,12 +580,28 @@ _LOGIN_WITH_PAIR = re.compile(
 _ACCOUNT_PAIR = re.compile(
     r"(?i)(?<![\w/:.@\-])(?P<user>admin|administrator|root|sa|postgres|mysql|guest|user|deploy|ubuntu|ec2-user|"
     r"operator|service|svc[\w\-]*|api|test|demo|elastic|kibana|grafana|jenkins|git|ftp|oracle|system|smtp[\w\-]*)"
-    r"\s*:\s*(?P<pair_value>[^\s\"'`/]{4,64})"
+    r"\s*:\s*(?P<pair_value>[^\s\"'`]{4,64})"
 )
 # "the relay login is smtp-user with secret Zq8...", "connect using password Kx8...": a value after "with secret"
 _WITH_SECRET = re.compile(
     r"(?i)\b(?:with|using)\s+(?:the\s+|a\s+)?(?:secret|password|passphrase|passwd|pwd)\s+(?P<value>[^\s\"'`]+)"
 )
+_PAIR_SYMBOL = re.compile(r"[!@#$%^&*+=?~/]")
+
+
+def bare_pair_is_secret(t: str, user: str, value: str, end: int) -> bool:
+    """A password in a bare "user:password" or after "log in with user/": letters, digits and a symbol, not the
+    user's own name, not followed by another ":" (a passwd line, a Kubernetes name) and not a number (a port)."""
+    if value.lower() == user.lower() or value.isdigit() or t[end : end + 1] == ":" or ":" in value:
+        return False
+    if re.match(r"\d+/", value):
+        return False  # a port and a path: "mongo:27017/app2"
+    has_letter, has_digit = any(c.isalpha() for c in value), any(c.isdigit() for c in value)
+    return (
+        has_letter and has_digit and bool(_PAIR_SYMBOL.search(value)) and prose_credential_is_secret(value, pair=True, user=user)
+    )
+
+
 # "user admin pass Kx8...", "username: admin, password: ..." (the password must not read as a word)
 _PROSE_USER_PASS = re.compile(
     r"(?i)\b(?:user(?:name)?|login)\s*[:=]?\s*(?P<user>\w[\w.@\\\-]*)(?:\s*[,;/]\s*|\s+)(?:and\s+)?"

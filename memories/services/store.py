@@ -47,13 +47,14 @@ def _validate_tags(tags) -> list[str]:
     return list(dict.fromkeys(t.strip() for t in tags if t.strip()))
 
 
-def _redact_value(value):
+def _redact_value(value, answered: list[str] = ()):
+    """``value`` (text, or lists and objects of it) with every secret redacted, and each of ``answered`` too."""
     if isinstance(value, str):
-        return write_gate.redact(value)
+        return write_gate.redact_values(value, list(answered))
     if isinstance(value, list):
-        return [_redact_value(v) for v in value]
+        return [_redact_value(v, answered) for v in value]
     if isinstance(value, dict):
-        return {write_gate.redact(str(k)): _redact_value(v) for k, v in value.items()}
+        return {write_gate.redact_values(str(k), list(answered)): _redact_value(v, answered) for k, v in value.items()}
     return value
 
 
@@ -165,9 +166,9 @@ def memory_store(
                 reason_detail=gate.message,
                 finding_kinds=gate.kinds,
                 redacted_preview=write_gate.redact_values(artifact.content, answered),
-                source_session_id=write_gate.redact(source_session_id)[:200],
-                source_message_id=write_gate.redact(source_message_id)[:200],
-                metadata=_redact_value(metadata),
+                source_session_id=_redact_value(source_session_id, answered)[:200],
+                source_message_id=_redact_value(source_message_id, answered)[:200],
+                metadata=_redact_value(metadata, answered),
                 private_agent_id=private_agent_id(),
             )
             evidence["quarantine_id"] = item.pk
