@@ -4,12 +4,13 @@ from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
-from common.api import NotFound
+from common.api import ApplicationError, NotFound
 from feedback.models import (
     CorrectionRule,
     CorrectionRuleStatus,
     Execution,
     FeedbackRecord,
+    FeedbackType,
     MistakePattern,
     PatternStatus,
     Proposal,
@@ -59,6 +60,8 @@ def mistake_pattern_list(*, agent, filters: dict):
     qs = MistakePattern.objects.select_related("action").filter(agent=agent)
     feedback_type = filters.get("feedback_type")
     if feedback_type not in (None, ""):
+        if feedback_type not in FeedbackType.values:
+            raise ApplicationError(f"Unknown feedback type; use one of {', '.join(FeedbackType.values)}.", field="feedback_type")
         qs = qs.filter(Exists(FeedbackRecord.objects.filter(pattern=OuterRef("pk"), feedback_type=feedback_type)))
     return _filter(qs, filters, {"action": "action__name", "status": "status"})
 

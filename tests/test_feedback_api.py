@@ -363,3 +363,5 @@ def test_mistake_patterns_filter_by_the_feedback_type_of_their_records():
     mistake_patterns_detect()
     assert agent.get("/api/v1/mistake-patterns", {"feedback_type": "rejection"}).json()["count"] == 1
     assert agent.get("/api/v1/mistake-patterns", {"feedback_type": "execution_incorrect"}).json()["count"] == 0
+    refused = agent.get("/api/v1/mistake-patterns", {"feedback_type": "wrong_target"})  # a category, not a type
+    assert refused.status_code == 400 and "feedback_type" in refused.json()["fields"], refused.content
