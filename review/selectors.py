@@ -487,6 +487,11 @@ def revert_statement(kind: str, obj) -> str:
     if kind == "rule":
         if obj.status in ("inactive", "expired"):
             return f"The correction rule for {obj.agent.name} on {obj.action.name} is already {obj.status}; nothing to revert."
+        if obj.status == "pending_approval":
+            return (
+                f"The correction rule for {obj.agent.name} on {obj.action.name} waits for approval and never applied: "
+                "nothing to revert; decide it in the review inbox."
+            )
         return f"The correction rule for {obj.agent.name} on {obj.action.name} stops applying."
     if kind == "autonomy":
         last = _revertible_transition(obj)

@@ -641,6 +641,7 @@ def test_a_rule_still_waiting_is_not_reverted_behind_the_inbox():
     rule = items["rule"]
     holder, other = reviewer_user("holder", *ALL_PERMS), reviewer_user("other", *ALL_PERMS)
     assert signed_in(holder).get(f"/admin/inbox/rule/{rule.pk}/").status_code == 200  # held in the inbox
+    assert "decide it in the review inbox" in signed_in(other).get(f"/admin/revert/rule/{rule.pk}/").context["statement"]
     answer = signed_in(other).post(f"/admin/revert/rule/{rule.pk}/", {"reason": "no"})
     assert answer.status_code == 409, answer.status_code
     rule.refresh_from_db()
