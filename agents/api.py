@@ -7,7 +7,7 @@ import logging
 
 import psycopg
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -20,7 +20,7 @@ from agents.services import (
     idempotent_request_release,
     idempotent_request_store,
 )
-from common.api import ApplicationError, database_unavailable_response, database_unreachable
+from common.api import ApplicationError, RollbackOnError, database_unavailable_response, database_unreachable
 from common.parsers import PayloadTooLarge
 from tenants.context import tenant_request
 
@@ -78,7 +78,7 @@ def _key(request) -> str | None:
     return key
 
 
-class TenantApiView(APIView):
+class TenantApiView(RollbackOnError, APIView):
     """Each request runs in one transaction; authentication names the caller's tenant for it (``SET LOCAL``),
     so every query, including one the code forgets to filter, sees only that tenant's rows.
 
@@ -120,10 +120,7 @@ class TenantApiView(APIView):
     def handle_exception(self, exc):
         if isinstance(exc, _Replay):
             return exc.response
-        response = super().handle_exception(exc)
-        if connection.in_atomic_block:  # an answered error keeps nothing the request wrote, even what a service
-            transaction.set_rollback(True)  # committed in a savepoint before it raised (and the idempotency claim)
-        return response
+        return super().handle_exception(exc)  # RollbackOnError: the idempotency claim goes with the rest
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)

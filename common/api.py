@@ -9,7 +9,7 @@ import logging
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, OperationalError
+from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -101,6 +101,17 @@ def database_unreachable(exc: DatabaseError) -> bool:
         return False
     sqlstate = getattr(exc.__cause__, "sqlstate", None)
     return sqlstate is None or sqlstate.startswith(_UNREACHABLE_SQLSTATE_PREFIXES)
+
+
+class RollbackOnError:
+    """For a DRF view whose request runs in one transaction (the API's, the console's): a request answered with an
+    error keeps nothing it wrote, even what a service committed in a savepoint before it raised."""
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        if connection.in_atomic_block:
+            transaction.set_rollback(True)
+        return response
 
 
 def error_response(status_code: int, detail: str, code: str, fields: dict | None = None, **extra) -> Response:

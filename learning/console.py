@@ -10,7 +10,6 @@ import re
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.db import connection, transaction
 from django.shortcuts import render
 from django.urls import path, reverse_lazy
 from django.views.decorators.csrf import ensure_csrf_cookie
@@ -22,6 +21,7 @@ from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.api import RollbackOnError
 from common.fields import VisibleTextField
 from common.parsers import LimitedJSONParser
 from common.schema import ERROR_RESPONSES
@@ -73,7 +73,7 @@ class InATenant(BasePermission):
         return view.tenant_id is not None
 
 
-class ConsoleApi(APIView):
+class ConsoleApi(RollbackOnError, APIView):
     """Session-authenticated; resolves within the person's home tenant (``user_home_tenant_id``)."""
 
     authentication_classes = [SessionAuthentication]  # enforces CSRF
@@ -82,12 +82,6 @@ class ConsoleApi(APIView):
     parser_classes = [LimitedJSONParser, FormParser, MultiPartParser]
 
     tenant_id = None
-
-    def handle_exception(self, exc):
-        response = super().handle_exception(exc)
-        if connection.in_atomic_block:  # as the API's: an answered error keeps nothing the request wrote
-            transaction.set_rollback(True)
-        return response
 
     def dispatch(self, request, *args, **kwargs):
         self.tenant_id = tenant_id = user_home_tenant_id(getattr(request, "user", None))
