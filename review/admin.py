@@ -236,7 +236,8 @@ def revert_view(request, kind: str, pk: int):
                 obj=obj,
                 user=request.user,
                 reason=request.POST.get("reason", ""),
-                revert_of=_number(request.POST.get("revert_of", "")),
+                # a version that is no number names nothing the page showed: 0 matches none (refused, not skipped)
+                revert_of=_number(request.POST["revert_of"]) or 0 if request.POST.get("revert_of") else None,
             )
         except NotFound:
             raise Http404("Nothing to revert.")

@@ -662,6 +662,7 @@ def test_a_phrase_revert_confirmed_before_a_user_taught_it_again_is_refused():
     assert "cbu.show" in shown
     token = re.search(r'name="revert_of" value="(\d+)"', shown).group(1)
     learned_phrase_upsert(phrase="open the unit", verb=delete, user_id="ann", source="confirmation")  # meanwhile
+    assert client.post(url, {"reason": "wrong approval", "revert_of": "abc"}).status_code == 409  # no number: refused
     late = client.post(url, {"reason": "wrong approval", "revert_of": token})
     assert late.status_code == 409 and "changed since" in late.content.decode()
     assert LearnedPhrase.objects.get(pk=phrase.pk).is_active
