@@ -14,7 +14,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from common.text import visible_text
-from common.validators import USER_ID_RE
+from common.validators import CONSOLE_USER_PREFIX, USER_ID_RE
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -156,9 +156,12 @@ class VisibleTextField(serializers.CharField):
 
 
 class UserIdField(serializers.RegexField):
-    """An end user's id: 1-128 letters, digits or _ . : @ -, starting with a letter or digit."""
+    """An end user's id: 1-128 letters, digits or _ . : @ -, starting with a letter or digit. Ids starting with
+    ``console:`` are the console's signed-in people: refused unless ``console=True`` (an agent acting as one would
+    read and teach what a person taught on the console)."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, *, console: bool = False, **kwargs):
+        self.console = console
         kwargs.setdefault("max_length", 128)
         super().__init__(
             USER_ID_RE,
@@ -167,6 +170,14 @@ class UserIdField(serializers.RegexField):
             },
             **kwargs,
         )
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if not self.console and value.startswith(CONSOLE_USER_PREFIX):
+            raise serializers.ValidationError(
+                f"User ids starting with '{CONSOLE_USER_PREFIX}' belong to the console's signed-in people; an agent cannot act as one."
+            )
+        return value
 
 
 class StrictChoiceField(StrictTypeMixin, serializers.ChoiceField):

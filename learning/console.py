@@ -25,7 +25,7 @@ from common.api import RollbackOnError
 from common.fields import VisibleTextField
 from common.parsers import LimitedJSONParser
 from common.schema import ERROR_RESPONSES
-from common.validators import USER_ID_RE
+from common.validators import CONSOLE_USER_PREFIX, USER_ID_RE
 from learning.api import abandon_answer, selection_answer
 from learning.models import DisambiguationRequest
 from learning.resolution import resolve
@@ -47,10 +47,10 @@ def console_user_id(user) -> str:
     username a user id cannot hold. A username of digits only takes the second form too: it could otherwise be
     another person's ``console:<pk>``, and one person would answer the other's requests and share their phrases."""
     username = user.get_username()
-    candidate = f"console:{username}"
+    candidate = f"{CONSOLE_USER_PREFIX}{username}"
     if re.fullmatch(USER_ID_RE, candidate) and not re.fullmatch(r"[0-9]+", username):
         return candidate
-    return f"console:{user.pk}"
+    return f"{CONSOLE_USER_PREFIX}{user.pk}"
 
 
 NO_TENANT = "Your account belongs to no tenant: an administrator adds you to one (admin, Tenants) before you use the console."

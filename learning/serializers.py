@@ -156,7 +156,7 @@ class CandidateListQuerySerializer(QuerySerializer):
     type = StrictChoiceField(choices=LearningCandidate.Type.choices, required=False)
     risk_level = StrictChoiceField(choices=LearningCandidate.Risk.choices, required=False)
     min_occurrences = BoundedIntegerField(required=False, min_value=1)
-    user_id = UserIdField(required=False)
+    user_id = UserIdField(required=False, console=True)  # a governance key reviews the console's candidates too
     limit = BoundedIntegerField(required=False, min_value=1, max_value=200)
     offset = OffsetField()
 

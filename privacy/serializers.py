@@ -4,7 +4,7 @@ from common.fields import StrictSerializer, UserIdField
 
 
 class UserEraseSerializer(StrictSerializer):
-    user_id = UserIdField(help_text="The user id the agents send")
+    user_id = UserIdField(console=True, help_text="The user id the agents send (or a console user's, console:<name>)")
     tenant = serializers.RegexField(
         r"^[-a-zA-Z0-9_]{1,60}$",
         max_length=60,

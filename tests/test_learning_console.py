@@ -1,5 +1,6 @@
 """The disambiguation console: session login, CSRF, the same services as the API, and a real browser."""
 
+import json
 import time
 import uuid
 
@@ -255,3 +256,34 @@ def test_a_console_answer_with_an_error_keeps_nothing_the_request_wrote(person, 
     browser.login(username="alice", password="s3cret-pass")
     answer = browser.post("/console/api/resolve", {"text": "list all cbus"}, content_type="application/json")
     assert answer.status_code == 400 and not ResolutionRecord.objects.filter(text="half").exists()
+
+
+def test_no_agent_acts_as_a_console_user_but_the_erasure_reaches_them(person, cbus):
+    from tests.conftest import make_client, reviewer_client
+    from tests.test_mcp_policies import mcp_call
+
+    client = Client()
+    client.login(username="alice", password="s3cret-pass")
+    assert client.post("/console/api/resolve", {"text": "list all cbus"}, content_type="application/json").status_code == 200
+    agent = make_client(["resolve", "feedback", "governance"])
+    for path, body in (
+        ("/api/v1/resolve", {"text": "list all cbus", "user_id": "console:alice"}),
+        (
+            "/api/v1/resolutions/correct",
+            {"text": "list all cbus", "user_id": "console:alice", "wrong_verb": "cbu.show", "correct_verb": "cbu.list"},
+        ),
+        ("/api/v1/memories/observe", {"user_id": "console:alice", "user_message": "q", "assistant_message": "an answer"}),
+    ):
+        refused = agent.post(path, body, format="json")
+        assert refused.status_code == 400, (path, refused.content)
+        assert "console" in refused.json()["fields"]["user_id"][0]
+    assert agent.get("/api/v1/learning/candidates", {"user_id": "console:alice"}).status_code == 200  # review reads them
+    assert agent.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "Console:alice"}, format="json").status_code == 200
+    called = mcp_call("resolve", agent.raw, {"text": "list all cbus", "user_id": "console:alice"})
+    assert called.error is not None and "user_id" in json.dumps(called.error)
+    assert DisambiguationRequest.objects.filter(user_id="console:alice").count() == 1  # the console's own request only
+
+    eraser = reviewer_client(reviewer_user("dora", superuser=True))
+    erased = eraser.post("/api/v1/users/erase", {"user_id": "console:alice"}, format="json")
+    assert erased.status_code == 200, erased.content
+    assert not DisambiguationRequest.objects.filter(user_id="console:alice").exists()
