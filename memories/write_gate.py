@@ -94,10 +94,19 @@ _SECRET_NOUN = (
 # a question that asks for the value, not about it ("how do I reset my password", "which token format", "the password
 # policy" ask about one)
 _ASKS_FOR_SECRET = re.compile(
-    r"(?i)\b(?:what(?:'s|\s+is|\s+are|\s+was|\s+were)|which|tell\s+me|give\s+me|remind\s+me|send\s+me|share)\b"
+    r"(?i)\b(?:what(?:'s|\s+is|\s+are|\s+was|\s+were)|which|tell\s+me|give\s+me|remind\s+me|send\s+me|share|"
+    r"(?:do|does|did)\s+(?:you|anyone|someone|somebody)\s+(?:know|have|remember|recall)|"
+    r"(?:can|could|would)\s+(?:you|someone|somebody)\s+(?:tell|give|send|remind|share|find)|(?:i|we)\s+need)\b"
     rf"[^?\n]{{0,80}}?\b{_SECRET_NOUN}\b(?!\s+(?:format|policy|policies|length|rules?|requirements?|expir\w*|reset|"
     r"manager|field|type|strength|complexity|hash\w*|storage|rotation|scheme|algorithm|lifetime|ttl|duration|size|"
     r"limit|count|header|endpoint|url|scopes?|permissions?)\b)"
+)
+# a question that is only the thing asked for: "Staging admin password?", "wifi password for the guest network?",
+# "The door code?" (not a yes/no or how question: "Is there a wifi password?", "How do I change password?")
+_NAMES_SECRET = re.compile(
+    r"(?i)^\W*(?!(?:how|why|when|where|who|should|shall|can|could|do|does|did|is|are|was|were|will|would|has|have|"
+    r"must|may|any)\b)(?:[\w\-]+\s+){0,4}?"
+    rf"{_SECRET_NOUN}(?:\s+(?:for|of|to|on|at|in)\s+[^?\n]{{1,40}}?)?\s*\?+\s*$"
 )
 _ANSWER_TOKEN = re.compile(r"[^\s,;()\[\]{}<>\"'`]+")
 _NOT_A_SECRET_VALUE = re.compile(
@@ -113,7 +122,7 @@ def _answer_secret_values(answer: str) -> list[tuple[int, int]]:
     spans = []
     for m in _ANSWER_TOKEN.finditer(answer):
         token = m.group(0).rstrip(".,:;!?")
-        if len(token) < 4 or _is_placeholder(token) or format_term(token):
+        if len(token) < 4 or _is_placeholder(token) or format_term(token) or token.lower() in _NO_VALUE:
             continue
         end = m.start() + len(token)
         pin = (
@@ -144,14 +153,77 @@ _UNIT = re.compile(
 )
 
 
+# a code typed with separators: "12-34-56", "4829#", "*1234#", "48 29 13" (4-8 digits in all)
+_SEPARATED_CODE = re.compile(r"(?<![\w.:/\-])[*#]?\d{1,4}(?:[- ]\d{1,4}){0,3}#?(?![\w.:/\-])")
+# what an answer says before the value itself: "It's swordfish", "The wifi password is swordfish", "Use swordfish"
+_LEAD_IN = re.compile(
+    r"(?i)^(?:(?:it's|it\s+is|that's|that\s+is|use|try|type|enter)\s+|"
+    r"(?:the\s+|our\s+|my\s+)?(?:[\w\-]+\s+){0,3}?" + _SECRET_NOUN + r"\s+(?:is|was|:)\s+|" + _SECRET_NOUN + r"\s*:\s*)"
+)
+# the value stated after "is": "the password is swordfish.", "it is guestnetwork, all lowercase"
+_IS_VALUE = re.compile(r"(?i)\b(?:is|was|:)\s+(?P<value>[^\s,;.!?()\[\]{}<>\"'`]{4,64})(?=\s*(?:[.,;!]|$))")
+_QUOTED = re.compile(r"[\"'`\u201c\u2018](?P<value>[^\s\"'`\u201d\u2019]{4,64})[\"'`\u201d\u2019]")
+# a number after these is a phone number; a quoted word after these names an entry, a folder or a menu
+_PHONE_BEFORE = re.compile(r"(?i)\b(?:call|phone|tel|telephone|fax|dial|ext|extension|number|mobile|cell)\b\W*$")
+_NAMED_BEFORE = re.compile(
+    r"(?i)\b(?:under|in|named|called|titled|labell?ed|folder|entry|item|vault|section|tab|menu|page|channel)\s*$"
+)
+_NO_VALUE = {"1password", "none", "unknown", "unset", "empty", "blank", "nothing", "same", "default", "different", "yes", "nope"}
+
+
+def _plain_value(token: str, *, rare: bool) -> bool:
+    """``token`` can be a secret given without digits: not a placeholder, an address, a path, a version or a time; not
+    a word that means no value; with ``rare``, a word English seldom uses (wordfreq Zipf below 3.5: "swordfish", not
+    "required") and no participle or adverb ("rotated", "weekly")."""
+    low = token.lower()
+    if len(token) < 4 or low in _NO_VALUE or _is_placeholder(token) or _NOT_A_SECRET_VALUE.match(token):
+        return False
+    if token.islower() and re.search(r"(?:ed|ing|able|ible|ly)$", token):
+        return False
+    if not rare:
+        return True
+    from wordfreq import zipf_frequency  # here: importing it takes about a second (learning.preload loads it early)
+
+    return zipf_frequency(low, "en") < 3.5
+
+
+def _plain_secret_values(answer: str) -> list[tuple[int, int]]:
+    """Spans of values without digits, or with separators, in an answer to a question that asks for a secret: the
+    whole answer after its lead-in ("swordfish", "It's swordfish."), a quoted word, a rare word stated after "is",
+    a code typed with separators ("12-34-56", "4829#")."""
+    spans = []
+    for m in _SEPARATED_CODE.finditer(answer):
+        digits = sum(c.isdigit() for c in m.group(0))
+        plain = m.group(0).isdigit()  # a bare PIN is ``_answer_secret_values``'s
+        phone = re.fullmatch(r"\d{3}-\d{4}", m.group(0)) or _PHONE_BEFORE.search(answer[max(0, m.start() - 20) : m.start()])
+        if 4 <= digits <= 8 and not plain and not phone and not _UNIT.match(answer, m.end()):
+            spans.append(m.span())
+    stripped = answer.strip()
+    lead = _LEAD_IN.match(stripped)
+    rest = stripped[lead.end() if lead else 0 :].rstrip(".!;, ")
+    if rest and not re.search(r"\s", rest) and _plain_value(rest, rare=False):
+        start = answer.index(rest, answer.index(stripped) + (lead.end() if lead else 0))
+        spans.append((start, start + len(rest)))
+    for m in _QUOTED.finditer(answer):
+        if not _NAMED_BEFORE.search(answer[max(0, m.start() - 20) : m.start()]) and _plain_value(m.group("value"), rare=False):
+            spans.append(m.span("value"))
+    for m in _IS_VALUE.finditer(answer):
+        if _plain_value(m.group("value"), rare=True):
+            spans.append(m.span("value"))
+    return spans
+
+
 def answered_secrets(question: str, answer: str) -> list[str]:
     """The values the answer gives when the question asks for a password, PIN, code, key or token: stored as a
     lesson ("Q: ... A: Hunter2Staging!9") or alone, each would be a secret the gate's other rules cannot see (the
     word that names it is in the question, the value alone in the answer)."""
-    asked = _ASKS_FOR_SECRET.search(question or "")
+    question = question or ""
+    asked = _ASKS_FOR_SECRET.search(question) or _NAMES_SECRET.search(question)
     if asked is None or _ABOUT_SECRETS.search(question):
         return []
-    return [answer[i:j] for i, j in _answer_secret_values(answer or "")]
+    answer = answer or ""
+    spans = sorted(set(_answer_secret_values(answer)) | set(_plain_secret_values(answer)))
+    return list(dict.fromkeys(answer[i:j] for i, j in spans))
 
 
 def value_findings(text: str, values: list[str]) -> list[Finding]:

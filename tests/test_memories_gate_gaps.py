@@ -161,6 +161,18 @@ def test_observe_quarantines_a_former_gap_with_it_redacted(answer, secret):
         ("What is the wifi password at the office?", "bluebird42 is the one for the main floor network.", "bluebird42"),
         ("What's the PIN for the office alarm?", "482913, enter it within thirty seconds of opening the door.", "482913"),
         ("What's the PIN for the office alarm?", "It's 4829 then press enter on the keypad by the door.", "4829"),
+        # a question that only names what it asks for, or asks it politely
+        ("Staging admin password?", "Hunter2Staging!9, and change it after the demo.", "Hunter2Staging!9"),
+        ("Wifi password for the guest network?", "bluebirdnest", "bluebirdnest"),
+        ("Do you know the wifi password?", "It is 'sunshine' on every floor of the office.", "sunshine"),
+        ("Can you tell me the safe combination?", "It's 12 34 56, turn the dial left first.", "12 34 56"),
+        # a password without digits
+        ("What's the wifi password?", "swordfish", "swordfish"),
+        ("What's the wifi password?", "It's swordfish.", "swordfish"),
+        ("What is the wifi password at the office?", "The guest one is guestnetwork, all lowercase.", "guestnetwork"),
+        # a code with separators
+        ("What's the door code?", "12-34-56 then the green button on the left.", "12-34-56"),
+        ("What's the alarm code?", "*4829# on the panel by the back door.", "*4829#"),
     ],
 )
 def test_a_secret_asked_for_in_the_question_and_given_in_the_answer_is_quarantined_and_redacted(db, question, answer, secret):
@@ -192,6 +204,18 @@ def test_a_secret_asked_for_in_the_question_and_given_in_the_answer_is_quarantin
         ("What is the combination of flags for gzip?", "Use -9 -k with gzip1.12 or newer on the build hosts."),
         ("What are the requirements for a PIN?", "Six digits, never 000000 or 123456, changed every year."),
         ("Which credentials does the nightly job use?", "The role arn:aws:iam::123456789012:role/nightly2 from the vault."),
+        ("How do I change password?", "Open Settings and pick Security, then Change."),
+        ("Is there a wifi password?", "No, the guest network is open."),
+        ("What's the wifi password?", "It is printed on the router label."),
+        ("What's the wifi password?", "The password is rotated."),
+        ("What's the wifi password?", "The password is hashed with bcrypt."),
+        ("What's the wifi password?", "It is in 1Password under 'Office'."),
+        ("What's the PIN?", "It is on the card sleeve, call 555-1234 if lost."),
+        ("What's the staging password?", "Same as prod."),
+        ("What is the wifi password?", "Ask Bob; he changed it last week."),
+        ("Staging token?", "Use the one in the CI secrets."),
+        ("Which password should I use for the test account?", "Any password works on the test account."),
+        ("What's the door code?", "The code changes every week."),
     ],
 )
 def test_a_question_about_passwords_or_tokens_keeps_its_answer(question, answer):
