@@ -1,5 +1,6 @@
 """Proposals, executions, their feedback records, mistake patterns and the correction rules drawn from them."""
 
+from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 from django.db.models import Q
@@ -199,6 +200,12 @@ class MistakePattern(TenantOwned):
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="mistake_patterns")
     action = models.ForeignKey("actions.Action", on_delete=models.CASCADE, related_name="mistake_patterns")
     category = models.CharField(max_length=60, help_text="Mistake category, or the feedback type when none was given.")
+    feedback_types = ArrayField(
+        models.CharField(max_length=20),
+        default=list,
+        blank=True,
+        help_text="The types of the records it grouped, sorted (kept when the records are archived).",
+    )
     description = models.TextField()
     common_explanation = models.TextField(blank=True)
     common_correction = models.JSONField(null=True, blank=True)

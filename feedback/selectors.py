@@ -56,13 +56,14 @@ def feedback_record_list(*, agent, filters: dict):
 
 def mistake_pattern_list(*, agent, filters: dict):
     """The agent's patterns; ``feedback_type``: those grouping records of that type (a pattern is named by the
-    records' mistake category when they have one, so its own name does not say)."""
+    records' mistake category when they have one, so its own name does not say; its ``feedback_types`` keep the
+    types of records since archived)."""
     qs = MistakePattern.objects.select_related("action").filter(agent=agent)
     feedback_type = filters.get("feedback_type")
     if feedback_type not in (None, ""):
         if feedback_type not in FeedbackType.values:
             raise ApplicationError(f"Unknown feedback type; use one of {', '.join(FeedbackType.values)}.", field="feedback_type")
-        qs = qs.filter(Exists(FeedbackRecord.objects.filter(pattern=OuterRef("pk"), feedback_type=feedback_type)))
+        qs = qs.filter(feedback_types__contains=[feedback_type])
     return _filter(qs, filters, {"action": "action__name", "status": "status"})
 
 

@@ -175,6 +175,7 @@ class MistakePatternSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     action = serializers.CharField(source="action.name")
     category = serializers.CharField()
+    feedback_types = serializers.ListField(child=serializers.CharField(), help_text="The types of the records it grouped")
     description = serializers.CharField()
     occurrence_count = serializers.IntegerField()
     first_seen = serializers.DateTimeField()

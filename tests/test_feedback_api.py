@@ -1,6 +1,10 @@
 """Feedback API: proposals, executions, outcomes, corrections, feedback records and the consult API."""
 
+from datetime import timedelta
+
 import pytest
+from django.conf import settings
+from django.utils import timezone
 
 from actions.models import Action, AutonomyLevel
 from autonomy.models import CalibrationRecord
@@ -365,3 +369,14 @@ def test_mistake_patterns_filter_by_the_feedback_type_of_their_records():
     assert agent.get("/api/v1/mistake-patterns", {"feedback_type": "execution_incorrect"}).json()["count"] == 0
     refused = agent.get("/api/v1/mistake-patterns", {"feedback_type": "wrong_target"})  # a category, not a type
     assert refused.status_code == 400 and "feedback_type" in refused.json()["fields"], refused.content
+    assert agent.get("/api/v1/mistake-patterns").json()["results"][0]["feedback_types"] == ["rejection"]
+
+    # its records archived, the pattern keeps its types: the filter still finds it, and detection keeps them
+    from feedback.models import FeedbackRecordArchive
+    from feedback.services.retention import feedback_records_archive
+
+    FeedbackRecord.objects.update(created_at=timezone.now() - timedelta(days=settings.FEEDBACK_RECORD_RETENTION_DAYS + 1))
+    feedback_records_archive()
+    assert not FeedbackRecord.objects.exists() and FeedbackRecordArchive.objects.count() == 3
+    mistake_patterns_detect()
+    assert agent.get("/api/v1/mistake-patterns", {"feedback_type": "rejection"}).json()["count"] == 1

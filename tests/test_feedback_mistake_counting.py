@@ -3,10 +3,12 @@ is seen by it; a pattern whose rule is gone is warned about again when the mista
 
 import threading
 import time
+from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
 from django.apps import apps as django_apps
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, connections, transaction
 from django.utils import timezone
@@ -154,3 +156,22 @@ def test_a_detection_waiting_on_a_rule_being_drawn_leaves_the_pattern_mitigated(
     assert MistakePattern.objects.get().status == "mitigated"
     mistake_patterns_detect()
     assert MistakePattern.objects.get().status == "mitigated" and correction_rules_create() == []
+
+
+def test_patterns_stored_before_get_the_types_of_their_live_and_archived_records(agent):
+    import importlib
+
+    from feedback.models import FeedbackRecordArchive
+    from feedback.services.retention import feedback_records_archive
+
+    reject_n(agent, 3, category="wrong_target")
+    mistake_patterns_detect()
+    FeedbackRecord.objects.filter(pk=FeedbackRecord.objects.order_by("pk").first().pk).update(
+        created_at=timezone.now() - timedelta(days=settings.FEEDBACK_RECORD_RETENTION_DAYS + 1)
+    )
+    feedback_records_archive()
+    FeedbackRecordArchive.objects.update(feedback_type="correction")  # one archived record of another type
+    MistakePattern.objects.update(feedback_types=[])  # as stored before the column existed
+    migration = importlib.import_module("feedback.migrations.0007_mistake_pattern_feedback_types")
+    migration.types_filled(django_apps, SimpleNamespace(connection=connection))
+    assert MistakePattern.objects.get().feedback_types == ["correction", "rejection"]

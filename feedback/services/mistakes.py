@@ -47,16 +47,21 @@ _STATUS_AFTER_SQL = """CASE
                  LIMIT 1), p.updated_at) THEN 'active'
            ELSE p.status END"""
 
+# A pattern's record types only grow: records that left the window (or were archived) were of its types too.
+_TYPES_AFTER_SQL = "ARRAY(SELECT DISTINCT t FROM unnest(p.feedback_types || EXCLUDED.feedback_types) t ORDER BY t)"
+
 # One mistake is one proposal or execution, however many records it got (rejected and overridden, or overridden
 # twice); a record about neither is one mistake of its own. One integer key a mistake (a residue per kind), which
 # counts faster than text.
 _MISTAKE = "COALESCE(fr.proposal_id * 3, fr.execution_id * 3 + 1, fr.id * 3 + 2)"
 
-_DETECT_SQL = """
+_DETECT_SQL = (
+    """
 WITH grp AS (
     SELECT fr.agent_id, fr.action_id,
            COALESCE(NULLIF(fr.mistake_category, ''), fr.feedback_type) AS category,
            count(DISTINCT {mistake}) AS n, min(fr.created_at) AS first_seen, max(fr.created_at) AS last_seen,
+           array_agg(DISTINCT fr.feedback_type ORDER BY fr.feedback_type) AS types,
            mode() WITHIN GROUP (ORDER BY fr.human_explanation) FILTER (WHERE fr.human_explanation <> '') AS explanation,
            mode() WITHIN GROUP (ORDER BY fr.corrected_action::text) FILTER (WHERE fr.corrected_action IS NOT NULL) AS correction
       FROM feedback_feedbackrecord fr
@@ -65,16 +70,17 @@ WITH grp AS (
     HAVING count(DISTINCT {mistake}) >= %(min)s
 )
 INSERT INTO feedback_mistakepattern AS p
-       (agent_id, action_id, category, description, common_explanation, common_correction, occurrence_count,
-        first_seen, last_seen, status, resolution_notes, created_at, updated_at)
-SELECT g.agent_id, g.action_id, g.category,
+       (agent_id, action_id, category, feedback_types, description, common_explanation, common_correction,
+        occurrence_count, first_seen, last_seen, status, resolution_notes, created_at, updated_at)
+SELECT g.agent_id, g.action_id, g.category, g.types,
        format('%%s × %%s on %%s in %%s days%%s', g.n, g.category, a.name, %(window)s,
               CASE WHEN g.explanation IS NULL THEN '' ELSE format('; most common explanation: "%%s"', g.explanation) END),
        COALESCE(g.explanation, ''), g.correction::jsonb, g.n, g.first_seen, g.last_seen, 'active', '', now(), now()
   FROM grp g JOIN actions_action a ON a.id = g.action_id
  ORDER BY g.agent_id, g.action_id, g.category
 ON CONFLICT (agent_id, action_id, category) DO UPDATE
-   SET description = EXCLUDED.description,
+   SET feedback_types = {types_after},
+       description = EXCLUDED.description,
        common_explanation = EXCLUDED.common_explanation,
        common_correction = EXCLUDED.common_correction,
        occurrence_count = EXCLUDED.occurrence_count,
@@ -82,11 +88,14 @@ ON CONFLICT (agent_id, action_id, category) DO UPDATE
        last_seen = GREATEST(p.last_seen, EXCLUDED.last_seen),
        status = {status_after},
        updated_at = now()
- WHERE (p.occurrence_count, p.last_seen, p.description, p.status)
+ WHERE (p.occurrence_count, p.last_seen, p.description, p.status, p.feedback_types)
        IS DISTINCT FROM (EXCLUDED.occurrence_count, GREATEST(p.last_seen, EXCLUDED.last_seen), EXCLUDED.description,
-                         {status_after})
+                         {status_after}, {types_after})
 RETURNING p.id, (xmax = 0) AS inserted, p.status
-""".replace("{status_after}", _STATUS_AFTER_SQL).replace("{mistake}", _MISTAKE)
+""".replace("{status_after}", _STATUS_AFTER_SQL)
+    .replace("{mistake}", _MISTAKE)
+    .replace("{types_after}", _TYPES_AFTER_SQL)
+)
 
 
 _LINK_SQL = """
