@@ -72,8 +72,16 @@ def active_rules_q() -> Q:
 
 
 def active_patterns(*, agent, action) -> list[MistakePattern]:
-    """The agent's active mistake patterns for an action, newest first."""
-    return list(MistakePattern.objects.filter(agent=agent, action=action, status=PatternStatus.ACTIVE).order_by("-last_seen"))
+    """The agent's mistake patterns for an action that warn it, newest first: the active ones, and the mitigated ones
+    whose rule still waits for a reviewer (no rule is in force for them yet)."""
+    waiting = CorrectionRule.objects.filter(pattern=OuterRef("pk"), status=CorrectionRuleStatus.PENDING)
+    in_force = CorrectionRule.objects.filter(active_rules_q(), pattern=OuterRef("pk"))
+    return list(
+        MistakePattern.objects.filter(agent=agent, action=action)
+        .alias(has_waiting=Exists(waiting), has_in_force=Exists(in_force))
+        .filter(Q(status=PatternStatus.ACTIVE) | Q(status=PatternStatus.MITIGATED, has_waiting=True, has_in_force=False))
+        .order_by("-last_seen")
+    )
 
 
 def active_rules(*, agent, action) -> list[CorrectionRule]:

@@ -228,3 +228,22 @@ def test_a_pending_rule_past_its_expiry_is_not_approved():
     assert refused.value.code == "rule_expired" and refused.value.field == "expires_at"
     rule.refresh_from_db()
     assert rule.status == "pending_approval" and rule.approved_by is None
+
+
+@override_settings(CORRECTION_RULES_REQUIRE_APPROVAL=True)
+def test_a_rule_waiting_for_a_reviewer_leaves_the_pattern_warning_the_agent():
+    """No rule is in force until a reviewer approves the drafted one: consult still reports the pattern and its penalty
+    meanwhile, and only the approved rule takes over."""
+    agent = Agent.objects.create(name="ops")
+    reject_n(agent, 3)
+    mistake_patterns_detect()
+    before = action_consult(agent=agent, action_name="email.send", confidence=0.8)
+    assert len(before["patterns"]) == 1 and before["pattern_penalty"] < 0
+    (rule,) = correction_rules_create()
+    assert rule.status == "pending_approval" and MistakePattern.objects.get().status == "mitigated"
+    waiting = action_consult(agent=agent, action_name="email.send", confidence=0.8)
+    assert waiting["rules"] == [] and len(waiting["patterns"]) == 1
+    assert waiting["adjusted_confidence"] == before["adjusted_confidence"]
+    correction_rule_approve(rule=rule, user=reviewer_user("rev", "approve_correctionrule"))
+    approved = action_consult(agent=agent, action_name="email.send", confidence=0.8)
+    assert len(approved["rules"]) == 1 and approved["patterns"] == []
