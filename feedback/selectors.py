@@ -127,9 +127,12 @@ def feedback_record_summary(*, agent, limit: int) -> tuple[int, list[dict], list
 
 _CONFIDENCE_BUCKETS_SQL = """
 WITH s AS (
-    SELECT action_id, confidence, CASE WHEN status = 'completed' THEN 1.0 ELSE 0.0 END AS ok
+    SELECT action_id, confidence,
+           CASE WHEN status = 'completed' AND modified_action IS NULL THEN 1.0 ELSE 0.0 END AS ok
       FROM feedback_proposal
-     WHERE agent_id = %(agent)s AND created_at >= %(since)s AND status IN ('completed', 'rejected', 'failed')
+     WHERE agent_id = %(agent)s AND created_at >= %(since)s
+           -- a proposal a reviewer corrected was wrong as proposed, as soon as it was corrected (as in outcome rates)
+           AND status IN ('completed', 'rejected', 'failed', 'modified')
     UNION ALL
     SELECT action_id, confidence,
            CASE WHEN review_outcome = 'correct' THEN 1.0 WHEN review_outcome = 'incorrect' THEN 0.0
@@ -199,9 +202,12 @@ def agent_action_ids(*, agent_id: int, since) -> list[int]:
 
 _CONFIDENCE_BUCKETS_AGENTS_SQL = """
 WITH s AS (
-    SELECT agent_id, action_id, confidence, CASE WHEN status = 'completed' THEN 1.0 ELSE 0.0 END AS ok
+    SELECT agent_id, action_id, confidence,
+           CASE WHEN status = 'completed' AND modified_action IS NULL THEN 1.0 ELSE 0.0 END AS ok
       FROM feedback_proposal
-     WHERE agent_id = ANY(%(agents)s) AND created_at >= %(since)s AND status IN ('completed', 'rejected', 'failed')
+     WHERE agent_id = ANY(%(agents)s) AND created_at >= %(since)s
+           -- a proposal a reviewer corrected was wrong as proposed, as soon as it was corrected (as in outcome rates)
+           AND status IN ('completed', 'rejected', 'failed', 'modified')
     UNION ALL
     SELECT agent_id, action_id, confidence,
            CASE WHEN review_outcome = 'correct' THEN 1.0 WHEN review_outcome = 'incorrect' THEN 0.0

@@ -183,3 +183,22 @@ def test_reliability_diagram_draws_in_a_browser(live_server, browser_page):
     trend = page.evaluate("Chart.getChart(document.getElementById('ece-trend')).data.datasets[0].data")
     assert points == 2 and len(trend) == 2 and trend[0] == pytest.approx(record.ece, abs=1e-4)
     assert errors == []
+
+
+def test_a_proposal_a_reviewer_corrected_is_a_miss_of_the_confidence_the_agent_stated():
+    """As autonomy's outcome rates count it: corrected is wrong as proposed, whether or not the corrected action then
+    completed, and from the moment it was corrected."""
+    from feedback.selectors import outcome_rates
+    from feedback.services.reviews import proposal_modify, proposal_outcome_record
+    from tests.conftest import REVIEWER, make_proposal
+
+    agent = Agent.objects.create(name="cal")
+    for i in range(20):
+        p = make_proposal(agent, confidence=0.95)
+        proposal_modify(proposal=p, reviewer=REVIEWER, modified_action={"to": "someone-else@example.com"})
+        if i % 2:
+            proposal_outcome_record(agent=agent, proposal_id=p.pk, success=True)
+    send = Action.objects.get(name="email.send")
+    assert outcome_rates(action_ids=[send.pk], since=timezone.now() - timedelta(days=30))[send.pk] == (20, 0, 20)
+    top = [b for b in calibration_compute(agent_id=agent.pk)[0].buckets if b["low"] == 0.9][0]
+    assert top["count"] == 20 and top["success_rate"] == 0.0, top

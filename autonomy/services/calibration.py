@@ -120,7 +120,7 @@ def calibration_compute(*, agent_id: int, window_days: int | None = None, episod
     """Calibrate one agent overall and per action; one aggregate query, one insert of the scopes with new evidence
     (the others answer their latest record unchanged: the same data gives the same calibration).
 
-    Samples: proposals (completed = success; rejected or failed = failure) and
+    Samples: proposals (completed as proposed = success; rejected, failed or corrected by a reviewer = failure) and
     executions (reviewed correct = success; reviewed incorrect = failure;
     unreviewed = its own success flag). The first record returned is the overall one.
 
