@@ -49,8 +49,20 @@ def execution_list(*, agent, filters: dict):
     return _filter(qs, filters, {"action": "action__name", "status": "review_outcome"})
 
 
+def _feedback_type_checked(filters: dict) -> str | None:
+    """The ``feedback_type`` filter, None when not given; an unknown type is a 400 (not an empty list that reads as
+    "none of those")."""
+    feedback_type = filters.get("feedback_type")
+    if feedback_type in (None, ""):
+        return None
+    if feedback_type not in FeedbackType.values:
+        raise ApplicationError(f"Unknown feedback type; use one of {', '.join(FeedbackType.values)}.", field="feedback_type")
+    return feedback_type
+
+
 def feedback_record_list(*, agent, filters: dict):
     qs = FeedbackRecord.objects.select_related("action").filter(agent=agent)
+    _feedback_type_checked(filters)
     return _filter(qs, filters, {"action": "action__name", "feedback_type": "feedback_type", "status": "pattern__status"})
 
 
@@ -59,10 +71,8 @@ def mistake_pattern_list(*, agent, filters: dict):
     records' mistake category when they have one, so its own name does not say; its ``feedback_types`` keep the
     types of records since archived)."""
     qs = MistakePattern.objects.select_related("action").filter(agent=agent)
-    feedback_type = filters.get("feedback_type")
-    if feedback_type not in (None, ""):
-        if feedback_type not in FeedbackType.values:
-            raise ApplicationError(f"Unknown feedback type; use one of {', '.join(FeedbackType.values)}.", field="feedback_type")
+    feedback_type = _feedback_type_checked(filters)
+    if feedback_type is not None:
         qs = qs.filter(feedback_types__contains=[feedback_type])
     return _filter(qs, filters, {"action": "action__name", "status": "status"})
 
