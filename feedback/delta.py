@@ -26,8 +26,22 @@ def _walk(a: Any, b: Any, path: str, delta: dict) -> None:
             else:
                 _walk(a[key], b[key], sub, delta)
         return
-    if a != b or type(a) is not type(b):
+    if not json_equal(a, b):
         delta["changed"][path or "$"] = {"from": a, "to": b}
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Whether two JSON values are the same, as JSON (and PostgreSQL's jsonb) reads them: 1 and 1.0 are one number,
+    ``true`` is no number (Python's ``True == 1`` is not JSON's), lists compare item by item, objects key by key."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
 
 
 def delta_is_empty(delta: dict) -> bool:

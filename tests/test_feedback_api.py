@@ -380,3 +380,32 @@ def test_mistake_patterns_filter_by_the_feedback_type_of_their_records():
     assert not FeedbackRecord.objects.exists() and FeedbackRecordArchive.objects.count() == 3
     mistake_patterns_detect()
     assert agent.get("/api/v1/mistake-patterns", {"feedback_type": "rejection"}).json()["count"] == 1
+
+
+def test_a_misspelt_feedback_type_filter_on_feedback_records_is_a_400():
+    agent = make_client(["resolve", "feedback"], name="agent-a")
+    refused = agent.get("/api/v1/feedback-records", {"feedback_type": "rejectoin"})
+    assert refused.status_code == 400 and "feedback_type" in refused.json()["fields"], refused.content
+    assert agent.get("/api/v1/feedback-records", {"feedback_type": "rejection"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "proposed, modified, same",
+    [
+        ({"count": 1}, {"count": 1.0}, True),  # one JSON number, as jsonb stores it
+        ({"to": [1, 2]}, {"to": [1.0, 2]}, True),
+        ({"flag": True}, {"flag": 1}, False),  # true is no number in JSON
+        ({"to": [True]}, {"to": [1]}, False),
+    ],
+)
+def test_a_modification_is_a_correction_only_when_it_changes_the_json(proposed, modified, same):
+    agent, gov = make_client(["resolve", "feedback"], name="agent-a"), make_client(["governance"], name="rev")
+    body = {"action": "email.send", "proposed_action": proposed, "reasoning": {"confidence": 0.9}}
+    pid = agent.post("/api/v1/proposals", body, format="json").json()["id"]
+    answer = gov.post(f"/api/v1/proposals/{pid}/modify", {"modified_action": modified}, format="json")
+    if same:
+        assert answer.status_code == 400 and "modified_action" in answer.json()["fields"], answer.content
+        assert Proposal.objects.get(pk=pid).status == "pending" and not FeedbackRecord.objects.exists()
+    else:
+        assert answer.status_code == 200, answer.content
+        assert FeedbackRecord.objects.get().feedback_type == "correction"

@@ -12,7 +12,7 @@ from actions.services import action_name_validate, action_register
 from common.api import ApplicationError, Conflict, NotFound
 from common.text import label_normalize, visible_text
 from common.validation import confidence_validate
-from feedback.delta import delta_is_empty, json_clean, json_delta
+from feedback.delta import delta_is_empty, json_clean, json_delta, json_equal
 from feedback.models import PROPOSAL_TRANSITIONS, Execution, FeedbackRecord, FeedbackType, Proposal, ProposalStatus, ReviewOutcome
 
 # --- Proposals, executions, outcomes, feedback records, mistake patterns ---
@@ -325,7 +325,7 @@ def execution_review(
     with transaction.atomic():
         obj = _locked(Execution, _pk(execution))
         _check_not_self_review(obj, reviewer)
-        if corrected_action is not None and corrected_action == obj.params:
+        if corrected_action is not None and json_equal(corrected_action, obj.params):
             raise ApplicationError("The corrected action is what ran; send what it should have been.", field="corrected_action")
         if obj.review_outcome:
             raise Conflict(
