@@ -40,27 +40,34 @@ class FitState:
 
 def decision_state() -> dict:
     """{"live", "shadow", "prior"}: FitState or None each (prior: the newest catalogue prior, whatever its status);
-    "priors": the newest prior of each embedding model. One small query, cached per process for
-    RESOLVE_DECISION_CACHE_S seconds."""
+    "priors": the newest prior of each embedding model. Two small queries (the fits in force; the newest prior of each
+    model, however many fits came after them), cached per process for RESOLVE_DECISION_CACHE_S seconds."""
     now = _time.monotonic()
     tenants = tenant_filter_ids()
     hit = _decision_cache.get(tenants)
     if hit is not None and hit[0] > now:
         return hit[1]
-    rows = list(
-        DecisionFit.objects.filter(Q(status__in=[DecisionFit.Status.LIVE, DecisionFit.Status.SHADOW]) | Q(source="prior"))
+    columns = ("version", "source", "status", "params", "embedding_model")
+    in_force = list(
+        DecisionFit.objects.filter(status__in=[DecisionFit.Status.LIVE, DecisionFit.Status.SHADOW])
         .order_by("-version")
-        .values("version", "source", "status", "params", "embedding_model")[:50]
+        .values(*columns)[:10]
+    )
+    priors = list(
+        DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR)
+        .order_by("embedding_model", "-version")
+        .distinct("embedding_model")
+        .values(*columns)
     )
     state = {"live": None, "shadow": None, "prior": None, "priors": {}}
-    for r in rows:
+    for r in in_force:
+        if state[r["status"]] is None:
+            state[r["status"]] = FitState(r["version"], r["source"], r["params"], r["embedding_model"])
+    for r in sorted(priors, key=lambda r: -r["version"]):
         fs = FitState(r["version"], r["source"], r["params"], r["embedding_model"])
-        if r["status"] in ("live", "shadow") and state[r["status"]] is None:
-            state[r["status"]] = fs
-        if r["source"] == DecisionFit.Source.PRIOR:
-            if state["prior"] is None:
-                state["prior"] = fs
-            state["priors"].setdefault(r["embedding_model"], fs)  # the newest per embedding model
+        if state["prior"] is None:
+            state["prior"] = fs
+        state["priors"][r["embedding_model"]] = fs  # the newest per embedding model
     _decision_cache[tenants] = (now + settings.RESOLVE_DECISION_CACHE_S, state)
     return state
 
@@ -128,7 +135,10 @@ def _head_read(version: int, user_id: str | None) -> tuple | None:
     if not rows:
         return None
     head, verbs = decision.head_loads(rows[0]["weights"])
-    return head, verbs, {v: int(n) for v, n in (rows[0]["anchors"] or {}).items()}, rows[0]["user_id"]
+    anchors = rows[0]["anchors"] or {}
+    if not isinstance(anchors, dict) or not all(isinstance(n, int) and not isinstance(n, bool) for n in anchors.values()):
+        raise ValueError(f"decision head of fit v{version}: its anchor counts are not a map of verbs to numbers")
+    return head, verbs, dict(anchors), rows[0]["user_id"]
 
 
 def active_verb_names(*, stamp: tuple | None = None) -> frozenset:
