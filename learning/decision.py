@@ -419,16 +419,21 @@ def check_params(params) -> None:
         raise ValueError("decision params do not match this resolver's features")
     n = len(FEATURES)
     for key in ("mean", "scale", "coef"):
-        v = np.asarray(params.get(key), dtype=np.float64)
-        if v.shape != (n,) or not np.all(np.isfinite(v)):
+        v = params.get(key)
+        if not isinstance(v, list) or len(v) != n or not all(_finite_number(x) for x in v):
             raise ValueError(f"decision params: bad {key}")
-    if not np.isfinite(float(params.get("intercept"))):
+    if not _finite_number(params.get("intercept")):
         raise ValueError("decision params: bad intercept")
     for key, value in (("cut", params.get("cut")), ("min_top_cos", params.get("min_top_cos", -1.0))):
         if key == "cut" and value is None:
             continue  # no cut within the target: the fit never auto-resolves
         if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
             raise ValueError(f"decision params: bad {key}")
+
+
+def _finite_number(x) -> bool:
+    """A JSON number (not a string of one, not a boolean) that is finite."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and bool(np.isfinite(x))
 
 
 def probability(params: dict, F) -> np.ndarray:
