@@ -434,12 +434,7 @@ def _switch(
 ) -> DecisionFit:
     """Make ``fit`` the live one (inside a transaction); the previous live fit is retired; recorded. An automatic
     switch (``pin`` None) never retires a pinned fit (409), unless ``over_pin`` (a fit of another embedding model)."""
-    previous = (
-        DecisionFit.objects.select_for_update()
-        .filter(tenant_id=fit.tenant_id, status=DecisionFit.Status.LIVE)
-        .exclude(pk=fit.pk)
-        .first()
-    )
+    previous = _live_fit_locked(tenant_id=fit.tenant_id, exclude=fit.pk)
     if previous is not None:
         if previous.pinned and pin is None and not over_pin:
             raise Conflict(f"v{previous.version} is pinned; automatic promotion waits until it is unpinned.", field="fit")
@@ -549,15 +544,34 @@ def _feature_row(value) -> bool:
     )
 
 
-def _live_fit_locked() -> DecisionFit | None:
-    """Inside a transaction: the live fit, locked before its pin is read (a pin then waits for this transaction, or
-    this one sees it). A switch that committed while the lock was awaited leaves the statement with no row (the
-    row it waited for is no longer live, and the new live one was not in its snapshot): it is read again."""
+def _live_fit_locked(*, tenant_id: int | None = None, exclude: int | None = None) -> DecisionFit | None:
+    """Inside a transaction: the live fit (of ``tenant_id``, other than ``exclude``), locked before its pin is read (a
+    pin then waits for this transaction, or this one sees it). A switch that committed while the lock was awaited
+    leaves the statement with no row (the row it waited for is no longer live, and the new live one was not in its
+    snapshot): it is read again."""
+    qs = DecisionFit.objects.filter(status=DecisionFit.Status.LIVE)
+    if tenant_id is not None:
+        qs = qs.filter(tenant_id=tenant_id)
+    if exclude is not None:
+        qs = qs.exclude(pk=exclude)
     for _attempt in range(3):
-        live = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.LIVE).first()
-        if live is not None or not DecisionFit.objects.filter(status=DecisionFit.Status.LIVE).exists():
+        live = qs.select_for_update().first()
+        if live is not None or not qs.exists():
             return live
-    raise Conflict("The live decision fit keeps changing; the refit runs again later.", field="fit")
+    raise Conflict("The live decision fit keeps changing; try again.", field="fit")
+
+
+def _held_out_in_use(in_use, F, y) -> dict:
+    """The fit in use judged on the new fit's labels; {} when none is in use or its params cannot be read (the
+    resolver falls back from it meanwhile, and the new fit must still be made to replace it)."""
+    if in_use is None:
+        return {}
+    try:
+        decision.check_params(in_use.params)
+    except (ValueError, TypeError) as exc:
+        logger.error("decision fit v%s in use is unusable (%s): not judged on the new labels", in_use.version, exc)
+        return {}
+    return decision.evaluate(in_use.params, F, y)
 
 
 def _refit(*, force: bool, progress: bool = False) -> dict:
@@ -604,7 +618,8 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
     words = bool((prior.params or {}).get("head_words", True)) if prior else True
     trained = _heads_train(model, users=True, warm_version=in_use.version if in_use else None, words=words, progress=progress)
     with transaction.atomic():
-        previous = DecisionFit.objects.filter(status=DecisionFit.Status.SHADOW).first()
+        # locked: a reviewer pinning this shadow live meanwhile commits first, and then it is no shadow to retire
+        previous = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.SHADOW).first()
         if previous is not None:
             previous.status = DecisionFit.Status.RETIRED
             previous.save(update_fields=["status"])
@@ -616,7 +631,7 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
             params=params,
             n_labels=params["n_labels"],
             held_out=params["held_out"],
-            held_out_in_use=decision.evaluate(in_use.params if in_use else None, F, y) if in_use else {},
+            held_out_in_use=_held_out_in_use(in_use, F, y),
             in_use_version=in_use.version if in_use else None,
             shadow_since=timezone.now(),
         )
