@@ -415,11 +415,11 @@ def _learned_finish(
         logger.error("decision fit v%s gave no finite score", fs.version)
         return None, f"decision fit v{fs.version} gave no finite score; fell back"
     runner = comb[ranked_idx[1]] if len(ranked_idx) > 1 else None
-    explanation.update(
-        probability=round(prob, 4),
+    explanation.update(  # the values compared, unrounded: a rounded probability could read above a cut it missed
+        probability=prob,
         margin=round(float(comb[top] - runner), 4) if runner is not None else None,
         min_top_cos=fs.params.get("min_top_cos"),
-        top_cos=round(float(f[0]), 4),
+        top_cos=float(f[0]),
     )
     if auto and endorsed is not None:
         # A penalty may decide an auto-resolution only for a verb this user chose for a near-paraphrase.
@@ -526,7 +526,8 @@ def _decide(candidates: list[Candidate], p: dict) -> tuple[str, str | None]:
         return Outcome.NO_MATCH, None
     if candidates[0].score < p["resolve_threshold"]:
         return Outcome.AMBIGUOUS, None
-    if len(candidates) > 1 and candidates[0].score - candidates[1].score < p["margin"]:
+    # scores carry 4 decimals: their difference is compared as the explanation shows it (0.85 - 0.80 is 0.05)
+    if len(candidates) > 1 and round(candidates[0].score - candidates[1].score, 4) < p["margin"]:
         return Outcome.AMBIGUOUS, None
     return Outcome.RESOLVED, candidates[0].verb
 
