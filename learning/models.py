@@ -201,8 +201,8 @@ class PhraseBlock(TenantOwned, Embedded):
 class LearningCandidate(TenantOwned):
     """A proposed learning waiting for (or past) review.
 
-    The same proposal (type, normalized input, suggested output, user scope)
-    is pending at most once: arriving again raises ``occurrence_count``.
+    The same proposal (type, normalized input, suggested output, user scope and, for an agent with private user
+    data, that agent) is pending at most once: arriving again raises ``occurrence_count``.
     """
 
     class Type(models.TextChoices):
@@ -251,6 +251,10 @@ class LearningCandidate(TenantOwned):
         blank=True,
         help_text="Ids of every agent whose traffic proposed or repeated it; none of them may decide it",
     )
+    private_agent = private_agent_field(
+        "The agent with private user data whose user's proposal this is (only its traffic adds to it); empty: the "
+        "tenant's agents share it"
+    )
     reviewed_by_agent = models.ForeignKey(
         "agents.Agent",
         null=True,
@@ -271,7 +275,7 @@ class LearningCandidate(TenantOwned):
         permissions = [("review_learningcandidate", "Can approve or reject learning candidates")]
         constraints = [
             models.UniqueConstraint(
-                fields=["tenant", "candidate_type", "normalized", "suggested_output", "user_id"],
+                fields=["tenant", "candidate_type", "normalized", "suggested_output", "user_id", "private_agent"],
                 condition=Q(status="pending"),
                 nulls_distinct=False,
                 name="candidate_one_pending_per_proposal",

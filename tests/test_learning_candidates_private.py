@@ -5,7 +5,7 @@ traffic repeated it."""
 import pytest
 
 from agents.authentication import verified_keys_forget
-from learning.models import LearningCandidate
+from learning.models import LearnedPhrase, LearningCandidate
 from tests.conftest import make_client, reviewer_client, reviewer_user
 from tests.test_learning_disambiguation import resolve, select
 from tests.test_mcp_policies import mcp_call
@@ -137,3 +137,42 @@ def test_learning_stats_count_only_what_the_key_may_read(cbus, run_tasks):
     from learning.selectors import learning_stats  # no agent acting (a reviewer's page, a command): every row
 
     assert learning_stats(time_range="all")["candidates_total"] == after_private["candidates_total"]
+
+
+def _owners(normalized="show cbus", user="alice") -> list:
+    return sorted(
+        LearnedPhrase.objects.filter(normalized=normalized, user_id=user).values_list("private_agent_id", flat=True),
+        key=str,
+    )
+
+
+def test_a_users_candidate_is_kept_apart_per_private_agent(cbus, run_tasks):
+    """A click through a private agent leaves the variant "show cbus" pending for alice (0.85, under the 0.90 that
+    promotes); the same click through a shared agent adds to a candidate of its own, not to the private one, so
+    neither promotes on the other's evidence (a shared click once wrote the private agent's phrase so)."""
+    private, shared = _agent("private", True), _agent("shared", False)
+    _click(private, run_tasks)
+    mine = LearningCandidate.objects.get(normalized="show cbus", user_id="alice", status="pending")
+    assert (mine.private_agent_id, mine.seen_by_agents) == (private.agent.pk, [private.agent.pk])
+    _click(shared, run_tasks)
+    pending = LearningCandidate.objects.filter(normalized="show cbus", user_id="alice", status="pending")
+    assert sorted((c.private_agent_id or 0, c.occurrence_count) for c in pending) == [(0, 1), (private.agent.pk, 1)]
+    assert _owners() == []  # 0.85 each: nothing promoted on the other's evidence (together they were 0.98)
+
+
+def test_candidates_stored_before_owners_existed_become_their_private_agents(cbus, run_tasks):
+    import importlib
+    from types import SimpleNamespace
+
+    from django.apps import apps as django_apps
+    from django.db import connection
+
+    private, shared = _agent("private", True), _agent("shared", False)
+    _click(private, run_tasks)
+    _click(shared, run_tasks, user="bob")
+    LearningCandidate.objects.update(private_agent=None)  # as stored before the column existed
+    migration = importlib.import_module("learning.migrations.0016_candidate_private_agent")
+    migration.owners_filled(django_apps, SimpleNamespace(connection=connection))
+    owned = dict(LearningCandidate.objects.filter(normalized="show cbus").values_list("user_id", "private_agent_id"))
+    assert owned == {"alice": private.agent.pk, "bob": None}
+    assert set(LearningCandidate.objects.filter(user_id=None).values_list("private_agent_id", flat=True)) == {None}

@@ -13,6 +13,7 @@ from common.api import ApplicationError, Conflict, Forbidden
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import EntityAlias, LearningCandidate, Verb
+from learning.selectors import phrase_owner
 from learning.services.blocks import _RISK_ORDER, _phrase_block_put, block_refusal_check
 from learning.services.phrases import _learned_phrase_put, phrase_text_lock
 from tenants.context import acting_agent_id, private_agent_id, tenant_scope
@@ -84,7 +85,15 @@ def candidate_record(
     if not suggested_output:
         raise ApplicationError("The suggested output is empty.", field="suggested_output")
     alternatives = [str(a) for a in (rejected_alternatives or [])]
-    key = {"candidate_type": candidate_type, "normalized": normalized, "suggested_output": suggested_output, "user_id": user_id}
+    key = {
+        "candidate_type": candidate_type,
+        "normalized": normalized,
+        "suggested_output": suggested_output,
+        "user_id": user_id,
+        # an agent with private user data keeps its users' proposals apart: no shared traffic adds to them, and
+        # theirs to no shared one
+        "private_agent_id": phrase_owner(user_id),
+    }
     pending = LearningCandidate.objects.filter(status=LearningCandidate.Status.PENDING, **key)
 
     with transaction.atomic():
@@ -251,7 +260,9 @@ def _candidate_apply(row: LearningCandidate, *, vectors, model: str, reviewer, a
         field="suggested_output",
         hint="; remove the block first",
     )
-    for owner in _candidate_owners(row):
+    # promoted by a user's click: only the acting agent's kind learns it (a reviewer's approval reaches every owner)
+    owners = [phrase_owner(row.user_id)] if automatic else _candidate_owners(row)
+    for owner in owners:
         _learned_phrase_put(
             phrase=row.input_pattern,
             normalized=row.normalized,
