@@ -407,3 +407,16 @@ def test_a_transaction_rolled_back_by_a_concurrent_one_is_503_retry_not_500(gov_
     assert response.status_code == 503 and response["Retry-After"] == "1"
     assert response.json()["code"] == "retry" and "retry it" in response.json()["detail"]
     assert not Execution.objects.exists()
+
+
+def test_a_key_given_twice_in_one_object_is_400_not_the_last_one(gov_api, catalogue):
+    from feedback.models import Execution
+    from learning.models import LearnedPhrase
+
+    raw = '{"text": "spin up a unit", "verb": "cbu.delete", "verb": "cbu.create", "user_id": "alice"}'
+    answer = gov_api.post("/api/v1/resolutions/confirm", raw, content_type="application/json")
+    assert answer.status_code == 400 and "appears twice" in answer.json()["detail"], answer.content
+    nested = '{"action": "email.send", "params": {"n": 1, "n": 2}, "confidence": 0.5, "success": true}'
+    answer = _post(gov_api, "/api/v1/executions", nested)
+    assert answer.status_code == 400 and "'n' appears twice" in answer.json()["detail"], answer.content
+    assert not LearnedPhrase.objects.exists() and not Execution.objects.exists()
