@@ -140,7 +140,7 @@ def parse_file(path: Path) -> list[VerbEntry]:
         if unknown:
             errors.append(f"{at}: unknown key(s) {', '.join(unknown)}")
         name = values.get("name")
-        if not isinstance(name, str) or not re.match(VERB_NAME_RE, name):
+        if not isinstance(name, str) or not re.fullmatch(VERB_NAME_RE, name):
             errors.append(f"{where}:{lines.get('name', line)}: 'name' must be a dotted lowercase name such as cbu.create")
             continue
         if len(name) > NAME_LENGTH:
@@ -155,7 +155,7 @@ def parse_file(path: Path) -> list[VerbEntry]:
                     errors.append(f"{where}:{lines[key]}: verb {name}: {problem}")
                 else:
                     setattr(entry, key, values[key].strip())
-        if not entry.domain or len(entry.domain) > TEXT_LENGTHS["domain"] or not re.match(DOMAIN_RE, entry.domain):
+        if not entry.domain or len(entry.domain) > TEXT_LENGTHS["domain"] or not re.fullmatch(DOMAIN_RE, entry.domain):
             errors.append(f"{where}:{lines.get('domain', line)}: verb {name}: 'domain' must be a lowercase identifier")
         if "is_active" in values:
             flag = str(values["is_active"]).lower()

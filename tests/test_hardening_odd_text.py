@@ -147,3 +147,12 @@ def test_an_agent_or_key_name_that_shows_nothing_is_refused(db, field):
         agent_key_create(scopes=["resolve"], **names)
     assert refused.value.field == {"agent_name": "name", "key_name": "key_name"}[field]
     assert not Agent.objects.filter(name="\u200b\u200b").exists()
+
+
+def test_load_verbs_refuses_a_name_ending_in_a_newline(db, tmp_path):
+    """A YAML block scalar ends its value with a newline: a verb no request could name, beside the real one."""
+    path = tmp_path / "verbs.yaml"
+    path.write_text("- name: |\n    cbu.listed\n  phrases: [list them]\n", encoding="utf-8")
+    with pytest.raises(CommandError, match="must be"):
+        call_command("load_verbs", str(path), stdout=StringIO())
+    assert not Verb.objects.exists()

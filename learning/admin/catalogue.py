@@ -98,7 +98,7 @@ class VerbForm(forms.ModelForm):
     def clean_domain(self):
         """The domain a catalogue file and resolve's ``domain`` can name: a lowercase identifier, as a load requires."""
         domain = self.cleaned_data["domain"].strip()
-        if not re.match(DOMAIN_RE, domain):
+        if not re.fullmatch(DOMAIN_RE, domain):
             raise ValidationError("Use a lowercase identifier such as cbu or wire_transfers.")
         return domain
 
