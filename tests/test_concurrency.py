@@ -129,3 +129,61 @@ def test_fifty_approvals_of_one_transition_apply_once(db):
     assert len(outcomes) == WRITERS
     send.refresh_from_db()
     assert send.autonomy_level == 2
+
+
+def test_a_correction_and_a_clicks_learning_of_its_anchor_run_one_after_the_other(settings, monkeypatch):
+    """A correction decays the user's anchors (phrases of other texts) and overrules evidence near its text; a click's
+    learning writes evidence, then locks the phrase it promotes. Each waits at the point the other reaches: they
+    must run one after the other (the correction takes its anchors' texts' locks), not deadlock (a 503 to retry)."""
+    import uuid
+
+    from embeddings.services import embeddings_compute
+    from learning.models import Verb
+    from learning.services import corrections, disambiguations
+    from learning.services.evidence import phrase_evidence_add
+    from tests.conftest import CBU_CATALOGUE
+
+    settings.RESOLUTION_OVERRIDES = {
+        **settings.RESOLUTION_OVERRIDES,
+        "correction_decay_threshold": 0.3,
+        "decide_similarity": 0.3,
+        "evidence_similarity": 0.3,
+    }
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    learned_phrase_upsert(phrase="list all cbus", verb=Verb.objects.get(name="cbu.list"), user_id="alice", confidence=0.5)
+    vectors, model = embeddings_compute(texts=["list all cbus"])
+    phrase_evidence_add(user_id="alice", phrase="list all cbus", verb="cbu.show", negative=0.5, vector=vectors[0], model=model)
+    options = [
+        {"verb": "cbu.list", "display_name": "List", "example": "", "score": 0.7},
+        {"verb": "cbu.show", "display_name": "Show", "example": "", "score": 0.69},
+    ]
+    row = DisambiguationRequest.objects.create(
+        request_id=uuid.uuid4(), user_id="alice", text="list all cbus", normalized="list all cbus", options=options
+    )
+    monkeypatch.setattr(disambiguations, "_signals_enqueue", lambda pk: None)
+    disambiguations.disambiguation_select(request_id=row.request_id, selected_verb="cbu.list", agent_id=None)
+
+    evidence_written, anchors_locked = threading.Event(), threading.Event()
+    record, lock_or_create = disambiguations.candidate_record, corrections.learned_phrase_lock_or_create
+
+    def record_late(**kw):  # the click's learning wrote its evidence: give the correction time to lock its anchors
+        evidence_written.set()
+        anchors_locked.wait(2)
+        return record(**kw)
+
+    def lock_late(**kw):  # the correction locked its anchors: give the click's learning time to reach them
+        anchors_locked.set()
+        evidence_written.wait(2)
+        return lock_or_create(**kw)
+
+    monkeypatch.setattr(disambiguations, "candidate_record", record_late)
+    monkeypatch.setattr(corrections, "learned_phrase_lock_or_create", lock_late)
+    steps = [
+        lambda: disambiguations.disambiguation_signals_process(request_pk=row.pk),
+        lambda: corrections.phrase_correction_apply(
+            text="list every cbu", wrong_verb="cbu.list", correct_verb="cbu.show", user_id="alice"
+        ),
+    ]
+    _, errors, seconds = run_concurrently(lambda i: steps[i](), n=2)
+    assert errors == [] and seconds < 60, (errors, seconds)
+    assert LearningSignal.objects.filter(request=row).exclude(processed_at=None).exists()

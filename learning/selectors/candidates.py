@@ -27,18 +27,18 @@ STATS_RANGES = {"day": timedelta(days=1), "week": timedelta(weeks=1), "month": t
 
 def correction_decay_targets(
     *, vector: np.ndarray, model: str, user_id: str, verb: Verb, exclude_normalized: str, threshold: float, k: int = 20
-) -> list[int]:
+) -> dict[int, str]:
     """The user's own active phrases for ``verb`` (of the acting agent's kind: ``phrase_owner``) that match the vector
-    within ``threshold`` (semantic anchors)."""
+    within ``threshold`` (semantic anchors): their ids and normalised texts."""
     rows = nearest(
         LearnedPhrase.objects.filter(
             user_id=user_id, private_agent_id=phrase_owner(user_id), verb=verb, is_active=True, embedding_model=model
         ).exclude(normalized=exclude_normalized),
         vector,
         k,
-        project=lambda q: q.values_list("pk", "distance"),
+        project=lambda q: q.values_list("pk", "normalized", "distance"),
     )
-    return [pk for pk, d in rows if 1.0 - d >= threshold]
+    return {pk: text for pk, text, d in rows if 1.0 - d >= threshold}
 
 
 def candidates_readable() -> QuerySet[LearningCandidate]:

@@ -23,6 +23,7 @@ from learning.services.phrases import (
     _phrase_length_check,
     learned_phrase_lock_or_create,
     phrase_text_lock,
+    phrase_texts_lock,
     user_learning_lock,
 )
 
@@ -78,7 +79,7 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
 
 def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, user_id: str, vectors, model: str) -> dict:
     s = settings
-    anchors = []
+    anchors: dict[int, str] = {}
     if vectors is not None:
         anchors = correction_decay_targets(
             vector=vectors[0],
@@ -91,7 +92,9 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
     decay = Greatest(Value(s.LEARNING_CORRECTION_FLOOR), F("confidence") * Value(s.LEARNING_CORRECTION_DECAY))
     fresh = min(s.LEARNING_CORRECTION_CAP, s.LEARNING_CORRECTION_START + s.LEARNING_CORRECTION_BOOST)
     with transaction.atomic():
-        phrase_text_lock(normalized=normalized)  # an approval of the text's candidate waits, or is waited for
+        # The text and the anchors' texts, in one order: an approval of the text's candidate, or a click's learning
+        # of an anchor's text (its evidence, then the phrase it promotes), waits or is waited for, never both
+        phrase_texts_lock(texts=[normalized, *anchors.values()])
         # What the user's clicks proposed for the text and the user just turned down is no longer pending.
         candidates_close_for_correction(normalized=normalized, user_id=user_id, verb_name=wrong.name, text=text)
         # The user's phrase and the anchors to decay, in key order in one statement: two corrections (or a correction
