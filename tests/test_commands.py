@@ -255,3 +255,19 @@ def test_periodic_sweep_embeds_rows_written_while_the_embedder_was_down(catalogu
     result = embeddings_backfill_task.apply().get()
     assert result["embedded"] == 1 and result["failed"] == 0
     assert LearnedPhrase.objects.get(normalized="written while down").embedding is not None
+
+
+def test_a_command_says_in_one_line_that_the_database_is_unreachable():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "DEBUG": "1", "DATABASE_URL": "postgresql://app@127.0.0.1:1/nowhere", "DB_CONNECT_TIMEOUT_S": "2"}
+    env.pop("TEST_DATABASE_NAME", None)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "purge_expired_blocks"], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and done.stderr.startswith("Database unavailable: "), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
