@@ -10,7 +10,9 @@ error classes.
 What the API can serve without, degraded, is reported but does not make the process unready (every process
 shares it, so a 503 would take the whole service down instead of answering degraded): a remote embedding server
 that does not answer (probed at most every ``PROBE_EVERY_S``; resolve then answers from its text tiers), and the
-cache behind ``CACHE_URL`` (rate limits then stop counting). They are listed in ``degraded``.
+cache behind ``CACHE_URL`` (rate limits then stop counting), and the Celery broker (tasks then run inline or wait for
+their sweep). They are listed in ``degraded``. A database role that bypasses row-level security (a superuser, or
+BYPASSRLS) makes the process unready unless ``DB_ALLOW_RLS_BYPASS`` is set.
 """
 
 import logging
@@ -23,6 +25,7 @@ from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import JsonResponse
 
+from config.celery import app as celery_app
 from embeddings.embedders import EmbeddingError, get_embedder
 
 logger = logging.getLogger(__name__)
@@ -31,10 +34,24 @@ LIVE_PATH, READY_PATH = "/healthz", "/readyz"
 _migrated = threading.Event()  # once every migration is applied it stays so for this process
 
 
+_role_checked = threading.Event()  # the role is read once a process: it cannot change under a connection string
+
+
 def _database() -> str:
+    """The database answers, as a role that row-level security applies to: a superuser or a BYPASSRLS role sees
+    every tenant's rows, so tenants would not be kept apart (``DB_ALLOW_RLS_BYPASS`` accepts it)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
         cursor.fetchone()
+        if not _role_checked.is_set():
+            cursor.execute("SELECT current_user, rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user")
+            role, bypasses = cursor.fetchone() or ("?", False)
+            if bypasses and not settings.DB_ALLOW_RLS_BYPASS:
+                raise RuntimeError(
+                    f"the database role {role} is a superuser or BYPASSRLS: row-level security would not keep tenants "
+                    "apart; connect as a role that is neither (docs/tenants.md), or set DB_ALLOW_RLS_BYPASS=1"
+                )
+            _role_checked.set()
     return "ok"
 
 
@@ -95,7 +112,21 @@ def _cache() -> str | None:
     return _remembered("cache", probe)
 
 
-OPTIONAL = (("embedding_server", _embedding_server), ("cache", _cache))
+def _broker() -> str | None:
+    """The Celery broker (none set, or tasks run inline: nothing to ask). Down, tasks run inline or wait for their
+    sweep (README), so it is reported, not a reason to stop serving."""
+    if not settings.CELERY_BROKER_URL or settings.CELERY_TASK_ALWAYS_EAGER:
+        return None
+
+    def probe():
+        with celery_app.connection_for_write(url=settings.CELERY_BROKER_URL) as conn:
+            conn.ensure_connection(max_retries=1, timeout=settings.CELERY_BROKER_CONNECTION_TIMEOUT)
+        return "ok"
+
+    return _remembered("broker", probe)
+
+
+OPTIONAL = (("embedding_server", _embedding_server), ("cache", _cache), ("broker", _broker))
 
 
 def readiness() -> tuple[bool, dict, list[str]]:

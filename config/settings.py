@@ -281,6 +281,9 @@ PG_OPTIONS = os.environ.get("PG_OPTIONS", "-c hnsw.iterative_scan=relaxed_order 
 # tests); "none" nothing (config/wsgi.py and config/asgi.py set it for web processes).
 # Set but empty is refused, not read as the default "*": a web process must never see every tenant by accident.
 DB_TENANT_DEFAULT = os.environ.get("DB_TENANT_DEFAULT", "*")
+# A database role that bypasses row-level security (a superuser, or BYPASSRLS) keeps no tenant apart: /readyz
+# answers 503 for it unless this is set (a single-tenant deployment that accepts it).
+DB_ALLOW_RLS_BYPASS = env_bool("DB_ALLOW_RLS_BYPASS", False)
 if DB_TENANT_DEFAULT not in {"*", "none"}:
     raise ImproperlyConfigured(f'DB_TENANT_DEFAULT={DB_TENANT_DEFAULT!r}: must be "*" or "none".')
 PG_OPTIONS = f"{PG_OPTIONS} -c app.tenant_ids={DB_TENANT_DEFAULT}"
@@ -321,6 +324,9 @@ else:
         "EMBEDDED_PGDATA": str(VAR_DIR / "pgdata"),
         "OPTIONS": {"options": PG_OPTIONS},
     }
+# A database that accepts connections and never answers fails a request (and /readyz) after this long, not never
+# (libpq waits forever by default); a connect_timeout in DATABASE_URL wins.
+_db["OPTIONS"].setdefault("connect_timeout", str(env_int("DB_CONNECT_TIMEOUT_S", 5, minimum=1)))
 _db["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60, minimum=0)
 _db["CONN_HEALTH_CHECKS"] = True
 # A pool of connections per process (psycopg_pool through Django): for ASGI servers, where every REST request runs
@@ -467,7 +473,8 @@ elif CELERY_RESULT_BACKEND and "://" in CELERY_RESULT_BACKEND:
     _url_checked("CELERY_RESULT_BACKEND", CELERY_RESULT_BACKEND, celery_result_backends())
 CELERY_TASK_ACKS_LATE = True
 # The queue tasks are sent to and workers read by default (one name per deployment sharing a broker).
-CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "celery")
+# Set but empty is the default: an empty name would send every task to a queue no worker reads.
+CELERY_TASK_DEFAULT_QUEUE = (os.environ.get("CELERY_TASK_DEFAULT_QUEUE") or "").strip() or "celery"
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -600,9 +607,20 @@ RESOLVE_REFIT_EVERY_LABELS = env_int("RESOLVE_REFIT_EVERY_LABELS", 200, minimum=
 RESOLVE_PROMOTE_MIN_LABELS = env_int("RESOLVE_PROMOTE_MIN_LABELS", 200, minimum=1)  # a fit never goes live on fewer
 RESOLVE_FIT_WINDOW_LABELS = env_int("RESOLVE_FIT_WINDOW_LABELS", 3000, minimum=1)  # the newest labels describe the current state
 RESOLVE_PRIOR_MIN_EXAMPLES = env_int("RESOLVE_PRIOR_MIN_EXAMPLES", 20, minimum=1)  # catalogue phrases needed for a prior
+_FLOOR_QUANTILE_VARS = {
+    "min_score": "RESOLVE_FLOOR_Q_MIN_SCORE",
+    "learned_threshold": "RESOLVE_FLOOR_Q_LEARNED",
+    "blocklist_threshold": "RESOLVE_FLOOR_Q_BLOCKLIST",
+    "evidence_similarity": "RESOLVE_FLOOR_Q_EVIDENCE",
+    "correction_decay_threshold": "RESOLVE_FLOOR_Q_CORRECTION_DECAY",
+    "decide_similarity": "RESOLVE_FLOOR_Q_DECIDE",
+}
 for _name, _q in RESOLVE_FLOOR_QUANTILES.items():
     if not 0.0 < _q < 1.0:
-        raise ImproperlyConfigured(f"RESOLVE_FLOOR_QUANTILES[{_name!r}] must be a quantile between 0 and 1, not {_q}.")
+        raise ImproperlyConfigured(
+            f"{_FLOOR_QUANTILE_VARS.get(_name, _name)}={_q}: a quantile between 0 and 1 (exclusive), such as 0.75 "
+            f"(RESOLVE_FLOOR_QUANTILES[{_name!r}])."
+        )
 # A prior over more phrases than this holds out a fixed sample of them as its queries, and its fold heads train on
 # at most RESOLVE_PRIOR_MAX_TRAIN phrases: its cost stops growing with the square of a large import.
 RESOLVE_PRIOR_MAX_QUERIES = env_int("RESOLVE_PRIOR_MAX_QUERIES", 20000, minimum=1)
@@ -628,7 +646,12 @@ CELERY_BEAT_SCHEDULE["learning-decision-refit"] = {
 # A tenant with this many learned phrases (and under half of all of them) gets its own partial HNSW index
 # (learning.services.indexes); the index build may use this much memory.
 LEARNED_TENANT_INDEX_MIN_PHRASES = env_int("LEARNED_TENANT_INDEX_MIN_PHRASES", 5000, minimum=1)
-LEARNED_INDEX_BUILD_MEMORY = os.environ.get("LEARNED_INDEX_BUILD_MEMORY", "1GB")
+LEARNED_INDEX_BUILD_MEMORY = (os.environ.get("LEARNED_INDEX_BUILD_MEMORY") or "1GB").strip()
+if not re.fullmatch(r"[1-9][0-9]{0,9}\s*(?:kB|MB|GB|TB)?", LEARNED_INDEX_BUILD_MEMORY):
+    raise ImproperlyConfigured(
+        f"LEARNED_INDEX_BUILD_MEMORY={LEARNED_INDEX_BUILD_MEMORY!r}: expected PostgreSQL memory such as 1GB or 512MB "
+        "(maintenance_work_mem)."
+    )
 CELERY_BEAT_SCHEDULE["learning-tenant-indexes-sync"] = {
     "task": "learning.tenant_indexes_sync",
     "schedule": env_float("LEARNED_TENANT_INDEX_EVERY_S", 3600.0, minimum=1.0),
@@ -666,6 +689,12 @@ LOGGING = {
         "actions": {"level": LOG_LEVEL or "INFO"},
         "feedback": {"level": LOG_LEVEL or "INFO"},
         "autonomy": {"level": LOG_LEVEL or "INFO"},
+        "review": {"level": LOG_LEVEL or "INFO"},
+        "privacy": {"level": LOG_LEVEL or "INFO"},
+        "common": {"level": LOG_LEVEL or "INFO"},
+        "tenants": {"level": LOG_LEVEL or "INFO"},
+        "mcp_server": {"level": LOG_LEVEL or "INFO"},
+        "config": {"level": LOG_LEVEL or "INFO"},
     },
 }
 
@@ -709,7 +738,7 @@ MEMORY_DEDUPE_NEIGHBOURS = env_int("MEMORY_DEDUPE_NEIGHBOURS", 5, minimum=0)
 MEMORY_RETRIEVE_TOP_K = env_int("MEMORY_RETRIEVE_TOP_K", 6, minimum=1)
 MEMORY_RETRIEVE_MAX_ITEMS = env_int("MEMORY_RETRIEVE_MAX_ITEMS", 6, minimum=1)
 MEMORY_RETRIEVE_MAX_CHARS = env_int("MEMORY_RETRIEVE_MAX_CHARS", 1500, minimum=1)
-MEMORY_RETRIEVE_MIN_SCORE = env_float("MEMORY_RETRIEVE_MIN_SCORE", 0.25)
+MEMORY_RETRIEVE_MIN_SCORE = env_float("MEMORY_RETRIEVE_MIN_SCORE", 0.25, minimum=-1.0, maximum=1.0)  # a cosine
 MEMORY_SCORE_DECIMALS = env_int(
     "MEMORY_SCORE_DECIMALS", 2, minimum=0, maximum=15
 )  # scores are compared rounded, so recency/hits break ties
@@ -728,7 +757,9 @@ MEMORY_LAZY_EMBED_BATCH = env_int("MEMORY_LAZY_EMBED_BATCH", 64, minimum=1)
 MEMORY_PURGE_DEFAULT_DAYS = env_int("MEMORY_PURGE_DEFAULT_DAYS", 90, minimum=1)  # a purge needs at least a day
 # Extractor: "deterministic" (default) or "llm" (OpenAI-compatible chat model; needs MEMORY_LLM_MODEL).
 MEMORY_EXTRACTOR = env_choice("MEMORY_EXTRACTOR", "deterministic", ("deterministic", "llm"))
-MEMORY_LLM_MODEL = os.environ.get("MEMORY_LLM_MODEL", "")
+MEMORY_LLM_MODEL = os.environ.get("MEMORY_LLM_MODEL", "").strip()
+if MEMORY_EXTRACTOR == "llm" and not MEMORY_LLM_MODEL:
+    raise ImproperlyConfigured("MEMORY_EXTRACTOR=llm needs MEMORY_LLM_MODEL (the chat model's name).")
 MEMORY_LLM_BASE_URL = os.environ.get("MEMORY_LLM_BASE_URL", "") or OPENAI_BASE_URL
 MEMORY_LLM_TIMEOUT_S = env_float("MEMORY_LLM_TIMEOUT_S", 15.0, minimum=0.1)
 SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
@@ -877,7 +908,19 @@ FEEDBACK_FIT_MAX_EXAMPLES = env_int("FEEDBACK_FIT_MAX_EXAMPLES", 5000, minimum=1
 # --- MCP server (mcp_server; docs/mcp.md) ---
 # Streamable HTTP at MCP_HTTP_PATH on the ASGI app (config.asgi), beside the API; stdio: manage.py mcp.
 MCP_HTTP_ENABLED = env_bool("MCP_HTTP_ENABLED", True)
-MCP_HTTP_PATH = os.environ.get("MCP_HTTP_PATH", "/mcp")
+MCP_HTTP_PATH = (os.environ.get("MCP_HTTP_PATH") or "/mcp").strip()
+if not re.fullmatch(r"/[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_\-]+)*", MCP_HTTP_PATH) or MCP_HTTP_PATH.split("/")[1] in {
+    "api",
+    "admin",
+    "static",
+    "console",
+    "healthz",
+    "readyz",
+}:
+    raise ImproperlyConfigured(
+        f"MCP_HTTP_PATH={MCP_HTTP_PATH!r}: a path such as /mcp (starting with /, of letters, digits, _ and -), not "
+        "under /api, /admin, /static or /console."
+    )
 # Threads running tool calls in one process; each keeps its database connection (CONN_MAX_AGE).
 MCP_THREADS = env_int("MCP_THREADS", 8, minimum=1)
 # Largest MCP request body: an inline phrase import plus its JSON envelope.

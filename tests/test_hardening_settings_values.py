@@ -224,7 +224,7 @@ def test_a_choice_that_is_none_of_its_values_stops_the_start(load, name, typo):
 
 
 def test_choices_in_any_case_and_empty_as_the_default(load):
-    names = load(RESOLVE_DECISION="Fixed", MEMORY_EXTRACTOR="LLM", EMBEDDING_BACKEND="")
+    names = load(RESOLVE_DECISION="Fixed", MEMORY_EXTRACTOR="LLM", MEMORY_LLM_MODEL="gpt-x", EMBEDDING_BACKEND="")
     assert (names["RESOLVE_DECISION"], names["MEMORY_EXTRACTOR"], names["EMBEDDING_BACKEND"]) == ("fixed", "llm", "local")
 
 
@@ -281,3 +281,45 @@ def test_a_resolver_threshold_within_range_is_pinned_and_zero_rule_expiry_means_
 
 def test_a_memory_purge_age_of_zero_days_stops_the_start(load):
     refused(load, "MEMORY_PURGE_DEFAULT_DAYS", MEMORY_PURGE_DEFAULT_DAYS="0")
+
+
+# --- values that started and failed later, or never ---
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("MEMORY_RETRIEVE_MIN_SCORE", "25"),  # a cosine, not a percent
+        ("LEARNED_INDEX_BUILD_MEMORY", "lots"),
+        ("LEARNED_INDEX_BUILD_MEMORY", "1GB; DROP TABLE x"),
+        ("MCP_HTTP_PATH", "mcp"),
+        ("MCP_HTTP_PATH", "/api/v1/resolve"),
+        ("MCP_HTTP_PATH", "/"),
+        ("RESOLVE_FLOOR_Q_MIN_SCORE", "75"),
+    ],
+)
+def test_a_value_that_would_fail_later_stops_the_start_naming_its_variable(load, name, value):
+    refused(load, name, **{name: value})
+
+
+def test_llm_extraction_without_a_model_stops_the_start(load):
+    refused(load, "MEMORY_LLM_MODEL", MEMORY_EXTRACTOR="llm")
+
+
+def test_empty_values_that_mean_the_default(load):
+    values = load(CELERY_TASK_DEFAULT_QUEUE="", MCP_HTTP_PATH="", LEARNED_INDEX_BUILD_MEMORY="")
+    assert (values["CELERY_TASK_DEFAULT_QUEUE"], values["MCP_HTTP_PATH"], values["LEARNED_INDEX_BUILD_MEMORY"]) == (
+        "celery",
+        "/mcp",
+        "1GB",
+    )
+    assert values["DATABASES"]["default"]["OPTIONS"]["connect_timeout"] == "5"
+    assert load(DATABASE_URL="postgresql://u@h/db?connect_timeout=2")["DATABASES"]["default"]["OPTIONS"]["connect_timeout"] == "2"
+    assert load(MCP_HTTP_PATH="/agents/mcp")["MCP_HTTP_PATH"] == "/agents/mcp"
+    assert load(LEARNED_INDEX_BUILD_MEMORY="512MB")["LEARNED_INDEX_BUILD_MEMORY"] == "512MB"
+
+
+def test_the_apps_own_info_logs_are_kept(load):
+    loggers = load()["LOGGING"]["loggers"]
+    apps = ("agents", "embeddings", "learning", "memories", "actions", "feedback", "autonomy", "review", "privacy")
+    assert all(loggers[a]["level"] == "INFO" for a in (*apps, "common", "tenants", "mcp_server", "config"))

@@ -116,3 +116,36 @@ def test_a_check_failing_in_an_unexpected_way_is_503_by_its_class_never_500(clie
     monkeypatch.setattr(health, "CHECKS", (("database", broken_pool),))
     answer = client.get("/readyz", **POD)
     assert answer.status_code == 503 and answer.json()["checks"] == {"database": "failed: ValueError"}
+
+
+def test_a_role_that_bypasses_row_level_security_is_not_ready(client, settings, monkeypatch):
+    from django.db.backends.utils import CursorWrapper
+
+    from config import health
+
+    health._role_checked.clear()
+    real = CursorWrapper.execute
+
+    def execute(self, sql, params=None):
+        if "rolbypassrls" in sql:  # as the server answers for a superuser
+            return real(self, "SELECT 'postgres', true", None)
+        return real(self, sql, params)
+
+    monkeypatch.setattr(CursorWrapper, "execute", execute)
+    answer = client.get("/readyz", **POD)
+    assert answer.status_code == 503 and "superuser or BYPASSRLS" in answer.json()["checks"]["database"]
+    settings.DB_ALLOW_RLS_BYPASS = True
+    assert client.get("/readyz", **POD).status_code == 200
+    health._role_checked.clear()
+
+
+def test_a_broker_that_does_not_answer_is_reported_degraded(client, settings):
+    from config import health
+
+    settings.CELERY_BROKER_URL, settings.CELERY_TASK_ALWAYS_EAGER = "redis://127.0.0.1:1/0", False
+    health._probed.pop("broker", None)
+    try:
+        body = client.get("/readyz", **POD).json()
+    finally:
+        health._probed.pop("broker", None)
+    assert "broker" in body["degraded"] and body["checks"]["broker"].startswith("unreachable")
