@@ -66,7 +66,7 @@ def test_console_endpoints_enforce_csrf_and_use_the_same_services(person, cbus, 
 
 
 def test_console_cannot_answer_an_agents_request(person, cbus, api):
-    body = api.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "console:alice"}, format="json").json()
+    body = api.post("/api/v1/resolve", {"text": "list all cbus", "user_id": "alice"}, format="json").json()
     browser = Client()
     browser.login(username="alice", password="s3cret-pass")
     response = browser.post(
