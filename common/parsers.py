@@ -132,3 +132,34 @@ def _object_without_twins(pairs: list) -> dict:
 
 def _refuse_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
+
+
+class _CheckedFormMixin:
+    """A form or multipart body under the input policy: a charset that cannot decode it is a 400 (Django's parsers
+    raise LookupError or UnicodeError), and a field name or value with a NUL or a lone surrogate is refused naming
+    the field (``form`` when the name itself is refused), as JSON bodies are."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            parsed = super().parse(stream, media_type, parser_context)
+        except (LookupError, UnicodeError) as exc:  # DjangoUnicodeDecodeError is a UnicodeError
+            raise exceptions.ParseError(f"The body cannot be read in its charset: {exc.__class__.__name__}.") from exc
+        fields = getattr(parsed, "data", parsed)
+        files = getattr(parsed, "files", None)
+        for key, values in [*fields.lists(), *(files.lists() if files is not None else [])]:
+            problem = text_problem(key)
+            if problem:
+                raise RefusedValue("form", f"A field name {problem}.")
+            for value in values:
+                problem = text_problem(value if isinstance(value, str) else getattr(value, "name", "") or "")
+                if problem:
+                    raise RefusedValue(key[:100], f"The value {problem}.")
+        return parsed
+
+
+class CheckedFormParser(_CheckedFormMixin, parsers.FormParser):
+    pass
+
+
+class CheckedMultiPartParser(_CheckedFormMixin, parsers.MultiPartParser):
+    pass

@@ -6,14 +6,13 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
 from agents.api import TenantApiView
 from agents.authentication import ScopePermission
 from agents.models import Agent
 from common.api import ApplicationError, error_response
-from common.parsers import LimitedJSONParser
+from common.parsers import CheckedFormParser, CheckedMultiPartParser, LimitedJSONParser
 from common.schema import ERROR_RESPONSES, ErrorSerializer
 from common.timing import timed
 from learning import selectors
@@ -306,7 +305,7 @@ class PhraseImportApi(GovernanceApi):
     """Import learned phrases (YAML, JSON or CSV; inline ``content`` or an uploaded ``file``): all or nothing."""
 
     # The shared JSON parser (input policy, depth limit without recursion), with the import's own size limit.
-    parser_classes = [LimitedJSONParser, MultiPartParser, FormParser]
+    parser_classes = [LimitedJSONParser, CheckedMultiPartParser, CheckedFormParser]
 
     def max_body_bytes(self) -> int:
         return settings.LEARNING_IMPORT_MAX_BYTES + 64 * 1024  # allowance for the JSON envelope

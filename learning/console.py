@@ -16,14 +16,13 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from common.api import RollbackOnError
 from common.fields import VisibleTextField
-from common.parsers import LimitedJSONParser
+from common.parsers import CheckedFormParser, CheckedMultiPartParser, LimitedJSONParser
 from common.schema import ERROR_RESPONSES
 from common.validators import CONSOLE_USER_PREFIX, USER_ID_RE
 from learning.api import abandon_answer, selection_answer
@@ -79,7 +78,7 @@ class ConsoleApi(RollbackOnError, APIView):
     authentication_classes = [SessionAuthentication]  # enforces CSRF
     permission_classes = [IsAuthenticated, InATenant]
     # the API's JSON parser (its body size, nesting and value limits); sendBeacon posts form data
-    parser_classes = [LimitedJSONParser, FormParser, MultiPartParser]
+    parser_classes = [LimitedJSONParser, CheckedFormParser, CheckedMultiPartParser]
 
     tenant_id = None
 
