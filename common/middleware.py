@@ -12,7 +12,9 @@ model's key here is one): Django's own admin fails on any other while filtering 
 
 from datetime import date
 
+from django.conf import settings
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.core.exceptions import TooManyFieldsSent
 from django.http import HttpResponseBadRequest, JsonResponse
 
 from common.parsers import text_problem
@@ -42,9 +44,11 @@ def _problem(request) -> tuple[str, str] | None:
     problem = text_problem(request.path)
     if problem:
         return "path", f"The path {problem}."
-    return _pairs_problem(request.GET.lists(), kind="query", noun="parameter", also=_date_part_problem) or _date_problem(
-        request.GET
-    )
+    try:
+        query = request.GET.lists()
+    except TooManyFieldsSent:
+        return "query", f"More than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} parameters (DATA_UPLOAD_MAX_NUMBER_FIELDS)."
+    return _pairs_problem(query, kind="query", noun="parameter", also=_date_part_problem) or _date_problem(request.GET)
 
 
 def _date_problem(query) -> tuple[str, str] | None:
@@ -98,7 +102,13 @@ def _form_problem(request) -> tuple[str, str] | None:
         return None
     if request.content_type not in FORM_CONTENT_TYPES:
         return None
-    problem = _pairs_problem(request.POST.lists(), kind="form", noun="field", also=_selection_problem)
+    try:
+        form = request.POST.lists()
+    except (LookupError, UnicodeError):  # a charset that names no text encoding, or cannot decode the body
+        return "form", "The body cannot be read in the charset its Content-Type names."
+    except TooManyFieldsSent:
+        return "form", f"More than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields (DATA_UPLOAD_MAX_NUMBER_FIELDS)."
+    problem = _pairs_problem(form, kind="form", noun="field", also=_selection_problem)
     if problem:
         return problem
     for key, files in request.FILES.lists():
