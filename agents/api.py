@@ -4,10 +4,12 @@ retry with the same ``Idempotency-Key`` does not apply twice."""
 import hashlib
 import json
 import logging
+from types import SimpleNamespace
 
 import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -78,6 +80,12 @@ def _key(request) -> str | None:
     return key
 
 
+class NoFormatOverride(DefaultContentNegotiation):
+    """Content negotiation by ``Accept`` alone: the API answers JSON, and ``?format=`` switches nothing."""
+
+    settings = SimpleNamespace(URL_FORMAT_OVERRIDE=None)
+
+
 class TenantApiView(RollbackOnError, APIView):
     """Each request runs in one transaction; authentication names the caller's tenant for it (``SET LOCAL``),
     so every query, including one the code forgets to filter, sees only that tenant's rows.
@@ -89,6 +97,11 @@ class TenantApiView(RollbackOnError, APIView):
 
     idempotent_writes = True  # the OpenAPI schema documents the header (common.schema)
     _idempotency_key: str | None = None
+    # The query parameters a write takes (its input is its body): any other is refused, not ignored while the write
+    # is applied ("?dry_run=true" would store what it was meant to preview).
+    write_query_params: frozenset[str] = frozenset()
+    # ``?format=`` is a query parameter like any other (refused where unknown), not DRF's renderer switch (a 404)
+    content_negotiation_class = NoFormatOverride
 
     def dispatch(self, request, *args, **kwargs):
         try:
@@ -104,6 +117,15 @@ class TenantApiView(RollbackOnError, APIView):
         super().initial(request, *args, **kwargs)  # authentication, permissions, throttles
         if not hasattr(self, request.method.lower()) or request.method.lower() not in self.http_method_names:
             return  # the method is not allowed: 405, nothing to claim
+        if request.method not in SAFE_METHODS:
+            unknown = sorted(set(request.query_params) - self.write_query_params)
+            if unknown:
+                takes = ", ".join(sorted(self.write_query_params)) or "none"
+                raise ApplicationError(
+                    f"Unknown query parameter {unknown[0][:100]!r}: a write takes its input in the body (query "
+                    f"parameters it takes: {takes}).",
+                    field=unknown[0][:100],
+                )
         key = _key(request)
         if key is None:
             return

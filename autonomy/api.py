@@ -119,6 +119,8 @@ class ActionStopApi(TenantApiView):
     them have the action, the stop is refused (409 ``ambiguous``, naming the tenants) until the tenant is given, as
     ``?tenant=SLUG`` or the body's ``tenant`` (the same slug when both)."""
 
+    write_query_params = frozenset({"tenant"})
+
     permission_classes = [ScopePermission]
     human_only = True
     reviewer_permissions = ["autonomy.approve_autonomytransition"]
