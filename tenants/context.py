@@ -209,6 +209,12 @@ def private_agent_id() -> int | None:
     return agent.pk if agent is not None and agent.private_user_data else None
 
 
+def tenant_scope_current():
+    """The scope entered (``ALL`` or a tuple of tenant ids), None outside any: to enter it again later, as a streamed
+    answer's rows are read after the request's scope ended."""
+    return _scope.get()
+
+
 def tenant_scope_value() -> str | None:
     """The scope as text for a task header: ``*``, ``3`` or ``3,7``; None outside any scope."""
     scope = _scope.get()

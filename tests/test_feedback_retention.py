@@ -120,3 +120,32 @@ def test_admin_lists_the_archive_read_only_and_exports_csv(admin_client):
     response = admin_client.post(url, {"action": "export_csv", "_selected_action": [str(old[0])]})
     assert response.status_code == 200
     assert len(list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_both_csv_exports_read_the_reviewers_rows_in_a_web_process():
+    """A web process's connection sees no tenant outside a request's scope (config/wsgi.py), and the server reads a
+    streamed answer after the request's scope ended: the rows are read in the reviewer's scope again."""
+    from django.test import Client
+
+    from tests.conftest import reviewer_user
+
+    agent, action = Agent.objects.create(name="adm"), Action.objects.create(name="doc.send")
+    old, _ = make_records(agent, action, n_old=4, n_new=1)
+    feedback_records_archive(older_than_days=180)
+    client = Client()
+    client.force_login(reviewer_user("root", superuser=True))
+    with connection.cursor() as cur:
+        cur.execute("SELECT set_config('app.tenant_ids', 'none', false)")
+    try:
+        export = client.get("/admin/feedback/feedbackrecordarchive/export-csv/")
+        rows = list(csv.DictReader(io.StringIO(b"".join(export.streaming_content).decode())))
+        chosen = client.post(
+            "/admin/feedback/feedbackrecordarchive/", {"action": "export_csv", "_selected_action": [str(old[0])]}
+        )
+        picked = list(csv.DictReader(io.StringIO(b"".join(chosen.streaming_content).decode())))
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("SELECT set_config('app.tenant_ids', '*', false)")
+    assert [int(r["id"]) for r in rows] == old
+    assert [int(r["id"]) for r in picked] == [old[0]]

@@ -2,6 +2,7 @@
 
 import csv
 import json
+from contextlib import nullcontext
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
@@ -14,6 +15,7 @@ from feedback.admin.reviews import FeedbackRecordReadOnlyMixin
 from feedback.models import (
     FeedbackRecordArchive,
 )
+from tenants.context import tenant_scope, tenant_scope_current
 
 
 class _Echo:
@@ -31,11 +33,15 @@ def archive_csv_response(queryset, filename: str = "feedback-records-archive.csv
     """Stream archived records as CSV (every column, JSON columns as JSON text), without loading them all."""
     columns = [f.attname for f in FeedbackRecordArchive._meta.concrete_fields]
     writer = csv.writer(_Echo())
+    # The server reads the rows after the request's scope ended (a web connection then sees no tenant): read them in
+    # the reviewer's scope again, not in none.
+    scope = tenant_scope_current()
 
     def rows():
         yield writer.writerow(columns)
-        for row in queryset.order_by("id").values_list(*columns).iterator(chunk_size=2000):
-            yield writer.writerow([_csv_cell(v) for v in row])
+        with tenant_scope(scope) if scope is not None else nullcontext():
+            for row in queryset.order_by("id").values_list(*columns).iterator(chunk_size=2000):
+                yield writer.writerow([_csv_cell(v) for v in row])
 
     response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
