@@ -40,6 +40,17 @@ class _TenantForm:
         return exclude
 
 
+class _TenantKeptForm:
+    """The change form of a tenant-owned row: its tenant stays, and unique constraints that include it are checked
+    in the form (renaming an agent to a name its tenant uses is an error on the page, not an IntegrityError)."""
+
+    def _get_validation_exclusions(self):
+        exclude = super()._get_validation_exclusions()
+        if getattr(self.instance, "tenant_id", None) is not None:
+            exclude.discard(TENANT)
+        return exclude
+
+
 class TenantChoiceMixin:
     """The add form of a tenant-owned row that has no parent to take its tenant from.
 
@@ -67,7 +78,10 @@ class TenantChoiceMixin:
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is not None:
-            return super().get_form(request, obj, change=change, **kwargs)
+            form = super().get_form(request, obj, change=change, **kwargs)
+            kept = type(form.__name__, (_TenantKeptForm, form), {})
+            kept.base_fields = form.base_fields  # the metaclass built them afresh: keep the admin's (SaveChangedOnly's)
+            return kept
         tenants, first = self._add_tenants(request)
         attrs = {"tenant_default": first[0] if len(first) == 1 else None}
         if len(first) > 1:

@@ -116,11 +116,18 @@ class LearningCandidateAdmin(HistoryAdmin):
         "reviewed_by_agent",
         "proposed_by_agent",
         "seen_by_agents",
+        "private_agent",
         "reviewed_at",
         "created_at",
         "updated_at",
         "last_seen_at",
     ]
+
+    def get_readonly_fields(self, request, obj=None):
+        """Every field: a candidate changes through its decisions (approve, reject), never by hand; a field added
+        to the model later is read-only too."""
+        own = [f.name for f in self.model._meta.concrete_fields if f.editable and not f.primary_key]
+        return [*self.readonly_fields, *(name for name in own if name not in self.readonly_fields)]
 
     @admin.display(description="confidence", ordering="confidence")
     def confidence_pct(self, obj):
