@@ -165,19 +165,37 @@ def test_concurrent_records_make_one_row_with_exact_count(catalogue):
     assert row.confidence == pytest.approx(1 - 0.9**n, abs=1e-9)
 
 
-@pytest.mark.parametrize("shared_repeats", [False, True])
-def test_an_approved_user_candidate_is_learned_for_every_owner_that_taught_it(catalogue, shared_repeats):
-    """A private agent's user proposed it and (maybe) a shared agent's traffic repeated it: each owner gets the
-    phrase (a private agent reads only its own rows, the shared agents only theirs)."""
+def test_each_owners_candidate_is_learned_for_that_owner_and_a_mixed_one_for_every_owner(catalogue):
+    """A private agent's user proposed it and a shared agent's traffic proposed it too: each owner has its own
+    candidate, and approving one teaches that owner only (a private agent reads only its own rows, the shared agents
+    only theirs). A candidate stored before owners were kept apart, which both repeated, still teaches both."""
     from agents.services import agent_key_create
+    from learning.models import LearnedPhrase, LearningCandidate
 
     private = agent_key_create(agent_name="private", scopes=["resolve", "feedback"])[0].agent
     private.private_user_data = True
     private.save()
     shared = agent_key_create(agent_name="shared", scopes=["resolve", "feedback"])[0].agent
-    candidate = _proposed_by(*([private, shared] if shared_repeats else [private]))
-    candidate_approve(candidate=candidate, reviewer=None)
-    assert _owners() == ({private.pk, None} if shared_repeats else {private.pk})
+    mine, ours = _proposed_by(private), _proposed_by(shared)
+    assert (mine.pk != ours.pk) and (mine.private_agent_id, ours.private_agent_id) == (private.pk, None)
+    candidate_approve(candidate=mine, reviewer=None)
+    assert _owners() == {private.pk}
+    candidate_approve(candidate=ours, reviewer=None)
+    assert _owners() == {private.pk, None}
+
+    LearnedPhrase.objects.all().delete()
+    mixed = LearningCandidate.objects.create(
+        input_pattern="units please",
+        normalized=mine.normalized,
+        suggested_output="cbu.list",
+        user_id="alice",
+        source="disambiguation",
+        confidence=0.6,
+        seen_by_agents=[private.pk, shared.pk],
+        proposed_by_agent=private,
+    )
+    candidate_approve(candidate=mixed, reviewer=None)
+    assert _owners() == {private.pk, None}
 
 
 def _proposed_by(*agents):
