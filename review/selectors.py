@@ -504,12 +504,13 @@ def revert_statement(kind: str, obj) -> str:
 def revert_of(kind: str, obj) -> int | None:
     """What the confirmation shows, as the page carries it: an action's revert undoes its last transition (its id);
     a phrase's, block's or rule's, the object as its newest history row has it. A second submission, or a change
-    since (a user taught the phrase again), is then refused instead of undoing what the reviewer never saw. None
-    when nothing can be reverted."""
+    since (a user taught the phrase again), is then refused instead of undoing what the reviewer never saw. A row
+    with no history (created before the audit trail, or in bulk) is version 0: its first change since is refused too.
+    None when nothing can be reverted."""
     if kind == "autonomy":
         last = _revertible_transition(obj)
         return None if last is None else last.pk
-    return obj.history.order_by("-history_id").values_list("history_id", flat=True).first()
+    return obj.history.order_by("-history_id").values_list("history_id", flat=True).first() or 0
 
 
 def _revertible_transition(action):

@@ -671,3 +671,20 @@ def test_a_phrase_revert_confirmed_before_a_user_taught_it_again_is_refused():
     learned_phrase_upsert(phrase="open the unit", verb=delete, user_id="ann", source="confirmation")  # taught again
     assert client.post(url, {"reason": "wrong", "revert_of": fresh}).status_code == 409  # the same form a second time
     assert LearnedPhrase.objects.get(pk=phrase.pk).is_active
+
+
+def test_a_phrase_revert_of_a_row_without_history_is_refused_once_the_row_changed():
+    """A row with no audit trail (created in bulk, or before history existed) is version 0 on the page; a change
+    after the page was shown gives it a history row, and the confirmation is refused."""
+    import re
+
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    show, delete = Verb.objects.get(name="cbu.show"), Verb.objects.get(name="cbu.delete")
+    phrase = learned_phrase_upsert(phrase="open the unit", verb=show, user_id="ann", source="candidate")
+    phrase.history.all().delete()
+    client = signed_in(reviewer_user("rita", "change_learnedphrase", "view_learnedphrase"))
+    url = f"/admin/revert/phrase/{phrase.pk}/"
+    assert re.search(r'name="revert_of" value="(\d+)"', client.get(url).content.decode()).group(1) == "0"
+    learned_phrase_upsert(phrase="open the unit", verb=delete, user_id="ann", source="confirmation")  # meanwhile
+    assert client.post(url, {"reason": "wrong approval", "revert_of": "0"}).status_code == 409
+    assert LearnedPhrase.objects.get(pk=phrase.pk).is_active
