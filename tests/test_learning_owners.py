@@ -240,3 +240,31 @@ def test_a_task_queued_before_the_switch_and_run_after_the_share_writes_shared_r
     assert learned.exists() and not learned.filter(private_agent__isnull=False).exists()
     assert PhraseEvidence.objects.filter(user_id="u1").exists()
     assert not PhraseEvidence.objects.filter(private_agent=agent).exists()
+
+
+def test_the_agents_candidates_are_shared_too_and_a_pending_twin_takes_its_evidence(catalogue):
+    """A pending candidate the agent's users proposed adds into the shared agents' pending candidate of the same
+    text and verb (two 0.85 clicks: 0.98, as one kind's would be); one without a shared twin becomes shared; deleting
+    the agent afterwards leaves them (they are no longer its)."""
+    from learning.models import LearningCandidate
+    from learning.services.candidates import candidate_record
+
+    shared, private = _shared_and_private()
+    proposal = {"suggested_output": "cbu.list", "user_id": "alice", "source": "disambiguation", "confidence": 0.85}
+    with acting_agent(private.agent):
+        mine = candidate_record(input_pattern="show cbus", **proposal)
+        alone = candidate_record(input_pattern="list the units", **proposal)
+    with acting_agent(shared.agent):
+        theirs = candidate_record(input_pattern="show cbus", **proposal)
+    assert len({mine.pk, alone.pk, theirs.pk}) == 3 and mine.private_agent_id == private.agent.pk
+    private.agent.private_user_data = False
+    private.agent.save()
+    result = private_phrases_share(agent=private.agent)
+    assert (result["candidates_shared"], result["candidates_merged"]) == (1, 1)
+    assert not LearningCandidate.objects.filter(pk=mine.pk).exists()
+    theirs.refresh_from_db()
+    assert theirs.occurrence_count == 2 and theirs.confidence == pytest.approx(1 - 0.15 * 0.15)
+    assert set(theirs.seen_by_agents) == {private.agent.pk, shared.agent.pk}
+    private.agent.delete()
+    alone = LearningCandidate.objects.get(pk=alone.pk)
+    assert alone.private_agent_id is None and alone.status == "pending"

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from agents.selectors import agent_shared_required
 from common.api import Conflict
-from learning.models import LearnedPhrase, PhraseEvidence
+from learning.models import LearnedPhrase, LearningCandidate, PhraseEvidence
 
 logger = logging.getLogger(__name__)
 
@@ -18,7 +18,9 @@ CONFLICTS_LISTED = 20
 
 def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
     """The learned phrases and phrase evidence ``agent`` owns (written while its user data was private) become
-    the tenant's shared data, in one transaction. A phrase whose user already has an active shared row for the
+    the tenant's shared data, in one transaction, with its users' learning candidates (a pending one adds into the
+    shared pending candidate of the same text and verb when there is one: counts, a noisy-OR of the confidences, the
+    agents that proposed it). A phrase whose user already has an active shared row for the
     same text and verb is added into it (its count; the private row goes); one whose shared row names another verb
     (or was deactivated) stays the agent's (one verb per text and scope: the shared row is not overwritten) and is
     listed as a conflict; evidence for a text and verb that has a shared row is added into it. Refused while the
@@ -66,6 +68,8 @@ def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
                 .order_by("pk")
             )
             merged = [e for e in evidence if e.taken]
+            candidates = list(LearningCandidate.objects.select_for_update().filter(private_agent=agent).order_by("pk"))
+            twins = _shared_twins(candidates)
             if not dry_run:
                 now = timezone.now()
                 LearnedPhrase.objects.filter(pk__in=[r.pk for r in moving]).update(private_agent=None, updated_at=now)
@@ -101,6 +105,7 @@ def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
                     )
                 PhraseEvidence.objects.filter(pk__in=[e.pk for e in merged]).delete()
                 PhraseEvidence.objects.filter(private_agent=agent).update(private_agent=None, updated_at=now)
+                _candidates_share(candidates, twins, agent=agent)
     except IntegrityError:  # a shared row for one of these texts was written meanwhile
         raise Conflict("Shared phrases changed meanwhile; nothing was moved. Run it again.", field="agent") from None
     result = {
@@ -111,6 +116,8 @@ def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
         "phrases_kept": len(conflicts),
         "evidence_shared": len(evidence) - len(merged),
         "evidence_merged": len(merged),
+        "candidates_shared": len(candidates) - len(twins),
+        "candidates_merged": len(twins),
         "conflicts": [
             {
                 "user_id": r.user_id,
@@ -123,3 +130,51 @@ def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
     }
     logger.info("private phrases of agent %s shared: %s", agent.name, {k: v for k, v in result.items() if k != "conflicts"})
     return result
+
+
+def _candidate_key(c) -> tuple:
+    return (c.tenant_id, c.candidate_type, c.normalized, c.suggested_output, c.user_id)
+
+
+def _shared_twins(candidates) -> dict:
+    """The pending shared candidate (locked) each pending private one adds into, by the private one's pk."""
+    pending = [c for c in candidates if c.status == LearningCandidate.Status.PENDING]
+    if not pending:
+        return {}
+    shared = {
+        _candidate_key(t): t
+        for t in LearningCandidate.objects.select_for_update()
+        .filter(
+            status=LearningCandidate.Status.PENDING,
+            private_agent__isnull=True,
+            normalized__in={c.normalized for c in pending},
+            user_id__in={c.user_id for c in pending},
+        )
+        .order_by("pk")
+    }
+    return {c.pk: shared[_candidate_key(c)] for c in pending if _candidate_key(c) in shared}
+
+
+def _candidates_share(candidates, twins: dict, *, agent) -> None:
+    """Each private candidate adds into its shared twin (then goes), or becomes shared itself."""
+    now = timezone.now()
+    for c in candidates:
+        twin = twins.get(c.pk)
+        if twin is None:
+            continue
+        twin.occurrence_count += c.occurrence_count
+        twin.confidence = min(1.0, 1.0 - (1.0 - twin.confidence) * (1.0 - c.confidence))
+        twin.seen_by_agents = sorted({*twin.seen_by_agents, *c.seen_by_agents})
+        twin.last_seen_at = max(twin.last_seen_at, c.last_seen_at)
+        twin._change_reason = f"added the candidate of agent {agent.name}, no longer private"
+        twin.save(update_fields=["occurrence_count", "confidence", "seen_by_agents", "last_seen_at", "updated_at"])
+        c._change_reason = f"added into the shared candidate: agent {agent.name} no longer private"
+        c.delete()
+    kept = [c for c in candidates if c.pk not in twins]
+    LearningCandidate.objects.filter(pk__in=[c.pk for c in kept]).update(private_agent=None, updated_at=now)
+    if kept:
+        LearningCandidate.history.bulk_history_create(
+            list(LearningCandidate.objects.filter(pk__in=[c.pk for c in kept])),
+            update=True,
+            default_change_reason=f"shared: agent {agent.name} no longer private",
+        )

@@ -19,7 +19,9 @@ class Command(AgentCommand):
             f"Agent {result['agent']}: {result['phrases_shared']} learned phrase(s) {verb} shared, "
             f"{result['phrases_merged']} added into the same shared phrase, "
             f"{result['phrases_kept']} kept (a shared phrase holds the text for another verb); "
-            f"{result['evidence_shared']} evidence row(s) {verb} shared, {result['evidence_merged']} added into shared rows."
+            f"{result['evidence_shared']} evidence row(s) {verb} shared, {result['evidence_merged']} added into shared rows; "
+            f"{result['candidates_shared']} candidate(s) {verb} shared, {result['candidates_merged']} added into the "
+            "shared candidate of the same text and verb."
         )
         for c in result["conflicts"]:
             self.stdout.write(f"  kept: user {c['user_id']}: {c['phrase']!r} → {c['verb']} (shared: {c['shared_verb']})")
