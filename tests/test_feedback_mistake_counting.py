@@ -175,3 +175,26 @@ def test_patterns_stored_before_get_the_types_of_their_live_and_archived_records
     migration = importlib.import_module("feedback.migrations.0007_mistake_pattern_feedback_types")
     migration.types_filled(django_apps, SimpleNamespace(connection=connection))
     assert MistakePattern.objects.get().feedback_types == ["correction", "rejection"]
+
+
+@pytest.mark.parametrize("set_based", [False, True])
+def test_a_record_linked_without_the_pattern_counting_again_adds_its_type(agent, set_based):
+    """The old mistakes left the window; one of another type and the same category arrives: it is linked to the
+    pattern although the group is under the minimum, and the pattern's types take its type."""
+    from feedback.selectors import mistake_pattern_list
+    from feedback.services.agent_sets import mistake_patterns_detect_for_agents
+
+    detect = (lambda: mistake_patterns_detect_for_agents(agent_ids=[agent.pk])) if set_based else mistake_patterns_detect
+    reject_n(agent, 3, category="wrong_target")
+    detect()
+    pattern = MistakePattern.objects.get()
+    assert pattern.feedback_types == ["rejection"]
+    FeedbackRecord.objects.update(created_at=timezone.now() - timedelta(days=settings.MISTAKE_WINDOW_DAYS + 1))
+    late = FeedbackRecord.objects.create(
+        agent=agent, action=pattern.action, feedback_type="manual_override", mistake_category="wrong_target"
+    )
+    detect()
+    late.refresh_from_db()
+    pattern.refresh_from_db()
+    assert late.pattern_id == pattern.pk and pattern.feedback_types == ["manual_override", "rejection"]
+    assert list(mistake_pattern_list(agent=agent, filters={"feedback_type": "manual_override"})) == [pattern]

@@ -15,7 +15,7 @@ from simple_history.utils import bulk_update_with_history
 
 from feedback.models import NEGATIVE_FEEDBACK_TYPES, CorrectionRule, CorrectionRuleStatus
 from feedback.selectors import patterns_wanting_rule
-from feedback.services.mistakes import _DETECT_SQL, _LINK_SQL, DetectionResult, detection_lock
+from feedback.services.mistakes import _DETECT_SQL, _LINK_WIDEN_SQL, DetectionResult, detection_lock
 from feedback.services.rules import correction_rules_create
 
 logger = logging.getLogger(__name__)
@@ -27,10 +27,7 @@ if _RETURNING not in _DETECT_SQL:  # pragma: no cover - guards the reuse of the 
 _DETECT_AGENTS_SQL = _DETECT_SQL.format(agent_filter=_AGENTS_FILTER).replace(
     _RETURNING, "RETURNING p.id, p.agent_id, (xmax = 0) AS inserted"
 )
-_LINK_AGENTS_SQL = (
-    "WITH linked AS (" + _LINK_SQL.format(agent_filter=_AGENTS_FILTER) + " RETURNING fr.agent_id)\n"
-    "SELECT agent_id, count(*) FROM linked GROUP BY agent_id"
-)
+_LINK_AGENTS_SQL = _LINK_WIDEN_SQL.format(agent_filter=_AGENTS_FILTER) + "SELECT agent_id, count(*) FROM linked GROUP BY agent_id"
 
 
 def mistake_patterns_detect_for_agents(*, agent_ids: list[int]) -> dict[int, DetectionResult]:

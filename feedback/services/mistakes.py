@@ -108,6 +108,23 @@ UPDATE feedback_feedbackrecord fr
    AND fr.pattern_id IS NULL {agent_filter}
 """
 
+# The link, and the types of the records it linked added to their patterns' ``feedback_types`` in the same statement:
+# a record linked to a pattern whose group did not reach the minimum again (the upsert left it alone) is still found
+# by a filter on its type. Callers add their final SELECT over ``linked`` (agent_id, pattern_id, feedback_type).
+_LINK_WIDEN_SQL = (
+    "WITH linked AS ("
+    + _LINK_SQL
+    + """ RETURNING fr.agent_id, fr.pattern_id, fr.feedback_type),
+widened AS (
+    UPDATE feedback_mistakepattern p
+       SET feedback_types = ARRAY(SELECT DISTINCT t FROM unnest(p.feedback_types || n.types) t ORDER BY t)
+      FROM (SELECT pattern_id, array_agg(DISTINCT feedback_type) AS types FROM linked GROUP BY pattern_id) n
+     WHERE p.id = n.pattern_id AND NOT (n.types <@ p.feedback_types)
+    RETURNING p.id
+)
+"""
+)
+
 
 def detection_lock(*, agent_ids: list[int] | None) -> None:
     """Until the transaction ends: every agent's patterns (None: exclusive), or these agents' (the namespace shared,
@@ -169,8 +186,8 @@ def mistake_patterns_detect(
         cur.execute(_DETECT_SQL.format(agent_filter=agent_filter), params)
         for pk, inserted, _status in cur.fetchall():
             (result.created if inserted else result.updated).append(pk)
-        cur.execute(_LINK_SQL.format(agent_filter=agent_filter), params)
-        result.linked_records = cur.rowcount
+        cur.execute(_LINK_WIDEN_SQL.format(agent_filter=agent_filter) + "SELECT count(*) FROM linked", params)
+        result.linked_records = cur.fetchone()[0]
     logger.info(
         "mistake detection (agent=%s, %s days, min %s): %s new, %s updated patterns, %s records linked",
         agent_id,
