@@ -95,7 +95,9 @@ _SECRET_NOUN = (
 # policy" ask about one)
 _ASKS_FOR_SECRET = re.compile(
     r"(?i)\b(?:what(?:'s|\s+is|\s+are|\s+was|\s+were)|which|tell\s+me|give\s+me|remind\s+me|send\s+me|share|"
-    r"(?:do|does|did)\s+(?:you|anyone|someone|somebody)\s+(?:know|have|remember|recall)|"
+    # "do you know the wifi password", not "do you know where / how / if ..." (about the secret, not for it)
+    r"(?:do|does|did)\s+(?:you|anyone|someone|somebody)\s+(?:know|have|remember|recall)"
+    r"(?!\s+(?:where|how|why|when|who|whom|whose|if|whether)\b)|"
     r"(?:can|could|would)\s+(?:you|someone|somebody)\s+(?:tell|give|send|remind|share|find)|(?:i|we)\s+need)\b"
     rf"[^?\n]{{0,80}}?\b{_SECRET_NOUN}\b(?!\s+(?:format|policy|policies|length|rules?|requirements?|expir\w*|reset|"
     r"manager|field|type|strength|complexity|hash\w*|storage|rotation|scheme|algorithm|lifetime|ttl|duration|size|"
@@ -122,7 +124,13 @@ def _answer_secret_values(answer: str) -> list[tuple[int, int]]:
     spans = []
     for m in _ANSWER_TOKEN.finditer(answer):
         token = m.group(0).rstrip(".,:;!?")
-        if len(token) < 4 or _is_placeholder(token) or format_term(token) or token.lower() in _NO_VALUE:
+        if (
+            len(token) < 4
+            or _is_placeholder(token)
+            or format_term(token)
+            or token.lower() in _NO_VALUE
+            or _CONSTANT_NAME.fullmatch(token)
+        ):
             continue
         end = m.start() + len(token)
         pin = (
@@ -165,10 +173,19 @@ _IS_VALUE = re.compile(r"(?i)\b(?:is|was|:)\s+(?P<value>[^\s,;.!?()\[\]{}<>\"'`]
 _QUOTED = re.compile(r"[\"'`\u201c\u2018](?P<value>[^\s\"'`\u201d\u2019]{4,64})[\"'`\u201d\u2019]")
 # a number after these is a phone number; a quoted word after these names an entry, a folder or a menu
 _PHONE_BEFORE = re.compile(r"(?i)\b(?:call|phone|tel|telephone|fax|dial|ext|extension|number|mobile|cell)\b\W*$")
+# a number after these is a place in a text or a list, not a code: "page 12-14", "steps 3-5"
+_PLACE_BEFORE = re.compile(r"(?i)\b(?:pages?|pp?\.?|sections?|chapters?|steps?|lines?|items?|rows?|rooms?|floors?)\s*$")
+# an environment variable's or a constant's name: what holds the secret, not the secret
+_CONSTANT_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 _NAMED_BEFORE = re.compile(
     r"(?i)\b(?:under|in|named|called|titled|labell?ed|folder|entry|item|vault|section|tab|menu|page|channel)\s*$"
 )
-_NO_VALUE = {"1password", "none", "unknown", "unset", "empty", "blank", "nothing", "same", "default", "different", "yes", "nope"}
+_NO_VALUE = {
+    *("none", "unknown", "unset", "empty", "blank", "nothing", "same", "default", "different", "yes", "nope"),
+    # where secrets are kept, and kinds of credentials: what an answer about a secret names, not its value
+    *("1password", "bitwarden", "lastpass", "keepass", "keepassxc", "keychain", "vault", "dashlane", "passbolt"),
+    *("bearer", "basic", "digest", "jwt", "oauth", "oauth2", "saml", "sso", "ldap", "kerberos", "totp", "hmac", "mtls"),
+}
 
 
 def _plain_value(token: str, *, rare: bool) -> bool:
@@ -178,7 +195,7 @@ def _plain_value(token: str, *, rare: bool) -> bool:
     low = token.lower()
     if len(token) < 4 or low in _NO_VALUE or _is_placeholder(token) or _NOT_A_SECRET_VALUE.match(token):
         return False
-    if token.islower() and re.search(r"(?:ed|ing|able|ible|ly)$", token):
+    if _CONSTANT_NAME.fullmatch(token) or (token.isalpha() and re.search(r"(?:ed|ing|able|ible|ly)$", low)):
         return False
     if not rare:
         return True
@@ -195,8 +212,9 @@ def _plain_secret_values(answer: str) -> list[tuple[int, int]]:
     for m in _SEPARATED_CODE.finditer(answer):
         digits = sum(c.isdigit() for c in m.group(0))
         plain = m.group(0).isdigit()  # a bare PIN is ``_answer_secret_values``'s
-        phone = re.fullmatch(r"\d{3}-\d{4}", m.group(0)) or _PHONE_BEFORE.search(answer[max(0, m.start() - 20) : m.start()])
-        if 4 <= digits <= 8 and not plain and not phone and not _UNIT.match(answer, m.end()):
+        before = answer[max(0, m.start() - 20) : m.start()]
+        phone = re.fullmatch(r"\d{3}-\d{4}", m.group(0)) or _PHONE_BEFORE.search(before)
+        if 4 <= digits <= 8 and not plain and not phone and not _PLACE_BEFORE.search(before) and not _UNIT.match(answer, m.end()):
             spans.append(m.span())
     stripped = answer.strip()
     lead = _LEAD_IN.match(stripped)

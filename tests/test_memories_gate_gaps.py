@@ -216,6 +216,13 @@ def test_a_secret_asked_for_in_the_question_and_given_in_the_answer_is_quarantin
         ("Staging token?", "Use the one in the CI secrets."),
         ("Which password should I use for the test account?", "Any password works on the test account."),
         ("What's the door code?", "The code changes every week."),
+        ("What's the password for the staging DB?", "Rotated."),
+        ("What's the password for the staging DB?", "Unchanged."),
+        ("Password for the staging DB?", "Required."),
+        ("Which token do I pass to the API?", "Bearer."),
+        ("Do you know where the VPN credentials are?", "Bitwarden."),
+        ("Do you know which secret the webhook uses?", "It is WEBHOOK_SECRET."),
+        ("What's the door code?", "Door code is on page 12-14 of the handbook."),
     ],
 )
 def test_a_question_about_passwords_or_tokens_keeps_its_answer(question, answer):
