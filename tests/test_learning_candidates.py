@@ -198,13 +198,13 @@ def test_each_owners_candidate_is_learned_for_that_owner_and_a_mixed_one_for_eve
     assert _owners() == {private.pk, None}
 
 
-def _proposed_by(*agents):
+def _proposed_by(*agents, text="units please"):
     from tenants.context import acting_agent
 
     for agent in agents:
         with acting_agent(agent):
             candidate = candidate_record(
-                input_pattern="units please",
+                input_pattern=text,
                 suggested_output="cbu.list",
                 user_id="alice",
                 source="disambiguation",
@@ -253,15 +253,25 @@ def test_a_reviewer_approves_a_private_agents_candidate_for_that_agent(catalogue
 
 
 def test_a_candidate_whose_private_proposer_was_deleted_is_not_learned_for_the_shared_agents(catalogue):
-    """Deleting an agent with private user data deletes its users' phrases; a candidate its traffic alone proposed
-    does not become shared data on approval: it is refused, and the reviewer rejects it."""
+    """Deleting an agent with private user data deletes its users' phrases, and its users' candidates with them
+    (they are its own); one stored before owners were kept apart, which its traffic alone proposed, does not become
+    shared data on approval: it is refused, and the reviewer rejects it."""
     from agents.services import agent_key_create
+    from learning.models import LearningCandidate
 
     private = agent_key_create(agent_name="private", scopes=["resolve", "feedback"])[0].agent
     private.private_user_data = True
     private.save()
-    candidate = _proposed_by(private)
+    owned = _proposed_by(private)
+    LearningCandidate.objects.filter(pk=owned.pk).update(private_agent=None)  # as stored before owners existed
+    second = agent_key_create(agent_name="private-2", scopes=["resolve", "feedback"])[0].agent
+    second.private_user_data = True
+    second.save()
+    mine = _proposed_by(second, text="list the units")
+    second.delete()
+    assert not LearningCandidate.objects.filter(pk=mine.pk).exists()  # went with its agent
     private.delete()
+    candidate = LearningCandidate.objects.get(pk=owned.pk)
     with pytest.raises(Conflict, match="deleted"):
         candidate_approve(candidate=candidate)
     candidate.refresh_from_db()
