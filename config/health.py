@@ -73,11 +73,22 @@ CHECKS = (("database", _database), ("migrations", _migrations), ("embedder", _em
 
 PROBE_EVERY_S = 30.0
 _probed: dict[str, tuple[float, str]] = {}  # what -> (monotonic time of the probe, its answer)
+# one probe of each dependency at a time: concurrent readiness calls wait for it and share its answer
+_probe_locks: dict[str, threading.Lock] = {}
 
 
 def _remembered(what: str, probe) -> str:
     now = time.monotonic()
     hit = _probed.get(what)
+    if hit is not None and now - hit[0] < PROBE_EVERY_S:
+        return hit[1]
+    with _probe_locks.setdefault(what, threading.Lock()):
+        return _probe_once(what, probe)
+
+
+def _probe_once(what: str, probe) -> str:
+    now = time.monotonic()
+    hit = _probed.get(what)  # another thread may have probed while this one waited
     if hit is None or now - hit[0] >= PROBE_EVERY_S:
         try:
             answer = probe()
@@ -120,7 +131,8 @@ def _broker() -> str | None:
 
     def probe():
         with celery_app.connection_for_write(url=settings.CELERY_BROKER_URL) as conn:
-            conn.ensure_connection(max_retries=1, timeout=settings.CELERY_BROKER_CONNECTION_TIMEOUT)
+            # one try (kombu waits 2 s before a retry: longer than a probe's usual 1 s timeout)
+            conn.ensure_connection(max_retries=0, timeout=settings.CELERY_BROKER_CONNECTION_TIMEOUT)
         return "ok"
 
     return _remembered("broker", probe)
