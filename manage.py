@@ -12,7 +12,12 @@ def main():
 
     try:
         execute_from_command_line(sys.argv)
-    except OperationalError as exc:  # a database that refuses, times out or is not there: one line, not a traceback
+    except OperationalError as exc:
+        # a database that cannot be reached, refuses the login or does not exist: one line, not a traceback; any other
+        # operational error (a lock or statement timeout, a deadlock) keeps its traceback, which names the statement
+        sqlstate = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
+        if sqlstate is not None and not sqlstate.startswith(("08", "28", "3D", "57P")):
+            raise
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
         sys.stderr.write(f"Database unavailable: {first}\n")
         sys.exit(1)
