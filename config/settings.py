@@ -908,7 +908,7 @@ FEEDBACK_FIT_MAX_EXAMPLES = env_int("FEEDBACK_FIT_MAX_EXAMPLES", 5000, minimum=1
 # --- MCP server (mcp_server; docs/mcp.md) ---
 # Streamable HTTP at MCP_HTTP_PATH on the ASGI app (config.asgi), beside the API; stdio: manage.py mcp.
 MCP_HTTP_ENABLED = env_bool("MCP_HTTP_ENABLED", True)
-MCP_HTTP_PATH = (os.environ.get("MCP_HTTP_PATH") or "/mcp").strip()
+MCP_HTTP_PATH = (os.environ.get("MCP_HTTP_PATH") or "/mcp").strip().rstrip("/") or "/"  # "/mcp/" is "/mcp"
 if not re.fullmatch(r"/[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_\-]+)*", MCP_HTTP_PATH) or MCP_HTTP_PATH.split("/")[1] in {
     "api",
     "admin",

@@ -316,6 +316,7 @@ def test_empty_values_that_mean_the_default(load):
     assert values["DATABASES"]["default"]["OPTIONS"]["connect_timeout"] == "5"
     assert load(DATABASE_URL="postgresql://u@h/db?connect_timeout=2")["DATABASES"]["default"]["OPTIONS"]["connect_timeout"] == "2"
     assert load(MCP_HTTP_PATH="/agents/mcp")["MCP_HTTP_PATH"] == "/agents/mcp"
+    assert load(MCP_HTTP_PATH="/mcp/")["MCP_HTTP_PATH"] == "/mcp"  # as the ASGI app reads it
     assert load(LEARNED_INDEX_BUILD_MEMORY="512MB")["LEARNED_INDEX_BUILD_MEMORY"] == "512MB"
 
 
