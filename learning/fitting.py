@@ -35,7 +35,8 @@ def evaluate(examples: list[GoldScore], threshold: float, margin: float) -> dict
         return {"n": 0, "correct": 0.0, "wrong": 0.0, "asked": 0.0}
     correct = wrong = 0
     for e in examples:
-        if e.top_score >= threshold and e.top_score - e.second_score >= margin:
+        # as the resolver's fixed rule compares them (``resolution._decide``): the margin to 4 places
+        if e.top_score >= threshold and round(e.top_score - e.second_score, 4) >= margin:
             if e.top_is_right:
                 correct += 1
             else:

@@ -155,3 +155,13 @@ def test_admin_fit_and_activate(gold, admin_client):
     row.refresh_from_db()
     assert row.status == "active"
     assert profile()["margin"] == row.margin
+
+
+def test_a_fitted_profile_is_judged_by_the_rule_the_resolver_applies():
+    """0.85 over 0.80 leads by the margin 0.05 as the resolver compares it (to 4 places), not by 0.0499999."""
+    from learning.resolution import Candidate, _decide
+
+    p = {"resolve_threshold": 0.80, "margin": 0.05}
+    ranked = [Candidate("a.b", 0.85, "catalogue_semantic", "x"), Candidate("c.d", 0.80, "catalogue_semantic", "y")]
+    assert _decide(ranked, p) == ("resolved", "a.b")
+    assert fitting.evaluate([fitting.GoldScore("k", 0.85, 0.80, True)], 0.80, 0.05)["correct"] == 100.0
