@@ -112,14 +112,14 @@ def json_loads_checked(text: str):
     text that is not JSON (NaN and Infinity included, and nesting too deep to parse), TooDeep or RefusedValue for a
     value the policy refuses. The API's parser and the admin's JSON fields share it."""
     try:
-        data = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_object_without_twins)
+        data = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=object_without_twins)
     except (ValueError, RecursionError) as exc:
         raise exceptions.ParseError(f"JSON parse error - {exc}") from exc
     check_value(data, settings.API_MAX_JSON_DEPTH)
     return data
 
 
-def _object_without_twins(pairs: list) -> dict:
+def object_without_twins(pairs: list) -> dict:
     """A JSON object whose keys are all different: a key given twice is ambiguous (which value was meant?), not the
     last one silently."""
     data = dict(pairs)

@@ -19,7 +19,7 @@ from django.conf import settings
 from mcp_types.methods import MONOLITH_REQUESTS, SPEC_CLIENT_METHODS
 from pydantic import ValidationError
 
-from common.parsers import RefusedValue, TooDeep, check_value, text_problem
+from common.parsers import RefusedValue, TooDeep, check_value, object_without_twins, text_problem
 
 RequestId = int | str
 
@@ -140,7 +140,21 @@ def message_read(data: bytes | str, subject: str) -> tuple[types.JSONRPCMessage 
         raw = pydantic_core.from_json(data)
     except ValueError:
         return None, _unparsable(data, subject)
+    twin = _key_twice(data)
+    if twin is not None:  # as REST refuses it: which of the two values was meant is not known
+        return None, error(types.INVALID_PARAMS, twin, _request_id(raw) if isinstance(raw, dict) else None)
     return _checked(raw, subject)
+
+
+def _key_twice(data: bytes | str) -> str | None:
+    """Why ``data`` (JSON the SDK's parser read, keeping the last of two values of one key) is refused, or None."""
+    try:
+        json.loads(data.decode("utf-8") if isinstance(data, bytes) else data, object_pairs_hook=object_without_twins)
+    except ValueError as exc:
+        return str(exc) if "appears twice" in str(exc) else None
+    except RecursionError:  # nested deeper than Python's parser reads: the input policy answers that
+        return None
+    return None
 
 
 def body_problem(body: bytes) -> types.JSONRPCError | None:

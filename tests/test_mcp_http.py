@@ -277,6 +277,14 @@ def test_http_a_body_that_is_not_one_message_is_a_clean_json_rpc_error(base_url)
         ('{"jsonrpc": "2.0", "id": 18, "error": {"code": "x"}}', 18, -32600, one),
         ('{"jsonrpc": "2.0", "id": 9, "method": "ping", "params": []}', 9, -32602, "params must be an object"),
         ('{"jsonrpc": "2.0", "id": 4, "method": ', None, -32700, "Parse error"),
+        # a key given twice: REST refuses it too (which value was meant is not known)
+        (
+            '{"jsonrpc": "2.0", "id": 23, "method": "tools/call", '
+            '"params": {"name": "resolve", "arguments": {"text": "list all cbus", "text": "delete all cbus"}}}',
+            23,
+            -32602,
+            "the key 'text' appears twice in one object",
+        ),
         (call("resolve", "list all cbus", 10), 10, -32602, "params.arguments must be an object"),
         (call("resolve", ["list all cbus"], 11), 11, -32602, "params.arguments must be an object"),
         (call(12, {"text": "x"}, 12), 12, -32602, "params.name must be a string"),
