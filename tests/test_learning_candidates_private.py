@@ -167,12 +167,15 @@ def test_candidates_stored_before_owners_existed_become_their_private_agents(cbu
     from django.apps import apps as django_apps
     from django.db import connection
 
-    private, shared = _agent("private", True), _agent("shared", False)
+    private, shared, later = _agent("private", True), _agent("shared", False), _agent("later", False)
     _click(private, run_tasks)
     _click(shared, run_tasks, user="bob")
+    _click(later, run_tasks, user="carol")
+    later.agent.private_user_data = True  # switched after it proposed: what it wrote while shared stays shared
+    later.agent.save()
     LearningCandidate.objects.update(private_agent=None)  # as stored before the column existed
     migration = importlib.import_module("learning.migrations.0016_candidate_private_agent")
     migration.owners_filled(django_apps, SimpleNamespace(connection=connection))
     owned = dict(LearningCandidate.objects.filter(normalized="show cbus").values_list("user_id", "private_agent_id"))
-    assert owned == {"alice": private.agent.pk, "bob": None}
+    assert owned == {"alice": private.agent.pk, "bob": None, "carol": None}
     assert set(LearningCandidate.objects.filter(user_id=None).values_list("private_agent_id", flat=True)) == {None}

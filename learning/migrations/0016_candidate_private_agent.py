@@ -1,6 +1,6 @@
 """A user's learning candidate is kept apart per agent with private user data, as its learned phrases are: no shared
 agent's traffic adds to it and it adds to none of theirs. Candidates stored before that were proposed or repeated by
-one such agent only become that agent's; the others stay shared (a reviewer's approval still reaches every owner
+one such agent (private then, by its audit trail) only become that agent's; the others stay shared (a reviewer's approval still reaches every owner
 whose traffic they hold)."""
 
 import django.db.models.deletion
@@ -14,8 +14,13 @@ UPDATE learning_learningcandidate c
    SET private_agent_id = a.id
   FROM agents_agent a
  WHERE c.user_id IS NOT NULL AND c.private_agent_id IS NULL
-   AND a.private_user_data AND a.id = c.proposed_by_agent_id
+   AND a.id = c.proposed_by_agent_id
    AND c.seen_by_agents <@ ARRAY[a.id]::bigint[]
+   -- private when the candidate was proposed (switching an agent to private later does not take what it wrote while
+   -- shared): its audit trail as of then, else its flag now
+   AND COALESCE((SELECT h.private_user_data FROM agents_historicalagent h
+                  WHERE h.id = a.id AND h.history_date <= c.created_at
+                  ORDER BY h.history_date DESC, h.history_id DESC LIMIT 1), a.private_user_data)
 """
 
 
