@@ -12,6 +12,7 @@ from learning.services.catalogue import verb_catalogue_load
 from learning.services.decisions import decision_fit_pin, decision_prior_fit, decision_refit
 from tests.conftest import make_client
 from tests.test_learning_decision import BIG, _labelled
+from tests.test_learning_decision_faults import _live_copy as _damaged_live_copy
 
 TEXT = "please send an email to my manager"
 
@@ -25,22 +26,11 @@ def prior(db):
 
 
 def _live_copy(prior, heads=True, **params):
-    bad = DecisionFit.objects.create(
-        version=DecisionFit.objects.order_by("-version").first().version + 1,
-        source="labels",
-        status="candidate",
-        embedding_model=prior.embedding_model,
-        params={**prior.params, **params},
-        n_labels=500,
-        held_out={"right": 0.5, "wrong": 0.01, "asked": 0.49},
-    )
-    if heads:
-        for h in DecisionHead.objects.filter(fit=prior):
-            DecisionHead.objects.create(fit=bad, user_id=h.user_id, weights=h.weights, anchors=h.anchors)
-    DecisionFit.objects.filter(status="live").update(status="retired")
-    DecisionFit.objects.filter(pk=bad.pk).update(status="live")
-    decision_cache_clear()
-    return bad
+    """``test_learning_decision_faults._live_copy`` with held-out figures a pin would accept."""
+    fit = _damaged_live_copy(prior, heads=heads, **params)
+    DecisionFit.objects.filter(pk=fit.pk).update(held_out={"right": 0.5, "wrong": 0.01, "asked": 0.49})
+    fit.refresh_from_db()
+    return fit
 
 
 def _post(text=TEXT, **extra):
@@ -117,14 +107,42 @@ def _eligible_retired_fit(prior):
     )
 
 
+def _refit_and_pin(*, before_pin, pin_fit, after_pin=lambda: None) -> tuple[dict, list]:
+    """A refit (thread "refit") and a reviewer's pin (thread "pin", after ``before_pin``), each on its own
+    connection: (results by name, errors)."""
+    import threading
+
+    from django.db import connection
+
+    errors, results = [], {}
+
+    def run(name, call, after=lambda: None):
+        try:
+            results[name] = call()
+        except Exception as exc:
+            errors.append((name, repr(exc)))
+        finally:
+            after()
+            connection.close()
+
+    def pin():
+        before_pin()
+        run("pin", lambda: decision_fit_pin(fit=pin_fit()), after_pin)
+
+    threads = [threading.Thread(target=run, args=("refit", decision_refit), name="refit"), threading.Thread(target=pin)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(240)
+    return results, errors
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_pin_racing_an_automatic_promotion_is_not_lost(monkeypatch):
     """The refit holds the live fit locked while it promotes the shadow; a reviewer's pin of another fit waits on
     that lock and must then switch from the newly promoted fit (not fail on the one-live constraint)."""
     import threading
     import time
-
-    from django.db import connection
 
     import learning.services.decisions as services
 
@@ -145,31 +163,8 @@ def test_a_pin_racing_an_automatic_promotion_is_not_lost(monkeypatch):
         return real_verdict(fit=fit)
 
     monkeypatch.setattr(services, "promotion_verdict", slow_verdict)
-    errors, results = [], {}
-
-    def refit():
-        try:
-            results["refit"] = decision_refit()
-        except Exception as exc:
-            errors.append(("refit", repr(exc)))
-        finally:
-            connection.close()
-
-    def pin():
-        holding.wait(30)
-        time.sleep(0.3)  # the pin reaches the live fit's lock while the refit holds it
-        try:
-            results["pin"] = decision_fit_pin(fit=target)
-        except Exception as exc:
-            errors.append(("pin", repr(exc)))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=refit), threading.Thread(target=pin)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(240)
+    # the pin reaches the live fit's lock while the refit holds it
+    results, errors = _refit_and_pin(before_pin=lambda: holding.wait(30) and time.sleep(0.3), pin_fit=lambda: target)
     assert results.get("refit", {}).get("promoted") == shadow.version, results
     assert errors == [], errors
     live = DecisionFit.objects.get(status="live")
@@ -181,8 +176,6 @@ def test_a_pin_racing_an_automatic_promotion_is_not_lost(monkeypatch):
 def test_a_refit_never_retires_the_shadow_a_reviewer_just_pinned_live(monkeypatch):
     """A reviewer pins the shadow fit live while a refit is about to retire it for its new shadow: the pin stands."""
     import threading
-
-    from django.db import connection
 
     verb_catalogue_load(entries=BIG)
     prior = decision_prior_fit()
@@ -204,31 +197,9 @@ def test_a_refit_never_retires_the_shadow_a_reviewer_just_pinned_live(monkeypatc
         return real_save(self, *args, **kwargs)
 
     monkeypatch.setattr(DecisionFit, "save", save)
-    errors, results = [], {}
-
-    def refit():
-        try:
-            results["refit"] = decision_refit()
-        except Exception as exc:
-            errors.append(("refit", repr(exc)))
-        finally:
-            connection.close()
-
-    def pin():
-        read.wait(120)
-        try:
-            results["pin"] = decision_fit_pin(fit=DecisionFit.objects.get(pk=shadow.pk))
-        except Exception as exc:
-            errors.append(("pin", repr(exc)))
-        finally:
-            pinned.set()
-            connection.close()
-
-    threads = [threading.Thread(target=refit, name="refit"), threading.Thread(target=pin, name="pin")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(240)
+    results, errors = _refit_and_pin(
+        before_pin=lambda: read.wait(120), pin_fit=lambda: DecisionFit.objects.get(pk=shadow.pk), after_pin=pinned.set
+    )
     assert errors == [], errors
     assert results["pin"].status == "live" and results["pin"].pinned
     shadow.refresh_from_db()

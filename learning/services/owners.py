@@ -72,13 +72,7 @@ def private_phrases_share(*, agent, dry_run: bool = False) -> dict:
             twins = _shared_twins(candidates)
             if not dry_run:
                 now = timezone.now()
-                LearnedPhrase.objects.filter(pk__in=[r.pk for r in moving]).update(private_agent=None, updated_at=now)
-                if moving:
-                    LearnedPhrase.history.bulk_history_create(
-                        list(LearnedPhrase.objects.filter(pk__in=[r.pk for r in moving])),
-                        update=True,
-                        default_change_reason=f"shared: agent {agent.name} no longer private",
-                    )
+                _rows_shared(LearnedPhrase, [r.pk for r in moving], agent=agent, now=now)
                 for r in same:  # the shared row says the same: it takes the private row's count, the private row goes
                     LearnedPhrase.objects.filter(
                         tenant_id=r.tenant_id,
@@ -170,11 +164,15 @@ def _candidates_share(candidates, twins: dict, *, agent) -> None:
         twin.save(update_fields=["occurrence_count", "confidence", "seen_by_agents", "last_seen_at", "updated_at"])
         c._change_reason = f"added into the shared candidate: agent {agent.name} no longer private"
         c.delete()
-    kept = [c for c in candidates if c.pk not in twins]
-    LearningCandidate.objects.filter(pk__in=[c.pk for c in kept]).update(private_agent=None, updated_at=now)
-    if kept:
-        LearningCandidate.history.bulk_history_create(
-            list(LearningCandidate.objects.filter(pk__in=[c.pk for c in kept])),
+    _rows_shared(LearningCandidate, [c.pk for c in candidates if c.pk not in twins], agent=agent, now=now)
+
+
+def _rows_shared(model, pks: list[int], *, agent, now) -> None:
+    """These rows of ``model`` (with an audit trail) become the shared agents', each with a history row saying so."""
+    model.objects.filter(pk__in=pks).update(private_agent=None, updated_at=now)
+    if pks:
+        model.history.bulk_history_create(
+            list(model.objects.filter(pk__in=pks)),
             update=True,
             default_change_reason=f"shared: agent {agent.name} no longer private",
         )
