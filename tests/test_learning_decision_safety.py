@@ -10,24 +10,19 @@ from learning.resolution import resolve
 from learning.selectors import decision_cache_clear
 from learning.services.catalogue import verb_catalogue_load
 from learning.services.decisions import decision_fit_pin, decision_prior_fit, decision_refit
+from tests import test_learning_decision_faults as faults
 from tests.conftest import make_client
 from tests.test_learning_decision import BIG, _labelled
-from tests.test_learning_decision_faults import _live_copy as _damaged_live_copy
 
 TEXT = "please send an email to my manager"
 
 
-@pytest.fixture
-def prior(db):
-    verb_catalogue_load(entries=BIG)
-    fit = decision_prior_fit()
-    assert fit is not None and fit.status == "live" and fit.params["heads"] >= 1
-    return fit
+prior = faults.prior  # the catalogue's prior, live, with its heads (a fixture)
 
 
 def _live_copy(prior, heads=True, **params):
     """``test_learning_decision_faults._live_copy`` with held-out figures a pin would accept."""
-    fit = _damaged_live_copy(prior, heads=heads, **params)
+    fit = faults._live_copy(prior, heads=heads, **params)
     DecisionFit.objects.filter(pk=fit.pk).update(held_out={"right": 0.5, "wrong": 0.01, "asked": 0.49})
     fit.refresh_from_db()
     return fit
