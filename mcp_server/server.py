@@ -170,7 +170,7 @@ def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> dict:
     errors = {} if serializer.is_valid() else dict(serializer.errors)
     known = {name for name, field in serializer.fields.items() if not field.read_only}
     for name in sorted(set(arguments) - known):
-        errors[name] = ["Unknown argument."]
+        errors.setdefault(name, ["Unknown field."])  # REST's words (its serializer may have said so already)
     if errors:
         raise exceptions.ValidationError(errors)
     return dict(serializer.validated_data)

@@ -99,7 +99,8 @@ def with_path_param(base: type[serializers.Serializer], name: str, **fields) -> 
 
 # --- Request serializers: the REST ones, with path parameters ------------------------------------
 
-REQUEST_ID = serializers.CharField(max_length=64, help_text="The request_id of the ambiguous resolve answer")
+# as REST's path takes it: not trimmed, any length (an id no request has is a 404, not a 400)
+REQUEST_ID = serializers.CharField(trim_whitespace=False, help_text="The request_id of the ambiguous resolve answer")
 
 SelectOptionSerializer = with_path_param(DisambiguationSelectSerializer, "SelectOptionSerializer", request_id=REQUEST_ID)
 AbandonOptionsSerializer = with_path_param(DisambiguationAbandonSerializer, "AbandonOptionsSerializer", request_id=REQUEST_ID)
@@ -174,7 +175,7 @@ def _correct(caller: Caller, d: dict) -> dict:
 
 def _block_phrase(caller: Caller, d: dict) -> dict:
     expires_in = d.get("expires_in")
-    block, _created = phrase_block_add(
+    block, created = phrase_block_add(
         phrase=d["phrase"],
         verb_name=d["verb"],
         reason=d["reason"],
@@ -182,7 +183,7 @@ def _block_phrase(caller: Caller, d: dict) -> dict:
         expires_at=timezone.now() + expires_in if expires_in else None,
         source=caller.label,
     )
-    return BlockSerializer(block).data
+    return {**BlockSerializer(block).data, "created": created}  # REST says so by its status (201 or 200)
 
 
 def _import_phrases(caller: Caller, d: dict) -> dict:

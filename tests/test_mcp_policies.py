@@ -287,3 +287,32 @@ def test_a_replayed_tool_call_says_embedding_pending_when_the_first_did(failing_
     first, again = observe(), observe()
     assert first.embedding_pending and not first.replayed
     assert again.replayed and again.embedding_pending and again.data == first.data
+
+
+# --- parity with REST where the two used to differ ---
+
+
+def test_an_unknown_argument_is_refused_in_rests_words(catalogue):
+    key = make_client([s.value for s in Scope], name="gov")
+    rest = key.post("/api/v1/resolve", {"text": "list all cbus", "bogus": 1}, format="json")
+    called = mcp_call("resolve", key.raw, {"text": "list all cbus", "bogus": 1})
+    assert called.error["fields"] == rest.json()["fields"] == {"bogus": ["Unknown field."]}
+
+
+def test_a_request_id_is_read_as_rests_path_reads_it(cbus):
+    key = make_client([s.value for s in Scope], name="gov")
+    for rid in ("not-a-uuid", "x" * 70, "123"):
+        rest = key.post(f"/api/v1/disambiguations/{rid}/select", {"selected_verb": "cbu.list"}, format="json")
+        called = mcp_call("select_option", key.raw, {"request_id": rid, "selected_verb": "cbu.list"})
+        assert called.error["http_status"] == rest.status_code == 404, (rid, called.error)
+    rid = mcp_call("resolve", key.raw, {"text": "list all cbus", "user_id": "alice"}).data["request_id"]
+    called = mcp_call("abandon_options", key.raw, {"request_id": f" {rid} ", "reason": "timeout"})
+    assert called.error is not None and called.error["http_status"] == 404  # not trimmed into another id
+    assert mcp_call("abandon_options", key.raw, {"request_id": rid, "reason": "timeout"}).error is None
+
+
+def test_block_phrase_says_whether_the_block_is_new(catalogue):
+    key = make_client([s.value for s in Scope], name="gov")
+    first = mcp_call("block_phrase", key.raw, {"phrase": "delete every unit", "verb": "cbu.list"})
+    again = mcp_call("block_phrase", key.raw, {"phrase": "delete every unit", "verb": "cbu.list"})
+    assert (first.data["created"], again.data["created"]) == (True, False)
