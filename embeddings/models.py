@@ -29,8 +29,10 @@ class Embedded(models.Model):
         return self.embedding is not None
 
 
-def hnsw_index(name: str) -> HnswIndex:
-    return HnswIndex(name=name, fields=["embedding"], m=16, ef_construction=64, opclasses=["vector_cosine_ops"])
+def hnsw_index(name: str, condition=None) -> HnswIndex:
+    return HnswIndex(
+        name=name, fields=["embedding"], m=16, ef_construction=64, opclasses=["vector_cosine_ops"], condition=condition
+    )
 
 
 class EmbeddingStale(Func):

@@ -126,6 +126,8 @@ class LearnedPhrase(TenantOwned, Embedded):
         ]
         indexes = [
             hnsw_index("learnedphrase_embedding_hnsw"),
+            # the global phrases alone: resolving walks them apart from users' phrases (tiers.tier_rows)
+            hnsw_index("learnedphrase_global_hnsw", condition=Q(user_id__isnull=True)),
             models.Index(fields=["tenant", "user_id", "normalized"], name="learnedphrase_user_norm"),
             *embedding_work_indexes("learnedphrase"),
         ]

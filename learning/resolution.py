@@ -185,6 +185,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             k_evidence=settings.FEEDBACK_EVIDENCE_K if settings.RESOLVE_USE_FEEDBACK_PENALTY else 0,
             evidence_similarity=p["evidence_similarity"],
             stamp=exact.stamp,
+            own_exact=exact.own_exact,
         )
     # Tier 5: the semantic blocklist (blocked verbs are dropped below).
     blocked = rows.blocked

@@ -65,14 +65,22 @@ class ExactHit:
 
 
 class ExactHits(list):
-    """``learned_exact``'s hits, with the catalogue stamp read by the same statement (``catalogue_stamp``)."""
+    """``learned_exact``'s hits, with the catalogue stamp read by the same statement (``catalogue_stamp``) and
+    whether the user's own learned phrases are few enough to compare exactly (``tier_rows``'s ``own_exact``)."""
 
     stamp: tuple | None = None
+    own_exact: bool = False
+
+
+def _tenant_literal(tenants) -> str:
+    """The tenants in scope as a literal array (a prepared statement's plan then knows them)."""
+    return "'{" + ",".join(str(int(t)) for t in tenants) + "}'::bigint[]"
 
 
 def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -> ExactHits:
     """Exact learned matches, the user's first, then global; in one query, on the resolve hot path. The same
-    statement reads the catalogue stamp (``catalogue_stamp``), which the tier query needs next: one round trip."""
+    statement reads the catalogue stamp (``catalogue_stamp``), which the tier query needs next, and counts the
+    user's learned phrases up to ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1 (through their b-tree): one round trip."""
     params = {
         "n": normalized,
         "u": user_id,
@@ -81,8 +89,17 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
         "t": None if tenant_filter_ids() is None else list(tenant_filter_ids()),
         "pa": private_agent_id(),
     }
+    own_max = settings.RESOLVE_USER_EXACT_MAX_PHRASES
+    own = "0"
+    if user_id is not None and own_max > 0:
+        # the tenants as a literal: the count then reads the (tenant, user) b-tree, whatever plan is kept
+        in_tenant = "" if params["t"] is None else f" AND o.tenant_id = ANY({_tenant_literal(params['t'])})"
+        own = (
+            f"(SELECT count(*) FROM (SELECT 1 FROM {LearnedPhrase._meta.db_table} o "
+            f"WHERE o.user_id = %(u)s{in_tenant} LIMIT {int(own_max) + 1}) c)"
+        )
     sql = f"""
-        SELECT s.version, s.n, x.name, x.description, x.confidence, x.user_id, x.phrase, x.blocked
+        SELECT s.version, s.n, x.name, x.description, x.confidence, x.user_id, x.phrase, x.blocked, {own}
         FROM ({_STAMP_SQL}{" WHERE tenant_id = ANY(%(t)s::bigint[])" if params["t"] is not None else ""}) s
         LEFT JOIN LATERAL (
             SELECT v.name, v.description, t.confidence, t.user_id, t.phrase, t.id,
@@ -98,8 +115,9 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     """
     with connection.cursor() as cursor:
         rows = rows_fetch(cursor, sql, params, prepared=True)  # planning costs several times its execution
-    hits = ExactHits(ExactHit(*row[2:]) for row in rows if row[2] is not None)
+    hits = ExactHits(ExactHit(*row[2:-1]) for row in rows if row[2] is not None)
     hits.stamp = (rows[0][0], rows[0][1])
+    hits.own_exact = user_id is not None and 0 < own_max and rows[0][-1] <= own_max
     return hits
 
 
@@ -289,11 +307,18 @@ def tier_rows(
     k_evidence: int = 0,
     evidence_similarity: float = 1.0,
     stamp: tuple | None = None,
+    own_exact: bool = False,
 ) -> TierRows:
     """Tiers 3-7 of resolution in ONE round trip: learned neighbours, blocked verbs, catalogue phrase
     matches and catalogue neighbours, and (``k_evidence`` > 0) the user's feedback evidence within
     ``evidence_similarity`` of the query. Each vector part orders by cosine distance so its HNSW index
-    is used. Without a vector, only the text parts run (degraded mode)."""
+    is used. Without a vector, only the text parts run (degraded mode).
+
+    Learned neighbours: the global phrases walk their own HNSW index (``learnedphrase_global_hnsw``) and, with
+    ``own_exact`` (the user has few phrases: ``learned_exact`` counted them), the user's phrases are compared
+    exactly through their b-tree; the nearest ``k_learned`` of both are kept. One walk of the index over every
+    phrase would skip every other user's phrases on its way (with 1,000 users, most of what it reads). A user with
+    many phrases, and a tenant with an index of its own, walk that index with the filter, as one part."""
     tenants = tenant_filter_ids()
     params: dict = {"n": normalized, "u": user_id, "m": model, "now": timezone.now()}
     verbs = "SELECT id, name, description FROM learning_verb WHERE is_active"
@@ -302,7 +327,7 @@ def tier_rows(
     # prepared, and a tenant's partial HNSW index serves it only when the plan knows the tenant.
     in_tenant = ""
     if tenants is not None:
-        ids = "'{" + ",".join(str(int(t)) for t in tenants) + "}'::bigint[]"
+        ids = _tenant_literal(tenants)
         verbs += f" AND tenant_id = ANY({ids})"
         in_tenant = f" AND t.tenant_id = ANY({ids})"
     if domain:
@@ -310,10 +335,11 @@ def tier_rows(
         params["domain"] = domain
     scope = "(t.user_id IS NULL OR t.user_id = %(u)s)"
     # a user's phrases of the agent's kind: an agent with private user data reads its own, the others the shared ones
-    learned_scope = "(t.user_id IS NULL OR (t.user_id = %(u)s AND t.private_agent_id IS NULL))"
+    own_scope = "t.user_id = %(u)s AND t.private_agent_id IS NULL"
     if private_agent_id() is not None:
         params["pa"] = private_agent_id()
-        learned_scope = "(t.user_id IS NULL OR (t.user_id = %(u)s AND t.private_agent_id = %(pa)s))"
+        own_scope = "t.user_id = %(u)s AND t.private_agent_id = %(pa)s"
+    learned_scope = f"(t.user_id IS NULL OR ({own_scope}))"
     # With a domain, filter inside the ordered scans (iterative index scans keep them from starving).
     in_domain = " AND t.verb_id = ANY(ARRAY(SELECT id FROM v))" if domain else ""
     # The catalogue (text and vector tiers) from process memory when it is small enough, else in the query.
@@ -338,17 +364,33 @@ def tier_rows(
             "WHERE strpos(%(n)s, t.normalized) > 0 OR strpos(t.normalized, %(n)s) > 0"
         )
 
-    def vector_parts(order: str) -> list[str]:
+    # A tenant with its own HNSW index walks it: PostgreSQL would rather read and sort the tenant's rows in scope (it
+    # costs a vector distance like any operator), 5 ms for 1,200 rows where the walk takes about 1 ms.
+    walk_own = (
+        vector is not None and learned and tenants is not None and len(tenants) == 1 and tenants[0] in tenants_with_own_index()
+    )
+    # The global phrases apart from the user's (see the docstring): 'ls' the walked part, 'lu' the user's, exact.
+    split = not walk_own and (user_id is None or own_exact)
+    exact_order = "(t.embedding <=> (SELECT v FROM q)) + 0"
+
+    def learned_part(tag: str, where: str, order: str) -> str:
+        return (
+            f"SELECT '{tag}', v.name, 1.0 - x.d, x.phrase, x.user_id, x.confidence, v.description FROM ("
+            f"SELECT t.verb_id, t.phrase, t.user_id, t.confidence, t.embedding <=> (SELECT v FROM q) AS d "
+            f"FROM learning_learnedphrase t WHERE t.is_active AND {where} AND t.embedding_model = %(m)s{in_domain}{in_tenant} "
+            f"ORDER BY {order} LIMIT {int(k_learned)}) x JOIN v ON v.id = x.verb_id"
+        )
+
+    def vector_parts(order: str, own: bool = True) -> list[str]:
         """The vector tiers, each ordered by ``order``: ``d`` uses the HNSW indexes; the distance ``+ 0`` is no
-        indexed ordering, so the rows in scope are scanned exactly."""
+        indexed ordering, so the rows in scope are scanned exactly. ``own``: with the user's part (when split)."""
         out: list[str] = []
-        if learned:
-            out.append(
-                "SELECT 'ls', v.name, 1.0 - x.d, x.phrase, x.user_id, x.confidence, v.description FROM ("
-                f"SELECT t.verb_id, t.phrase, t.user_id, t.confidence, t.embedding <=> (SELECT v FROM q) AS d "
-                f"FROM learning_learnedphrase t WHERE t.is_active AND {learned_scope} AND t.embedding_model = %(m)s{in_domain}{in_tenant} "
-                f"ORDER BY {order} LIMIT {int(k_learned)}) x JOIN v ON v.id = x.verb_id"
-            )
+        if learned and not split:
+            out.append(learned_part("ls", learned_scope, order))
+        elif learned:
+            out.append(learned_part("ls", "t.user_id IS NULL", order))
+            if own and user_id is not None:
+                out.append(learned_part("lu", own_scope, exact_order))
         out.append(  # blocks of verbs in scope only, filtered inside the scan: others take no place among the k
             "SELECT 'bs', v.name, 1.0 - x.d, x.phrase, NULL, 1.0::float8, '' FROM ("
             f"SELECT t.verb_id, t.phrase, t.embedding <=> (SELECT v FROM q) AS d FROM learning_phraseblock t "
@@ -381,11 +423,6 @@ def tier_rows(
         parts += vector_parts("d")
     ctes = f"v AS MATERIALIZED ({verbs})" + (", q AS (SELECT %(q)s::vector AS v)" if vector is not None else "")
     out = TierRows([], set(), [], [], {}, [], stamp=stamp)
-    # A tenant with its own HNSW index walks it: PostgreSQL would rather read and sort the tenant's rows in scope (it
-    # costs a vector distance like any operator), 5 ms for 1,200 rows where the walk takes about 1 ms.
-    walk_own = (
-        vector is not None and learned and tenants is not None and len(tenants) == 1 and tenants[0] in tenants_with_own_index()
-    )
     sort_off = ("SET LOCAL enable_sort = off",) if walk_own else ()
     sort_on = ("SET LOCAL enable_sort = on",) if walk_own else ()
     with connection.cursor() as cursor:
@@ -395,11 +432,11 @@ def tier_rows(
             found = Counter(r[0] for r in rows)
             if (learned and found["ls"] < k_learned) or (catalogue is None and found["cs"] < k_catalogue):
                 # An index scan came back short: fewer rows in scope, or a graph crowded with identical vectors
-                # (embeddings.selectors.nearest). The vector tiers again, exactly, over the rows in scope.
+                # (embeddings.selectors.nearest). The vector tiers again, exactly, over the rows in scope (the
+                # user's part of a split was exact already: kept).
                 exact = rows_fetch(
                     cursor,
-                    f"WITH {ctes} "
-                    + " UNION ALL ".join(f"({p})" for p in vector_parts("(t.embedding <=> (SELECT v FROM q)) + 0")),
+                    f"WITH {ctes} " + " UNION ALL ".join(f"({p})" for p in vector_parts(exact_order, own=False)),
                     params,
                 )
                 rows = [r for r in rows if r[0] not in VECTOR_TIERS] + exact
@@ -429,7 +466,7 @@ def tier_rows(
             out.unchecked.add(verb)
         elif tier == "bx" or (tier == "bs" and score >= block_threshold):
             out.blocked.add(verb)
-        elif tier == "ls":
+        elif tier in ("ls", "lu"):
             out.learned.append(Hit(verb, float(score), text, extra, float(confidence)))
         elif tier == "cs":
             out.catalogue.append(Hit(verb, float(score), text, None))
@@ -440,6 +477,7 @@ def tier_rows(
         elif tier == "ps" and min(len(extra), len(normalized)) >= 4:
             out.phrases.append((verb, text, "substring"))
     out.learned.sort(key=lambda h: -h.similarity)
+    del out.learned[k_learned:]  # a split's two parts: the nearest of both
     out.catalogue.sort(key=lambda h: -h.similarity)
     return out
 

@@ -1,0 +1,33 @@
+"""An HNSW index over the global learned phrases alone (``user_id IS NULL``): resolving walks it for the global
+neighbours and reads a user's own phrases through their b-tree, instead of walking the index over every phrase and
+skipping the other users' (learning.selectors.tiers.tier_rows).
+
+The index builds CONCURRENTLY (outside a transaction): the table takes writes while it builds. A build that is
+interrupted leaves an INVALID index; drop it (``DROP INDEX CONCURRENTLY learnedphrase_global_hnsw``) and migrate
+again."""
+
+import pgvector.django.indexes
+from django.contrib.postgres.operations import AddIndexConcurrently
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    atomic = False  # CREATE INDEX CONCURRENTLY: writes to the table go on while the index builds
+
+    dependencies = [
+        ("learning", "0016_candidate_private_agent"),
+    ]
+
+    operations = [
+        AddIndexConcurrently(
+            model_name="learnedphrase",
+            index=pgvector.django.indexes.HnswIndex(
+                condition=models.Q(("user_id__isnull", True)),
+                ef_construction=64,
+                fields=["embedding"],
+                m=16,
+                name="learnedphrase_global_hnsw",
+                opclasses=["vector_cosine_ops"],
+            ),
+        ),
+    ]

@@ -1,0 +1,154 @@
+"""The learned neighbours of a query: the global phrases walked on their own HNSW index, a user's own phrases
+compared exactly through their b-tree, the nearest of both kept; a user with many phrases walks the index over
+every phrase as one part. Both ways answer the exact nearest neighbours in scope."""
+
+import numpy as np
+import pytest
+
+from agents.models import Agent
+from common.text import text_hash
+from embeddings.embedders import current_model_name
+from learning.models import LearnedPhrase, Verb
+from learning.selectors import learned_exact, tier_rows
+from learning.services.catalogue import verb_catalogue_load
+from tenants.context import acting_agent
+from tests.conftest import CBU_CATALOGUE
+
+pytestmark = pytest.mark.django_db
+
+K = 8
+
+
+@pytest.fixture
+def phrases(settings):
+    """60 global phrases, 40 users with 6 phrases each, "light" with 6, "heavy" with 30 (over the setting's 20),
+    and "private" with 6 taught through an agent with private user data (and 6 shared ones of the same user)."""
+    settings.RESOLVE_USER_EXACT_MAX_PHRASES = 20
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    verbs = list(Verb.objects.order_by("name"))
+    secret = Agent.objects.create(name="secret-bot", private_user_data=True)
+    rng = np.random.default_rng(11)
+    model = current_model_name()
+    rows, n = [], 0
+
+    def add(user, count, agent=None):
+        nonlocal n
+        for _ in range(count):
+            v = rng.normal(size=384).astype(np.float32)
+            text = f"learned phrase {n}"
+            rows.append(
+                LearnedPhrase(
+                    phrase=text,
+                    normalized=text,
+                    verb=verbs[n % len(verbs)],
+                    user_id=user,
+                    private_agent=agent,
+                    source="manual",
+                    embedding=v / np.linalg.norm(v),
+                    embedding_model=model,
+                    embedding_hash=text_hash(text),
+                )
+            )
+            n += 1
+
+    add(None, 60)
+    for u in range(40):
+        add(f"u{u}", 6)
+    add("light", 6)
+    add("heavy", 30)
+    add("private", 6)
+    add("private", 6, agent=secret)
+    LearnedPhrase.objects.bulk_create(rows, batch_size=500)
+    return model, rng, secret
+
+
+def _query(rng):
+    q = rng.normal(size=384).astype(np.float32)
+    return q / np.linalg.norm(q)
+
+
+def _exact(q, rows) -> list[tuple[str, float]]:
+    """The k nearest rows by cosine, as (phrase, similarity)."""
+    scored = sorted(((r.phrase, float(np.dot(q, np.asarray(r.embedding)))) for r in rows), key=lambda x: -x[1])
+    return [(p, round(s, 4)) for p, s in scored[:K]]
+
+
+def _learned(q, model, user_id, own_exact):
+    rows = tier_rows(
+        normalized="no such text",
+        vector=q,
+        model=model,
+        user_id=user_id,
+        domain=None,
+        k_learned=K,
+        k_catalogue=5,
+        k_blocks=5,
+        block_threshold=0.9,
+        own_exact=own_exact,
+    )
+    return [(h.text, round(h.similarity, 4)) for h in rows.learned]
+
+
+def test_learned_exact_says_whether_a_users_phrases_are_few_enough_to_compare_exactly(phrases, settings):
+    assert learned_exact(normalized="x", user_id="light", domain=None).own_exact is True
+    assert learned_exact(normalized="x", user_id="nobody", domain=None).own_exact is True  # none at all
+    assert learned_exact(normalized="x", user_id="heavy", domain=None).own_exact is False  # 30 > 20
+    assert learned_exact(normalized="x", user_id=None, domain=None).own_exact is False  # no user: nothing of theirs
+    settings.RESOLVE_USER_EXACT_MAX_PHRASES = 30
+    assert learned_exact(normalized="x", user_id="heavy", domain=None).own_exact is True  # the limit itself
+    settings.RESOLVE_USER_EXACT_MAX_PHRASES = 0  # off: every user's phrases are walked with the rest
+    assert learned_exact(normalized="x", user_id="light", domain=None).own_exact is False
+
+
+@pytest.mark.parametrize("user_id", ["light", "heavy", "nobody", None])
+def test_both_ways_answer_the_nearest_global_and_own_phrases(phrases, user_id):
+    """Split (global walked, own exact) or one walk: the k nearest of the global phrases and the user's own, in
+    order of similarity; never another user's."""
+    model, rng, _ = phrases
+    in_scope = list(LearnedPhrase.objects.filter(user_id__isnull=True)) + list(
+        LearnedPhrase.objects.filter(user_id=user_id, private_agent__isnull=True) if user_id else []
+    )
+    for _ in range(5):
+        q = _query(rng)
+        expected = _exact(q, in_scope)
+        assert _learned(q, model, user_id, own_exact=True) == expected
+        assert _learned(q, model, user_id, own_exact=False) == expected
+
+
+def test_a_users_own_phrases_count_when_the_global_ones_are_fewer_than_asked(phrases):
+    """With fewer global phrases than k, the walk comes back short and runs again exactly; the user's exact part is
+    kept, not lost or counted twice."""
+    model, rng, _ = phrases
+    LearnedPhrase.objects.filter(user_id__isnull=True).exclude(
+        pk__in=LearnedPhrase.objects.filter(user_id__isnull=True).order_by("pk").values("pk")[:3]
+    ).delete()
+    in_scope = list(LearnedPhrase.objects.filter(user_id__isnull=True)) + list(LearnedPhrase.objects.filter(user_id="light"))
+    assert len(in_scope) == 9
+    q = _query(rng)
+    got = _learned(q, model, "light", own_exact=True)
+    assert got == _exact(q, in_scope) and len({p for p, _ in got}) == K
+
+
+def test_an_agent_with_private_user_data_reads_its_own_phrases_of_the_user_and_the_global_ones(phrases):
+    model, rng, secret = phrases
+    with acting_agent(secret):
+        mine = list(LearnedPhrase.objects.filter(user_id__isnull=True)) + list(
+            LearnedPhrase.objects.filter(user_id="private", private_agent=secret)
+        )
+        for _ in range(3):
+            q = _query(rng)
+            assert _learned(q, model, "private", own_exact=True) == _exact(q, mine)
+    shared = list(LearnedPhrase.objects.filter(user_id__isnull=True)) + list(
+        LearnedPhrase.objects.filter(user_id="private", private_agent__isnull=True)
+    )
+    q = _query(rng)
+    assert _learned(q, model, "private", own_exact=True) == _exact(q, shared)
+
+
+def test_the_global_phrases_have_an_hnsw_index_of_their_own():
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'learnedphrase_global_hnsw'")
+        (definition,) = cursor.fetchone()
+    assert "USING hnsw" in definition and "vector_cosine_ops" in definition and "WHERE (user_id IS NULL)" in definition
