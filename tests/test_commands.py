@@ -271,3 +271,70 @@ def test_a_command_says_in_one_line_that_the_database_is_unreachable():
     )
     assert done.returncode == 1 and done.stderr.startswith("Database unavailable: "), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+class _Cause(Exception):
+    def __init__(self, sqlstate):
+        super().__init__(sqlstate)
+        self.sqlstate = sqlstate
+
+
+def _main_raising(monkeypatch, exc):
+    """manage.py's main() with a command that raises ``exc`` (chained from a driver error, as Django wraps it)."""
+    import importlib.util
+    from pathlib import Path
+
+    import django.core.management
+
+    spec = importlib.util.spec_from_file_location("manage_cli", Path(__file__).resolve().parent.parent / "manage.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def command(argv):
+        raise exc
+
+    monkeypatch.setattr(django.core.management, "execute_from_command_line", command)
+    return module.main
+
+
+def _chained(cls, message, sqlstate):
+    try:
+        try:
+            raise _Cause(sqlstate)
+        except _Cause as cause:
+            raise cls(message) from cause
+    except cls as exc:
+        return exc
+
+
+@pytest.mark.parametrize("sqlstate", ["08006", "28P01", "3D000", "57P03"])
+def test_manage_py_says_in_one_line_that_it_cannot_reach_the_database(monkeypatch, capsys, sqlstate):
+    from django.db import OperationalError
+
+    main = _main_raising(monkeypatch, _chained(OperationalError, "connection failed: no such host\nmore detail", sqlstate))
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code == 1 and capsys.readouterr().err == "Database unavailable: connection failed: no such host\n"
+
+
+@pytest.mark.parametrize("sqlstate", ["55P03", "40P01", "57014"])  # lock not available, deadlock, statement timeout
+def test_manage_py_keeps_the_traceback_of_other_operational_errors(monkeypatch, capsys, sqlstate):
+    """A lock or statement timeout, a deadlock: the traceback names the statement; not read as a database down."""
+    from django.db import OperationalError
+
+    main = _main_raising(monkeypatch, _chained(OperationalError, "canceling statement due to lock timeout", sqlstate))
+    with pytest.raises(OperationalError, match="lock timeout"):
+        main()
+    assert "Database unavailable" not in capsys.readouterr().err
+
+
+def test_manage_py_says_a_database_is_not_migrated_and_keeps_other_programming_errors(monkeypatch, capsys):
+    from django.db import ProgrammingError
+
+    main = _main_raising(monkeypatch, _chained(ProgrammingError, 'relation "learning_verb" does not exist', "42P01"))
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code == 1 and "run `python manage.py migrate` first" in capsys.readouterr().err
+    main = _main_raising(monkeypatch, _chained(ProgrammingError, "syntax error at or near", "42601"))
+    with pytest.raises(ProgrammingError, match="syntax error"):
+        main()
