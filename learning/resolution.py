@@ -186,6 +186,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             evidence_similarity=p["evidence_similarity"],
             stamp=exact.stamp,
             own_exact=exact.own_exact,
+            global_exact=exact.global_exact,
         )
     # Tier 5: the semantic blocklist (blocked verbs are dropped below).
     blocked = rows.blocked

@@ -73,7 +73,7 @@ def _exact(q, rows) -> list[tuple[str, float]]:
     return [(p, round(s, 4)) for p, s in scored[:K]]
 
 
-def _learned(q, model, user_id, own_exact):
+def _learned(q, model, user_id, own_exact, global_exact=False):
     rows = tier_rows(
         normalized="no such text",
         vector=q,
@@ -85,19 +85,26 @@ def _learned(q, model, user_id, own_exact):
         k_blocks=5,
         block_threshold=0.9,
         own_exact=own_exact,
+        global_exact=global_exact,
     )
     return [(h.text, round(h.similarity, 4)) for h in rows.learned]
 
 
-def test_learned_exact_says_whether_a_users_phrases_are_few_enough_to_compare_exactly(phrases, settings):
-    assert learned_exact(normalized="x", user_id="light", domain=None).own_exact is True
-    assert learned_exact(normalized="x", user_id="nobody", domain=None).own_exact is True  # none at all
-    assert learned_exact(normalized="x", user_id="heavy", domain=None).own_exact is False  # 30 > 20
-    assert learned_exact(normalized="x", user_id=None, domain=None).own_exact is False  # no user: nothing of theirs
+def test_learned_exact_says_whether_a_users_phrases_and_the_global_ones_are_few_enough_to_compare_exactly(phrases, settings):
+    def counted(user_id):
+        hits = learned_exact(normalized="x", user_id=user_id, domain=None)
+        return hits.own_exact, hits.global_exact
+
+    assert counted("light") == (True, False)  # 6 of the user's, 60 global > 20
+    assert counted("nobody") == (True, False)  # none at all
+    assert counted("heavy") == (False, False)  # 30 > 20
+    assert counted(None) == (False, False)  # no user: nothing of theirs
     settings.RESOLVE_USER_EXACT_MAX_PHRASES = 30
-    assert learned_exact(normalized="x", user_id="heavy", domain=None).own_exact is True  # the limit itself
+    assert counted("heavy") == (True, False)  # the limit itself
+    settings.RESOLVE_USER_EXACT_MAX_PHRASES = 60
+    assert counted(None) == (False, True)
     settings.RESOLVE_USER_EXACT_MAX_PHRASES = 0  # off: every user's phrases are walked with the rest
-    assert learned_exact(normalized="x", user_id="light", domain=None).own_exact is False
+    assert counted("light") == (False, False)
 
 
 @pytest.mark.parametrize("user_id", ["light", "heavy", "nobody", None])
@@ -111,8 +118,9 @@ def test_both_ways_answer_the_nearest_global_and_own_phrases(phrases, user_id):
     for _ in range(5):
         q = _query(rng)
         expected = _exact(q, in_scope)
-        assert _learned(q, model, user_id, own_exact=True) == expected
-        assert _learned(q, model, user_id, own_exact=False) == expected
+        for own_exact in (True, False):
+            for global_exact in (True, False):
+                assert _learned(q, model, user_id, own_exact, global_exact) == expected
 
 
 def test_a_users_own_phrases_count_when_the_global_ones_are_fewer_than_asked(phrases):
@@ -127,6 +135,30 @@ def test_a_users_own_phrases_count_when_the_global_ones_are_fewer_than_asked(phr
     q = _query(rng)
     got = _learned(q, model, "light", own_exact=True)
     assert got == _exact(q, in_scope) and len({p for p, _ in got}) == K
+
+
+def test_few_global_phrases_are_compared_exactly_in_the_one_round_trip(phrases, settings):
+    """A deployment with few global phrases (before any import) has them compared exactly: no walk that comes back
+    short and no second statement on every resolve."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    model, rng, _ = phrases
+    LearnedPhrase.objects.filter(user_id__isnull=True).exclude(
+        pk__in=LearnedPhrase.objects.filter(user_id__isnull=True).order_by("pk").values("pk")[:3]
+    ).delete()
+    hits = learned_exact(normalized="x", user_id="light", domain=None)
+    assert (hits.own_exact, hits.global_exact) == (True, True)
+    in_scope = list(LearnedPhrase.objects.filter(user_id__isnull=True)) + list(LearnedPhrase.objects.filter(user_id="light"))
+    q = _query(rng)
+    with CaptureQueriesContext(connection) as one:
+        got = _learned(q, model, "light", own_exact=True, global_exact=True)
+    assert got == _exact(q, in_scope)
+    assert sum("learning_learnedphrase" in query["sql"] for query in one.captured_queries) == 1
+    with CaptureQueriesContext(connection) as walked:
+        assert _learned(q, model, "light", own_exact=True, global_exact=False) == got
+    reruns = [query["sql"] for query in walked.captured_queries if "learning_learnedphrase" in query["sql"]]
+    assert len(reruns) == 2 and "learning_phraseblock" not in reruns[1]  # only the short tier runs again
 
 
 def test_an_agent_with_private_user_data_reads_its_own_phrases_of_the_user_and_the_global_ones(phrases):

@@ -7,6 +7,7 @@ interrupted leaves an INVALID index; drop it (``DROP INDEX CONCURRENTLY learnedp
 again."""
 
 import pgvector.django.indexes
+from django.conf import settings
 from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
 
@@ -19,6 +20,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        # the graph built in memory, as sync_tenant_indexes builds the tenants' own (a large table builds far faster)
+        migrations.RunSQL(
+            f"SET maintenance_work_mem = '{settings.LEARNED_INDEX_BUILD_MEMORY}'", reverse_sql=migrations.RunSQL.noop
+        ),
         AddIndexConcurrently(
             model_name="learnedphrase",
             index=pgvector.django.indexes.HnswIndex(
@@ -30,4 +35,5 @@ class Migration(migrations.Migration):
                 opclasses=["vector_cosine_ops"],
             ),
         ),
+        migrations.RunSQL("RESET maintenance_work_mem", reverse_sql=migrations.RunSQL.noop),
     ]

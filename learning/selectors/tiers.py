@@ -66,10 +66,12 @@ class ExactHit:
 
 class ExactHits(list):
     """``learned_exact``'s hits, with the catalogue stamp read by the same statement (``catalogue_stamp``) and
-    whether the user's own learned phrases are few enough to compare exactly (``tier_rows``'s ``own_exact``)."""
+    whether the user's own learned phrases, and the global ones, are few enough to compare exactly (``tier_rows``'s
+    ``own_exact`` and ``global_exact``)."""
 
     stamp: tuple | None = None
     own_exact: bool = False
+    global_exact: bool = False
 
 
 def _tenant_literal(tenants) -> str:
@@ -80,7 +82,8 @@ def _tenant_literal(tenants) -> str:
 def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -> ExactHits:
     """Exact learned matches, the user's first, then global; in one query, on the resolve hot path. The same
     statement reads the catalogue stamp (``catalogue_stamp``), which the tier query needs next, and counts the
-    user's learned phrases up to ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1 (through their b-tree): one round trip."""
+    user's learned phrases and the global ones up to ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1 (every row of theirs in
+    scope, through the (tenant, user) b-tree: about a tenth of a millisecond): one round trip."""
     params = {
         "n": normalized,
         "u": user_id,
@@ -89,17 +92,21 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
         "t": None if tenant_filter_ids() is None else list(tenant_filter_ids()),
         "pa": private_agent_id(),
     }
-    own_max = settings.RESOLVE_USER_EXACT_MAX_PHRASES
-    own = "0"
-    if user_id is not None and own_max > 0:
-        # the tenants as a literal: the count then reads the (tenant, user) b-tree, whatever plan is kept
-        in_tenant = "" if params["t"] is None else f" AND o.tenant_id = ANY({_tenant_literal(params['t'])})"
-        own = (
+    exact_max = settings.RESOLVE_USER_EXACT_MAX_PHRASES
+    in_tenant = "" if params["t"] is None else " AND o.tenant_id = ANY(%(t)s::bigint[])"
+
+    def count(who: str) -> str:
+        if exact_max <= 0:
+            return "NULL::bigint"
+        return (
             f"(SELECT count(*) FROM (SELECT 1 FROM {LearnedPhrase._meta.db_table} o "
-            f"WHERE o.user_id = %(u)s{in_tenant} LIMIT {int(own_max) + 1}) c)"
+            f"WHERE {who}{in_tenant} LIMIT {int(exact_max) + 1}) c)"
         )
+
+    own = count("o.user_id = %(u)s") if user_id is not None else "NULL::bigint"
     sql = f"""
-        SELECT s.version, s.n, x.name, x.description, x.confidence, x.user_id, x.phrase, x.blocked, {own}
+        SELECT s.version, s.n, x.name, x.description, x.confidence, x.user_id, x.phrase, x.blocked, {own},
+               {count("o.user_id IS NULL")}
         FROM ({_STAMP_SQL}{" WHERE tenant_id = ANY(%(t)s::bigint[])" if params["t"] is not None else ""}) s
         LEFT JOIN LATERAL (
             SELECT v.name, v.description, t.confidence, t.user_id, t.phrase, t.id,
@@ -115,9 +122,11 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     """
     with connection.cursor() as cursor:
         rows = rows_fetch(cursor, sql, params, prepared=True)  # planning costs several times its execution
-    hits = ExactHits(ExactHit(*row[2:-1]) for row in rows if row[2] is not None)
+    hits = ExactHits(ExactHit(*row[2:-2]) for row in rows if row[2] is not None)
     hits.stamp = (rows[0][0], rows[0][1])
-    hits.own_exact = user_id is not None and 0 < own_max and rows[0][-1] <= own_max
+    own_count, global_count = rows[0][-2], rows[0][-1]
+    hits.own_exact = own_count is not None and own_count <= exact_max
+    hits.global_exact = global_count is not None and global_count <= exact_max
     return hits
 
 
@@ -289,9 +298,6 @@ class TierRows:
     stamp: tuple | None = None  # the catalogue stamp read with these rows (``catalogue_stamp``), when it was
 
 
-VECTOR_TIERS = {"ls", "bs", "ev", "cs"}
-
-
 def tier_rows(
     *,
     normalized: str,
@@ -308,17 +314,19 @@ def tier_rows(
     evidence_similarity: float = 1.0,
     stamp: tuple | None = None,
     own_exact: bool = False,
+    global_exact: bool = False,
 ) -> TierRows:
     """Tiers 3-7 of resolution in ONE round trip: learned neighbours, blocked verbs, catalogue phrase
     matches and catalogue neighbours, and (``k_evidence`` > 0) the user's feedback evidence within
     ``evidence_similarity`` of the query. Each vector part orders by cosine distance so its HNSW index
     is used. Without a vector, only the text parts run (degraded mode).
 
-    Learned neighbours: the global phrases walk their own HNSW index (``learnedphrase_global_hnsw``) and, with
-    ``own_exact`` (the user has few phrases: ``learned_exact`` counted them), the user's phrases are compared
-    exactly through their b-tree; the nearest ``k_learned`` of both are kept. One walk of the index over every
-    phrase would skip every other user's phrases on its way (with 1,000 users, most of what it reads). A user with
-    many phrases, and a tenant with an index of its own, walk that index with the filter, as one part."""
+    Learned neighbours: the global phrases walk their own HNSW index (``learnedphrase_global_hnsw``), or with
+    ``global_exact`` (few of them) are compared exactly, and, with ``own_exact`` (the user has few phrases;
+    ``learned_exact`` counted both), the user's phrases are compared exactly through their b-tree; the nearest
+    ``k_learned`` of both are kept. One walk of the index over every phrase would skip every other user's phrases
+    on its way (with 1,000 users, most of what it reads). A user with many phrases, and a tenant with an index of
+    its own, walk that index with the filter, as one part."""
     tenants = tenant_filter_ids()
     params: dict = {"n": normalized, "u": user_id, "m": model, "now": timezone.now()}
     verbs = "SELECT id, name, description FROM learning_verb WHERE is_active"
@@ -369,7 +377,8 @@ def tier_rows(
     walk_own = (
         vector is not None and learned and tenants is not None and len(tenants) == 1 and tenants[0] in tenants_with_own_index()
     )
-    # The global phrases apart from the user's (see the docstring): 'ls' the walked part, 'lu' the user's, exact.
+    # The global phrases apart from the user's (see the docstring): 'ls' the walked part ('lg' when the global
+    # phrases are compared exactly), 'lu' the user's, exact.
     split = not walk_own and (user_id is None or own_exact)
     exact_order = "(t.embedding <=> (SELECT v FROM q)) + 0"
 
@@ -381,38 +390,50 @@ def tier_rows(
             f"ORDER BY {order} LIMIT {int(k_learned)}) x JOIN v ON v.id = x.verb_id"
         )
 
-    def vector_parts(order: str, own: bool = True) -> list[str]:
-        """The vector tiers, each ordered by ``order``: ``d`` uses the HNSW indexes; the distance ``+ 0`` is no
-        indexed ordering, so the rows in scope are scanned exactly. ``own``: with the user's part (when split)."""
-        out: list[str] = []
+    def vector_parts(order: str, own: bool = True) -> list[tuple[str, str]]:
+        """The vector tiers as (tag, statement), each ordered by ``order``: ``d`` uses the HNSW indexes; the distance
+        ``+ 0`` is no indexed ordering, so the rows in scope are scanned exactly. ``own``: with the user's part
+        (when split)."""
+        out: list[tuple[str, str]] = []
         if learned and not split:
-            out.append(learned_part("ls", learned_scope, order))
+            out.append(("ls", learned_part("ls", learned_scope, order)))
+        elif learned and global_exact:
+            out.append(("lg", learned_part("lg", "t.user_id IS NULL", exact_order)))
         elif learned:
-            out.append(learned_part("ls", "t.user_id IS NULL", order))
-            if own and user_id is not None:
-                out.append(learned_part("lu", own_scope, exact_order))
+            out.append(("ls", learned_part("ls", "t.user_id IS NULL", order)))
+        if learned and split and own and user_id is not None:
+            out.append(("lu", learned_part("lu", own_scope, exact_order)))
         out.append(  # blocks of verbs in scope only, filtered inside the scan: others take no place among the k
-            "SELECT 'bs', v.name, 1.0 - x.d, x.phrase, NULL, 1.0::float8, '' FROM ("
-            f"SELECT t.verb_id, t.phrase, t.embedding <=> (SELECT v FROM q) AS d FROM learning_phraseblock t "
-            f"WHERE {in_force} AND t.embedding_model = %(m)s AND t.verb_id = ANY(ARRAY(SELECT id FROM v)){in_tenant} "
-            f"ORDER BY {order} LIMIT {int(k_blocks)}) x JOIN v ON v.id = x.verb_id"
+            (
+                "bs",
+                "SELECT 'bs', v.name, 1.0 - x.d, x.phrase, NULL, 1.0::float8, '' FROM ("
+                f"SELECT t.verb_id, t.phrase, t.embedding <=> (SELECT v FROM q) AS d FROM learning_phraseblock t "
+                f"WHERE {in_force} AND t.embedding_model = %(m)s AND t.verb_id = ANY(ARRAY(SELECT id FROM v)){in_tenant} "
+                f"ORDER BY {order} LIMIT {int(k_blocks)}) x JOIN v ON v.id = x.verb_id",
+            )
         )
         if k_evidence:
             # Evidence is kept per scope: the user's own, or global rows for global resolution.
-            own = "t.user_id = %(u)s" if user_id else "t.user_id IS NULL"
+            mine = "t.user_id = %(u)s" if user_id else "t.user_id IS NULL"
             # an agent with private user data reads its own evidence only, and the others never read it
-            own += " AND t.private_agent_id = %(pa)s" if private_agent_id() is not None else " AND t.private_agent_id IS NULL"
+            mine += " AND t.private_agent_id = %(pa)s" if private_agent_id() is not None else " AND t.private_agent_id IS NULL"
             params.update(de=1.0 - evidence_similarity)
             out.append(
-                "SELECT 'ev', x.verb, 1.0 - x.d, '', NULL, x.net, '' FROM ("
-                f"SELECT t.verb, t.negative - t.positive AS net, t.embedding <=> (SELECT v FROM q) AS d FROM {PhraseEvidence._meta.db_table} t "
-                f"WHERE {own} AND t.embedding_model = %(m)s{in_tenant} ORDER BY {order} LIMIT {int(k_evidence)}) x WHERE x.d <= %(de)s"
+                (
+                    "ev",
+                    "SELECT 'ev', x.verb, 1.0 - x.d, '', NULL, x.net, '' FROM ("
+                    f"SELECT t.verb, t.negative - t.positive AS net, t.embedding <=> (SELECT v FROM q) AS d FROM {PhraseEvidence._meta.db_table} t "
+                    f"WHERE {mine} AND t.embedding_model = %(m)s{in_tenant} ORDER BY {order} LIMIT {int(k_evidence)}) x WHERE x.d <= %(de)s",
+                )
             )
         if catalogue is None:
             out.append(
-                "SELECT 'cs', v.name, 1.0 - x.d, x.text, NULL, 1.0::float8, v.description FROM ("
-                "SELECT t.verb_id, t.text, t.embedding <=> (SELECT v FROM q) AS d FROM learning_verbphrase t "
-                f"WHERE t.embedding_model = %(m)s{in_domain}{in_tenant} ORDER BY {order} LIMIT {int(k_catalogue)}) x JOIN v ON v.id = x.verb_id"
+                (
+                    "cs",
+                    "SELECT 'cs', v.name, 1.0 - x.d, x.text, NULL, 1.0::float8, v.description FROM ("
+                    "SELECT t.verb_id, t.text, t.embedding <=> (SELECT v FROM q) AS d FROM learning_verbphrase t "
+                    f"WHERE t.embedding_model = %(m)s{in_domain}{in_tenant} ORDER BY {order} LIMIT {int(k_catalogue)}) x JOIN v ON v.id = x.verb_id",
+                )
             )
         return out
 
@@ -420,7 +441,7 @@ def tier_rows(
         # The vector travels once, as an InitPlan parameter ((SELECT v FROM q)): the HNSW scans still use it as
         # their ordering key, and the server parses 384 floats once instead of once per tier.
         params.update(q=VectorParam(vector))
-        parts += vector_parts("d")
+        parts += [sql for _, sql in vector_parts("d")]
     ctes = f"v AS MATERIALIZED ({verbs})" + (", q AS (SELECT %(q)s::vector AS v)" if vector is not None else "")
     out = TierRows([], set(), [], [], {}, [], stamp=stamp)
     sort_off = ("SET LOCAL enable_sort = off",) if walk_own else ()
@@ -430,16 +451,18 @@ def tier_rows(
         rows = rows_fetch(cursor, statement, params, before=sort_off, after=sort_on, prepared=True)
         if vector is not None:
             found = Counter(r[0] for r in rows)
-            if (learned and found["ls"] < k_learned) or (catalogue is None and found["cs"] < k_catalogue):
+            walked = {tag for tag, _ in vector_parts("d")}
+            short = {tag for tag, k in (("ls", k_learned), ("cs", k_catalogue)) if tag in walked and found[tag] < k}
+            if short:
                 # An index scan came back short: fewer rows in scope, or a graph crowded with identical vectors
-                # (embeddings.selectors.nearest). The vector tiers again, exactly, over the rows in scope (the
-                # user's part of a split was exact already: kept).
+                # (embeddings.selectors.nearest). That tier again, exactly, over the rows in scope.
                 exact = rows_fetch(
                     cursor,
-                    f"WITH {ctes} " + " UNION ALL ".join(f"({p})" for p in vector_parts(exact_order, own=False)),
+                    f"WITH {ctes} "
+                    + " UNION ALL ".join(f"({sql})" for tag, sql in vector_parts(exact_order, own=False) if tag in short),
                     params,
                 )
-                rows = [r for r in rows if r[0] not in VECTOR_TIERS] + exact
+                rows = [r for r in rows if r[0] not in short] + exact
             near_blocks = [r for r in rows if r[0] == "bs"]
             if len(near_blocks) >= k_blocks and min(r[2] for r in near_blocks) >= block_threshold:
                 # every one of the k nearest blocks applies: there may be more; all of those that apply, exactly
@@ -466,7 +489,7 @@ def tier_rows(
             out.unchecked.add(verb)
         elif tier == "bx" or (tier == "bs" and score >= block_threshold):
             out.blocked.add(verb)
-        elif tier in ("ls", "lu"):
+        elif tier in ("ls", "lg", "lu"):
             out.learned.append(Hit(verb, float(score), text, extra, float(confidence)))
         elif tier == "cs":
             out.catalogue.append(Hit(verb, float(score), text, None))
