@@ -37,6 +37,8 @@ class PatternReviewForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if "status" not in self.fields:
+            return  # a reviewer who may only view patterns: every field is read-only
         current = self.instance.status if self.instance.pk else None
         self.fields["status"].choices = [
             (value, label) for value, label in PatternStatus.choices if value in REVIEWER_STATUSES or value == current

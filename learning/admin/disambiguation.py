@@ -126,6 +126,7 @@ class SweepFailuresFilter(admin.SimpleListFilter):
 
 @admin.register(DisambiguationRequest)
 class DisambiguationRequestAdmin(admin.ModelAdmin):
+    show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = ["text", "user_id", "channel", "shown_options", "status", "selected_verb", "created_at"]
     list_filter = ["status", "channel", "domain", "created_at", SweepFailuresFilter]
     search_fields = ["text", "user_id", "request_id", "selected_verb"]
@@ -160,7 +161,7 @@ class DisambiguationRequestAdmin(admin.ModelAdmin):
 
     @admin.display(description="options")
     def shown_options(self, obj):
-        return ", ".join(f"{o['verb']} ({o['score']:.2f})" for o in obj.options)
+        return ", ".join(f"{o.get('verb', '?')} ({float(o.get('score') or 0.0):.2f})" for o in obj.options)
 
     @admin.display(description="options shown")
     def options_table(self, obj):
@@ -204,6 +205,7 @@ class DisambiguationRequestAdmin(admin.ModelAdmin):
 
 @admin.register(LearningSignal)
 class LearningSignalAdmin(admin.ModelAdmin):
+    show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = ["phrase", "verb", "outcome", signal_direction, rounded("confidence"), "user_id", "result", "created_at"]
     list_filter = ["outcome", "source", "is_negative", "result"]
     search_fields = ["normalized", "verb", "user_id"]
@@ -241,6 +243,7 @@ class LearningSignalAdmin(admin.ModelAdmin):
 
 @admin.register(PhraseEvidence)
 class PhraseEvidenceAdmin(SaveChangedOnly, admin.ModelAdmin):
+    show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = ["phrase", "verb", "user_id", rounded("negative"), rounded("positive"), "signal_count", "updated_at"]
     search_fields = ["normalized", "verb", "user_id"]
     list_filter = [("verb", BoundedValuesFilter)]
