@@ -116,6 +116,7 @@ class MemoryWriteDecisionInline(admin.TabularInline):
 
 @admin.register(Memory)
 class MemoryAdmin(HistoryAdmin):
+    show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = [
         "id",
         "short_content",
@@ -314,6 +315,7 @@ class MemoryQuarantineAdmin(SaveChangedOnly, admin.ModelAdmin):
 
 @admin.register(MemoryRetrieval)
 class MemoryRetrievalAdmin(admin.ModelAdmin):
+    show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = ["id", "user_id", "namespace", "memory_ids", "degraded", "created_at"]
     list_filter = ["degraded", UserFilter]
     search_fields = ["user_id"]

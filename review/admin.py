@@ -272,6 +272,7 @@ class ReviewerFilter(BoundedRelatedOnlyFilter):
 class DecisionAdmin(admin.ModelAdmin):
     """The inbox's decision log: who decided what, when and why (read-only)."""
 
+    show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_select_related = ["user", "agent"]
     list_display = ["decided_at", "user", "agent", "kind", "object_id", "verdict", "category", "summary"]
     list_filter = [

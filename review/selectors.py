@@ -209,10 +209,10 @@ def _sort_key(order: str):
     return lambda row: (row["created_at"], row["kind"], row["pk"])
 
 
-def inbox_page(*, user, filters: InboxFilters, page: int = 1, per_page: int = 50) -> dict:
+def inbox_page(*, user, filters: InboxFilters, page: int = 1, per_page: int = 50, per_page_max: int = 200) -> dict:
     """One page of the merged queue (oldest or riskiest first), the count per kind, and the claims on the page."""
     specs = [s for s in kinds_visible(user) if not filters.kinds or s.kind in filters.kinds]
-    per_page = max(1, min(per_page, 200))
+    per_page = max(1, min(per_page, per_page_max))
     page = max(1, page)
     want = page * per_page
     counts: dict[str, int] = {}
@@ -353,19 +353,22 @@ def last_decision(*, kind: str, object_id: int) -> Decision | None:
 
 def next_item(*, user, filters: InboxFilters, after: tuple[str, int] | None, skip: set[tuple[str, int]]) -> InboxItem | None:
     """The first item of the queue that is not the one just decided, not skipped and not held by someone else: read
-    ``REVIEW_NEXT_LOOKAHEAD`` items at a time, page after page, until one is free or the queue ends."""
-    number, pages = 1, 1
-    while number <= pages:
-        page = inbox_page(user=user, filters=filters, page=number, per_page=settings.REVIEW_NEXT_LOOKAHEAD)
-        for item in page["items"]:
+    the first ``REVIEW_NEXT_LOOKAHEAD`` items, then twice as many, and so on until one is free or the queue ends
+    (a window that doubles reads each item a bounded number of times; pages read one after another from the
+    start of the queue read the first page again for each page, and the queries grew with the items passed over)."""
+    window = settings.REVIEW_NEXT_LOOKAHEAD
+    while True:
+        page = inbox_page(user=user, filters=filters, page=1, per_page=window, per_page_max=window)
+        for item in page["items"]:  # all of them again: the queue may have moved since the last window
             key = (item.kind, item.pk)
             if key == after or key in skip:
                 continue
             if item.claim_user and item.claim_user != user.get_username():
                 continue
             return item
-        number, pages = number + 1, page["pages"]
-    return None
+        if len(page["items"]) < window or window >= page["total"]:
+            return None
+        window *= 2
 
 
 def progress(*, days: int = 14) -> dict:
@@ -374,9 +377,9 @@ def progress(*, days: int = 14) -> dict:
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     week = today - timedelta(days=today.weekday())
     since = today - timedelta(days=days - 1)
-    totals = Decision.objects.aggregate(
+    totals = Decision.objects.filter(decided_at__gte=week).aggregate(
         today=Count("id", filter=Q(decided_at__gte=today)), week=Count("id", filter=Q(decided_at__gte=week))
-    )
+    )  # this week's rows only (an index range), not every decision ever taken
     per_reviewer = list(
         Decision.objects.filter(decided_at__gte=week)
         .values("user__username", "agent__name")

@@ -311,3 +311,31 @@ def test_next_item_reads_past_a_page_of_skipped_or_held_items(settings):
     found = next_item(user=rita, filters=InboxFilters(), after=None, skip=skipped)
     assert (found.kind, found.pk) == ("proposal", proposals[11].pk)
     assert next_item(user=rita, filters=InboxFilters(), after=None, skip=skipped | {("proposal", proposals[11].pk)}) is None
+
+
+def test_next_item_reads_a_window_that_doubles_so_its_queries_grow_with_the_log_of_the_items_passed_over(settings):
+    """Passing over 5 items or 80 before the free one: the queries grow by a few windows, not by a page of queries
+    for each page passed over (each of which read the queue from its start again)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    settings.REVIEW_NEXT_LOOKAHEAD = 5
+    agent = Agent.objects.create(name="mailer")
+    action = Action.objects.create(name="email.send", autonomy_level=1)
+    proposals = [
+        Proposal.objects.create(agent=agent, action=action, proposed_action={"i": i}, reasoning={}, confidence=0.9)
+        for i in range(81)
+    ]
+    rita = reviewer_user("rita", *ALL_PERMS)
+
+    def queries_to_reach(n):
+        skipped = {("proposal", p.pk) for p in proposals[:n]}
+        with CaptureQueriesContext(connection) as done:
+            found = next_item(user=rita, filters=InboxFilters(), after=None, skip=skipped)
+        assert (found.kind, found.pk) == ("proposal", proposals[n].pk)
+        return len(done.captured_queries)
+
+    few, many = queries_to_reach(5), queries_to_reach(80)
+    assert many <= few * 3, (few, many)  # windows of 5, 10, 20, 40, 80, 160 against 5, 10: before, 17 pages
+    skipped = {("proposal", p.pk) for p in proposals}
+    assert next_item(user=rita, filters=InboxFilters(), after=None, skip=skipped) is None

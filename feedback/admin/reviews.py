@@ -67,6 +67,7 @@ class ProposalReviewForm(forms.ModelForm):
 class ProposalAdmin(admin.ModelAdmin):
     """The proposal queue: approve, reject with notes, or modify the action JSON."""
 
+    show_full_result_count = False  # a large table: no second count(*) of every row on each page
     form = ProposalReviewForm
     list_display = ["id", "agent", "action", "status", rounded("confidence"), "created_at", "reviewed_at"]
     list_filter = ["status", ("agent", BoundedRelatedFilter), ("action", BoundedRelatedFilter)]
@@ -214,6 +215,7 @@ class ReviewStateFilter(admin.SimpleListFilter):
 class ExecutionAdmin(admin.ModelAdmin):
     """The execution review queue: correct or incorrect, with notes."""
 
+    show_full_result_count = False  # a large table: no second count(*) of every row on each page
     form = ExecutionReviewForm
     list_display = ["id", "agent", "action", "success", rounded("confidence"), "review_outcome", "created_at"]
     list_filter = [ReviewStateFilter, "success", ("agent", BoundedRelatedFilter), ("action", BoundedRelatedFilter)]
@@ -393,6 +395,7 @@ class FeedbackRecordReadOnlyMixin:
 class FeedbackRecordAdmin(FeedbackRecordReadOnlyMixin, admin.ModelAdmin):
     """Feedback records by agent, action and type (read only: they are written by the services)."""
 
+    show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = [
         "id",
         "agent",

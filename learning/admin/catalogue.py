@@ -124,6 +124,7 @@ class VerbAdmin(TenantChoiceMixin, _VerbSave, HistoryAdmin):
 
 @admin.register(LearnedPhrase)
 class LearnedPhraseAdmin(EmbeddingStatusMixin, HistoryAdmin):
+    show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = [
         "phrase",
         "verb",

@@ -130,6 +130,7 @@ class DecisionFitAdmin(SaveChangedOnly, admin.ModelAdmin):
 class ResolutionRecordAdmin(SaveChangedOnly, admin.ModelAdmin):
     """Every resolution with its explanation and, once the user answered, its label."""
 
+    show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = [
         "created_at",
         "user_id",
