@@ -90,20 +90,26 @@ def _learned(q, model, user_id, own_exact, global_exact=False):
     return [(h.text, round(h.similarity, 4)) for h in rows.learned]
 
 
-def test_learned_exact_says_whether_a_users_phrases_and_the_global_ones_are_few_enough_to_compare_exactly(phrases, settings):
+def test_learned_exact_says_whether_a_users_phrases_and_the_global_ones_are_few_enough_to_compare_exactly(
+    phrases, settings, monkeypatch
+):
+    from learning.selectors import tiers
+
     def counted(user_id):
         hits = learned_exact(normalized="x", user_id=user_id, domain=None)
         return hits.own_exact, hits.global_exact
 
-    assert counted("light") == (True, False)  # 6 of the user's, 60 global > 20
-    assert counted("nobody") == (True, False)  # none at all
-    assert counted("heavy") == (False, False)  # 30 > 20
-    assert counted(None) == (False, False)  # no user: nothing of theirs
+    assert counted("light") == (True, True)  # 6 of the user's, 60 global: few enough
+    assert counted("nobody") == (True, True)  # none at all
+    assert counted("heavy") == (False, True)  # 30 > 20
+    assert counted(None) == (False, True)  # no user: nothing of theirs
     settings.RESOLVE_USER_EXACT_MAX_PHRASES = 30
-    assert counted("heavy") == (True, False)  # the limit itself
-    settings.RESOLVE_USER_EXACT_MAX_PHRASES = 60
+    assert counted("heavy") == (True, True)  # the limit itself
+    monkeypatch.setattr(tiers, "GLOBAL_EXACT_MAX_PHRASES", 59)
+    assert counted(None) == (False, False)  # 60 global phrases: walked
+    monkeypatch.setattr(tiers, "GLOBAL_EXACT_MAX_PHRASES", 60)
     assert counted(None) == (False, True)
-    settings.RESOLVE_USER_EXACT_MAX_PHRASES = 0  # off: every user's phrases are walked with the rest
+    settings.RESOLVE_USER_EXACT_MAX_PHRASES = 0  # off: every phrase is walked
     assert counted("light") == (False, False)
 
 
