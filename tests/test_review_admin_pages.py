@@ -296,14 +296,19 @@ def test_a_bulk_action_chosen_from_either_menu_honours_the_claim_and_is_logged_o
     assert list(Decision.objects.values_list("object_id", "user__username")) == [(proposal.pk, "rita")]
 
 
-def test_next_item_reads_past_a_page_of_skipped_or_held_items(settings):
-    settings.REVIEW_NEXT_LOOKAHEAD = 5
+def _pending_proposals(n: int) -> list:
+    """``n`` proposals waiting for review, oldest first."""
     agent = Agent.objects.create(name="mailer")
     action = Action.objects.create(name="email.send", autonomy_level=1)
-    proposals = [
+    return [
         Proposal.objects.create(agent=agent, action=action, proposed_action={"i": i}, reasoning={}, confidence=0.9)
-        for i in range(12)
+        for i in range(n)
     ]
+
+
+def test_next_item_reads_past_a_page_of_skipped_or_held_items(settings):
+    settings.REVIEW_NEXT_LOOKAHEAD = 5
+    proposals = _pending_proposals(12)
     rita, sam = reviewer_user("rita", *ALL_PERMS), reviewer_user("sam", *ALL_PERMS)
     for p in proposals[6:11]:
         claim_take(kind="proposal", object_id=p.pk, tenant_id=p.tenant_id, user=sam)
@@ -320,12 +325,7 @@ def test_next_item_reads_a_window_that_doubles_so_its_queries_grow_with_the_log_
     from django.test.utils import CaptureQueriesContext
 
     settings.REVIEW_NEXT_LOOKAHEAD = 5
-    agent = Agent.objects.create(name="mailer")
-    action = Action.objects.create(name="email.send", autonomy_level=1)
-    proposals = [
-        Proposal.objects.create(agent=agent, action=action, proposed_action={"i": i}, reasoning={}, confidence=0.9)
-        for i in range(81)
-    ]
+    proposals = _pending_proposals(81)
     rita = reviewer_user("rita", *ALL_PERMS)
 
     def queries_to_reach(n):
