@@ -358,3 +358,23 @@ def test_a_user_value_that_is_no_key_on_the_tenant_page_is_a_form_error(value):
     response = client.post(f"/admin/tenants/tenant/{acme.pk}/change/", _tenant_form(acme, **{"memberships-0-user": value}))
     assert response.status_code == 200 and "errornote" in response.content.decode()  # the page again, with the error
     assert Membership.objects.filter(tenant=acme, user__username="member-1").exists()
+
+
+def test_the_memories_top_values_are_counted_among_the_newest_rows_only(monkeypatch):
+    """The user and topic filters count values over the newest rows (a bounded read on every page view), not over
+    every memory ever stored; a value beyond them still filters through the URL."""
+    from memories.admin import TopValuesFilter
+    from tests.conftest import make_memory
+
+    for i in range(4):
+        make_memory(user="old-user", content=f"Old lesson number {i} about deploying the web application safely.")
+    for i in range(2):
+        make_memory(user="new-user", content=f"New lesson number {i} about rotating the staging credentials weekly.")
+    root = signed_in(reviewer_user("root", superuser=True))
+    monkeypatch.setattr(TopValuesFilter, "sample", 2)
+    page = root.get("/admin/memories/memory/").content.decode()
+    assert "new-user (2)" in page and "old-user (" not in page
+    monkeypatch.setattr(TopValuesFilter, "sample", 20_000)
+    assert "old-user (4)" in root.get("/admin/memories/memory/").content.decode()
+    filtered = root.get("/admin/memories/memory/?user_id=old-user")
+    assert filtered.status_code == 200 and "Old lesson number 0" in filtered.content.decode()
