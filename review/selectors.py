@@ -209,11 +209,18 @@ def _sort_key(order: str):
     return lambda row: (row["created_at"], row["kind"], row["pk"])
 
 
+# How deep the inbox pages go: page n reads n pages of rows of each kind to merge them, so pages past this many items
+# are not offered (filters by kind, age, risk or tenant reach the rest).
+INBOX_DEEPEST_ITEMS = 10_000
+
+
 def inbox_page(*, user, filters: InboxFilters, page: int = 1, per_page: int = 50, per_page_max: int = 200) -> dict:
-    """One page of the merged queue (oldest or riskiest first), the count per kind, and the claims on the page."""
+    """One page of the merged queue (oldest or riskiest first), the count per kind, and the claims on the page; pages
+    reach ``INBOX_DEEPEST_ITEMS`` items deep (a page number beyond is the deepest page)."""
     specs = [s for s in kinds_visible(user) if not filters.kinds or s.kind in filters.kinds]
     per_page = max(1, min(per_page, per_page_max))
-    page = max(1, page)
+    deepest = max(1, INBOX_DEEPEST_ITEMS // per_page)
+    page = min(max(1, page), deepest)
     want = page * per_page
     counts: dict[str, int] = {}
     streams = []
@@ -239,7 +246,8 @@ def inbox_page(*, user, filters: InboxFilters, page: int = 1, per_page: int = 50
         "total": total,
         "page": page,
         "per_page": per_page,
-        "pages": max(1, -(-total // per_page)),
+        "pages": min(max(1, -(-total // per_page)), deepest),
+        "beyond": max(0, total - deepest * per_page),  # items no page reaches (filters do)
     }
 
 

@@ -339,3 +339,20 @@ def test_next_item_reads_a_window_that_doubles_so_its_queries_grow_with_the_log_
     assert many <= few * 3, (few, many)  # windows of 5, 10, 20, 40, 80, 160 against 5, 10: before, 17 pages
     skipped = {("proposal", p.pk) for p in proposals}
     assert next_item(user=rita, filters=InboxFilters(), after=None, skip=skipped) is None
+
+
+def test_inbox_pages_reach_a_bounded_depth_and_say_how_many_items_lie_beyond(settings, monkeypatch):
+    """Page n reads n pages of each kind to merge them: pages stop at INBOX_DEEPEST_ITEMS items, a page number beyond
+    shows the deepest page, and the page says how many items only a filter reaches."""
+    from review import selectors
+
+    monkeypatch.setattr(selectors, "INBOX_DEEPEST_ITEMS", 4)
+    settings.REVIEW_PAGE_SIZE = 2
+    _pending_proposals(7)
+    client = signed_in(reviewer_user("rita", *ALL_PERMS))
+    page = client.get("/admin/inbox/?page=9999").content.decode()
+    assert "page 2 of 2" in page and "3 more than the pages reach" in page
+    first = client.get("/admin/inbox/").content.decode()
+    assert "page 1 of 2" in first and "3 more than the pages reach" in first
+    monkeypatch.setattr(selectors, "INBOX_DEEPEST_ITEMS", 10_000)
+    assert "more than the pages reach" not in client.get("/admin/inbox/").content.decode()
