@@ -12,7 +12,15 @@ from autonomy import selectors as autonomy_selectors
 from autonomy import services as autonomy_services
 from autonomy.calibration import bucket_labels
 from autonomy.models import AutonomyTransition, CalibrationRecord, Episode, EpisodeEvent, TransitionStatus
-from common.admin import BoundedRelatedFilter, HistoryAdmin, RelatedHistoryRows, pretty_json, run_bulk
+from common.admin import (
+    INLINE_ROWS_MAX,
+    BoundedRelatedFilter,
+    HistoryAdmin,
+    RelatedHistoryRows,
+    newest_rows_formset,
+    pretty_json,
+    run_bulk,
+)
 
 APPROVE_PERMISSION = "autonomy.approve_autonomytransition"
 
@@ -194,6 +202,8 @@ class AutonomyTransitionAdmin(RelatedHistoryRows, HistoryAdmin):
 
 class EpisodeEventInline(admin.TabularInline):
     model = EpisodeEvent
+    formset = newest_rows_formset("-seq")
+    verbose_name_plural = f"episode events (the last {INLINE_ROWS_MAX}, in order)"
     extra = 0
     can_delete = False
     fields = ["seq", "kind", "message", "payload_json", "created_at"]

@@ -8,7 +8,8 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import get_last_value_from_parameters, unquote
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Subquery
+from django.forms.models import BaseInlineFormSet
 from django.http import Http404, HttpResponseNotAllowed
 from django.urls import reverse
 from django.utils.html import format_html
@@ -376,3 +377,27 @@ def confirm_bulk(
     }
     request.current_app = modeladmin.admin_site.name
     return TemplateResponse(request, "admin/bulk_confirmation.html", context)
+
+
+# The rows a read-only inline shows at most: a memory folded thousands of observations, a long run logged thousands of
+# events; the page shows the newest and their total.
+INLINE_ROWS_MAX = 50
+
+
+class NewestRowsFormSet(BaseInlineFormSet):
+    """A read-only inline's rows: the newest ``INLINE_ROWS_MAX`` of the parent's (by ``newest_by``), in the inline's
+    ordering; ``total`` is how many the parent has."""
+
+    newest_by = "-pk"
+
+    def get_queryset(self):
+        if not hasattr(self, "_newest"):
+            rows = super().get_queryset()
+            self.total = rows.count()
+            newest = rows.order_by(self.newest_by).values("pk")[:INLINE_ROWS_MAX]
+            self._newest = rows.filter(pk__in=Subquery(newest))
+        return self._newest
+
+
+def newest_rows_formset(newest_by: str) -> type[NewestRowsFormSet]:
+    return type("NewestRowsFormSet", (NewestRowsFormSet,), {"newest_by": newest_by})

@@ -14,7 +14,7 @@ from django.db.models import Count, Subquery
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from common.admin import HistoryAdmin, SaveChangedOnly, confirm_bulk
+from common.admin import INLINE_ROWS_MAX, HistoryAdmin, SaveChangedOnly, confirm_bulk, newest_rows_formset
 from common.api import ApplicationError
 from common.validation import MAX_DAYS
 from memories import write_gate
@@ -82,8 +82,9 @@ class MemoryWriteDecisionInline(admin.TabularInline):
     extra = 0
     can_delete = False
     ordering = ["-created_at"]
+    formset = newest_rows_formset("-created_at")
     verbose_name = "skip/merge decision"
-    verbose_name_plural = "skip/merge decisions (observations folded into this memory)"
+    verbose_name_plural = f"skip/merge decisions (observations folded into this memory; the newest {INLINE_ROWS_MAX})"
     fields = ["created_at", "kind", "rule", "evidence", "incoming", "source"]
     readonly_fields = fields
 

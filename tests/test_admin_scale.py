@@ -378,3 +378,27 @@ def test_the_memories_top_values_are_counted_among_the_newest_rows_only(monkeypa
     assert "old-user (4)" in root.get("/admin/memories/memory/").content.decode()
     filtered = root.get("/admin/memories/memory/?user_id=old-user")
     assert filtered.status_code == 200 and "Old lesson number 0" in filtered.content.decode()
+
+
+def test_read_only_inlines_show_the_newest_rows_of_their_parent_only():
+    """A long run's events and a memory's folded observations: the change page shows the newest INLINE_ROWS_MAX of
+    this parent's rows, in the inline's order, not every row."""
+    from autonomy.models import Episode, EpisodeEvent
+    from common.admin import INLINE_ROWS_MAX
+
+    run = Episode.objects.create()
+    other = Episode.objects.create()
+    EpisodeEvent.objects.bulk_create(
+        [EpisodeEvent(episode=run, seq=i, kind="step", message=f"step number {i:03d}") for i in range(1, 61)]
+        + [EpisodeEvent(episode=other, seq=i, kind="step", message=f"other run {i:03d}") for i in range(1, 4)]
+    )
+    root = signed_in(reviewer_user("root", superuser=True))
+    page = root.get(f"/admin/autonomy/episode/{run.pk}/change/").content.decode()
+    shown = re.findall(r"step number (\d{3})", page)
+    assert len(shown) == INLINE_ROWS_MAX == 50 and shown == [f"{i:03d}" for i in range(11, 61)]
+    assert "other run" not in page and "the last 50" in page
+    assert re.findall(r"other run (\d{3})", root.get(f"/admin/autonomy/episode/{other.pk}/change/").content.decode()) == [
+        "001",
+        "002",
+        "003",
+    ]
