@@ -380,20 +380,19 @@ def confirm_bulk(
 
 
 # The rows a read-only inline shows at most: a memory folded thousands of observations, a long run logged thousands of
-# events; the page shows the newest and their total.
+# events; the page shows the newest (its heading says so).
 INLINE_ROWS_MAX = 50
 
 
 class NewestRowsFormSet(BaseInlineFormSet):
     """A read-only inline's rows: the newest ``INLINE_ROWS_MAX`` of the parent's (by ``newest_by``), in the inline's
-    ordering; ``total`` is how many the parent has."""
+    ordering."""
 
     newest_by = "-pk"
 
     def get_queryset(self):
         if not hasattr(self, "_newest"):
             rows = super().get_queryset()
-            self.total = rows.count()
             newest = rows.order_by(self.newest_by).values("pk")[:INLINE_ROWS_MAX]
             self._newest = rows.filter(pk__in=Subquery(newest))
         return self._newest
