@@ -447,7 +447,8 @@ def tier_rows(
         # The vector travels once, as an InitPlan parameter ((SELECT v FROM q)): the HNSW scans still use it as
         # their ordering key, and the server parses 384 floats once instead of once per tier.
         params.update(q=VectorParam(vector))
-        parts += [sql for _, sql in vector_parts("d")]
+        walked = vector_parts("d")
+        parts += [sql for _, sql in walked]
     ctes = f"v AS MATERIALIZED ({verbs})" + (", q AS (SELECT %(q)s::vector AS v)" if vector is not None else "")
     out = TierRows([], set(), [], [], {}, [], stamp=stamp)
     sort_off = ("SET LOCAL enable_sort = off",) if walk_own else ()
@@ -457,8 +458,8 @@ def tier_rows(
         rows = rows_fetch(cursor, statement, params, before=sort_off, after=sort_on, prepared=True)
         if vector is not None:
             found = Counter(r[0] for r in rows)
-            walked = {tag for tag, _ in vector_parts("d")}
-            short = {tag for tag, k in (("ls", k_learned), ("cs", k_catalogue)) if tag in walked and found[tag] < k}
+            tags = {tag for tag, _ in walked}
+            short = {tag for tag, k in (("ls", k_learned), ("cs", k_catalogue)) if tag in tags and found[tag] < k}
             if short:
                 # An index scan came back short: fewer rows in scope, or a graph crowded with identical vectors
                 # (embeddings.selectors.nearest). That tier again, exactly, over the rows in scope.
