@@ -648,7 +648,7 @@ CELERY_BEAT_SCHEDULE["learning-decision-refit"] = {
 LEARNED_TENANT_INDEX_MIN_PHRASES = env_int("LEARNED_TENANT_INDEX_MIN_PHRASES", 5000, minimum=1)
 # A user with at most this many learned phrases has them compared exactly (read through their b-tree) beside a walk
 # of the global phrases' own HNSW index, instead of a walk of the index over every phrase that skips other users'
-# (learning.selectors.tiers.tier_rows); 0: every user's phrases are walked with the rest.
+# (learning.selectors.tiers.tier_rows); 0: nothing counted, every phrase walked.
 RESOLVE_USER_EXACT_MAX_PHRASES = env_int("RESOLVE_USER_EXACT_MAX_PHRASES", 500, minimum=0)
 LEARNED_INDEX_BUILD_MEMORY = (os.environ.get("LEARNED_INDEX_BUILD_MEMORY") or "1GB").strip()
 if not re.fullmatch(r"[1-9][0-9]{0,9}\s*(?:kB|MB|GB|TB)?", LEARNED_INDEX_BUILD_MEMORY):
