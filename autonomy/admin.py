@@ -17,6 +17,7 @@ from common.admin import (
     BoundedRelatedFilter,
     HistoryAdmin,
     RelatedHistoryRows,
+    TopValuesFilter,
     newest_rows_formset,
     pretty_json,
     run_bulk,
@@ -223,7 +224,7 @@ class EpisodeAdmin(admin.ModelAdmin):
     """Episodic memory: each learning run and its ordered events."""
 
     list_display = ["id", "agent", "kind", "trigger", "status", "started_at", "finished_at", "summary_text"]
-    list_filter = ["status", "kind", "trigger", ("agent", BoundedRelatedFilter)]
+    list_filter = ["status", ("kind", TopValuesFilter), ("trigger", TopValuesFilter), ("agent", BoundedRelatedFilter)]
     list_select_related = ["agent"]
     readonly_fields = ["agent", "kind", "trigger", "status", "started_at", "finished_at", "summary_text", "summary_json"]
     fields = readonly_fields

@@ -506,6 +506,11 @@ class ResolutionRecord(TenantOwned):
         FIXED = "fixed", "fixed threshold"
         EXACT = "exact", "trusted exact phrase"
 
+    class Outcome(models.TextChoices):  # learning.resolution.Outcome's values
+        RESOLVED = "resolved", "resolved"
+        AMBIGUOUS = "ambiguous", "ambiguous"
+        NO_MATCH = "no_match", "no match"
+
     class LabelSource(models.TextChoices):
         CLICK = "click", "click"
         CONFIRMATION = "confirmation", "confirmation"
@@ -518,7 +523,7 @@ class ResolutionRecord(TenantOwned):
     text = models.CharField(max_length=2000)
     normalized = models.CharField(max_length=2000)
     domain = models.CharField(max_length=60, blank=True, default="")
-    outcome = models.CharField(max_length=10)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices)
     verb = models.CharField(max_length=120, blank=True, default="", help_text="The verb run (resolved only)")
     top_verb = models.CharField(max_length=120, blank=True, default="", help_text="The ranking's top verb")
     top_verbs = models.JSONField(default=list, blank=True)
@@ -533,7 +538,7 @@ class ResolutionRecord(TenantOwned):
     penalties = models.JSONField(default=dict, blank=True)
     degraded_reason = models.CharField(max_length=200, blank=True, default="")
     shadow_version = models.PositiveIntegerField(null=True, blank=True)
-    shadow_outcome = models.CharField(max_length=10, blank=True, default="")
+    shadow_outcome = models.CharField(max_length=10, choices=Outcome.choices, blank=True, default="")
     shadow_verb = models.CharField(max_length=120, blank=True, default="")
     label = models.BooleanField(null=True, blank=True, help_text="The top verb was right")
     shadow_label = models.BooleanField(null=True, blank=True, help_text="The shadow fit's top verb was right")

@@ -10,11 +10,10 @@ from datetime import timedelta
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
-from django.db.models import Count, Subquery
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from common.admin import INLINE_ROWS_MAX, HistoryAdmin, SaveChangedOnly, confirm_bulk, newest_rows_formset
+from common.admin import INLINE_ROWS_MAX, HistoryAdmin, SaveChangedOnly, TopValuesFilter, confirm_bulk, newest_rows_formset
 from common.api import ApplicationError
 from common.validation import MAX_DAYS
 from memories import write_gate
@@ -25,46 +24,6 @@ from memories.services import memories_purge_deprecated, memory_deprecate, memor
 
 def _actor(request) -> str:
     return f"admin:{request.user.get_username()}"
-
-
-class TopValuesFilter(admin.SimpleListFilter):
-    """The most frequent values of a field among the newest ``sample`` rows as choices (counting over a whole table of
-    memories or retrievals on every page view would read all of it); any value works through the URL."""
-
-    field = ""
-    limit = 30
-    sample = 20_000
-
-    def lookups(self, request, model_admin):
-        queryset = model_admin.get_queryset(request)
-        newest = queryset.order_by("-pk").values("pk")[: self.sample]
-        rows = (
-            queryset.filter(pk__in=Subquery(newest))
-            .exclude(**{self.field: ""})
-            .values(self.field)
-            .annotate(n=Count("id"))
-            .order_by("-n", self.field)[: self.limit]
-        )
-        values = [(r[self.field], f"{r[self.field]} ({r['n']})") for r in rows]
-        current = self.value()
-        if current and current not in {v for v, _ in values}:
-            values.append((current, current))
-        return values
-
-    def queryset(self, request, queryset):
-        return queryset.filter(**{self.field: self.value()}) if self.value() else queryset
-
-
-class UserFilter(TopValuesFilter):
-    title = "user"
-    parameter_name = "user_id"
-    field = "user_id"
-
-
-class TopicFilter(TopValuesFilter):
-    title = "topic"
-    parameter_name = "topic"
-    field = "topic"
 
 
 class MemoryActionForm(ActionForm):
@@ -136,7 +95,14 @@ class MemoryAdmin(HistoryAdmin):
         "embedded",
         "updated_at",
     ]
-    list_filter = ["status", "memory_type", "namespace", UserFilter, TopicFilter, ("embedding", admin.EmptyFieldListFilter)]
+    list_filter = [
+        "status",
+        "memory_type",
+        ("namespace", TopValuesFilter),
+        ("user_id", TopValuesFilter),
+        ("topic", TopValuesFilter),
+        ("embedding", admin.EmptyFieldListFilter),
+    ]
     search_fields = ["content", "topic", "user_id"]
     ordering = ["-updated_at"]
     action_form = MemoryActionForm
@@ -255,7 +221,7 @@ class QuarantineForm(forms.ModelForm):
 class MemoryQuarantineAdmin(SaveChangedOnly, admin.ModelAdmin):
     form = QuarantineForm
     list_display = ["id", "user_id", "reason", "kinds", "short_preview", "status", "created_at", "reviewed_by"]
-    list_filter = ["status", "reason", "memory_type", UserFilter]
+    list_filter = ["status", ("reason", TopValuesFilter), "memory_type", ("user_id", TopValuesFilter)]
     search_fields = ["redacted_preview", "user_id", "topic"]
     ordering = ["-created_at"]
     actions = ["release", "discard"]
@@ -322,7 +288,7 @@ class MemoryQuarantineAdmin(SaveChangedOnly, admin.ModelAdmin):
 class MemoryRetrievalAdmin(admin.ModelAdmin):
     show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = ["id", "user_id", "namespace", "memory_ids", "degraded", "created_at"]
-    list_filter = ["degraded", UserFilter]
+    list_filter = ["degraded", ("user_id", TopValuesFilter)]
     search_fields = ["user_id"]
     readonly_fields = ["namespace", "user_id", "private_agent", "query_sha256", "memory_ids", "degraded", "created_at"]
 

@@ -20,7 +20,7 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from common.admin import BoundedRelatedFilter, BoundedRelatedOnlyFilter
+from common.admin import BoundedRelatedFilter, BoundedRelatedOnlyFilter, TopValuesFilter
 from common.api import ApplicationError, NotFound
 from review import selectors, services
 from review.models import Decision, Kind
@@ -278,7 +278,7 @@ class DecisionAdmin(admin.ModelAdmin):
     list_filter = [
         "kind",
         "verdict",
-        "category",
+        ("category", TopValuesFilter),
         ("user", ReviewerFilter),
         ("agent", BoundedRelatedFilter),
     ]

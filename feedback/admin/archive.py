@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect, StreamingHttpResponse
 from django.urls import path, reverse
 
-from common.admin import BoundedRelatedFilter
+from common.admin import BoundedRelatedFilter, TopValuesFilter
 from feedback.admin.reviews import FeedbackRecordReadOnlyMixin
 from feedback.models import (
     FeedbackRecordArchive,
@@ -64,7 +64,12 @@ class FeedbackRecordArchiveAdmin(FeedbackRecordReadOnlyMixin, admin.ModelAdmin):
         "created_at",
         "archived_at",
     ]
-    list_filter = ["feedback_type", ("agent", BoundedRelatedFilter), ("action", BoundedRelatedFilter), "source"]
+    list_filter = [
+        "feedback_type",
+        ("agent", BoundedRelatedFilter),
+        ("action", BoundedRelatedFilter),
+        ("source", TopValuesFilter),
+    ]
     list_select_related = ["agent", "action"]
     search_fields = ["human_explanation", "mistake_category"]
     date_hierarchy = "created_at"

@@ -5,7 +5,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
 
-from common.admin import BoundedRelatedFilter, JsonObjectField, pretty_json, rounded, run_bulk
+from common.admin import BoundedRelatedFilter, JsonObjectField, TopValuesFilter, pretty_json, rounded, run_bulk
 from common.api import ApplicationError
 from feedback.delta import delta_is_empty, json_delta
 from feedback.models import (
@@ -407,7 +407,13 @@ class FeedbackRecordAdmin(FeedbackRecordReadOnlyMixin, admin.ModelAdmin):
         "source",
         "created_at",
     ]
-    list_filter = ["feedback_type", ("agent", BoundedRelatedFilter), ("action", BoundedRelatedFilter), "source", "processed"]
+    list_filter = [
+        "feedback_type",
+        ("agent", BoundedRelatedFilter),
+        ("action", BoundedRelatedFilter),
+        ("source", TopValuesFilter),
+        "processed",
+    ]
     list_select_related = ["agent", "action", "pattern__agent", "pattern__action"]  # the pattern's name shows both
     search_fields = ["human_explanation", "mistake_category", "action__name", "agent__name"]
     date_hierarchy = "created_at"

@@ -4,7 +4,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
-from common.admin import HistoryAdmin
+from common.admin import HistoryAdmin, TopValuesFilter
 from common.api import ApplicationError
 from learning import selectors as _selectors
 from learning.models import (
@@ -90,7 +90,7 @@ class LearningCandidateAdmin(HistoryAdmin):
         "candidate_type",
         "risk_level",
         MinOccurrencesFilter,
-        "source",
+        ("source", TopValuesFilter),
         ("user_id", admin.EmptyFieldListFilter),
     ]
     search_fields = ["input_pattern", "normalized", "suggested_output", "previous_output", "explanation", "user_id"]

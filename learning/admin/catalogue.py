@@ -7,7 +7,7 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
-from common.admin import HistoryAdmin, fields_changed, revert_link, unchanged_read_again
+from common.admin import HistoryAdmin, TopValuesFilter, fields_changed, revert_link, unchanged_read_again
 from common.text import normalize_phrase
 from embeddings.admin import EmbeddingStatusMixin
 from learning.models import (
@@ -139,8 +139,8 @@ class LearnedPhraseAdmin(EmbeddingStatusMixin, HistoryAdmin):
     ]
     list_filter = [
         "is_active",
-        "source",
-        "embedding_model",
+        ("source", TopValuesFilter),
+        ("embedding_model", TopValuesFilter),
         ("user_id", admin.EmptyFieldListFilter),
         ("private_agent", admin.EmptyFieldListFilter),
         "verb__domain",

@@ -13,7 +13,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from common.admin import BoundedValuesFilter, SaveChangedOnly, confirm_bulk, rounded, signal_direction
+from common.admin import BoundedValuesFilter, SaveChangedOnly, TopValuesFilter, confirm_bulk, rounded, signal_direction
 from common.api import ApplicationError as _ApplicationError
 from learning import selectors as _selectors
 from learning.models import (
@@ -128,7 +128,7 @@ class SweepFailuresFilter(admin.SimpleListFilter):
 class DisambiguationRequestAdmin(admin.ModelAdmin):
     show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = ["text", "user_id", "channel", "shown_options", "status", "selected_verb", "created_at"]
-    list_filter = ["status", "channel", "domain", "created_at", SweepFailuresFilter]
+    list_filter = ["status", "channel", ("domain", TopValuesFilter), "created_at", SweepFailuresFilter]
     search_fields = ["text", "user_id", "request_id", "selected_verb"]
     date_hierarchy = "created_at"
     readonly_fields = [
