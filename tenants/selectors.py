@@ -21,12 +21,15 @@ def tenant_get(*, slug: str) -> Tenant | None:
 
 
 def user_tenant_ids(user):
-    """The tenants a signed-in user may see: ``ALL`` for a superuser, else their memberships' ids."""
+    """The tenants a signed-in user may see: ``ALL`` for a superuser, else their memberships' ids, read once per
+    user object (a request's: the scope middleware and the page both ask, as Django caches permissions)."""
     if user is None or not user.is_authenticated:
         return ()
     if user.is_superuser:
         return ALL
-    return tuple(Membership.objects.filter(user=user).values_list("tenant_id", flat=True))
+    if not hasattr(user, "_tenant_ids_cache"):
+        user._tenant_ids_cache = tuple(Membership.objects.filter(user=user).values_list("tenant_id", flat=True))
+    return user._tenant_ids_cache
 
 
 def user_tenants(*, user):

@@ -534,3 +534,22 @@ def test_a_candidate_decided_in_a_scope_of_every_tenant_teaches_its_own_tenant(t
     phrase = LearnedPhrase.objects.get(normalized="open a brand new client unit", user_id=None)
     assert phrase.tenant_id == two["t1"].pk and phrase.verb.tenant_id == two["t1"].pk
     assert not LearnedPhrase.objects.filter(tenant=two["t2"], normalized="open a brand new client unit").exists()
+
+
+def test_a_persons_tenants_are_read_once_per_request_user_and_again_after_a_membership_is_added(db):
+    """The scope middleware and the page both ask for a person's tenants: one read of their memberships per user
+    object (a request's), and a membership added through the service is seen on the next ask."""
+    from django.test.utils import CaptureQueriesContext
+
+    from tenants.selectors import user_tenant_ids
+
+    person = get_user_model().objects.create_user("pia", password="pw-1234-xyz", is_staff=True)
+    acme, globex = tenant_create(slug="acme"), tenant_create(slug="globex")
+    membership_add(user=person, tenant=acme)
+    with CaptureQueriesContext(connection) as seen:
+        assert user_tenant_ids(person) == (acme.pk,)
+        assert user_tenant_ids(person) == (acme.pk,)
+    assert len(seen.captured_queries) == 1
+    membership_add(user=person, tenant=globex)
+    assert sorted(user_tenant_ids(person)) == sorted([acme.pk, globex.pk])
+    assert user_tenant_ids(get_user_model().objects.get(pk=person.pk)) != ()  # a fresh object reads them
