@@ -129,6 +129,8 @@ class LearnedPhrase(TenantOwned, Embedded):
             # the global phrases alone: resolving walks them apart from users' phrases (tiers.tier_rows)
             hnsw_index("learnedphrase_global_hnsw", condition=Q(user_id__isnull=True)),
             models.Index(fields=["tenant", "user_id", "normalized"], name="learnedphrase_user_norm"),
+            # the active phrases' counts (admin index, stats) read this, not the table and its vectors
+            models.Index(fields=["tenant", "private_agent"], condition=Q(is_active=True), name="learnedphrase_active"),
             *embedding_work_indexes("learnedphrase"),
         ]
 
