@@ -166,7 +166,7 @@ _SEPARATED_CODE = re.compile(r"(?<![\w.:/\-])[*#]?\d{1,4}(?:[- ]\d{1,4}){0,3}#?(
 # what an answer says before the value itself: "It's swordfish", "The wifi password is swordfish", "Use swordfish"
 _LEAD_IN = re.compile(
     r"(?i)^(?:(?:it's|it\s+is|that's|that\s+is|use|try|type|enter)\s+|"
-    r"(?:the\s+|our\s+|my\s+)?(?:[\w\-]+\s+){0,3}?" + _SECRET_NOUN + r"\s+(?:is|was|:)\s+|" + _SECRET_NOUN + r"\s*:\s*)"
+    r"(?:the\s+|our\s+|my\s+)?(?:[\w\-]+\s+){0,3}?" + _SECRET_NOUN + r"(?:\s+(?:is|was)\s+|\s*:\s*)|" + _SECRET_NOUN + r"\s*:\s*)"
 )
 # the value stated after "is": "the password is swordfish.", "it is guestnetwork, all lowercase"
 _IS_VALUE = re.compile(r"(?i)\b(?:is|was|:)\s+(?P<value>[^\s,;.!?()\[\]{}<>\"'`]{4,64})(?=\s*(?:[.,;!]|$))")
@@ -188,6 +188,20 @@ _NO_VALUE = {
 }
 
 
+# what a short answer says of a secret rather than giving it: "it is long, 16 characters", "that's correct."
+_DESCRIBES_SECRET = {
+    *("long", "short", "weak", "strong", "fine", "good", "wrong", "right", "correct", "incorrect", "valid", "invalid"),
+    *("secret", "private", "public", "confidential", "sensitive", "simple", "complex", "easy", "hard", "random"),
+    *("unique", "personal", "shared", "current", "temporary", "permanent", "mandatory", "optional", "free", "open"),
+    *("closed", "gone", "down", "there", "here", "below", "above", "attached", "online", "offline", "lowercase"),
+    *("uppercase", "numeric", "alphanumeric", "new", "old", "this", "that", "mine", "yours", "ours", "theirs"),
+}
+# the first word after an answer's "it is" / "the password is" lead-in, when it ends the clause: "it is dragon, all
+# lowercase" (not after "use", "try": "Use caution, it changes weekly" gives advice)
+_FIRST_VALUE = re.compile(r"(?P<value>[^\s,;.!?()\[\]{}<>\"'`]{4,64})(?=\s*(?:[.,;!]|$))")
+_ADVICE = re.compile(r"(?i)^(?:use|try|type|enter)\b")
+
+
 def _plain_value(token: str, *, rare: bool) -> bool:
     """``token`` can be a secret given without digits: not a placeholder, an address, a path, a version or a time; not
     a word that means no value; with ``rare``, a word English seldom uses (wordfreq Zipf below 3.5: "swordfish", not
@@ -204,10 +218,16 @@ def _plain_value(token: str, *, rare: bool) -> bool:
     return zipf_frequency(low, "en") < 3.5
 
 
+def _stated_value(token: str) -> bool:
+    """``token``, all an answer states after its lead-in, can be the secret: a plain value that does not describe one."""
+    return token.lower() not in _DESCRIBES_SECRET and _plain_value(token, rare=False)
+
+
 def _plain_secret_values(answer: str) -> list[tuple[int, int]]:
     """Spans of values without digits, or with separators, in an answer to a question that asks for a secret: the
-    whole answer after its lead-in ("swordfish", "It's swordfish."), a quoted word, a rare word stated after "is",
-    a code typed with separators ("12-34-56", "4829#")."""
+    whole answer after its lead-in ("swordfish", "It's swordfish."), the word that ends the lead-in's clause ("it is
+    dragon, all lowercase"), a quoted word, a rare word stated after "is", a code typed with separators ("12-34-56",
+    "4829#")."""
     spans = []
     for m in _SEPARATED_CODE.finditer(answer):
         digits = sum(c.isdigit() for c in m.group(0))
@@ -219,9 +239,14 @@ def _plain_secret_values(answer: str) -> list[tuple[int, int]]:
     stripped = answer.strip()
     lead = _LEAD_IN.match(stripped)
     rest = stripped[lead.end() if lead else 0 :].rstrip(".!;, ")
-    if rest and not re.search(r"\s", rest) and _plain_value(rest, rare=False):
+    if rest and not re.search(r"\s", rest) and _stated_value(rest):
         start = answer.index(rest, answer.index(stripped) + (lead.end() if lead else 0))
         spans.append((start, start + len(rest)))
+    if lead and not _ADVICE.match(lead.group(0)):
+        offset = answer.index(stripped) + lead.end()
+        first = _FIRST_VALUE.match(answer, offset)
+        if first and _stated_value(first.group("value")):
+            spans.append(first.span("value"))
     for m in _QUOTED.finditer(answer):
         if not _NAMED_BEFORE.search(answer[max(0, m.start() - 20) : m.start()]) and _plain_value(m.group("value"), rare=False):
             spans.append(m.span("value"))

@@ -170,6 +170,10 @@ def test_observe_quarantines_a_former_gap_with_it_redacted(answer, secret):
         ("What's the wifi password?", "swordfish", "swordfish"),
         ("What's the wifi password?", "It's swordfish.", "swordfish"),
         ("What is the wifi password at the office?", "The guest one is guestnetwork, all lowercase.", "guestnetwork"),
+        # a common word that ends the answer's "it is" / "the password is" clause
+        ("What's the wifi password?", "It is dragon, all lowercase.", "dragon"),
+        ("What's the wifi password?", "The password is dragon, ask Bob before you change it.", "dragon"),
+        ("Do you know the wifi password?", "The wifi password: dragon.", "dragon"),
         # a code with separators
         ("What's the door code?", "12-34-56 then the green button on the left.", "12-34-56"),
         ("What's the alarm code?", "*4829# on the panel by the back door.", "*4829#"),
@@ -223,6 +227,13 @@ def test_a_secret_asked_for_in_the_question_and_given_in_the_answer_is_quarantin
         ("Do you know where the VPN credentials are?", "Bitwarden."),
         ("Do you know which secret the webhook uses?", "It is WEBHOOK_SECRET."),
         ("What's the door code?", "Door code is on page 12-14 of the handbook."),
+        # a word that says something of the password, not the password
+        ("What's the wifi password?", "It is long, at least 16 characters."),
+        ("What's the wifi password?", "That is correct."),
+        ("What's the wifi password?", "It is there, on the fridge."),
+        ("What's the wifi password?", "The password is confidential, ask IT."),
+        ("What's the wifi password?", "Use caution, it changes weekly."),
+        ("What's the wifi password?", "It is Bob's, ask him."),
     ],
 )
 def test_a_question_about_passwords_or_tokens_keeps_its_answer(question, answer):
