@@ -197,6 +197,28 @@ def test_a_memory_purge_for_one_user_stays_in_the_tenant_named(two):
         run("embed_memories", "--user", "alice", "--tenant", "nowhere")
 
 
+def test_a_memory_purge_for_one_user_counts_the_tenants_of_their_retrieval_logs_too(two):
+    """The purge deletes a user's old retrieval logs as well as their memories: a user id with memories in one
+    tenant and retrieval logs in another is two tenants' user, and the purge without --tenant is refused (it
+    deleted the other tenant's logs)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memories.models import MemoryRetrieval
+
+    old = timezone.now() - timedelta(days=400)
+    for agent in (two["acme"][0], two["globex"][0]):
+        with tenant_scope([agent.tenant_id]):
+            MemoryRetrieval.objects.create(user_id="alice", query_sha256="a" * 64)
+            MemoryRetrieval.objects.filter(user_id="alice").update(created_at=old)
+    with pytest.raises(CommandError, match="memories or retrieval logs in several tenants.*acme, globex.*--tenant"):
+        run("purge_deprecated_memories", "--user", "alice", "--older-than", "30d")
+    assert MemoryRetrieval.objects.count() == 2
+    run("purge_deprecated_memories", "--user", "alice", "--older-than", "30d", "--tenant", "acme")
+    assert list(MemoryRetrieval.objects.values_list("tenant__slug", flat=True)) == ["globex"]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_embedding_one_tenants_memories_commits_batch_by_batch(monkeypatch):
     from django.db import connection

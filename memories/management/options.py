@@ -7,7 +7,7 @@ from django.core.management.base import CommandError
 
 from common.text import terminal_safe
 from common.validators import USER_ID_RE
-from memories.models import Memory
+from memories.models import Memory, MemoryRetrieval
 from tenants.context import tenant_session
 from tenants.selectors import tenant_get
 
@@ -32,17 +32,20 @@ def bounded(value: int, *, option: str, high: int) -> int:
 def tenant_scoped(tenant: str | None, *, user_id: str | None = None, must_choose: bool = False):
     """The scope of ``--tenant`` (that tenant only), or every tenant's without it. A user id is one tenant's user:
     with ``must_choose`` (work that deletes), ``--user`` without ``--tenant`` is refused when that user id has
-    memories in several tenants, naming them, never run for each of them."""
+    memories or retrieval logs in several tenants, naming them, never run for each of them."""
     if tenant is not None:
         workspace = tenant_get(slug=tenant)
         if workspace is None:
             raise CommandError(f"No tenant {terminal_safe(tenant)!r}.")
         return tenant_session([workspace.pk])  # the work's own transactions (batches commit one by one)
     if must_choose and user_id is not None:
-        slugs = sorted(set(Memory.objects.filter(user_id=user_id).values_list("tenant__slug", flat=True)))
+        slugs = set()
+        for model in (Memory, MemoryRetrieval):  # the purge deletes both
+            rows = model.objects.filter(user_id=user_id).order_by().values_list("tenant__slug", flat=True).distinct()
+            slugs.update(rows)
         if len(slugs) > 1:
             raise CommandError(
-                f"User {user_id!r} has memories in several tenants ({', '.join(slugs)}); a user id is one tenant's "
-                "user: name the tenant (--tenant SLUG)."
+                f"User {user_id!r} has memories or retrieval logs in several tenants ({', '.join(sorted(slugs))}); "
+                "a user id is one tenant's user: name the tenant (--tenant SLUG)."
             )
     return nullcontext()
