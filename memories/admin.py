@@ -5,7 +5,6 @@ see the version chain and the skip/merge decisions folded into a memory; purge d
 edit the redacted preview, then release it (it must pass the write-gate) or discard it.
 """
 
-from datetime import timedelta
 
 from django import forms
 from django.contrib import admin, messages
@@ -15,11 +14,13 @@ from django.utils.html import format_html, format_html_join
 
 from common.admin import INLINE_ROWS_MAX, HistoryAdmin, SaveChangedOnly, TopValuesFilter, confirm_bulk, newest_rows_formset
 from common.api import ApplicationError
+from common.tasks import task_send_on_commit
 from common.validation import MAX_DAYS
 from memories import write_gate
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryWriteDecision, QuarantineStatus
 from memories.selectors import memory_version_chain
-from memories.services import memories_purge_deprecated, memory_deprecate, memory_promote, quarantine_discard, quarantine_release
+from memories.services import memory_deprecate, memory_promote, quarantine_discard, quarantine_release
+from memories.tasks import memory_purge_deprecated_task
 
 
 def _actor(request) -> str:
@@ -195,14 +196,19 @@ class MemoryAdmin(HistoryAdmin):
 
     @admin.action(description="Purge deprecated memories older than N days (all users)", permissions=["delete"])
     def purge_deprecated(self, request, queryset):
-        raw = request.POST.get("days") or "90"
-        try:
-            days = int(raw)
-            counts = memories_purge_deprecated(older_than=timedelta(days=days))
-        except (ValueError, OverflowError, ApplicationError):
+        """Sent as the purge task, after this request commits: its batches each commit on their own (inside the
+        request's transaction they would hold every lock until the page answered)."""
+        raw = (request.POST.get("days") or "90").strip()
+        days = int(raw) if raw.isascii() and raw.isdigit() else 0
+        if not 1 <= days <= MAX_DAYS:
             self.message_user(request, f"Days must be a whole number from 1 to {MAX_DAYS}.", messages.ERROR)
             return
-        self.message_user(request, f"Purged {counts['memories']} deprecated memories older than {days} days.", messages.SUCCESS)
+        task_send_on_commit(memory_purge_deprecated_task, days=days)
+        self.message_user(
+            request,
+            f"Deprecated memories older than {days} days (and retrieval logs) are being purged in the background.",
+            messages.SUCCESS,
+        )
 
 
 class QuarantineForm(forms.ModelForm):

@@ -29,8 +29,10 @@ def memory_embed(self, memory_ids: list[int]) -> int:
 
 
 @shared_task(ignore_result=True, one_transaction=False)
-def memory_purge_deprecated_task() -> dict:
-    """Periodic: delete deprecated memories and retrieval logs older than MEMORY_PURGE_DEFAULT_DAYS."""
-    counts = memories_purge_deprecated(older_than=timedelta(days=settings.MEMORY_PURGE_DEFAULT_DAYS))
+def memory_purge_deprecated_task(days: int | None = None) -> dict:
+    """Delete deprecated memories and retrieval logs older than ``days`` (periodic: MEMORY_PURGE_DEFAULT_DAYS; the
+    admin's action sends its own), in batches that each commit on their own."""
+    days = settings.MEMORY_PURGE_DEFAULT_DAYS if days is None else days
+    counts = memories_purge_deprecated(older_than=timedelta(days=days))
     logger.info("purged %(memories)d deprecated memories and %(retrievals)d retrieval logs", counts)
     return counts

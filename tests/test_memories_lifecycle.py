@@ -314,7 +314,7 @@ class TestAdmin:
         listing = admin_client.get("/admin/memories/memory/?user_id=bob").content.decode()
         assert "payments API" not in listing
 
-    def test_promote_deprecate_purge_actions(self, admin_client):
+    def test_promote_deprecate_purge_actions(self, admin_client, django_capture_on_commit_callbacks):
         m = make_memory(content=LOG_LESSONS[0])
         url = "/admin/memories/memory/"
         asked = admin_client.post(url, {"action": "promote", "_selected_action": [m.pk]})
@@ -330,10 +330,18 @@ class TestAdmin:
         admin_client.post(url, {"action": "deprecate", "_selected_action": [m.pk], "reason": "wrong advice"})
         m.refresh_from_db()
         assert m.status == "deprecated" and m.status_reason == "wrong advice"
-        admin_client.post(url, {"action": "purge_deprecated", "_selected_action": [m.pk], "days": "0"})
+        for days in ("0", "-1", "abc", "36501", "\N{SUPERSCRIPT TWO}"):  # the action form or the action refuses
+            with django_capture_on_commit_callbacks(execute=True) as sent:
+                admin_client.post(url, {"action": "purge_deprecated", "_selected_action": [m.pk], "days": days})
+            assert sent == []
         assert Memory.objects.filter(pk=m.pk).exists()  # at least 1 day
         Memory.objects.filter(pk=m.pk).update(deprecated_at=timezone.now() - datetime.timedelta(days=2))
-        admin_client.post(url, {"action": "purge_deprecated", "_selected_action": [m.pk], "days": "1"})
+        with django_capture_on_commit_callbacks(execute=False) as sent:
+            admin_client.post(url, {"action": "purge_deprecated", "_selected_action": [m.pk], "days": "1"})
+        assert Memory.objects.filter(pk=m.pk).exists() and len(sent) == 1  # sent once the request commits
+        with django_capture_on_commit_callbacks(execute=True):
+            done = admin_client.post(url, {"action": "purge_deprecated", "_selected_action": [m.pk], "days": "1"}, follow=True)
+        assert "being purged in the background" in done.content.decode()
         assert not Memory.objects.filter(pk=m.pk).exists()
 
     def test_a_deprecated_memory_taught_again_is_not_promoted_beside_its_live_copy(self, admin_client):
