@@ -19,7 +19,7 @@ from tenants.selectors import tenant_ids_all
 logger = logging.getLogger(__name__)
 
 
-@shared_task(ignore_result=True)
+@shared_task(ignore_result=True, one_transaction=False)
 def purge_expired_blocks_task() -> int:
     """Periodic: delete expired blocklist entries (they stopped applying at expiry already)."""
 

@@ -326,3 +326,24 @@ def test_a_candidate_id_no_key_can_hold_is_404_like_any_unknown_id(gov_api, cata
 def test_a_candidate_id_no_key_can_hold_still_needs_the_governance_scope(api, catalogue):
     response = api.post("/api/v1/learning/candidates/9223372036854775808/approve", {}, format="json")
     assert response.status_code == 403
+
+
+def test_expired_blocks_go_in_batches_each_with_its_history(catalogue, monkeypatch):
+    """A backlog of expired blocks is deleted a batch at a time (not one DELETE of every row, each loaded with its
+    vector), and each deletion stays in the block's history; a block not expired stays."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from common import db
+    from learning.services.blocks import phrase_blocks_purge_expired
+
+    monkeypatch.setattr(db, "PURGE_BATCH", 2)
+    blocks = [phrase_block_add(phrase=f"drop cbu number {i}", verb_name="cbu.delete")[0] for i in range(5)]
+    live, _ = phrase_block_add(phrase="remove a client business unit", verb_name="cbu.delete")
+    PhraseBlock.objects.filter(pk__in=[b.pk for b in blocks]).update(expires_at=timezone.now() - timedelta(days=1))
+    with CaptureQueriesContext(connection) as seen:
+        assert phrase_blocks_purge_expired() == 5
+    deletes = [q["sql"] for q in seen.captured_queries if q["sql"].startswith('DELETE FROM "learning_phraseblock"')]
+    assert len(deletes) == 3  # 2 + 2 + 1
+    assert list(PhraseBlock.objects.values_list("pk", flat=True)) == [live.pk]
+    assert PhraseBlock.history.filter(history_type="-").count() == 5

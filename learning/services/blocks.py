@@ -4,6 +4,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from common.api import ApplicationError, Conflict, NotFound
+from common.db import rows_delete_in_batches
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_compute
 from learning.models import PhraseBlock, Verb
@@ -199,7 +200,6 @@ def phrase_block_delete(*, block_id: int, reviewer=None, agent=None) -> None:
 
 
 def phrase_blocks_purge_expired() -> int:
-    """Delete every expired block; answers how many went."""
-    with transaction.atomic():
-        deleted, _ = PhraseBlock.objects.filter(expires_at__lte=timezone.now()).delete()
-    return deleted
+    """Delete every expired block (each deletion kept in its history), in batches that each commit on their own;
+    answers how many went."""
+    return rows_delete_in_batches(PhraseBlock.objects.filter(expires_at__lte=timezone.now()))
