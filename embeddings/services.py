@@ -102,24 +102,51 @@ def embeddings_refresh(*, rows: Sequence[Model]) -> int:
 
 def embeddings_batches_refresh(*, pending, batch_size: int, update=None) -> tuple[int, int]:
     """Embed the rows of ``pending`` (one model's rows needing a vector) in batches by primary key, each batch
-    committed on its own (resumable); a failing batch is logged, counted and skipped, so it never stops the rest.
-    ``update(n)`` is called after each batch (a progress bar). Answers (embedded, failed); a row whose text changed
-    while its batch was embedded is neither (not written: the next sweep sees it if it still needs a vector)."""
+    committed on its own (resumable). ``update(n)`` is called after each batch (a progress bar). Answers (embedded,
+    failed); a row whose text changed while its batch was embedded is neither (not written: the next sweep sees it
+    if it still needs a vector).
+
+    A batch the embedder refuses is split in halves, down to single rows: one text it cannot embed (a server that
+    refuses it, or answers a vector without direction) fails alone, logged, and the rest of its batch is written.
+    After more failed calls in a row than the splits of one batch need, with nothing written in between, the run
+    stops (the embedder is down: each further batch would wait out its timeout and retries) and the next sweep
+    starts again."""
     embedded = failed = last_pk = 0
-    while True:
+    patience = max(1, batch_size).bit_length() + 2  # a batch's splits down to its first row, and a little more
+    streak = 0
+
+    def refresh(rows) -> tuple[int, int]:
+        nonlocal streak
+        if streak >= patience:
+            return 0, 0
+        try:
+            done, changed = _rows_refresh(rows=rows)
+        except Exception:  # count and go on: one bad text must not stop the rest
+            logger.exception("embedding %d %s row(s) from pk %s failed", len(rows), type(rows[0]).__name__, rows[0].pk)
+            done = changed = 0
+        if done or changed:
+            streak = 0
+            return done, changed
+        streak += 1
+        if len(rows) == 1:
+            logger.warning("%s pk %s could not be embedded; left for the next sweep", type(rows[0]).__name__, rows[0].pk)
+            return 0, 0
+        half = len(rows) // 2
+        first, second = refresh(rows[:half]), refresh(rows[half:])
+        return first[0] + second[0], first[1] + second[1]
+
+    while streak < patience:
         rows = list(pending.filter(pk__gt=last_pk).order_by("pk")[:batch_size])
         if not rows:
             break
         last_pk = rows[-1].pk
-        try:
-            done, changed = _rows_refresh(rows=rows)
-        except Exception:  # count and go on: one bad batch must not stop the rest
-            logger.exception("embedding batch of %s after pk %s failed", type(rows[0]).__name__, last_pk)
-            done = changed = 0
+        done, changed = refresh(rows)
         embedded += done
         failed += len(rows) - done - changed
         if update:
             update(len(rows))
+    if streak >= patience:
+        logger.warning("embedding stopped after %d failed calls in a row (the embedder is down?); the next sweep goes on", streak)
     return embedded, failed
 
 

@@ -306,3 +306,62 @@ def test_a_backfill_while_another_runs_does_nothing(catalogue, capsys):
         with pytest.raises(CommandError, match="Another backfill"):
             call_command("backfill_embeddings", "--no-progress")
     assert embeddings_backfill()["embedded"] == 1
+
+
+class _Refusing:
+    """The local model, refusing any batch that holds one of ``poison`` (a server answering 400 for that text, or a
+    vector without direction), or every batch (``down``); counts its calls."""
+
+    def __init__(self, inner, poison=(), down=False):
+        self.inner, self.poison, self.down, self.calls = inner, set(poison), down, 0
+        self.model_name, self.dimension, self.in_process = inner.model_name, inner.dimension, True
+
+    def embed(self, text):
+        return self.embed_batch([text])[0]
+
+    def embed_batch(self, texts):
+        self.calls += 1
+        if self.down or self.poison & set(texts):
+            raise EmbeddingError("the server refused the batch")
+        return self.inner.embed_batch(texts)
+
+
+@pytest.mark.django_db
+def test_one_text_the_embedder_refuses_fails_alone_and_the_rest_of_its_batch_is_written(catalogue):
+    """A batch the embedder refuses is split down to the text it refuses: that row is the only failure (left for the
+    next sweep), every other row of the batch gets its vector, on every sweep."""
+    set_embedder(None)
+    local = get_embedder().inner
+    VerbPhrase.objects.update(embedding=None, embedding_model="", embedding_hash="")
+    rows = list(VerbPhrase.objects.order_by("pk"))
+    poison = rows[0].normalized  # the first row: the split that finds it goes deepest
+    refusing = _Refusing(local, poison=[poison])
+    set_embedder(refusing)
+    try:
+        totals = embeddings_backfill(batch_size=8)
+    finally:
+        set_embedder(None)
+    assert totals["failed"] == 1 and totals["embedded"] == len(rows) - 1
+    pending = embedding_rows_needing_work(VerbPhrase, current_model=local.model_name)
+    assert list(pending.values_list("normalized", flat=True)) == [poison]
+
+
+@pytest.mark.django_db
+def test_with_the_embedder_down_the_backfill_stops_after_a_few_calls(catalogue):
+    """Every batch would wait out the server's timeout and retries: after the failed calls one batch's splits need
+    (and a few more), the run stops; nothing was written and the next sweep starts again."""
+    set_embedder(None)
+    local = get_embedder().inner
+    VerbPhrase.objects.update(embedding=None, embedding_model="", embedding_hash="")
+    total = VerbPhrase.objects.count()
+    assert total >= 5 * 2  # five batches of two
+    down = _Refusing(local, down=True)
+    set_embedder(down)
+    try:
+        totals = embeddings_backfill(batch_size=2)
+    finally:
+        set_embedder(None)
+    # batch 1: both rows, then each alone (3 calls); batch 2: both rows (the 4th): 4 calls, not 3 for every batch
+    assert totals["embedded"] == 0 and down.calls == (2).bit_length() + 2 == 4
+    assert totals["failed"] == 4  # the rows of the two batches tried, not every row
+    assert embedding_rows_needing_work(VerbPhrase, current_model=local.model_name).count() == total
