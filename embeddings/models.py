@@ -16,6 +16,9 @@ class Embedded(models.Model):
 
     #: The field holding the text the vector is computed from.
     embedded_field = "normalized"
+    #: Where the backfill takes this table among the others (lower first): after a change of model, a table whose
+    #: rows not yet embedded again cost most comes first.
+    backfill_order = 100
 
     class Meta:
         abstract = True

@@ -32,8 +32,9 @@ def embedding_rows_needing_work(model, *, current_model: str) -> QuerySet:
 
 
 def embedded_models() -> list[type[Embedded]]:
-    """Every installed model whose rows carry a vector (subclasses of ``Embedded``), in a stable order."""
-    return sorted((m for m in apps.get_models() if issubclass(m, Embedded)), key=lambda m: m._meta.label)
+    """Every installed model whose rows carry a vector (subclasses of ``Embedded``), in the backfill's order
+    (``backfill_order``, then the label)."""
+    return sorted((m for m in apps.get_models() if issubclass(m, Embedded)), key=lambda m: (m.backfill_order, m._meta.label))
 
 
 def nearest(qs: QuerySet, vector, k: int, *, project: Callable[[QuerySet], QuerySet] = lambda q: q) -> list:
@@ -54,3 +55,37 @@ def nearest(qs: QuerySet, vector, k: int, *, project: Callable[[QuerySet], Query
     if len(exact) > len(rows):
         logger.info("%s: index scan found %d of %d neighbours, exact scan %d", qs.model._meta.label, len(rows), k, len(exact))
     return exact
+
+
+# How long a process trusts its answer to "are vectors of another model left?" (one index probe per table when it
+# asks again): a change of model is re-embedded by the backfill over minutes or hours, never in a second.
+OTHER_MODEL_CHECK_S = 5.0
+_other_model_seen: dict[tuple, tuple[float, bool]] = {}
+
+
+def other_model_rows_left(models, *, current_model: str) -> bool:
+    """Whether rows of ``models`` in the caller's scope still carry a vector of another embedding model (after a
+    change of model, until the backfill has embedded them again): those rows are not compared with a query of
+    ``current_model``, which should say so. Per process, kept ``OTHER_MODEL_CHECK_S``; the probes read the
+    ``<table>_emb_model`` index, either side of the current model."""
+    import time
+
+    from tenants.context import tenant_filter_ids
+
+    key = (tuple(m._meta.label for m in models), current_model, tenant_filter_ids())
+    now = time.monotonic()
+    seen = _other_model_seen.get(key)
+    if seen is not None and now - seen[0] < OTHER_MODEL_CHECK_S:
+        return seen[1]
+    # either side of the current model, past the rows without one ("": waiting for their first vector)
+    other = Q(embedding_model__gt="", embedding_model__lt=current_model) | Q(embedding_model__gt=current_model)
+    left = any(m.objects.filter(other).exists() for m in models)
+    if len(_other_model_seen) > 1000:
+        _other_model_seen.clear()
+    _other_model_seen[key] = (now, left)
+    return left
+
+
+def other_model_rows_forget() -> None:
+    """Forget what ``other_model_rows_left`` saw (tests; a process that changed its model)."""
+    _other_model_seen.clear()

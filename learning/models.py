@@ -183,6 +183,7 @@ class PhraseBlock(TenantOwned, Embedded):
     expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    backfill_order = 0  # until a block is embedded again, its verb is never offered for any text that resolves
     history = HistoricalRecords(get_user=history_user, excluded_fields=["embedding"])
 
     class Meta:

@@ -120,6 +120,11 @@ def _substring_score(phrase: str, normalized: str, base: float) -> float:
     return round(base * math.sqrt(shorter / max(longer, 1)), 4)
 
 
+# After a change of embedding model, until the backfill has embedded every phrase again, the phrases still on the
+# old model are not compared (their cosines to a query of the new model mean nothing): an answer says so.
+REEMBEDDING = "re-embedding: some phrases still carry another embedding model's vectors and were not compared"
+
+
 def resolve(*, text: str, user_id: str | None = None, domain: str | None = None, limit: int | None = None) -> Resolution:
     """Resolve ``text`` for ``user_id`` (None: global data only) within ``domain``."""
     limit = limit or settings.RESOLVE_DEFAULT_LIMIT
@@ -168,6 +173,8 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
 
     with timed("embed"):
         vector, model, reason = embed_query(normalized)
+    if vector is not None and not reason and selectors.vectors_of_another_model_left(model):
+        reason = REEMBEDDING
     # Tiers 3-7 come back from one query (see selectors.tier_rows).
     k_learned, k_catalogue = max(limit * 4, 20), max(limit * 6, 30)
     with timed("tiers"):

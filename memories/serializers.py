@@ -114,7 +114,10 @@ class RetrieveResponseSerializer(serializers.Serializer):
     items = MemoryItemSerializer(many=True)
     block = serializers.CharField(allow_blank=True, help_text="<learning_memories> … </learning_memories>, empty when no item")
     degraded = serializers.BooleanField()
-    degraded_reason = serializers.CharField(allow_blank=True, help_text="embedder_unavailable or no_embeddings")
+    degraded_reason = serializers.CharField(
+        allow_blank=True,
+        help_text="embedder_unavailable or no_embeddings (the most recent verified memories answer), or reembedding (after a change of model, memories not yet embedded again were not compared)",
+    )
     retrieval_id = serializers.IntegerField(
         allow_null=True, help_text="None for a key without the feedback scope: nothing was logged"
     )

@@ -43,10 +43,13 @@ CATALOGUE = [
 
 @pytest.fixture(autouse=True)
 def _fresh_verb_details():
-    """Each test starts without the per-process verb details cache (tests roll the catalogue back)."""
+    """Each test starts without the per-process verb details cache and what it saw of other embedding models' rows
+    (tests roll the catalogue back)."""
+    from embeddings.selectors import other_model_rows_forget
     from learning.selectors import verb_details_forget
 
     verb_details_forget()
+    other_model_rows_forget()
 
 
 @pytest.fixture(autouse=True)

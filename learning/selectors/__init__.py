@@ -55,11 +55,13 @@ from learning.selectors.tiers import (
     scope_q,
     tier_rows,
     unexpired_blocks,
+    vectors_of_another_model_left,
     verb_details,
     verb_details_forget,
 )
 
 __all__ = [
+    "vectors_of_another_model_left",
     "phrase_owner",
     "ALIAS_SEMANTIC_THRESHOLDS",
     "ExactHit",

@@ -17,6 +17,7 @@ from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from common.db import VectorParam, rows_fetch
+from embeddings.selectors import other_model_rows_left
 from learning.models import (
     LearnedPhrase,
     PhraseBlock,
@@ -510,6 +511,13 @@ def tier_rows(
     del out.learned[k_learned:]  # a split's two parts: the nearest of both
     out.catalogue.sort(key=lambda h: -h.similarity)
     return out
+
+
+def vectors_of_another_model_left(model: str) -> bool:
+    """Whether catalogue phrases, learned phrases or blocks in scope still carry vectors of another embedding model
+    than the query's (after a change of model, until the backfill embeds them again): the vector tiers do not
+    compare them, and an answer should say so."""
+    return other_model_rows_left([PhraseBlock, VerbPhrase, LearnedPhrase], current_model=model)
 
 
 def unexpired_blocks() -> QuerySet[PhraseBlock]:

@@ -10,6 +10,7 @@ from django.utils import timezone
 from common.db import ASYNC_COMMIT
 from common.text import text_hash
 from embeddings.embedders import embed_query
+from embeddings.selectors import other_model_rows_left
 from embeddings.services import embedding_assign, embeddings_compute, embeddings_refresh
 from memories.models import Memory, MemoryRetrieval
 from memories.selectors import (
@@ -110,7 +111,10 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
                 items = search()
             if not items and not embedded():
                 degraded_reason = "no_embeddings"
-    if degraded_reason:
+    fallback = bool(degraded_reason)
+    if not degraded_reason and other_model_rows_left([Memory], current_model=model):
+        degraded_reason = "reembedding"  # after a change of model: the memories not embedded again were not compared
+    if fallback:
         items = memory_recent_verified(
             user_id=user_id, namespace=namespace, filters=filters, limit=settings.MEMORY_RETRIEVE_MAX_ITEMS
         )

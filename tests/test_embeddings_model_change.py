@@ -1,0 +1,67 @@
+"""After a change of embedding model, until the backfill has embedded every row again: answers say that rows of the
+old model were not compared (they are never compared with the new model's query), and the backfill takes the
+blocks first (a block not embedded again keeps its verb from every answer)."""
+
+import pytest
+
+from embeddings.embedders import get_embedder
+from embeddings.selectors import embedded_models, other_model_rows_forget
+from embeddings.services import embeddings_backfill
+from learning.models import LearnedPhrase, PhraseBlock
+from learning.resolution import REEMBEDDING, resolve
+from learning.services.phrases import learned_phrase_upsert
+from memories.models import Memory
+from memories.services import memory_retrieve
+from tests.conftest import make_memory
+
+pytestmark = pytest.mark.django_db
+
+
+def _old_model(queryset):
+    queryset.update(embedding_model="an-older-model")
+    other_model_rows_forget()
+
+
+def test_a_resolve_says_phrases_of_another_model_were_not_compared_until_the_backfill_embeds_them(catalogue):
+    learned_phrase_upsert(phrase="display all my business units", verb=catalogue["cbu.list"], user_id="alice")
+    assert resolve(text="display all my business units please", user_id="alice").degraded_reason == ""
+    _old_model(LearnedPhrase.objects.all())
+    during = resolve(text="display all my business units please", user_id="alice")
+    assert during.degraded and during.degraded_reason == REEMBEDDING
+    assert all(c.source != "user_learned_semantic" for c in during.candidates)  # never compared across models
+    assert embeddings_backfill()["embedded"] >= 1
+    other_model_rows_forget()
+    after = resolve(text="display all my business units please", user_id="alice")
+    assert not after.degraded and after.verb == "cbu.list"
+
+
+def test_a_resolve_probes_for_other_models_rows_once_in_a_while_not_on_every_request(catalogue):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def probes(text):
+        with CaptureQueriesContext(connection) as seen:
+            assert not resolve(text=text).degraded
+        return [q["sql"] for q in seen.captured_queries if '"embedding_model" >' in q["sql"]]
+
+    assert len(probes("list my business units")) == 3  # blocks, catalogue phrases, learned phrases: one probe each
+    assert probes("show every business unit") == []  # kept OTHER_MODEL_CHECK_S
+
+
+def test_a_memory_retrieve_ranks_what_it_can_and_says_the_rest_waits_for_its_vectors(db):
+    from django.conf import settings
+
+    current = make_memory(content="Always run the database migrations before deploying the web application.")
+    older = make_memory(content="Rotate the staging credentials every Monday before the standup meeting.")
+    memory_retrieve(user_id="alice", query="deploying the web application")  # embeds both lazily
+    assert Memory.objects.filter(embedding__isnull=False).count() == 2
+    _old_model(Memory.objects.filter(pk=older.pk))
+    result = memory_retrieve(user_id="alice", query="deploying the web application")
+    assert result.degraded and result.degraded_reason == "reembedding"
+    assert [i.memory.pk for i in result.items][:1] == [current.pk]  # ranked as usual, not the recent-verified fallback
+    assert settings.MEMORY_RETRIEVE_TOP_K >= 1
+
+
+def test_the_backfill_embeds_blocks_first():
+    assert embedded_models()[0] is PhraseBlock
+    assert get_embedder().model_name
