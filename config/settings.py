@@ -66,6 +66,12 @@ def env_float(name: str, default: float, *, minimum: float | None = None, maximu
     return _env_number(name, default, float, minimum, maximum)
 
 
+# The longest window, retention or age a setting may name (common.validation.MAX_DAYS, a century): beyond it the date
+# arithmetic of a purge or a window leaves the calendar (an OverflowError on every run of its task).
+_max_days = 36_500
+_max_seconds = _max_days * 86_400
+
+
 def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """A whole-number variable (unset or empty: ``default``); anything else, or a number outside ``minimum`` and
     ``maximum`` (when given, both included), stops the start."""
@@ -419,7 +425,7 @@ REST_FRAMEWORK = {
 # process unless CACHE_URL points at Redis (set it when gunicorn runs several workers).
 API_KEY_RATE = env_rate("API_KEY_RATE", "1200/min", empty_off=True)
 # How long the answer of a write sent with an Idempotency-Key is kept for its retries; the purge runs hourly.
-API_IDEMPOTENCY_TTL_S = env_float("API_IDEMPOTENCY_TTL_S", 86400.0, minimum=0.0)
+API_IDEMPOTENCY_TTL_S = env_float("API_IDEMPOTENCY_TTL_S", 86400.0, minimum=0.0, maximum=_max_seconds)
 # Proxies whose X-Forwarded-For is believed (addresses or CIDRs, comma-separated); empty: none, REMOTE_ADDR is the client.
 # An entry that is not an address or a network stops the start: dropped, every client would count as the proxy.
 TRUSTED_PROXIES = [p.strip() for p in os.environ.get("TRUSTED_PROXIES", "").split(",") if p.strip()]
@@ -638,10 +644,16 @@ RESOLVE_HEADS_KEEP_FITS = env_int("RESOLVE_HEADS_KEEP_FITS", 10, minimum=0)
 RESOLVE_HEAD_CACHE_MB = env_float("RESOLVE_HEAD_CACHE_MB", 256.0, minimum=0.0)
 RESOLVE_DECISION_CACHE_S = env_float("RESOLVE_DECISION_CACHE_S", 5.0, minimum=0.0)  # how long a process trusts the fit in force
 # At least 1: 0 would purge the labels the decision is fitted on as they arrive.
-RESOLUTION_RETENTION_DAYS = env_int("RESOLUTION_RETENTION_DAYS", 90, minimum=1)
+RESOLUTION_RETENTION_DAYS = env_int("RESOLUTION_RETENTION_DAYS", 90, minimum=1, maximum=_max_days)
 CELERY_BEAT_SCHEDULE["learning-decision-refit"] = {
     "task": "learning.decision_refit",
     "schedule": env_float("RESOLVE_REFIT_EVERY_S", 86400.0, minimum=1.0),
+}
+# After a change of embedding model: how often each tenant checks whether the backfill has embedded every phrase
+# again, to fit its catalogue prior on all of them (learning.services.decisions.decision_prior_refresh).
+CELERY_BEAT_SCHEDULE["learning-decision-prior-refresh"] = {
+    "task": "learning.decision_prior_refresh",
+    "schedule": env_float("RESOLVE_PRIOR_CHECK_S", 600.0, minimum=1.0),
 }
 # A tenant with this many learned phrases (and under half of all of them) gets its own partial HNSW index
 # (learning.services.indexes); the index build may use this much memory.
@@ -699,7 +711,7 @@ LOGGING = {
 
 # --- Review inbox (review/) ---
 # Opening an item holds it for this long; others see who holds it and cannot decide it meanwhile.
-REVIEW_CLAIM_SECONDS = env_int("REVIEW_CLAIM_SECONDS", 600, minimum=1)
+REVIEW_CLAIM_SECONDS = env_int("REVIEW_CLAIM_SECONDS", 600, minimum=1, maximum=_max_seconds)
 REVIEW_PAGE_SIZE = env_int("REVIEW_PAGE_SIZE", 50, minimum=1)
 REVIEW_NEXT_LOOKAHEAD = env_int("REVIEW_NEXT_LOOKAHEAD", 50, minimum=1)
 # The backlog chart's daily rows per kind (and the purge of expired claims) are taken this often.
@@ -732,7 +744,7 @@ MEMORY_SEMANTIC_DUPLICATE_THRESHOLD = (
 )  # set to force one value for every model
 MEMORY_TOPIC_SIMILARITY_THRESHOLD = env_float("MEMORY_TOPIC_SIMILARITY_THRESHOLD", 0.80, minimum=0.0, maximum=1.0)
 # A user's "that worked" / "that didn't work" judges the memories of their latest retrieval within this window.
-MEMORY_OUTCOME_WINDOW_S = env_int("MEMORY_OUTCOME_WINDOW_S", 3600, minimum=0)
+MEMORY_OUTCOME_WINDOW_S = env_int("MEMORY_OUTCOME_WINDOW_S", 3600, minimum=0, maximum=_max_seconds)
 MEMORY_DEDUPE_NEIGHBOURS = env_int("MEMORY_DEDUPE_NEIGHBOURS", 5, minimum=0)
 MEMORY_RETRIEVE_TOP_K = env_int("MEMORY_RETRIEVE_TOP_K", 6, minimum=1)
 MEMORY_RETRIEVE_MAX_ITEMS = env_int("MEMORY_RETRIEVE_MAX_ITEMS", 6, minimum=1)
@@ -753,7 +765,7 @@ MEMORY_MIN_CONTENT_WORDS = env_int("MEMORY_MIN_CONTENT_WORDS", 4, minimum=0)
 MEMORY_MAX_SPECIFIC_RATIO = env_float("MEMORY_MAX_SPECIFIC_RATIO", 0.25, minimum=0.0, maximum=1.0)
 MEMORY_MAX_FEEDBACK_IDS = env_int("MEMORY_MAX_FEEDBACK_IDS", 100, minimum=0)
 MEMORY_LAZY_EMBED_BATCH = env_int("MEMORY_LAZY_EMBED_BATCH", 64, minimum=1)
-MEMORY_PURGE_DEFAULT_DAYS = env_int("MEMORY_PURGE_DEFAULT_DAYS", 90, minimum=1)  # a purge needs at least a day
+MEMORY_PURGE_DEFAULT_DAYS = env_int("MEMORY_PURGE_DEFAULT_DAYS", 90, minimum=1, maximum=_max_days)  # a purge needs at least a day
 # Extractor: "deterministic" (default) or "llm" (OpenAI-compatible chat model; needs MEMORY_LLM_MODEL).
 MEMORY_EXTRACTOR = env_choice("MEMORY_EXTRACTOR", "deterministic", ("deterministic", "llm"))
 MEMORY_LLM_MODEL = os.environ.get("MEMORY_LLM_MODEL", "").strip()
@@ -804,22 +816,22 @@ CELERY_BEAT_SCHEDULE["learning-purge-expired-blocks"] = {
 }
 
 # --- Outcomes, feedback, patterns, rules, calibration, autonomy, autonomy cycles ---
-MISTAKE_WINDOW_DAYS = env_int("MISTAKE_WINDOW_DAYS", 30, minimum=1)
+MISTAKE_WINDOW_DAYS = env_int("MISTAKE_WINDOW_DAYS", 30, minimum=1, maximum=_max_days)
 MISTAKE_MIN_COUNT = env_int("MISTAKE_MIN_COUNT", 3, minimum=1)
 CONSULT_PATTERN_PENALTY = env_float("CONSULT_PATTERN_PENALTY", 0.15, minimum=0.0, maximum=1.0)
 CONSULT_PATTERN_FLOOR = env_float("CONSULT_PATTERN_FLOOR", 0.3, minimum=0.0, maximum=1.0)
 CONSULT_APPROVAL_BELOW = env_float(
     "CONSULT_APPROVAL_BELOW", 0.7, minimum=0.0, maximum=1.0
 )  # levels 2-3 still ask below this confidence
-CORRECTION_RULE_EXPIRY_DAYS = env_int("CORRECTION_RULE_EXPIRY_DAYS", 90, minimum=0)  # 0: rules never expire
+CORRECTION_RULE_EXPIRY_DAYS = env_int("CORRECTION_RULE_EXPIRY_DAYS", 90, minimum=0, maximum=_max_days)  # 0: rules never expire
 CORRECTION_RULES_REQUIRE_APPROVAL = env_bool("CORRECTION_RULES_REQUIRE_APPROVAL", False)
-CALIBRATION_WINDOW_DAYS = env_int("CALIBRATION_WINDOW_DAYS", 30, minimum=1)
+CALIBRATION_WINDOW_DAYS = env_int("CALIBRATION_WINDOW_DAYS", 30, minimum=1, maximum=_max_days)
 CALIBRATION_BUCKETS = env_edges("CALIBRATION_BUCKETS", "0.0,0.5,0.7,0.9,1.0")
 CALIBRATION_MIN_BUCKET_SAMPLES = env_int("CALIBRATION_MIN_BUCKET_SAMPLES", 10, minimum=1)
 CALIBRATION_ECE_THRESHOLD = env_float("CALIBRATION_ECE_THRESHOLD", 0.1, minimum=0.0, maximum=1.0)
 CALIBRATION_MAX_ADJUSTMENT = env_float("CALIBRATION_MAX_ADJUSTMENT", 0.15, minimum=0.0, maximum=1.0)
 CALIBRATION_EMA_ALPHA = env_float("CALIBRATION_EMA_ALPHA", 0.3, minimum=0.0, maximum=1.0)
-AUTONOMY_WINDOW_DAYS = env_int("AUTONOMY_WINDOW_DAYS", 60, minimum=1)
+AUTONOMY_WINDOW_DAYS = env_int("AUTONOMY_WINDOW_DAYS", 60, minimum=1, maximum=_max_days)
 AUTONOMY_PROMOTE_MIN_SUCCESS = env_float("AUTONOMY_PROMOTE_MIN_SUCCESS", 0.95, minimum=0.0, maximum=1.0)  # success must be above
 AUTONOMY_PROMOTE_MAX_REJECTION = env_float(
     "AUTONOMY_PROMOTE_MAX_REJECTION", 0.05, minimum=0.0, maximum=1.0
@@ -829,7 +841,7 @@ AUTONOMY_DEMOTE_BELOW_SUCCESS = env_float("AUTONOMY_DEMOTE_BELOW_SUCCESS", 0.80,
 AUTONOMY_DEMOTE_ABOVE_REJECTION = env_float("AUTONOMY_DEMOTE_ABOVE_REJECTION", 0.20, minimum=0.0, maximum=1.0)
 AUTONOMY_DEMOTE_MIN_SAMPLES = env_int("AUTONOMY_DEMOTE_MIN_SAMPLES", 10, minimum=0)
 AUTONOMY_EVALUATION_INTERVAL_S = env_int(
-    "AUTONOMY_EVALUATION_INTERVAL_S", 300, minimum=0
+    "AUTONOMY_EVALUATION_INTERVAL_S", 300, minimum=0, maximum=_max_seconds
 )  # one evaluation per action per interval
 AUTONOMY_CYCLE_INTERVAL_S = env_int("AUTONOMY_CYCLE_INTERVAL_S", 3600, minimum=1)
 CELERY_BEAT_SCHEDULE["autonomy-cycle-all-agents"] = {
@@ -842,7 +854,7 @@ CELERY_BEAT_SCHEDULE["autonomy-cycle-all-agents"] = {
 AUTONOMY_CYCLE_CHUNK = env_int("AUTONOMY_CYCLE_CHUNK", 500, minimum=1)
 # Every cycle writes an episode with its events, and calibration records: older than this they are deleted daily,
 # except an episode an autonomy transition names (its evidence) and the latest calibration of each scope (consult's).
-AUTONOMY_HISTORY_RETENTION_DAYS = env_int("AUTONOMY_HISTORY_RETENTION_DAYS", 90, minimum=1)
+AUTONOMY_HISTORY_RETENTION_DAYS = env_int("AUTONOMY_HISTORY_RETENTION_DAYS", 90, minimum=1, maximum=_max_days)
 CELERY_BEAT_SCHEDULE["autonomy-history-purge"] = {
     "task": "autonomy.history_purge",
     "schedule": env_float("AUTONOMY_HISTORY_PURGE_EVERY_S", 86400.0, minimum=1.0),
@@ -850,14 +862,16 @@ CELERY_BEAT_SCHEDULE["autonomy-history-purge"] = {
 # The audit trail (django-simple-history) of phrases, candidates, memories, ... grows with every confirmation and
 # review: older than this, every change of an object but its latest is deleted daily, and the whole trail of an
 # object deleted before then (a deleted memory's text does not live on in its history).
-HISTORY_RETENTION_DAYS = env_int("HISTORY_RETENTION_DAYS", 365, minimum=1)
+HISTORY_RETENTION_DAYS = env_int("HISTORY_RETENTION_DAYS", 365, minimum=1, maximum=_max_days)
 CELERY_BEAT_SCHEDULE["common-history-purge"] = {
     "task": "common.history_purge",
     "schedule": env_float("HISTORY_PURGE_EVERY_S", 86400.0, minimum=1.0),
 }
 # Retention: feedback records older than this move to the archive table (must exceed MISTAKE_WINDOW_DAYS: archived
 # records inside the window would lower the mistake counts, and the daily archive would refuse to run).
-FEEDBACK_RECORD_RETENTION_DAYS = env_int("FEEDBACK_RECORD_RETENTION_DAYS", 180, minimum=MISTAKE_WINDOW_DAYS + 1)
+FEEDBACK_RECORD_RETENTION_DAYS = env_int(
+    "FEEDBACK_RECORD_RETENTION_DAYS", 180, minimum=MISTAKE_WINDOW_DAYS + 1, maximum=_max_days
+)
 FEEDBACK_ARCHIVE_BATCH = env_int("FEEDBACK_ARCHIVE_BATCH", 10000, minimum=1)  # records per statement (one short transaction each)
 FEEDBACK_ARCHIVE_INTERVAL_S = env_int("FEEDBACK_ARCHIVE_INTERVAL_S", 86400, minimum=1)
 CELERY_BEAT_SCHEDULE["feedback-archive-records"] = {
@@ -893,7 +907,7 @@ CELERY_BEAT_SCHEDULE["feedback-disambiguations-expire"] = {
 }
 # Answers whose signals no task processed (a lost message, a failed run) are learned from by this sweep, once
 # they are FEEDBACK_SIGNAL_SWEEP_AFTER_S old.
-FEEDBACK_SIGNAL_SWEEP_AFTER_S = env_float("FEEDBACK_SIGNAL_SWEEP_AFTER_S", 300.0, minimum=0.0)
+FEEDBACK_SIGNAL_SWEEP_AFTER_S = env_float("FEEDBACK_SIGNAL_SWEEP_AFTER_S", 300.0, minimum=0.0, maximum=_max_seconds)
 CELERY_BEAT_SCHEDULE["learning-disambiguation-signals-sweep"] = {
     "task": "learning.disambiguation_signals_sweep",
     "schedule": env_float("FEEDBACK_SIGNAL_SWEEP_EVERY_S", 300.0, minimum=1.0),

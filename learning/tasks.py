@@ -5,7 +5,7 @@ import logging
 from celery import shared_task
 
 from learning.services.blocks import phrase_blocks_purge_expired
-from learning.services.decisions import decision_prior_fit, decision_refit, resolution_records_purge
+from learning.services.decisions import decision_prior_fit, decision_prior_refresh, decision_refit, resolution_records_purge
 from learning.services.disambiguations import (
     disambiguation_signals_process,
     disambiguation_signals_sweep,
@@ -103,6 +103,18 @@ def decision_prior_fit_task() -> int | None | dict:
         return fit.version if fit else None
 
     return fit_one() if tenant_filter_ids() is not None else _each_tenant("catalogue prior", fit_one)
+
+
+@shared_task(name="learning.decision_prior_refresh", ignore_result=True, one_transaction=False)
+def decision_prior_refresh_task() -> int | None | dict:
+    """Periodic (RESOLVE_PRIOR_CHECK_S): each tenant's catalogue prior again once a change of embedding model has
+    been re-embedded (``decision_prior_refresh``): the new version, or None."""
+
+    def refresh_one():
+        fit = decision_prior_refresh()
+        return fit.version if fit else None
+
+    return refresh_one() if tenant_filter_ids() is not None else _each_tenant("prior refresh", refresh_one)
 
 
 @shared_task(name="learning.resolution_records_purge", ignore_result=True, one_transaction=False)

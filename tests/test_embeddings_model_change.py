@@ -65,3 +65,32 @@ def test_a_memory_retrieve_ranks_what_it_can_and_says_the_rest_waits_for_its_vec
 def test_the_backfill_embeds_blocks_first():
     assert embedded_models()[0] is PhraseBlock
     assert get_embedder().model_name
+
+
+def test_a_prior_fitted_while_phrases_were_re_embedded_is_fitted_again_once_none_is_left(db):
+    """A refit during the backfill fits the prior on the phrases embedded so far; once every phrase carries the new
+    model's vectors, the periodic refresh fits it again on all of them (not a day later), and then leaves it."""
+    from learning.models import DecisionFit, VerbPhrase
+    from learning.services.catalogue import verb_catalogue_load
+    from learning.services.decisions import decision_prior_fit, decision_prior_refresh
+    from learning.tasks import decision_prior_refresh_task
+    from tests.test_learning_decision import BIG
+
+    verb_catalogue_load(entries=BIG)
+    first = decision_prior_fit()
+    assert first is not None and not first.params["reembedding"]
+    assert decision_prior_refresh() is None  # a steady state: the daily refit follows other changes
+
+    waiting = list(VerbPhrase.objects.order_by("pk"))[::9]  # a few phrases of several verbs
+    _old_model(VerbPhrase.objects.filter(pk__in=[p.pk for p in waiting]))
+    during = decision_prior_fit()  # e.g. a catalogue load while the backfill runs
+    assert during.params["reembedding"] and during.params["anchors"] < first.params["anchors"]
+    assert decision_prior_refresh() is None  # still at work: nothing yet
+
+    embeddings_backfill()
+    other_model_rows_forget()
+    (version,) = decision_prior_refresh_task().values()  # the beat: each tenant's
+    after = DecisionFit.objects.get(version=version)
+    assert after.status == "live" and not after.params["reembedding"]
+    assert after.params["anchors"] == first.params["anchors"]
+    assert decision_prior_refresh() is None

@@ -380,7 +380,16 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
     params, n = None, 0
     for words, (got, count) in zip((False, True), fits, strict=True):
         if got is not None and (params is None or _held_out_better(got, params)):
-            params = {**got, "head_words": words, "floors": floors, "anchors": len(vectors), "anchor_keys": stamp[1]}
+            params = {
+                **got,
+                "head_words": words,
+                "floors": floors,
+                "anchors": len(vectors),
+                "anchor_keys": stamp[1],
+                # fitted while phrases still carried another model's vectors (a change of model, re-embedding): on
+                # the phrases embedded so far; decision_prior_refresh fits again once none is left
+                "reembedding": selectors.vectors_of_another_model_left(model),
+            }
             n = count
     if params is None:
         _unfit_remember(model, len(vectors))
@@ -514,6 +523,23 @@ def _prior_stale() -> bool:
     else:  # a prior from before the keys were recorded is compared by number only
         stale = newest.params.get("anchors") != count or newest.params.get("anchor_keys", keys) != keys
     return stale and _unfit_at(model) != count
+
+
+def decision_prior_refresh() -> DecisionFit | None:
+    """The catalogue prior again once a change of embedding model has been re-embedded: when the current model has
+    no prior, or its newest was fitted while phrases still carried the old model's vectors (on part of them), and
+    none is left now (periodic, every few minutes: the daily refit would leave the partial prior in force for up to
+    a day). Nothing while the backfill is still at work, and nothing in a steady state: the daily refit follows the
+    phrases' other changes. Answers the new prior, or None."""
+    model = current_model_name()
+    if selectors.vectors_of_another_model_left(model):
+        return None
+    newest = DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR, embedding_model=model).order_by("-version").first()
+    if newest is not None and not (isinstance(newest.params, dict) and newest.params.get("reembedding")):
+        return None
+    if not _prior_stale():
+        return None
+    return decision_prior_fit()
 
 
 def decision_refit(*, force: bool = False, progress: bool = False, due: bool = False) -> dict:
