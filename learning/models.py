@@ -533,6 +533,9 @@ class ResolutionRecord(TenantOwned):
     rule = models.CharField(max_length=10, choices=Rule.choices)
     features = models.JSONField(null=True, blank=True, help_text="learning.decision.FEATURES order")
     features_open = models.JSONField(null=True, blank=True, help_text="The same query scored without its top verb")
+    embedding_model = models.CharField(
+        max_length=100, blank=True, default="", help_text="The query's embedding model: the space its features were measured in"
+    )
     probability = models.FloatField(null=True, blank=True)
     cut = models.FloatField(null=True, blank=True)
     fit_version = models.PositiveIntegerField(null=True, blank=True)

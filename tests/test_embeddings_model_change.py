@@ -94,3 +94,33 @@ def test_a_prior_fitted_while_phrases_were_re_embedded_is_fitted_again_once_none
     assert after.status == "live" and not after.params["reembedding"]
     assert after.params["anchors"] == first.params["anchors"]
     assert decision_prior_refresh() is None
+
+
+def test_labels_measured_with_another_model_train_no_fit_of_the_current_one(api, catalogue):
+    """Each record keeps the model its features were measured with; a fit of the current model reads only its own
+    labels (and those recorded before the model was, which count as any model's)."""
+    import uuid
+
+    from learning.models import ResolutionRecord
+    from learning.selectors.decisions import decision_labels
+
+    r = api.post("/api/v1/resolve", {"text": "show my business units", "user_id": "alice"}, format="json")
+    assert r.status_code == 200
+    record = ResolutionRecord.objects.get(request_id=r.json()["request_id"])
+    assert record.embedding_model == get_embedder().model_name
+    features = [0.5] * len(record.features) if record.features else [0.5]
+    for model in ("an-older-model", get_embedder().model_name, ""):
+        ResolutionRecord.objects.create(
+            request_id=uuid.uuid4(),
+            text=model or "unrecorded",
+            normalized=model or "unrecorded",
+            outcome="resolved",
+            rule="learned",
+            features=features,
+            label=True,
+            embedding_model=model,
+        )
+    seen = ResolutionRecord.objects.filter(label=True).values_list("embedding_model", flat=True)
+    assert set(seen) == {"an-older-model", get_embedder().model_name, ""}
+    assert len(decision_labels(window=10, model=get_embedder().model_name)) == 2
+    assert len(decision_labels(window=10, model="an-older-model")) == 2

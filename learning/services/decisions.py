@@ -65,6 +65,7 @@ def resolution_row(*, resolution, agent=None, domain: str | None = None) -> Reso
         rule=e.get("rule", ResolutionRecord.Rule.FIXED),
         features=_finite_or_none(t.get("features")),
         features_open=_finite_or_none(t.get("features_open")),
+        embedding_model=(resolution.model or "")[:100],
         probability=_finite_or_none(t.get("probability")),
         cut=_finite_or_none(t.get("cut")),
         fit_version=t.get("fit_version"),
@@ -619,7 +620,7 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
                 out["promoted"] = shadow.version
             else:
                 out["reason"] = why if not ok else f"v{live.version} is pinned"
-    labels = selectors.decision_labels(window=settings.RESOLVE_FIT_WINDOW_LABELS)
+    labels = selectors.decision_labels(window=settings.RESOLVE_FIT_WINDOW_LABELS, model=current_model_name())
     if len(labels) < settings.RESOLVE_PROMOTE_MIN_LABELS and not force:
         out["reason"] = out["reason"] or f"{len(labels)} labels; a fit needs {settings.RESOLVE_PROMOTE_MIN_LABELS}"
         return out
