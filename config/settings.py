@@ -500,6 +500,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "interval_max": 0.2,
     "connect_retries_timeout": 1,
 }
+# A task a worker has taken but not finished (acks late) is handed to another worker after this long (Redis): longer
+# than the longest task (a backfill after a change of model, a decision refit), else it would run twice at once.
+CELERY_VISIBILITY_TIMEOUT_S = env_int("CELERY_VISIBILITY_TIMEOUT_S", 43_200, minimum=60, maximum=7 * 86_400)
+CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = CELERY_VISIBILITY_TIMEOUT_S
 # After a send that waited on the broker (or the Redis result store) and failed, a process runs its sends inline (or
 # defers them) without asking for this many seconds (common/tasks.py); 0: ask every time.
 CELERY_BROKER_DOWN_SKIP_S = env_float("CELERY_BROKER_DOWN_SKIP_S", 5.0, minimum=0.0, maximum=300.0)
@@ -938,3 +942,9 @@ if not re.fullmatch(r"/[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_\-]+)*", MCP_HTTP_PATH) or 
 MCP_THREADS = env_int("MCP_THREADS", 8, minimum=1)
 # Largest MCP request body: an inline phrase import plus its JSON envelope.
 MCP_MAX_BODY_BYTES = env_int("MCP_MAX_BODY_BYTES", LEARNING_IMPORT_MAX_BYTES + 64 * 1024, minimum=1024)
+
+# A periodic task not started before its next run is due is dropped (``expires``): with the workers down for a day,
+# the queue would otherwise hold hundreds of the same sweep, run one after another when they come back.
+for _entry in CELERY_BEAT_SCHEDULE.values():
+    if isinstance(_entry["schedule"], (int, float)):
+        _entry.setdefault("options", {}).setdefault("expires", float(_entry["schedule"]))

@@ -85,6 +85,7 @@ BEAT = {
     "EMBEDDING_SWEEP_SECONDS": "embeddings-backfill",
     "FEEDBACK_EXPIRE_EVERY_S": "feedback-disambiguations-expire",
     "RESOLVE_REFIT_EVERY_S": "learning-decision-refit",
+    "RESOLVE_PRIOR_CHECK_S": "learning-decision-prior-refresh",
     "AUTONOMY_CYCLE_INTERVAL_S": "autonomy-cycle-all-agents",
     "FEEDBACK_ARCHIVE_INTERVAL_S": "feedback-archive-records",
     "PURGE_EXPIRED_BLOCKS_SECONDS": "learning-purge-expired-blocks",
@@ -324,3 +325,63 @@ def test_the_apps_own_info_logs_are_kept(load):
     loggers = load()["LOGGING"]["loggers"]
     apps = ("agents", "embeddings", "learning", "memories", "actions", "feedback", "autonomy", "review", "privacy")
     assert all(loggers[a]["level"] == "INFO" for a in (*apps, "common", "tenants", "mcp_server", "config"))
+
+
+# --- windows and retention: a value past the calendar's reach ---
+
+DAYS = (
+    "RESOLUTION_RETENTION_DAYS",
+    "MEMORY_PURGE_DEFAULT_DAYS",
+    "MISTAKE_WINDOW_DAYS",
+    "CORRECTION_RULE_EXPIRY_DAYS",
+    "CALIBRATION_WINDOW_DAYS",
+    "AUTONOMY_WINDOW_DAYS",
+    "AUTONOMY_HISTORY_RETENTION_DAYS",
+    "HISTORY_RETENTION_DAYS",
+    "FEEDBACK_RECORD_RETENTION_DAYS",
+)
+SECONDS = (
+    "API_IDEMPOTENCY_TTL_S",
+    "MEMORY_OUTCOME_WINDOW_S",
+    "REVIEW_CLAIM_SECONDS",
+    "FEEDBACK_SIGNAL_SWEEP_AFTER_S",
+    "AUTONOMY_EVALUATION_INTERVAL_S",
+)
+
+
+@pytest.mark.parametrize("name", DAYS + SECONDS)
+def test_a_window_or_retention_beyond_a_century_stops_the_start(load, name):
+    """A million days of retention (or a trillion seconds of idempotency) passed the start and then failed every run
+    of its purge task, or every keyed write, with an OverflowError: the start refuses it, naming the variable, and the
+    longest accepted value still does date arithmetic."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from common.validation import MAX_DAYS
+
+    huge = "1000000" if name in DAYS else "1000000000000"
+    refused(load, name, **{name: huge})
+    longest = MAX_DAYS if name in DAYS else MAX_DAYS * 86_400
+    loaded = load(**{name: str(longest)})
+    assert loaded[name] == longest
+    span = timedelta(days=longest) if name in DAYS else timedelta(seconds=longest)
+    assert timezone.now() - span < timezone.now() < timezone.now() + span
+
+
+def test_a_periodic_task_not_started_before_its_next_run_is_dropped(load):
+    """With the workers down for a day the queue held one of each sweep per tick, all run when they came back: every
+    beat entry expires when its next run is due."""
+    names = load()
+    assert names["CELERY_BEAT_SCHEDULE"]
+    for name, entry in names["CELERY_BEAT_SCHEDULE"].items():
+        assert entry["options"]["expires"] == float(entry["schedule"]), name
+
+
+def test_a_task_taken_by_a_worker_is_not_handed_to_another_before_the_longest_task_ends(load):
+    """Tasks are acknowledged late: Redis hands one a worker has not finished to another after the visibility
+    timeout (an hour by default, shorter than a backfill after a change of model)."""
+    names = load()
+    assert names["CELERY_TASK_ACKS_LATE"] and names["CELERY_BROKER_TRANSPORT_OPTIONS"]["visibility_timeout"] == 43_200
+    assert load(CELERY_VISIBILITY_TIMEOUT_S="7200")["CELERY_BROKER_TRANSPORT_OPTIONS"]["visibility_timeout"] == 7200
+    refused(load, "CELERY_VISIBILITY_TIMEOUT_S", CELERY_VISIBILITY_TIMEOUT_S="10")
