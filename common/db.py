@@ -179,10 +179,11 @@ def rows_insert(objs, *, before: tuple[str, ...] = ()) -> None:
 PURGE_BATCH = 5000
 
 
-def rows_delete_in_batches(queryset, *, batch: int | None = None) -> int:
+def rows_delete_in_batches(queryset, *, batch: int | None = None, also=None) -> int:
     """Delete the rows of ``queryset`` ``batch`` at a time in the order of their keys, each batch its own
-    transaction (with the rows that cascade from them); answers how many of the queryset's. Rows added meanwhile that match are deleted too; a row another transaction holds
-    locked is left for the next run."""
+    transaction (with the rows that cascade from them, and ``also(ids)``, the caller's own, such as their audit
+    trail); answers how many of the queryset's. Rows added meanwhile that match are deleted too; a row another
+    transaction holds locked is left for the next run."""
     from django.db import transaction
 
     batch = PURGE_BATCH if batch is None else batch
@@ -199,6 +200,8 @@ def rows_delete_in_batches(queryset, *, batch: int | None = None) -> int:
             if not ids:
                 return deleted
             deleted += model.objects.filter(**{f"{pk}__in": ids}).delete()[1].get(model._meta.label, 0)  # not cascades
+            if also is not None:
+                also(ids)
         after = ids[-1]
 
 

@@ -518,3 +518,20 @@ def test_concurrent_retrievals_count_every_hit():
     m.refresh_from_db()
     assert m.hits == 8 and m.streak == 8
     assert MemoryRetrieval.objects.filter(user_id="busy").count() == 8
+
+
+@pytest.mark.django_db
+def test_a_purged_memory_takes_its_audit_trail_with_it():
+    """The purge deletes deprecated memories for good: their text does not live on in their history (a year more,
+    by HISTORY_RETENTION_DAYS), and a memory kept keeps its trail."""
+    from memories.services import memories_purge_deprecated
+
+    gone = make_memory(content=LOG_LESSONS[0], status="deprecated")
+    kept = make_memory(content=LOG_LESSONS[1])
+    Memory.objects.filter(pk=gone.pk).update(deprecated_at=timezone.now() - datetime.timedelta(days=100))
+    trail = Memory.history.model.objects
+    assert trail.filter(id=gone.pk).exists() and trail.filter(id=kept.pk).exists()
+    assert memories_purge_deprecated(older_than=datetime.timedelta(days=90))["memories"] == 1
+    assert not Memory.objects.filter(pk=gone.pk).exists() and not trail.filter(id=gone.pk).exists()
+    assert trail.filter(id=kept.pk).exists()
+    assert not trail.filter(content=LOG_LESSONS[0]).exists()

@@ -140,7 +140,7 @@ PURGE_MAX_AGE = timedelta(days=MAX_DAYS)
 
 def memories_purge_deprecated(*, older_than: timedelta, user_id: str | None = None, dry_run: bool = False) -> dict:
     """Delete deprecated memories deprecated (or, without that date, last updated) before now - ``older_than``,
-    and retrieval logs older than that; logs inside MEMORY_OUTCOME_WINDOW_S are always kept (the cutoff is
+    with their audit trail, and retrieval logs older than that; logs inside MEMORY_OUTCOME_WINDOW_S are always kept (the cutoff is
     clamped), since outcome feedback reads them. ``older_than`` must be 1 day to 100 years. Answers counts."""
     if not PURGE_MIN_AGE <= older_than <= PURGE_MAX_AGE:
         raise ApplicationError(f"The age must be between 1 day and {MAX_DAYS} days (100 years).", field="older_than")
@@ -158,7 +158,12 @@ def memories_purge_deprecated(*, older_than: timedelta, user_id: str | None = No
         return {"memories": memories.count(), "retrievals": retrievals.count()}
     # In batches, each its own transaction. Each batch locks its rows first, and the lock reads them again: a
     # memory promoted or restored meanwhile is no longer deprecated and stays.
-    return {"memories": rows_delete_in_batches(memories), "retrievals": rows_delete_in_batches(retrievals)}
+    # A purged memory's audit trail goes with it (its text would live on there, a year by HISTORY_RETENTION_DAYS).
+    trail = Memory.history.model.objects
+    return {
+        "memories": rows_delete_in_batches(memories, also=lambda ids: trail.filter(id__in=ids).delete()),
+        "retrievals": rows_delete_in_batches(retrievals),
+    }
 
 
 def memories_embed_backfill(*, batch_size: int = 128, user_id: str | None = None, progress: bool = False) -> dict:
