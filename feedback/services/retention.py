@@ -119,11 +119,11 @@ def feedback_records_archive(
     progress: Callable[[int], None] | None = None,
 ) -> ArchiveResult:
     """Archive every live record older than the retention; answers how many moved (or would move, ``dry_run``)."""
-    cutoff, n = feedback_records_to_archive(older_than_days=older_than_days)
-    result = ArchiveResult(cutoff=cutoff, dry_run=dry_run)
     if dry_run:
-        result.archived = n
-        return result
+        cutoff, n = feedback_records_to_archive(older_than_days=older_than_days)
+        return ArchiveResult(cutoff=cutoff, dry_run=True, archived=n)
+    # no count of the backlog first (the periodic run would read every old record's key on each tick for nothing)
+    result = ArchiveResult(cutoff=timezone.now() - timedelta(days=_days(older_than_days)), dry_run=False)
     for moved in feedback_records_archive_batches(
         older_than_days=older_than_days, batch_size=batch_size, max_batches=max_batches
     ):
@@ -131,5 +131,5 @@ def feedback_records_archive(
         result.batches += 1
         if progress is not None:
             progress(moved)
-    logger.info("archived %s feedback record(s) older than %s in %s batch(es)", result.archived, cutoff, result.batches)
+    logger.info("archived %s feedback record(s) older than %s in %s batch(es)", result.archived, result.cutoff, result.batches)
     return result
