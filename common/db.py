@@ -205,6 +205,11 @@ def rows_delete_in_batches(queryset, *, batch: int | None = None, also=None) -> 
         after = ids[-1]
 
 
+def rows_purge(queryset, *, dry_run: bool = False, also=None) -> int:
+    """``rows_delete_in_batches``, or with ``dry_run`` how many rows it would delete now (nothing is deleted)."""
+    return queryset.order_by().count() if dry_run else rows_delete_in_batches(queryset, also=also)
+
+
 @contextlib.contextmanager
 def advisory_try_lock(namespace: int, key: int = 0):
     """Yields whether this connection took the PostgreSQL advisory lock (``namespace``, ``key``) without waiting:

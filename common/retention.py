@@ -10,18 +10,20 @@ from django.utils import timezone
 from simple_history.models import registered_models
 
 from common.api import ApplicationError
-from common.db import rows_delete_in_batches
+from common.db import rows_purge
+from common.validation import MAX_DAYS
 
 logger = logging.getLogger(__name__)
 
 
-def history_purge(*, days: int | None = None) -> dict:
+def history_purge(*, days: int | None = None, dry_run: bool = False) -> dict:
     """Delete audit-trail rows older than HISTORY_RETENTION_DAYS, in batches: every change of an object but its
     latest, and the whole trail of an object deleted before then. The latest row of an object that still exists is
-    kept however old (who made it what it is). Answers the rows deleted per historical table."""
+    kept however old (who made it what it is). Answers the rows deleted per historical table (``dry_run``: the rows
+    it would delete, nothing deleted)."""
     days = settings.HISTORY_RETENTION_DAYS if days is None else days
-    if days < 1:
-        raise ApplicationError(f"The retention of the audit trail must be at least 1 day (got {days}).", field="days")
+    if not 1 <= days <= MAX_DAYS:
+        raise ApplicationError(f"The retention of the audit trail must be 1 to {MAX_DAYS} days (got {days}).", field="days")
     cutoff = timezone.now() - timedelta(days=days)
     deleted = {}
     for model in sorted(registered_models.values(), key=lambda m: m._meta.label):
@@ -31,8 +33,9 @@ def history_purge(*, days: int | None = None) -> dict:
             | Q(history_date=OuterRef("history_date"), history_id__gt=OuterRef("history_id"))
         )
         old = historical.objects.filter(history_date__lt=cutoff).filter(Q(Exists(newer)) | Q(history_type="-"))
-        count = rows_delete_in_batches(old)
+        count = rows_purge(old, dry_run=dry_run)
         if count:
             deleted[historical._meta.db_table] = count
-            logger.info("purged %d row(s) of %s older than %d day(s)", count, historical._meta.label, days)
+            if not dry_run:
+                logger.info("purged %d row(s) of %s older than %d day(s)", count, historical._meta.label, days)
     return deleted

@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from autonomy.models import AutonomyTransition, CalibrationRecord, Episode, EpisodeEvent, EpisodeStatus
 from common.api import ApplicationError
-from common.db import rows_delete_in_batches
+from common.db import rows_purge
+from common.validation import MAX_DAYS
 
 logger = logging.getLogger(__name__)
 
@@ -118,23 +119,24 @@ def asynchronous_commit():
                 cur.execute("RESET synchronous_commit")
 
 
-def autonomy_history_purge(*, days: int | None = None) -> dict:
+def autonomy_history_purge(*, days: int | None = None, dry_run: bool = False) -> dict:
     """Delete what the cycles wrote more than AUTONOMY_HISTORY_RETENTION_DAYS ago: episodes with their events, except
     one an autonomy transition names (the run that proposed it), and calibration records superseded by a newer one of
     the same agent and scope (the latest of each is what consult answers and the next run smooths against, however
-    old). Batched; answers {"episodes": n, "calibration_records": n}."""
+    old). Batched; answers {"episodes": n, "calibration_records": n} (``dry_run``: what it would delete, nothing
+    deleted)."""
     days = settings.AUTONOMY_HISTORY_RETENTION_DAYS if days is None else days
-    if days < 1:
-        raise ApplicationError(f"The retention of autonomy history must be at least 1 day (got {days}).", field="days")
+    if not 1 <= days <= MAX_DAYS:
+        raise ApplicationError(f"The retention of autonomy history must be 1 to {MAX_DAYS} days (got {days}).", field="days")
     cutoff = timezone.now() - timedelta(days=days)
     named = AutonomyTransition.objects.filter(episode_id=OuterRef("pk"))
-    episodes = rows_delete_in_batches(Episode.objects.filter(started_at__lt=cutoff).exclude(Exists(named)))
+    episodes = rows_purge(Episode.objects.filter(started_at__lt=cutoff).exclude(Exists(named)), dry_run=dry_run)
     newer = CalibrationRecord.objects.filter(agent_id=OuterRef("agent_id"), computed_at__gt=OuterRef("computed_at"))
     old = CalibrationRecord.objects.filter(computed_at__lt=cutoff)
-    records = rows_delete_in_batches(
-        old.filter(action__isnull=False).filter(Exists(newer.filter(action_id=OuterRef("action_id"))))
+    records = rows_purge(
+        old.filter(action__isnull=False).filter(Exists(newer.filter(action_id=OuterRef("action_id")))), dry_run=dry_run
     )
-    records += rows_delete_in_batches(old.filter(action__isnull=True).filter(Exists(newer.filter(action__isnull=True))))
-    if episodes or records:
+    records += rows_purge(old.filter(action__isnull=True).filter(Exists(newer.filter(action__isnull=True))), dry_run=dry_run)
+    if (episodes or records) and not dry_run:
         logger.info("purged %d episode(s) and %d calibration record(s) older than %d day(s)", episodes, records, days)
     return {"episodes": episodes, "calibration_records": records}

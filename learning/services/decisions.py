@@ -21,9 +21,10 @@ from tqdm import tqdm
 
 from agents.models import Agent
 from common.api import ApplicationError, Conflict
-from common.db import rows_delete_in_batches
+from common.db import rows_purge
 from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
+from common.validation import MAX_DAYS
 from embeddings.embedders import current_model_name
 from learning import decision, selectors
 from learning.models import DecisionFit, DecisionFitEvent, DecisionHead, ResolutionRecord
@@ -146,15 +147,15 @@ def _refit_if_due() -> None:
         task_send_on_commit("learning.decision_refit", due=True, fallback_inline=False)
 
 
-def resolution_records_purge(*, days: int | None = None) -> int:
+def resolution_records_purge(*, days: int | None = None, dry_run: bool = False) -> int:
     """Delete resolution records older than RESOLUTION_RETENTION_DAYS (at least 1: 0 would delete the labels the
-    decision is fitted on as they arrive); answers how many."""
+    decision is fitted on as they arrive); answers how many (``dry_run``: how many it would, nothing deleted)."""
     days = settings.RESOLUTION_RETENTION_DAYS if days is None else days
-    if days < 1:
-        raise ApplicationError(f"The retention of resolution records must be at least 1 day (got {days}).", field="days")
+    if not 1 <= days <= MAX_DAYS:
+        raise ApplicationError(f"The retention of resolution records must be 1 to {MAX_DAYS} days (got {days}).", field="days")
     old = ResolutionRecord.objects.filter(created_at__lt=timezone.now() - timezone.timedelta(days=days))
-    count = rows_delete_in_batches(old)  # one resolve writes one: a backlog of millions, in short transactions
-    if count:
+    count = rows_purge(old, dry_run=dry_run)  # one resolve writes one: a backlog of millions, in short transactions
+    if count and not dry_run:
         logger.info("purged %d resolution record(s) older than %d day(s)", count, days)
     return count
 
