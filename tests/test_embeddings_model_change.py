@@ -124,3 +124,24 @@ def test_labels_measured_with_another_model_train_no_fit_of_the_current_one(api,
     assert set(seen) == {"an-older-model", get_embedder().model_name, ""}
     assert len(decision_labels(window=10, model=get_embedder().model_name)) == 2
     assert len(decision_labels(window=10, model="an-older-model")) == 2
+
+
+def test_a_memory_written_while_others_wait_for_their_vectors_says_its_semantic_check_was_partial(api):
+    """The dedupe compares vectors of the current model only: after a change of model, a paraphrase of a memory
+    not yet embedded again is not seen, and the write says its semantic check was not complete."""
+    from tests.conftest import OBSERVE
+
+    body = {"user_id": "alice", "user_message": "How do we deploy?"}
+    first = api.post(
+        OBSERVE,
+        {**body, "assistant_message": "Always run the database migrations before deploying the web application."},
+        format="json",
+    ).json()
+    assert first["decision"] == "saved" and first["evidence"]["semantic_checked"] is True
+    _old_model(Memory.objects.all())
+    second = api.post(
+        OBSERVE,
+        {**body, "assistant_message": "Rotate the staging credentials every Monday before the standup meeting."},
+        format="json",
+    ).json()
+    assert second["evidence"]["semantic_checked"] is False

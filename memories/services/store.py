@@ -15,6 +15,7 @@ from django.utils import timezone
 from common.api import ApplicationError, NotFound
 from common.text import text_hash
 from embeddings.embedders import embed_query
+from embeddings.selectors import other_model_rows_left
 from memories import write_gate
 from memories.dedupe import MERGE, NEW_VERSION, SAVE, SKIP, Decision, decide, semantic_duplicate_threshold
 from memories.extraction import Artifact, extract
@@ -186,7 +187,11 @@ def memory_store(
     record = {
         "incoming_text": write_gate.redact(content),
         "incoming_simhash": to_hex(fingerprint),
-        "thresholds": {**thresholds, "semantic_checked": vector is not None},
+        # after a change of embedding model, memories not yet embedded again are no semantic neighbours: not a full check
+        "thresholds": {
+            **thresholds,
+            "semantic_checked": vector is not None and not other_model_rows_left([Memory], current_model=model),
+        },
         "extractor": extractor[:80],
         "source_session_id": source_session_id[:200],
         "source_message_id": source_message_id[:200],
@@ -269,7 +274,7 @@ def memory_store(
         "matched_memory_id": decision.target_id,
         "hamming": decision.hamming,
         "similarity": decision.similarity,
-        "semantic_checked": vector is not None,
+        "semantic_checked": record["thresholds"]["semantic_checked"],
         "thresholds": thresholds,
         "type": artifact.memory_type,
         "topic": artifact.topic,
