@@ -180,6 +180,14 @@ def memory_has_embedded(
     return matching.filter(status__in=LIVE, embedding_model=model).exists()
 
 
+def memory_of_another_model_left(*, user_id: str, namespace: str, model: str, filters: dict | None, pending=None) -> bool:
+    """Whether a live memory passing the filters still carries another model's vector (after a change of model),
+    beside those embedded in memory for this ranking (``pending``): it was not compared with the query."""
+    matching = memories_of(user_id=user_id, namespace=namespace).filter(memory_filter_q(filters), status__in=LIVE)
+    other = Q(embedding_model__gt="", embedding_model__lt=model) | Q(embedding_model__gt=model)
+    return matching.filter(other).exclude(pk__in=[m.pk for m in pending or []]).exists()
+
+
 def memory_recent_verified(*, user_id: str, namespace: str, filters: dict | None, limit: int) -> list[RetrievedMemory]:
     rows = (
         memories_of(user_id=user_id, namespace=namespace)

@@ -10,7 +10,6 @@ from django.utils import timezone
 from common.db import ASYNC_COMMIT
 from common.text import text_hash
 from embeddings.embedders import embed_query
-from embeddings.selectors import other_model_rows_left
 from embeddings.services import embedding_assign, embeddings_compute, embeddings_refresh
 from memories.models import Memory, MemoryRetrieval
 from memories.selectors import (
@@ -20,6 +19,7 @@ from memories.selectors import (
     memories_readable,
     memory_block,
     memory_has_embedded,
+    memory_of_another_model_left,
     memory_recent_verified,
     memory_semantic_candidates,
     rank_key,
@@ -111,9 +111,11 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
                 items = search()
             if not items and not embedded():
                 degraded_reason = "no_embeddings"
-    fallback = bool(degraded_reason)
-    if not degraded_reason and other_model_rows_left([Memory], current_model=model):
-        degraded_reason = "reembedding"  # after a change of model: the memories not embedded again were not compared
+        if not degraded_reason and memory_of_another_model_left(
+            user_id=user_id, namespace=namespace, model=model, filters=filters, pending=pending
+        ):
+            degraded_reason = "reembedding"  # after a change of model: memories not embedded again were not compared
+    fallback = bool(degraded_reason) and degraded_reason != "reembedding"
     if fallback:
         items = memory_recent_verified(
             user_id=user_id, namespace=namespace, filters=filters, limit=settings.MEMORY_RETRIEVE_MAX_ITEMS
