@@ -5,7 +5,6 @@ see the version chain and the skip/merge decisions folded into a memory; purge d
 edit the redacted preview, then release it (it must pass the write-gate) or discard it.
 """
 
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
