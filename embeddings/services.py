@@ -100,53 +100,66 @@ def embeddings_refresh(*, rows: Sequence[Model]) -> int:
     return _rows_refresh(rows=rows)[0]
 
 
+# A backfill run stops after this many batches in a row of which nothing could be embedded (the embedder is down:
+# each further batch would wait out its timeout and retries); the next sweep starts again.
+DEAD_BATCHES_MAX = 2
+
+
 def embeddings_batches_refresh(*, pending, batch_size: int, update=None) -> tuple[int, int]:
     """Embed the rows of ``pending`` (one model's rows needing a vector) in batches by primary key, each batch
     committed on its own (resumable). ``update(n)`` is called after each batch (a progress bar). Answers (embedded,
     failed); a row whose text changed while its batch was embedded is neither (not written: the next sweep sees it
     if it still needs a vector).
 
-    A batch the embedder refuses is split in halves, down to single rows: one text it cannot embed (a server that
-    refuses it, or answers a vector without direction) fails alone, logged, and the rest of its batch is written.
-    After more failed calls in a row than the splits of one batch need, with nothing written in between, the run
-    stops (the embedder is down: each further batch would wait out its timeout and retries) and the next sweep
-    starts again."""
-    embedded = failed = last_pk = 0
-    patience = max(1, batch_size).bit_length() + 2  # a batch's splits down to its first row, and a little more
-    streak = 0
+    A batch the embedder refuses is asked for again as its first text, its last text and the rest: when any of them
+    is embedded the embedder works and refuses some texts, and the parts it refuses are split in halves down to
+    those texts, which fail alone (logged, left for the next sweep) while the rest of the batch is written. When
+    neither end is embedded either, nothing of the batch is; after ``DEAD_BATCHES_MAX`` such batches in a row the
+    run stops (the embedder is down) and the next sweep starts again."""
+    embedded = failed = last_pk = dead = 0
 
-    def refresh(rows) -> tuple[int, int]:
-        nonlocal streak
-        if streak >= patience:
-            return 0, 0
+    def attempt(rows) -> tuple[int, int] | None:
+        """(written, changed meanwhile), or None when the embedder refused the whole group."""
         try:
             done, changed = _rows_refresh(rows=rows)
         except Exception:  # count and go on: one bad text must not stop the rest
             logger.exception("embedding %d %s row(s) from pk %s failed", len(rows), type(rows[0]).__name__, rows[0].pk)
-            done = changed = 0
-        if done or changed:
-            streak = 0
-            return done, changed
-        streak += 1
+            return None
+        return (done, changed) if done or changed else None
+
+    def split(rows) -> tuple[int, int]:
+        """``rows``, refused together: in halves, down to the rows refused alone."""
         if len(rows) == 1:
             logger.warning("%s pk %s could not be embedded; left for the next sweep", type(rows[0]).__name__, rows[0].pk)
             return 0, 0
         half = len(rows) // 2
-        first, second = refresh(rows[:half]), refresh(rows[half:])
-        return first[0] + second[0], first[1] + second[1]
+        parts = [attempt(part) or split(part) for part in (rows[:half], rows[half:])]
+        return parts[0][0] + parts[1][0], parts[0][1] + parts[1][1]
 
-    while streak < patience:
+    while dead < DEAD_BATCHES_MAX:
         rows = list(pending.filter(pk__gt=last_pk).order_by("pk")[:batch_size])
         if not rows:
             break
         last_pk = rows[-1].pk
-        done, changed = refresh(rows)
+        got = attempt(rows)
+        if got is None and len(rows) > 1:
+            ends = [attempt(rows[:1]), attempt(rows[-1:])]
+            if any(end is not None for end in ends):  # the embedder answers: it refuses some of these texts
+                inner = rows[1:-1]
+                middle = (attempt(inner) or split(inner)) if inner else (0, 0)
+                parts = [end or (0, 0) for end in ends] + [middle]
+                got = sum(p[0] for p in parts), sum(p[1] for p in parts)
+        done, changed = got or (0, 0)
+        dead = 0 if done or changed else dead + 1
         embedded += done
         failed += len(rows) - done - changed
         if update:
             update(len(rows))
-    if streak >= patience:
-        logger.warning("embedding stopped after %d failed calls in a row (the embedder is down?); the next sweep goes on", streak)
+    if dead >= DEAD_BATCHES_MAX:
+        logger.warning(
+            "embedding stopped after %d batches in a row of which nothing was embedded (the embedder is down?); the next sweep goes on",
+            dead,
+        )
     return embedded, failed
 
 

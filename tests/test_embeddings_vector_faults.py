@@ -348,8 +348,9 @@ def test_one_text_the_embedder_refuses_fails_alone_and_the_rest_of_its_batch_is_
 
 @pytest.mark.django_db
 def test_with_the_embedder_down_the_backfill_stops_after_a_few_calls(catalogue):
-    """Every batch would wait out the server's timeout and retries: after the failed calls one batch's splits need
-    (and a few more), the run stops; nothing was written and the next sweep starts again."""
+    """Every batch would wait out the server's timeout and retries: after two batches of which nothing (not even the
+    first or the last text alone) could be embedded, the run stops; nothing was written and the next sweep starts
+    again."""
     set_embedder(None)
     local = get_embedder().inner
     VerbPhrase.objects.update(embedding=None, embedding_model="", embedding_hash="")
@@ -361,7 +362,28 @@ def test_with_the_embedder_down_the_backfill_stops_after_a_few_calls(catalogue):
         totals = embeddings_backfill(batch_size=2)
     finally:
         set_embedder(None)
-    # batch 1: both rows, then each alone (3 calls); batch 2: both rows (the 4th): 4 calls, not 3 for every batch
-    assert totals["embedded"] == 0 and down.calls == (2).bit_length() + 2 == 4
+    # each batch: both rows, then the first and the last alone (3 calls); two such batches and the run stops
+    assert totals["embedded"] == 0 and down.calls == 3 * 2
     assert totals["failed"] == 4  # the rows of the two batches tried, not every row
     assert embedding_rows_needing_work(VerbPhrase, current_model=local.model_name).count() == total
+
+
+@pytest.mark.django_db
+def test_several_refused_texts_side_by_side_fail_alone_and_every_sweep_moves_on(catalogue):
+    """Three refused texts at the start of a batch: each fails alone and the rest of the batch is written; the next
+    sweep starts from them again and still embeds the rows after them."""
+    set_embedder(None)
+    local = get_embedder().inner
+    VerbPhrase.objects.update(embedding=None, embedding_model="", embedding_hash="")
+    rows = list(VerbPhrase.objects.order_by("pk"))
+    poison = [r.normalized for r in rows[:3]]
+    set_embedder(_Refusing(local, poison=poison))
+    try:
+        first = embeddings_backfill(batch_size=8)
+        second = embeddings_backfill(batch_size=8)
+    finally:
+        set_embedder(None)
+    assert first == {**first, "embedded": len(rows) - 3, "failed": 3}
+    assert second == {**second, "embedded": 0, "failed": 3}
+    pending = embedding_rows_needing_work(VerbPhrase, current_model=local.model_name)
+    assert sorted(pending.values_list("normalized", flat=True)) == sorted(poison)
