@@ -198,8 +198,16 @@ _DESCRIBES_SECRET = {
 }
 # the first word after an answer's "it is" / "the password is" lead-in, when it ends the clause: "it is dragon, all
 # lowercase" (not after "use", "try": "Use caution, it changes weekly" gives advice)
-_FIRST_VALUE = re.compile(r"(?P<value>[^\s,;.!?()\[\]{}<>\"'`]{4,64})(?=\s*(?:[.,;!]|$))")
+_FIRST_VALUE = re.compile(r"(?P<value>[^\s,;.!?()\[\]{}<>\"'`]{4,64})(?=\s*(?:[.,;!?(]|\s[-\u2013\u2014]\s|$))")
 _ADVICE = re.compile(r"(?i)^(?:use|try|type|enter)\b")
+_NAMES_NOUN = re.compile(rf"(?i)\b{_SECRET_NOUN}\b")
+# what may open an answer before its lead-in: "Sure, it's dragon", "Yes! It is dragon."
+_OPENING = re.compile(r"(?i)^(?:sure|yes|yeah|yep|ok|okay|of\s+course)\b[\s,!.]*")
+# how a value is spelt, said right after it: "it is dragon, all lowercase" (not "it's strange, it worked yesterday")
+_SPELLING_AFTER = re.compile(
+    r"(?i)\s*[,;:(\-\u2013\u2014]*\s*(?:all\s+|in\s+|with\s+an?\s+|first\s+letter\s+)?(?:(?:lower|upper)[\s-]?case|"
+    r"capitals?|caps|case[\s-]sensitive|spel(?:led|t)|no\s+spaces|one\s+word|\d+\s+(?:characters|letters))\b"
+)
 
 
 def _plain_value(token: str, *, rare: bool) -> bool:
@@ -225,8 +233,9 @@ def _stated_value(token: str) -> bool:
 
 def _plain_secret_values(answer: str) -> list[tuple[int, int]]:
     """Spans of values without digits, or with separators, in an answer to a question that asks for a secret: the
-    whole answer after its lead-in ("swordfish", "It's swordfish."), the word that ends the lead-in's clause ("it is
-    dragon, all lowercase"), a quoted word, a rare word stated after "is", a code typed with separators ("12-34-56",
+    whole answer after its lead-in ("swordfish", "It's swordfish.", "Sure, swordfish"), the word that ends the
+    lead-in's clause when the lead-in names the secret ("the password is dragon, ask Bob") or the clause after it
+    says how it is spelt ("it is dragon, all lowercase"), a quoted word, a rare word stated after "is", a code typed with separators ("12-34-56",
     "4829#")."""
     spans = []
     for m in _SEPARATED_CODE.finditer(answer):
@@ -237,16 +246,20 @@ def _plain_secret_values(answer: str) -> list[tuple[int, int]]:
         if 4 <= digits <= 8 and not plain and not phone and not _PLACE_BEFORE.search(before) and not _UNIT.match(answer, m.end()):
             spans.append(m.span())
     stripped = answer.strip()
-    lead = _LEAD_IN.match(stripped)
-    rest = stripped[lead.end() if lead else 0 :].rstrip(".!;, ")
+    opening = _OPENING.match(stripped)
+    base = answer.index(stripped) + (opening.end() if opening else 0)  # where the answer proper starts
+    lead = _LEAD_IN.match(answer[base:].rstrip())
+    offset = base + (lead.end() if lead else 0)
+    rest = answer[offset:].strip().rstrip(".!;, ")
     if rest and not re.search(r"\s", rest) and _stated_value(rest):
-        start = answer.index(rest, answer.index(stripped) + (lead.end() if lead else 0))
+        start = answer.index(rest, offset)
         spans.append((start, start + len(rest)))
     if lead and not _ADVICE.match(lead.group(0)):
-        offset = answer.index(stripped) + lead.end()
+        # the word that ends the lead-in's clause: after "the password is", or spelt out after "it is"
         first = _FIRST_VALUE.match(answer, offset)
         if first and _stated_value(first.group("value")):
-            spans.append(first.span("value"))
+            if _NAMES_NOUN.search(lead.group(0)) or _SPELLING_AFTER.match(answer, first.end("value")):
+                spans.append(first.span("value"))
     for m in _QUOTED.finditer(answer):
         if not _NAMED_BEFORE.search(answer[max(0, m.start() - 20) : m.start()]) and _plain_value(m.group("value"), rare=False):
             spans.append(m.span("value"))

@@ -174,6 +174,10 @@ def test_observe_quarantines_a_former_gap_with_it_redacted(answer, secret):
         ("What's the wifi password?", "It is dragon, all lowercase.", "dragon"),
         ("What's the wifi password?", "The password is dragon, ask Bob before you change it.", "dragon"),
         ("Do you know the wifi password?", "The wifi password: dragon.", "dragon"),
+        ("What's the wifi password?", "Sure, it's dragon, all lowercase.", "dragon"),
+        ("What's the wifi password?", "It's dragon (all lowercase).", "dragon"),
+        ("What's the wifi password?", "Yes! It is dragon, with a capital D.", "dragon"),
+        ("What's the wifi password?", "Sure, swordfish.", "swordfish"),
         # a code with separators
         ("What's the door code?", "12-34-56 then the green button on the left.", "12-34-56"),
         ("What's the alarm code?", "*4829# on the panel by the back door.", "*4829#"),
@@ -234,6 +238,13 @@ def test_a_secret_asked_for_in_the_question_and_given_in_the_answer_is_quarantin
         ("What's the wifi password?", "The password is confidential, ask IT."),
         ("What's the wifi password?", "Use caution, it changes weekly."),
         ("What's the wifi password?", "It is Bob's, ask him."),
+        ("What's the wifi password?", "That's strange, it worked yesterday."),
+        ("What's the wifi password?", "It's hidden, ask reception."),
+        ("What's the wifi password?", "It's broken, use ethernet."),
+        ("What's the wifi password?", "It's case-sensitive, so be careful."),
+        ("What's the wifi password?", "It's passwordless, just connect."),
+        ("What's the wifi password?", "It is somewhere, ask Bob."),
+        ("What's the wifi password?", "Sure, ask Bob."),
     ],
 )
 def test_a_question_about_passwords_or_tokens_keeps_its_answer(question, answer):
