@@ -125,6 +125,11 @@ def _substring_score(phrase: str, normalized: str, base: float) -> float:
 REEMBEDDING = "re-embedding: some phrases still carry another embedding model's vectors and were not compared"
 
 
+def _reasons(*parts: str) -> str:
+    """Every reason an answer is degraded, once each: "the fit is for another model; fell back; re-embedding: ..."."""
+    return "; ".join(dict.fromkeys(p for p in parts if p))
+
+
 def resolve(*, text: str, user_id: str | None = None, domain: str | None = None, limit: int | None = None) -> Resolution:
     """Resolve ``text`` for ``user_id`` (None: global data only) within ``domain``."""
     limit = limit or settings.RESOLVE_DEFAULT_LIMIT
@@ -244,7 +249,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             )
         if learned is not None:
             return learned
-        reason = reason or fallback
+        reason = _reasons(reason, fallback)
     r = _finish(
         request_id,
         text,
@@ -392,7 +397,7 @@ def _learned_finish(
     fs, head_tuple, degraded = _fit_in_force(user_id, model)
     if fs is None:
         return None, degraded
-    reason = reason or degraded
+    reason = _reasons(reason, degraded)
     try:
         pool = [c for c in candidates if c.score >= p["min_score"]]
         view = _view(pool, rows, vector, head_tuple, rows.blocked, p, allow_head_only=domain is None, normalized=normalized)

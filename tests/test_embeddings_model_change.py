@@ -145,3 +145,18 @@ def test_a_memory_written_while_others_wait_for_their_vectors_says_its_semantic_
         format="json",
     ).json()
     assert second["evidence"]["semantic_checked"] is False
+
+
+def test_a_resolve_right_after_a_change_of_model_gives_every_reason_it_is_degraded(catalogue):
+    """The live fit is the old model's (the resolver falls back) and phrases wait for their new vectors: the answer
+    says both, not only the last."""
+    from learning.models import DecisionFit
+    from learning.selectors import decision_cache_clear
+
+    DecisionFit.objects.create(version=1, source="labels", status="live", embedding_model="an-older-model", params={})
+    decision_cache_clear()
+    _old_model(LearnedPhrase.objects.all())
+    learned_phrase_upsert(phrase="display all my business units", verb=catalogue["cbu.list"], user_id="alice")
+    _old_model(LearnedPhrase.objects.all())
+    reason = resolve(text="display all my business units please", user_id="alice").degraded_reason
+    assert "decision fit v1 is for embedding model an-older-model" in reason and REEMBEDDING in reason
