@@ -50,7 +50,7 @@ def test_old_episodes_and_superseded_calibrations_go_and_what_is_still_read_stay
     ]
     kept = [_calibration(agent, send, 5), _calibration(agent, None, 5), *latest_old]
 
-    with pytest.raises(ApplicationError, match="at least 1 day"):
+    with pytest.raises(ApplicationError, match="must be 1 to 36500 days"):
         autonomy_history_purge(days=0)
     assert autonomy_history_purge_task() == {"episodes": 4, "calibration_records": len(superseded)}
     assert set(Episode.objects.values_list("pk", flat=True)) == {named.pk, recent.pk}

@@ -98,7 +98,10 @@ def test_a_prior_fitted_while_phrases_were_re_embedded_is_fitted_again_once_none
 
 def test_labels_measured_with_another_model_train_no_fit_of_the_current_one(api, catalogue):
     """Each record keeps the model its features were measured with; a fit of the current model reads only its own
-    labels (and those recorded before the model was, which count as any model's)."""
+    labels (and those recorded before the model was, when the fit they were answered with is of the current model)."""
+    from learning.models import DecisionFit
+
+    DecisionFit.objects.create(version=7, source="prior", status="retired", embedding_model=get_embedder().model_name)
     import uuid
 
     from learning.models import ResolutionRecord
@@ -109,11 +112,12 @@ def test_labels_measured_with_another_model_train_no_fit_of_the_current_one(api,
     record = ResolutionRecord.objects.get(request_id=r.json()["request_id"])
     assert record.embedding_model == get_embedder().model_name
     features = [0.5] * len(record.features) if record.features else [0.5]
-    for model in ("an-older-model", get_embedder().model_name, ""):
+    for model, version in (("an-older-model", None), (get_embedder().model_name, None), ("", 7), ("", 99), ("", None)):
         ResolutionRecord.objects.create(
+            fit_version=version,
             request_id=uuid.uuid4(),
-            text=model or "unrecorded",
-            normalized=model or "unrecorded",
+            text=model or f"unrecorded {version}",
+            normalized=model or f"unrecorded {version}",
             outcome="resolved",
             rule="learned",
             features=features,
@@ -122,8 +126,8 @@ def test_labels_measured_with_another_model_train_no_fit_of_the_current_one(api,
         )
     seen = ResolutionRecord.objects.filter(label=True).values_list("embedding_model", flat=True)
     assert set(seen) == {"an-older-model", get_embedder().model_name, ""}
-    assert len(decision_labels(window=10, model=get_embedder().model_name)) == 2
-    assert len(decision_labels(window=10, model="an-older-model")) == 2
+    assert len(decision_labels(window=10, model=get_embedder().model_name)) == 2  # its own, and the one of v7
+    assert len(decision_labels(window=10, model="an-older-model")) == 1
 
 
 def test_a_memory_written_while_others_wait_for_their_vectors_says_its_semantic_check_was_partial(api):

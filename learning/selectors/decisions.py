@@ -158,10 +158,11 @@ def active_verb_names(*, stamp: tuple | None = None) -> frozenset:
 def decision_labels(*, window: int, model: str) -> list[dict]:
     """The newest ``window`` labelled resolutions that carry features measured with embedding ``model`` (oldest
     first): after a change of model, the labels of the old one (cosines in another space) train no fit of the new.
-    A record from before the model was recorded counts as any model's."""
+    A record from before the model was recorded counts when the fit it was answered with is of ``model``."""
+    fits_of_model = DecisionFit.objects.filter(embedding_model=model).values("version")
     rows = list(
         ResolutionRecord.objects.filter(label__isnull=False, features__isnull=False)
-        .filter(Q(embedding_model=model) | Q(embedding_model=""))
+        .filter(Q(embedding_model=model) | Q(embedding_model="", fit_version__in=fits_of_model))
         .order_by("-labelled_at", "-id")
         .values("features", "features_open", "label", "user_id", "shadow_version", "shadow_outcome", "shadow_label")[:window]
     )
