@@ -196,3 +196,16 @@ def acting_agent_run(read):
 
     with acting_agent(Agent.objects.create(name="counting-agent")):
         return read()
+
+
+@pytest.mark.parametrize(
+    "stamps",
+    [
+        [datetime.datetime(2025, 3, 1, 10, 0), datetime.datetime(9999, 12, 31, 12, 0)],  # the calendar's last day
+        [datetime.datetime(1500, 6, 1, 10, 0), datetime.datetime(2025, 3, 1, 10, 0)],  # more years than are probed
+    ],
+)
+def test_the_probed_date_hierarchy_at_the_calendars_ends_lists_what_djangos_lists(stamps):
+    _requests_at(stamps)
+    for params in ({}, {"created_at__year": "2025"}):  # (Django's own list fails on a chosen year 9999)
+        assert _choices(bounded_date_hierarchy(_changelist(params))) == _choices(date_hierarchy(_changelist(params)))

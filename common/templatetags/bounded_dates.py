@@ -16,15 +16,19 @@ from django.utils import timezone
 
 register = template.Library()
 
-MAX_BUCKETS = 400  # buckets probed in one statement (years between the first and last row); beyond, the earliest
+MAX_BUCKETS = 400  # buckets probed in one statement (years between the first and last row); beyond, Django's query
 
 
-def _next(start: datetime.date, kind: str) -> datetime.date:
-    if kind == "year":
-        return start.replace(year=start.year + 1)
-    if kind == "month":
-        return (start.replace(day=28) + datetime.timedelta(days=4)).replace(day=1)
-    return start + datetime.timedelta(days=1)
+def _next(start: datetime.date, kind: str) -> datetime.date | None:
+    """The next bucket's first day; None past the calendar's last (9999-12-31)."""
+    try:
+        if kind == "year":
+            return start.replace(year=start.year + 1)
+        if kind == "month":
+            return (start.replace(day=28) + datetime.timedelta(days=4)).replace(day=1)
+        return start + datetime.timedelta(days=1)
+    except (ValueError, OverflowError):
+        return None
 
 
 def _truncate(day: datetime.date, kind: str) -> datetime.date:
@@ -61,8 +65,11 @@ class _ProbedDates:
             first, last = (timezone.localtime(v) if timezone.is_aware(v) else v for v in (first, last))
             first, last = first.date(), last.date()
         starts = [_truncate(first, kind)]
-        while len(starts) < MAX_BUCKETS and _next(starts[-1], kind) <= last:
-            starts.append(_next(starts[-1], kind))
+        while (following := _next(starts[-1], kind)) is not None and following <= last:
+            if len(starts) == MAX_BUCKETS:  # rows over more years than are worth probing: Django's own query
+                getter = self.queryset.datetimes if aware else self.queryset.dates
+                return list(getter(field_name, kind))
+            starts.append(following)
 
         def bound(day):
             if not aware:
@@ -70,10 +77,15 @@ class _ProbedDates:
             start = datetime.datetime.combine(day, datetime.time.min)
             return timezone.make_aware(start) if settings.USE_TZ else start
 
+        def within(start):
+            following = _next(start, kind)
+            limits = {f"{field_name}__gte": bound(start)}
+            if following is not None:  # the calendar's last bucket has no end
+                limits[f"{field_name}__lt"] = bound(following)
+            return limits
+
         parts = [
-            queryset.filter(**{f"{field_name}__gte": bound(start), f"{field_name}__lt": bound(_next(start, kind))})
-            .annotate(bucket=Value(i))
-            .values_list("bucket", flat=True)[:1]
+            queryset.filter(**within(start)).annotate(bucket=Value(i)).values_list("bucket", flat=True)[:1]
             for i, start in enumerate(starts)
         ]
         held = set(parts[0].union(*parts[1:], all=True).order_by()) if len(parts) > 1 else set(parts[0])
