@@ -205,7 +205,8 @@ class MemoryAdmin(HistoryAdmin):
         task_send_on_commit(memory_purge_deprecated_task, days=days)
         self.message_user(
             request,
-            f"Deprecated memories older than {days} days (and retrieval logs) are being purged in the background.",
+            f"The purge of deprecated memories older than {days} days (and of retrieval logs) is sent: it runs in "
+            "batches once this page has answered.",
             messages.SUCCESS,
         )
 

@@ -29,5 +29,8 @@ def tenant_create(*, slug: str, name: str = "") -> Tenant:
 @transaction.atomic
 def membership_add(*, user, tenant: Tenant) -> Membership:
     membership, _ = Membership.objects.get_or_create(user=user, tenant=tenant)
-    user.__dict__.pop("_tenant_ids_cache", None)  # this user object's tenants, read again when next asked
+    try:  # this user object's tenants are read again when next asked (a request's user is a lazy object)
+        del user._tenant_ids_cache
+    except AttributeError:
+        pass
     return membership

@@ -553,3 +553,18 @@ def test_a_persons_tenants_are_read_once_per_request_user_and_again_after_a_memb
     membership_add(user=person, tenant=globex)
     assert sorted(user_tenant_ids(person)) == sorted([acme.pk, globex.pk])
     assert user_tenant_ids(get_user_model().objects.get(pk=person.pk)) != ()  # a fresh object reads them
+
+
+def test_a_membership_added_for_a_requests_lazy_user_is_seen_by_the_next_ask(db):
+    """A request's user is a lazy object: adding a membership through it refreshes its cached tenants too."""
+    from django.utils.functional import SimpleLazyObject
+
+    from tenants.selectors import user_tenant_ids
+
+    person = get_user_model().objects.create_user("lia", password="pw-1234-xyz", is_staff=True)
+    acme, globex = tenant_create(slug="acme"), tenant_create(slug="globex")
+    membership_add(user=person, tenant=acme)
+    lazy = SimpleLazyObject(lambda: person)
+    assert user_tenant_ids(lazy) == (acme.pk,)
+    membership_add(user=lazy, tenant=globex)
+    assert sorted(user_tenant_ids(lazy)) == sorted([acme.pk, globex.pk])
