@@ -1,6 +1,7 @@
 """Reads for embeddings: rows whose vector is missing or stale, and nearest neighbours that never come back short."""
 
 import logging
+import time
 from collections.abc import Callable
 
 from django.apps import apps
@@ -8,6 +9,7 @@ from django.db.models import CharField, ExpressionWrapper, FloatField, Func, Q, 
 from pgvector.django import CosineDistance
 
 from embeddings.models import Embedded, EmbeddingStale
+from tenants.context import tenant_filter_ids
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +70,6 @@ def other_model_rows_left(models, *, current_model: str) -> bool:
     change of model, until the backfill has embedded them again): those rows are not compared with a query of
     ``current_model``, which should say so. Per process, kept ``OTHER_MODEL_CHECK_S``; the probes read the
     ``<table>_emb_model`` index, either side of the current model."""
-    import time
-
-    from tenants.context import tenant_filter_ids
-
     key = (tuple(m._meta.label for m in models), current_model, tenant_filter_ids())
     now = time.monotonic()
     seen = _other_model_seen.get(key)

@@ -61,7 +61,6 @@ from learning.selectors.tiers import (
 )
 
 __all__ = [
-    "vectors_of_another_model_left",
     "phrase_owner",
     "ALIAS_SEMANTIC_THRESHOLDS",
     "ExactHit",
@@ -107,6 +106,7 @@ __all__ = [
     "users_with_phrases",
     "verb_catalogue",
     "verb_count",
+    "vectors_of_another_model_left",
     "verb_details",
     "verb_details_forget",
     "verb_evidence_balance",

@@ -10,6 +10,7 @@ from django.utils import timezone
 from common.db import ASYNC_COMMIT
 from common.text import text_hash
 from embeddings.embedders import embed_query
+from embeddings.selectors import other_model_rows_left
 from embeddings.services import embedding_assign, embeddings_compute, embeddings_refresh
 from memories.models import Memory, MemoryRetrieval
 from memories.selectors import (
@@ -111,8 +112,10 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
                 items = search()
             if not items and not embedded():
                 degraded_reason = "no_embeddings"
-        if not degraded_reason and memory_of_another_model_left(
-            user_id=user_id, namespace=namespace, model=model, filters=filters, pending=pending
+        if (
+            not degraded_reason
+            and other_model_rows_left([Memory], current_model=model)  # the scope's, kept a few seconds: most often no
+            and memory_of_another_model_left(user_id=user_id, namespace=namespace, model=model, filters=filters, pending=pending)
         ):
             degraded_reason = "reembedding"  # after a change of model: memories not embedded again were not compared
     fallback = bool(degraded_reason) and degraded_reason != "reembedding"
