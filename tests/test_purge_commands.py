@@ -25,7 +25,9 @@ def run(*args) -> str:
 
 def _old_records(n, days=200):
     for i in range(n):
-        ResolutionRecord.objects.create(request_id=uuid.uuid4(), text=f"t{i}", normalized=f"t{i}", outcome="resolved", rule="fixed")
+        ResolutionRecord.objects.create(
+            request_id=uuid.uuid4(), text=f"t{i}", normalized=f"t{i}", outcome="resolved", rule="fixed"
+        )
     ResolutionRecord.objects.update(created_at=timezone.now() - timedelta(days=days))
 
 
