@@ -169,7 +169,9 @@ _LEAD_IN = re.compile(
     r"(?:the\s+|our\s+|my\s+)?(?:[\w\-]+\s+){0,3}?" + _SECRET_NOUN + r"(?:\s+(?:is|was)\s+|\s*:\s*)|" + _SECRET_NOUN + r"\s*:\s*)"
 )
 # the value stated after "is": "the password is swordfish.", "it is guestnetwork, all lowercase"
-_IS_VALUE = re.compile(r"(?i)\b(?:is|was|:)\s+(?P<value>[^\s,;.!?()\[\]{}<>\"'`]{4,64})(?=\s*(?:[.,;!]|$))")
+# a value stated as one word: 4 to 64 characters up to a space, a quote, a bracket or punctuation
+_VALUE = r"(?P<value>[^\s,;.!?()\[\]{}<>\"'`]{4,64})"
+_IS_VALUE = re.compile(r"(?i)\b(?:is|was|:)\s+" + _VALUE + r"(?=\s*(?:[.,;!]|$))")
 _QUOTED = re.compile(r"[\"'`\u201c\u2018](?P<value>[^\s\"'`\u201d\u2019]{4,64})[\"'`\u201d\u2019]")
 # a number after these is a phone number; a quoted word after these names an entry, a folder or a menu
 _PHONE_BEFORE = re.compile(r"(?i)\b(?:call|phone|tel|telephone|fax|dial|ext|extension|number|mobile|cell)\b\W*$")
@@ -198,7 +200,7 @@ _DESCRIBES_SECRET = {
 }
 # the first word after an answer's "it is" / "the password is" lead-in, when it ends the clause: "it is dragon, all
 # lowercase" (not after "use", "try": "Use caution, it changes weekly" gives advice)
-_FIRST_VALUE = re.compile(r"(?P<value>[^\s,;.!?()\[\]{}<>\"'`]{4,64})(?=\s*(?:[.,;!?(]|\s[-\u2013\u2014]\s|$))")
+_FIRST_VALUE = re.compile(_VALUE + r"(?=\s*(?:[.,;!?(]|\s[-\u2013\u2014]\s|$))")
 _ADVICE = re.compile(r"(?i)^(?:use|try|type|enter)\b")
 _NAMES_NOUN = re.compile(rf"(?i)\b{_SECRET_NOUN}\b")
 # what may open an answer before its lead-in: "Sure, it's dragon", "Yes! It is dragon."

@@ -380,6 +380,9 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
         progress=progress,
     )
     params, n = None, 0
+    # fitted while phrases still carried another model's vectors (a change of model, re-embedding): on the phrases
+    # embedded so far; decision_prior_refresh fits again once none is left
+    reembedding = selectors.vectors_of_another_model_left(model)
     for words, (got, count) in zip((False, True), fits, strict=True):
         if got is not None and (params is None or _held_out_better(got, params)):
             params = {
@@ -388,9 +391,7 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
                 "floors": floors,
                 "anchors": len(vectors),
                 "anchor_keys": stamp[1],
-                # fitted while phrases still carried another model's vectors (a change of model, re-embedding): on
-                # the phrases embedded so far; decision_prior_refresh fits again once none is left
-                "reembedding": selectors.vectors_of_another_model_left(model),
+                "reembedding": reembedding,
             }
             n = count
     if params is None:

@@ -9,7 +9,7 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from common.api import ApplicationError, Conflict, NotFound
-from common.db import rows_delete_in_batches
+from common.db import rows_purge
 from common.validation import MAX_DAYS
 from embeddings.embedders import current_model_name, get_embedder
 from embeddings.services import embeddings_batches_refresh, embeddings_refresh
@@ -154,15 +154,13 @@ def memories_purge_deprecated(*, older_than: timedelta, user_id: str | None = No
     if user_id:
         memories = memories.filter(user_id=user_id)
         retrievals = retrievals.filter(user_id=user_id)
-    if dry_run:
-        return {"memories": memories.count(), "retrievals": retrievals.count()}
     # In batches, each its own transaction. Each batch locks its rows first, and the lock reads them again: a
     # memory promoted or restored meanwhile is no longer deprecated and stays.
     # A purged memory's audit trail goes with it (its text would live on there, a year by HISTORY_RETENTION_DAYS).
     trail = Memory.history.model.objects
     return {
-        "memories": rows_delete_in_batches(memories, also=lambda ids: trail.filter(id__in=ids).delete()),
-        "retrievals": rows_delete_in_batches(retrievals),
+        "memories": rows_purge(memories, dry_run=dry_run, also=lambda ids: trail.filter(id__in=ids).delete()),
+        "retrievals": rows_purge(retrievals, dry_run=dry_run),
     }
 
 
