@@ -362,6 +362,14 @@ _db["OPTIONS"]["server_side_binding"] = env_bool("DB_SERVER_SIDE_BINDING", False
 # never prepared (the threshold is out of reach).
 DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", True)
 _db["OPTIONS"]["prepare_threshold"] = 2**31 - 1 if DB_PREPARED_STATEMENTS else None
+# ... and always from their generic plan: PostgreSQL's own choice (plan_cache_mode = auto) kept planning the exact
+# statement anew on every request of a tenant-scoped agent (its generic plan's estimate, for tenants unknown, looked
+# dearer), about a millisecond each time. Those statements name what decides their plan as literals (rows_fetch).
+# With client-side binding no other statement has a plan to reuse, so the setting reaches only them; with
+# server-side binding it would reach every query, so it is left to PostgreSQL there. A plan_cache_mode in
+# DATABASE_URL's or PG_OPTIONS's options wins.
+if DB_PREPARED_STATEMENTS and not _db["OPTIONS"]["server_side_binding"] and "plan_cache_mode" not in _db["OPTIONS"]["options"]:
+    _db["OPTIONS"]["options"] += " -c plan_cache_mode=force_generic_plan"
 _db["ATOMIC_REQUESTS"] = False
 # Reached through a pooler in transaction mode (PgBouncer ``pool_mode = transaction``): no state may outlive a
 # transaction, so the long work that would otherwise scope the connection to a tenant and take session advisory
