@@ -6,6 +6,7 @@ import uuid
 
 import numpy as np
 import pytest
+from django.core.cache.backends.locmem import LocMemCache
 from django.utils import timezone
 
 from common.api import ApplicationError
@@ -1110,17 +1111,41 @@ def test_a_process_keeps_at_most_its_budget_of_head_weights(big, settings):
     assert head_cache_bytes() <= 2.5 * one
 
 
-def test_a_refit_due_is_never_run_inside_the_labelling_request(db, settings, monkeypatch):
-    """With the broker down a refit due after N labels is left for the next label, never trained inline."""
+def test_a_refit_due_is_never_run_inside_the_labelling_request(db, settings, monkeypatch, django_capture_on_commit_callbacks):
+    """A refit due after N labels is sent once the label commits, never trained inline, and once: while it is
+    queued the next labels do not send it again. With the broker down it is left for the next label."""
+    from django.db import transaction
+
     from learning.services import decisions as decision_services
 
-    sent = []
-    monkeypatch.setattr(decision_services, "task_send_on_commit", lambda name, **kw: sent.append((name, kw)))
+    sent, broker_up = [], {"up": False}
+
+    def send(name, **kw):
+        sent.append((name, kw))
+        return broker_up["up"]
+
+    monkeypatch.setattr(decision_services, "task_send", send)
+    monkeypatch.setattr(decision_services, "cache", LocMemCache("refit-sent", {}))
     settings.RESOLVE_REFIT_EVERY_LABELS = 0
-    decision_services._refit_if_due()
-    assert sent == [("learning.decision_refit", {"due": True, "fallback_inline": False})]
-    decision_services._refit_if_due()  # queued already: not sent again for every further label
-    assert len(sent) == 1
+
+    def label():
+        before = len(sent)
+        with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+            decision_services._refit_if_due()
+            assert len(sent) == before  # nothing is sent before the commit
+
+    with pytest.raises(RuntimeError), django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        decision_services._refit_if_due()
+        raise RuntimeError("the labelling request failed later")
+    assert sent == []  # rolled back: nothing sent, nothing remembered
+    label()  # the broker refuses it
+    assert len(sent) == 1 and sent[0][0] == "learning.decision_refit"
+    assert sent[0][1]["due"] is True and sent[0][1]["fallback_inline"] is False
+    broker_up["up"] = True
+    label()  # the next label sends it again
+    assert len(sent) == 2
+    label()  # queued already: not sent again for every further label
+    assert len(sent) == 2
 
 
 def test_a_candidate_only_the_classifier_head_proposes_is_documented_in_the_schema(big):

@@ -59,7 +59,7 @@ def decision_state() -> dict:
         .distinct("embedding_model")
         .values(*columns)
     )
-    state = {"live": None, "shadow": None, "prior": None, "priors": {}}
+    state = {"live": None, "shadow": None, "prior": None, "priors": {}, "personal": {}}
     for r in in_force:
         if state[r["status"]] is None:
             state[r["status"]] = FitState(r["version"], r["source"], r["params"], r["embedding_model"])
@@ -68,8 +68,23 @@ def decision_state() -> dict:
         if state["prior"] is None:
             state["prior"] = fs
         state["priors"][r["embedding_model"]] = fs  # the newest per embedding model
+    versions = {fs.version for fs in (state["live"], state["shadow"], *state["priors"].values()) if fs is not None}
+    # How many users' own heads each of these fits still holds: a fit writes its heads once, so the number only
+    # falls when a user's data is erased (in any process), and the heads this process read are checked against it.
+    state["personal"] = dict.fromkeys(versions, 0) | dict(
+        DecisionHead.objects.filter(fit__version__in=versions, user_id__isnull=False)
+        .values("fit__version")
+        .annotate(n=Count("id"))
+        .values_list("fit__version", "n")
+    )
     _decision_cache[tenants] = (now + settings.RESOLVE_DECISION_CACHE_S, state)
     return state
+
+
+def decision_state_forget() -> None:
+    """Read the fits in force of this scope afresh at the next ``decision_state`` (and with them, which users
+    still have their own head)."""
+    _decision_cache.pop(tenant_filter_ids(), None)
 
 
 def decision_cache_clear() -> None:
@@ -85,10 +100,13 @@ def decision_head(version: int, user_id: str | None) -> tuple | None:
     trained one, else the deployment's; None when the fit has no head. A fit's heads never change once it exists
     (they are written in the transaction that creates it; a user's may only be erased with the user's data, and
     then the deployment's answers), so each is read once per process (LRU); which users
-    have their own is read with the deployment's head, so a user without one costs no query.
-    Raises ValueError when the stored head is unreadable."""
+    have their own is read with the deployment's head, so a user without one costs no query. An erasure in
+    another process shows within RESOLVE_DECISION_CACHE_S: the number of personal heads of the fits in force
+    (``decision_state``) falls, so this process reads who has one again and forgets the heads of those who no
+    longer do. Raises ValueError when the stored head is unreadable."""
     tenants = tenant_filter_ids()  # versions count per tenant
-    owners = _head_cached((tenants, version, ("owners",)), lambda: _head_owners(version))
+    personal = decision_state()["personal"].get(version)  # None: a fit no longer in force, read as it was
+    owners = _head_cached((tenants, version, ("owners", personal)), lambda: _head_owners_read(tenants, version))
     # A personal head learns from the user's phrases the tenant's agents share: an agent with private user data
     # (``private_user_data``) decides with the deployment's head, and its users' own phrases count as anchors.
     shared = private_agent_id() is None
@@ -124,8 +142,17 @@ def head_cache_bytes() -> int:
         return sum(_head_bytes.values())
 
 
-def _head_owners(version: int) -> frozenset:
-    return frozenset(DecisionHead.objects.filter(fit__version=version, user_id__isnull=False).values_list("user_id", flat=True))
+def _head_owners_read(tenants, version: int) -> frozenset:
+    """The users with their own head in fit ``version``; the heads, and the lists of owners, this process kept for
+    that fit of users no longer among them are dropped (their data was erased)."""
+    owners = frozenset(DecisionHead.objects.filter(fit__version=version, user_id__isnull=False).values_list("user_id", flat=True))
+    with _head_lock:
+        for key in [k for k in _head_cache if k[:2] == (tenants, version)]:
+            scope = key[2]
+            if isinstance(scope, tuple) or (scope is not None and scope not in owners):
+                del _head_cache[key]
+                _head_bytes.pop(key, None)
+    return owners
 
 
 def _head_read(version: int, user_id: str | None) -> tuple | None:
@@ -169,14 +196,17 @@ def decision_labels(*, window: int, model: str) -> list[dict]:
     return rows[::-1]
 
 
-def labels_since_newest_fit(*, at_most: int) -> int:
-    """How many labels arrived since the newest fit from labels was made (all of them before the first), counted up
-    to ``at_most``: the count stops there (a label asks it, on every label), on the ``labelled_at`` index."""
-    newest = DecisionFit.objects.filter(source=DecisionFit.Source.LABELS).order_by("-version").values("created_at").first()
+def labels_since_newest_fit(*, at_most: int) -> tuple[int, int]:
+    """(how many labels arrived since the newest fit from labels was made (all of them before the first), that
+    fit's version or 0). The count stops at ``at_most`` (a label asks it, on every label), on the ``labelled_at``
+    index."""
+    newest = (
+        DecisionFit.objects.filter(source=DecisionFit.Source.LABELS).order_by("-version").values("version", "created_at").first()
+    )
     qs = ResolutionRecord.objects.filter(label__isnull=False, features__isnull=False)
     if newest is not None:
         qs = qs.filter(labelled_at__gt=newest["created_at"])
-    return qs.order_by()[: max(at_most, 0)].count()
+    return qs.order_by()[: max(at_most, 0)].count(), newest["version"] if newest else 0
 
 
 def shadow_figures(version: int) -> dict:

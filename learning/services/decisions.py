@@ -22,7 +22,7 @@ from tqdm import tqdm
 from agents.models import Agent
 from common.api import ApplicationError, Conflict
 from common.db import rows_purge
-from common.tasks import task_send_on_commit
+from common.tasks import task_headers, task_send
 from common.text import normalize_phrase
 from common.validation import MAX_DAYS
 from embeddings.embedders import current_model_name
@@ -115,36 +115,45 @@ def resolution_label(
     return row
 
 
-# A label-triggered refit sent (per tenant) is not sent again for this long, unless it ends sooner: every label past
-# the threshold would send one more, each waiting minutes on the fit lock.
+# A label-triggered refit sent (per tenant and newest fit) is not sent again for this long, unless it ends sooner or
+# a newer fit exists: every label past the threshold would send one more, each waiting minutes on the fit lock.
 REFIT_SENT_MEMO_S = 900
 
 
-def _refit_sent_key() -> str:
-    tenants = tenant_filter_ids()
-    return f"learning:refit-sent:{'-'.join(map(str, tenants)) if tenants else 'all'}"
-
-
-def _refit_due() -> bool:
+def _refit_due() -> tuple[bool, str]:
+    """(whether RESOLVE_REFIT_EVERY_LABELS labels arrived since the newest fit, the cache key that remembers a refit
+    sent for them). The key names that fit: once a refit made a newer one, in whatever process, the labels after it
+    send the next refit, though the marker of the last one outlives it in a cache of this process alone."""
     every = settings.RESOLVE_REFIT_EVERY_LABELS
-    return selectors.labels_since_newest_fit(at_most=every) >= every
+    count, version = selectors.labels_since_newest_fit(at_most=every)
+    tenants = tenant_filter_ids()
+    return count >= every, f"learning:refit-sent:{'-'.join(map(str, tenants)) if tenants else 'all'}:v{version}"
 
 
 def _refit_if_due() -> None:
     """Send a refit (of this tenant's decision) once RESOLVE_REFIT_EVERY_LABELS labels arrived since its newest fit,
     once: the labels after it do not send it again while it is queued or running (``REFIT_SENT_MEMO_S``, in the
     cache), and the refit itself checks it is still due. Never inline: a refit trains heads for minutes, too long for
-    the labelling request. With the broker down it is not sent, and a later label sends it (the count still says
-    it is due)."""
-    if not _refit_due():
+    the labelling request. Sent, and remembered, once the label commits: a label rolled back, or a send the broker
+    refused, leaves nothing remembered, and the next label sends it (the count still says it is due)."""
+    due, sent_key = _refit_due()
+    if not due:
         return
-    try:
-        first = cache.add(_refit_sent_key(), 1, REFIT_SENT_MEMO_S)
-    except Exception:  # the cache is an optimisation: without it every label past the threshold sends
-        logger.warning("cache unavailable: a refit may be sent more than once", exc_info=True)
-        first = True
-    if first:
-        task_send_on_commit("learning.decision_refit", due=True, fallback_inline=False)
+    headers = task_headers()  # this tenant's: the scope has ended when the commit sends
+
+    def send():
+        try:
+            first = cache.add(sent_key, 1, REFIT_SENT_MEMO_S)
+        except Exception:  # the cache is an optimisation: without it every label past the threshold sends
+            logger.warning("cache unavailable: a refit may be sent more than once", exc_info=True)
+            first = True
+        if first and not task_send("learning.decision_refit", headers=headers, fallback_inline=False, due=True):
+            try:
+                cache.delete(sent_key)
+            except Exception:
+                logger.warning("cache unavailable: the refit not sent is remembered until it expires", exc_info=True)
+
+    transaction.on_commit(send, robust=True)
 
 
 def resolution_records_purge(*, days: int | None = None, dry_run: bool = False) -> int:
@@ -264,6 +273,8 @@ def _heads_train(
     over many phrases takes a while). Answers [(user id or None, weights, phrases per verb, inputs digest)] of the
     heads trained, and [id of a stored head] of the heads that serve again (copied by ``_heads_save``)."""
     shared = selectors.decision_anchor_rows(model=model)
+    if warm_version is not None:
+        selectors.decision_state_forget()  # a head warm-starts only from a user's head that was not erased since
     scopes = [None]
     if users:
         scopes += selectors.users_with_phrases(model=model, min_phrases=settings.RESOLVE_USER_HEAD_MIN_PHRASES)
@@ -550,15 +561,18 @@ def decision_refit(*, force: bool = False, progress: bool = False, due: bool = F
     Also refits the catalogue prior when it is stale (``_prior_stale``). One fit at a time per tenant
     (``decision_fits_serialised``). ``due``: sent because labels arrived: nothing when another refit has fitted
     them meanwhile. Answers what happened."""
+    sent_key = None
     try:
         with decision_fits_serialised():
-            if due and not force and not _refit_due():
-                return {"prior": None, "promoted": None, "shadow": None, "reason": "not due: another refit fitted them"}
+            if due and not force:
+                still_due, sent_key = _refit_due()
+                if not still_due:
+                    return {"prior": None, "promoted": None, "shadow": None, "reason": "not due: another refit fitted them"}
             return _refit(force=force, progress=progress)
     finally:
-        if due:
+        if sent_key is not None:
             try:
-                cache.delete(_refit_sent_key())
+                cache.delete(sent_key)
             except Exception:
                 logger.warning("cache unavailable: the sent refit is remembered until it expires", exc_info=True)
 
