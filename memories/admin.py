@@ -6,6 +6,7 @@ edit the redacted preview, then release it (it must pass the write-gate) or disc
 """
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
 from django.urls import reverse
@@ -13,7 +14,7 @@ from django.utils.html import format_html, format_html_join
 
 from common.admin import INLINE_ROWS_MAX, HistoryAdmin, SaveChangedOnly, TopValuesFilter, confirm_bulk, newest_rows_formset
 from common.api import ApplicationError
-from common.tasks import task_send_on_commit
+from common.tasks import task_send, task_send_on_commit
 from common.validation import MAX_DAYS
 from memories import write_gate
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryWriteDecision, QuarantineStatus
@@ -195,20 +196,28 @@ class MemoryAdmin(HistoryAdmin):
 
     @admin.action(description="Purge deprecated memories older than N days (all users)", permissions=["delete"])
     def purge_deprecated(self, request, queryset):
-        """Sent as the purge task, after this request commits: its batches each commit on their own (inside the
-        request's transaction they would hold every lock until the page answered)."""
+        """Sent to the workers as the purge task: its batches each commit on their own (inside the request's
+        transaction they would hold every lock until the page answered). Never run in this request when the broker
+        is down (on a large backlog the page would time out): the reviewer is told to try again or run the command.
+        With no broker at all (eager tasks) it runs here once the request commits, the only place it can."""
         raw = (request.POST.get("days") or "90").strip()
         days = int(raw) if raw.isascii() and raw.isdigit() else 0
         if not 1 <= days <= MAX_DAYS:
             self.message_user(request, f"Days must be a whole number from 1 to {MAX_DAYS}.", messages.ERROR)
             return
-        task_send_on_commit(memory_purge_deprecated_task, days=days)
-        self.message_user(
-            request,
-            f"The purge of deprecated memories older than {days} days (and of retrieval logs) is sent: it runs in "
-            "batches once this page has answered.",
-            messages.SUCCESS,
-        )
+        what = f"The purge of deprecated memories older than {days} days (and of retrieval logs)"
+        if settings.CELERY_TASK_ALWAYS_EAGER:
+            task_send_on_commit(memory_purge_deprecated_task, days=days)
+            self.message_user(request, f"{what} runs in batches as this page is saved.", messages.SUCCESS)
+        elif task_send(memory_purge_deprecated_task, days=days, fallback_inline=False):  # the action writes nothing
+            self.message_user(request, f"{what} is sent: a worker runs it in batches.", messages.SUCCESS)
+        else:
+            self.message_user(
+                request,
+                f"{what} was not sent: the task broker is unavailable. Try again later, or run "
+                f"manage.py purge_deprecated_memories --older-than {days}d.",
+                messages.ERROR,
+            )
 
 
 class QuarantineForm(forms.ModelForm):

@@ -341,7 +341,7 @@ class TestAdmin:
         assert Memory.objects.filter(pk=m.pk).exists() and len(sent) == 1  # sent once the request commits
         with django_capture_on_commit_callbacks(execute=True):
             done = admin_client.post(url, {"action": "purge_deprecated", "_selected_action": [m.pk], "days": "1"}, follow=True)
-        assert "runs in batches once this page has answered" in done.content.decode()
+        assert "runs in batches as this page is saved" in done.content.decode()
         assert not Memory.objects.filter(pk=m.pk).exists()
 
     def test_a_deprecated_memory_taught_again_is_not_promoted_beside_its_live_copy(self, admin_client):

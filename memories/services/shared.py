@@ -9,7 +9,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from common.db import tenant_lock
-from common.tasks import task_send
+from common.tasks import task_headers, task_send
 from memories.models import Memory, MemoryStatus
 from tenants.context import private_agent_id
 
@@ -36,10 +36,11 @@ def embedding_schedule(*, ids: list[int]) -> None:
     """Embed these memories through the Celery task: now when eager, else after commit. Never raises."""
     if not ids:
         return
+    headers = task_headers()  # the tenant and agent of now: after the commit the scope that wrote them has ended
 
     def send():
         try:
-            task_send("memories.tasks.memory_embed", ids)
+            task_send("memories.tasks.memory_embed", ids, headers=headers)
         except Exception as exc:  # broker down or embedder down: the next retrieval embeds lazily
             logger.warning("memory_embed for %s not run: %s: %s", ids, exc.__class__.__name__, exc)
 

@@ -1,0 +1,162 @@
+"""With the task broker down, the work a request sends still happens in the request's tenant, or is not claimed.
+
+Each test points the real Celery app (config.celery, with the transport options of config/settings.py) at a broker
+that refuses connections (or at the machine's Redis), with eager tasks off, and drives the endpoint or admin action.
+A web process's connection sees no tenant outside a request (config/wsgi.py): the headers of a task sent once the
+request commits must be those of the request, taken before its scope ends, or the inline run sees no rows.
+"""
+
+import json
+from datetime import timedelta
+
+import pytest
+import redis
+from django.db import connection
+from django.utils import timezone
+
+from common import tasks as common_tasks
+from config.celery import app as celery_app
+from memories.models import Memory, MemoryStatus
+from tests.conftest import OBSERVE, make_memory
+
+pytestmark = pytest.mark.django_db
+
+DOWN = "redis://127.0.0.1:1/0"  # connection refused
+UP_DB = 15
+UP = f"redis://127.0.0.1:6379/{UP_DB}"
+
+
+def _reset_app_caches():
+    celery_app._pool = None
+    try:
+        celery_app.__dict__["amqp"]._producer_pool = None
+    except (AttributeError, KeyError):
+        pass
+    celery_app._backend_cache = None
+    if hasattr(celery_app._local, "backend"):
+        del celery_app._local.backend
+    common_tasks.broker_down_forget()
+
+
+@pytest.fixture
+def broker(settings):
+    """``broker(url)``: the real app sends to ``url`` (not eager); restored afterwards."""
+    conf = celery_app.conf
+    saved = {k: conf[k] for k in ("broker_url", "result_backend", "task_always_eager")}
+
+    def use(url, backend="same"):
+        conf.broker_url = url
+        conf.result_backend = url if backend == "same" else backend
+        conf.task_always_eager = False
+        settings.CELERY_TASK_ALWAYS_EAGER = False
+        settings.CELERY_BROKER_URL = url
+        _reset_app_caches()
+
+    yield use
+    for k, v in saved.items():
+        conf[k] = v
+    _reset_app_caches()
+
+
+def _web_process_scope():
+    """A web process's connection sees no tenant outside a request (config/wsgi.py: DB_TENANT_DEFAULT=none).
+    Inside the test transaction: the request restores this value when it ends (it is nested)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT set_config('app.tenant_ids', 'none', true)")
+
+
+def _all_tenants_scope():
+    with connection.cursor() as cur:
+        cur.execute("SELECT set_config('app.tenant_ids', '*', true)")
+
+
+LESSON_Q = "How do I rotate the application logs on the staging servers?"
+LESSON_A = "Run logrotate with the config in /etc/logrotate.d/app and restart the app service afterwards so it reopens its files."
+
+
+def _observe(api):
+    body = {"user_id": "alice", "user_message": LESSON_Q, "assistant_message": LESSON_A}
+    return api.post(OBSERVE, body, format="json")
+
+
+@pytest.mark.parametrize("web_process", [True, False], ids=["web-process-scope-none", "control-scope-all"])
+def test_with_the_broker_down_an_observed_memory_is_embedded_inline_in_its_tenant(
+    api, broker, django_capture_on_commit_callbacks, web_process
+):
+    broker(DOWN)
+    if web_process:
+        _web_process_scope()
+    with django_capture_on_commit_callbacks(execute=True):  # in production the callbacks run inside the request
+        r = _observe(api)
+    assert r.status_code == 200, r.content
+    _all_tenants_scope()
+    m = Memory.objects.get(pk=r.json()["memory_id"])
+    assert m.embedding is not None
+
+
+def test_a_memory_embedding_sent_to_the_broker_carries_the_requests_tenant_and_agent(
+    api, broker, django_capture_on_commit_callbacks
+):
+    r_db = redis.Redis(db=UP_DB)
+    r_db.delete("celery")
+    broker(UP)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            r = _observe(api)
+        assert r.status_code == 200, r.content
+        raw = r_db.lrange("celery", 0, -1)
+        messages = [json.loads(m) for m in raw]
+        embeds = [m for m in messages if m["headers"].get("task") == "memories.tasks.memory_embed"]
+        assert embeds, messages
+        headers = embeds[0]["headers"]
+        assert headers.get("alg_tenants") == str(api.agent.tenant_id), headers
+        assert headers.get("alg_agent", "").startswith(f"{api.agent.pk}:"), headers
+    finally:
+        r_db.delete("celery")
+        for key in r_db.keys("_kombu.binding.*") + r_db.keys("_kombu.binding_permanent.*"):
+            r_db.delete(key)
+
+
+@pytest.mark.parametrize("web_process", [True, False], ids=["web-process-scope-none", "control-scope-all"])
+def test_with_the_broker_down_a_paraphrase_observed_next_is_merged_not_stored_twice(
+    api, broker, settings, django_capture_on_commit_callbacks, web_process
+):
+    """The first memory has its vector (embedded inline), so the next observation's semantic dedupe finds it."""
+    a = "Always run the database migrations before deploying the web application to production."
+    b = "Run the database migrations before you deploy the web application to production, always."
+    settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLD = 0.85
+    broker(DOWN)
+    if web_process:
+        _web_process_scope()
+    with django_capture_on_commit_callbacks(execute=True):
+        first = api.post(
+            OBSERVE,
+            {"user_id": "alice", "user_message": "note", "assistant_message": a, "meta": {"type": "pattern"}},
+            format="json",
+        ).json()
+    with django_capture_on_commit_callbacks(execute=True):
+        second = api.post(
+            OBSERVE,
+            {"user_id": "alice", "user_message": "note", "assistant_message": b, "meta": {"type": "pattern"}},
+            format="json",
+        ).json()
+    assert second["decision"] == "merged" and second["memory_id"] == first["memory_id"], (first, second)
+
+
+def test_with_the_broker_down_the_admin_purge_is_not_run_inside_the_page_and_says_so(
+    su, broker, django_capture_on_commit_callbacks
+):
+    old = make_memory(content="Deprecated long ago: restart the cache servers on Fridays.")
+    Memory.objects.filter(pk=old.pk).update(status=MemoryStatus.DEPRECATED, deprecated_at=timezone.now() - timedelta(days=400))
+    keep = make_memory(user="bob", content="Always run the database migrations before deploying the web application.")
+    broker(DOWN)
+    with django_capture_on_commit_callbacks(execute=True):
+        r = su.post(
+            "/admin/memories/memory/",
+            {"action": "purge_deprecated", "_selected_action": [keep.pk], "days": "30", "index": 0},
+            follow=True,
+        )
+    assert r.status_code == 200
+    text = r.content.decode()
+    assert "was not sent: the task broker is unavailable" in text and "purge_deprecated_memories --older-than 30d" in text
+    assert Memory.objects.filter(pk=old.pk).exists()  # not run inside the request (minutes on a large backlog)
