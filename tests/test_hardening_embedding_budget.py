@@ -105,21 +105,16 @@ def test_the_budget_is_for_the_whole_request(gov_api, catalogue, silent_embedder
     def rows(kind):
         return "phrase,verb\n" + "".join(f"list {kind} units variant {i},cbu.list\n" for i in range(600))
 
-    # the same request with no budget at all waits for nothing: what 600 rows cost without the embedder
-    settings.EMBEDDING_REQUEST_BUDGET_S = 0.0
-    r, t_none = _timed(lambda: gov_api.post("/api/v1/learning/import", {"format": "csv", "content": rows("a")}, format="json"))
-    assert r.status_code == 200 and r.json()["unembedded"] == 600
     settings.EMBEDDING_REQUEST_BUDGET_S = 0.5
     asked = len(silent_embedder)
-    r, t = _timed(lambda: gov_api.post("/api/v1/learning/import", {"format": "csv", "content": rows("b")}, format="json"))
+    r, _ = _timed(lambda: gov_api.post("/api/v1/learning/import", {"format": "csv", "content": rows("b")}, format="json"))
     assert r.status_code == 200 and r.json()["unembedded"] == 600
-    # only the first batch asked the embedder and waited; the other five found the budget spent
+    # only the first batch asked the embedder and waited; the other five found the budget spent and asked nothing
+    # (a budget per batch would have asked six times, waiting 3 s)
     deadline = time.monotonic() + 2.0
     while len(silent_embedder) - asked < 1 and time.monotonic() < deadline:
         time.sleep(0.05)  # the fixture's thread accepts the connection
     assert len(silent_embedder) - asked == 1
-    # one budget of waiting in all (a budget per batch would add six: 3 s); generous for a loaded machine
-    assert t - t_none < 0.5 + 1.5, (t, t_none)
 
 
 def test_an_mcp_call_has_the_same_budget_and_says_what_waits(catalogue, silent_embedder):
