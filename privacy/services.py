@@ -12,7 +12,7 @@ from common.api import ApplicationError
 from common.validators import USER_ID_RE
 from learning.services.users import user_learning_erase
 from memories.services.users import user_memories_erase
-from review.services import ERASED, decisions_of_erased_user_scrub
+from review.services import ERASED, decisions_of_erased_user_scrub, items_of_user_lock
 from tenants.context import tenant_current_id
 
 logger = logging.getLogger(__name__)
@@ -46,6 +46,8 @@ def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> 
             "Not a user id: 1-128 letters, digits or _ . : @ -, starting with a letter or digit.", field="user_id"
         )
     with transaction.atomic():
+        if not dry_run:
+            items_of_user_lock(user_id=user_id)  # a reviewer's decision on one of the user's items ends first
         learning = user_learning_erase(user_id=user_id, dry_run=dry_run)
         memories = user_memories_erase(user_id=user_id, dry_run=dry_run)
         objects = {**learning["objects"], **memories["objects"]}

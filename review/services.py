@@ -216,6 +216,29 @@ def item_decide(
 BIGINT_MAX = 2**63 - 1
 
 
+def _items_lock(kind: str, ids) -> None:
+    """Inside a transaction: the lock ``item_decide`` takes first, on each of these items, in one order (two
+    writers of several items never wait on each other in a cycle)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s || i::text, 0)) FROM unnest(%s::bigint[]) AS i ORDER BY i",
+            [f"review:{kind}:", sorted(set(ids))],
+        )
+
+
+def items_of_user_lock(*, user_id: str) -> None:
+    """Before the erasure of a user's data, in its transaction: lock the user's waiting candidates and quarantined
+    lessons as a decision does first, so a decision under way (its claim, then the item) ends before the erasure
+    locks the items and deletes their claims, and one that starts later finds them gone. More than
+    ADMIN_LOCKS_MAX of a kind are left to their row locks (PostgreSQL's lock table is bounded)."""
+    for kind in (Kind.CANDIDATE, Kind.QUARANTINE):
+        ids = list(
+            selectors.kind_spec(kind).waiting().filter(user_id=user_id).values_list("pk", flat=True)[: ADMIN_LOCKS_MAX + 1]
+        )
+        if 0 < len(ids) <= ADMIN_LOCKS_MAX:
+            _items_lock(kind, ids)
+
+
 def items_hold_for_admin(*, kind: str, ids: list[int], user) -> list[Claim]:
     """Before a decision taken in an app's own admin pages (a changelist's bulk action, a change form, a one-click
     button) on these items: lock them as ``item_decide`` does, in the caller's transaction, and answer the live
@@ -225,11 +248,7 @@ def items_hold_for_admin(*, kind: str, ids: list[int], user) -> list[Claim]:
     if not ids:
         return []
     if len(set(ids)) <= ADMIN_LOCKS_MAX:
-        with connection.cursor() as cursor:
-            cursor.execute(  # in one order: two bulk decisions never wait on each other in a cycle
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s || i::text, 0)) FROM unnest(%s::bigint[]) AS i ORDER BY i",
-                [f"review:{kind}:", sorted(set(ids))],
-            )
+        _items_lock(kind, ids)
     else:  # a "select all" over thousands would exhaust PostgreSQL's lock table: lock the rows (a lock in each row)
         # instead, so an inbox decision of one of them waits for this one, and one it took first drops out of
         # what waits here rather than being logged twice

@@ -163,7 +163,7 @@ def test_a_read_only_retrieve_with_a_worker_leaves_the_missing_vectors_to_it(
     import memories.services.shared as shared
 
     sent = []
-    monkeypatch.setattr(shared, "task_send", lambda name, *args: sent.append((name, *args)))
+    monkeypatch.setattr(shared, "task_send", lambda name, *args, **kwargs: sent.append((name, *args)))
     settings.CELERY_TASK_ALWAYS_EAGER = False
     reader = make_client(["resolve"], name="reader")
     missing = [make_memory(content=t, topic=f"logs {i}") for i, t in enumerate(LOG_LESSONS[:3])]

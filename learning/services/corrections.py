@@ -206,6 +206,8 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
     s = settings
     with transaction.atomic():
         user_learning_lock(user_id=user_id)  # an erasure of the user waits for the phrase, evidence and label, or runs first
+        # a click's learning of the text (its evidence, then the phrase) waits, or is waited for: no crossed row locks
+        phrase_text_lock(normalized=normalized)
         row, created = learned_phrase_lock_or_create(
             phrase=text,
             normalized=normalized,

@@ -15,7 +15,7 @@ from embeddings.embedders import current_model_name, get_embedder
 from embeddings.services import embeddings_batches_refresh, embeddings_refresh
 from memories.models import Memory, MemoryRetrieval, MemoryStatus
 from memories.selectors import memories_needing_embedding, memories_readable, memory_last_retrieval
-from memories.services.shared import namespace_or_default
+from memories.services.shared import namespace_or_default, user_scopes_lock
 
 
 def memory_feedback_apply(
@@ -42,10 +42,12 @@ def memory_feedback_apply(
     now = timezone.now()
     with transaction.atomic():
         # what the caller may read: an agent with private user data changes no other agent's memories, nor they its
-        readable = memories_readable().select_for_update().filter(user_id=user_id, pk__in=ids)
+        readable = memories_readable().filter(user_id=user_id, pk__in=ids)
         if namespace:  # named: ids of another namespace are unknown ids; not named: any namespace of the user
             readable = readable.filter(namespace=namespace)
-        rows = list(readable.order_by("pk"))
+        # the user's scopes first, as a write of memories (an observe that reports an outcome too) takes them
+        user_scopes_lock(user_id=user_id, scopes=readable.values_list("namespace", "private_agent_id").distinct())
+        rows = list(readable.select_for_update().order_by("pk"))
         if strict and len(rows) != len(ids):
             missing = sorted(set(ids) - {m.pk for m in rows})
             raise NotFound(f"Unknown memory id(s): {', '.join(map(str, missing))}.", field="memory_ids")

@@ -25,7 +25,7 @@ from memories.selectors import (
     memory_semantic_candidates,
     rank_key,
 )
-from memories.services.shared import embedding_schedule, memories_auto_promote, namespace_or_default
+from memories.services.shared import embedding_schedule, memories_auto_promote, namespace_or_default, user_scopes_lock
 from tenants.context import private_agent_id
 
 
@@ -134,6 +134,8 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
         with connection.cursor() as cur:
             cur.execute(*ASYNC_COMMIT)
         if ids:
+            # the user's scope first, as a write of memories or an outcome takes it: their row locks never cross ours
+            user_scopes_lock(user_id=user_id, scopes=[(i.memory.namespace, i.memory.private_agent_id) for i in kept])
             memories_readable().filter(pk__in=ids).update(
                 hits=F("hits") + 1, streak=F("streak") + 1, last_retrieved_at=timezone.now()
             )

@@ -32,6 +32,13 @@ def user_lock(*, namespace: str, user_id: str, private_agent: int | None | objec
     tenant_lock("memory:", key)
 
 
+def user_scopes_lock(*, user_id: str, scopes) -> None:
+    """``user_lock`` for each (namespace, private agent) of ``scopes``, in one order: a writer of memories of several
+    of a user's scopes (an outcome, an erasure) never waits on a writer of one of them in a cycle."""
+    for namespace, private_agent in sorted(set(scopes), key=lambda s: (s[0], s[1] or 0)):
+        user_lock(namespace=namespace, user_id=user_id, private_agent=private_agent)
+
+
 def embedding_schedule(*, ids: list[int]) -> None:
     """Embed these memories through the Celery task: now when eager, else after commit. Never raises."""
     if not ids:

@@ -3,7 +3,7 @@
 from django.db import transaction
 
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval
-from memories.services.shared import user_lock
+from memories.services.shared import user_scopes_lock
 
 
 def user_memories_erase(*, user_id: str, dry_run: bool = False) -> dict:
@@ -25,8 +25,7 @@ def user_memories_erase(*, user_id: str, dry_run: bool = False) -> dict:
             scopes = set()
             for model in models:
                 scopes |= set(model.objects.filter(user_id=user_id).values_list("namespace", "private_agent_id").distinct())
-            for namespace, private_agent in sorted(scopes, key=lambda s: (s[0], s[1] or 0)):
-                user_lock(namespace=namespace, user_id=user_id, private_agent=private_agent)
+            user_scopes_lock(user_id=user_id, scopes=scopes)
         objects = {
             Memory._meta.label: sorted(
                 set(Memory.objects.filter(user_id=user_id).values_list("pk", flat=True))
