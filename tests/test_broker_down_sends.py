@@ -128,18 +128,13 @@ def test_with_the_broker_down_a_paraphrase_observed_next_is_merged_not_stored_tw
     broker(DOWN)
     if web_process:
         _web_process_scope()
-    with django_capture_on_commit_callbacks(execute=True):
-        first = api.post(
-            OBSERVE,
-            {"user_id": "alice", "user_message": "note", "assistant_message": a, "meta": {"type": "pattern"}},
-            format="json",
-        ).json()
-    with django_capture_on_commit_callbacks(execute=True):
-        second = api.post(
-            OBSERVE,
-            {"user_id": "alice", "user_message": "note", "assistant_message": b, "meta": {"type": "pattern"}},
-            format="json",
-        ).json()
+
+    def observe(text):
+        body = {"user_id": "alice", "user_message": "note", "assistant_message": text, "meta": {"type": "pattern"}}
+        with django_capture_on_commit_callbacks(execute=True):
+            return api.post(OBSERVE, body, format="json").json()
+
+    first, second = observe(a), observe(b)
     assert second["decision"] == "merged" and second["memory_id"] == first["memory_id"], (first, second)
 
 

@@ -18,24 +18,11 @@ from learning.services.catalogue import verb_catalogue_load
 from learning.services.corrections import phrase_confirmation_apply
 from learning.services.disambiguations import disambiguation_record, disambiguation_select, disambiguation_signals_process
 from tests.conftest import CBU_CATALOGUE
+from tests.test_races_between_writers import _start
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HOLD_S = 3
-
-
-def _start(out: dict, name: str, fn) -> threading.Thread:
-    def run():
-        try:
-            out[name] = fn()
-        except Exception as exc:  # noqa: BLE001
-            out[name] = exc
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run, name=name)
-    thread.start()
-    return thread
 
 
 def _two(fa, fb):
@@ -159,14 +146,20 @@ def test_a_retrieval_and_an_outcome_of_the_same_memories_at_once(settings):
     assert codes == {"outcome": (200, None), "retrieve": (200, None)}, codes
 
 
-def test_an_observe_repeating_a_memory_with_an_outcome_and_an_outcome_of_the_same_retrieval_at_once(monkeypatch):
+@pytest.mark.parametrize("other_call", ["outcome", "retrieve"])
+def test_an_observe_repeating_a_memory_with_an_outcome_and_another_writer_of_the_same_memories_at_once(
+    monkeypatch, settings, other_call
+):
     """POST /memories/observe runs in one transaction: its dedupe locks the memory it skips into (M1), then its
     outcome signal (validation_passed) locks the retrieval's memories in key order (M0, M1). POST /memories/outcome
-    on the same memories locks M0, then M1. Opposite orders: a deadlock, answered 503 to one of them."""
+    on the same memories locks M0, then M1; POST /memories/retrieve bumps their hits in one UPDATE (M0, then M1).
+    Each takes the user's memory scope first now: no crossed row locks, no 503."""
     import memories.services.store as store
     from memories.models import MemoryRetrieval
     from tests.conftest import LOG_LESSONS, seed_memories
 
+    settings.MEMORY_RETRIEVE_MIN_SCORE = -1.0
+    settings.MEMORY_AUTO_PROMOTE_STREAK = settings.MEMORY_AUTO_PROMOTE_HITS = 100
     client, other_client = _api_client(), _api_client("assistant-2")
     m0, m1 = seed_memories(user="alice", texts=LOG_LESSONS[:2])
     retrieval = MemoryRetrieval.objects.create(user_id="alice", query_sha256="x" * 64, memory_ids=[m0.pk, m1.pk])
@@ -185,51 +178,14 @@ def test_an_observe_repeating_a_memory_with_an_outcome_and_an_outcome_of_the_sam
         "assistant_message": LOG_LESSONS[1],
         "meta": {"type": "pattern", "validation_passed": True, "retrieval_id": retrieval.pk},
     }
-    outcome = {"user_id": "alice", "memory_ids": [m0.pk, m1.pk], "outcome": "success"}
+    path, body = {
+        "outcome": ("/api/v1/memories/outcome", {"user_id": "alice", "memory_ids": [m0.pk, m1.pk], "outcome": "success"}),
+        "retrieve": ("/api/v1/memories/retrieve", {"user_id": "alice", "query": "log rotation"}),
+    }[other_call]
 
     def other():
         assert locked.wait(20)
-        return _fresh(other_client).post("/api/v1/memories/outcome", outcome, format="json")
-
-    out = _two(lambda: _fresh(client).post("/api/v1/memories/observe", observe, format="json"), other)
-    assert _errors(out) == {}, out
-    codes = {k: (v.status_code, v.json().get("code")) for k, v in out.items()}
-    assert codes == {"a": (200, None), "b": (200, None)}, codes
-
-
-def test_an_observe_repeating_a_memory_with_an_outcome_and_a_retrieval_of_the_same_memories_at_once(monkeypatch, settings):
-    """The same order problem with the commonest writer: POST /memories/retrieve bumps hits and streaks of the
-    memories it returns in one UPDATE (M0 then M1 here), while the observe holds M1 and then wants M0."""
-    import memories.services.store as store
-    from memories.models import MemoryRetrieval
-    from tests.conftest import LOG_LESSONS, seed_memories
-
-    settings.MEMORY_RETRIEVE_MIN_SCORE = -1.0
-    settings.MEMORY_AUTO_PROMOTE_STREAK = settings.MEMORY_AUTO_PROMOTE_HITS = 100
-    client, other_client = _api_client(), _api_client("assistant-2")
-    m0, m1 = seed_memories(user="alice", texts=LOG_LESSONS[:2])
-    retrieval = MemoryRetrieval.objects.create(user_id="alice", query_sha256="x" * 64, memory_ids=[m0.pk, m1.pk])
-    locked = threading.Event()
-    real = store._decision_record
-
-    def record_then_hold(**kw):
-        real(**kw)
-        locked.set()
-        time.sleep(1.5)
-
-    monkeypatch.setattr(store, "_decision_record", record_then_hold)
-    observe = {
-        "user_id": "alice",
-        "user_message": "remember this",
-        "assistant_message": LOG_LESSONS[1],
-        "meta": {"type": "pattern", "validation_passed": True, "retrieval_id": retrieval.pk},
-    }
-
-    def other():
-        assert locked.wait(20)
-        return _fresh(other_client).post(
-            "/api/v1/memories/retrieve", {"user_id": "alice", "query": "log rotation"}, format="json"
-        )
+        return _fresh(other_client).post(path, body, format="json")
 
     out = _two(lambda: _fresh(client).post("/api/v1/memories/observe", observe, format="json"), other)
     assert _errors(out) == {}, out
