@@ -26,6 +26,7 @@ import time
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import connection
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, throttling
@@ -167,8 +168,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             self._fail(request, parts[1], "Invalid or revoked API key.")
         now = timezone.now()
         if key.last_used_at is None or (now - key.last_used_at).total_seconds() > LAST_USED_RESOLUTION_S:
-            ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
-            key.last_used_at = now
+            _last_used_note(key, now)
         tenant_enter([key.agent.tenant_id], agent=key.agent)
         return key.agent, key
 
@@ -178,6 +178,18 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return self.keyword
+
+
+def _last_used_note(key: ApiKey, now) -> None:
+    """Stamp the key's ``last_used_at``, unless another request holds its row (stamping it now, in a transaction
+    that lasts as long as that request): the requests of one key never queue behind each other for it."""
+    table = ApiKey._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_used_at = %s WHERE id = (SELECT id FROM {table} WHERE id = %s FOR UPDATE SKIP LOCKED)",
+            [now, key.pk],
+        )
+    key.last_used_at = now
 
 
 _verified: dict[str, tuple[float, ApiKey]] = {}  # key hash -> (monotonic expiry, the key with its agent)

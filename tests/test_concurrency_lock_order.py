@@ -442,3 +442,41 @@ def test_an_inbox_decision_on_a_held_candidate_and_the_erasure_of_its_user_at_on
     errors = {k: v for k, v in _errors(out).items() if getattr(v, "code", None) not in ("decided",)}
     assert errors == {} or all(type(v).__name__ == "NotFound" for v in errors.values()), out
     assert not LearningCandidate.objects.filter(user_id="alice").exists()
+
+
+def test_requests_of_one_key_never_queue_behind_each_other_for_its_last_use(monkeypatch, settings):
+    """The first request of a key in a minute stamps its ``last_used_at`` inside its own transaction; another request
+    of the key meanwhile (in another process: no key remembered here) skips the stamp instead of waiting for that row
+    until the first request ends."""
+    settings.API_KEY_CACHE_S = 0
+    import learning.api as learning_api
+    from agents.models import ApiKey
+    from learning.services.catalogue import verb_catalogue_load
+
+    verb_catalogue_load(entries=CBU_CATALOGUE)
+    client = _api_client()
+    ApiKey.objects.filter(pk=client.key.pk).update(last_used_at=None)
+    inside, release = threading.Event(), threading.Event()
+    real = learning_api.resolve
+    first = []
+
+    def resolve_held(**kw):
+        if not first:
+            first.append(True)
+            inside.set()
+            release.wait(20)  # the first request stays in its view, its transaction open
+        return real(**kw)
+
+    monkeypatch.setattr(learning_api, "resolve", resolve_held)
+    raw = {}
+    slow = _start(raw, "first", lambda: _fresh(client).post("/api/v1/resolve", {"text": "list my units"}, format="json"))
+    assert inside.wait(20)
+    quick = _start(raw, "second", lambda: _fresh(client).get("/api/v1/actions"))
+    quick.join(10)
+    finished_while_held = not quick.is_alive()
+    release.set()
+    slow.join(30)
+    quick.join(30)
+    assert finished_while_held
+    assert raw["second"].status_code == 200 and raw["first"].status_code == 200, raw
+    assert ApiKey.objects.get(pk=client.key.pk).last_used_at is not None
