@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from agents.models import Agent
@@ -290,8 +290,8 @@ def disambiguation_signals_sweep(*, older_than_s: float | None = None, limit: in
             else:
                 logger.exception("disambiguation request %s: its signals failed to process; tried again later", pk)
             with tenant_scope([tenant_id]):
-                DisambiguationRequest.objects.filter(pk=pk).update(
-                    sweep_failures=failures, sweep_after=now + SWEEP_BACKOFF * 2 ** (failures - 1)
+                DisambiguationRequest.objects.filter(pk=pk).update(  # counted in the row: two sweeps lose no failure
+                    sweep_failures=F("sweep_failures") + 1, sweep_after=now + SWEEP_BACKOFF * 2 ** (failures - 1)
                 )
     if rows:
         logger.info("signal sweep: %s", counts)
