@@ -9,7 +9,6 @@ surrogate: ``common.parsers.text_problem``). Every problem names the row it was 
 import csv
 import io
 import json
-import math
 from dataclasses import dataclass
 
 import yaml
@@ -43,10 +42,10 @@ class NoAliasLoader(yaml.SafeLoader):
     depth = 0
     too_deep = _TOO_DEEP
 
-    # Dates stay text: a phrase such as 2024-02-30 is not a date to construct (and fail on), nor 2024-02-28 one
-    # to print back in another form.
+    # Phrases are text: an unquoted yes, off, 3.10, 0755 or 12:30 is not true, false, 3.1, 493 (octal) or 750
+    # (base 60) to print back as other words, nor 2024-02-30 a date to construct (and fail on). Only null is read.
     yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        first: [(tag, regexp) for tag, regexp in resolvers if tag == "tag:yaml.org,2002:null"]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
 
@@ -101,7 +100,10 @@ def parse(content: str | bytes, fmt: str) -> list[ImportRow]:
     if not rows:
         raise ImportFormatError("The import holds no rows.")
     if len(rows) > settings.LEARNING_IMPORT_MAX_ROWS:
-        raise ImportFormatError(f"The import holds {len(rows)} rows; the limit is {settings.LEARNING_IMPORT_MAX_ROWS}.")
+        raise ImportFormatError(
+            f"The import holds {len(rows)} rows, more than the limit of {settings.LEARNING_IMPORT_MAX_ROWS} "
+            "(LEARNING_IMPORT_MAX_ROWS): split the file."
+        )
     return rows
 
 
@@ -157,9 +159,24 @@ def _parse_yaml(content: str):
             loader.dispose()
 
 
+def _unknown(keys, n: int | None = None) -> None:
+    """Refuse keys or columns besides phrase and verb: a ``user_id`` or ``scope`` there would be dropped, and rows
+    meant for one user would be imported for everyone (the scope is the request's or the command's)."""
+    unknown = sorted(str(k) for k in keys if k not in REQUIRED_COLUMNS)
+    if unknown:
+        where = f"Row {n}: " if n is not None else ""
+        raise ImportFormatError(
+            f"{where}unknown field(s) {', '.join(map(repr, unknown))}: a row holds only phrase and verb (the scope and "
+            "user are the import's own: scope and user_id in the request, --user-id for the command)."
+        )
+
+
 def _records(data) -> list[ImportRow]:
     """Accepts a list of {phrase, verb} mappings, or {"phrases": [...]}, or {verb: [phrases]}."""
     if isinstance(data, dict) and isinstance(data.get("phrases"), list):
+        others = sorted(str(k) for k in data if k != "phrases")
+        if others:
+            raise ImportFormatError(f"Unknown key(s) {', '.join(map(repr, others))} beside 'phrases'.")
         data = data["phrases"]
     if isinstance(data, dict):
         rows, n = [], 0
@@ -179,18 +196,19 @@ def _records(data) -> list[ImportRow]:
         missing = [c for c in REQUIRED_COLUMNS if c not in item]
         if missing:
             raise ImportFormatError(f"Row {n}: missing {', '.join(missing)}.")
+        _unknown(item, n)
         rows.append(ImportRow(n, _text(item["phrase"], n, "phrase"), _text(item["verb"], n, "verb")))
     return rows
 
 
 def _text(value, n: int, name: str) -> str:
-    """A row's phrase or verb as text: strings, and other scalars as Python writes them (YAML 1.1 reads an unquoted
-    ``911`` as a number and ``yes`` as true: quote such phrases). Bytes, collections and non-finite numbers are
-    refused."""
+    """A row's phrase or verb as text: strings, and whole numbers as written (JSON's ``911``; YAML reads every plain
+    scalar as text). true, false and other numbers are refused (JSON's ``3.10`` would come back as 3.1): quote
+    them. Bytes and collections are refused."""
     if value is None:
         return ""
-    if isinstance(value, (dict, list, bytes)) or (isinstance(value, float) and not math.isfinite(value)):
-        raise ImportFormatError(f"Row {n}: {name} must be text.")
+    if isinstance(value, (dict, list, bytes, bool, float)):
+        raise ImportFormatError(f"Row {n}: the {name} must be text; quote it (true, false and decimals are not).")
     try:
         text = str(value)
     except ValueError:  # an integer with more digits than Python prints
@@ -217,6 +235,7 @@ def _parse_csv(content: str) -> list[ImportRow]:
     twice = sorted({c for c in header if c and header.count(c) > 1})
     if twice:  # which of the two would the rows mean? Refused rather than one of them taken silently
         raise ImportFormatError(f"CSV names the column(s) {', '.join(twice)} more than once (header: {', '.join(header)}).")
+    _unknown(header)
     reader.fieldnames = header
     rows = []
     try:
@@ -226,7 +245,10 @@ def _parse_csv(content: str) -> list[ImportRow]:
             phrase, verb = (record.get("phrase") or "").strip(), (record.get("verb") or "").strip()
             rows.append(ImportRow(n, _checked(phrase, n, "phrase"), _checked(verb, n, "verb")))
             if len(rows) > settings.LEARNING_IMPORT_MAX_ROWS:
-                break
+                raise ImportFormatError(
+                    f"The import holds more than {settings.LEARNING_IMPORT_MAX_ROWS} rows, the limit "
+                    "(LEARNING_IMPORT_MAX_ROWS): split the file."
+                )
     except csv.Error as exc:
         raise ImportFormatError(f"Invalid CSV at line {reader.line_num}: {exc}.") from None
     return rows

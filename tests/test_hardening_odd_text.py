@@ -42,9 +42,14 @@ def test_text_that_shows_nothing_is_refused_on_resolve_and_import(api, gov_api, 
 @pytest.mark.parametrize(
     "fmt,content,reason",
     [
-        ("yaml", "- phrase: " + "9" * 5000 + "\n  verb: cbu.list\n", "too long to read"),
-        ("yaml", "- phrase: 0x" + "f" * 5000 + "\n  verb: cbu.list\n", "too long to print"),
+        ("yaml", "- phrase: " + "9" * 5000 + "\n  verb: cbu.list\n", "longer than 500 characters"),  # text, as written
+        ("yaml", "- phrase: 0x" + "f" * 5000 + "\n  verb: cbu.list\n", "longer than 500 characters"),
         ("json", '[{"phrase": ' + "9" * 5000 + ', "verb": "cbu.list"}]', "too long to read"),
+        ("json", '[{"phrase": true, "verb": "cbu.list"}]', "must be text; quote it"),
+        ("json", '[{"phrase": 3.10, "verb": "cbu.list"}]', "must be text; quote it"),
+        ("json", '[{"phrase": "list units", "verb": "cbu.list", "user_id": "alice"}]', "unknown field(s) 'user_id'"),
+        ("json", '{"phrases": [{"phrase": "list units", "verb": "cbu.list"}], "scope": "user"}', "Unknown key(s) 'scope'"),
+        ("csv", "phrase,verb,user_id\nlist units,cbu.list,alice\n", "unknown field(s) 'user_id'"),
         ("json", '[{"phrase": "list units", "phrase": "delete units", "verb": "cbu.list"}]', "twice"),
         ("yaml", "- phrase: list units\n  phrase: delete units\n  verb: cbu.list\n", "twice"),
         ("yaml", "cbu.list: [list units]\ncbu.list: [show units]\n", "twice"),
@@ -55,6 +60,21 @@ def test_values_an_import_cannot_read_as_meant_are_refused_with_the_reason(gov_a
     assert r.status_code == 400, r.content
     assert reason in json.dumps(r.json()), r.json()
     assert not LearnedPhrase.objects.exists()
+
+
+def test_yaml_words_and_numbers_stay_the_text_written(gov_api, catalogue):
+    """YAML 1.1 reads an unquoted yes as true, 0755 as 493 (octal), 12:30 as 750 (base 60), 3.10 as 3.1: an import
+    keeps each phrase as written."""
+    content = "cbu.list: [yes, 'off', no, 0755, 12:30, 3.10, 911, ~]\n"
+    r = gov_api.post(IMPORT, {"format": "yaml", "content": content}, format="json")
+    assert r.status_code == 400 and r.json()["errors"] == [{"row": 8, "field": "phrase", "reason": "The phrase is empty."}], (
+        r.json()
+    )
+    r = gov_api.post(IMPORT, {"format": "yaml", "content": content.replace(", ~", "")}, format="json")
+    assert r.status_code == 200, r.content
+    assert sorted(LearnedPhrase.objects.values_list("phrase", flat=True)) == sorted(
+        ["yes", "off", "no", "0755", "12:30", "3.10", "911"]
+    )
 
 
 def test_a_date_like_phrase_stays_text(gov_api, catalogue):

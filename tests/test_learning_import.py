@@ -136,7 +136,10 @@ def test_too_large_import_refused(gov_api, catalogue, settings):
 def test_row_limit(gov_api, catalogue, settings):
     settings.LEARNING_IMPORT_MAX_ROWS = 2
     r = post_json(gov_api, content=json.dumps(GOOD))
-    assert r.status_code == 400 and "limit is 2" in r.json()["detail"]
+    assert r.status_code == 400 and "more than the limit of 2 (LEARNING_IMPORT_MAX_ROWS)" in r.json()["detail"]
+    content = "phrase,verb\n" + "".join(f"list units {i},cbu.list\n" for i in range(5))
+    r = gov_api.post("/api/v1/learning/import", {"format": "csv", "content": content}, format="json")
+    assert r.status_code == 400 and "more than 2 rows" in r.json()["detail"], r.json()  # not "holds 3"
 
 
 def test_import_request_validation(gov_api, catalogue):
