@@ -89,3 +89,12 @@ def test_an_unreadable_file_is_named_with_the_reason(tmp_path, monkeypatch):
     with pytest.raises(CommandError, match=r"^Cannot read .*phrases.csv: Permission denied\.$"):
         call_command("import_phrases", str(f), "--no-progress")
     assert LearnedPhrase.objects.count() == 0
+
+
+def test_the_command_shows_the_writes_of_an_import_under_a_bar(catalogue, tmp_path, capsys):
+    """After the embedding's bar, the writes (minutes on a large import: the HNSW indexes) have their own."""
+    f = tmp_path / "rows.csv"
+    f.write_text("phrase,verb\n" + "".join(f"list the units of site {i},cbu.list\n" for i in range(1001)), encoding="utf-8")
+    call_command("import_phrases", str(f), stdout=StringIO())
+    shown = capsys.readouterr().err
+    assert "writing phrases: 100%" in shown and "| 2/2 " in shown, shown[-500:]  # 1,001 rows: two batches

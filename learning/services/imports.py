@@ -4,6 +4,7 @@ import logging
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from tqdm import tqdm
 
 from common.api import ApplicationError, Conflict
 from common.db import tenant_lock
@@ -153,6 +154,7 @@ def phrases_import(
                 user_id=user_id,
                 source=source,
                 now=now,
+                progress=progress,
             )
     except IntegrityError:  # a phrase learned meanwhile by another path (a confirmation, the API)
         raise Conflict(
@@ -234,7 +236,7 @@ def _import_lock() -> None:
     tenant_lock("learning:import:")
 
 
-def _import_write(*, plan, added, updated, existing, vectors, model, user_id, source, now) -> None:
+def _import_write(*, plan, added, updated, existing, vectors, model, user_id, source, now, progress=False) -> None:
     """Inside the write transaction: create the added rows, update the changed ones (with history). The rows to
     update are locked first, in key order, as a correction locks its phrase and anchors before it creates one: an
     import and a correction of overlapping texts never hold each other's rows (one waits, or gets a Conflict)."""
@@ -268,7 +270,10 @@ def _import_write(*, plan, added, updated, existing, vectors, model, user_id, so
         if n in vectors:
             embedding_assign(rows=[obj], vectors=[vectors[n]], model=model)
         new_rows.append(obj)
-    bulk_create_with_history(new_rows, LearnedPhrase, batch_size=1000, default_change_reason=f"import ({source})")
+    # in batches under a bar: the HNSW indexes make the writes of a large import take minutes, all in this transaction
+    for start in tqdm(range(0, len(new_rows), 1000), desc="writing phrases", unit="batch", disable=not progress):
+        batch = new_rows[start : start + 1000]
+        bulk_create_with_history(batch, LearnedPhrase, batch_size=1000, default_change_reason=f"import ({source})")
     if updated:
         changed = []
         for n in updated:
