@@ -344,6 +344,7 @@ class PhraseImportApi(GovernanceApi):
             rows=rows,
             user_id=d.get("user_id") if d["scope"] == "user" else None,
             dry_run=d["dry_run"],
+            override=d.get("override", False),
             source=f"import:{request.user.name}"[:40],
         )
         return Response(ImportResultSerializer(result).data)

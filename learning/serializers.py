@@ -322,6 +322,11 @@ class ImportRequestSerializer(StrictSerializer):
     scope = StrictChoiceField(choices=["global", "user"], default="global")
     user_id = UserIdField(required=False, allow_null=True)
     dry_run = serializers.BooleanField(default=False)
+    override = serializers.BooleanField(
+        default=False,
+        help_text="Replace stored phrases a reviewer switched off or a correction or confirmation taught another verb "
+        "(without it they are kept as they are and counted as kept).",
+    )
 
     def validate(self, attrs):
         if bool(attrs.get("content")) == bool(attrs.get("file")):
@@ -347,11 +352,13 @@ class ImportResultSerializer(serializers.Serializer):
     imported = serializers.IntegerField()
     updated = serializers.IntegerField()
     unchanged = serializers.IntegerField()
+    kept = serializers.IntegerField(help_text="Stored phrases kept as a reviewer, a correction or a confirmation left them.")
     rejected = serializers.IntegerField()
     unembedded = serializers.IntegerField()
     errors = ImportErrorRowSerializer(many=True)
     would_add = serializers.ListField(child=serializers.CharField(), required=False)
     would_update = serializers.ListField(child=serializers.CharField(), required=False)
+    would_keep = serializers.ListField(child=serializers.CharField(), required=False)
 
 
 # Serializers of the alias API: what a name stands for.

@@ -196,6 +196,7 @@ def _import_phrases(caller: Caller, d: dict) -> dict:
         rows=rows,
         user_id=d.get("user_id") if d["scope"] == "user" else None,
         dry_run=d["dry_run"],
+        override=d.get("override", False),
         source=f"import:{caller.label}"[:40],
     )
     return ImportResultSerializer(result).data
@@ -368,7 +369,7 @@ TOOLS: list[Tool] = [
         "import_phrases",
         "Import learned phrases in bulk (governance; dry run by default)",
         "Import phrase → verb rows from `content` in `format` yaml, json or csv, globally or for one user. All or "
-        "nothing. By default a DRY RUN: it reports what would be added, updated or rejected and changes nothing; "
+        "nothing. By default a DRY RUN: it reports what would be added, updated, kept or rejected and changes nothing; "
         "call again with dry_run false to apply. Scope: governance.",
         ImportPhrasesSerializer,
         learning_api.PhraseImportApi,

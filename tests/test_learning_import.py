@@ -1,6 +1,7 @@
 """Bulk import of learned phrases: command and API."""
 
 import json
+from io import StringIO
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -173,7 +174,7 @@ def test_command_import_dry_run_and_errors(tmp_path, catalogue, capsys):
     assert "dry run: would import 2" in capsys.readouterr().out
     assert not LearnedPhrase.objects.exists()
     call_command("import_phrases", str(f), "--scope", "user", "--user-id", "alice", "--no-progress")
-    assert "imported 2, updated 0, unchanged 0, rejected 0" in capsys.readouterr().out
+    assert "imported 2, updated 0, unchanged 0, kept 0, rejected 0" in capsys.readouterr().out
     assert LearnedPhrase.objects.filter(user_id="alice").count() == 2
 
     bad = tmp_path / "bad.csv"
@@ -260,3 +261,39 @@ def test_a_phrase_to_update_deleted_meanwhile_is_a_conflict_and_nothing_is_impor
     assert "content" in r.json()["fields"] and "deleted meanwhile" in r.json()["detail"]
     # nothing of the import was written (the deletion, inside the import's transaction in this test, rolled back with it)
     assert list(LearnedPhrase.objects.values_list("normalized", "verb__name")) == [("show every client unit", "cbu.delete")]
+
+
+def test_a_rerun_keeps_what_a_reviewer_switched_off_or_a_user_taught_unless_told_to_override(gov_api, catalogue, tmp_path):
+    """An import run again does not turn back on a phrase a reviewer switched off, nor re-point a phrase a correction
+    or a confirmation taught another verb: those are counted as kept. ``override`` replaces them."""
+    from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
+
+    assert post_json(gov_api, content=json.dumps(GOOD)).json()["imported"] == 3
+    LearnedPhrase.objects.filter(normalized="look for a contract").update(is_active=False)  # a reviewer's revert
+    again = post_json(gov_api, content=json.dumps(GOOD)).json()
+    assert (again["imported"], again["updated"], again["unchanged"], again["kept"]) == (0, 0, 2, 1)
+    assert not LearnedPhrase.objects.get(normalized="look for a contract").is_active
+
+    rows = [{"phrase": "wipe that unit", "verb": "cbu.delete"}, {"phrase": "make a unit", "verb": "cbu.create"}]
+    assert post_json(gov_api, content=json.dumps(rows), scope="user", user_id="alice").json()["imported"] == 2
+    phrase_correction_apply(text="wipe that unit", wrong_verb="cbu.delete", correct_verb="cbu.list", user_id="alice")
+    phrase_confirmation_apply(text="list it all", verb="cbu.list", user_id="alice")
+    rows.append({"phrase": "list it all", "verb": "cbu.create"})
+    dry = post_json(gov_api, content=json.dumps(rows), scope="user", user_id="alice", dry_run=True).json()
+    assert sorted(dry["would_keep"]) == ["list it all", "wipe that unit"] and dry["kept"] == 2
+    kept = post_json(gov_api, content=json.dumps(rows), scope="user", user_id="alice").json()
+    assert (kept["updated"], kept["unchanged"], kept["kept"]) == (0, 1, 2)
+    mine = dict(LearnedPhrase.objects.filter(user_id="alice").values_list("normalized", "verb__name"))
+    assert mine == {"wipe that unit": "cbu.list", "make a unit": "cbu.create", "list it all": "cbu.list"}
+
+    f = tmp_path / "again.json"
+    f.write_text(json.dumps(GOOD), encoding="utf-8")
+    out = StringIO()
+    call_command("import_phrases", str(f), "--no-progress", stdout=out)
+    assert "kept 1," in out.getvalue() and "--override replaces them" in out.getvalue()
+    forced = post_json(gov_api, content=json.dumps(rows), scope="user", user_id="alice", override=True).json()
+    assert (forced["updated"], forced["kept"]) == (2, 0)
+    call_command("import_phrases", str(f), "--no-progress", "--override", stdout=StringIO())
+    assert LearnedPhrase.objects.get(normalized="look for a contract", user_id__isnull=True).is_active
+    mine = dict(LearnedPhrase.objects.filter(user_id="alice").values_list("normalized", "verb__name"))
+    assert mine == {"wipe that unit": "cbu.delete", "make a unit": "cbu.create", "list it all": "cbu.create"}

@@ -62,12 +62,12 @@ def test_an_import_of_a_phrase_written_meanwhile_elsewhere_asks_for_a_retry(cata
     f.write_text("phrase,verb\nspin up a client unit,cbu.create\n")
     classify = imports._import_classify
 
-    def written_meanwhile(plan, existing):
+    def written_meanwhile(plan, existing, override):
         if not existing and not LearnedPhrase.objects.exists():
-            answer = classify(plan, existing)
+            answer = classify(plan, existing, override)
             learned_phrase_upsert(phrase="spin up a client unit", verb=catalogue["cbu.list"])
             return answer
-        return classify(plan, existing)
+        return classify(plan, existing, override)
 
     monkeypatch.setattr(imports, "_import_classify", written_meanwhile)
     monkeypatch.setattr(selectors, "import_existing", lambda **kwargs: {})

@@ -136,7 +136,10 @@ def import_existing(*, normalized: list[str], user_id: str | None) -> dict[str, 
     """Learned phrases of one scope by normalized text (for import planning)."""
     qs = LearnedPhrase.objects.filter(normalized__in=normalized)
     qs = qs.filter(user_id=user_id, private_agent_id=phrase_owner(user_id)) if user_id else qs.filter(user_id__isnull=True)
-    return {row.normalized: row for row in qs.only("pk", "normalized", "verb_id", "is_active", "confidence", "embedding_model")}
+    return {
+        row.normalized: row
+        for row in qs.only("pk", "normalized", "verb_id", "is_active", "source", "confidence", "embedding_model")
+    }
 
 
 # The largest id a candidate's key (a PostgreSQL bigint) can hold.

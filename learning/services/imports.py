@@ -30,9 +30,18 @@ def _import_error(errors: list, row, field: str, reason: str) -> None:
 
 
 def phrases_import(
-    *, rows: list, user_id: str | None = None, dry_run: bool = False, progress: bool = False, source: str = "import"
+    *,
+    rows: list,
+    user_id: str | None = None,
+    dry_run: bool = False,
+    progress: bool = False,
+    source: str = "import",
+    override: bool = False,
 ) -> dict:
     """Import ``ImportRow``s as learned phrases of one scope: all valid rows in one transaction, or nothing.
+
+    A stored phrase that was switched off (a reviewer's revert), or that a correction or a confirmation points to
+    another verb, is kept as it is ("kept"): an import run again never undoes those decisions, unless ``override``.
 
     Rows are checked first (empty phrase or verb, unknown verb, one phrase mapped to two verbs, a mapping an
     active blocklist entry forbids exactly or by paraphrase). A dry run reports what would change and writes
@@ -90,7 +99,7 @@ def phrases_import(
     exactly_blocked = {n for n, (_, verb) in plan.items() if (n, verb.name) in exact_blocks}
 
     existing = selectors.import_existing(normalized=list(plan), user_id=user_id)
-    added, updated, unchanged = _import_classify(plan, existing)
+    added, updated, unchanged, kept = _import_classify(plan, existing, override)
 
     # Vectors: for rows to write (not in a dry run) and for rows whose verb has semantic blocks to check.
     blocked_verbs = {v for _, _, v, _, _ in blocks}
@@ -111,6 +120,7 @@ def phrases_import(
         "imported": len(added),
         "updated": len(updated),
         "unchanged": len(unchanged) + duplicates,
+        "kept": len(kept),
         "rejected": 0,
         "unembedded": 0,
         "errors": [],
@@ -118,6 +128,7 @@ def phrases_import(
     if dry_run:
         result["would_add"] = [plan[n][0].phrase for n in added[:100]]
         result["would_update"] = [plan[n][0].phrase for n in updated[:100]]
+        result["would_keep"] = [plan[n][0].phrase for n in kept[:100]]
         return result
 
     now = timezone.now()
@@ -129,7 +140,7 @@ def phrases_import(
             # decided again under the lock: a concurrent import of the same rows has committed by now
             existing = selectors.import_existing(normalized=list(plan), user_id=user_id)
             first_unchanged = set(unchanged)
-            added, updated, unchanged = _import_classify(plan, existing)
+            added, updated, unchanged, kept = _import_classify(plan, existing, override)
             # Rows that changed between the two reads (deleted, switched off, re-pointed meanwhile): their vectors
             # and the paraphrase check of blocks were skipped on the first read; done now, for those rows only.
             late = [n for n in added + updated if n not in vectors and not (existing.get(n) and existing[n].embedding_model)]
@@ -162,7 +173,7 @@ def phrases_import(
             field="content",
         ) from None
     result["imported"], result["updated"] = len(added), len(updated)
-    result["unchanged"] = len(unchanged) + duplicates
+    result["unchanged"], result["kept"] = len(unchanged) + duplicates, len(kept)
     result["unembedded"] = sum(
         1 for n in added + updated if n not in vectors and not (existing.get(n) and existing[n].embedding_model)
     )
@@ -216,18 +227,25 @@ def _import_semantic_block_errors(errors: list, *, plan: dict, texts: list, vect
                 )
 
 
-def _import_classify(plan: dict, existing: dict) -> tuple[list, list, list]:
-    """The planned phrases split into (added, updated, unchanged) against the rows stored."""
-    added, updated, unchanged = [], [], []
+# Sources of a phrase someone decided on purpose, which an import does not re-point (unless told to override).
+TAUGHT_SOURCES = frozenset({"correction", "confirmation"})
+
+
+def _import_classify(plan: dict, existing: dict, override: bool) -> tuple[list, list, list, list]:
+    """The planned phrases split into (added, updated, unchanged, kept) against the rows stored; kept: switched off,
+    or taught another verb by a correction or a confirmation (``phrases_import``)."""
+    added, updated, unchanged, kept = [], [], [], []
     for normalized, (_row, verb) in plan.items():
         current = existing.get(normalized)
         if current is None:
             added.append(normalized)
+        elif not override and (not current.is_active or (current.verb_id != verb.pk and current.source in TAUGHT_SOURCES)):
+            kept.append(normalized)
         elif current.verb_id == verb.pk and current.is_active and current.embedding_model:
             unchanged.append(normalized)
         else:
             updated.append(normalized)
-    return added, updated, unchanged
+    return added, updated, unchanged, kept
 
 
 def _import_lock() -> None:

@@ -24,13 +24,18 @@ class Command(BaseCommand):
         parser.add_argument("--scope", choices=["global", "user"], default="global")
         parser.add_argument("--user-id", help="The user, for --scope user")
         parser.add_argument("--dry-run", action="store_true", help="Report what would change; write nothing")
+        parser.add_argument(
+            "--override",
+            action="store_true",
+            help="Replace phrases a reviewer switched off or a correction or confirmation taught another verb (kept otherwise)",
+        )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar")
         parser.add_argument("--tenant", default=DEFAULT_SLUG, help="Slug of the tenant to import into (default: %(default)s)")
         parser.add_argument(
             "--workers", type=int, default=1, help="Processes embedding at once with the local model (default 1; up to the cores)"
         )
 
-    def handle(self, *args, file, format, scope, user_id, dry_run, no_progress, tenant, workers, **options):
+    def handle(self, *args, file, format, scope, user_id, dry_run, override, no_progress, tenant, workers, **options):
         import re
 
         path = Path(file)
@@ -69,6 +74,7 @@ class Command(BaseCommand):
                     rows=rows,
                     user_id=user_id if scope == "user" else None,
                     dry_run=dry_run,
+                    override=override,
                     progress=not no_progress,
                     source="import",
                 )
@@ -81,13 +87,20 @@ class Command(BaseCommand):
         prefix = "dry run: would import" if dry_run else "imported"
         self.stdout.write(
             f"{prefix} {result['imported']}, updated {result['updated']}, unchanged {result['unchanged']}, "
-            f"rejected {result['rejected']} ({result['rows']} rows, scope {result['scope']})"
+            f"kept {result['kept']}, rejected {result['rejected']} ({result['rows']} rows, scope {result['scope']})"
         )
+        if result["kept"]:
+            self.stdout.write(
+                f"{result['kept']} stored phrase(s) kept as a reviewer switched them off or a correction or confirmation "
+                "taught them another verb (--override replaces them)."
+            )
         if dry_run:
             for phrase in result.get("would_add", [])[:20]:
                 self.stdout.write(terminal_safe(f"  + {phrase}"))
             for phrase in result.get("would_update", [])[:20]:
                 self.stdout.write(terminal_safe(f"  ~ {phrase}"))
+            for phrase in result.get("would_keep", [])[:20]:
+                self.stdout.write(terminal_safe(f"  = {phrase}"))
         if result["unembedded"]:
             self.stderr.write(
                 f"{result['unembedded']} phrase(s) stored without a vector (embedder unavailable); run backfill_embeddings."
