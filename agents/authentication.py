@@ -182,11 +182,13 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
 def _last_used_note(key: ApiKey, now) -> None:
     """Stamp the key's ``last_used_at``, unless another request holds its row (stamping it now, in a transaction
-    that lasts as long as that request): the requests of one key never queue behind each other for it."""
+    that lasts as long as that request): the requests of one key never queue behind each other for it. The lock is
+    the one an UPDATE of a column that is no key takes (FOR NO KEY UPDATE): a FOR UPDATE would also stop, until
+    this request ends, the commit of any other that wrote a row referring to the key (its foreign-key check)."""
     table = ApiKey._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} SET last_used_at = %s WHERE id = (SELECT id FROM {table} WHERE id = %s FOR UPDATE SKIP LOCKED)",
+            f"UPDATE {table} SET last_used_at = %s WHERE id = (SELECT id FROM {table} WHERE id = %s FOR NO KEY UPDATE SKIP LOCKED)",
             [now, key.pk],
         )
     key.last_used_at = now

@@ -44,25 +44,39 @@ def observe(text):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_observation_never_merges_into_a_memory_deprecated_meanwhile(monkeypatch):
+def test_an_outcome_sent_while_an_observation_decides_waits_for_it_and_never_lands_in_between(monkeypatch):
+    """A failure of the memory an observation is about to merge into, sent meanwhile, waits for the observation
+    (every writer of a user's memories takes the user's scope first): it is never applied between the neighbour read
+    and the merge, so nothing merges into a memory deprecated meanwhile; it deprecates the memory afterwards."""
     first = observe(BASE)
     real_decide = store.decide
-    done = []
+    outcome = []
 
     def decide_then_a_failure_elsewhere(**kw):
         decision = real_decide(**kw)
-        if not done:  # an outcome "failure" commits between the neighbour read and the merge
-            done.append(True)
-            in_other_connection(
-                lambda: memory_feedback_apply(user_id="alice", memory_ids=[first.memory_id], outcome="failure", reason="wrong")
-            )
+        if not outcome:  # an outcome "failure" is sent between the neighbour read and the merge
+
+            def fail():
+                try:
+                    memory_feedback_apply(user_id="alice", memory_ids=[first.memory_id], outcome="failure", reason="wrong")
+                    outcome.append(Memory.objects.get(pk=first.memory_id).content)
+                except Exception as exc:
+                    outcome.append(exc)
+                finally:
+                    connection.close()
+
+            outcome.append(threading.Thread(target=fail))
+            outcome[0].start()
+            outcome[0].join(1.0)
+            assert outcome[0].is_alive()  # waiting for this observation
         return decision
 
     monkeypatch.setattr(store, "decide", decide_then_a_failure_elsewhere)
     second = observe(LONGER)
-    assert second.decision == "saved" and second.memory_id != first.memory_id
+    outcome[0].join(20)
+    assert second.decision == "merged" and second.memory_id == first.memory_id
+    assert outcome[1] == Memory.objects.get(pk=first.memory_id).content  # applied after the merge, to the merged memory
     assert Memory.objects.get(pk=first.memory_id).status == "deprecated"
-    assert Memory.objects.filter(user_id="alice", content=LONGER).exclude(status="deprecated").exists()
 
 
 @pytest.mark.django_db(transaction=True)
