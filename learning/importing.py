@@ -235,13 +235,15 @@ def _parse_csv(content: str) -> list[ImportRow]:
     twice = sorted({c for c in header if c and header.count(c) > 1})
     if twice:  # which of the two would the rows mean? Refused rather than one of them taken silently
         raise ImportFormatError(f"CSV names the column(s) {', '.join(twice)} more than once (header: {', '.join(header)}).")
-    _unknown(header)
+    _unknown(h for h in header if h)  # a blank column (a spreadsheet's trailing delimiter) may stay, empty
     reader.fieldnames = header
     rows = []
     try:
         for n, record in enumerate(reader, start=1):
             if None in record:
                 raise ImportFormatError(f"Row {n}: more fields than the header has columns.")
+            if (record.get("") or "").strip():
+                raise ImportFormatError(f"Row {n}: a value under a column with no name; a row holds phrase and verb.")
             phrase, verb = (record.get("phrase") or "").strip(), (record.get("verb") or "").strip()
             rows.append(ImportRow(n, _checked(phrase, n, "phrase"), _checked(verb, n, "verb")))
             if len(rows) > settings.LEARNING_IMPORT_MAX_ROWS:

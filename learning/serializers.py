@@ -324,7 +324,7 @@ class ImportRequestSerializer(StrictSerializer):
     dry_run = serializers.BooleanField(default=False)
     override = serializers.BooleanField(
         default=False,
-        help_text="Replace stored phrases a reviewer switched off or a correction or confirmation taught another verb "
+        help_text="Replace stored phrases a reviewer switched off or the user's correction or confirmation taught another verb "
         "(without it they are kept as they are and counted as kept).",
     )
 

@@ -21,6 +21,8 @@ from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryWri
 from memories.selectors import memory_version_chain
 from memories.services import memory_deprecate, memory_promote, quarantine_discard, quarantine_release
 from memories.tasks import memory_purge_deprecated_task
+from tenants.context import tenant_current_id
+from tenants.models import Tenant
 
 
 def _actor(request) -> str:
@@ -215,9 +217,16 @@ class MemoryAdmin(HistoryAdmin):
             self.message_user(
                 request,
                 f"{what} was not sent: the task broker is unavailable. Try again later, or run "
-                f"manage.py purge_deprecated_memories --older-than {days}d.",
+                f"manage.py purge_deprecated_memories --older-than {days}d{_tenant_option()}.",
                 messages.ERROR,
             )
+
+
+def _tenant_option() -> str:
+    """`` --tenant SLUG`` when the page sees one tenant (the command without it purges every tenant)."""
+    tenant = tenant_current_id()
+    slug = Tenant.objects.filter(pk=tenant).values_list("slug", flat=True).first() if tenant is not None else None
+    return f" --tenant {slug}" if slug else ""
 
 
 class QuarantineForm(forms.ModelForm):

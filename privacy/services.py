@@ -10,7 +10,7 @@ from django.db.models import Q
 
 from common.api import ApplicationError
 from common.validators import USER_ID_RE
-from learning.services.users import user_learning_erase
+from learning.services.users import erasure_candidate_ids, user_learning_erase
 from memories.services.users import user_memories_erase
 from review.services import ERASED, decisions_of_erased_user_scrub, items_of_user_lock
 from tenants.context import tenant_current_id
@@ -47,7 +47,8 @@ def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> 
         )
     with transaction.atomic():
         if not dry_run:
-            items_of_user_lock(user_id=user_id)  # a reviewer's decision on one of the user's items ends first
+            # a reviewer's decision on one of the items the erasure deletes ends first
+            items_of_user_lock(user_id=user_id, candidate_ids=erasure_candidate_ids(user_id=user_id))
         learning = user_learning_erase(user_id=user_id, dry_run=dry_run)
         memories = user_memories_erase(user_id=user_id, dry_run=dry_run)
         objects = {**learning["objects"], **memories["objects"]}

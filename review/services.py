@@ -226,15 +226,14 @@ def _items_lock(kind: str, ids) -> None:
         )
 
 
-def items_of_user_lock(*, user_id: str) -> None:
-    """Before the erasure of a user's data, in its transaction: lock the user's waiting candidates and quarantined
-    lessons as a decision does first, so a decision under way (its claim, then the item) ends before the erasure
-    locks the items and deletes their claims, and one that starts later finds them gone. More than
-    ADMIN_LOCKS_MAX of a kind are left to their row locks (PostgreSQL's lock table is bounded)."""
-    for kind in (Kind.CANDIDATE, Kind.QUARANTINE):
-        ids = list(
-            selectors.kind_spec(kind).waiting().filter(user_id=user_id).values_list("pk", flat=True)[: ADMIN_LOCKS_MAX + 1]
-        )
+def items_of_user_lock(*, user_id: str, candidate_ids: list[int]) -> None:
+    """Before the erasure of a user's data, in its transaction: lock the candidates it deletes (``candidate_ids``:
+    the user's, and the global ones only the user proposed) and the user's waiting quarantined lessons as a decision
+    does first, so a decision under way (its claim, then the item) ends before the erasure locks the items and
+    deletes their claims, and one that starts later finds them gone. More than ADMIN_LOCKS_MAX of a kind are left to
+    their row locks (PostgreSQL's lock table is bounded)."""
+    quarantined = selectors.kind_spec(Kind.QUARANTINE).waiting().filter(user_id=user_id).values_list("pk", flat=True)
+    for kind, ids in ((Kind.CANDIDATE, candidate_ids), (Kind.QUARANTINE, list(quarantined[: ADMIN_LOCKS_MAX + 1]))):
         if 0 < len(ids) <= ADMIN_LOCKS_MAX:
             _items_lock(kind, ids)
 

@@ -17,13 +17,12 @@ from django.utils import timezone
 from common import tasks as common_tasks
 from config.celery import app as celery_app
 from memories.models import Memory, MemoryStatus
-from tests.conftest import OBSERVE, make_memory
+from tests.conftest import OBSERVE, REDIS_URL, make_memory, redis_required
 
 pytestmark = pytest.mark.django_db
 
 DOWN = "redis://127.0.0.1:1/0"  # connection refused
-UP_DB = 15
-UP = f"redis://127.0.0.1:6379/{UP_DB}"
+UP = REDIS_URL.rsplit("/", 1)[0] + "/15"  # a database of its own on the test Redis: it empties the queue
 
 
 def _reset_app_caches():
@@ -97,7 +96,8 @@ def test_with_the_broker_down_an_observed_memory_is_embedded_inline_in_its_tenan
 def test_a_memory_embedding_sent_to_the_broker_carries_the_requests_tenant_and_agent(
     api, broker, django_capture_on_commit_callbacks
 ):
-    r_db = redis.Redis(db=UP_DB)
+    redis_required()
+    r_db = redis.Redis.from_url(UP)
     r_db.delete("celery")
     broker(UP)
     try:

@@ -370,6 +370,7 @@ def test_concurrent_requests_of_one_key_never_exceed_its_rate(settings, monkeypa
             return value
 
     monkeypatch.setattr(ApiKeyRateThrottle, "cache", SlowCache())
+    monkeypatch.setattr(ApiKeyRateThrottle, "timer", lambda self: 1_000_000.0)  # one window, whatever the clock says
     settings.API_KEY_RATE = "5/min"
     client = make_client(["resolve"], name="busy")
     # a key used a moment ago: no request updates its last_used_at (which would queue them one behind the other)
@@ -480,3 +481,41 @@ def test_requests_of_one_key_never_queue_behind_each_other_for_its_last_use(monk
     assert finished_while_held
     assert raw["second"].status_code == 200 and raw["first"].status_code == 200, raw
     assert ApiKey.objects.get(pk=client.key.pk).last_used_at is not None
+
+
+def test_a_retrieval_that_stores_missing_vectors_and_an_outcome_of_those_memories_at_once(monkeypatch, settings):
+    """A retrieval stores the vectors of the user's memories that have none (their rows locked), then bumps hits;
+    an outcome of those memories takes the user's scope, then the rows. The retrieval takes the scope before it
+    stores a vector: the outcome waits for it instead of holding the scope while the retrieval waits for it."""
+    import memories.services.retrieval as retrieval
+    from memories.models import Memory
+    from tests.conftest import LOG_LESSONS, seed_memories
+
+    settings.MEMORY_RETRIEVE_MIN_SCORE = -1.0
+    settings.MEMORY_AUTO_PROMOTE_STREAK = settings.MEMORY_AUTO_PROMOTE_HITS = 100
+    client, other_client = _api_client(), _api_client("assistant-2")
+    m0, m1 = seed_memories(user="alice", texts=LOG_LESSONS[:2])
+    Memory.objects.filter(pk__in=[m0.pk, m1.pk]).update(embedding=None)  # written while the embedder was down
+    stored, real = threading.Event(), retrieval._lazy_embed
+
+    def embed_then_pause(**kw):
+        answer = real(**kw)
+        stored.set()
+        time.sleep(1.5)  # the outcome arrives while the retrieval holds the rows it stored vectors in
+        return answer
+
+    monkeypatch.setattr(retrieval, "_lazy_embed", embed_then_pause)
+
+    def outcome():
+        assert stored.wait(20)
+        body = {"user_id": "alice", "memory_ids": [m0.pk, m1.pk], "outcome": "success"}
+        return _fresh(other_client).post("/api/v1/memories/outcome", body, format="json")
+
+    out = _two(
+        lambda: _fresh(client).post("/api/v1/memories/retrieve", {"user_id": "alice", "query": "log rotation"}, format="json"),
+        outcome,
+    )
+    assert _errors(out) == {}, out
+    codes = {k: (v.status_code, v.json().get("code")) for k, v in out.items()}
+    assert codes == {"a": (200, None), "b": (200, None)}, codes
+    assert Memory.objects.filter(pk__in=[m0.pk, m1.pk], embedding__isnull=False).count() == 2

@@ -297,3 +297,38 @@ def test_a_rerun_keeps_what_a_reviewer_switched_off_or_a_user_taught_unless_told
     assert LearnedPhrase.objects.get(normalized="look for a contract", user_id__isnull=True).is_active
     mine = dict(LearnedPhrase.objects.filter(user_id="alice").values_list("normalized", "verb__name"))
     assert mine == {"wipe that unit": "cbu.delete", "make a unit": "cbu.create", "list it all": "cbu.create"}
+
+
+def test_a_phrase_switched_off_while_the_import_waits_for_its_row_is_kept(gov_api, catalogue, monkeypatch):
+    """The kept rule is decided again on the rows the import locks: a reviewer who switches a phrase off between the
+    import's read and its write is not undone."""
+    from learning.services import imports as imports_mod
+
+    learned_phrase_upsert(phrase="show every client unit", verb=catalogue["cbu.delete"])
+    classify = imports_mod._import_classify
+    reads = []
+
+    def classify_then_switched_off(plan, existing, override):
+        answer = classify(plan, existing, override)
+        reads.append(1)
+        if len(reads) == 2:  # the read under the import's lock: a reviewer switches the phrase off right after
+            LearnedPhrase.objects.filter(normalized="show every client unit").update(is_active=False)
+        return answer
+
+    monkeypatch.setattr(imports_mod, "_import_classify", classify_then_switched_off)
+    body = post_json(gov_api, content=json.dumps(GOOD)).json()
+    assert (body["imported"], body["updated"], body["kept"]) == (2, 0, 1), body
+    row = LearnedPhrase.objects.get(normalized="show every client unit")
+    assert (row.is_active, row.verb.name) == (False, "cbu.delete")
+
+
+def test_a_blank_csv_column_may_stay_empty(gov_api, catalogue):
+    """A spreadsheet's trailing delimiter leaves a column with no name: accepted while its cells are empty."""
+    r = gov_api.post(
+        "/api/v1/learning/import", {"format": "csv", "content": "phrase,verb,\nlist units,cbu.list,\n"}, format="json"
+    )
+    assert r.status_code == 200 and r.json()["imported"] == 1, r.content
+    r = gov_api.post(
+        "/api/v1/learning/import", {"format": "csv", "content": "phrase,verb,\nshow units,cbu.list,alice\n"}, format="json"
+    )
+    assert r.status_code == 400 and "column with no name" in r.json()["detail"], r.content

@@ -40,8 +40,9 @@ class FitState:
 
 def decision_state() -> dict:
     """{"live", "shadow", "prior"}: FitState or None each (prior: the newest catalogue prior, whatever its status);
-    "priors": the newest prior of each embedding model. Two small queries (the fits in force; the newest prior of each
-    model, however many fits came after them), cached per process for RESOLVE_DECISION_CACHE_S seconds."""
+    "priors": the newest prior of each embedding model; "personal": users' own heads per fit version. Three small queries
+    (the fits in force; the newest prior of each model, however many fits came after them; the heads' counts), cached
+    per process for RESOLVE_DECISION_CACHE_S seconds."""
     now = _time.monotonic()
     tenants = tenant_filter_ids()
     hit = _decision_cache.get(tenants)

@@ -41,7 +41,8 @@ def phrases_import(
     """Import ``ImportRow``s as learned phrases of one scope: all valid rows in one transaction, or nothing.
 
     A stored phrase that was switched off (a reviewer's revert), or that a correction or a confirmation points to
-    another verb, is kept as it is ("kept"): an import run again never undoes those decisions, unless ``override``.
+    another verb (a user's phrase: global phrases change through review, and an import re-points those), is kept as
+    it is ("kept"): an import run again never undoes those decisions, unless ``override``.
 
     Rows are checked first (empty phrase or verb, unknown verb, one phrase mapped to two verbs, a mapping an
     active blocklist entry forbids exactly or by paraphrase). A dry run reports what would change and writes
@@ -155,7 +156,7 @@ def phrases_import(
                 )
                 if late_errors:
                     _import_reject(sorted(late_errors, key=lambda e: e["row"]))
-            _import_write(
+            kept += _import_write(
                 plan=plan,
                 added=added,
                 updated=updated,
@@ -165,6 +166,7 @@ def phrases_import(
                 user_id=user_id,
                 source=source,
                 now=now,
+                override=override,
                 progress=progress,
             )
     except IntegrityError:  # a phrase learned meanwhile by another path (a confirmation, the API)
@@ -231,6 +233,11 @@ def _import_semantic_block_errors(errors: list, *, plan: dict, texts: list, vect
 TAUGHT_SOURCES = frozenset({"correction", "confirmation"})
 
 
+def _decided(current, verb) -> bool:
+    """Whether a stored phrase is one an import keeps as it is: switched off, or taught another verb on purpose."""
+    return not current.is_active or (current.verb_id != verb.pk and current.source in TAUGHT_SOURCES)
+
+
 def _import_classify(plan: dict, existing: dict, override: bool) -> tuple[list, list, list, list]:
     """The planned phrases split into (added, updated, unchanged, kept) against the rows stored; kept: switched off,
     or taught another verb by a correction or a confirmation (``phrases_import``)."""
@@ -239,7 +246,7 @@ def _import_classify(plan: dict, existing: dict, override: bool) -> tuple[list, 
         current = existing.get(normalized)
         if current is None:
             added.append(normalized)
-        elif not override and (not current.is_active or (current.verb_id != verb.pk and current.source in TAUGHT_SOURCES)):
+        elif not override and _decided(current, verb):
             kept.append(normalized)
         elif current.verb_id == verb.pk and current.is_active and current.embedding_model:
             unchanged.append(normalized)
@@ -254,7 +261,7 @@ def _import_lock() -> None:
     tenant_lock("learning:import:")
 
 
-def _import_write(*, plan, added, updated, existing, vectors, model, user_id, source, now, progress=False) -> None:
+def _import_write(*, plan, added, updated, existing, vectors, model, user_id, source, now, override, progress=False) -> list:
     """Inside the write transaction: create the added rows, update the changed ones (with history). The rows to
     update are locked first, in key order, as a correction locks its phrase and anchors before it creates one: an
     import and a correction of overlapping texts never hold each other's rows (one waits, or gets a Conflict)."""
@@ -271,6 +278,10 @@ def _import_write(*, plan, added, updated, existing, vectors, model, user_id, so
                 "Retry the import.",
                 field="content",
             )
+    # switched off or taught another verb after they were read (a reviewer, a correction): kept, decided on the rows locked
+    kept = [] if override else [n for n in updated if _decided(locked[n], plan[n][1])]
+    if kept:
+        updated[:] = [n for n in updated if n not in set(kept)]
     new_rows = []
     for n in added:
         row, verb = plan[n]
@@ -328,6 +339,7 @@ def _import_write(*, plan, added, updated, existing, vectors, model, user_id, so
     if user_id is None and (added or updated):
         # global phrases are the prior's anchors too (a broker outage: the daily refit catches up)
         task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
+    return kept
 
 
 def _import_reject(errors: list[dict]) -> None:

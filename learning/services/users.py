@@ -53,6 +53,13 @@ def _global_candidates_only_of(user_id: str) -> list[int]:
     return sorted(pk for pk, occurrences in pending if occurrences <= clicks[pk])
 
 
+def erasure_candidate_ids(*, user_id: str) -> list[int]:
+    """The pending candidates an erasure of the user deletes: the user's own, and the global ones only the user's
+    clicks proposed (for the review items' locks the erasure takes first)."""
+    own = LearningCandidate.objects.filter(user_id=user_id, status=LearningCandidate.Status.PENDING).values_list("pk", flat=True)
+    return sorted({*own, *_global_candidates_only_of(user_id)})
+
+
 def _of_user(model, user_id: str, global_candidates: list[int]):
     if model is LearningSignal:  # a click's signals, whoever the request named
         return LearningSignal.objects.filter(Q(user_id=user_id) | Q(request__user_id=user_id))

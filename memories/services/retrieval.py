@@ -80,6 +80,8 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
     if vector is None:
         degraded_reason = "embedder_unavailable"
     else:
+        if count_hits:  # it writes this user's rows (vectors, then hits): the user's scope first, as every writer does
+            user_scopes_lock(user_id=user_id, scopes=[(namespace, private_agent_id())])
         # a read-only caller stores no vector: the missing ones come back unsaved and are scored in memory
         _, pending = _lazy_embed(user_id=user_id, namespace=namespace, model=model, store=count_hits)
         if pending and not settings.CELERY_TASK_ALWAYS_EAGER:
@@ -134,7 +136,8 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
         with connection.cursor() as cur:
             cur.execute(*ASYNC_COMMIT)
         if ids:
-            # the user's scope first, as a write of memories or an outcome takes it: their row locks never cross ours
+            # the user's scope first, as a write of memories or an outcome takes it (held already when the vectors
+            # were stored above; taken again, it costs nothing): their row locks never cross ours
             user_scopes_lock(user_id=user_id, scopes=[(i.memory.namespace, i.memory.private_agent_id) for i in kept])
             memories_readable().filter(pk__in=ids).update(
                 hits=F("hits") + 1, streak=F("streak") + 1, last_retrieved_at=timezone.now()

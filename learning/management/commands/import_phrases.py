@@ -27,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--override",
             action="store_true",
-            help="Replace phrases a reviewer switched off or a correction or confirmation taught another verb (kept otherwise)",
+            help="Replace phrases a reviewer switched off or the user's correction or confirmation taught another verb (kept otherwise)",
         )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar")
         parser.add_argument("--tenant", default=DEFAULT_SLUG, help="Slug of the tenant to import into (default: %(default)s)")
