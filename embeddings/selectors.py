@@ -50,13 +50,19 @@ def nearest(qs: QuerySet, vector, k: int, *, project: Callable[[QuerySet], Query
     ordered = qs.annotate(distance=CosineDistance("embedding", vector)).order_by("distance")
     rows = list(project(ordered)[:k])
     if len(rows) >= k:
-        return rows
+        return _by_distance(rows)
     # "+ 0" keeps the planner off the index: the ordering is no longer the indexed operator.
     exact_distance = ExpressionWrapper(CosineDistance("embedding", vector) + Value(0.0), output_field=FloatField())
     exact = list(project(qs.annotate(distance=exact_distance).order_by("distance"))[:k])
     if len(exact) > len(rows):
         logger.info("%s: index scan found %d of %d neighbours, exact scan %d", qs.model._meta.label, len(rows), k, len(exact))
     return exact
+
+
+def _by_distance(rows: list) -> list:
+    """The rows best first: an HNSW scan with iterative scans in relaxed order (``hnsw.iterative_scan``) may answer
+    its k rows slightly out of order (pgvector). Rows are model instances or dicts with their ``distance``."""
+    return sorted(rows, key=lambda r: r["distance"] if isinstance(r, dict) else getattr(r, "distance", 0.0))
 
 
 # How long a process trusts its answer to "are vectors of another model left?" (one index probe per table when it
