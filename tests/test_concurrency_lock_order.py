@@ -52,7 +52,7 @@ def _errors(out):
     return {k: v for k, v in out.items() if isinstance(v, Exception)}
 
 
-# --- 1. a confirmation and a click's learning (automatic promotion) of the same user's text ---------------------
+# --- a confirmation and a click's learning (automatic promotion) of the same user's text ---------------------
 
 
 def test_a_confirmation_and_a_clicks_automatic_promotion_of_the_same_text_at_once(monkeypatch):
@@ -78,7 +78,7 @@ def test_a_confirmation_and_a_clicks_automatic_promotion_of_the_same_text_at_onc
     ]
 
 
-# --- 2. an observation that repeats a memory (and reports an outcome) and an outcome on the same memories ----------
+# --- an observation that repeats a memory (and reports an outcome) and an outcome on the same memories ----------
 
 
 def _api_client(name="assistant"):
@@ -193,7 +193,7 @@ def test_an_observe_repeating_a_memory_with_an_outcome_and_another_writer_of_the
     assert codes == {"a": (200, None), "b": (200, None)}, codes
 
 
-# --- 3. brute-force probes: many writers released together -------------------------------------------------------
+# --- brute-force probes: many writers released together -------------------------------------------------------
 
 
 def _clients(client, n):
@@ -348,7 +348,7 @@ def test_concurrent_block_expire_and_delete():
     assert codes.count(204) == 1, codes
 
 
-# --- 4. the per-key request limit under concurrent requests ---------------------------------------------------------
+# --- the per-key request limit under concurrent requests ---------------------------------------------------------
 
 
 def test_concurrent_requests_of_one_key_never_exceed_its_rate(settings, monkeypatch):
@@ -385,7 +385,7 @@ def test_concurrent_requests_of_one_key_never_exceed_its_rate(settings, monkeypa
     assert codes.count(200) == 5 and codes.count(429) == 25, sorted(codes)
 
 
-# --- 5. an erasure of a user while a reviewer decides, in the inbox, a candidate of theirs they hold ---------------
+# --- an erasure of a user while a reviewer decides, in the inbox, a candidate of theirs they hold ---------------
 
 
 def test_an_inbox_decision_on_a_held_candidate_and_the_erasure_of_its_user_at_once(monkeypatch):
