@@ -39,22 +39,34 @@ class RetrieveResult:
 
 
 def _lazy_embed(
-    *, user_id: str, namespace: str, model: str, store: bool, other_models: bool = False, done: list[Memory] | None = None
+    *,
+    user_id: str,
+    namespace: str,
+    model: str,
+    store: bool,
+    other_models: bool = False,
+    done: list[Memory] | None = None,
+    lock=None,
 ) -> tuple[int, list[Memory]]:
     """Embed (a batch of) the user's live memories without a vector; with ``other_models``, also those
     embedded by another model. The first check is a partial-index lookup, so it costs nothing when all is embedded.
 
     Answers how many were embedded and the rows whose vectors were not stored: with ``store`` False (a caller that
     may only read) the vectors are computed, set on the rows for the search to score in memory, and never saved.
-    ``done``: rows embedded so before, left out."""
+    ``done``: rows embedded so before, left out. ``lock``: called before the vectors are stored (the rows are then
+    read again, under it)."""
     missing = Q(embedding__isnull=True) | ~Q(embedding_model=model) if other_models else Q(embedding__isnull=True)
-    rows = memories_of(user_id=user_id, namespace=namespace).filter(missing, status__in=LIVE)
+    query = memories_of(user_id=user_id, namespace=namespace).filter(missing, status__in=LIVE)
     if done:
-        rows = rows.exclude(pk__in=[m.pk for m in done])
-    rows = list(rows.order_by("-updated_at")[: settings.MEMORY_LAZY_EMBED_BATCH])
+        query = query.exclude(pk__in=[m.pk for m in done])
+    query = query.order_by("-updated_at")[: settings.MEMORY_LAZY_EMBED_BATCH]
+    rows = list(query)
     if not rows:
         return 0, []
     if store:
+        if lock is not None:
+            lock()
+            rows = list(query.all())
         return embeddings_refresh(rows=rows), []
     vectors, name = embeddings_compute(texts=[r.embedding_text for r in rows])
     if vectors is None:
@@ -74,16 +86,24 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
     """
     filters = dict(filters or {})
     namespace = namespace_or_default(value=filters.pop("namespace", None))
+    locked: set = set()
+
+    def lock(scopes=None) -> None:
+        """The user's scopes, before a write of their rows (vectors, hits), as every writer takes them first; each
+        once a request (the request is one transaction: they are held to its end)."""
+        wanted = set(scopes) if scopes is not None else {(namespace, private_agent_id())}
+        if wanted - locked:
+            user_scopes_lock(user_id=user_id, scopes=wanted - locked)
+            locked.update(wanted)
+
     vector, model, _ = embed_query(query)  # bounded by RESOLVE_EMBED_TIMEOUT_S; None when the embedder is down
     degraded_reason = ""
     items: list[RetrievedMemory] = []
     if vector is None:
         degraded_reason = "embedder_unavailable"
     else:
-        if count_hits:  # it writes this user's rows (vectors, then hits): the user's scope first, as every writer does
-            user_scopes_lock(user_id=user_id, scopes=[(namespace, private_agent_id())])
         # a read-only caller stores no vector: the missing ones come back unsaved and are scored in memory
-        _, pending = _lazy_embed(user_id=user_id, namespace=namespace, model=model, store=count_hits)
+        _, pending = _lazy_embed(user_id=user_id, namespace=namespace, model=model, store=count_hits, lock=lock)
         if pending and not settings.CELERY_TASK_ALWAYS_EAGER:
             # a worker stores them (after this answer), so the next read-only retrieve need not compute them again
             embedding_schedule(ids=[m.pk for m in pending])
@@ -107,7 +127,13 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
         if not items and not embedded():
             # Perhaps every vector is from another model (the model changed): embed a batch now and search again.
             count, more = _lazy_embed(
-                user_id=user_id, namespace=namespace, model=model, store=count_hits, other_models=True, done=pending
+                user_id=user_id,
+                namespace=namespace,
+                model=model,
+                store=count_hits,
+                other_models=True,
+                done=pending,
+                lock=lock,
             )
             pending += more
             if count:
@@ -136,9 +162,8 @@ def memory_retrieve(*, user_id: str, query: str, filters: dict | None = None, co
         with connection.cursor() as cur:
             cur.execute(*ASYNC_COMMIT)
         if ids:
-            # the user's scope first, as a write of memories or an outcome takes it (held already when the vectors
-            # were stored above; taken again, it costs nothing): their row locks never cross ours
-            user_scopes_lock(user_id=user_id, scopes=[(i.memory.namespace, i.memory.private_agent_id) for i in kept])
+            # the user's scope first, as a write of memories or an outcome takes it: their row locks never cross ours
+            lock([(i.memory.namespace, i.memory.private_agent_id) for i in kept])
             memories_readable().filter(pk__in=ids).update(
                 hits=F("hits") + 1, streak=F("streak") + 1, last_retrieved_at=timezone.now()
             )
