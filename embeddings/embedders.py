@@ -180,15 +180,22 @@ class OpenAIEmbedder:
         return out
 
 
+def _cache_key(text: str) -> bytes:
+    """What the cache keeps of a text: a digest, never the text (a user's erased words must not stay readable in
+    the memory of every process that embedded them)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
 class CachedEmbedder:
-    """Wraps an embedder so the same text is never embedded twice in a process."""
+    """Wraps an embedder so the same text is never embedded twice in a process. The cache is keyed by a digest of
+    each text and keeps no text."""
 
     def __init__(self, inner: Embedder, *, max_size: int):
         self.inner = inner
         self.in_process = getattr(inner, "in_process", False)
         self.model_name = inner.model_name
         self.dimension = inner.dimension
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._max = max_size
         self._lock = threading.Lock()
 
@@ -197,11 +204,12 @@ class CachedEmbedder:
 
     def embed_batch(self, texts: Sequence[str], *, timeout: float | None = None) -> list[np.ndarray]:
         found: dict[str, np.ndarray] = {}
+        keys = {t: _cache_key(t) for t in texts}
         with self._lock:
-            for t in texts:
-                if t in self._cache:
-                    self._cache.move_to_end(t)
-                    found[t] = self._cache[t]
+            for t, k in keys.items():
+                if k in self._cache:
+                    self._cache.move_to_end(k)
+                    found[t] = self._cache[k]
         missing = list(dict.fromkeys(t for t in texts if t not in found))
         if missing:
             try:
@@ -218,7 +226,7 @@ class CachedEmbedder:
             with self._lock:
                 for t, v in zip(missing, vectors, strict=True):
                     found[t] = v
-                    self._cache[t] = v
+                    self._cache[keys[t]] = v
                 while len(self._cache) > self._max:
                     self._cache.popitem(last=False)
         return [found[t] for t in texts]

@@ -107,7 +107,31 @@ def test_remote_server_bad_vectors_raise_an_embedding_error_naming_the_problem_a
     vectors = embedder.embed_batch(["alpha", "beta"])
     assert server.requests == 2
     assert all(np.isfinite(v).all() and abs(float(np.linalg.norm(v)) - 1) < 1e-5 for v in vectors)
-    assert set(embedder._cache) == {"alpha", "beta"}
+    assert len(embedder._cache) == 2
+    assert embedder.embed_batch(["beta"])[0].tolist() == vectors[1].tolist()
+    assert server.requests == 2  # answered from the cache
+
+
+def test_the_cache_keeps_no_text_of_what_it_embedded():
+    """An erased user's words must not stay readable in the memory of the processes that embedded them."""
+    from embeddings.embedders import CachedEmbedder
+
+    class Inner:
+        model_name = "inner"
+        dimension = 384
+        calls = 0
+
+        def embed_batch(self, texts):
+            Inner.calls += 1
+            return [np.eye(384, dtype=np.float32)[i] for i, _ in enumerate(texts)]
+
+    cached = CachedEmbedder(Inner(), max_size=10)
+    secret = "my account number is 12345678 and my name is Ada"
+    first = cached.embed_batch([secret, "hello"])
+    again = cached.embed_batch([secret])
+    assert Inner.calls == 1 and again[0].tolist() == first[0].tolist()
+    assert all(isinstance(k, bytes) and secret.encode() not in k for k in cached._cache)
+    assert secret not in repr(cached.__dict__)
 
 
 class _Spoiled:
