@@ -46,10 +46,12 @@ def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> 
             "Not a user id: 1-128 letters, digits or _ . : @ -, starting with a letter or digit.", field="user_id"
         )
     with transaction.atomic():
+        global_candidates = None
         if not dry_run:
             # a reviewer's decision on one of the items the erasure deletes ends first
-            items_of_user_lock(user_id=user_id, candidate_ids=erasure_candidate_ids(user_id=user_id))
-        learning = user_learning_erase(user_id=user_id, dry_run=dry_run)
+            candidate_ids, global_candidates = erasure_candidate_ids(user_id=user_id)
+            items_of_user_lock(user_id=user_id, candidate_ids=candidate_ids)
+        learning = user_learning_erase(user_id=user_id, dry_run=dry_run, global_candidates=global_candidates)
         memories = user_memories_erase(user_id=user_id, dry_run=dry_run)
         objects = {**learning["objects"], **memories["objects"]}
         decisions = decisions_of_erased_user_scrub(

@@ -53,11 +53,13 @@ def _global_candidates_only_of(user_id: str) -> list[int]:
     return sorted(pk for pk, occurrences in pending if occurrences <= clicks[pk])
 
 
-def erasure_candidate_ids(*, user_id: str) -> list[int]:
-    """The pending candidates an erasure of the user deletes: the user's own, and the global ones only the user's
-    clicks proposed (for the review items' locks the erasure takes first)."""
+def erasure_candidate_ids(*, user_id: str) -> tuple[list[int], list[int]]:
+    """The pending candidates an erasure of the user deletes (for the review items' locks the erasure takes first):
+    all of them (the user's own, and the global ones only the user's clicks proposed), and those global ones alone
+    (for ``user_learning_erase``, which reads them again once it holds the rows)."""
     own = LearningCandidate.objects.filter(user_id=user_id, status=LearningCandidate.Status.PENDING).values_list("pk", flat=True)
-    return sorted({*own, *_global_candidates_only_of(user_id)})
+    global_only = _global_candidates_only_of(user_id)
+    return sorted({*own, *global_only}), global_only
 
 
 def _of_user(model, user_id: str, global_candidates: list[int]):
@@ -75,14 +77,15 @@ def _history_of_user(model, user_id: str, global_candidates: list[int]):
     return model.history.model.objects.filter(named)
 
 
-def user_learning_erase(*, user_id: str, dry_run: bool = False) -> dict:
+def user_learning_erase(*, user_id: str, dry_run: bool = False, global_candidates: list[int] | None = None) -> dict:
     """Delete, in the caller's tenant scope and in one transaction, every learning row of ``user_id``: their own
     phrases, aliases, blocks and candidates, their disambiguations and signals, their evidence, the records of what
     was resolved for them (the fit's labels) and their own classifier heads; then every audit-trail row that names
     them (a deletion writes one more). Global rows hold no user: a global phrase stays, as the tenant's vocabulary,
     and so does a global candidate others proposed too; a pending global candidate only the user's clicks proposed
     goes (``_global_candidates_only_of``). ``dry_run``: count only (the audit-trail rows counted include the one
-    each deletion would write).
+    each deletion would write). ``global_candidates``: those global candidates as the caller read them moments ago
+    (``erasure_candidate_ids``), so they are not read twice before the rows are locked (they are read again after).
 
     The user's learning lock is taken first, exclusive (``user_learning_lock``: a confirmation, a correction or an
     import of the user's running meanwhile finishes first, one arriving waits); then the user's disambiguation
@@ -101,7 +104,8 @@ def user_learning_erase(*, user_id: str, dry_run: bool = False) -> dict:
             # the user's requests first (a click and its learning lock theirs first), then the rows an approval or a
             # correction locks, each in key order, as they do
             list(DisambiguationRequest.objects.filter(user_id=user_id).order_by("pk").select_for_update().values_list("pk"))
-        global_candidates = _global_candidates_only_of(user_id)
+        if global_candidates is None or dry_run:
+            global_candidates = _global_candidates_only_of(user_id)
         if not dry_run:
             for model in (LearningCandidate, LearnedPhrase):
                 qs = _of_user(model, user_id, global_candidates)
