@@ -3,13 +3,13 @@ neighbours and reads a user's own phrases through their b-tree, instead of walki
 skipping the other users' (learning.selectors.tiers.tier_rows).
 
 The index builds CONCURRENTLY (outside a transaction): the table takes writes while it builds. A build that is
-interrupted leaves an INVALID index; drop it (``DROP INDEX CONCURRENTLY learnedphrase_global_hnsw``) and migrate
-again."""
+interrupted leaves an INVALID index: migrate again (it is dropped and built again)."""
 
 import pgvector.django.indexes
 from django.conf import settings
-from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
+
+from common.migration_ops import AddIndexConcurrentlyResumable
 
 
 class Migration(migrations.Migration):
@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
         migrations.RunSQL(
             f"SET maintenance_work_mem = '{settings.LEARNED_INDEX_BUILD_MEMORY}'", reverse_sql=migrations.RunSQL.noop
         ),
-        AddIndexConcurrently(
+        AddIndexConcurrentlyResumable(
             model_name="learnedphrase",
             index=pgvector.django.indexes.HnswIndex(
                 condition=models.Q(("user_id__isnull", True)),

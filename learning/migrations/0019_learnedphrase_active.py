@@ -3,10 +3,11 @@ index, ``/learning/stats``) reads it instead of the table, whose rows carry thei
 6 ms against 80).
 
 The index builds CONCURRENTLY (outside a transaction): the table takes writes while it builds. A build that is
-interrupted leaves an INVALID index; drop it (``DROP INDEX CONCURRENTLY learnedphrase_active``) and migrate again."""
+interrupted leaves an INVALID index: migrate again (it is dropped and built again)."""
 
-from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
+
+from common.migration_ops import AddIndexConcurrentlyResumable
 
 
 class Migration(migrations.Migration):
@@ -19,7 +20,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        AddIndexConcurrently(
+        AddIndexConcurrentlyResumable(
             model_name="learnedphrase",
             index=models.Index(
                 condition=models.Q(("is_active", True)), fields=["tenant", "private_agent"], name="learnedphrase_active"

@@ -2,10 +2,11 @@
 stale rows, an index of the vector's model), and statistics on staleness, so PostgreSQL knows how few rows are stale.
 
 The indexes build CONCURRENTLY (outside a transaction): the tables take writes while they build. A build that is
-interrupted leaves an INVALID index; drop it (``DROP INDEX CONCURRENTLY <name>``) and migrate again."""
+interrupted leaves an INVALID index: migrate again (the indexes built are kept, an INVALID one is built again)."""
 
-from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
+
+from common.migration_ops import AddIndexConcurrentlyResumable
 
 from embeddings.migration_ops import EmbeddingStaleStatistics
 from embeddings.models import EmbeddingStale
@@ -20,10 +21,12 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        AddIndexConcurrently(
+        AddIndexConcurrentlyResumable(
             model_name="memory",
             index=models.Index(condition=models.Q(EmbeddingStale("content")), fields=["id"], name="memory_emb_stale"),
         ),
-        AddIndexConcurrently(model_name="memory", index=models.Index(fields=["embedding_model"], name="memory_emb_model")),
+        AddIndexConcurrentlyResumable(
+            model_name="memory", index=models.Index(fields=["embedding_model"], name="memory_emb_model")
+        ),
         EmbeddingStaleStatistics(model_name="memory", text_field="content"),
     ]
