@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from agents.models import Agent
 from common.api import ApplicationError, Conflict
-from common.db import rows_purge
+from common.db import rows_purge, tenant_lock
 from common.tasks import task_headers, task_send
 from common.text import normalize_phrase
 from common.validation import MAX_DAYS
@@ -281,6 +281,7 @@ def _heads_train(
     newest = selectors.decision_heads_newest(model=model, users=scopes)
     shared_digests = {w: _digest(shared, w) for w in {words, True} if users or w == words}
     heads, reused, due = [], [], []
+    own_digests: dict[str, str] = {}  # what each user's own phrases were when read: checked again before the save
     for user_id in scopes:
         own = None
         if user_id is None:
@@ -290,6 +291,7 @@ def _heads_train(
         else:  # a user's head trains on the shared anchors and that user's phrases only
             own = selectors.decision_user_anchor_rows(model=model, user_id=user_id)
             digest = _digest(own, True, prefix=f"{shared_digests[True]}|{user_id}")
+            own_digests[user_id] = _digest(own, True)
         stored = newest.get(user_id)
         if stored is not None and stored[1] == digest:
             reused.append(stored[0])
@@ -318,13 +320,33 @@ def _heads_train(
             left,
             settings.RESOLVE_USER_HEADS_PER_REFIT,
         )
-    return heads, reused
+    return heads, reused, own_digests
 
 
-def _heads_save(fit: DecisionFit, heads: tuple[list, list]) -> int:
+def heads_lock() -> None:
+    """Inside a transaction: the tenant's lock on storing classifier heads, until it ends. A refit's save takes it
+    before it stores heads, a user's erasure before it deletes theirs: a head trained on the phrases of a user
+    erased meanwhile is never stored after the erasure (which would then not have deleted it)."""
+    tenant_lock("learning:heads:")
+
+
+def _heads_save(fit: DecisionFit, heads: tuple[list, list, dict], model: str) -> int:
     """Store ``_heads_train``'s answer with ``fit``: the heads trained, and copies of the stored heads that serve
-    again (copied row to row in the database: their weights never pass through this process)."""
-    trained, reused = heads
+    again (copied row to row in the database: their weights never pass through this process). Under
+    ``heads_lock`` (the caller's transaction holds it): a personal head whose user's phrases are no longer what it
+    was trained on (the user was erased, or taught more, while it trained) is not stored; a later refit trains it
+    again. A copy is of a head still stored: an erased user's are gone."""
+    trained, reused, own_digests = heads
+    current = []
+    for head in trained:
+        user_id = head[0]
+        if user_id is not None:
+            own = selectors.decision_user_anchor_rows(model=model, user_id=user_id)
+            if _digest(own, True) != own_digests.get(user_id):
+                logger.info("a personal head not stored: its user's phrases changed while it trained")
+                continue
+        current.append(head)
+    trained = current
     DecisionHead.objects.bulk_create(
         [DecisionHead(fit=fit, user_id=u, weights=w, anchors=a, inputs_digest=d) for u, w, a, d in trained]
     )
@@ -423,7 +445,8 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
             + "; floors "
             + (", ".join(f"{k} {v:.2f}" for k, v in floors.items()) or "of the model (too few phrases to measure)"),
         )
-        _heads_recorded(fit, _heads_save(fit, heads))
+        heads_lock()
+        _heads_recorded(fit, _heads_save(fit, heads, model))
         live = _live_fit_locked()
         if live is None or (live.source == DecisionFit.Source.PRIOR and not live.pinned):
             _switch(fit, action="prior", reason="catalogue prior (no fit from labels is live)")
@@ -661,6 +684,7 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
     words = bool((prior.params or {}).get("head_words", True)) if prior else True
     trained = _heads_train(model, users=True, warm_version=in_use.version if in_use else None, words=words, progress=progress)
     with transaction.atomic():
+        heads_lock()  # first: an erasure of a user whose head trained meanwhile has committed, or waits for this
         # locked: a reviewer pinning this shadow live meanwhile commits first, and then it is no shadow to retire
         previous = DecisionFit.objects.select_for_update().filter(status=DecisionFit.Status.SHADOW).first()
         if previous is not None:
@@ -678,7 +702,7 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
             in_use_version=in_use.version if in_use else None,
             shadow_since=timezone.now(),
         )
-        heads = _heads_save(fit, trained)
+        heads = _heads_save(fit, trained, model)
         _heads_recorded(fit, heads)
         fit.note = f"{params['n_labels']} labels ({params['n_open']} open-set rows), {heads} head(s)"
         fit.save(update_fields=["note"])

@@ -15,6 +15,7 @@ from learning.models import (
     ResolutionRecord,
 )
 from learning.selectors import decision_cache_clear
+from learning.services.decisions import heads_lock
 from learning.services.phrases import user_learning_lock
 
 # In the order they are deleted: signals before the requests they belong to (abandon events go with their request).
@@ -101,6 +102,9 @@ def user_learning_erase(*, user_id: str, dry_run: bool = False, global_candidate
             # the user's writers that add several rows (a confirmation, a correction, an import) finish first, or
             # wait: an erasure never sees part of what one of them wrote
             user_learning_lock(user_id=user_id, exclusive=True)
+            # a refit storing heads meanwhile commits first (its head of this user is then deleted here), or stores
+            # after this commits and finds the user's phrases gone (it drops their head)
+            heads_lock()
             # the user's requests first (a click and its learning lock theirs first), then the rows an approval or a
             # correction locks, each in key order, as they do
             list(DisambiguationRequest.objects.filter(user_id=user_id).order_by("pk").select_for_update().values_list("pk"))
