@@ -813,6 +813,12 @@ LEARNING_CORRECTION_CANDIDATE_CONFIDENCE = env_float("LEARNING_CORRECTION_CANDID
 LEARNING_IMPORT_MAX_BYTES = env_int("LEARNING_IMPORT_MAX_BYTES", 5 * 1024 * 1024, minimum=1024)
 LEARNING_IMPORT_MAX_ROWS = env_int("LEARNING_IMPORT_MAX_ROWS", 50_000, minimum=1)
 LEARNING_IMPORT_BATCH_SIZE = env_int("LEARNING_IMPORT_BATCH_SIZE", 256, minimum=1)
+# An API import of more rows than this (or one sent with "background": true) runs as a job on a worker (202 and a
+# status to poll); up to it, and every dry run, inside the request. 0: every import that writes is a job.
+LEARNING_IMPORT_SYNC_MAX_ROWS = env_int("LEARNING_IMPORT_SYNC_MAX_ROWS", 1000, minimum=0)
+# A job still "running" this long after it started is taken to have died with its worker (its import rolled back):
+# a redelivery of its task runs it again.
+LEARNING_IMPORT_JOB_STALE_S = env_int("LEARNING_IMPORT_JOB_STALE_S", 3600, minimum=60)
 # Top pending phrases shown by the stats API and the admin dashboard.
 LEARNING_STATS_TOP_PENDING = env_int("LEARNING_STATS_TOP_PENDING", 10, minimum=0)
 SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(

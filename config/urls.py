@@ -30,6 +30,7 @@ api_v1 += [
     path("learning/candidates/<int:candidate_id>/reject", review_api.CandidateRejectApi.as_view(), name="candidate-reject"),
     path("learning/stats", learning_api.LearningStatsApi.as_view(), name="learning-stats"),
     path("learning/import", learning_api.PhraseImportApi.as_view(), name="learning-import"),
+    path("learning/imports/<int:job_id>", learning_api.PhraseImportJobApi.as_view(), name="learning-import-job"),
     path("blocklist", learning_api.BlockCreateApi.as_view(), name="blocklist-create"),
     path("blocklist/<int:block_id>", learning_api.BlockDetailApi.as_view(), name="blocklist-detail"),
     path("blocklist/<int:block_id>/expire", learning_api.BlockExpireApi.as_view(), name="blocklist-expire"),

@@ -2,6 +2,7 @@
 governance of what is learned (candidates, stats, import, blocklist). Thin: validate, call a service, shape the answer."""
 
 from django.conf import settings
+from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -35,6 +36,8 @@ from learning.serializers import (
     DisambiguationAnswerSerializer,
     DisambiguationConflictSerializer,
     DisambiguationSelectSerializer,
+    ImportAcceptedSerializer,
+    ImportJobSerializer,
     ImportRequestSerializer,
     ImportResultSerializer,
     LearningCandidateSerializer,
@@ -47,7 +50,7 @@ from learning.services.blocks import phrase_block_add, phrase_block_delete, phra
 from learning.services.candidates import candidate_approve, candidate_reject
 from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
 from learning.services.disambiguations import disambiguation_abandon, disambiguation_select, resolution_store
-from learning.services.imports import phrases_import
+from learning.services.imports import phrase_import_job_create, phrases_import
 
 # Learning API: resolve what a user typed.
 
@@ -301,8 +304,16 @@ class ResolutionConfirmApi(TenantApiView):
         return Response(ConfirmationResultSerializer(result).data)
 
 
+def import_job_location(job_id: int) -> str:
+    return reverse("learning-import-job", kwargs={"job_id": job_id})
+
+
 class PhraseImportApi(GovernanceApi):
-    """Import learned phrases (YAML, JSON or CSV; inline ``content`` or an uploaded ``file``): all or nothing."""
+    """Import learned phrases (YAML, JSON or CSV; inline ``content`` or an uploaded ``file``): all or nothing.
+
+    Up to LEARNING_IMPORT_SYNC_MAX_ROWS rows (and every dry run) inside the request (200 and what it did); more, or
+    ``background``, as a job on a worker (202 with the job, ``Location`` its status to poll). A file that cannot be
+    read, or holds too many rows, is refused (400) before any job is made."""
 
     # The shared JSON parser (input policy, depth limit without recursion), with the import's own size limit.
     parser_classes = [LimitedJSONParser, CheckedMultiPartParser, CheckedFormParser]
@@ -312,7 +323,7 @@ class PhraseImportApi(GovernanceApi):
 
     @extend_schema(
         request={"application/json": ImportRequestSerializer, "multipart/form-data": ImportRequestSerializer},
-        responses={200: ImportResultSerializer, 413: ErrorSerializer, **ERROR_RESPONSES},
+        responses={200: ImportResultSerializer, 202: ImportAcceptedSerializer, 413: ErrorSerializer, **ERROR_RESPONSES},
     )
     def post(self, request):
         limit = settings.LEARNING_IMPORT_MAX_BYTES
@@ -340,14 +351,31 @@ class PhraseImportApi(GovernanceApi):
             rows = parse(content, d["format"])
         except ImportFormatError as exc:
             raise ApplicationError(str(exc), field=field, code="import_unreadable") from None
-        result = phrases_import(
-            rows=rows,
-            user_id=d.get("user_id") if d["scope"] == "user" else None,
-            dry_run=d["dry_run"],
-            override=d.get("override", False),
-            source=f"import:{request.user.name}"[:40],
-        )
+        user_id = d.get("user_id") if d["scope"] == "user" else None
+        source = f"import:{request.user.name}"[:40]
+        if not d["dry_run"] and (d["background"] or len(rows) > settings.LEARNING_IMPORT_SYNC_MAX_ROWS):
+            job = phrase_import_job_create(rows=rows, user_id=user_id, override=d["override"], source=source)
+            return Response({"job": ImportJobSerializer(job).data}, status=status.HTTP_202_ACCEPTED)
+        result = phrases_import(rows=rows, user_id=user_id, dry_run=d["dry_run"], override=d["override"], source=source)
         return Response(ImportResultSerializer(result).data)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        job = response.data.get("job") if response.status_code == 202 and isinstance(response.data, dict) else None
+        if isinstance(job, dict) and "id" in job:  # also on a replay of the stored answer, which keeps no headers
+            response["Location"] = import_job_location(job["id"])
+        return response
+
+
+_JOB_ID = OpenApiParameter("job_id", int, OpenApiParameter.PATH, description="The id of an import job (a 202's job.id)")
+
+
+class PhraseImportJobApi(GovernanceApi):
+    """An import job sent by ``POST /api/v1/learning/import``: its status, then what it did or why it failed."""
+
+    @extend_schema(parameters=[_JOB_ID], responses={200: ImportJobSerializer, 404: ErrorSerializer, **ERROR_RESPONSES})
+    def get(self, request, job_id: int):
+        return Response(ImportJobSerializer(selectors.phrase_import_job_get(job_id=job_id)).data)
 
 
 # Alias API: what a name stands for.

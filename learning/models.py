@@ -647,3 +647,49 @@ class DecisionFitEvent(TenantOwned):
 
     def __str__(self):
         return f"v{self.fit.version}: {self.action}"
+
+
+class PhraseImportJob(TenantOwned):
+    """A bulk import of learned phrases run by a worker (``POST /api/v1/learning/import`` of many rows): its rows
+    until it finishes, then its outcome. It runs in the tenant, and as the agent, of the request that made it."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        SUCCEEDED = "succeeded", "succeeded"
+        FAILED = "failed", "failed"
+
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    rows = models.JSONField(default=list, blank=True, help_text="[{number, phrase, verb}] to import; emptied once it ends")
+    row_count = models.PositiveIntegerField(default=0)
+    user_id = models.CharField(max_length=128, null=True, blank=True, validators=[user_id_validator])
+    dry_run = models.BooleanField(default=False)
+    override = models.BooleanField(default=False)
+    source = models.CharField(max_length=40, default="import")
+    agent = models.ForeignKey(
+        "agents.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The agent whose key sent the import",
+    )
+    private_agent = private_agent_field("The agent with private user data that sent it: no other agent reads it")
+    result = models.JSONField(null=True, blank=True, help_text="What the import answered (counts), once it succeeded")
+    errors = models.JSONField(default=list, blank=True, help_text="[{row, field, reason}] of a rejected import")
+    error_code = models.CharField(max_length=40, blank=True, default="")
+    error_detail = models.TextField(blank=True, default="", help_text="Why it failed")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["queued", "running", "succeeded", "failed"]), name="phraseimportjob_status_valid"
+            ),
+        ]
+
+    def __str__(self):
+        return f"import of {self.row_count} rows ({self.user_id or 'global'}, {self.status})"

@@ -17,7 +17,7 @@ from common.fields import (
 )
 from learning import selectors
 from learning.importing import FORMATS
-from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, PhraseBlock
+from learning.models import AbandonEvent, DisambiguationRequest, LearningCandidate, PhraseBlock, PhraseImportJob
 from learning.selectors import STATS_RANGES
 
 
@@ -327,6 +327,11 @@ class ImportRequestSerializer(StrictSerializer):
         help_text="Replace stored phrases a reviewer switched off or the user's correction or confirmation taught another verb "
         "(without it they are kept as they are and counted as kept).",
     )
+    background = serializers.BooleanField(
+        default=False,
+        help_text="Run the import as a job on a worker (202 and the job to poll), however few its rows; imports of "
+        "more than LEARNING_IMPORT_SYNC_MAX_ROWS rows always do. A dry run always answers at once.",
+    )
 
     def validate(self, attrs):
         if bool(attrs.get("content")) == bool(attrs.get("file")):
@@ -359,6 +364,32 @@ class ImportResultSerializer(serializers.Serializer):
     would_add = serializers.ListField(child=serializers.CharField(), required=False)
     would_update = serializers.ListField(child=serializers.CharField(), required=False)
     would_keep = serializers.ListField(child=serializers.CharField(), required=False)
+
+
+class ImportJobSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=PhraseImportJob.Status.choices)
+    scope = serializers.SerializerMethodField()
+    user_id = serializers.CharField(allow_null=True)
+    rows = serializers.IntegerField(source="row_count", help_text="Rows sent.")
+    override = serializers.BooleanField()
+    result = ImportResultSerializer(allow_null=True, help_text="What the import did, once it succeeded.")
+    errors = ImportErrorRowSerializer(many=True, help_text="The invalid rows of a rejected import (nothing was written).")
+    error_code = serializers.CharField(
+        help_text="Why it failed: import_invalid (see errors), conflict (another write meanwhile: send it again), "
+        "error (unexpected); empty otherwise."
+    )
+    error_detail = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_scope(self, job) -> str:
+        return "user" if job.user_id else "global"
+
+
+class ImportAcceptedSerializer(serializers.Serializer):
+    job = ImportJobSerializer()
 
 
 # Serializers of the alias API: what a name stands for.

@@ -12,6 +12,7 @@ from learning.services.disambiguations import (
     disambiguations_expire,
     disambiguations_purge,
 )
+from learning.services.imports import phrase_import_job_run
 from learning.services.indexes import learned_phrase_tenant_indexes_sync
 from tenants.context import tenant_filter_ids, tenant_session
 from tenants.selectors import tenant_ids_all
@@ -59,6 +60,18 @@ def disambiguations_expire_task() -> int:
     """Mark stale open disambiguation requests ``expired`` (beat: every minute)."""
 
     return disambiguations_expire()
+
+
+# --- Bulk imports sent through the API ---
+
+
+@shared_task(name="learning.phrase_import_job_run", acks_late=True, ignore_result=True, one_transaction=False)
+def phrase_import_job_run_task(job_id: int) -> str | None:
+    """Run one import job in its sender's tenant and as its agent (its own transactions: the claim, the import,
+    the outcome); a redelivery of a job that runs or ended does nothing. Answers the job's status."""
+
+    job = phrase_import_job_run(job_id=job_id)
+    return job.status if job is not None else None
 
 
 # --- The learned auto-resolve decision ---

@@ -1,8 +1,13 @@
-"""Bulk import of learned phrases: every row validated first, then all rows in one transaction or none."""
+"""Bulk import of learned phrases: every row validated first, then all rows in one transaction or none; a large
+import sent through the API runs as a job on a worker (``phrase_import_job_create``, ``phrase_import_job_run``)."""
 
 import logging
+from contextlib import nullcontext
+from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 from tqdm import tqdm
 
@@ -12,9 +17,11 @@ from common.tasks import task_send_on_commit
 from common.text import normalize_phrase
 from embeddings.services import embedding_assign, embeddings_by_text
 from learning import selectors
-from learning.models import LearnedPhrase, Verb
+from learning.importing import ImportRow
+from learning.models import LearnedPhrase, PhraseImportJob, Verb
 from learning.resolution import profile
 from learning.services.phrases import user_learning_lock
+from tenants.context import acting_agent, acting_agent_id, private_agent_id
 
 logger = logging.getLogger(__name__)
 
@@ -349,6 +356,104 @@ def _import_reject(errors: list[dict]) -> None:
         field="content",
         extra={"errors": errors[:1000], "rejected": len(errors), "imported": 0, "updated": 0, "unchanged": 0},
     )
+
+
+# --- Imports run as jobs ---
+
+
+def phrase_import_job_create(
+    *,
+    rows: list,
+    user_id: str | None = None,
+    dry_run: bool = False,
+    override: bool = False,
+    source: str = "import",
+) -> PhraseImportJob:
+    """Store ``ImportRow``s as a queued import job, in the caller's tenant and as its agent, and send the task that
+    runs it once the job commits (with the tenant and agent of now; the broker down: ``task_send`` decides)."""
+    with transaction.atomic():
+        job = PhraseImportJob.objects.create(
+            rows=[{"number": r.number, "phrase": r.phrase, "verb": r.verb} for r in rows],
+            row_count=len(rows),
+            user_id=user_id,
+            dry_run=dry_run,
+            override=override,
+            source=source,
+            agent_id=acting_agent_id(),
+            private_agent_id=private_agent_id(),
+        )
+        task_send_on_commit("learning.phrase_import_job_run", job.pk)
+    return job
+
+
+def phrase_import_job_run(*, job_id: int) -> PhraseImportJob | None:
+    """Run a queued import job once: claim it (queued -> running), import its rows (``phrases_import``), store the
+    outcome; None when it is not there to run (unknown, running, or finished: a redelivered task imports nothing).
+
+    Three transactions, so the job's own writes outlive the import's rollback: the claim, the import (all or
+    nothing), the outcome. A job still running ``LEARNING_IMPORT_JOB_STALE_S`` after it started died with its
+    worker (nothing of its import committed) and is claimed again; a run whose claim was taken over stores nothing.
+    """
+    claimed = _import_job_claim(job_id=job_id)
+    if claimed is None:
+        return None
+    job, started_at = claimed
+    runs_as = job.agent if job.agent_id is not None and acting_agent_id() != job.agent_id else None
+    outcome: dict = {"status": PhraseImportJob.Status.FAILED}
+    try:
+        # a savepoint only inside an outer transaction (an inline run, a pooler's one transaction): a failed
+        # statement of the import must not abort the transaction the outcome is written in
+        with transaction.atomic() if connection.in_atomic_block else nullcontext():
+            with acting_agent(runs_as) if runs_as is not None else nullcontext():
+                result = phrases_import(
+                    rows=[ImportRow(number=r["number"], phrase=r["phrase"], verb=r["verb"]) for r in job.rows],
+                    user_id=job.user_id,
+                    dry_run=job.dry_run,
+                    progress=False,
+                    source=job.source,
+                    override=job.override,
+                )
+    except ImportRejected as exc:
+        outcome.update(errors=exc.extra.get("errors", []), error_code=exc.code, error_detail=exc.message)
+    except ApplicationError as exc:  # another write meanwhile (a Conflict): the import may be sent again
+        outcome.update(error_code=exc.code, error_detail=exc.message)
+    except Exception as exc:
+        logger.exception("import job %s failed", job.pk)
+        outcome.update(error_code="error", error_detail=f"{exc.__class__.__name__}: {exc}"[:2000])
+    else:
+        outcome = {"status": PhraseImportJob.Status.SUCCEEDED, "result": result}
+    return _import_job_finish(job=job, started_at=started_at, outcome=outcome)
+
+
+def _import_job_claim(*, job_id: int) -> tuple[PhraseImportJob, object] | None:
+    """In its own transaction: the job marked running (one UPDATE, so two runs never both claim it) and the time
+    it was claimed at, or None when it is not queued (or stale)."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.LEARNING_IMPORT_JOB_STALE_S)
+    with transaction.atomic():
+        claimed = (
+            PhraseImportJob.objects.filter(pk=job_id)
+            .filter(Q(status=PhraseImportJob.Status.QUEUED) | Q(status=PhraseImportJob.Status.RUNNING, started_at__lt=stale))
+            .update(status=PhraseImportJob.Status.RUNNING, started_at=now)
+        )
+        if not claimed:
+            if not PhraseImportJob.objects.filter(pk=job_id).exists():
+                logger.warning("import job %s not found in this scope: nothing to run", job_id)
+            return None
+        return PhraseImportJob.objects.select_related("agent").get(pk=job_id), now
+
+
+def _import_job_finish(*, job: PhraseImportJob, started_at, outcome: dict) -> PhraseImportJob | None:
+    """In its own transaction: the outcome stored and the rows let go (they are learned phrases now, or were
+    refused), unless another run claimed the job meanwhile (None)."""
+    with transaction.atomic():
+        stored = PhraseImportJob.objects.filter(pk=job.pk, status=PhraseImportJob.Status.RUNNING, started_at=started_at).update(
+            rows=[], finished_at=timezone.now(), **outcome
+        )
+    if not stored:
+        logger.warning("import job %s was claimed again while it ran: its outcome is the later run's", job.pk)
+        return None
+    return PhraseImportJob.objects.defer("rows").get(pk=job.pk)
 
 
 # --- Embedding backfill (foundation) ---

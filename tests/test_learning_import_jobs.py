@@ -1,0 +1,190 @@
+"""Large API imports run as jobs on a worker: 202, a status to poll, the same tenant and agent as the request."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents.authentication import verified_keys_forget
+from learning.models import LearnedPhrase, PhraseImportJob
+from learning.resolution import resolve
+from learning.services.imports import phrase_import_job_run
+from learning.tasks import phrase_import_job_run_task
+from tenants.services import tenant_create
+from tests.conftest import make_client
+
+GOOD = [
+    {"phrase": "spin up a client unit", "verb": "cbu.create"},
+    {"phrase": "show every client unit", "verb": "cbu.list"},
+    {"phrase": "look for a contract", "verb": "document.search"},
+]
+IMPORT = "/api/v1/learning/import"
+
+
+@pytest.fixture
+def small_sync(settings):
+    """Imports of more than two rows run as jobs."""
+    settings.LEARNING_IMPORT_SYNC_MAX_ROWS = 2
+
+
+def post(client, rows, **body):
+    body = {"format": "json", "content": json.dumps(rows), **body}
+    key = body.pop("key", None)
+    return client.post(IMPORT, body, format="json", **({"HTTP_IDEMPOTENCY_KEY": key} if key else {}))
+
+
+def job_of(response) -> dict:
+    assert response.status_code == 202, response.content
+    job = response.json()["job"]
+    assert response["Location"] == f"/api/v1/learning/imports/{job['id']}"
+    return job
+
+
+def test_a_large_import_answers_202_and_the_job_imports_every_row(gov_api, catalogue, small_sync, run_tasks):
+    r = run_tasks(post, gov_api, GOOD)
+    job = job_of(r)
+    assert job["status"] == "queued" and job["rows"] == 3 and job["scope"] == "global" and job["result"] is None
+
+    polled = gov_api.get(r["Location"])
+    assert polled.status_code == 200, polled.content
+    body = polled.json()
+    assert body["status"] == "succeeded", body
+    assert (body["result"]["imported"], body["result"]["updated"], body["result"]["unchanged"]) == (3, 0, 0)
+    assert body["errors"] == [] and body["error_code"] == ""
+    assert body["started_at"] and body["finished_at"] and body["finished_at"] >= body["started_at"]
+
+    assert LearnedPhrase.objects.filter(user_id__isnull=True, embedding__isnull=False).count() == 3
+    assert resolve(text="spin up a client unit").verb == "cbu.create"
+    stored = PhraseImportJob.objects.get(pk=job["id"])
+    assert stored.rows == [] and stored.agent_id == gov_api.agent.pk and stored.source == "import:reviewer-tool"
+
+
+def test_a_job_with_a_bad_row_fails_naming_it_and_stores_nothing(gov_api, catalogue, small_sync, run_tasks):
+    rows = GOOD + [{"phrase": "do a thing", "verb": "cbu.nope"}]
+    job = job_of(run_tasks(post, gov_api, rows))
+    body = gov_api.get(f"/api/v1/learning/imports/{job['id']}").json()
+    assert body["status"] == "failed" and body["error_code"] == "import_invalid" and body["result"] is None
+    assert [(e["row"], e["field"]) for e in body["errors"]] == [(4, "verb")]
+    assert "cbu.nope" in body["errors"][0]["reason"] and "nothing was imported" in body["error_detail"]
+    assert body["finished_at"]
+    assert not LearnedPhrase.objects.exists()
+
+
+def test_an_unexpected_failure_is_stored_with_its_class_and_logged(
+    gov_api, catalogue, small_sync, run_tasks, monkeypatch, caplog
+):
+    def broken(**kwargs):
+        raise RuntimeError("the disk is full")
+
+    monkeypatch.setattr("learning.services.imports.phrases_import", broken)
+    job = job_of(run_tasks(post, gov_api, GOOD))
+    body = gov_api.get(f"/api/v1/learning/imports/{job['id']}").json()
+    assert body["status"] == "failed" and body["error_code"] == "error"
+    assert body["error_detail"] == "RuntimeError: the disk is full"
+    assert any("import job" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+def test_a_second_run_of_a_finished_job_changes_nothing(gov_api, catalogue, small_sync, run_tasks):
+    job_id = job_of(run_tasks(post, gov_api, GOOD))["id"]
+    done = PhraseImportJob.objects.get(pk=job_id)
+    assert done.status == "succeeded"
+    phrases = sorted(LearnedPhrase.objects.values_list("pk", "updated_at"))
+    history = LearnedPhrase.history.count()
+
+    assert phrase_import_job_run_task.apply(args=[job_id]).get() is None  # a redelivered task
+    assert phrase_import_job_run(job_id=job_id) is None
+    again = PhraseImportJob.objects.get(pk=job_id)
+    assert (again.status, again.started_at, again.finished_at, again.result) == (
+        done.status,
+        done.started_at,
+        done.finished_at,
+        done.result,
+    )
+    assert sorted(LearnedPhrase.objects.values_list("pk", "updated_at")) == phrases
+    assert LearnedPhrase.history.count() == history
+
+
+def test_a_running_job_is_left_alone_until_it_is_stale(gov_api, catalogue, small_sync, settings):
+    job_id = job_of(post(gov_api, GOOD))["id"]  # its task is not run: the test's transaction never commits
+    started = timezone.now() - timedelta(seconds=60)
+    PhraseImportJob.objects.filter(pk=job_id).update(status="running", started_at=started)
+    assert phrase_import_job_run(job_id=job_id) is None
+    assert PhraseImportJob.objects.get(pk=job_id).status == "running" and not LearnedPhrase.objects.exists()
+
+    settings.LEARNING_IMPORT_JOB_STALE_S = 30  # its worker died: nothing of its import committed
+    job = phrase_import_job_run(job_id=job_id)
+    assert job.status == "succeeded" and job.started_at > started and job.result["imported"] == 3
+    assert LearnedPhrase.objects.count() == 3
+
+
+def test_background_makes_a_job_of_a_small_import_and_runs_as_the_private_agent(db, catalogue, run_tasks):
+    client = make_client(["governance"], name="private-tool")
+    client.agent.private_user_data = True
+    client.agent.save()
+    verified_keys_forget()
+    rows = [{"phrase": "show my client units", "verb": "cbu.list"}]
+    job = job_of(run_tasks(post, client, rows, scope="user", user_id="alice", background=True))
+    assert job["scope"] == "user" and job["user_id"] == "alice"
+    assert client.get(f"/api/v1/learning/imports/{job['id']}").json()["status"] == "succeeded"
+    phrase = LearnedPhrase.objects.get(normalized="show my client units")
+    assert (phrase.user_id, phrase.private_agent_id) == ("alice", client.agent.pk)
+    assert PhraseImportJob.objects.get(pk=job["id"]).private_agent_id == client.agent.pk
+
+
+def test_another_tenant_and_another_private_agent_get_404(gov_api, catalogue, small_sync):
+    shared = job_of(post(gov_api, GOOD))["id"]
+    private_client = make_client(["governance"], name="private-tool")
+    private_client.agent.private_user_data = True
+    private_client.agent.save()
+    verified_keys_forget()
+    private = job_of(post(private_client, GOOD))["id"]
+    other = make_client(["governance"], name="other-tool")
+    foreign = make_client(["governance"], name="globex-tool", tenant=tenant_create(slug="globex"))
+
+    def status(client, job_id):
+        return client.get(f"/api/v1/learning/imports/{job_id}").status_code
+
+    assert status(other, shared) == 200 and status(private_client, shared) == 200
+    assert status(private_client, private) == 200
+    assert status(other, private) == status(gov_api, private) == 404  # another agent of the tenant
+    assert status(foreign, shared) == status(foreign, private) == status(foreign, 99_999_999) == 404
+    assert status(gov_api, 2**63) == 404  # no key holds it
+    resolve_only = make_client(["resolve"], name="resolver")
+    assert status(resolve_only, shared) == 403
+
+
+def test_small_imports_and_dry_runs_answer_at_once_and_make_no_job(gov_api, catalogue, small_sync):
+    small = post(gov_api, GOOD[:2])
+    assert small.status_code == 200, small.content
+    assert small.json()["imported"] == 2 and "Location" not in small
+    dry = post(gov_api, GOOD, dry_run=True)
+    assert dry.status_code == 200 and dry.json()["dry_run"] is True
+    dry_background = post(gov_api, GOOD, dry_run=True, background=True)
+    assert dry_background.status_code == 200 and sorted(dry_background.json()["would_add"]) == ["look for a contract"]
+    assert not PhraseImportJob.objects.exists()
+    assert LearnedPhrase.objects.count() == 2
+
+
+def test_unreadable_files_and_too_many_rows_are_400_before_any_job(gov_api, catalogue, small_sync, settings):
+    broken = gov_api.post(IMPORT, {"format": "json", "content": "[{"}, format="json")
+    assert broken.status_code == 400 and broken.json()["code"] == "import_unreadable"
+    settings.LEARNING_IMPORT_MAX_ROWS = 2
+    many = post(gov_api, GOOD)
+    assert many.status_code == 400 and "LEARNING_IMPORT_MAX_ROWS" in many.json()["detail"]
+    assert not PhraseImportJob.objects.exists()
+
+
+def test_a_retried_post_with_its_key_answers_the_same_202_and_makes_one_job(gov_api, catalogue, small_sync):
+    first = post(gov_api, GOOD, key="import-1")
+    job = job_of(first)
+    again = post(gov_api, GOOD, key="import-1")
+    assert again["Idempotent-Replayed"] == "true"
+    assert job_of(again) == job and again["Location"] == first["Location"]
+    assert PhraseImportJob.objects.count() == 1
+
+
+def test_the_schema_documents_the_202_and_the_job(gov_api):
+    paths = gov_api.get("/api/schema/", {"format": "json"}).json()["paths"]
+    assert {"200", "202", "400"} <= set(paths["/api/v1/learning/import"]["post"]["responses"])
+    assert {"200", "404"} <= set(paths["/api/v1/learning/imports/{job_id}"]["get"]["responses"])
