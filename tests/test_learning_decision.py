@@ -972,6 +972,16 @@ def test_promotion_refuses_few_labels_a_high_wrong_rate_or_a_bad_shadow(settings
     assert not promotion_verdict(fit=fit)[0]
 
 
+def test_a_shadow_trial_of_a_few_labels_all_wrong_keeps_the_fit_out(settings):
+    """The trial's bound is exact on a handful of labels: 2 wrong of 2 went live under the normal approximation
+    (its bound was below zero whenever 2 or fewer were wrong)."""
+    settings.RESOLVE_MAX_WRONG_RATE = 0.03
+    fit = DecisionFit(params={"cut": 0.5}, n_labels=500, held_out={"wrong": 0.01})
+    for wrong, n, live in [(2, 2, False), (3, 10, False), (1, 7, True), (0, 1, True), (8, 200, True), (12, 200, False)]:
+        fit.shadow_figures = {"n": n, "wrong": wrong, "right": n - wrong}
+        assert promotion_verdict(fit=fit)[0] is live, (wrong, n)
+
+
 def test_labels_of_one_user_never_train_another_users_head(big, settings):
     from learning.models import Verb
     from learning.services.phrases import learned_phrase_upsert

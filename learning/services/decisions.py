@@ -499,11 +499,21 @@ def _switch(
     return fit
 
 
+def shadow_wrong_lower_bound(*, wrong: int, n: int) -> float:
+    """The one-sided 90% lower bound on a wrong rate seen as ``wrong`` of ``n`` (Clopper-Pearson, exact: also
+    on a handful of labels, where 2 wrong of 2 bounds it at 0.32)."""
+    if wrong <= 0 or n <= 0:
+        return 0.0
+    from scipy.stats import beta  # here: SciPy's import is slow and most callers never ask
+
+    return float(beta.ppf(0.10, wrong, n - wrong + 1))
+
+
 def promotion_verdict(*, fit: DecisionFit) -> tuple[bool, str]:
     """May this shadow fit go live? Never on fewer than RESOLVE_PROMOTE_MIN_LABELS labels, never when its
     held-out wrong rate is above RESOLVE_MAX_WRONG_RATE or it would never auto-resolve, and not when the labels
     that arrived while it ran in shadow show it worse than the target (lower 90% bound above it), nor before any
-    label arrived while it ran in shadow."""
+    label arrived while it ran in shadow (``shadow_wrong_lower_bound``)."""
     target = settings.RESOLVE_MAX_WRONG_RATE
     if fit.params is None or fit.params.get("cut") is None:
         return False, "the fit found no cut within the target"
@@ -514,9 +524,9 @@ def promotion_verdict(*, fit: DecisionFit) -> tuple[bool, str]:
     s = fit.shadow_figures or {}
     if not s.get("n"):  # a refit right after another (a duplicate task, the beat): no trial at all
         return False, "no label has judged it in shadow yet"
-    w = s["wrong"]
-    if (w - decision.BOUND_Z * np.sqrt(w + 1.0)) / s["n"] > target:
-        return False, f"in shadow: {w} wrong of {s['n']} labels, above the target"
+    w, n = s["wrong"], s["n"]
+    if shadow_wrong_lower_bound(wrong=w, n=n) > target:
+        return False, f"in shadow: {w} wrong of {n} labels, above the target"
     return True, "held-out wrong within the target"
 
 
