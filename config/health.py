@@ -2,7 +2,7 @@
 
 ``GET /healthz`` (liveness): the process answers; nothing else is asked, so a slow database never gets a live
 process restarted. ``GET /readyz`` (readiness): the process can serve the API: the database answers, every
-migration is applied, and the embedder is loaded (the first probe loads it, so traffic arrives warm). 200 with
+migration is applied, and the embedder is loaded (each web process loads it as it starts: learning.preload). 200 with
 each check, or 503 naming the one that failed. Both answer whatever the Host header (probes use the pod's
 address, which ``ALLOWED_HOSTS`` rarely lists), take no authentication and reveal no data: only check names and
 error classes.

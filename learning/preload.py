@@ -1,8 +1,14 @@
-"""What a web process loads before its first request: the libraries ranking, fitting and phrase variants use,
-which the modules import only when first used so that other processes (commands, workers, tests) start fast."""
+"""What a web process loads before its first request: the embedder, and the libraries ranking, fitting and phrase
+variants use, which the modules import only when first used so that other processes (commands, workers, tests)
+start fast."""
 
+import logging
+
+from embeddings.embedders import EmbeddingError, get_embedder
 from learning.decision import lexical
 from learning.variants import word_zipf
+
+logger = logging.getLogger(__name__)
 
 
 def preload() -> None:
@@ -14,3 +20,11 @@ def preload() -> None:
 
     lexical(["warm"])
     word_zipf("warm")
+    # every web worker process, not only the one a readiness probe reaches: the first request each served took
+    # seconds (the model loaded and its first run) under gunicorn with several workers
+    try:
+        embedder = get_embedder()
+        if embedder.in_process:
+            embedder.inner.embed_batch(["warm"])
+    except EmbeddingError as exc:  # /readyz says so; the first request that embeds tries again
+        logger.warning("the embedder did not load at start: %s", exc)
