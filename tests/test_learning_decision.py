@@ -1196,6 +1196,22 @@ def test_a_refit_sent_for_labels_that_another_refit_fitted_meanwhile_does_nothin
         "shadow": None,
         "reason": "not due: another refit fitted them",
     }
-    second = decision_refit()  # the daily beat right after: a new fit, but the untried shadow does not go live
-    assert second["promoted"] is None and "no label has judged it" in second["reason"]
+    second = decision_refit()  # the daily beat right after: the untried shadow neither goes live nor is replaced
+    assert second["promoted"] is None and second["shadow"] is None and "no label has judged it" in second["reason"]
     assert DecisionFit.objects.get(status="live").pk == prior.pk
+    assert DecisionFit.objects.get(status="shadow").version == first["shadow"]
+
+
+def test_a_refit_with_no_label_since_the_shadow_fit_leaves_it_in_shadow(big):
+    """The daily refit right after the one the labels sent retired the untried shadow fit and made another on the
+    same labels: no label could ever judge either."""
+    prior = decision_prior_fit()
+    _labelled(300, np.random.default_rng(7), prior)
+    first = decision_refit()["shadow"]
+    assert first is not None
+    again = decision_refit()
+    assert again["shadow"] is None and "stays in shadow" in again["reason"]
+    assert DecisionFit.objects.get(version=first).status == "shadow"
+    _labelled(50, np.random.default_rng(8), prior)  # labels arrive: the next refit judges it and fits them
+    assert decision_refit()["shadow"] not in (None, first)
+    assert decision_refit(force=True)["shadow"] is not None  # forced: always fits

@@ -669,6 +669,14 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
                 out["promoted"] = shadow.version
             else:
                 out["reason"] = why if not ok else f"v{live.version} is pinned"
+    if not force:
+        # the daily refit right after one the labels sent: a new fit on the same labels would retire the shadow
+        # fit before any label could judge it
+        since, newest = selectors.labels_since_newest_fit(at_most=1)
+        if since == 0 and DecisionFit.objects.filter(status=DecisionFit.Status.SHADOW, version=newest).exists():
+            mine = f"no label since v{newest}, which stays in shadow until labels judge it"
+            out["reason"] = f"{out['reason']}; {mine}" if out["reason"] else mine
+            return out
     labels = selectors.decision_labels(window=settings.RESOLVE_FIT_WINDOW_LABELS, model=current_model_name())
     if len(labels) < settings.RESOLVE_PROMOTE_MIN_LABELS and not force:
         out["reason"] = out["reason"] or f"{len(labels)} labels; a fit needs {settings.RESOLVE_PROMOTE_MIN_LABELS}"
