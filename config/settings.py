@@ -688,6 +688,10 @@ CELERY_BEAT_SCHEDULE["agents-idempotent-requests-purge"] = {
     "task": "agents.idempotent_requests_purge",
     "schedule": env_float("API_IDEMPOTENCY_PURGE_EVERY_S", 3600.0, minimum=1.0),
 }
+CELERY_BEAT_SCHEDULE["learning-import-jobs-sweep"] = {
+    "task": "learning.phrase_import_jobs_sweep",
+    "schedule": env_float("LEARNING_IMPORT_SWEEP_EVERY_S", 300.0, minimum=1.0),
+}
 CELERY_BEAT_SCHEDULE["learning-resolution-records-purge"] = {
     "task": "learning.resolution_records_purge",
     "schedule": env_float("RESOLUTION_PURGE_EVERY_S", 86400.0, minimum=1.0),
@@ -819,6 +823,9 @@ LEARNING_IMPORT_SYNC_MAX_ROWS = env_int("LEARNING_IMPORT_SYNC_MAX_ROWS", 1000, m
 # A job still "running" this long after it started is taken to have died with its worker (its import rolled back):
 # a redelivery of its task runs it again.
 LEARNING_IMPORT_JOB_STALE_S = env_int("LEARNING_IMPORT_JOB_STALE_S", 3600, minimum=60)
+# A queued import job older than this is run by the sweep (learning-import-jobs-sweep): the task that runs it was
+# refused or lost by the broker, or waits behind a long queue (the claim keeps it from running twice).
+LEARNING_IMPORT_JOB_SEND_WAIT_S = env_int("LEARNING_IMPORT_JOB_SEND_WAIT_S", 600, minimum=60)
 # Top pending phrases shown by the stats API and the admin dashboard.
 LEARNING_STATS_TOP_PENDING = env_int("LEARNING_STATS_TOP_PENDING", 10, minimum=0)
 SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(

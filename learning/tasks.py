@@ -12,7 +12,7 @@ from learning.services.disambiguations import (
     disambiguations_expire,
     disambiguations_purge,
 )
-from learning.services.imports import phrase_import_job_run
+from learning.services.imports import phrase_import_job_run, phrase_import_jobs_purge
 from learning.services.indexes import learned_phrase_tenant_indexes_sync
 from tenants.context import tenant_filter_ids, tenant_session
 from tenants.selectors import tenant_ids_all
@@ -74,6 +74,24 @@ def phrase_import_job_run_task(job_id: int) -> str | None:
     return job.status if job is not None else None
 
 
+@shared_task(name="learning.phrase_import_jobs_sweep", ignore_result=True, one_transaction=False)
+def phrase_import_jobs_sweep_task() -> dict:
+    """Periodic: run here the import jobs nobody runs (``phrase_import_jobs_unrun``: a task the broker refused or
+    lost, a worker that died), each in its tenant's scope; answers {job id: status}."""
+    from learning.selectors import phrase_import_jobs_unrun
+
+    out = {}
+    for job_id, tenant_id in phrase_import_jobs_unrun():
+        try:
+            with tenant_session([tenant_id]):
+                job = phrase_import_job_run(job_id=job_id)
+            out[job_id] = job.status if job is not None else None
+        except Exception:
+            logger.exception("import job %s: the sweep could not run it", job_id)
+            out[job_id] = "error"
+    return out
+
+
 # --- The learned auto-resolve decision ---
 
 
@@ -132,9 +150,14 @@ def decision_prior_refresh_task() -> int | None | dict:
 
 @shared_task(name="learning.resolution_records_purge", ignore_result=True, one_transaction=False)
 def resolution_records_purge_task() -> dict:
-    """Delete resolution records and ambiguous answers older than RESOLUTION_RETENTION_DAYS (beat: daily)."""
+    """Delete resolution records, ambiguous answers and ended import jobs older than RESOLUTION_RETENTION_DAYS
+    (beat: daily)."""
 
-    return {"records": resolution_records_purge(), "disambiguations": disambiguations_purge()}
+    return {
+        "records": resolution_records_purge(),
+        "disambiguations": disambiguations_purge(),
+        "import_jobs": phrase_import_jobs_purge(),
+    }
 
 
 @shared_task(name="learning.tenant_indexes_sync", ignore_result=True)

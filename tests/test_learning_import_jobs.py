@@ -188,3 +188,52 @@ def test_the_schema_documents_the_202_and_the_job(gov_api):
     paths = gov_api.get("/api/schema/", {"format": "json"}).json()["paths"]
     assert {"200", "202", "400"} <= set(paths["/api/v1/learning/import"]["post"]["responses"])
     assert {"200", "404"} <= set(paths["/api/v1/learning/imports/{job_id}"]["get"]["responses"])
+
+
+def _queued_job(client, rows, **body):
+    """A job whose task never ran (the broker refused or lost it): posted without running on-commit callbacks."""
+    return PhraseImportJob.objects.get(pk=job_of(post(client, rows, **body))["id"])
+
+
+def test_the_sweep_runs_a_job_whose_task_was_lost_and_one_whose_worker_died(gov_api, catalogue, small_sync, settings):
+    from learning.tasks import phrase_import_jobs_sweep_task
+
+    lost = _queued_job(gov_api, GOOD)
+    fresh = _queued_job(gov_api, [{"phrase": "remove a client unit", "verb": "cbu.delete"}], background=True)
+    dead = _queued_job(gov_api, [{"phrase": "list client units please", "verb": "cbu.list"}], background=True)
+    long_ago = timezone.now() - timedelta(seconds=settings.LEARNING_IMPORT_JOB_SEND_WAIT_S + 5)
+    PhraseImportJob.objects.filter(pk=lost.pk).update(created_at=long_ago)
+    stale = timezone.now() - timedelta(seconds=settings.LEARNING_IMPORT_JOB_STALE_S + 5)
+    PhraseImportJob.objects.filter(pk=dead.pk).update(status="running", started_at=stale, created_at=long_ago)
+
+    assert phrase_import_jobs_sweep_task() == {lost.pk: "succeeded", dead.pk: "succeeded"}
+    assert PhraseImportJob.objects.get(pk=fresh.pk).status == "queued"  # its task may still be on its way
+    assert resolve(text="spin up a client unit").verb == "cbu.create"
+    assert LearnedPhrase.objects.filter(normalized="list client units please").exists()
+    assert phrase_import_jobs_sweep_task() == {}  # nothing left to run
+
+
+def test_jobs_that_ended_past_the_retention_are_purged(gov_api, catalogue, small_sync, run_tasks, settings):
+    from learning.tasks import resolution_records_purge_task
+
+    old = PhraseImportJob.objects.get(pk=job_of(run_tasks(post, gov_api, GOOD))["id"])
+    recent = PhraseImportJob.objects.get(pk=job_of(run_tasks(post, gov_api, GOOD))["id"])
+    waiting = _queued_job(gov_api, GOOD)
+    past = timezone.now() - timedelta(days=settings.RESOLUTION_RETENTION_DAYS + 1)
+    PhraseImportJob.objects.filter(pk__in=[old.pk, waiting.pk]).update(finished_at=past, created_at=past)
+
+    assert resolution_records_purge_task()["import_jobs"] == 1
+    assert set(PhraseImportJob.objects.values_list("pk", flat=True)) == {recent.pk, waiting.pk}  # never one not run
+
+
+def test_a_users_erasure_deletes_their_import_jobs(gov_api, catalogue, small_sync):
+    from privacy.services import user_data_erase
+
+    theirs = _queued_job(gov_api, GOOD, scope="user", user_id="alice")
+    other = _queued_job(gov_api, GOOD, scope="user", user_id="bob")
+    shared = _queued_job(gov_api, GOOD)
+    out = user_data_erase(user_id="alice")
+    assert out["rows"]["learning_phraseimportjob"] == 1
+    assert set(PhraseImportJob.objects.values_list("pk", flat=True)) == {other.pk, shared.pk}
+    assert phrase_import_job_run(job_id=theirs.pk) is None  # its task arriving later imports nothing
+    assert not LearnedPhrase.objects.filter(user_id="alice").exists()

@@ -44,7 +44,7 @@ from learning.selectors.disambiguation import (
     signals_per_phrase,
     verb_evidence_balance,
 )
-from learning.selectors.imports import phrase_import_job_get
+from learning.selectors.imports import phrase_import_job_get, phrase_import_jobs_unrun
 from learning.selectors.owners import phrase_owner
 from learning.selectors.tiers import (
     ExactHit,
@@ -101,6 +101,7 @@ __all__ = [
     "leave_one_out_scores",
     "pending_first",
     "phrase_import_job_get",
+    "phrase_import_jobs_unrun",
     "scope_q",
     "shadow_figures",
     "signals_per_phrase",

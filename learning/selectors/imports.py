@@ -1,6 +1,10 @@
 """Reads of bulk imports that run as jobs."""
 
+from datetime import timedelta
+
+from django.conf import settings
 from django.db.models import Q
+from django.utils import timezone
 
 from common.api import NotFound
 from learning.models import PhraseImportJob
@@ -23,3 +27,15 @@ def phrase_import_job_get(*, job_id: int) -> PhraseImportJob:
     if job is None:
         raise NotFound(f"No import job {job_id}.", field="id")
     return job
+
+
+def phrase_import_jobs_unrun(*, limit: int = 100) -> list[tuple[int, int]]:
+    """(id, tenant id) of the import jobs nobody is running, oldest first: queued for longer than
+    LEARNING_IMPORT_JOB_SEND_WAIT_S (the broker refused or lost the task that runs it, or no worker took it), or
+    running for longer than LEARNING_IMPORT_JOB_STALE_S (its worker died: nothing of its import committed)."""
+    now = timezone.now()
+    unsent = Q(
+        status=PhraseImportJob.Status.QUEUED, created_at__lt=now - timedelta(seconds=settings.LEARNING_IMPORT_JOB_SEND_WAIT_S)
+    )
+    dead = Q(status=PhraseImportJob.Status.RUNNING, started_at__lt=now - timedelta(seconds=settings.LEARNING_IMPORT_JOB_STALE_S))
+    return list(PhraseImportJob.objects.filter(unsent | dead).order_by("created_at", "id").values_list("id", "tenant_id")[:limit])

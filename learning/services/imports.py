@@ -456,4 +456,18 @@ def _import_job_finish(*, job: PhraseImportJob, started_at, outcome: dict) -> Ph
     return PhraseImportJob.objects.defer("rows").get(pk=job.pk)
 
 
+def phrase_import_jobs_purge(*, days: int | None = None) -> int:
+    """Delete the import jobs that ended more than ``days`` (RESOLUTION_RETENTION_DAYS) ago: their outcome names
+    rows, users and the errors' texts. Answers how many."""
+    days = settings.RESOLUTION_RETENTION_DAYS if days is None else days
+    ended = PhraseImportJob.objects.filter(
+        status__in=[PhraseImportJob.Status.SUCCEEDED, PhraseImportJob.Status.FAILED],
+        finished_at__lt=timezone.now() - timedelta(days=days),
+    )
+    count, _ = ended.delete()
+    if count:
+        logger.info("purged %d import job(s) that ended more than %d day(s) ago", count, days)
+    return count
+
+
 # --- Embedding backfill (foundation) ---

@@ -12,6 +12,7 @@ from learning.models import (
     LearningSignal,
     PhraseBlock,
     PhraseEvidence,
+    PhraseImportJob,
     ResolutionRecord,
 )
 from learning.selectors import decision_cache_clear
@@ -29,6 +30,7 @@ USER_MODELS = (
     PhraseEvidence,
     ResolutionRecord,
     DecisionHead,
+    PhraseImportJob,
 )
 
 
