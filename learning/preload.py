@@ -4,7 +4,7 @@ start fast."""
 
 import logging
 
-from embeddings.embedders import EmbeddingError, get_embedder
+from embeddings.embedders import get_embedder
 from learning.decision import lexical
 from learning.variants import word_zipf
 
@@ -26,5 +26,5 @@ def preload() -> None:
         embedder = get_embedder()
         if embedder.in_process:
             embedder.inner.embed_batch(["warm"])
-    except EmbeddingError as exc:  # /readyz says so; the first request that embeds tries again
-        logger.warning("the embedder did not load at start: %s", exc)
+    except Exception as exc:  # whatever the backend raised: the process starts; /readyz says so, a request tries again
+        logger.warning("the embedder did not load at start: %s: %s", exc.__class__.__name__, exc)

@@ -145,7 +145,8 @@ def test_another_tenant_and_another_private_agent_get_404(gov_api, catalogue, sm
     def status(client, job_id):
         return client.get(f"/api/v1/learning/imports/{job_id}").status_code
 
-    assert status(other, shared) == 200 and status(private_client, shared) == 200
+    assert status(other, shared) == 200
+    assert status(private_client, shared) == 404  # it reads only the user data it wrote itself
     assert status(private_client, private) == 200
     assert status(other, private) == status(gov_api, private) == 404  # another agent of the tenant
     assert status(foreign, shared) == status(foreign, private) == status(foreign, 99_999_999) == 404
@@ -237,3 +238,87 @@ def test_a_users_erasure_deletes_their_import_jobs(gov_api, catalogue, small_syn
     assert set(PhraseImportJob.objects.values_list("pk", flat=True)) == {other.pk, shared.pk}
     assert phrase_import_job_run(job_id=theirs.pk) is None  # its task arriving later imports nothing
     assert not LearnedPhrase.objects.filter(user_id="alice").exists()
+
+
+def _elsewhere(fn):
+    """``fn`` in another thread, on its own connection, committed when it returns (another process's write)."""
+    import threading
+
+    from django.db import connection
+
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    return out.get("value")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_users_erasure_while_their_job_embeds_leaves_nothing_of_theirs(gov_api, catalogue, small_sync, monkeypatch):
+    """The job reads its rows, then embeds them for minutes before its write transaction: an erasure of the user
+    that commits meanwhile deleted the job; the import then writes nothing."""
+    from learning.services import imports
+    from privacy.services import user_data_erase
+
+    monkeypatch.setattr(imports, "task_send_on_commit", lambda *a, **k: None)  # its task is on its way
+    job = _queued_job(gov_api, GOOD, scope="user", user_id="alice")
+    real = imports.embeddings_by_text
+
+    def embed_then_erase(**kwargs):
+        out = real(**kwargs)
+        tenant = PhraseImportJob.objects.get(pk=job.pk).tenant_id
+
+        def erase():
+            from tenants.context import tenant_scope
+
+            with tenant_scope([tenant]):
+                return user_data_erase(user_id="alice")
+
+        assert _elsewhere(erase)["rows"]["learning_phraseimportjob"] == 1
+        return out
+
+    monkeypatch.setattr(imports, "embeddings_by_text", embed_then_erase)
+    assert phrase_import_job_run(job_id=job.pk) is None
+    assert not LearnedPhrase.objects.filter(user_id="alice").exists()
+    assert not PhraseImportJob.objects.filter(pk=job.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_whose_stale_claim_was_taken_over_writes_nothing(gov_api, catalogue, small_sync, monkeypatch, settings):
+    """A job still running past LEARNING_IMPORT_JOB_STALE_S is claimed again (the sweep); the first run, still
+    alive, then finds the claim is no longer its own and writes nothing; the second imports once."""
+    from learning.services import imports
+
+    monkeypatch.setattr(imports, "task_send_on_commit", lambda *a, **k: None)  # its task is on its way
+    job = _queued_job(gov_api, GOOD)
+    real = imports.embeddings_by_text
+    second = {}
+
+    def embed_then_taken_over(**kwargs):
+        out = real(**kwargs)
+        if not second:
+            stale = timezone.now() - timedelta(seconds=settings.LEARNING_IMPORT_JOB_STALE_S + 5)
+            PhraseImportJob.objects.filter(pk=job.pk).update(started_at=stale)
+            tenant = PhraseImportJob.objects.get(pk=job.pk).tenant_id
+
+            def sweep():
+                from tenants.context import tenant_scope
+
+                with tenant_scope([tenant]):
+                    return phrase_import_job_run(job_id=job.pk)
+
+            second["job"] = "running"
+            second["job"] = _elsewhere(sweep)  # the sweep, meanwhile, in another worker
+        return out
+
+    monkeypatch.setattr(imports, "embeddings_by_text", embed_then_taken_over)
+    assert phrase_import_job_run(job_id=job.pk) is None  # the first run: abandoned
+    assert second["job"].status == "succeeded" and second["job"].result["imported"] == 3
+    assert LearnedPhrase.objects.filter(user_id__isnull=True).count() == 3

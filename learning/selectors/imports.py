@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from common.api import NotFound
 from learning.models import PhraseImportJob
-from tenants.context import acting_agent_id
+from tenants.context import acting_agent_id, private_agent_id
 
 # The largest id a job's key (a PostgreSQL bigint) can hold.
 IMPORT_JOB_ID_MAX = 2**63 - 1
@@ -16,13 +16,14 @@ IMPORT_JOB_ID_MAX = 2**63 - 1
 
 def phrase_import_job_get(*, job_id: int) -> PhraseImportJob:
     """The import job with this id, without its rows (404 when there is none or the caller may not read it: another
-    tenant's, by the manager and row-level security; another agent's with private user data, for an agent's key)."""
+    tenant's, by the manager and row-level security; for an agent's key, one its owner did not send: an agent with
+    private user data reads only its own, any other agent only those of the shared agents)."""
     if not 0 < job_id <= IMPORT_JOB_ID_MAX:
         raise NotFound(f"No import job {job_id}.", field="id")
     jobs = PhraseImportJob.objects.defer("rows")
-    me = acting_agent_id()
-    if me is not None:
-        jobs = jobs.filter(Q(private_agent__isnull=True) | Q(private_agent_id=me))
+    if acting_agent_id() is not None:  # an agent's key: its owner's jobs (a reviewer reads the tenant's)
+        private = private_agent_id()
+        jobs = jobs.filter(Q(private_agent__isnull=True) if private is None else Q(private_agent_id=private))
     job = jobs.filter(pk=job_id).first()
     if job is None:
         raise NotFound(f"No import job {job_id}.", field="id")

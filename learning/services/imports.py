@@ -2,6 +2,7 @@
 import sent through the API runs as a job on a worker (``phrase_import_job_create``, ``phrase_import_job_run``)."""
 
 import logging
+from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import timedelta
 
@@ -32,6 +33,14 @@ class ImportRejected(ApplicationError):
     code = "import_invalid"
 
 
+class ImportAbandoned(ApplicationError):
+    """An import job that was erased with its user, or taken over by another run, while it embedded its rows:
+    nothing was written."""
+
+    status_code = 409
+    code = "import_abandoned"
+
+
 def _import_error(errors: list, row, field: str, reason: str) -> None:
     errors.append({"row": row.number, "field": field, "reason": reason})
 
@@ -44,8 +53,13 @@ def phrases_import(
     progress: bool = False,
     source: str = "import",
     override: bool = False,
+    still_wanted: Callable[[], bool] | None = None,
 ) -> dict:
     """Import ``ImportRow``s as learned phrases of one scope: all valid rows in one transaction, or nothing.
+
+    ``still_wanted``: asked in the write transaction once its locks are held (the user's learning lock first, which
+    an erasure of the user takes exclusive); False (the job was erased with its user, or claimed by another run):
+    nothing is written, ``ImportAbandoned`` is raised.
 
     A stored phrase that was switched off (a reviewer's revert), or that a correction or a confirmation points to
     another verb (a user's phrase: global phrases change through review, and an import re-points those), is kept as
@@ -145,6 +159,8 @@ def phrases_import(
             if user_id:
                 user_learning_lock(user_id=user_id)  # an erasure of the user waits for the import, or runs first
             _import_lock()
+            if still_wanted is not None and not still_wanted():
+                raise ImportAbandoned("The import is no longer wanted (its job was erased or is run by another worker).")
             # decided again under the lock: a concurrent import of the same rows has committed by now
             existing = selectors.import_existing(normalized=list(plan), user_id=user_id)
             first_unchanged = set(unchanged)
@@ -412,6 +428,7 @@ def phrase_import_job_run(*, job_id: int) -> PhraseImportJob | None:
                     progress=False,
                     source=job.source,
                     override=job.override,
+                    still_wanted=lambda: _import_job_still_claimed(job_id=job.pk, started_at=started_at),
                 )
     except ImportRejected as exc:
         outcome.update(errors=exc.extra.get("errors", []), error_code=exc.code, error_detail=exc.message)
@@ -423,6 +440,16 @@ def phrase_import_job_run(*, job_id: int) -> PhraseImportJob | None:
     else:
         outcome = {"status": PhraseImportJob.Status.SUCCEEDED, "result": result}
     return _import_job_finish(job=job, started_at=started_at, outcome=outcome)
+
+
+def _import_job_still_claimed(*, job_id: int, started_at) -> bool:
+    """Inside the import's write transaction: the job is still there and still this run's (an erasure of its user
+    deletes it; a run that took over a stale claim changed ``started_at``), locked until the import commits."""
+    return (
+        PhraseImportJob.objects.select_for_update()
+        .filter(pk=job_id, status=PhraseImportJob.Status.RUNNING, started_at=started_at)
+        .exists()
+    )
 
 
 def _import_job_claim(*, job_id: int) -> tuple[PhraseImportJob, object] | None:
