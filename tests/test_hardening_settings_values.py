@@ -97,6 +97,7 @@ BEAT = {
     "FEEDBACK_SIGNAL_SWEEP_EVERY_S": "learning-disambiguation-signals-sweep",
     "AUTONOMY_HISTORY_PURGE_EVERY_S": "autonomy-history-purge",
     "HISTORY_PURGE_EVERY_S": "common-history-purge",
+    "LEARNING_IMPORT_SWEEP_EVERY_S": "learning-import-jobs-sweep",
 }
 
 

@@ -111,7 +111,7 @@ def test_old_ambiguous_answers_go_with_their_signals_and_what_they_taught_stays(
 
     with pytest.raises(ApplicationError, match="at least 1 day"):
         disambiguations_purge(days=0)
-    assert resolution_records_purge_task() == {"records": 0, "disambiguations": 2}
+    assert resolution_records_purge_task() == {"records": 0, "disambiguations": 2, "import_jobs": 0}
     left = DisambiguationRequest.objects.values_list("request_id", flat=True)
     assert {str(r) for r in left} == {asked["cat"], asked["dan"]}
     assert not LearningSignal.objects.filter(request__isnull=True).exists()
