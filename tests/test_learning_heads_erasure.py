@@ -52,6 +52,26 @@ def test_a_head_trained_on_the_phrases_of_a_user_erased_meanwhile_is_not_stored(
 
 
 @pytest.mark.django_db
+def test_a_head_is_stored_when_its_user_taught_more_while_it_trained(settings, monkeypatch):
+    """An active user teaching during a refit's minutes of training still gets the head (the next refit adds the
+    new phrase); only phrases it trained on that are gone keep it out."""
+    _setup(settings)
+    real = fitting._heads_train
+
+    def train_then_teach(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if kwargs.get("users"):
+            learned_phrase_upsert(phrase="will it snow", verb=Verb.objects.get(name="weather.get"), user_id="alice")
+            LearnedPhrase.objects.filter(user_id="bob", normalized="sunny or not").update(is_active=False)
+        return out
+
+    monkeypatch.setattr(fitting, "_heads_train", train_then_teach)
+    version = decision_refit()["shadow"]
+    stored = set(DecisionHead.objects.filter(fit__version=version).values_list("user_id", flat=True))
+    assert stored == {None, "alice"}  # bob's head trained on a phrase switched off meanwhile
+
+
+@pytest.mark.django_db
 def test_a_head_is_stored_when_its_users_phrases_did_not_change(settings):
     _setup(settings)
     version = decision_refit()["shadow"]

@@ -257,6 +257,12 @@ def decision_user_anchor_rows(*, model: str, user_id: str):
     return rows
 
 
+def decision_user_anchor_pairs(*, model: str, user_id: str) -> set[tuple[str, str]]:
+    """(normalised text, verb name) of the user's own anchors (``decision_user_anchor_rows`` without the vectors)."""
+    _, learned = _anchor_querysets(model, user_id)
+    return set(learned.filter(user_id=user_id).values_list("normalized", "verb__name"))
+
+
 def _learned_rows_add(queryset, out) -> None:
     vectors, names, is_learned, confidence, texts = out
     for verb, emb, conf, normalized in queryset.order_by("pk").values_list("verb__name", "embedding", "confidence", "normalized"):

@@ -281,7 +281,7 @@ def _heads_train(
     newest = selectors.decision_heads_newest(model=model, users=scopes)
     shared_digests = {w: _digest(shared, w) for w in {words, True} if users or w == words}
     heads, reused, due = [], [], []
-    own_digests: dict[str, str] = {}  # what each user's own phrases were when read: checked again before the save
+    own_pairs: dict[str, set] = {}  # each user's own (text, verb) anchors when read: checked again before the save
     for user_id in scopes:
         own = None
         if user_id is None:
@@ -291,7 +291,7 @@ def _heads_train(
         else:  # a user's head trains on the shared anchors and that user's phrases only
             own = selectors.decision_user_anchor_rows(model=model, user_id=user_id)
             digest = _digest(own, True, prefix=f"{shared_digests[True]}|{user_id}")
-            own_digests[user_id] = _digest(own, True)
+            own_pairs[user_id] = set(zip(own[4], own[1], strict=True))
         stored = newest.get(user_id)
         if stored is not None and stored[1] == digest:
             reused.append(stored[0])
@@ -320,7 +320,7 @@ def _heads_train(
             left,
             settings.RESOLVE_USER_HEADS_PER_REFIT,
         )
-    return heads, reused, own_digests
+    return heads, reused, own_pairs
 
 
 def heads_lock() -> None:
@@ -333,18 +333,19 @@ def heads_lock() -> None:
 def _heads_save(fit: DecisionFit, heads: tuple[list, list, dict], model: str) -> int:
     """Store ``_heads_train``'s answer with ``fit``: the heads trained, and copies of the stored heads that serve
     again (copied row to row in the database: their weights never pass through this process). Under
-    ``heads_lock`` (the caller's transaction holds it): a personal head whose user's phrases are no longer what it
-    was trained on (the user was erased, or taught more, while it trained) is not stored; a later refit trains it
-    again. A copy is of a head still stored: an erased user's are gone."""
-    trained, reused, own_digests = heads
+    ``heads_lock`` (the caller's transaction holds it): a personal head trained on a phrase of its user that is no
+    longer there (the user was erased, or a phrase re-pointed or removed, while it trained) is not stored; a later
+    refit trains it again (phrases the user added meanwhile do not stop it). A copy is of a head still stored: an
+    erased user's are gone."""
+    trained, reused, own_pairs = heads
     current = []
     for head in trained:
         user_id = head[0]
-        if user_id is not None:
-            own = selectors.decision_user_anchor_rows(model=model, user_id=user_id)
-            if _digest(own, True) != own_digests.get(user_id):
-                logger.info("a personal head not stored: its user's phrases changed while it trained")
-                continue
+        if user_id is not None and not own_pairs.get(user_id, set()) <= selectors.decision_user_anchor_pairs(
+            model=model, user_id=user_id
+        ):
+            logger.info("a personal head not stored: phrases of its user it trained on are gone")
+            continue
         current.append(head)
     trained = current
     DecisionHead.objects.bulk_create(
