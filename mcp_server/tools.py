@@ -15,6 +15,7 @@ results}`` instead of page links; unknown argument names are refused (REST ignor
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.views import APIView
@@ -48,6 +49,7 @@ from learning.serializers import (
     CorrectionSerializer,
     DisambiguationAbandonSerializer,
     DisambiguationSelectSerializer,
+    ImportJobSerializer,
     ImportRequestSerializer,
     ImportResultSerializer,
     LearningCandidateSerializer,
@@ -59,7 +61,7 @@ from learning.services.blocks import phrase_block_add
 from learning.services.candidates import candidate_approve, candidate_reject
 from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
 from learning.services.disambiguations import disambiguation_abandon, disambiguation_select, resolution_store
-from learning.services.imports import phrases_import
+from learning.services.imports import phrase_import_job_create, phrases_import
 from memories import api as memories_api
 from memories.serializers import MemoryItemSerializer, ObserveRequestSerializer, RetrieveRequestSerializer
 from memories.services import memory_observe, memory_retrieve
@@ -116,6 +118,10 @@ ConsultActionSerializer = with_path_param(
         error_messages={"invalid": "Action names are lowercase dotted identifiers such as 'email.send'."},
     ),
 )
+
+
+class ImportJobRefSerializer(StrictSerializer):
+    job_id = IdField(help_text="The id of an import job (the job.id import_phrases answered)")
 
 
 class ProposalRefSerializer(StrictSerializer):
@@ -192,14 +198,18 @@ def _import_phrases(caller: Caller, d: dict) -> dict:
         rows = parse(d["content"], d["format"])
     except ImportFormatError as exc:
         raise ApplicationError(str(exc), field="content", code="import_unreadable") from None
-    result = phrases_import(
-        rows=rows,
-        user_id=d.get("user_id") if d["scope"] == "user" else None,
-        dry_run=d["dry_run"],
-        override=d.get("override", False),
-        source=f"import:{caller.label}"[:40],
-    )
+    user_id = d.get("user_id") if d["scope"] == "user" else None
+    source = f"import:{caller.label}"[:40]
+    if not d["dry_run"] and (d.get("background") or len(rows) > settings.LEARNING_IMPORT_SYNC_MAX_ROWS):
+        # as REST answers 202: a job on a worker, its status read with get_import_job
+        job = phrase_import_job_create(rows=rows, user_id=user_id, override=d.get("override", False), source=source)
+        return {"job": ImportJobSerializer(job).data}
+    result = phrases_import(rows=rows, user_id=user_id, dry_run=d["dry_run"], override=d.get("override", False), source=source)
     return ImportResultSerializer(result).data
+
+
+def _get_import_job(caller: Caller, d: dict) -> dict:
+    return ImportJobSerializer(learning_selectors.phrase_import_job_get(job_id=d["job_id"])).data
 
 
 def _list_candidates(caller: Caller, q: dict) -> dict:
@@ -370,10 +380,21 @@ TOOLS: list[Tool] = [
         "Import learned phrases in bulk (governance; dry run by default)",
         "Import phrase → verb rows from `content` in `format` yaml, json or csv, globally or for one user. All or "
         "nothing. By default a DRY RUN: it reports what would be added, updated, kept or rejected and changes nothing; "
-        "call again with dry_run false to apply. Scope: governance.",
+        "call again with dry_run false to apply. An import of many rows (or with background true) runs as a job on a "
+        "worker: the answer is {job}, whose status get_import_job reads. Scope: governance.",
         ImportPhrasesSerializer,
         learning_api.PhraseImportApi,
         _import_phrases,
+    ),
+    Tool(
+        "get_import_job",
+        "Read an import job (governance)",
+        "The status of an import job that import_phrases started: queued, running, then succeeded with what it did, "
+        "or failed with the rejected rows (nothing written). Scope: governance.",
+        ImportJobRefSerializer,
+        learning_api.PhraseImportJobApi,
+        _get_import_job,
+        read_only=True,
     ),
     Tool(
         "list_learning_candidates",

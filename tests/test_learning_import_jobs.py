@@ -322,3 +322,18 @@ def test_a_run_whose_stale_claim_was_taken_over_writes_nothing(gov_api, catalogu
     assert phrase_import_job_run(job_id=job.pk) is None  # the first run: abandoned
     assert second["job"].status == "succeeded" and second["job"].result["imported"] == 3
     assert LearnedPhrase.objects.filter(user_id__isnull=True).count() == 3
+
+
+def test_mcp_import_of_many_rows_is_a_job_read_with_get_import_job(gov_api, catalogue, small_sync, run_tasks):
+    """The MCP tool makes the same job as REST's 202, and another tool reads it."""
+    from tests.test_mcp_policies import mcp_call
+
+    content = json.dumps(GOOD)
+    started = run_tasks(mcp_call, "import_phrases", gov_api.raw, {"format": "json", "content": content, "dry_run": False})
+    assert started.error is None, started
+    job = started.data["job"]
+    assert job["rows"] == 3 and job["status"] == "queued"
+    polled = mcp_call("get_import_job", gov_api.raw, {"job_id": job["id"]})
+    assert polled.error is None and polled.data["status"] == "succeeded" and polled.data["result"]["imported"] == 3
+    missing = mcp_call("get_import_job", gov_api.raw, {"job_id": 99_999_999})
+    assert missing.error is not None and missing.error["code"] == "not_found", missing

@@ -14,6 +14,7 @@ import pytest
 from rest_framework.exceptions import ValidationError
 
 from autonomy import api as autonomy_api
+from common.fields import StrictSerializer
 from feedback import api as feedback_api
 from learning import api as learning_api
 from mcp_server import tools as mcp_tools
@@ -90,6 +91,13 @@ CASES = {
             {"format": "csv", "content": OK_IMPORT, "scope": "user", "user_id": U, "dry_run": False},
         ],
         [{"format": "xls", "content": OK_IMPORT}, {"format": "csv", "content": OK_IMPORT, "dry_run": "maybe"}],
+    ),
+    "get_import_job": (
+        learning_api.PhraseImportJobApi,
+        StrictSerializer,  # a GET: no body, the path parameter only
+        ["job_id"],
+        [{"job_id": 1}],
+        [{}, {"job_id": 0}, {"job_id": "one"}],
     ),
     "list_learning_candidates": (
         learning_api.CandidateListApi,
