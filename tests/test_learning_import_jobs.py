@@ -337,3 +337,18 @@ def test_mcp_import_of_many_rows_is_a_job_read_with_get_import_job(gov_api, cata
     assert polled.error is None and polled.data["status"] == "succeeded" and polled.data["result"]["imported"] == 3
     missing = mcp_call("get_import_job", gov_api.raw, {"job_id": 99_999_999})
     assert missing.error is not None and missing.error["code"] == "not_found", missing
+
+
+def test_the_admin_lists_jobs_and_shows_one_without_its_rows(gov_api, catalogue, small_sync):
+    from tests.conftest import reviewer_user
+    from tests.test_review_inbox import signed_in
+
+    job = _queued_job(gov_api, GOOD)
+    root = signed_in(reviewer_user("root", superuser=True))
+    listed = root.get("/admin/learning/phraseimportjob/")
+    assert listed.status_code == 200 and f"/admin/learning/phraseimportjob/{job.pk}/change/" in listed.content.decode()
+    shown = root.get(f"/admin/learning/phraseimportjob/{job.pk}/change/")
+    assert shown.status_code == 200
+    page = shown.content.decode()
+    assert "queued" in page and "spin up a client unit" not in page  # the rows stay out of the page
+    assert root.get("/admin/learning/phraseimportjob/add/").status_code == 403

@@ -1,5 +1,5 @@
 """Admin screens of the learning app, one module per concept; importing them registers them."""
 
-from learning.admin import candidates, catalogue, decisions, disambiguation
+from learning.admin import candidates, catalogue, decisions, disambiguation, imports
 
-__all__ = ["candidates", "catalogue", "decisions", "disambiguation"]
+__all__ = ["candidates", "catalogue", "decisions", "disambiguation", "imports"]
