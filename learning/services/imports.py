@@ -478,7 +478,7 @@ def _import_job_finish(*, job: PhraseImportJob, started_at, outcome: dict) -> Ph
             rows=[], finished_at=timezone.now(), **outcome
         )
     if not stored:
-        logger.warning("import job %s was claimed again while it ran: its outcome is the later run's", job.pk)
+        logger.warning("import job %s was erased with its user, or claimed again, while it ran: this run stores nothing", job.pk)
         return None
     return PhraseImportJob.objects.defer("rows").get(pk=job.pk)
 
