@@ -1215,3 +1215,32 @@ def test_a_refit_with_no_label_since_the_shadow_fit_leaves_it_in_shadow(big):
     _labelled(50, np.random.default_rng(8), prior)  # labels arrive: the next refit judges it and fits them
     assert decision_refit()["shadow"] not in (None, first)
     assert decision_refit(force=True)["shadow"] is not None  # forced: always fits
+
+
+def test_prior_fits_sent_for_changes_a_newer_fit_already_read_do_nothing(big, django_capture_on_commit_callbacks, monkeypatch):
+    """Imports or catalogue edits in a row each sent a prior fit, run one after another for minutes each on the same
+    phrases (the import jobs queued behind them). A fit that read the phrases after a change was committed covers
+    it; the fit a later change sends still runs."""
+    from common import tasks as common_tasks
+    from learning import tasks
+    from learning.services.decisions import decision_prior_fit_send
+
+    sent = []
+    monkeypatch.setattr(common_tasks, "task_send", lambda name, **kw: sent.append(kw["changed_at"]) or True)  # queued
+    with django_capture_on_commit_callbacks(execute=True):
+        decision_prior_fit_send()  # an import committed
+    with django_capture_on_commit_callbacks(execute=True):
+        decision_prior_fit_send()  # another, before any fit ran
+    monkeypatch.undo()
+    from tenants.context import tenant_scope
+    from tenants.selectors import tenant_default
+
+    with tenant_scope([tenant_default().pk]):  # as the task runs: in the sending tenant's scope
+        before = DecisionFit.objects.count()
+        first = tasks.decision_prior_fit_task(changed_at=sent[0])
+        assert isinstance(first, int) and DecisionFit.objects.count() == before + 1
+        assert tasks.decision_prior_fit_task(changed_at=sent[1]) == "covered"  # the first fit read both changes
+        assert DecisionFit.objects.count() == before + 1
+        later = DecisionFit.objects.get(version=first).params["read_at"] + 1  # a change after that fit read
+        assert isinstance(tasks.decision_prior_fit_task(changed_at=later), int)
+        assert isinstance(tasks.decision_prior_fit_task(), int)  # sent without a stamp (the beat, a command): it fits

@@ -7,12 +7,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 
 from common.api import ApplicationError, Conflict
-from common.tasks import task_send_on_commit
 from common.text import normalize_phrase, text_hash
 from embeddings.services import embedding_assign, embeddings_by_text
 from learning.catalogue import VerbEntry
 from learning.models import EntityAlias, Verb, VerbPhrase
 from learning.selectors import verb_details_forget
+from learning.services.decisions import decision_prior_fit_send
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False,
         transaction.on_commit(verb_details_forget)
         if new_phrases or counts["phrases_removed"] or counts["reactivated"] or counts["retired"]:
             # the prior and the floors follow the catalogue (a broker outage: the daily refit catches up)
-            task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
+            decision_prior_fit_send()
     counts["unembedded"] = len(rows) - len(embedded)
     return counts
 
@@ -122,7 +122,7 @@ def verb_edit(*, verb: Verb, fields: list[str] | None = None) -> Verb:
         verb.save(update_fields=fields)
         transaction.on_commit(verb_details_forget)
         if was_active is not None and was_active != verb.is_active:
-            task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
+            decision_prior_fit_send()
     return verb
 
 
@@ -145,7 +145,7 @@ def verb_phrases_edit(*, verb: Verb, phrases: list[VerbPhrase] = (), deleted: li
                 row.verb = verb
                 row.save()
             transaction.on_commit(verb_details_forget)
-            task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
+            decision_prior_fit_send()
     except IntegrityError as exc:
         raise Conflict("The verb has that phrase already (after normalisation).", field="text", code="duplicate") from exc
 

@@ -20,6 +20,7 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from agents.models import Agent
+from common import tasks as common_tasks
 from common.api import ApplicationError, Conflict
 from common.db import rows_purge, tenant_lock
 from common.tasks import task_headers, task_send
@@ -379,8 +380,43 @@ def decision_prior_fit(*, progress: bool = False) -> DecisionFit | None:
         return _prior_fit(progress=progress)
 
 
+def _db_clock() -> float:
+    """The database's clock (seconds since the epoch): one clock for the web processes and the workers."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extract(epoch FROM clock_timestamp())")
+        return float(cursor.fetchone()[0])
+
+
+def decision_prior_fit_send() -> None:
+    """Once the current transaction commits, send the catalogue prior's fit, stamped with the database's clock at
+    that moment (``changed_at``). A fit that read the phrases later covers this change, and the task then does
+    nothing (``decision_prior_fit_covered``): imports or catalogue edits in a row each sent a fit, and they ran one
+    after another for minutes each on the same phrases, with the queue's other work (import jobs) waiting behind
+    them. A broker outage: the daily refit catches up (never inline: too long for a request)."""
+    headers = task_headers()
+
+    def send():
+        # through the module, as task_send_on_commit sends: what holds sends back (a benchmark) holds this one too
+        common_tasks.task_send("learning.decision_prior_fit", headers=headers, fallback_inline=False, changed_at=_db_clock())
+
+    transaction.on_commit(send, robust=True)
+
+
+def decision_prior_fit_covered(*, changed_at: float) -> bool:
+    """Did the newest catalogue prior of the current model read the phrases after ``changed_at`` (database clock)?"""
+    newest = (
+        DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR, embedding_model=current_model_name())
+        .order_by("-version")
+        .values_list("params", flat=True)
+        .first()
+    )
+    read_at = newest.get("read_at") if isinstance(newest, dict) else None
+    return isinstance(read_at, int | float) and read_at >= changed_at
+
+
 def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
     model = current_model_name()
+    read_at = _db_clock()  # before any read: every change committed before it is in what this fit reads
     stamp = selectors.decision_anchor_stamp(model=model)  # read first: a change meanwhile makes the fit stale
     # the deployment's own phrases: its catalogue and its global learned phrases (imports, reviewed candidates)
     vectors, names, is_learned, confidence, texts = selectors.decision_anchor_rows(model=model)
@@ -426,6 +462,7 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
                 "anchors": len(vectors),
                 "anchor_keys": stamp[1],
                 "reembedding": reembedding,
+                "read_at": read_at,
             }
             n = count
     if params is None:

@@ -21,6 +21,7 @@ from learning import selectors
 from learning.importing import ImportRow
 from learning.models import LearnedPhrase, PhraseImportJob, Verb
 from learning.resolution import profile
+from learning.services.decisions import decision_prior_fit_send
 from learning.services.phrases import user_learning_lock
 from tenants.context import acting_agent, acting_agent_id, private_agent_id
 
@@ -360,8 +361,7 @@ def _import_write(*, plan, added, updated, existing, vectors, model, user_id, so
             default_change_reason=f"import ({source})",
         )
     if user_id is None and (added or updated):
-        # global phrases are the prior's anchors too (a broker outage: the daily refit catches up)
-        task_send_on_commit("learning.decision_prior_fit", fallback_inline=False)
+        decision_prior_fit_send()  # global phrases are the prior's anchors too
     return kept
 
 
