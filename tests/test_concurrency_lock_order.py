@@ -96,10 +96,11 @@ def _fresh(client):
 
 
 def test_a_retrieval_and_an_outcome_of_the_same_memories_at_once(settings):
-    """POST /memories/outcome locks the memories in key order (M0, M1); POST /memories/retrieve bumps their hits in
-    one UPDATE, which locks them in the order the table stores them (M1 first once M0 was updated). A third
-    writer holding M0 for a moment lines them up: outcome waits for M0 holding nothing, retrieve takes M1 and
-    waits for M0; when M0 is free the outcome takes it and wants M1: a deadlock, one of them answered 503."""
+    """POST /memories/outcome locks the memories in key order (the older, then the newer); POST /memories/retrieve
+    bumps their hits in one UPDATE, which locks them in the order the table stores them (the newer first once the
+    older was updated). A third writer holding the older for a moment lines them up: the outcome waits for the older
+    holding nothing, the retrieval takes the newer and waits for the older; when the older is free the outcome takes
+    it and wants the newer: a deadlock, one of them answered 503."""
     from django.db import transaction
 
     from memories.models import Memory
@@ -108,24 +109,24 @@ def test_a_retrieval_and_an_outcome_of_the_same_memories_at_once(settings):
     settings.MEMORY_RETRIEVE_MIN_SCORE = -1.0
     settings.MEMORY_AUTO_PROMOTE_STREAK = settings.MEMORY_AUTO_PROMOTE_HITS = 100
     client, other_client = _api_client(), _api_client("assistant-2")
-    m0, m1 = seed_memories(user="alice", texts=LOG_LESSONS[:2])
-    Memory.objects.filter(pk=m0.pk).update(topic="logs again")  # M0's row now sits after M1's in the table
+    older, newer = seed_memories(user="alice", texts=LOG_LESSONS[:2])
+    Memory.objects.filter(pk=older.pk).update(topic="logs again")  # the older memory's row now sits after the newer's
     holding, out = threading.Event(), {}
 
     def holder():
         with transaction.atomic():
-            list(Memory.objects.select_for_update().filter(pk=m0.pk))
+            list(Memory.objects.select_for_update().filter(pk=older.pk))
             holding.set()
             time.sleep(4.0)
 
     def outcome():
         holding.wait(10)
-        body = {"user_id": "alice", "memory_ids": [m0.pk, m1.pk], "outcome": "success"}
+        body = {"user_id": "alice", "memory_ids": [older.pk, newer.pk], "outcome": "success"}
         return _fresh(client).post("/api/v1/memories/outcome", body, format="json")
 
     def retrieve():
         holding.wait(10)
-        time.sleep(1.0)  # the outcome is queued on M0 first
+        time.sleep(1.0)  # the outcome is queued on the older memory first
         # The plan PostgreSQL takes for ``id IN (...)`` on a table of a few pages (a seq scan), or of many (a bitmap
         # heap scan), visits rows in table order; pinned on this connection so the test does not depend on the
         # table's statistics (an index scan on the key would visit them in key order).
@@ -150,9 +151,10 @@ def test_a_retrieval_and_an_outcome_of_the_same_memories_at_once(settings):
 def test_an_observe_repeating_a_memory_with_an_outcome_and_another_writer_of_the_same_memories_at_once(
     monkeypatch, settings, other_call
 ):
-    """POST /memories/observe runs in one transaction: its dedupe locks the memory it skips into (M1), then its
-    outcome signal (validation_passed) locks the retrieval's memories in key order (M0, M1). POST /memories/outcome
-    on the same memories locks M0, then M1; POST /memories/retrieve bumps their hits in one UPDATE (M0, then M1).
+    """POST /memories/observe runs in one transaction: its dedupe locks the memory it skips into (the newer), then
+    its outcome signal (validation_passed) locks the retrieval's memories in key order (the older, then the newer).
+    POST /memories/outcome on the same memories locks the older, then the newer; POST /memories/retrieve bumps their
+    hits in one UPDATE (the older, then the newer).
     Each takes the user's memory scope first now: no crossed row locks, no 503."""
     import memories.services.store as store
     from memories.models import MemoryRetrieval
@@ -161,12 +163,12 @@ def test_an_observe_repeating_a_memory_with_an_outcome_and_another_writer_of_the
     settings.MEMORY_RETRIEVE_MIN_SCORE = -1.0
     settings.MEMORY_AUTO_PROMOTE_STREAK = settings.MEMORY_AUTO_PROMOTE_HITS = 100
     client, other_client = _api_client(), _api_client("assistant-2")
-    m0, m1 = seed_memories(user="alice", texts=LOG_LESSONS[:2])
-    retrieval = MemoryRetrieval.objects.create(user_id="alice", query_sha256="x" * 64, memory_ids=[m0.pk, m1.pk])
+    older, newer = seed_memories(user="alice", texts=LOG_LESSONS[:2])
+    retrieval = MemoryRetrieval.objects.create(user_id="alice", query_sha256="x" * 64, memory_ids=[older.pk, newer.pk])
     locked = threading.Event()
     real = store._decision_record
 
-    def record_then_hold(**kw):  # the observe holds M1 (locked by its dedupe) here
+    def record_then_hold(**kw):  # the observe holds the newer memory (locked by its dedupe) here
         real(**kw)
         locked.set()
         time.sleep(1.5)
@@ -179,7 +181,7 @@ def test_an_observe_repeating_a_memory_with_an_outcome_and_another_writer_of_the
         "meta": {"type": "pattern", "validation_passed": True, "retrieval_id": retrieval.pk},
     }
     path, body = {
-        "outcome": ("/api/v1/memories/outcome", {"user_id": "alice", "memory_ids": [m0.pk, m1.pk], "outcome": "success"}),
+        "outcome": ("/api/v1/memories/outcome", {"user_id": "alice", "memory_ids": [older.pk, newer.pk], "outcome": "success"}),
         "retrieve": ("/api/v1/memories/retrieve", {"user_id": "alice", "query": "log rotation"}),
     }[other_call]
 
@@ -494,8 +496,8 @@ def test_a_retrieval_that_stores_missing_vectors_and_an_outcome_of_those_memorie
     settings.MEMORY_RETRIEVE_MIN_SCORE = -1.0
     settings.MEMORY_AUTO_PROMOTE_STREAK = settings.MEMORY_AUTO_PROMOTE_HITS = 100
     client, other_client = _api_client(), _api_client("assistant-2")
-    m0, m1 = seed_memories(user="alice", texts=LOG_LESSONS[:2])
-    Memory.objects.filter(pk__in=[m0.pk, m1.pk]).update(embedding=None)  # written while the embedder was down
+    older, newer = seed_memories(user="alice", texts=LOG_LESSONS[:2])
+    Memory.objects.filter(pk__in=[older.pk, newer.pk]).update(embedding=None)  # written while the embedder was down
     stored, real = threading.Event(), retrieval._lazy_embed
 
     def embed_then_pause(**kw):
@@ -508,7 +510,7 @@ def test_a_retrieval_that_stores_missing_vectors_and_an_outcome_of_those_memorie
 
     def outcome():
         assert stored.wait(20)
-        body = {"user_id": "alice", "memory_ids": [m0.pk, m1.pk], "outcome": "success"}
+        body = {"user_id": "alice", "memory_ids": [older.pk, newer.pk], "outcome": "success"}
         return _fresh(other_client).post("/api/v1/memories/outcome", body, format="json")
 
     out = _two(
@@ -518,4 +520,4 @@ def test_a_retrieval_that_stores_missing_vectors_and_an_outcome_of_those_memorie
     assert _errors(out) == {}, out
     codes = {k: (v.status_code, v.json().get("code")) for k, v in out.items()}
     assert codes == {"a": (200, None), "b": (200, None)}, codes
-    assert Memory.objects.filter(pk__in=[m0.pk, m1.pk], embedding__isnull=False).count() == 2
+    assert Memory.objects.filter(pk__in=[older.pk, newer.pk], embedding__isnull=False).count() == 2
