@@ -5,14 +5,7 @@ import logging
 from celery import shared_task
 
 from learning.services.blocks import phrase_blocks_purge_expired
-from learning.services.decisions import (
-    decision_fits_serialised,
-    decision_prior_fit,
-    decision_prior_fit_covered,
-    decision_prior_refresh,
-    decision_refit,
-    resolution_records_purge,
-)
+from learning.services.decisions import decision_prior_fit, decision_prior_refresh, decision_refit, resolution_records_purge
 from learning.services.disambiguations import (
     disambiguation_signals_process,
     disambiguation_signals_sweep,
@@ -131,17 +124,14 @@ def _each_tenant(name: str, work) -> dict:
 
 
 @shared_task(name="learning.decision_prior_fit", ignore_result=True, one_transaction=False)
-def decision_prior_fit_task(changed_at: float | None = None) -> int | None | dict | str:
+def decision_prior_fit_task(changed_at: float | None = None) -> int | None | dict:
     """Refit the catalogue prior and the retrieval floors of the sending tenant (sent when its catalogue or its
-    global phrases change): the new version, None when the catalogue is too small for a prior, or "covered" when
-    a fit that read the phrases after ``changed_at`` (the database's clock when the change committed) exists
-    already. Sent with no tenant in scope: every tenant's, each on its own phrases."""
+    global phrases change): the new version, or None when the catalogue is too small for a prior or a newer fit
+    read the change (``changed_at``, the database's clock when it committed) already. Sent with no tenant in
+    scope: every tenant's, each on its own phrases."""
 
     def fit_one():
-        with decision_fits_serialised():  # a fit running now ends first, and may be the one that covers it
-            if changed_at is not None and decision_prior_fit_covered(changed_at=changed_at):
-                return "covered"
-            fit = decision_prior_fit()
+        fit = decision_prior_fit(changed_at=changed_at)
         return fit.version if fit else None
 
     return fit_one() if tenant_filter_ids() is not None else _each_tenant("catalogue prior", fit_one)

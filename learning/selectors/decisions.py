@@ -257,10 +257,23 @@ def decision_user_anchor_rows(*, model: str, user_id: str):
     return rows
 
 
-def decision_user_anchor_pairs(*, model: str, user_id: str) -> set[tuple[str, str]]:
-    """(normalised text, verb name) of the user's own anchors (``decision_user_anchor_rows`` without the vectors)."""
-    _, learned = _anchor_querysets(model, user_id)
-    return set(learned.filter(user_id=user_id).values_list("normalized", "verb__name"))
+def decision_users_anchor_pairs(*, model: str, user_ids: list[str]) -> dict[str, set[tuple[str, str]]]:
+    """{user id: (normalised text, verb name) of the user's own anchors} (``decision_user_anchor_rows`` without the
+    vectors), for several users in one query."""
+    out: dict[str, set[tuple[str, str]]] = {u: set() for u in user_ids}
+    if not user_ids:
+        return out
+    own = LearnedPhrase.objects.filter(
+        user_id__in=user_ids,
+        private_agent__isnull=True,  # as _anchor_querysets reads a user's own
+        is_active=True,
+        verb__is_active=True,
+        embedding_model=model,
+        embedding__isnull=False,
+    )
+    for user_id, text, verb in own.values_list("user_id", "normalized", "verb__name"):
+        out[user_id].add((text, verb))
+    return out
 
 
 def _learned_rows_add(queryset, out) -> None:

@@ -339,16 +339,11 @@ def _heads_save(fit: DecisionFit, heads: tuple[list, list, dict], model: str) ->
     refit trains it again (phrases the user added meanwhile do not stop it). A copy is of a head still stored: an
     erased user's are gone."""
     trained, reused, own_pairs = heads
-    current = []
-    for head in trained:
-        user_id = head[0]
-        if user_id is not None and not own_pairs.get(user_id, set()) <= selectors.decision_user_anchor_pairs(
-            model=model, user_id=user_id
-        ):
-            logger.info("a personal head not stored: phrases of its user it trained on are gone")
-            continue
-        current.append(head)
-    trained = current
+    now = selectors.decision_users_anchor_pairs(model=model, user_ids=[h[0] for h in trained if h[0] is not None])
+    gone = {u for u, pairs in now.items() if not own_pairs.get(u, set()) <= pairs}
+    if gone:
+        logger.info("%d personal head(s) not stored: phrases of their user they trained on are gone", len(gone))
+    trained = [h for h in trained if h[0] not in gone]
     DecisionHead.objects.bulk_create(
         [DecisionHead(fit=fit, user_id=u, weights=w, anchors=a, inputs_digest=d) for u, w, a, d in trained]
     )
@@ -372,11 +367,16 @@ def _held_out_better(a: dict, b: dict) -> bool:
     return right(a) > right(b)
 
 
-def decision_prior_fit(*, progress: bool = False) -> DecisionFit | None:
+def decision_prior_fit(*, progress: bool = False, changed_at: float | None = None) -> DecisionFit | None:
     """The catalogue prior: folds over the catalogue's own phrases (and global learned ones) (learning.decision.catalogue_priors). Live at once
-    when no fit is live (or when the live one is a prior); None when the catalogue is too small to fit one. One
-    fit at a time per tenant (``decision_fits_serialised``). ``progress``: bars on the terminal (a command)."""
+    when no fit is live (or when the live one is a prior); None when the catalogue is too small to fit one, or
+    when ``changed_at`` (the change that sent it, ``decision_prior_fit_send``) was read by a newer prior already. One
+    fit at a time per tenant (``decision_fits_serialised``): a fit running now ends first, and may be the one that
+    covers the change. ``progress``: bars on the terminal (a command)."""
     with decision_fits_serialised():
+        if changed_at is not None and decision_prior_fit_covered(changed_at=changed_at):
+            logger.info("catalogue prior not fitted again: a newer fit read the change already")
+            return None
         return _prior_fit(progress=progress)
 
 
