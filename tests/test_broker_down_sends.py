@@ -155,3 +155,30 @@ def test_with_the_broker_down_the_admin_purge_is_not_run_inside_the_page_and_say
     text = r.content.decode()
     assert "was not sent: the task broker is unavailable" in text and "purge_deprecated_memories --older-than 30d" in text
     assert Memory.objects.filter(pk=old.pk).exists()  # not run inside the request (minutes on a large backlog)
+
+
+def test_with_the_broker_down_an_import_job_waits_queued_for_the_sweep_not_run_inside_the_request(
+    gov_api, catalogue, broker, settings, django_capture_on_commit_callbacks
+):
+    """An import job may take minutes: the request that made it answers 202 at once and leaves it queued; the sweep
+    runs it once it has waited for its task."""
+    from learning.models import LearnedPhrase, PhraseImportJob
+    from learning.resolution import resolve
+    from learning.tasks import phrase_import_jobs_sweep_task
+
+    settings.LEARNING_IMPORT_SYNC_MAX_ROWS = 1
+    rows = [{"phrase": "spin up a client unit", "verb": "cbu.create"}, {"phrase": "show every client unit", "verb": "cbu.list"}]
+    broker(DOWN)
+    with django_capture_on_commit_callbacks(execute=True):
+        r = gov_api.post("/api/v1/learning/import", {"format": "json", "content": json.dumps(rows)}, format="json")
+    assert r.status_code == 202, r.content
+    _all_tenants_scope()
+    job = PhraseImportJob.objects.get(pk=r.json()["job"]["id"])
+    assert job.status == "queued" and job.started_at is None and len(job.rows) == 2
+    assert not LearnedPhrase.objects.exists()
+
+    PhraseImportJob.objects.filter(pk=job.pk).update(
+        created_at=timezone.now() - timedelta(seconds=settings.LEARNING_IMPORT_JOB_SEND_WAIT_S + 5)
+    )
+    assert phrase_import_jobs_sweep_task() == {job.pk: "succeeded"}
+    assert resolve(text="spin up a client unit").verb == "cbu.create"

@@ -386,7 +386,9 @@ def phrase_import_job_create(
     source: str = "import",
 ) -> PhraseImportJob:
     """Store ``ImportRow``s as a queued import job, in the caller's tenant and as its agent, and send the task that
-    runs it once the job commits (with the tenant and agent of now; the broker down: ``task_send`` decides)."""
+    runs it once the job commits (with the tenant and agent of now). With the broker down the job stays queued, never
+    run inside the request that made it (it may take minutes): the sweep (``phrase_import_jobs_sweep``) runs it once
+    it has waited ``LEARNING_IMPORT_JOB_SEND_WAIT_S``. With no broker configured, tasks run here (eager)."""
     with transaction.atomic():
         job = PhraseImportJob.objects.create(
             rows=[{"number": r.number, "phrase": r.phrase, "verb": r.verb} for r in rows],
@@ -398,7 +400,7 @@ def phrase_import_job_create(
             agent_id=acting_agent_id(),
             private_agent_id=private_agent_id(),
         )
-        task_send_on_commit("learning.phrase_import_job_run", job.pk)
+        task_send_on_commit("learning.phrase_import_job_run", job.pk, fallback_inline=False)
     return job
 
 
