@@ -527,6 +527,15 @@ CELERY_BEAT_SCHEDULE["embeddings-backfill"] = {
 EMBEDDING_BACKEND = env_choice("EMBEDDING_BACKEND", "local", ("local", "openai"))
 EMBEDDING_DIMENSION = 384
 EMBEDDING_MODEL = os.environ.get("EMBEDDING_MODEL", "")  # openai: e.g. text-embedding-3-small
+# Every stored vector, fit and resolution record names its model in 100 characters (``embedding_model`` columns):
+# a longer name (a served model's path, vLLM's default) would fail every vector write, so it is refused here.
+EMBEDDING_MODEL_MAX_LENGTH = 100
+if len(EMBEDDING_MODEL.strip()) > EMBEDDING_MODEL_MAX_LENGTH:
+    raise ImproperlyConfigured(
+        f"EMBEDDING_MODEL is {len(EMBEDDING_MODEL.strip())} characters long; at most {EMBEDDING_MODEL_MAX_LENGTH} are "
+        "stored with every vector. Serve the model under a shorter name (vLLM: --served-model-name)."
+    )
+EMBEDDING_MODEL = EMBEDDING_MODEL.strip()
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "") or None
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 EMBEDDING_TIMEOUT_S = env_float("EMBEDDING_TIMEOUT_S", 10.0, minimum=0.1)

@@ -71,15 +71,15 @@ OTHER_MODEL_CHECK_S = 5.0
 _other_model_seen: dict[tuple, tuple[float, bool]] = {}
 
 
-def other_model_rows_left(models, *, current_model: str) -> bool:
+def other_model_rows_left(models, *, current_model: str, fresh: bool = False) -> bool:
     """Whether rows of ``models`` in the caller's scope still carry a vector of another embedding model (after a
     change of model, until the backfill has embedded them again): those rows are not compared with a query of
-    ``current_model``, which should say so. Per process, kept ``OTHER_MODEL_CHECK_S``; the probes read the
-    ``<table>_emb_model`` index, either side of the current model."""
+    ``current_model``, which should say so. Per process, kept ``OTHER_MODEL_CHECK_S`` (``fresh``: asked again now);
+    the probes read the ``<table>_emb_model`` index, either side of the current model."""
     key = (tuple(m._meta.label for m in models), current_model, tenant_filter_ids())
     now = time.monotonic()
     seen = _other_model_seen.get(key)
-    if seen is not None and now - seen[0] < OTHER_MODEL_CHECK_S:
+    if seen is not None and not fresh and now - seen[0] < OTHER_MODEL_CHECK_S:
         return seen[1]
     # either side of the current model, past the rows without one ("": waiting for their first vector)
     other = Q(embedding_model__gt="", embedding_model__lt=current_model) | Q(embedding_model__gt=current_model)

@@ -106,6 +106,12 @@ DEAD_BATCHES_MAX = 2
 
 
 def embeddings_batches_refresh(*, pending, batch_size: int, update=None) -> tuple[int, int]:
+    """``_batches_refresh`` answering (embedded, failed)."""
+    embedded, failed, _ = _batches_refresh(pending=pending, batch_size=batch_size, update=update)
+    return embedded, failed
+
+
+def _batches_refresh(*, pending, batch_size: int, update=None, dead: int = 0) -> tuple[int, int, int]:
     """Embed the rows of ``pending`` (one model's rows needing a vector) in batches by primary key, each batch
     committed on its own (resumable). ``update(n)`` is called after each batch (a progress bar). Answers (embedded,
     failed); a row whose text changed while its batch was embedded is neither (not written: the next sweep sees it
@@ -115,8 +121,9 @@ def embeddings_batches_refresh(*, pending, batch_size: int, update=None) -> tupl
     is embedded the embedder works and refuses some texts, and the parts it refuses are split in halves down to
     those texts, which fail alone (logged, left for the next sweep) while the rest of the batch is written. When
     neither end is embedded either, nothing of the batch is; after ``DEAD_BATCHES_MAX`` such batches in a row the
-    run stops (the embedder is down) and the next sweep starts again."""
-    embedded = failed = last_pk = dead = 0
+    run stops (the embedder is down) and the next sweep starts again. ``dead``: such batches in a row before this
+    table's (a run over several tables). Answers (embedded, failed, dead batches in a row at the end)."""
+    embedded = failed = last_pk = 0
 
     def attempt(rows) -> tuple[int, int] | None:
         """(written, changed meanwhile), or None when the embedder refused the whole group."""
@@ -160,7 +167,7 @@ def embeddings_batches_refresh(*, pending, batch_size: int, update=None) -> tupl
             "embedding stopped after %d batches in a row of which nothing was embedded (the embedder is down?); the next sweep goes on",
             dead,
         )
-    return embedded, failed
+    return embedded, failed, dead
 
 
 # One backfill at a time: after a change of model it runs for hours, and the beat starts another every few minutes,
@@ -186,14 +193,18 @@ def embeddings_backfill(*, batch_size: int = 128, progress=None) -> dict:
 def _backfill(*, batch_size: int, progress) -> dict:
     model_name = get_embedder().model_name
     totals = {"embedded": 0, "failed": 0, "model": model_name, "busy": False}
+    dead = 0  # batches in a row of which nothing was embedded, over all tables
     for model in embedded_models():
         pending = embedding_rows_needing_work(model, current_model=model_name)
         total = pending.count()
         if not total:
             continue
-        done, failed = embeddings_batches_refresh(
-            pending=pending, batch_size=batch_size, update=progress(model, total) if progress else None
+        done, failed, dead = _batches_refresh(
+            pending=pending, batch_size=batch_size, update=progress(model, total) if progress else None, dead=dead
         )
         totals["embedded"] += done
         totals["failed"] += failed
+        if dead >= DEAD_BATCHES_MAX:  # the embedder is down: the dead batches in a row count across tables
+            totals["stopped"] = True
+            break
     return totals

@@ -63,6 +63,8 @@ class VerbPhrase(TenantOwned, Embedded):
     text = models.CharField(max_length=500)
     normalized = models.CharField(max_length=500, db_index=True)
 
+    backfill_order = 10  # the catalogue's semantic tier and the new model's prior wait for these
+
     class Meta:
         constraints = [models.UniqueConstraint(fields=["verb", "normalized"], name="verbphrase_unique_per_verb")]
         indexes = [hnsw_index("verbphrase_embedding_hnsw"), *embedding_work_indexes("verbphrase")]
@@ -110,6 +112,8 @@ class LearnedPhrase(TenantOwned, Embedded):
     last_matched_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    backfill_order = 20  # the learned anchors (tiers 3-4) before the evidence and aliases that grow with every signal
 
     history = HistoricalRecords(get_user=history_user, excluded_fields=["embedding", "last_matched_at"])
 

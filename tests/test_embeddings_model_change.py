@@ -62,8 +62,12 @@ def test_a_memory_retrieve_ranks_what_it_can_and_says_the_rest_waits_for_its_vec
     assert settings.MEMORY_RETRIEVE_TOP_K >= 1
 
 
-def test_the_backfill_embeds_blocks_first():
-    assert embedded_models()[0] is PhraseBlock
+def test_the_backfill_embeds_blocks_first_then_the_anchors_then_what_grows_with_every_signal():
+    from learning.models import EntityAlias, PhraseEvidence, VerbPhrase
+
+    order = embedded_models()
+    assert order[:3] == [PhraseBlock, VerbPhrase, LearnedPhrase]
+    assert {EntityAlias, PhraseEvidence, Memory} <= set(order[3:])
     assert get_embedder().model_name
 
 

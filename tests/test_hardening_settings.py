@@ -56,6 +56,7 @@ def test_refuses_to_start_without_secret_key_and_hosts_when_debug_is_off(env, mi
         ({"RESOLVE_MAX_WRONG_RATE": "nan"}, "RESOLVE_MAX_WRONG_RATE"),
         ({"RESOLVE_REFIT_EVERY_LABELS": "2.5"}, "RESOLVE_REFIT_EVERY_LABELS"),
         ({"RESOLUTION_RETENTION_DAYS": "0"}, "RESOLUTION_RETENTION_DAYS"),  # would purge every label as it arrives
+        ({"EMBEDDING_BACKEND": "openai", "EMBEDDING_MODEL": "/models/" + "m" * 100}, "EMBEDDING_MODEL"),  # not storable
     ],
 )
 def test_refuses_to_start_with_a_value_out_of_range_or_that_it_cannot_read(env, named):

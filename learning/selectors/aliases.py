@@ -7,7 +7,7 @@ from django.db.models.functions import RowNumber
 
 from common.text import normalize_phrase
 from embeddings.embedders import embed_query
-from embeddings.selectors import nearest
+from embeddings.selectors import nearest, other_model_rows_left
 from learning.models import (
     EntityAlias,
     Verb,
@@ -16,6 +16,7 @@ from learning.models import (
 from learning.selectors.tiers import scope_q
 
 ALIAS_SEMANTIC_THRESHOLDS = {"default": 0.85, "all-MiniLM-L6-v2-onnx-int8": 0.80}
+ALIASES_REEMBEDDING = "re-embedding: some aliases still carry another embedding model's vectors and were not compared"
 
 
 def _alias_match(row: EntityAlias, score: float, match: str) -> dict:
@@ -34,7 +35,8 @@ def _alias_match(row: EntityAlias, score: float, match: str) -> dict:
 def entity_alias_resolve(*, text: str, user_id: str | None = None, entity_type: str | None = None, limit: int = 5) -> dict:
     """What ``text`` names: active aliases spelled the same (normalized), else the nearest ones by vector
     (pgvector, at or above the model's ALIAS_SEMANTIC_THRESHOLDS). A user's alias shadows a global one for
-    the same name and entity type. Without a vector (embedder down) only exact matches answer (``degraded``)."""
+    the same name and entity type. Without a vector (embedder down) only exact matches answer (``degraded``); after a
+    change of embedding model, aliases not embedded again yet are not compared, and the answer says so (``degraded``)."""
     normalized = normalize_phrase(text)
     rows = EntityAlias.objects.filter(scope_q(user_id), is_active=True)
     if entity_type:
@@ -50,6 +52,8 @@ def entity_alias_resolve(*, text: str, user_id: str | None = None, entity_type: 
             near = nearest(rows.filter(embedding_model=model), vector, max(limit * 4, 20))
             hits = sorted(((r, 1.0 - r.distance) for r in near), key=lambda h: (-round(h[1], 4), h[0].user_id is None, h[0].pk))
             hits = [(r, s) for r, s in hits if s >= threshold]
+            if other_model_rows_left([EntityAlias], current_model=model):
+                reason = ALIASES_REEMBEDDING
     seen_names: set[tuple[str, str]] = set()
     seen_answers: set[tuple[str, str]] = set()
     matches = []

@@ -513,11 +513,11 @@ def tier_rows(
     return out
 
 
-def vectors_of_another_model_left(model: str) -> bool:
+def vectors_of_another_model_left(model: str, *, fresh: bool = False) -> bool:
     """Whether catalogue phrases, learned phrases or blocks in scope still carry vectors of another embedding model
     than the query's (after a change of model, until the backfill embeds them again): the vector tiers do not
-    compare them, and an answer should say so."""
-    return other_model_rows_left([PhraseBlock, VerbPhrase, LearnedPhrase], current_model=model)
+    compare them, and an answer should say so. ``fresh``: not what this process saw a few seconds ago."""
+    return other_model_rows_left([PhraseBlock, VerbPhrase, LearnedPhrase], current_model=model, fresh=fresh)
 
 
 def unexpired_blocks() -> QuerySet[PhraseBlock]:

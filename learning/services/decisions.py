@@ -417,6 +417,10 @@ def decision_prior_fit_covered(*, changed_at: float) -> bool:
 def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
     model = current_model_name()
     read_at = _db_clock()  # before any read: every change committed before it is in what this fit reads
+    # Phrases still carrying another model's vectors (a change of model, re-embedding): this fit reads only those
+    # embedded so far, and decision_prior_refresh fits again once none is left. Asked before the read (a backfill
+    # that ends while this fits must not make a fit on part of the phrases look like one on all of them).
+    reembedding = selectors.vectors_of_another_model_left(model, fresh=True)
     stamp = selectors.decision_anchor_stamp(model=model)  # read first: a change meanwhile makes the fit stale
     # the deployment's own phrases: its catalogue and its global learned phrases (imports, reviewed candidates)
     vectors, names, is_learned, confidence, texts = selectors.decision_anchor_rows(model=model)
@@ -450,9 +454,6 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
         progress=progress,
     )
     params, n = None, 0
-    # fitted while phrases still carried another model's vectors (a change of model, re-embedding): on the phrases
-    # embedded so far; decision_prior_refresh fits again once none is left
-    reembedding = selectors.vectors_of_another_model_left(model)
     for words, (got, count) in zip((False, True), fits, strict=True):
         if got is not None and (params is None or _held_out_better(got, params)):
             params = {
@@ -614,11 +615,17 @@ def decision_prior_refresh() -> DecisionFit | None:
     """The catalogue prior again once a change of embedding model has been re-embedded: when the current model has
     no prior, or its newest was fitted while phrases still carried the old model's vectors (on part of them), and
     none is left now (periodic, every few minutes: the daily refit would leave the partial prior in force for up to
-    a day). Nothing while the backfill is still at work, and nothing in a steady state: the daily refit follows the
-    phrases' other changes. Answers the new prior, or None."""
+    a day). Also when the live fit is of another model while the current one has a prior (a change of model rolled
+    back: the prior of before is current again, but the other model's fit stays live until a fit of this model
+    replaces it). Nothing while the backfill is still at work, and nothing in a steady state: the daily refit
+    follows the phrases' other changes. Answers the new prior, or None."""
     model = current_model_name()
-    if selectors.vectors_of_another_model_left(model):
+    if selectors.vectors_of_another_model_left(model, fresh=True):
         return None
+    live_model = DecisionFit.objects.filter(status=DecisionFit.Status.LIVE).values_list("embedding_model", flat=True).first()
+    if live_model is not None and live_model != model:
+        # goes live over the other model's fit, pinned or not; not again on phrases a fit failed on within the day
+        return decision_prior_fit() if _unfit_at(model) != selectors.decision_anchor_stamp(model=model)[0] else None
     newest = DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR, embedding_model=model).order_by("-version").first()
     if newest is not None and not (isinstance(newest.params, dict) and newest.params.get("reembedding")):
         return None
