@@ -57,13 +57,15 @@ def candidate_change_preview(candidate: LearningCandidate) -> str:
         return f"skipped: already {candidate.status}"
     if candidate.candidate_type == LearningCandidate.Type.ENTITY_ALIAS:
         current = EntityAlias.objects.filter(
-            normalized=candidate.normalized, entity_type="entity", user_id=candidate.user_id
+            tenant_id=candidate.tenant_id, normalized=candidate.normalized, entity_type="entity", user_id=candidate.user_id
         ).first()
         if current:
             return f"alias “{candidate.input_pattern}” ({scope}) re-pointed from {current.canonical_name} to {candidate.suggested_output}"
         return f"new alias “{candidate.input_pattern}” → {candidate.suggested_output} ({scope})"
-    current = (
-        LearnedPhrase.objects.filter(normalized=candidate.normalized, user_id=candidate.user_id).select_related("verb").first()
+    current = (  # the candidate's own tenant: a reviewer of several tenants (or a superuser) sees all of them
+        LearnedPhrase.objects.filter(tenant_id=candidate.tenant_id, normalized=candidate.normalized, user_id=candidate.user_id)
+        .select_related("verb")
+        .first()
     )
     if current and current.verb.name != candidate.suggested_output:
         return f"learned phrase “{candidate.input_pattern}” ({scope}) re-pointed from {current.verb.name} to {candidate.suggested_output}"

@@ -11,7 +11,7 @@ from memories import write_gate
 from memories.extraction import Artifact
 from memories.models import MemoryQuarantine, QuarantineStatus
 from memories.services.store import BLOCKED, ObserveResult, memory_store
-from tenants.context import acting_agent
+from tenants.context import acting_agent, tenant_scope
 
 
 def quarantine_release(*, item: MemoryQuarantine, actor: str, content: str | None = None) -> ObserveResult:
@@ -27,7 +27,9 @@ def quarantine_release(*, item: MemoryQuarantine, actor: str, content: str | Non
     gate = write_gate.check(text)
     if not gate.allowed:
         raise ApplicationError(f"Still blocked: {gate.message}", field="redacted_preview")
-    with transaction.atomic():
+    # in the item's tenant, whoever decides (a reviewer of two tenants, a superuser who sees all): the memory is
+    # stored there and deduplicated against that tenant's memories only
+    with tenant_scope([item.tenant_id]), transaction.atomic():
         # The owner first, locked, then the item: the order in which sharing the agent's private data takes them
         # (agents.selectors.agent_shared_required, then the items), so a share waits for a release and moves what
         # it stored, or the release sees the item shared.
@@ -69,7 +71,7 @@ def quarantine_release(*, item: MemoryQuarantine, actor: str, content: str | Non
 
 def quarantine_discard(*, item: MemoryQuarantine, actor: str) -> None:
     """A reviewer drops a quarantined lesson (it stays listed as discarded)."""
-    with transaction.atomic():
+    with tenant_scope([item.tenant_id]), transaction.atomic():
         updated = MemoryQuarantine.objects.filter(pk=item.pk, status=QuarantineStatus.PENDING).update(
             status=QuarantineStatus.DISCARDED, reviewed_by=actor, reviewed_at=timezone.now()
         )
