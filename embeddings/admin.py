@@ -11,7 +11,10 @@ class EmbeddingStatusMixin:
 
     @admin.display(boolean=True, description="embedded")
     def embedded(self, obj):
-        return obj.embedding is not None
+        """A vector of the model the resolver embeds queries with: after a change of model, a row still carrying the
+        old model's vector is not compared with anything (a block of it blocks its verb outright) until the backfill
+        embeds it again, so it is not shown as embedded."""
+        return obj.embedding is not None and obj.embedding_model == current_model_name()
 
     @admin.display(boolean=True, description="current")
     def embedding_current(self, obj):

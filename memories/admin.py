@@ -16,6 +16,7 @@ from common.admin import INLINE_ROWS_MAX, HistoryAdmin, SaveChangedOnly, TopValu
 from common.api import ApplicationError
 from common.tasks import task_send, task_send_on_commit
 from common.validation import MAX_DAYS
+from embeddings.embedders import current_model_name
 from memories import write_gate
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryWriteDecision, QuarantineStatus
 from memories.selectors import memory_version_chain
@@ -153,7 +154,8 @@ class MemoryAdmin(HistoryAdmin):
 
     @admin.display(boolean=True)
     def embedded(self, obj):
-        return obj.embedding is not None
+        """With the current model (a memory of the old one is not ranked until the backfill embeds it again)."""
+        return obj.embedding is not None and obj.embedding_model == current_model_name()
 
     @admin.display(description="version chain")
     def version_chain(self, obj):

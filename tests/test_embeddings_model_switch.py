@@ -277,3 +277,23 @@ def test_an_alias_lookup_mid_switch_says_that_aliases_were_not_compared(db, swit
     other_model_rows_forget()
     after = entity_alias_resolve(text=query)
     assert after["canonical_name"] == "Acme Holdings International plc" and not after["degraded"], after
+
+
+def test_the_admin_shows_a_row_of_the_old_model_as_not_embedded_until_the_backfill(catalogue, switch, admin_client):
+    """A block of the old model blocks its verb outright mid-switch: its list says it is not embedded (and with which
+    model), so a reviewer sees why."""
+    from learning.services.blocks import phrase_block_create
+
+    phrase_block_create(phrase="wipe out the client units", verb=catalogue["cbu.delete"], user_id=None, reason="test")
+
+    def embedded_icons():
+        page = admin_client.get("/admin/learning/phraseblock/").content.decode()
+        assert "wipe out the client units" in page
+        return page.count("icon-yes.svg"), page.count("icon-no.svg")
+
+    assert embedded_icons() == (1, 0)
+    switch()
+    assert embedded_icons() == (0, 1)
+    assert minilm_name() in admin_client.get("/admin/learning/phraseblock/").content.decode()
+    embeddings_backfill()
+    assert embedded_icons() == (1, 0)

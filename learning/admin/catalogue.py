@@ -180,7 +180,7 @@ class EntityAliasAdmin(EmbeddingStatusMixin, TenantChoiceMixin, _AliasSave, Hist
 
 @admin.register(PhraseBlock)
 class PhraseBlockAdmin(EmbeddingStatusMixin, HistoryAdmin):
-    list_display = ["phrase", "verb", "user_id", "reason", "source", "expires_at", "embedded", "created_at"]
+    list_display = ["phrase", "verb", "user_id", "reason", "source", "expires_at", "embedded", "embedding_model", "created_at"]
     list_filter = ["source", ("user_id", admin.EmptyFieldListFilter), ("expires_at", admin.EmptyFieldListFilter)]
     search_fields = ["phrase", "verb__name", "user_id", "reason"]
     list_select_related = ["verb"]
