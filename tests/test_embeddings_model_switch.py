@@ -297,3 +297,36 @@ def test_the_admin_shows_a_row_of_the_old_model_as_not_embedded_until_the_backfi
     assert minilm_name() in admin_client.get("/admin/learning/phraseblock/").content.decode()
     embeddings_backfill()
     assert embedded_icons() == (1, 0)
+
+
+def test_a_correction_mid_switch_embeds_the_users_own_rows_again_and_reaches_their_paraphrase(
+    catalogue, switch, written_for_floors
+):
+    """A user's correction decays their own phrases for the verb turned down near its text; mid-switch those still
+    carry the old model's vectors, so they are embedded again first (a handful), not skipped for good."""
+    from learning.models import LearnedPhrase, PhraseEvidence
+    from learning.services.corrections import phrase_correction_apply
+    from learning.services.evidence import phrase_evidence_add
+    from learning.services.phrases import learned_phrase_upsert
+
+    anchor = learned_phrase_upsert(phrase="get rid of the business unit", verb=catalogue["cbu.list"], user_id="alice")
+    other_user = learned_phrase_upsert(phrase="get rid of the business unit", verb=catalogue["cbu.list"], user_id="bob")
+    text = "get rid of the business unit now"
+    phrase_evidence_add(
+        user_id="alice",
+        phrase=text,
+        verb="cbu.list",
+        negative=0.0,
+        positive=1.0,
+        vector=get_embedder().embed(text),
+        model=minilm_name(),
+    )
+    switch()
+    result = phrase_correction_apply(
+        text="get rid of that business unit", wrong_verb="cbu.list", correct_verb="cbu.delete", user_id="alice"
+    )
+    assert [d["id"] for d in result["decayed"]] == [anchor.pk]
+    anchor.refresh_from_db()
+    assert anchor.embedding_model == OTHER and anchor.confidence == pytest.approx(0.7)
+    assert LearnedPhrase.objects.get(pk=other_user.pk).embedding_model == minilm_name()  # another user's: the backfill's
+    assert PhraseEvidence.objects.get(user_id="alice", verb="cbu.list").embedding_model == OTHER

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from common.api import ApplicationError, Conflict
 from common.text import normalize_phrase
-from embeddings.services import embeddings_compute
-from learning.models import LearnedPhrase, Verb
+from embeddings.services import embeddings_compute, embeddings_refresh
+from learning.models import LearnedPhrase, PhraseEvidence, Verb
 from learning.resolution import profile
 from learning.selectors import correction_decay_targets, phrase_owner
 from learning.services.blocks import _verb_by_name, block_refusal_check
@@ -68,6 +68,8 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
         with transaction.atomic():  # the decision's label: the resolution of this text was wrong (or asked wrongly)
             resolution_label(source="correction", gold_verb=correct.name, user_id=user_id, text=text)
         return result
+    if vectors is not None:
+        _own_rows_embed_again(user_id=user_id, wrong=wrong, correct=correct, model=model)
     with transaction.atomic():  # the user's phrase, anchors, evidence and label: an erasure of the user waits for all
         user_learning_lock(user_id=user_id)
         result = _correction_user(
@@ -75,6 +77,28 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
         )
         resolution_label(source="correction", gold_verb=correct.name, user_id=user_id, text=text)
     return result
+
+
+# At most this many of a user's rows of each kind embedded again inside a correction (a user's phrases for one verb
+# and evidence for two are far fewer); the backfill embeds the rest.
+OWN_ROWS_EMBED_MAX = 500
+
+
+def _own_rows_embed_again(*, user_id: str, wrong: Verb, correct: Verb, model: str) -> None:
+    """After a change of embedding model, the user's own phrases for the verb turned down and evidence for both verbs
+    that still carry the old model's vectors are embedded again now, not when the backfill reaches them: the
+    correction compares its text with them (decay, overrule), and one that skipped them would never reach those
+    paraphrases. Each row is written only if its text is still the one embedded (``embeddings_refresh``); nothing
+    in a steady state but two index probes."""
+    owner = phrase_owner(user_id)
+    stale = [
+        LearnedPhrase.objects.filter(user_id=user_id, private_agent_id=owner, verb=wrong, is_active=True),
+        PhraseEvidence.objects.filter(user_id=user_id, private_agent_id=owner, verb__in=[wrong.name, correct.name]),
+    ]
+    for rows in stale:
+        rows = list(rows.exclude(embedding_model=model).order_by("pk")[:OWN_ROWS_EMBED_MAX])
+        if rows:
+            embeddings_refresh(rows=rows)
 
 
 def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, user_id: str, vectors, model: str) -> dict:
