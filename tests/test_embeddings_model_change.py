@@ -134,25 +134,32 @@ def test_labels_measured_with_another_model_train_no_fit_of_the_current_one(api,
     assert len(decision_labels(window=10, model="an-older-model")) == 1
 
 
-def test_a_memory_written_while_others_wait_for_their_vectors_says_its_semantic_check_was_partial(api):
-    """The dedupe compares vectors of the current model only: after a change of model, a paraphrase of a memory
-    not yet embedded again is not seen, and the write says its semantic check was not complete."""
+def test_a_memory_written_while_others_wait_for_their_vectors_embeds_a_batch_of_them_and_says_if_that_was_not_all(
+    api, settings
+):
+    """The dedupe compares vectors of the current model only: after a change of model a write first embeds a batch
+    (MEMORY_LAZY_EMBED_BATCH) of the user's memories again, so a paraphrase of one is merged; with more of them
+    left, the write says its semantic check was not complete."""
     from tests.conftest import OBSERVE
 
     body = {"user_id": "alice", "user_message": "How do we deploy?"}
-    first = api.post(
-        OBSERVE,
-        {**body, "assistant_message": "Always run the database migrations before deploying the web application."},
-        format="json",
-    ).json()
+
+    def observe(text):
+        return api.post(OBSERVE, {**body, "assistant_message": text}, format="json").json()
+
+    first = observe("Always run the database migrations before deploying the web application to production.")
     assert first["decision"] == "saved" and first["evidence"]["semantic_checked"] is True
+    observe("Rotate the staging credentials every Monday before the standup meeting.")
     _old_model(Memory.objects.all())
-    second = api.post(
-        OBSERVE,
-        {**body, "assistant_message": "Rotate the staging credentials every Monday before the standup meeting."},
-        format="json",
-    ).json()
-    assert second["evidence"]["semantic_checked"] is False
+    settings.MEMORY_SEMANTIC_DUPLICATE_THRESHOLD = 0.85
+    settings.MEMORY_LAZY_EMBED_BATCH = 1  # the newest of the two only
+    partial = observe("Book the meeting room for the quarterly planning session on Thursday afternoon.")
+    assert partial["evidence"]["semantic_checked"] is False
+    settings.MEMORY_LAZY_EMBED_BATCH = 64
+    again = observe("Run the database migrations before you deploy the web application to production, always.")
+    assert again["evidence"]["semantic_checked"] is True
+    assert again["memory_id"] == first["memory_id"] and again["decision"] != "saved", again
+    assert not Memory.objects.exclude(embedding_model=get_embedder().model_name).exists()
 
 
 def test_a_resolve_right_after_a_change_of_model_gives_every_reason_it_is_degraded(catalogue):

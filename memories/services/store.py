@@ -16,6 +16,7 @@ from common.api import ApplicationError, NotFound
 from common.text import text_hash
 from embeddings.embedders import embed_query
 from embeddings.selectors import other_model_rows_left
+from embeddings.services import embeddings_compute, embeddings_refresh
 from memories import write_gate
 from memories.dedupe import MERGE, NEW_VERSION, SAVE, SKIP, Decision, decide, semantic_duplicate_threshold
 from memories.extraction import Artifact, extract
@@ -184,14 +185,23 @@ def memory_store(
         "semantic_duplicate": semantic_duplicate_threshold(model),
         "topic_similarity": settings.MEMORY_TOPIC_SIMILARITY_THRESHOLD,
     }
+    stale: list[Memory] = []
+    if vector is not None and other_model_rows_left([Memory], current_model=model):
+        # After a change of embedding model the user's memories not embedded again are no semantic neighbours: a
+        # batch of them is embedded again under the user's lock below (here first, outside it: the embedder's cache
+        # then serves the write), so a paraphrase of one is merged, not stored twice for good.
+        stale = list(
+            memories_of(user_id=user_id, namespace=namespace)
+            .filter(status__in=LIVE)
+            .exclude(embedding_model=model)
+            .order_by("-updated_at")[: settings.MEMORY_LAZY_EMBED_BATCH]
+        )
+        embeddings_compute(texts=[m.embedding_text for m in stale])
     record = {
         "incoming_text": write_gate.redact(content),
         "incoming_simhash": to_hex(fingerprint),
-        # after a change of embedding model, memories not yet embedded again are no semantic neighbours: not a full check
-        "thresholds": {
-            **thresholds,
-            "semantic_checked": vector is not None and not other_model_rows_left([Memory], current_model=model),
-        },
+        # memories of the user still without a vector of this model are no semantic neighbours: not a full check
+        "thresholds": {**thresholds, "semantic_checked": vector is not None},
         "extractor": extractor[:80],
         "source_session_id": source_session_id[:200],
         "source_message_id": source_message_id[:200],
@@ -199,6 +209,15 @@ def memory_store(
     try:
         with transaction.atomic():
             user_lock(namespace=namespace, user_id=user_id)
+            if stale:
+                embeddings_refresh(rows=stale)
+            if vector is not None and other_model_rows_left([Memory], current_model=model):
+                record["thresholds"]["semantic_checked"] = not (
+                    memories_of(user_id=user_id, namespace=namespace)
+                    .filter(status__in=LIVE, embedding__isnull=False)
+                    .exclude(embedding_model=model)
+                    .exists()
+                )
             decision = _decision_on_live(
                 user_id=user_id,
                 namespace=namespace,
