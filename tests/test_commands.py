@@ -145,6 +145,45 @@ def test_backfill_embeds_missing_and_stale_rows(catalogue, failing_embedder):
     assert stale_text.pk
 
 
+def test_backfill_status_counts_what_waits_for_a_vector_and_embeds_nothing(catalogue):
+    LearnedPhrase.objects.create(phrase="x y", normalized="x y", verb=catalogue["cbu.list"])
+    LearnedPhrase.objects.create(
+        phrase="old model",
+        normalized="old model",
+        verb=catalogue["cbu.list"],
+        embedding=[0.1] * 384,
+        embedding_model="some-other-model",
+        embedding_hash=text_hash("old model"),
+    )
+    stdout = StringIO()
+    call_command("backfill_embeddings", "--status", stdout=stdout)
+    out = stdout.getvalue()
+    assert "learned phrases: 2 waiting" in out and f"total: 2 row(s) waiting for a vector of {current_model_name()}" in out
+    assert LearnedPhrase.objects.filter(embedding__isnull=True).count() == 1  # counted, not embedded
+
+
+def test_backfill_stops_with_a_message_when_the_embedder_stops_answering(catalogue):
+    for i in range(3):
+        LearnedPhrase.objects.create(phrase=f"row {i}", normalized=f"row {i}", verb=catalogue["cbu.list"])
+
+    class Down:
+        model_name = current_model_name()
+        dimension = 384
+
+        def embed(self, text):
+            raise RuntimeError("down")
+
+        def embed_batch(self, texts):
+            raise RuntimeError("down")
+
+    set_embedder(Down())
+    try:
+        with pytest.raises(CommandError, match="stopped answering"):
+            call_command("backfill_embeddings", "--no-progress", "--batch-size", "1", stdout=StringIO())
+    finally:
+        set_embedder(None)
+
+
 def test_backfill_counts_failures_and_exits_non_zero(catalogue):
     LearnedPhrase.objects.create(phrase="x y", normalized="x y", verb=catalogue["cbu.list"])
 
