@@ -404,6 +404,13 @@ def _result_text(tool: Tool, data: Any) -> str:
     return json.dumps(data, ensure_ascii=False)
 
 
+def _raise_error(outcome: Outcome, **data) -> None:
+    """An outcome's error as the JSON-RPC error of its HTTP status (REST's body, and ``data``, as its data)."""
+    if outcome.error is not None:
+        code = _STATUS_CODES.get(outcome.error["http_status"], types.INTERNAL_ERROR)
+        raise MCPError(code, _error_text(outcome.error), data={**data, **outcome.error})
+
+
 def build_server(key_source: KeySource, *, threads: int | None = None) -> Server:
     """The MCP server; ``key_source(ctx)`` gives each call's Authorization header value and client address."""
     definitions = tool_definitions()
@@ -416,6 +423,7 @@ def build_server(key_source: KeySource, *, threads: int | None = None) -> Server
         """Only the tools the key's scopes allow: an agent is not shown what it may not do."""
         authorization, client = key_source(ctx)
         outcome = await in_thread(tools_permitted_sync, authorization, client)
+        _raise_error(outcome)  # a failure to check the key (the database, 503) is an error, not "no tools"
         permitted = set(outcome.data or [])
         return types.ListToolsResult(tools=[d for d in definitions if d.name in permitted])
 
@@ -425,15 +433,14 @@ def build_server(key_source: KeySource, *, threads: int | None = None) -> Server
         outcome = await in_thread(
             call_tool_sync, params.name, authorization, client, params.arguments or {}, meta.get(IDEMPOTENCY_META)
         )
-        tool = TOOLS_BY_NAME[params.name]
-        if outcome.error is not None:
+        if outcome.error is not None:  # before the tool's lookup: a call whose key could not be checked named none yet
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=_error_text(outcome.error))],
                 structured_content=outcome.error,
                 is_error=True,
             )
         return types.CallToolResult(
-            content=[types.TextContent(type="text", text=_result_text(tool, outcome.data))],
+            content=[types.TextContent(type="text", text=_result_text(TOOLS_BY_NAME[params.name], outcome.data))],
             structured_content=outcome.data,
             meta={
                 **({"embedding_pending": True} if outcome.embedding_pending else {}),
@@ -445,7 +452,9 @@ def build_server(key_source: KeySource, *, threads: int | None = None) -> Server
     async def permitted_resources(ctx: ServerRequestContext) -> set[str]:
         """As tools/list: only the resources the key's scopes allow."""
         authorization, client = key_source(ctx)
-        return set((await in_thread(resources_permitted_sync, authorization, client)).data or [])
+        outcome = await in_thread(resources_permitted_sync, authorization, client)
+        _raise_error(outcome)  # as tools/list: a failure to check the key is an error, not "no resources"
+        return set(outcome.data or [])
 
     async def list_resources(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
         permitted = await permitted_resources(ctx)
@@ -463,9 +472,7 @@ def build_server(key_source: KeySource, *, threads: int | None = None) -> Server
         uri = str(params.uri)
         authorization, client = key_source(ctx)
         outcome = await in_thread(read_resource_sync, uri, authorization, client)
-        if outcome.error is not None:
-            code = _STATUS_CODES.get(outcome.error["http_status"], types.INTERNAL_ERROR)
-            raise MCPError(code, _error_text(outcome.error), data={"uri": uri, **outcome.error})
+        _raise_error(outcome, uri=uri)
         text = json.dumps(outcome.data, ensure_ascii=False)
         return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type="application/json", text=text)])
 
