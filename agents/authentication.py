@@ -93,6 +93,12 @@ def cache_outage_now() -> bool:
     return time.monotonic() < _cache_outage["until"]
 
 
+def cache_outage_forget() -> None:
+    """Forget a throttle cache failure seen (tests: one test's outage must not leave the next test's limits off)."""
+    with _cache_outage_lock:
+        _cache_outage.update(logged_at=None, uncounted=0, until=0.0)
+
+
 def cache_outage_note(what: str, exc: Exception) -> None:
     """Log that the throttle cache failed (``what`` went uncounted): the first time, then at most once every
     ``CACHE_OUTAGE_LOG_EVERY_S`` per process with the number of requests served uncounted meanwhile, so an outage

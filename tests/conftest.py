@@ -64,10 +64,14 @@ def _fresh_decision_cache():
 
 @pytest.fixture(autouse=True)
 def _fresh_django_cache():
-    """Each test starts with an empty Django cache (rate-limit buckets, a failed prior fit remembered)."""
+    """Each test starts with an empty Django cache (rate-limit buckets, a failed prior fit remembered), asked again
+    (a cache failure an earlier test caused leaves the throttles off for a few seconds in its process)."""
     from django.core.cache import cache
 
+    from agents.authentication import cache_outage_forget
+
     cache.clear()
+    cache_outage_forget()
 
 
 @pytest.fixture
