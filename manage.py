@@ -7,11 +7,16 @@ import sys
 
 def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
     from django.db import OperationalError, ProgrammingError
 
     try:
         execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as exc:
+        # a setting missing or out of range (SECRET_KEY without DEBUG=1, a number it cannot read): one line naming it
+        sys.stderr.write(f"Configuration: {exc}\n")
+        sys.exit(1)
     except OperationalError as exc:
         # a database that cannot be reached, refuses the login or does not exist: one line, not a traceback; any other
         # operational error (a lock or statement timeout, a deadlock) keeps its traceback, which names the statement
@@ -25,7 +30,7 @@ def main():
         if getattr(getattr(exc, "__cause__", None), "sqlstate", None) != "42P01":  # undefined_table
             raise
         first = str(exc).strip().splitlines()[0]
-        sys.stderr.write(f"The database is not migrated ({first}): run `python manage.py migrate` first.\n")
+        sys.stderr.write(f"The database is not migrated ({first}): run `.venv/bin/python manage.py migrate` first.\n")
         sys.exit(1)
 
 

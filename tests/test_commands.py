@@ -312,6 +312,20 @@ def test_a_command_says_in_one_line_that_the_database_is_unreachable():
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
 
 
+def test_a_command_without_its_settings_says_which_in_one_line():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    drop = {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "TEST_DATABASE_NAME", "DJANGO_SETTINGS_MODULE"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.startswith("Configuration: SECRET_KEY must be set"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
 class _Cause(Exception):
     def __init__(self, sqlstate):
         super().__init__(sqlstate)
