@@ -134,10 +134,21 @@ def _batches_refresh(*, pending, batch_size: int, update=None, dead: int = 0) ->
             return None
         return (done, changed) if done or changed else None
 
+    def refused(row) -> None:
+        """A text the embedder refuses while it embeds others: left for the next sweep, without the vector of another
+        model it may carry (compared with nothing under this one), so the row waits for its first vector instead and
+        no longer holds a change of model open (resolve's "re-embedding", the prior's refresh)."""
+        logger.warning("%s pk %s could not be embedded; left for the next sweep", type(row).__name__, row.pk)
+        current = get_embedder().model_name
+        if row.embedding_model not in ("", current):
+            type(row).objects.filter(pk=row.pk, embedding_model=row.embedding_model).update(
+                embedding=None, embedding_model="", embedding_hash=""
+            )
+
     def split(rows) -> tuple[int, int]:
         """``rows``, refused together: in halves, down to the rows refused alone."""
         if len(rows) == 1:
-            logger.warning("%s pk %s could not be embedded; left for the next sweep", type(rows[0]).__name__, rows[0].pk)
+            refused(rows[0])
             return 0, 0
         half = len(rows) // 2
         parts = [attempt(part) or split(part) for part in (rows[:half], rows[half:])]
@@ -152,6 +163,9 @@ def _batches_refresh(*, pending, batch_size: int, update=None, dead: int = 0) ->
         if got is None and len(rows) > 1:
             ends = [attempt(rows[:1]), attempt(rows[-1:])]
             if any(end is not None for end in ends):  # the embedder answers: it refuses some of these texts
+                for row, end in zip((rows[0], rows[-1]), ends, strict=True):
+                    if end is None:
+                        refused(row)
                 inner = rows[1:-1]
                 middle = (attempt(inner) or split(inner)) if inner else (0, 0)
                 parts = [end or (0, 0) for end in ends] + [middle]

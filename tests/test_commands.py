@@ -387,7 +387,7 @@ def test_manage_py_says_a_database_is_not_migrated_and_keeps_other_programming_e
     main = _main_raising(monkeypatch, _chained(ProgrammingError, 'relation "learning_verb" does not exist', "42P01"))
     with pytest.raises(SystemExit) as done:
         main()
-    assert done.value.code == 1 and "run `python manage.py migrate` first" in capsys.readouterr().err
+    assert done.value.code == 1 and "run `.venv/bin/python manage.py migrate` first" in capsys.readouterr().err
     main = _main_raising(monkeypatch, _chained(ProgrammingError, "syntax error at or near", "42601"))
     with pytest.raises(ProgrammingError, match="syntax error"):
         main()

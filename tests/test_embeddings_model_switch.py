@@ -330,3 +330,25 @@ def test_a_correction_mid_switch_embeds_the_users_own_rows_again_and_reaches_the
     assert anchor.embedding_model == OTHER and anchor.confidence == pytest.approx(0.7)
     assert LearnedPhrase.objects.get(pk=other_user.pk).embedding_model == minilm_name()  # another user's: the backfill's
     assert PhraseEvidence.objects.get(user_id="alice", verb="cbu.list").embedding_model == OTHER
+
+
+def test_a_text_the_new_model_refuses_does_not_hold_the_change_of_model_open_for_ever(catalogue, switch):
+    """The new server refuses one catalogue phrase (every sweep): the row drops the old model's vector and waits for
+    its first one, so resolve stops saying "re-embedding" and the prior of the new model is fitted."""
+    from learning.models import VerbPhrase
+    from learning.resolution import resolve
+    from learning.selectors import vectors_of_another_model_left
+
+    refused = VerbPhrase.objects.get(normalized="email my manager")
+    switch(refuse={"email my manager"})
+    totals = embeddings_backfill()
+    assert totals["failed"] == 1 and totals["embedded"] >= 1
+    refused.refresh_from_db()
+    assert refused.embedding is None and refused.embedding_model == ""
+    assert not VerbPhrase.objects.exclude(pk=refused.pk).exclude(embedding_model=OTHER).exists()
+    assert not vectors_of_another_model_left(OTHER, fresh=True)
+    assert "re-embedding" not in resolve(text="send an email to the team").degraded_reason
+    switch()  # the server embeds it now: the next sweep gives it its vector
+    assert embeddings_backfill()["embedded"] == 1
+    refused.refresh_from_db()
+    assert refused.embedding_model == OTHER
