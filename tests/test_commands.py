@@ -145,6 +145,19 @@ def test_backfill_embeds_missing_and_stale_rows(catalogue, failing_embedder):
     assert stale_text.pk
 
 
+class BrokenEmbedder:
+    """The current model's name, and every call fails."""
+
+    model_name = current_model_name()
+    dimension = 384
+
+    def embed(self, text):
+        raise RuntimeError("boom")
+
+    def embed_batch(self, texts):
+        raise RuntimeError("boom")
+
+
 def test_backfill_status_counts_what_waits_for_a_vector_and_embeds_nothing(catalogue):
     LearnedPhrase.objects.create(phrase="x y", normalized="x y", verb=catalogue["cbu.list"])
     LearnedPhrase.objects.create(
@@ -166,17 +179,7 @@ def test_backfill_stops_with_a_message_when_the_embedder_stops_answering(catalog
     for i in range(3):
         LearnedPhrase.objects.create(phrase=f"row {i}", normalized=f"row {i}", verb=catalogue["cbu.list"])
 
-    class Down:
-        model_name = current_model_name()
-        dimension = 384
-
-        def embed(self, text):
-            raise RuntimeError("down")
-
-        def embed_batch(self, texts):
-            raise RuntimeError("down")
-
-    set_embedder(Down())
+    set_embedder(BrokenEmbedder())
     try:
         with pytest.raises(CommandError, match="stopped answering"):
             call_command("backfill_embeddings", "--no-progress", "--batch-size", "1", stdout=StringIO())
@@ -187,17 +190,7 @@ def test_backfill_stops_with_a_message_when_the_embedder_stops_answering(catalog
 def test_backfill_counts_failures_and_exits_non_zero(catalogue):
     LearnedPhrase.objects.create(phrase="x y", normalized="x y", verb=catalogue["cbu.list"])
 
-    class BrokenBatches:
-        model_name = current_model_name()
-        dimension = 384
-
-        def embed(self, text):
-            raise RuntimeError("boom")
-
-        def embed_batch(self, texts):
-            raise RuntimeError("boom")
-
-    set_embedder(BrokenBatches())
+    set_embedder(BrokenEmbedder())
     try:
         stdout = StringIO()
         with pytest.raises(CommandError, match="could not be embedded"):
