@@ -104,16 +104,14 @@ def decision_refit_task(force: bool = False, due: bool = False) -> dict:
     """Promote the shadow decision fit if it earned it, refit on the newest labels (beat: daily; also sent every
     RESOLVE_REFIT_EVERY_LABELS labels, ``due``: skipped when another refit fitted them meanwhile)."""
 
-    if tenant_filter_ids() is not None:
-        return decision_refit(force=force, due=due)  # sent from a tenant's request: that tenant's decision
-    return _each_tenant("decision refit", lambda: decision_refit(force=force, due=due))  # the beat: each tenant's
+    return _per_tenant("decision refit", lambda: decision_refit(force=force, due=due))
 
 
-def _each_tenant(name: str, work) -> dict:
-    """``work()`` in each tenant's scope (``tenant_session``: the work's own transactions); one tenant's failure
-    is logged and answered as "error", and the others still run."""
+def _each_tenant(name: str, work, tenant_ids=None) -> dict:
+    """``work()`` in each tenant's scope (``tenant_session``: the work's own transactions), every tenant's or those of
+    ``tenant_ids``; one tenant's failure is logged and answered as "error", and the others still run."""
     out = {}
-    for tenant_id in tenant_ids_all():
+    for tenant_id in tenant_ids_all() if tenant_ids is None else tenant_ids:
         try:
             with tenant_session([tenant_id]):
                 out[tenant_id] = work()
@@ -121,6 +119,16 @@ def _each_tenant(name: str, work) -> dict:
             logger.exception("tenant %s: %s failed", tenant_id, name)
             out[tenant_id] = "error"
     return out
+
+
+def _per_tenant(name: str, work):
+    """``work()`` once per tenant the task was sent for: in the sender's one tenant (a request's), in each of its
+    tenants when it had several (a reviewer of several tenants in the admin: a fit belongs to one tenant, and
+    reads one tenant's phrases), in every tenant when it had none (the beat)."""
+    scoped = tenant_filter_ids()
+    if scoped is not None and len(scoped) == 1:
+        return work()
+    return _each_tenant(name, work, tenant_ids=scoped)
 
 
 @shared_task(name="learning.decision_prior_fit", ignore_result=True, one_transaction=False)
@@ -134,7 +142,7 @@ def decision_prior_fit_task(changed_at: float | None = None) -> int | None | dic
         fit = decision_prior_fit(changed_at=changed_at)
         return fit.version if fit else None
 
-    return fit_one() if tenant_filter_ids() is not None else _each_tenant("catalogue prior", fit_one)
+    return _per_tenant("catalogue prior", fit_one)
 
 
 @shared_task(name="learning.decision_prior_refresh", ignore_result=True, one_transaction=False)
@@ -146,7 +154,7 @@ def decision_prior_refresh_task() -> int | None | dict:
         fit = decision_prior_refresh()
         return fit.version if fit else None
 
-    return refresh_one() if tenant_filter_ids() is not None else _each_tenant("prior refresh", refresh_one)
+    return _per_tenant("prior refresh", refresh_one)
 
 
 @shared_task(name="learning.resolution_records_purge", ignore_result=True, one_transaction=False)

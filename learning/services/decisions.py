@@ -619,19 +619,20 @@ def decision_prior_refresh() -> DecisionFit | None:
     back: the prior of before is current again, but the other model's fit stays live until a fit of this model
     replaces it). Nothing while the backfill is still at work, and nothing in a steady state: the daily refit
     follows the phrases' other changes. Answers the new prior, or None."""
-    model = current_model_name()
-    if selectors.vectors_of_another_model_left(model, fresh=True):
-        return None
-    live_model = DecisionFit.objects.filter(status=DecisionFit.Status.LIVE).values_list("embedding_model", flat=True).first()
-    if live_model is not None and live_model != model:
-        # goes live over the other model's fit, pinned or not; not again on phrases a fit failed on within the day
-        return decision_prior_fit() if _unfit_at(model) != selectors.decision_anchor_stamp(model=model)[0] else None
-    newest = DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR, embedding_model=model).order_by("-version").first()
-    if newest is not None and not (isinstance(newest.params, dict) and newest.params.get("reembedding")):
-        return None
-    if not _prior_stale():
-        return None
-    return decision_prior_fit()
+    with decision_fits_serialised():  # decided under the fit lock: a refresh that waited for a fit sees what it did
+        model = current_model_name()
+        if selectors.vectors_of_another_model_left(model, fresh=True):
+            return None
+        live_model = DecisionFit.objects.filter(status=DecisionFit.Status.LIVE).values_list("embedding_model", flat=True).first()
+        if live_model is not None and live_model != model:
+            # goes live over the other model's fit, pinned or not; not again on phrases a fit failed on within the day
+            return _prior_fit() if _unfit_at(model) != selectors.decision_anchor_stamp(model=model)[0] else None
+        newest = DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR, embedding_model=model).order_by("-version").first()
+        if newest is not None and not (isinstance(newest.params, dict) and newest.params.get("reembedding")):
+            return None
+        if not _prior_stale():
+            return None
+        return _prior_fit()
 
 
 def decision_refit(*, force: bool = False, progress: bool = False, due: bool = False) -> dict:
