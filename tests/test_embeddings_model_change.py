@@ -134,9 +134,7 @@ def test_labels_measured_with_another_model_train_no_fit_of_the_current_one(api,
     assert len(decision_labels(window=10, model="an-older-model")) == 1
 
 
-def test_a_memory_written_while_others_wait_for_their_vectors_embeds_a_batch_of_them_and_says_if_that_was_not_all(
-    api, settings
-):
+def test_a_memory_written_while_others_wait_for_their_vectors_embeds_a_batch_of_them_and_says_if_that_was_not_all(api, settings):
     """The dedupe compares vectors of the current model only: after a change of model a write first embeds a batch
     (MEMORY_LAZY_EMBED_BATCH) of the user's memories again, so a paraphrase of one is merged; with more of them
     left, the write says its semantic check was not complete."""
