@@ -489,6 +489,23 @@ CELERY_TASK_ACKS_LATE = True
 # The queue tasks are sent to and workers read by default (one name per deployment sharing a broker).
 # Set but empty is the default: an empty name would send every task to a queue no worker reads.
 CELERY_TASK_DEFAULT_QUEUE = (os.environ.get("CELERY_TASK_DEFAULT_QUEUE") or "").strip() or "celery"
+# The tasks that run for minutes (decision fits, import jobs, the embedding backfill, index builds). Set
+# CELERY_LONG_TASKS_QUEUE and they go to that queue, for workers of their own (``celery -A config worker -Q NAME``),
+# so a long import or fit never holds up a click's learning or an autonomy cycle on the default queue. Unset: the
+# default queue, where every worker reads them.
+LONG_TASKS = (
+    "learning.decision_refit",
+    "learning.decision_prior_fit",
+    "learning.decision_prior_refresh",
+    "learning.phrase_import_job_run",
+    "learning.phrase_import_jobs_sweep",
+    "learning.tenant_indexes_sync",
+    "embeddings.tasks.embeddings_backfill_task",
+)
+CELERY_LONG_TASKS_QUEUE = (os.environ.get("CELERY_LONG_TASKS_QUEUE") or "").strip()
+if CELERY_LONG_TASKS_QUEUE and CELERY_LONG_TASKS_QUEUE == CELERY_TASK_DEFAULT_QUEUE:
+    CELERY_LONG_TASKS_QUEUE = ""  # the same queue: nothing to route
+CELERY_TASK_ROUTES = {name: {"queue": CELERY_LONG_TASKS_QUEUE} for name in LONG_TASKS} if CELERY_LONG_TASKS_QUEUE else {}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

@@ -414,3 +414,25 @@ def test_without_a_broker_tasks_run_here_without_kombu_warning_about_a_hostname(
     assert not [r for r in caplog.records if "No hostname was supplied" in r.getMessage()]
     with pytest.raises(TypeError):
         task_send(no_broker_record, 1)  # a missing argument is refused as apply_async refuses it
+
+
+def test_long_tasks_go_to_their_own_queue_when_one_is_named_and_every_name_is_a_registered_task():
+    import json
+
+    import embeddings.tasks
+    import learning.tasks
+    from config.celery import app
+
+    assert embeddings.tasks and learning.tasks  # registered with the app
+
+    show = [
+        "-c",
+        "import django, json; django.setup(); from django.conf import settings; print(json.dumps(settings.CELERY_TASK_ROUTES))",
+    ]
+    routed = json.loads(_run(show, DEBUG="1", CELERY_LONG_TASKS_QUEUE="long").stdout.strip().splitlines()[-1])
+    assert routed["learning.decision_prior_fit"] == {"queue": "long"} and routed["learning.phrase_import_job_run"] == {
+        "queue": "long"
+    }
+    assert "learning.disambiguation_signals_process" not in routed  # a click's learning stays on the default queue
+    assert set(routed) <= set(app.tasks), set(routed) - set(app.tasks)
+    assert json.loads(_run(show, DEBUG="1").stdout.strip().splitlines()[-1]) == {}
