@@ -111,10 +111,8 @@ def test_load_verbs_missing_path(tmp_path):
         call_command("load_verbs", str(tmp_path / "missing.yaml"))
 
 
-def test_backfill_embeds_missing_and_stale_rows(catalogue, failing_embedder):
-    learned_phrase_upsert(phrase="no vector yet", verb=catalogue["cbu.list"])
-    set_embedder(None)
-    stale_model = LearnedPhrase.objects.create(
+def _phrase_of_another_model(catalogue) -> LearnedPhrase:
+    return LearnedPhrase.objects.create(
         phrase="old model",
         normalized="old model",
         verb=catalogue["cbu.list"],
@@ -122,6 +120,12 @@ def test_backfill_embeds_missing_and_stale_rows(catalogue, failing_embedder):
         embedding_model="some-other-model",
         embedding_hash=text_hash("old model"),
     )
+
+
+def test_backfill_embeds_missing_and_stale_rows(catalogue, failing_embedder):
+    learned_phrase_upsert(phrase="no vector yet", verb=catalogue["cbu.list"])
+    set_embedder(None)
+    stale_model = _phrase_of_another_model(catalogue)
     stale_text = LearnedPhrase.objects.create(
         phrase="edited text",
         normalized="edited text",
@@ -160,14 +164,7 @@ class BrokenEmbedder:
 
 def test_backfill_status_counts_what_waits_for_a_vector_and_embeds_nothing(catalogue):
     LearnedPhrase.objects.create(phrase="x y", normalized="x y", verb=catalogue["cbu.list"])
-    LearnedPhrase.objects.create(
-        phrase="old model",
-        normalized="old model",
-        verb=catalogue["cbu.list"],
-        embedding=[0.1] * 384,
-        embedding_model="some-other-model",
-        embedding_hash=text_hash("old model"),
-    )
+    _phrase_of_another_model(catalogue)
     stdout = StringIO()
     call_command("backfill_embeddings", "--status", stdout=stdout)
     out = stdout.getvalue()
