@@ -32,7 +32,7 @@ def _client(user):
 def _reviewer_of_two_tenants(*codenames):
     """acme, globex, and a staff user (not a superuser) who is a reviewer of both, with these permissions."""
     acme, globex = tenant_create(slug="acme", name="Acme"), tenant_create(slug="globex", name="Globex")
-    user = get_user_model().objects.create_user("multi", password="pw-12345678", is_staff=True)
+    user = get_user_model().objects.create_user("multi", password="a-long-test-password", is_staff=True)
     user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
     membership_add(user=user, tenant=acme)
     membership_add(user=user, tenant=globex)
@@ -91,7 +91,7 @@ def test_a_release_from_the_admin_never_dedupes_a_lesson_into_another_tenants_me
 def test_a_superusers_release_from_the_admin_stores_the_memory_in_the_items_tenant():
     """A superuser sees every tenant; the memory still goes to the item's, never to the default tenant."""
     _acme, globex, _user = _reviewer_of_two_tenants()
-    root = get_user_model().objects.create_superuser("root", password="pw-12345678")
+    root = get_user_model().objects.create_superuser("root", password="a-long-test-password")
     item = _quarantined(globex, user_id="gus", text="Globex deploys every Friday once the freeze window has ended.")
     assert _release(_client(root), item).status_code == 302
     with tenant_scope(ALL):

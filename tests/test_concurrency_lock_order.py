@@ -108,7 +108,7 @@ def test_a_retrieval_and_an_outcome_of_the_same_memories_at_once(settings):
 
     settings.MEMORY_RETRIEVE_MIN_SCORE = -1.0
     settings.MEMORY_AUTO_PROMOTE_STREAK = settings.MEMORY_AUTO_PROMOTE_HITS = 100
-    client, other_client = _api_client(), _api_client("assistant-2")
+    client, other_client = _api_client(), _api_client("other-assistant")
     older, newer = seed_memories(user="alice", texts=LOG_LESSONS[:2])
     Memory.objects.filter(pk=older.pk).update(topic="logs again")  # the older memory's row now sits after the newer's
     holding, out = threading.Event(), {}
@@ -162,7 +162,7 @@ def test_an_observe_repeating_a_memory_with_an_outcome_and_another_writer_of_the
 
     settings.MEMORY_RETRIEVE_MIN_SCORE = -1.0
     settings.MEMORY_AUTO_PROMOTE_STREAK = settings.MEMORY_AUTO_PROMOTE_HITS = 100
-    client, other_client = _api_client(), _api_client("assistant-2")
+    client, other_client = _api_client(), _api_client("other-assistant")
     older, newer = seed_memories(user="alice", texts=LOG_LESSONS[:2])
     retrieval = MemoryRetrieval.objects.create(user_id="alice", query_sha256="x" * 64, memory_ids=[older.pk, newer.pk])
     locked = threading.Event()
@@ -495,7 +495,7 @@ def test_a_retrieval_that_stores_missing_vectors_and_an_outcome_of_those_memorie
 
     settings.MEMORY_RETRIEVE_MIN_SCORE = -1.0
     settings.MEMORY_AUTO_PROMOTE_STREAK = settings.MEMORY_AUTO_PROMOTE_HITS = 100
-    client, other_client = _api_client(), _api_client("assistant-2")
+    client, other_client = _api_client(), _api_client("other-assistant")
     older, newer = seed_memories(user="alice", texts=LOG_LESSONS[:2])
     Memory.objects.filter(pk__in=[older.pk, newer.pk]).update(embedding=None)  # written while the embedder was down
     stored, real = threading.Event(), retrieval._lazy_embed
