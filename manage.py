@@ -3,6 +3,9 @@
 
 import os
 import sys
+import traceback
+
+SETTINGS_FILE = os.path.join("config", "settings.py")
 
 
 def main():
@@ -14,7 +17,10 @@ def main():
     try:
         execute_from_command_line(sys.argv)
     except ImproperlyConfigured as exc:
-        # a setting missing or out of range (SECRET_KEY without DEBUG=1, a number it cannot read): one line naming it
+        # a setting missing or out of range (SECRET_KEY without DEBUG=1, a number it cannot read): one line naming
+        # it; raised anywhere else (an app's code), the traceback says where
+        if not any(frame.f_code.co_filename.endswith(SETTINGS_FILE) for frame, _ in traceback.walk_tb(exc.__traceback__)):
+            raise
         sys.stderr.write(f"Configuration: {exc}\n")
         sys.exit(1)
     except OperationalError as exc:

@@ -381,3 +381,11 @@ def test_manage_py_says_a_database_is_not_migrated_and_keeps_other_programming_e
     main = _main_raising(monkeypatch, _chained(ProgrammingError, "syntax error at or near", "42601"))
     with pytest.raises(ProgrammingError, match="syntax error"):
         main()
+
+
+def test_manage_py_keeps_the_traceback_of_a_configuration_error_raised_outside_the_settings(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    main = _main_raising(monkeypatch, ImproperlyConfigured("an app's own misuse"))
+    with pytest.raises(ImproperlyConfigured, match="misuse"):
+        main()
