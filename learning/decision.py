@@ -5,7 +5,9 @@
   Predicting is one d x V matmul, a few rows of the n-gram weights and a softmax.
 * ``combine``: the ranking, anchor score (cosine scale) and head probability blended 0.5 / 0.5, so a verb with
   three examples the head barely knows still ranks by its anchors.
-* ``features``: what the resolver knows about its top verb (FEATURES, in that order).
+* ``features``: what the resolver knows about its top verb (FEATURES, in that order), among them how much closer
+  the query is to the top verb's name than to any other verb's (``verb_words``, ``name_margins``): the words a
+  catalogue's author chose for an action, which know what it does before any phrase is taught.
 * ``fit_decision``: P(top verb is right | features) from the deployment's own labels, a logistic regression whose
   coefficients on the "more support" features are constrained >= 0 (``MonoLR``), and the cut: the lowest
   probability whose out-of-fold wrong auto-resolutions stay within ``max_wrong_rate`` of all labels counting a
@@ -26,6 +28,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import re
 import warnings
 from typing import TYPE_CHECKING
 
@@ -52,9 +55,13 @@ FEATURES = (
     "top_is_learned",  # the top verb's best anchor is a learned (user) phrase, not the catalogue
     "log_n_anchors",  # log(1 + anchors of the top verb)
     "verb_is_new",  # the top verb has fewer than 6 anchors
+    "name_margin",  # the query's cosine to the top verb's name (its words) minus its best cosine to another's
 )
+# A fit names the features it was fitted on: the first BASE_FEATURES or more of FEATURES (fits and resolution
+# records from before a feature was added are read with the features they have).
+BASE_FEATURES = 11
 # +1: P(right) may only grow with the feature. Properties of any similarity resolver, not of a data set.
-MONOTONE = {"top_cos": 1, "anchor_top": 1, "anchor_margin": 1, "head_p": 1, "head_margin": 1, "knn_agree": 1}
+MONOTONE = {"top_cos": 1, "anchor_top": 1, "anchor_margin": 1, "head_p": 1, "head_margin": 1, "knn_agree": 1, "name_margin": 1}
 KNN = 5
 NEW_VERB_ANCHORS = 6
 BOUND_Z = 1.28  # one-sided 90% bound on the wrong count
@@ -200,10 +207,15 @@ def head_inputs_digest(X, names, sample_weight, texts=None, *, prefix: str = "")
     return h.hexdigest()
 
 
-def head_dumps(head: dict, verbs: list[str]) -> bytes:
-    """A head as npz bytes (W, b, classes, verb names)."""
+def head_dumps(head: dict, verbs: list[str], names: tuple[list[str], np.ndarray] | None = None) -> bytes:
+    """A head as npz bytes (W, b, classes, verb names, and ``names``: (verbs, the vectors of their names, NaN for a
+    verb without one), the catalogue's verbs, also those the head cannot predict; None: none)."""
     buf = io.BytesIO()
-    np.savez(buf, W=head["W"], b=head["b"], classes=head["classes"], verbs=np.array(verbs, dtype=object))
+    arrays = {"W": head["W"], "b": head["b"], "classes": head["classes"], "verbs": np.array(verbs, dtype=object)}
+    if names is not None:
+        arrays["name_verbs"] = np.array(names[0], dtype=object)
+        arrays["names"] = np.asarray(names[1], dtype=np.float32)
+    np.savez(buf, **arrays)
     return buf.getvalue()
 
 
@@ -212,6 +224,9 @@ def head_loads(data: bytes) -> tuple[dict, list[str]]:
     try:
         with np.load(io.BytesIO(bytes(data)), allow_pickle=True) as z:
             head = {"W": z["W"].astype(np.float32), "b": z["b"].astype(np.float32), "classes": z["classes"]}
+            head["names"] = z["names"].astype(np.float32) if "names" in z.files else None
+            head["name_verbs"] = [str(v) for v in z["name_verbs"]] if "name_verbs" in z.files else None
+            head["name_index"] = {v: j for j, v in enumerate(head["name_verbs"] or ())}
             verbs = [str(v) for v in z["verbs"]]
     except Exception as exc:  # any corruption: the caller falls back
         raise ValueError(f"unreadable head: {exc}") from exc
@@ -219,6 +234,11 @@ def head_loads(data: bytes) -> tuple[dict, list[str]]:
         raise ValueError("head shape does not match its verbs")
     if not (np.isfinite(head["W"]).all() and np.isfinite(head["b"]).all()):
         raise ValueError("head weights are not all finite")
+    names = head["names"]
+    if names is not None and (
+        head["name_verbs"] is None or names.ndim != 2 or names.shape[0] != len(head["name_verbs"]) or np.isinf(names).any()
+    ):
+        raise ValueError("head's name vectors do not match their verbs")
     return head, verbs
 
 
@@ -233,9 +253,18 @@ def combine(anchor: np.ndarray, head_p: np.ndarray | None, alpha: float = ALPHA)
 
 
 def features(
-    *, anchor: np.ndarray, head_p: np.ndarray | None, top: int, top_cos: float, knn: list[int], learned_top: bool, n_anchors: int
+    *,
+    anchor: np.ndarray,
+    head_p: np.ndarray | None,
+    top: int,
+    top_cos: float,
+    knn: list[int],
+    learned_top: bool,
+    n_anchors: int,
+    name_margin: float = 0.0,
 ) -> np.ndarray:
-    """The feature vector (FEATURES order) of the top verb ``top`` (index into ``anchor`` / ``head_p``)."""
+    """The feature vector (FEATURES order) of the top verb ``top`` (index into ``anchor`` / ``head_p``);
+    ``name_margin``: ``name_margins`` of the top verb (0 when its name has no vector)."""
     others = np.delete(anchor, top)
     if head_p is None:
         hp, hmargin, hagree = 0.0, 0.0, 0.0
@@ -257,9 +286,44 @@ def features(
             float(learned_top),
             np.log1p(n_anchors),
             float(n_anchors < NEW_VERB_ANCHORS),
+            name_margin,
         ],
         dtype=np.float64,
     )
+
+
+def verb_words(name: str, domain: str = "", display_name: str = "") -> str:
+    """The words of a verb's name, the text its name vector is embedded from: the name's parts in words
+    (``exchange_rate``, ``exchangeRate`` and ``exchange-rate`` alike), without a first part that is the verb's
+    domain (all its verbs share it: it tells none apart), then its display name when that says something else.
+    ``banking.exchange_rate`` in domain ``banking`` -> ``exchange rate``."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
+    parts = [p for p in re.split(r"[\W_]+", spaced) if p]
+    if len(parts) > 1 and domain and parts[0].lower() == domain.lower():
+        parts = parts[1:]
+    words = " ".join(parts).lower()
+    shown = " ".join(display_name.split()).lower()
+    return f"{words}, {shown}" if shown and shown != words else words
+
+
+def name_margins(C, top, exclude=None) -> np.ndarray:
+    """Per row of ``C`` (n x V: cosines of queries to the verbs' names; NaN for a verb without a name vector):
+    the cosine to the name of verb ``top[r]`` minus the best cosine to another verb's name, leaving out
+    ``exclude[r]`` too (a verb scored as if it did not exist). 0 where either side has no name."""
+    C = np.atleast_2d(np.asarray(C, dtype=np.float64))
+    n = len(C)
+    r = np.arange(n)
+    top = np.asarray(top, dtype=np.int64)
+    if not C.shape[1]:
+        return np.zeros(n)
+    own = C[r, top]
+    others = C.copy()
+    others[r, top] = np.nan
+    if exclude is not None:
+        others[r, np.asarray(exclude, dtype=np.int64)] = np.nan
+    best = np.max(np.where(np.isnan(others), -np.inf, others), axis=1)
+    margin = own - best
+    return np.where(np.isfinite(margin), margin, 0.0)
 
 
 def without(head_p: np.ndarray | None, verb: int) -> np.ndarray | None:
@@ -303,8 +367,8 @@ class MonoLR:
         return 1.0 / (1.0 + np.exp(-np.clip(np.asarray(Z) @ self.coef_ + self.intercept_, -50, 50)))
 
 
-def _signs() -> np.ndarray:
-    return np.array([MONOTONE.get(f, 0) for f in FEATURES])
+def _signs(width: int = len(FEATURES)) -> np.ndarray:
+    return np.array([MONOTONE.get(f, 0) for f in FEATURES[:width]])
 
 
 def choose_cut(p: np.ndarray, y: np.ndarray, max_wrong_rate: float, z: float = BOUND_Z) -> tuple[float, dict]:
@@ -355,8 +419,8 @@ def fit_decision(
     folds: int = FOLDS,
     seed: int = 0,
 ) -> dict | None:
-    """P(top verb is right | features) and its cut, from labelled rows ``F`` (n x len(FEATURES)) and ``y`` (1 =
-    the top verb was right). ``F_open``: open-set rows (queries scored with their verb removed; always wrong).
+    """P(top verb is right | features) and its cut, from labelled rows ``F`` (n x the first BASE_FEATURES or more
+    of FEATURES: the fit is on those) and ``y`` (1 = the top verb was right). ``F_open``: open-set rows (queries scored with their verb removed; always wrong).
     Probabilities for the cut are out-of-fold; the model is then refitted on everything. None with fewer than
     ``min_labels`` labels, one class only, or one row of each (rows with a non-finite feature are left out).
     ``max_open_rate``: the cut is also high enough that at most this share of the open-set rows (held out) would
@@ -364,11 +428,16 @@ def fit_decision(
     from sklearn.model_selection import StratifiedKFold
 
     y = np.asarray(y, dtype=np.int64)
-    F = np.asarray(F, dtype=np.float64).reshape(len(y), len(FEATURES))
+    F = np.asarray(F, dtype=np.float64)
+    F = F.reshape(len(y), -1) if F.size else np.zeros((len(y), len(FEATURES)))
+    width = F.shape[1]
+    if not BASE_FEATURES <= width <= len(FEATURES):
+        raise ValueError(f"feature rows of {width} columns; a fit reads {BASE_FEATURES} to {len(FEATURES)}")
     finite = np.isfinite(F).all(axis=1)  # a row with a non-finite feature teaches nothing: left out
     F, y = F[finite], y[finite]
     if F_open is not None and len(F_open):
-        F_open = np.asarray(F_open, dtype=np.float64)
+        F_open = np.atleast_2d(np.asarray(F_open, dtype=np.float64))
+        F_open = F_open[:, :width] if F_open.shape[1] >= width else F_open[:0, :width]
         F_open = F_open[np.isfinite(F_open).all(axis=1)]
     if len(y) < min_labels or len(y) == 0 or y.min() == y.max():
         return None
@@ -386,16 +455,16 @@ def fit_decision(
         return None  # one row of each kind: no two folds can be drawn
     k = max(2, min(folds, int(counts[counts > 0].min())))
     for tr, te in StratifiedKFold(k, shuffle=True, random_state=seed).split(Z, strata):
-        oof[te] = MonoLR(_signs()).fit(Z[tr], y_all[tr]).predict_proba1(Z[te])
+        oof[te] = MonoLR(_signs(width)).fit(Z[tr], y_all[tr]).predict_proba1(Z[te])
     cut, held = choose_cut(oof[~is_open], y, max_wrong_rate)
     cut_open = open_cut(oof[is_open], max_open_rate) if n_open else float("-inf")
     if np.isfinite(cut) and cut_open > cut:
         cut, held = cut_open, shares_at(oof[~is_open], y, cut_open)
-    clf = MonoLR(_signs()).fit(Z, y_all)
+    clf = MonoLR(_signs(width)).fit(Z, y_all)
     right_cos = F[y == 1, FEATURES.index("top_cos")]
     min_top_cos = float(np.quantile(right_cos, SUPPORT_QUANTILE)) if len(right_cos) else -1.0
     return {
-        "features": list(FEATURES),
+        "features": list(FEATURES[:width]),
         "mean": mu.tolist(),
         "scale": sd.tolist(),
         "coef": clf.coef_.tolist(),
@@ -415,9 +484,10 @@ def fit_decision(
 
 def check_params(params) -> None:
     """Raise ValueError unless ``params`` is a usable fit (shapes and finite numbers)."""
-    if not isinstance(params, dict) or params.get("features") != list(FEATURES):
+    names = params.get("features") if isinstance(params, dict) else None
+    if not isinstance(names, list) or not BASE_FEATURES <= len(names) <= len(FEATURES) or names != list(FEATURES[: len(names)]):
         raise ValueError("decision params do not match this resolver's features")
-    n = len(FEATURES)
+    n = len(names)
     for key in ("mean", "scale", "coef"):
         v = params.get(key)
         if not isinstance(v, list) or len(v) != n or not all(_finite_number(x) for x in v):
@@ -437,8 +507,9 @@ def _finite_number(x) -> bool:
 
 
 def probability(params: dict, F) -> np.ndarray:
-    """P(top verb is right) for feature rows F."""
-    z = (np.atleast_2d(np.asarray(F, dtype=np.float64)) - np.asarray(params["mean"])) / np.asarray(params["scale"])
+    """P(top verb is right) for feature rows F (the features the fit was fitted on: the first of each row)."""
+    F = np.atleast_2d(np.asarray(F, dtype=np.float64))[:, : len(params["coef"])]
+    z = (F - np.asarray(params["mean"])) / np.asarray(params["scale"])
     return 1.0 / (1.0 + np.exp(-np.clip(z @ np.asarray(params["coef"]) + params["intercept"], -50, 50)))
 
 
@@ -560,10 +631,11 @@ def _prior_rows(S, verbs_tr, n_verbs: int, p: dict, exclude, chunk: int = 256, l
     return score, top_cos, knn, learned_top
 
 
-def _prior_features(score, P, top_cos, knn, n_anch, learned_top=None):
+def _prior_features(score, P, top_cos, knn, n_anch, learned_top=None, names_cos=None, exclude=None):
     """``features`` of every row's top verb (``learned_top``: n x V, the verb's best anchor is a learned phrase;
-    None: never); rows whose best combined score is not positive are dropped. Answers (kept mask, top verb per
-    row, feature rows)."""
+    None: never; ``names_cos``: n x V cosines to the verbs' names, None: no names; ``exclude``: a verb per row
+    scored as if it did not exist); rows whose best combined score is not positive are dropped. Answers (kept
+    mask, top verb per row, feature rows)."""
     n, V = score.shape
     comb = combine(score, P)
     top = np.argmax(comb, axis=1)
@@ -597,6 +669,7 @@ def _prior_features(score, P, top_cos, knn, n_anch, learned_top=None):
             np.zeros(n) if learned_top is None else learned_top[r, top].astype(np.float64),
             np.log1p(na),
             (na < NEW_VERB_ANCHORS).astype(np.float64),
+            np.zeros(n) if names_cos is None else name_margins(names_cos, top, exclude),
         ]
     )
     return keep, top, F
@@ -646,6 +719,7 @@ def catalogue_priors(
     max_open_rate: float | None = None,
     max_queries: int | None = None,
     max_train: int | None = None,
+    names=None,
     progress: bool = False,
 ) -> list:
     """Labelled examples from the anchors a deployment loaded, and the decision fit on them, once per head option.
@@ -658,7 +732,11 @@ def catalogue_priors(
     heads differ. ``max_queries`` / ``max_train``: with more than ``max_queries`` anchors, each fold asks a fixed
     random sample of its held-out anchors in proportion (all folds together at most ``max_queries``), and a fold
     whose other anchors number more than ``max_train`` trains its head on a sample of them (all of them still
-    score as anchors). ``progress``: a bar over the folds (a command's). Answers [(fit or None, number of examples)]
+    score as anchors). ``names``: the vectors of the verbs' names (n_verbs or more x d: row i is verb i's, NaN for
+    a verb without one, then the names of the catalogue's verbs without anchors; None: none): a held-out verb
+    keeps its name, as a verb imported with a few phrases has one, and a verb nobody taught yet still tells a
+    query that is about it from one that is about the top verb.
+    ``progress``: a bar over the folds (a command's). Answers [(fit or None, number of examples)]
     in the order of ``texts_options``."""
     vectors = np.asarray(vectors, dtype=np.float32)
     verbs = np.asarray(verbs, dtype=np.int64)
@@ -683,6 +761,7 @@ def catalogue_priors(
             fit_rows = np.sort(rng.choice(tr, max_train, replace=False))
         n_anch = np.bincount(verbs[tr], minlength=n_verbs)
         S = vectors[te] @ vectors[tr].T
+        C = None if names is None else vectors[te] @ np.asarray(names, dtype=np.float32).T
         gold = verbs[te]
         # every held-out phrase as a query (labelled), then as if its own verb did not exist (open set)
         asked = _prior_rows(S, verbs[tr], n_verbs, p, None, learned=learned[tr], trust=trust[tr])
@@ -694,12 +773,12 @@ def catalogue_priors(
             head = head_train(vectors[fit_rows], verbs[fit_rows], n_verbs, texts=texts_fit)
             P = head_predict(head, vectors[te], texts_te)
             score, tc, knn, lt = asked
-            keep, top, f = _prior_features(score, P, tc, knn, n_anch, lt)
+            keep, top, f = _prior_features(score, P, tc, knn, n_anch, lt, C)
             F.append(f[keep])
             y.append((top == gold)[keep].astype(np.int64))
             score, tc, knn, lt = opened
             P_open = None if P is None else np.stack([without(P[j], int(g)) for j, g in enumerate(gold)])
-            keep, _, f = _prior_features(score, P_open, tc, knn, n_anch, lt)
+            keep, _, f = _prior_features(score, P_open, tc, knn, n_anch, lt, C, gold)
             F_open.append(f[keep])
     out = []
     for F, y, F_open in rows:

@@ -317,8 +317,21 @@ def _fit_in_force(user_id: str | None, model: str):
 class _View:
     """One query seen through one fit: dense anchor / head arrays over the verbs in play."""
 
-    def __init__(self, verbs, anchor, head_p, hits, n_anchors):
+    def __init__(self, verbs, anchor, head_p, hits, n_anchors, names=None):
         self.verbs, self.anchor, self.head_p, self.hits, self.n_anchors = verbs, anchor, head_p, hits, n_anchors
+        # (cosine of the query to each catalogue verb's name, NaN for a blocked verb or one without a name; verb
+        # -> its index), or None: the head has no name vectors
+        self.names = names
+
+    def name_margin(self, top: int, exclude: int | None) -> float:
+        if self.names is None:
+            return 0.0
+        cos, at = self.names
+        j = at.get(self.verbs[top])
+        if j is None:  # a verb added since the head was trained: no name to compare
+            return 0.0
+        gone = at.get(self.verbs[exclude]) if exclude is not None else None
+        return float(decision.name_margins(cos, [j], None if gone is None else [gone])[0])
 
     def top(self, eligible):
         comb = decision.combine(self.anchor, self.head_p)
@@ -339,17 +352,25 @@ class _View:
             knn=knn,
             learned_top=learned_top,
             n_anchors=self.n_anchors.get(self.verbs[top], 0),
+            name_margin=self.name_margin(top, exclude),
         )
 
 
 def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: bool, normalized: str):
     index = {c.verb: i for i, c in enumerate(candidates)}
     verbs = [c.verb for c in candidates]
-    head = anchors_n = None
+    head = anchors_n = names = None
     P = None
     if head_tuple is not None:
         head, head_verbs, anchors_n, _ = head_tuple
         probs = decision.head_predict(head, vector, [normalized])[0]
+        if head.get("names") is not None:
+            cos = head["names"] @ np.asarray(vector, dtype=np.float32)
+            at = head["name_index"]
+            for v in blocked:  # a blocked verb is not in play
+                if v in at:
+                    cos[at[v]] = np.nan
+            names = (cos, at)
         active = selectors.active_verb_names(stamp=rows.stamp) if allow_head_only else frozenset()
         order = np.argsort(-probs)
         shown = 0
@@ -388,7 +409,7 @@ def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: 
     for i, c in enumerate(candidates):  # exact and substring tiers: the candidate's own score is its anchor
         if c.source in _LEARNED_SOURCES or c.source in (Source.PHRASE_EXACT, Source.PHRASE_SUBSTRING):
             hits.append((c.score, i, c.score if c.source != Source.PHRASE_SUBSTRING else 0.0, True, c.source in _LEARNED_SOURCES))
-    return _View(verbs, anchor, P, hits, anchors_n or {})
+    return _View(verbs, anchor, P, hits, anchors_n or {}, names)
 
 
 def _learned_finish(
@@ -434,6 +455,8 @@ def _learned_finish(
         margin=round(float(comb[top] - runner), 4) if runner is not None else None,
         min_top_cos=fs.params.get("min_top_cos"),
         top_cos=float(f[0]),
+        # how much closer the text is to the top verb's name than to any other verb's (0: no names to compare)
+        name_margin=round(float(f[decision.FEATURES.index("name_margin")]), 4),
     )
     if auto and endorsed is not None:
         # A penalty may decide an auto-resolution only for a verb this user chose for a near-paraphrase.

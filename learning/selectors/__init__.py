@@ -35,6 +35,7 @@ from learning.selectors.decisions import (
     labels_since_newest_fit,
     shadow_figures,
     users_with_phrases,
+    verb_name_words,
 )
 from learning.selectors.disambiguation import (
     active_profile_cache_clear,
@@ -90,6 +91,7 @@ __all__ = [
     "head_cache_bytes",
     "decision_labels",
     "decision_state",
+    "verb_name_words",
     "decision_user_anchor_rows",
     "decision_users_anchor_pairs",
     "disambiguation_outcomes_per_verb",

@@ -124,7 +124,7 @@ def _head_cached(key, load):
             _head_cache.move_to_end(key)
             return _head_cache[key]
     value = load()
-    size = value[0]["W"].nbytes + value[0]["b"].nbytes if isinstance(value, tuple) else 0
+    size = sum(value[0][k].nbytes for k in ("W", "b", "names") if value[0].get(k) is not None) if isinstance(value, tuple) else 0
     budget = settings.RESOLVE_HEAD_CACHE_MB * 2**20
     with _head_lock:
         _head_cache[key] = value
@@ -309,6 +309,12 @@ def decision_anchor_stamp(*, model: str) -> tuple[int, int]:
     a = catalogue.aggregate(n=Count("pk"), keys=Sum("pk"))
     b = learned.aggregate(n=Count("pk"), keys=Sum("pk"))
     return a["n"] + b["n"], int(a["keys"] or 0) + int(b["keys"] or 0)  # a bigint sum is numeric in PostgreSQL
+
+
+def verb_name_words() -> dict[str, str]:
+    """{verb name: the words its name vector is embedded from (``decision.verb_words``)} of the active verbs."""
+    rows = Verb.objects.filter(is_active=True).values_list("name", "domain", "display_name")
+    return {name: decision.verb_words(name, domain, display_name) for name, domain, display_name in rows}
 
 
 def users_with_phrases(*, model: str, min_phrases: int) -> list[str]:

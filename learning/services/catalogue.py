@@ -10,6 +10,7 @@ from common.api import ApplicationError, Conflict
 from common.text import normalize_phrase, text_hash
 from embeddings.services import embedding_assign, embeddings_by_text
 from learning.catalogue import VerbEntry
+from learning.decision import verb_words
 from learning.models import EntityAlias, Verb, VerbPhrase
 from learning.selectors import verb_details_forget
 from learning.services.decisions import decision_prior_fit_send
@@ -54,7 +55,14 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False,
         "shared_count": 0,
     }
     with transaction.atomic():
-        was_active = dict(Verb.objects.select_for_update().filter(name__in=wanted).values_list("name", "is_active"))
+        was = {
+            name: (active, verb_words(name, domain, shown))
+            for name, active, domain, shown in Verb.objects.select_for_update()
+            .filter(name__in=wanted)
+            .values_list("name", "is_active", "domain", "display_name")
+        }
+        was_active = {name: active for name, (active, _) in was.items()}
+        named = False  # a verb with new words for its name: the prior compares queries with the names
         verbs = {}
         for e in entries:
             fields = {"domain": e.domain}
@@ -65,6 +73,7 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False,
                 create_defaults={"display_name": "", "description": "", "is_active": True, **fields},
             )
             counts["verbs_created" if created else "verbs_updated"] += 1
+            named = named or created or was[e.name][1] != verb_words(verb.name, verb.domain, verb.display_name)
             if not created and was_active.get(e.name) != verb.is_active:
                 counts["reactivated" if verb.is_active else "retired"].append(e.name)
             verbs[e.name] = verb
@@ -92,8 +101,8 @@ def verb_catalogue_load(*, entries: Iterable[VerbEntry], progress: bool = False,
         counts["shared_count"] = shared.count()
         counts["shared"] = list(shared[:SHARED_PHRASES_LISTED])
         transaction.on_commit(verb_details_forget)
-        if new_phrases or counts["phrases_removed"] or counts["reactivated"] or counts["retired"]:
-            # the prior and the floors follow the catalogue (a broker outage: the daily refit catches up)
+        if new_phrases or counts["phrases_removed"] or counts["reactivated"] or counts["retired"] or named:
+            # the prior, the floors and the names follow the catalogue (a broker outage: the daily refit catches up)
             decision_prior_fit_send()
     counts["unembedded"] = len(rows) - len(embedded)
     return counts
@@ -114,14 +123,21 @@ def _embed_changed(rows: list) -> None:
 def verb_edit(*, verb: Verb, fields: list[str] | None = None) -> Verb:
     """A verb edited by hand (the admin's verb page): saved (an edit: only ``fields``, the ones the page changed, so
     nothing a catalogue load wrote meanwhile is put back; none: nothing), and the verbs' cache dropped once this
-    commits; retired or switched back on, the catalogue prior refits (its phrases are in or out of the anchors)."""
+    commits; retired or switched back on (its phrases are in or out of the anchors) or renamed (the decision compares
+    queries with the verbs' names), the catalogue prior refits."""
     if fields is not None and not fields:
         return verb
     with transaction.atomic():
-        was_active = Verb.objects.filter(pk=verb.pk).values_list("is_active", flat=True).first() if verb.pk else None
+        was = (
+            Verb.objects.filter(pk=verb.pk).values_list("is_active", "name", "domain", "display_name").first()
+            if verb.pk
+            else None
+        )
         verb.save(update_fields=fields)
         transaction.on_commit(verb_details_forget)
-        if was_active is not None and was_active != verb.is_active:
+        if was is not None and (
+            was[0] != verb.is_active or verb_words(*was[1:]) != verb_words(verb.name, verb.domain, verb.display_name)
+        ):
             decision_prior_fit_send()
     return verb
 

@@ -8,6 +8,7 @@ shadow fit if it earned it, fit the newest labels and the classifier heads into 
 """
 
 import contextlib
+import hashlib
 import logging
 import uuid
 
@@ -26,7 +27,7 @@ from common.db import rows_purge, tenant_lock
 from common.tasks import task_headers, task_send
 from common.text import normalize_phrase
 from common.validation import MAX_DAYS
-from embeddings.embedders import current_model_name
+from embeddings.embedders import EmbeddingError, current_model_name, get_embedder
 from learning import decision, selectors
 from learning.models import DecisionFit, DecisionFitEvent, DecisionHead, ResolutionRecord
 from learning.resolution import profile
@@ -225,9 +226,46 @@ def _rows_join(*parts):
     return tuple([x for part in parts for x in part[i]] for i in range(5))
 
 
-def _train_head(rows, user_id: str | None, warm_version: int | None, words: bool):
+NO_NAMES = "names=none"
+
+
+def _verb_names(model: str) -> tuple[dict[str, np.ndarray], str]:
+    """The vectors of the active verbs' names (``selectors.verb_name_words``) by ``model``, and a digest of their
+    words (part of every head's inputs: a verb renamed trains its heads again). ({}, NO_NAMES) when the embedder
+    configured here is not ``model``'s or cannot embed now: the name feature is then 0 in the prior and the heads
+    alike, and a fit from labels leaves it out. Embedded in the process's cache: a refit embeds only new names."""
+    words = selectors.verb_name_words()
+    if not words:
+        return {}, NO_NAMES
+    verbs = sorted(words)
+    try:
+        embedder = get_embedder()
+        if embedder.model_name != model:
+            return {}, NO_NAMES
+        vectors = embedder.embed_batch([normalize_phrase(words[v]) or v for v in verbs])
+    except EmbeddingError as exc:
+        logger.warning("verb names not embedded (%s): the fit goes without the name feature", exc)
+        return {}, NO_NAMES
+    h = hashlib.sha256(model.encode())
+    for v in verbs:
+        h.update(f"{v}\x1f{words[v]}\x1e".encode())
+    return {v: np.asarray(x, dtype=np.float32) for v, x in zip(verbs, vectors, strict=True)}, f"names={h.hexdigest()}"
+
+
+def _names_matrix(names: dict[str, np.ndarray], verbs: list[str]) -> tuple[list[str], np.ndarray] | None:
+    """(verbs, their names' vectors): ``verbs`` first (NaN for one without a name), then the other verbs with a
+    name (the catalogue's verbs nobody taught yet); None without names."""
+    if not names:
+        return None
+    d = len(next(iter(names.values())))
+    missing = np.full(d, np.nan, dtype=np.float32)
+    order = list(verbs) + sorted(set(names) - set(verbs))
+    return order, np.vstack([names.get(v, missing) for v in order])
+
+
+def _train_head(rows, user_id: str | None, warm_version: int | None, words: bool, verb_names: dict[str, np.ndarray]):
     """(weights, phrases per verb) of a head over anchor ``rows``, warm from the same scope's head of
-    ``warm_version``; None without two verbs."""
+    ``warm_version``, stored with the vectors of its verbs' names (``verb_names``); None without two verbs."""
     vectors, names, _, conf, texts = rows
     if not vectors:
         return None
@@ -247,7 +285,7 @@ def _train_head(rows, user_id: str | None, warm_version: int | None, words: bool
     if head is None:
         return None
     counts = np.bincount(y, minlength=len(verbs))
-    return decision.head_dumps(head, verbs), {v: int(counts[i]) for i, v in enumerate(verbs)}
+    return decision.head_dumps(head, verbs, _names_matrix(verb_names, verbs)), {v: int(counts[i]) for i, v in enumerate(verbs)}
 
 
 def _trust(confidence) -> np.ndarray:
@@ -262,7 +300,13 @@ def _digest(rows, words: bool, prefix: str = "") -> str:
 
 
 def _heads_train(
-    model: str, *, users: bool, warm_version: int | None, words: bool = True, progress: bool = False
+    model: str,
+    *,
+    users: bool,
+    warm_version: int | None,
+    words: bool = True,
+    names: tuple[dict, str] | None = None,
+    progress: bool = False,
 ) -> tuple[list, list]:
     """The deployment's head (learning words or not: ``words``, what the catalogue's folds chose) and, with
     ``users``, one per user with enough phrases of their own (always learning words: users' taught phrases),
@@ -271,16 +315,17 @@ def _heads_train(
     RESOLVE_USER_HEADS_PER_REFIT personal heads are trained, users without a head first, then those trained
     longest ago; the others keep their newest head while it covers the same verbs (else the deployment's
     serves them) until a later refit reaches them. Trained before the transaction that stores them (a head
-    over many phrases takes a while). Answers [(user id or None, weights, phrases per verb, inputs digest)] of the
+    over many phrases takes a while). ``names``: ``_verb_names``' answer (None: read here). Answers [(user id or None, weights, phrases per verb, inputs digest)] of the
     heads trained, and [id of a stored head] of the heads that serve again (copied by ``_heads_save``)."""
     shared = selectors.decision_anchor_rows(model=model)
+    name_vectors, names_key = _verb_names(model) if names is None else names
     if warm_version is not None:
         selectors.decision_state_forget()  # a head warm-starts only from a user's head that was not erased since
     scopes = [None]
     if users:
         scopes += selectors.users_with_phrases(model=model, min_phrases=settings.RESOLVE_USER_HEAD_MIN_PHRASES)
     newest = selectors.decision_heads_newest(model=model, users=scopes)
-    shared_digests = {w: _digest(shared, w) for w in {words, True} if users or w == words}
+    shared_digests = {w: _digest(shared, w, prefix=names_key) for w in {words, True} if users or w == words}
     heads, reused, due = [], [], []
     own_pairs: dict[str, set] = {}  # each user's own (text, verb) anchors when read: checked again before the save
     for user_id in scopes:
@@ -307,7 +352,7 @@ def _heads_train(
                 reused.append(stored[0])
                 kept += 1
             continue
-        got = _train_head(rows, user_id, warm_version, words if user_id is None else True)
+        got = _train_head(rows, user_id, warm_version, words if user_id is None else True, name_vectors)
         if got is not None:
             heads.append((user_id, *got, digest))
             trained += user_id is not None
@@ -435,6 +480,7 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
     # resolver applies them while this is the newest prior.
     floors = decision.floors(matrix, ids, settings.RESOLVE_FLOOR_QUANTILES)
     p = profile(model, floors=floors)
+    name_vectors = _verb_names(model)
     # Whether the head learns words too is decided by the catalogue's own folds: with a few phrases a verb the
     # n-grams can cost more than they bring (a fit from labels, on the phrases users taught, always uses them).
     # The two heads share the folds and the anchor scores (one pass over the phrases).
@@ -451,6 +497,7 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
         max_open_rate=settings.RESOLVE_MAX_OPEN_RATE,
         max_queries=settings.RESOLVE_PRIOR_MAX_QUERIES,
         max_train=settings.RESOLVE_PRIOR_MAX_TRAIN,
+        names=None if not name_vectors[0] else _names_matrix(name_vectors[0], verbs)[1],
         progress=progress,
     )
     params, n = None, 0
@@ -469,7 +516,7 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
     if params is None:
         _unfit_remember(model, len(vectors))
         return None
-    heads = _heads_train(model, users=False, warm_version=None, words=params["head_words"])
+    heads = _heads_train(model, users=False, warm_version=None, words=params["head_words"], names=name_vectors)
     with transaction.atomic():
         fit = DecisionFit.objects.create(
             version=_next_version(),
@@ -657,13 +704,24 @@ def decision_refit(*, force: bool = False, progress: bool = False, due: bool = F
 
 
 def _feature_row(value) -> bool:
-    """A stored feature row the fit can read: one real number per feature (a damaged row is left out, never fatal;
+    """A stored feature row the fit can read: one real number per feature, for the first BASE_FEATURES or more of
+    FEATURES (a record from before a feature was added has fewer; a damaged row is left out, never fatal;
     non-finite values are left out by the fit)."""
     return (
         isinstance(value, list)
-        and len(value) == len(decision.FEATURES)
+        and decision.BASE_FEATURES <= len(value) <= len(decision.FEATURES)
         and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
     )
+
+
+def _feature_width(rows: list[dict], *, names: bool, enough: int) -> int:
+    """How many features a fit from labels reads: all of them when at least ``enough`` rows carry every one (the
+    rows that carry fewer, recorded before a feature was added, are then left out), else the fewest any row
+    carries; never the name feature without name vectors (``names``) for the heads this fit trains."""
+    full = len(decision.FEATURES) if names else decision.BASE_FEATURES
+    if sum(len(r["features"]) >= full for r in rows) >= max(enough, 1):
+        return full
+    return min((len(r["features"]) for r in rows), default=full)
 
 
 def _live_fit_locked(*, tenant_id: int | None = None, exclude: int | None = None) -> DecisionFit | None:
@@ -692,6 +750,9 @@ def _held_out_in_use(in_use, F, y) -> dict:
         decision.check_params(in_use.params)
     except (ValueError, TypeError) as exc:
         logger.error("decision fit v%s in use is unusable (%s): not judged on the new labels", in_use.version, exc)
+        return {}
+    if F.shape[1] < len(in_use.params["coef"]):  # it reads a feature these labels were recorded without
+        logger.info("decision fit v%s in use reads more features than the labels carry: not judged on them", in_use.version)
         return {}
     return decision.evaluate(in_use.params, F, y)
 
@@ -727,10 +788,18 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
     if len(labels) < settings.RESOLVE_PROMOTE_MIN_LABELS and not force:
         out["reason"] = out["reason"] or f"{len(labels)} labels; a fit needs {settings.RESOLVE_PROMOTE_MIN_LABELS}"
         return out
+    model = current_model_name()
+    names = _verb_names(model)
     good = [r for r in labels if _feature_row(r["features"])]
-    F = np.array([r["features"] for r in good], dtype=np.float64).reshape(-1, len(decision.FEATURES))
+    width = _feature_width(good, names=bool(names[0]), enough=1 if force else settings.RESOLVE_PROMOTE_MIN_LABELS)
+    good = [r for r in good if len(r["features"]) >= width]
+    F = np.array([r["features"][:width] for r in good], dtype=np.float64).reshape(-1, width)
     y = np.array([int(r["label"]) for r in good])
-    F_open = [r["features_open"] for r in good if r["label"] and _feature_row(r["features_open"])]
+    F_open = [
+        r["features_open"][:width]
+        for r in good
+        if r["label"] and _feature_row(r["features_open"]) and len(r["features_open"]) >= width
+    ]
     params = decision.fit_decision(
         F,
         y,
@@ -742,11 +811,12 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
     if params is None:
         out["reason"] = "too few labels or one class only"
         return out
-    model = current_model_name()
     state = selectors.decision_state()
     in_use, prior = state["live"], state["prior"]
     words = bool((prior.params or {}).get("head_words", True)) if prior else True
-    trained = _heads_train(model, users=True, warm_version=in_use.version if in_use else None, words=words, progress=progress)
+    trained = _heads_train(
+        model, users=True, warm_version=in_use.version if in_use else None, words=words, names=names, progress=progress
+    )
     with transaction.atomic():
         heads_lock()  # first: an erasure of a user whose head trained meanwhile has committed, or waits for this
         # locked: a reviewer pinning this shadow live meanwhile commits first, and then it is no shadow to retire
