@@ -236,9 +236,13 @@ def head_loads(data: bytes) -> tuple[dict, list[str]]:
         raise ValueError("head weights are not all finite")
     names = head["names"]
     if names is not None and (
-        head["name_verbs"] is None or names.ndim != 2 or names.shape[0] != len(head["name_verbs"]) or np.isinf(names).any()
+        head["name_verbs"] is None
+        or names.ndim != 2
+        or names.shape[0] != len(head["name_verbs"])
+        or names.shape[1] not in (head["W"].shape[0], head["W"].shape[0] - LEX_FEATURES)  # the embeddings' width
+        or np.isinf(names).any()
     ):
-        raise ValueError("head's name vectors do not match their verbs")
+        raise ValueError("head's name vectors do not match their verbs or the embeddings")
     return head, verbs
 
 
@@ -781,10 +785,11 @@ def catalogue_priors(
             keep, _, f = _prior_features(score, P_open, tc, knn, n_anch, lt, C, gold)
             F_open.append(f[keep])
     out = []
+    width = len(FEATURES) if names is not None else BASE_FEATURES  # without names the fit leaves the feature out
     for F, y, F_open in rows:
-        F = np.vstack(F) if F else np.zeros((0, len(FEATURES)))
+        F = (np.vstack(F) if F else np.zeros((0, len(FEATURES))))[:, :width]
         y = np.concatenate(y) if y else np.zeros(0, dtype=np.int64)
-        F_open = np.vstack(F_open) if F_open else np.zeros((0, len(FEATURES)))
+        F_open = (np.vstack(F_open) if F_open else np.zeros((0, len(FEATURES))))[:, :width]
         fit = fit_decision(
             F,
             y,

@@ -412,6 +412,18 @@ def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: 
     return _View(verbs, anchor, P, hits, anchors_n or {}, names)
 
 
+def _with_names(head_tuple, version: int):
+    """A personal head trained before the heads held the verbs' names (kept by refits that reach a few users at a
+    time) compares with its fit's deployment head's names: the same verbs' names for every head of a fit."""
+    if head_tuple is None or head_tuple[0].get("names") is not None or head_tuple[3] is None:
+        return head_tuple
+    shared = selectors.decision_head(version, None)
+    if shared is None or shared[0].get("names") is None:
+        return head_tuple
+    names = {k: shared[0][k] for k in ("names", "name_verbs", "name_index")}
+    return ({**head_tuple[0], **names}, *head_tuple[1:])
+
+
 def _learned_finish(
     request_id, text, user_id, domain, candidates, rows, vector, p, limit, *, model, reason, before, endorsed, context, normalized
 ):
@@ -421,6 +433,7 @@ def _learned_finish(
     reason = _reasons(reason, degraded)
     try:
         pool = [c for c in candidates if c.score >= p["min_score"]]
+        head_tuple = _with_names(head_tuple, fs.version)
         view = _view(pool, rows, vector, head_tuple, rows.blocked, p, allow_head_only=domain is None, normalized=normalized)
     except ValueError as exc:  # an unreadable head: decide with the fixed rule, say so
         logger.error("decision head of v%s unusable: %s", fs.version, exc)
@@ -455,8 +468,8 @@ def _learned_finish(
         margin=round(float(comb[top] - runner), 4) if runner is not None else None,
         min_top_cos=fs.params.get("min_top_cos"),
         top_cos=float(f[0]),
-        # how much closer the text is to the top verb's name than to any other verb's (0: no names to compare)
-        name_margin=round(float(f[decision.FEATURES.index("name_margin")]), 4),
+        # how much closer the text is to the top verb's name than to any other verb's (None: no names to compare)
+        name_margin=round(float(f[decision.FEATURES.index("name_margin")]), 4) if view.names is not None else None,
     )
     if auto and endorsed is not None:
         # A penalty may decide an auto-resolution only for a verb this user chose for a near-paraphrase.
@@ -475,9 +488,12 @@ def _learned_finish(
         top_o, _ = view.top(eligible_open)
         f_open = view.features(top_o, exclude=top).tolist()
         view.anchor, view.head_p = saved
+    # without names the name margin is unknown, not 0: the record keeps the features before it, so a fit from
+    # labels never reads a placeholder as a measured margin
+    width = len(decision.FEATURES) if view.names is not None else decision.BASE_FEATURES
     trace.update(
-        features=f.tolist(),
-        features_open=f_open,
+        features=f[:width].tolist(),
+        features_open=f_open[:width] if f_open is not None else None,
         probability=prob,
         cut=fs.params.get("cut"),
         top_verb=view.verbs[top],
@@ -521,7 +537,7 @@ def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, mod
             list(pool),
             rows,
             vector,
-            selectors.decision_head(shadow.version, user_id),
+            _with_names(selectors.decision_head(shadow.version, user_id), shadow.version),
             rows.blocked,
             p,
             allow_head_only=domain is None,

@@ -12,12 +12,13 @@ from common.text import normalize_phrase
 from embeddings.embedders import EmbeddingError, get_embedder
 from learning import decision
 from learning.catalogue import VerbEntry
-from learning.models import DecisionFit, ResolutionRecord, Verb
+from learning.models import DecisionFit, DecisionHead, ResolutionRecord, Verb
 from learning.resolution import resolve
 from learning.selectors import decision_cache_clear, decision_head
 from learning.services.catalogue import verb_catalogue_load
 from learning.services.decisions import decision_prior_fit, decision_refit
-from tests.test_learning_decision import BIG, _synthetic
+from tests.conftest import make_client
+from tests.test_learning_decision import BIG, URL, _synthetic
 
 
 @pytest.fixture
@@ -82,12 +83,85 @@ def test_the_prior_stores_the_names_of_every_verb_and_the_resolver_explains_the_
     names = dict(zip(head["name_verbs"], head["names"], strict=True))
     assert set(names) == set(Verb.objects.values_list("name", flat=True))  # also the verb without phrases
     np.testing.assert_allclose(names["weather.alert"], get_embedder().embed("alert"), atol=1e-6)
-    r = resolve(text="send an email to my manager")
+    text = "send an email to my manager"
+    r = resolve(text=text)
     assert r.candidates[0].verb == "email.send"
+    cos = dict(zip(head["name_verbs"], head["names"] @ get_embedder().embed(normalize_phrase(text)), strict=True))
     margin = r.explanation["name_margin"]
+    assert margin == pytest.approx(cos["email.send"] - max(c for v, c in cos.items() if v != "email.send"), abs=1e-4)
     assert margin > 0.0 and margin == round(r.trace["features"][decision.FEATURES.index("name_margin")], 4)
     # the open-set row scores the runner-up as if the top verb did not exist: its name is not among the others
-    assert len(r.trace["features_open"]) == len(decision.FEATURES)
+    runner = r.trace["top_verbs"][1]
+    others = max(c for v, c in cos.items() if v not in (runner, "email.send"))
+    assert r.trace["features_open"][-1] == pytest.approx(cos[runner] - others, abs=1e-4)
+
+
+def test_a_prior_and_head_from_before_the_names_still_decide_undegraded(big):
+    fit = decision_prior_fit()
+    params = dict(fit.params)
+    for key in ("mean", "scale", "coef"):
+        params[key] = params[key][: decision.BASE_FEATURES]
+    params["features"] = list(decision.FEATURES[: decision.BASE_FEATURES])
+    del params["names_key"]
+    DecisionFit.objects.filter(pk=fit.pk).update(params=params)
+    stored = DecisionHead.objects.get(fit=fit, user_id=None)
+    head, verbs = decision.head_loads(stored.weights)
+    stored.weights = decision.head_dumps(head, verbs)  # no names, as heads were stored before
+    stored.save(update_fields=["weights"])
+    decision_cache_clear()
+    r = resolve(text="send an email to my manager")
+    assert r.explanation["rule"] == "prior" and not r.degraded and r.explanation["name_margin"] is None
+    assert len(r.trace["features"]) == decision.BASE_FEATURES
+    # the refit sees a prior without names: stale, fitted again with them
+    assert decision_refit()["prior"] is not None
+
+
+def test_a_personal_head_from_before_the_names_compares_with_its_fits_names(big):
+    fit = decision_prior_fit()
+    stored = DecisionHead.objects.get(fit=fit, user_id=None)
+    head, verbs = decision.head_loads(stored.weights)
+    DecisionHead.objects.create(
+        fit=fit, user_id="alice", weights=decision.head_dumps(head, verbs), anchors=stored.anchors, inputs_digest="old"
+    )
+    decision_cache_clear()
+    assert decision_head(fit.version, "alice")[3] == "alice"
+    mine, theirs = resolve(text="book a call with anna", user_id="alice"), resolve(text="book a call with anna")
+    assert mine.explanation["name_margin"] is not None
+    assert mine.explanation["name_margin"] == theirs.explanation["name_margin"]
+
+
+def test_name_vectors_of_another_width_are_refused_and_the_next_fit_decides(big):
+    prior = decision_prior_fit()
+    live = DecisionFit.objects.create(
+        version=prior.version + 1,
+        source="labels",
+        status="retired",
+        embedding_model=prior.embedding_model,
+        params=prior.params,
+        n_labels=500,
+    )
+    stored = DecisionHead.objects.get(fit=prior, user_id=None)
+    head, verbs = decision.head_loads(stored.weights)
+    bad = np.ones((len(head["name_verbs"]), 7), dtype=np.float32)
+    weights = decision.head_dumps(head, verbs, (head["name_verbs"], bad))
+    with pytest.raises(ValueError, match="name vectors"):
+        decision.head_loads(weights)
+    DecisionHead.objects.create(fit=live, user_id=None, weights=weights, anchors=stored.anchors, inputs_digest="x")
+    DecisionFit.objects.filter(pk=prior.pk).update(status="retired")
+    DecisionFit.objects.filter(pk=live.pk).update(status="live")
+    decision_cache_clear()
+    response = make_client(["resolve"]).post(URL, {"text": "what is the weather like"}, format="json")
+    body = response.json()
+    assert response.status_code == 200 and "unusable" in body["degraded_reason"]
+    assert body["explanation"]["rule"] == "prior"  # the prior, which is sound, decides
+
+
+def test_a_rename_whose_refit_was_lost_is_caught_by_the_daily_refit(big):
+    first = decision_prior_fit()
+    Verb.objects.filter(name="weather.get").update(display_name="Forecast")  # no refit sent (a broker outage)
+    refitted = decision_refit()["prior"]
+    assert refitted is not None and refitted > first.version
+    assert decision_refit()["prior"] is None  # current again
 
 
 def test_a_renamed_verb_trains_the_heads_again_with_its_new_name(big):
@@ -111,8 +185,14 @@ def test_without_the_embedder_a_fit_goes_on_without_names_and_the_feature_is_zer
     fit = decision_prior_fit()
     monkeypatch.undo()
     assert fit is not None and decision_head(fit.version, None)[0]["names"] is None
+    assert fit.params["features"] == list(decision.FEATURES[: decision.BASE_FEATURES])  # fitted without the feature
     r = resolve(text="send an email to my manager")
-    assert r.explanation["name_margin"] == 0.0
+    # no margin to compare: the explanation says so, and the record keeps the features before it
+    assert r.explanation["name_margin"] is None and not r.degraded
+    assert len(r.trace["features"]) == decision.BASE_FEATURES
+    # the embedder is back: the prior without names is stale, and the next refit fits it with them
+    again = DecisionFit.objects.get(version=decision_refit()["prior"])
+    assert again.params["features"] == list(decision.FEATURES) and decision_head(again.version, None)[0]["names"] is not None
 
 
 def _records(n, F, y, fit):
@@ -145,6 +225,8 @@ def test_labels_recorded_before_the_name_feature_train_a_fit_without_it_until_en
     first = DecisionFit.objects.get(version=out["shadow"])
     assert first.params["features"] == list(decision.FEATURES[: decision.BASE_FEATURES]) and first.n_labels == 400
     decision.check_params(first.params)
+    forced = DecisionFit.objects.get(version=decision_refit(force=True)["shadow"])  # forced: still every label
+    assert forced.n_labels == 400 and len(forced.params["features"]) == decision.BASE_FEATURES
     _records(200, F[400:], y[400:], prior)  # now 300 rows carry every feature: the older ones are left out
     second = DecisionFit.objects.get(version=decision_refit(force=True)["shadow"])
     assert second.params["features"] == list(decision.FEATURES) and second.n_labels == 300
@@ -158,9 +240,7 @@ def test_labels_recorded_before_the_name_feature_train_a_fit_without_it_until_en
         assert r.explanation["fit_version"] == fit.version and not r.degraded
 
 
-def test_a_new_or_renamed_verb_refits_the_prior_and_an_edit_that_keeps_the_words_does_not(
-    db, django_capture_on_commit_callbacks
-):
+def test_a_new_or_renamed_verb_refits_the_prior_and_an_edit_that_keeps_the_words_does_not(db, django_capture_on_commit_callbacks):
     from learning.services.catalogue import verb_edit
 
     def priors():

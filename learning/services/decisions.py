@@ -229,11 +229,20 @@ def _rows_join(*parts):
 NO_NAMES = "names=none"
 
 
+def _names_key(model: str, words: dict[str, str]) -> str:
+    """A digest of the verbs' name words under ``model``: part of every head's inputs (a verb renamed trains its
+    heads again) and of the prior's params (a prior on other names is stale)."""
+    h = hashlib.sha256(model.encode())
+    for v in sorted(words):
+        h.update(f"{v}\x1f{words[v]}\x1e".encode())
+    return f"names={h.hexdigest()}"
+
+
 def _verb_names(model: str) -> tuple[dict[str, np.ndarray], str]:
-    """The vectors of the active verbs' names (``selectors.verb_name_words``) by ``model``, and a digest of their
-    words (part of every head's inputs: a verb renamed trains its heads again). ({}, NO_NAMES) when the embedder
-    configured here is not ``model``'s or cannot embed now: the name feature is then 0 in the prior and the heads
-    alike, and a fit from labels leaves it out. Embedded in the process's cache: a refit embeds only new names."""
+    """The vectors of the active verbs' names (``selectors.verb_name_words``) by ``model``, and ``_names_key``.
+    ({}, NO_NAMES) when the embedder configured here is not ``model``'s or cannot embed now: the prior and the
+    fits from labels then leave the feature out, the heads carry no names, and the prior is stale until names can
+    be embedded. Embedded in the process's cache: a refit embeds only new names."""
     words = selectors.verb_name_words()
     if not words:
         return {}, NO_NAMES
@@ -246,10 +255,7 @@ def _verb_names(model: str) -> tuple[dict[str, np.ndarray], str]:
     except EmbeddingError as exc:
         logger.warning("verb names not embedded (%s): the fit goes without the name feature", exc)
         return {}, NO_NAMES
-    h = hashlib.sha256(model.encode())
-    for v in verbs:
-        h.update(f"{v}\x1f{words[v]}\x1e".encode())
-    return {v: np.asarray(x, dtype=np.float32) for v, x in zip(verbs, vectors, strict=True)}, f"names={h.hexdigest()}"
+    return {v: np.asarray(x, dtype=np.float32) for v, x in zip(verbs, vectors, strict=True)}, _names_key(model, words)
 
 
 def _names_matrix(names: dict[str, np.ndarray], verbs: list[str]) -> tuple[list[str], np.ndarray] | None:
@@ -511,6 +517,7 @@ def _prior_fit(*, progress: bool = False) -> DecisionFit | None:
                 "anchor_keys": stamp[1],
                 "reembedding": reembedding,
                 "read_at": read_at,
+                "names_key": name_vectors[1],
             }
             n = count
     if params is None:
@@ -646,15 +653,20 @@ def _unfit_at(model: str) -> int | None:
 def _prior_stale() -> bool:
     """No catalogue prior for the current model, one from before floors were measured, or one fitted on other
     phrases than the deployment has now (a load or import whose refit was deferred, a verb turned off or on,
-    phrases embedded later, reviewed phrases; compared by their number and the sum of their keys): the refit makes
-    a new one; not when a fit on the same number of phrases failed within the last day (``_unfit_remember``)."""
+    phrases embedded later, reviewed phrases; compared by their number and the sum of their keys) or on other verb
+    names (a verb added or renamed whose refit was lost, or names the embedder could not embed then): the refit
+    makes a new one; not when a fit on the same number of phrases failed within the last day (``_unfit_remember``)."""
     model = current_model_name()
     count, keys = selectors.decision_anchor_stamp(model=model)
     newest = DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR, embedding_model=model).order_by("-version").first()
     if newest is None or not isinstance(newest.params, dict) or "floors" not in newest.params:
         stale = True
     else:  # a prior from before the keys were recorded is compared by number only
-        stale = newest.params.get("anchors") != count or newest.params.get("anchor_keys", keys) != keys
+        stale = (
+            newest.params.get("anchors") != count
+            or newest.params.get("anchor_keys", keys) != keys
+            or newest.params.get("names_key") != _names_key(model, selectors.verb_name_words())
+        )
     return stale and _unfit_at(model) != count
 
 
@@ -791,7 +803,7 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
     model = current_model_name()
     names = _verb_names(model)
     good = [r for r in labels if _feature_row(r["features"])]
-    width = _feature_width(good, names=bool(names[0]), enough=1 if force else settings.RESOLVE_PROMOTE_MIN_LABELS)
+    width = _feature_width(good, names=bool(names[0]), enough=settings.RESOLVE_PROMOTE_MIN_LABELS)
     good = [r for r in good if len(r["features"]) >= width]
     F = np.array([r["features"][:width] for r in good], dtype=np.float64).reshape(-1, width)
     y = np.array([int(r["label"]) for r in good])
