@@ -79,7 +79,9 @@ class ResolveResponseSerializer(serializers.Serializer):
             "compared with, fit_version (a number, or 'prior'), margin to the runner-up, blocks and penalties applied "
             "(blocks_unchecked: blocked verbs whose block has no vector of the text's model yet, so it was not compared). "
             "Every rule gives these keys; exact (a trusted exact phrase, nothing computed) gives null probability, cut, "
-            "fit_version and margin, no blocks or penalties, and the phrase's confidence and trusted_confidence."
+            "fit_version and margin, no blocks or penalties, and the phrase's confidence and trusted_confidence. "
+            "learned and prior also give top_cos and min_top_cos (the support guard), and name_margin: how much "
+            "closer the text is to the top verb's name than to any other verb's (null when the fit has no names)."
         )
     )
 
