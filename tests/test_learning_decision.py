@@ -840,31 +840,36 @@ def test_purge_keeps_recent_records(big):
 # --- refit, shadow, promotion, pin, roll back ---
 
 
+def labelled_records(F, y, fit, shadow=None) -> None:
+    """One labelled resolution per feature row of ``F`` (label ``y``), answered by ``fit``; with ``shadow``, that
+    fit judged them too (it asked where the label says the top verb was wrong)."""
+    ResolutionRecord.objects.bulk_create(
+        [
+            ResolutionRecord(
+                request_id=uuid.uuid4(),
+                text=f"t{i}",
+                normalized=f"t{i}",
+                outcome="ambiguous",
+                rule="prior",
+                features=list(F[i]),
+                features_open=list(np.asarray(F[i]) - 2),
+                label=bool(y[i]),
+                labelled_at=timezone.now(),
+                fit_version=fit.version,
+                shadow_version=shadow.version if shadow else None,
+                shadow_outcome=("resolved" if y[i] else "ambiguous") if shadow else "",
+                shadow_verb="x" if shadow else "",
+                shadow_label=bool(y[i]) if shadow else None,
+            )
+            for i in range(len(y))
+        ]
+    )
+
+
 def _labelled(n, rng, prior):
-    """``n`` labelled resolutions answered by ``prior``; a fit in shadow judged them too (it asked where the label
-    says the top verb was wrong), as it judges every resolution made while it runs."""
+    """``n`` labelled resolutions answered by ``prior``, judged by the fit in shadow if one runs."""
     F, y = _synthetic(n, seed=int(rng.integers(1000)))
-    shadow = DecisionFit.objects.filter(status="shadow").first()
-    rows = [
-        ResolutionRecord(
-            request_id=uuid.uuid4(),
-            text=f"t{i}",
-            normalized=f"t{i}",
-            outcome="ambiguous",
-            rule="prior",
-            features=F[i].tolist(),
-            features_open=(F[i] - 2).tolist(),
-            label=bool(y[i]),
-            labelled_at=timezone.now(),
-            fit_version=prior.version,
-            shadow_version=shadow.version if shadow else None,
-            shadow_outcome=("resolved" if y[i] else "ambiguous") if shadow else "",
-            shadow_verb="x" if shadow else "",
-            shadow_label=bool(y[i]) if shadow else None,
-        )
-        for i in range(n)
-    ]
-    ResolutionRecord.objects.bulk_create(rows)
+    labelled_records(F.tolist(), y, prior, DecisionFit.objects.filter(status="shadow").first())
 
 
 def test_a_fit_runs_in_shadow_then_goes_live_and_a_reviewer_can_pin_and_roll_back(big, settings):

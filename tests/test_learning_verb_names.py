@@ -2,23 +2,20 @@
 name over every other verb's, the name vectors stored with each head, and fits and records from before the feature
 existed still read."""
 
-import uuid
-
 import numpy as np
 import pytest
-from django.utils import timezone
 
 from common.text import normalize_phrase
 from embeddings.embedders import EmbeddingError, get_embedder
 from learning import decision
 from learning.catalogue import VerbEntry
-from learning.models import DecisionFit, DecisionHead, ResolutionRecord, Verb
+from learning.models import DecisionFit, DecisionHead, Verb
 from learning.resolution import resolve
 from learning.selectors import decision_cache_clear, decision_head
 from learning.services.catalogue import verb_catalogue_load
 from learning.services.decisions import decision_prior_fit, decision_refit
 from tests.conftest import make_client
-from tests.test_learning_decision import BIG, URL, _synthetic
+from tests.test_learning_decision import BIG, URL, _synthetic, labelled_records
 
 
 @pytest.fixture
@@ -196,23 +193,7 @@ def test_without_the_embedder_a_fit_goes_on_without_names_and_the_feature_is_zer
 
 
 def _records(n, F, y, fit):
-    ResolutionRecord.objects.bulk_create(
-        [
-            ResolutionRecord(
-                request_id=uuid.uuid4(),
-                text=f"t{i}",
-                normalized=f"t{i}",
-                outcome="ambiguous",
-                rule="prior",
-                features=F[i].tolist(),
-                features_open=(F[i] - 2).tolist(),
-                label=bool(y[i]),
-                labelled_at=timezone.now(),
-                fit_version=fit.version,
-            )
-            for i in range(n)
-        ]
-    )
+    labelled_records(np.asarray(F)[:n].tolist(), y[:n], fit)
 
 
 def test_labels_recorded_before_the_name_feature_train_a_fit_without_it_until_enough_carry_it(big, settings):
