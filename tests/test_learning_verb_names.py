@@ -180,6 +180,7 @@ def test_without_the_embedder_a_fit_goes_on_without_names_and_the_feature_is_zer
     embedder = get_embedder()
     monkeypatch.setattr(type(embedder), "embed_batch", down)
     fit = decision_prior_fit()
+    assert decision_refit()["prior"] is None  # while the embedder stays down, no refit fits the prior again
     monkeypatch.undo()
     assert fit is not None and decision_head(fit.version, None)[0]["names"] is None
     assert fit.params["features"] == list(decision.FEATURES[: decision.BASE_FEATURES])  # fitted without the feature

@@ -665,9 +665,18 @@ def _prior_stale() -> bool:
         stale = (
             newest.params.get("anchors") != count
             or newest.params.get("anchor_keys", keys) != keys
-            or newest.params.get("names_key") != _names_key(model, selectors.verb_name_words())
+            or _names_stale(model, newest.params.get("names_key"))
         )
     return stale and _unfit_at(model) != count
+
+
+def _names_stale(model: str, fitted: str | None) -> bool:
+    """Was the prior fitted on other verb names than the catalogue's now? One fitted without names (the embedder
+    could not embed them) is stale only once they can be embedded: an embedder that stays down does not refit the
+    prior at every refit."""
+    if fitted == _names_key(model, selectors.verb_name_words()):
+        return False
+    return fitted != NO_NAMES or bool(_verb_names(model)[0])
 
 
 def decision_prior_refresh() -> DecisionFit | None:
