@@ -321,8 +321,10 @@ def _heads_train(
     RESOLVE_USER_HEADS_PER_REFIT personal heads are trained, users without a head first, then those trained
     longest ago; the others keep their newest head while it covers the same verbs (else the deployment's
     serves them) until a later refit reaches them. Trained before the transaction that stores them (a head
-    over many phrases takes a while). ``names``: ``_verb_names``' answer (None: read here). Answers [(user id or None, weights, phrases per verb, inputs digest)] of the
-    heads trained, and [id of a stored head] of the heads that serve again (copied by ``_heads_save``)."""
+    over many phrases takes a while). ``names``: ``_verb_names``' answer (None: read here), stored with every head
+    trained and part of every head's inputs digest. Answers [(user id or None, weights, phrases per verb, inputs
+    digest)] of the heads trained, and [id of a stored head] of the heads that serve again (copied by
+    ``_heads_save``)."""
     shared = selectors.decision_anchor_rows(model=model)
     name_vectors, names_key = _verb_names(model) if names is None else names
     if warm_version is not None:
