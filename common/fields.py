@@ -75,7 +75,8 @@ class StrictSerializer(serializers.Serializer):
 
 
 class StrictQuerySerializer(StrictSerializer):
-    """Query parameters: unknown names refused, and a parameter given empty (``?status=``) is an error, not "not given"."""
+    """Query parameters: unknown names refused, a parameter given empty (``?status=``) is an error, not "not given", and
+    one given twice is an error, not its last value."""
 
     def to_internal_value(self, data):
         if hasattr(data, "getlist"):
@@ -84,8 +85,14 @@ class StrictQuerySerializer(StrictSerializer):
                 for name, field in self.fields.items()
                 if data.get(name, None) == "" and not getattr(field, "allow_blank", False)
             }
-            if blank:
-                raise serializers.ValidationError(blank)
+            # a parameter given twice (``?status=a&status=b``) is refused: naming one value silently would hide a mistake
+            repeated = {
+                name: ["Give this parameter once."]
+                for name, field in self.fields.items()
+                if not isinstance(field, serializers.ListField | serializers.MultipleChoiceField) and len(data.getlist(name)) > 1
+            }
+            if blank or repeated:
+                raise serializers.ValidationError({**blank, **repeated})
         return super().to_internal_value(data)
 
 

@@ -31,9 +31,10 @@ _OUT_ERRORS = {**ERROR_RESPONSES, 404: ErrorSerializer, 409: ErrorSerializer}
 _ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="Id")
 
 
-def _page(request, qs, serializer_cls, statuses=()):
-    """One page of ``qs``; ``status`` must be one of ``statuses`` (a misspelt filter is 400, not an empty list)."""
-    q = serializers.ListQuerySerializer(data=request.query_params)
+def _page(request, qs, serializer_cls, statuses=(), query=serializers.ListQuerySerializer):
+    """One page of ``qs``; ``status`` must be one of ``statuses`` (a misspelt filter is 400, not an empty list), and
+    a filter the list does not have (``query``: its parameters) is 400, not ignored."""
+    q = query(data=request.query_params)
     q.is_valid(raise_exception=True)
     status_value = q.validated_data.get("status") or ""
     if status_value and status_value not in statuses:
@@ -49,6 +50,7 @@ def _list_schema(serializer_cls, name):
 
 
 _LIST_PARAMS = [serializers.ListQuerySerializer]
+_PROPOSAL_LIST_PARAMS = [serializers.ProposalListQuerySerializer]
 
 
 class AgentApi(TenantApiView):
@@ -77,7 +79,7 @@ class ProposalListCreateApi(AgentApi):
         return Response(serializers.ProposalSerializer(proposal).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        parameters=_LIST_PARAMS,
+        parameters=_PROPOSAL_LIST_PARAMS,
         responses={200: _list_schema(serializers.ProposalSerializer, "ProposalList"), **_OUT_ERRORS},
         summary="Your proposals",
         operation_id="proposals_list",
@@ -88,6 +90,7 @@ class ProposalListCreateApi(AgentApi):
             selectors.proposal_list(agent=request.user, filters=request.query_params),
             serializers.ProposalSerializer,
             statuses=ProposalStatus.values,
+            query=serializers.ProposalListQuerySerializer,
         )
 
 
@@ -166,7 +169,7 @@ class ExecutionListCreateApi(AgentApi):
         return Response(serializers.ExecutionSerializer(execution).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        parameters=_LIST_PARAMS,
+        parameters=_PROPOSAL_LIST_PARAMS,
         responses={200: _list_schema(serializers.ExecutionSerializer, "ExecutionList"), **_OUT_ERRORS},
         summary="Your executions (status filters the review outcome)",
         operation_id="executions_list",
@@ -177,6 +180,7 @@ class ExecutionListCreateApi(AgentApi):
             selectors.execution_list(agent=request.user, filters=request.query_params),
             serializers.ExecutionSerializer,
             statuses=ReviewOutcome.values,
+            query=serializers.ProposalListQuerySerializer,
         )
 
 

@@ -184,11 +184,10 @@ class MistakePatternSerializer(serializers.Serializer):
     common_correction = serializers.JSONField(allow_null=True)
 
 
-class ListQuerySerializer(StrictQuerySerializer):
+class ProposalListQuerySerializer(StrictQuerySerializer):
+    """The filters of proposals and executions."""
+
     action = _text(required=False, allow_blank=True, max_length=100, help_text="Action name")
-    feedback_type = _text(
-        required=False, allow_blank=True, max_length=60, help_text="Feedback type (records) or pattern category (patterns)"
-    )
     status = _text(
         required=False,
         allow_blank=True,
@@ -197,3 +196,11 @@ class ListQuerySerializer(StrictQuerySerializer):
     )
     limit = BoundedIntegerField(required=False, default=50, min_value=1, max_value=500)
     offset = OffsetField(default=0)
+
+
+class ListQuerySerializer(ProposalListQuerySerializer):
+    """The filters of feedback records and mistake patterns: also their type."""
+
+    feedback_type = _text(
+        required=False, allow_blank=True, max_length=60, help_text="Feedback type (records) or pattern category (patterns)"
+    )

@@ -274,6 +274,13 @@ def execution_create(
         confidence = confidence_validate(reasoning["confidence"], field="reasoning.confidence")
     else:
         confidence = confidence_validate(confidence)
+        if "confidence" in reasoning:  # both given: the stored reasoning must not say another confidence
+            stated = confidence_validate(reasoning["confidence"], field="reasoning.confidence")
+            if stated != confidence:
+                raise ApplicationError(
+                    f"reasoning.confidence ({stated}) differs from confidence ({confidence}); give one, or the same.",
+                    field="reasoning.confidence",
+                )
     if not isinstance(success, bool):
         raise ApplicationError("success must be true or false.", field="success")
     if duration_ms is not None and (isinstance(duration_ms, bool) or not isinstance(duration_ms, int) or duration_ms < 0):
