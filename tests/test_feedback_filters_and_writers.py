@@ -1,15 +1,13 @@
 """Feedback API: list filters a list does not have, parameters given twice, an execution whose two confidences
 disagree, and concurrent writers of proposals and outcomes."""
 
-import threading
-
 import pytest
-from django.db import connection
 from rest_framework.test import APIClient
 
 from actions.models import Action, AutonomyLevel
 from feedback.models import Execution, FeedbackRecord
 from tests.conftest import make_client
+from tests.test_concurrency import run_concurrently
 
 
 def _agent():
@@ -45,28 +43,6 @@ def test_an_execution_whose_reasoning_states_another_confidence_is_refused_and_n
     assert r.status_code == 201 and r.data["confidence"] == 0.9
 
 
-def _at_once(fn, n):
-    """``fn(i)`` in ``n`` threads released together; answers (results, exceptions)."""
-    barrier = threading.Barrier(n)
-    results, errors = [None] * n, []
-
-    def worker(i):
-        try:
-            barrier.wait()
-            results[i] = fn(i)
-        except Exception as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    return results, errors
-
-
 def _client(auth):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=auth)
@@ -81,7 +57,7 @@ def test_proposals_of_a_new_action_at_once_register_it_once_and_all_succeed():
         body = {"action": "brand.new", "proposed_action": {"i": i}, "reasoning": {"confidence": 0.5}}
         return _client(auth).post("/api/v1/proposals", body, format="json").status_code
 
-    codes, errors = _at_once(propose, 8)
+    codes, errors, _ = run_concurrently(propose, 8)
     assert errors == [] and codes == [201] * 8
     assert Action.objects.filter(name="brand.new").count() == 1
 
@@ -99,6 +75,6 @@ def test_outcomes_of_one_proposal_at_once_are_recorded_once():
         outcome = {"proposal": proposal["id"], "success": bool(i % 2), "error": "" if i % 2 else "failed"}
         return _client(auth).post("/api/v1/outcomes", outcome, format="json").status_code
 
-    codes, errors = _at_once(report, 8)
+    codes, errors, _ = run_concurrently(report, 8)
     assert errors == [] and sorted(codes) == [200] + [409] * 7
     assert FeedbackRecord.objects.filter(proposal_id=proposal["id"]).count() <= 1
