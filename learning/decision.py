@@ -424,7 +424,8 @@ def fit_decision(
     seed: int = 0,
 ) -> dict | None:
     """P(top verb is right | features) and its cut, from labelled rows ``F`` (n x the first BASE_FEATURES or more
-    of FEATURES: the fit is on those) and ``y`` (1 = the top verb was right). ``F_open``: open-set rows (queries scored with their verb removed; always wrong).
+    of FEATURES: the fit is on those) and ``y`` (1 = the top verb was right). ``F_open``: open-set rows (queries
+    scored with their verb removed; always wrong).
     Probabilities for the cut are out-of-fold; the model is then refitted on everything. None with fewer than
     ``min_labels`` labels, one class only, or one row of each (rows with a non-finite feature are left out).
     ``max_open_rate``: the cut is also high enough that at most this share of the open-set rows (held out) would

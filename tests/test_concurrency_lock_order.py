@@ -216,6 +216,25 @@ def test_concurrent_proposals_of_a_new_action_all_succeed():
     assert Action.objects.filter(name="crm.update").count() == 1 and Proposal.objects.count() == 12
 
 
+def test_concurrent_outcomes_of_one_proposal_are_recorded_once():
+    from feedback.models import FeedbackRecord
+    from tests.conftest import make_client
+    from tests.test_concurrency import run_concurrently
+
+    agent = make_client(["feedback"], name="ops")
+    governance = make_client(["governance"], name="gov")
+    body = {"action": "email.send", "proposed_action": {"to": "cfo@example.com"}, "reasoning": {"confidence": 0.5}}
+    proposal = agent.post("/api/v1/proposals", body, format="json").json()
+    assert governance.post(f"/api/v1/proposals/{proposal['id']}/approve", {}, format="json").status_code == 200
+    clients = _clients(agent, 8)
+    outcomes = [{"proposal": proposal["id"], "success": bool(i % 2), "error": "" if i % 2 else "failed"} for i in range(8)]
+    codes, errors, _ = run_concurrently(
+        lambda i: clients[i].post("/api/v1/outcomes", outcomes[i], format="json").status_code, n=8
+    )
+    assert errors == [] and sorted(codes) == [200] + [409] * 7, codes
+    assert FeedbackRecord.objects.filter(proposal_id=proposal["id"]).count() <= 1
+
+
 def test_concurrent_confirmations_of_one_text_count_each():
     from learning.models import PhraseEvidence
     from tests.conftest import CATALOGUE, make_client

@@ -193,23 +193,19 @@ def test_without_the_embedder_a_fit_goes_on_without_names_and_the_feature_is_zer
     assert again.params["features"] == list(decision.FEATURES) and decision_head(again.version, None)[0]["names"] is not None
 
 
-def _records(n, F, y, fit):
-    labelled_records(np.asarray(F)[:n].tolist(), y[:n], fit)
-
-
 def test_labels_recorded_before_the_name_feature_train_a_fit_without_it_until_enough_carry_it(big, settings):
     settings.RESOLVE_PROMOTE_MIN_LABELS = 200
     prior = decision_prior_fit()
     F, y = _synthetic(600, seed=3)
-    _records(300, F[:300, : decision.BASE_FEATURES], y[:300], prior)  # recorded by a resolver without names
-    _records(100, F[300:400], y[300:400], prior)
+    labelled_records(F[:300, : decision.BASE_FEATURES].tolist(), y[:300], prior)  # recorded by a resolver without names
+    labelled_records(F[300:400].tolist(), y[300:400], prior)
     out = decision_refit()
     first = DecisionFit.objects.get(version=out["shadow"])
     assert first.params["features"] == list(decision.FEATURES[: decision.BASE_FEATURES]) and first.n_labels == 400
     decision.check_params(first.params)
     forced = DecisionFit.objects.get(version=decision_refit(force=True)["shadow"])  # forced: still every label
     assert forced.n_labels == 400 and len(forced.params["features"]) == decision.BASE_FEATURES
-    _records(200, F[400:], y[400:], prior)  # now 300 rows carry every feature: the older ones are left out
+    labelled_records(F[400:].tolist(), y[400:], prior)  # now 300 rows carry every feature: the older ones are left out
     second = DecisionFit.objects.get(version=decision_refit(force=True)["shadow"])
     assert second.params["features"] == list(decision.FEATURES) and second.n_labels == 300
     # the resolver decides with either: an older fit reads the features it was fitted on
