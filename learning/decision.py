@@ -121,6 +121,26 @@ def lexical(texts) -> sp.csr_matrix:
     return normalize(M, copy=False)
 
 
+@functools.cache
+def _lex_one():
+    """The analyzer and hasher ``lexical`` runs, for one text at a time."""
+    from sklearn.feature_extraction import FeatureHasher
+
+    lex = _lex()
+    hasher = FeatureHasher(n_features=LEX_FEATURES, input_type="string", alternate_sign=False, dtype=np.float32)
+    return lex.build_analyzer(), hasher
+
+
+def lexical_row(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """(columns, values) of ``lexical([text])``'s one row: the same n-grams and hashes, without the per-call
+    validation and sparse-matrix work of the batch path, which cost a resolve more than the rest of its head."""
+    analyzer, hasher = _lex_one()
+    M = hasher.transform([analyzer(text)])
+    values = 1.0 + np.log(M.data)
+    norm = float(np.sqrt(values @ values))
+    return M.indices, values / norm if norm > 0 else values
+
+
 def _head_inputs(X, texts):
     import scipy.sparse as sp
 
@@ -182,6 +202,9 @@ def head_predict(head: dict | None, Q, texts=None) -> np.ndarray | None:
     W, d = head["W"], Q.shape[1]
     if W.shape[0] == d:
         z = Q @ W + head["b"]
+    elif W.shape[0] == d + LEX_FEATURES and texts is not None and len(texts) == 1:
+        columns, values = lexical_row(texts[0])  # a resolve: one text
+        z = Q @ W[:d] + values @ W[d:][columns] + head["b"]
     elif W.shape[0] == d + LEX_FEATURES and texts is not None:
         z = Q @ W[:d] + lexical(texts) @ W[d:] + head["b"]
     else:

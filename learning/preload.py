@@ -5,7 +5,7 @@ start fast."""
 import logging
 
 from embeddings.embedders import get_embedder
-from learning.decision import lexical
+from learning.decision import lexical, lexical_row
 from learning.variants import word_zipf
 
 logger = logging.getLogger(__name__)
@@ -19,6 +19,7 @@ def preload() -> None:
     import sklearn.preprocessing  # noqa: F401
 
     lexical(["warm"])
+    lexical_row("warm")
     word_zipf("warm")
     # every web worker process, not only the one a readiness probe reaches: the first request each served took
     # seconds (the model loaded and its first run) under gunicorn with several workers

@@ -233,6 +233,22 @@ def test_the_head_learns_words_the_embeddings_blur_and_needs_the_text_to_use_the
     assert np.linalg.norm(L[0]) == pytest.approx(1.0, abs=1e-6) and (L[0] == L[1]).all() and not L[2].any()
 
 
+def test_one_text_is_scored_as_the_batch_scores_it():
+    # a resolve scores one text through lexical_row; fits score many through lexical: the same row, the same answer
+    texts = ["turn on the lamp", "", "a", "çà et là, naïve café 東京 🙂", "card  card card", "x" * 3000, "!!! ???"]
+    rng = np.random.default_rng(1)
+    head = {"W": rng.normal(size=(8 + decision.LEX_FEATURES, 3)).astype(np.float32), "b": np.zeros(3, np.float32)}
+    Q = rng.normal(size=(len(texts), 8)).astype(np.float32)
+    batch = decision.head_predict(head, Q, texts)
+    L = decision.lexical(texts)
+    for i, text in enumerate(texts):
+        columns, values = decision.lexical_row(text)
+        row = L.getrow(i)
+        assert list(columns) == list(row.indices)
+        np.testing.assert_allclose(values, row.data, rtol=1e-6)
+        np.testing.assert_allclose(decision.head_predict(head, Q[i : i + 1], [text]), batch[i : i + 1], rtol=1e-5, atol=1e-7)
+
+
 # --- the prior, the explanation, fallbacks ---
 
 
