@@ -282,18 +282,20 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
 _LEARNED_SOURCES = {Source.USER_LEARNED_EXACT, Source.USER_LEARNED_SEMANTIC, Source.LEARNED_EXACT, Source.LEARNED_SEMANTIC}
 
 
-def _fit_in_force(user_id: str | None, model: str):
-    """(FitState, head tuple or None, degraded reason) of the fit to decide with: the live fit, else the catalogue
-    prior of the query's embedding model. A fit of another model (its cut and head were measured in another vector
-    space), one whose params or head cannot be read, and one whose head is missing are skipped for the next, with
-    the reason; none left: the fixed rule decides."""
+def _fits_in_force(user_id: str | None, model: str):
+    """The fits to decide with, best first, each as (FitState, head tuple or None, why the fits before it were
+    skipped): the live fit, then the catalogue prior of the query's embedding model, then (None, None, reasons). A
+    fit of another model (its cut and head were measured in another vector space), one whose params or head cannot
+    be read, and one whose head is missing are skipped for the next, with the reason; none left: the fixed rule
+    decides."""
     state = selectors.decision_state()
     reason = ""
     live = state["live"]
     if live is not None and live.embedding_model not in ("", model):
         reason = f"decision fit v{live.version} is for embedding model {live.embedding_model}; fell back"
         live = None
-    for fs in (live, state["priors"].get(model)):
+    prior = state["priors"].get(model)
+    for fs in (live, prior if live is None or prior is None or prior.version != live.version else None):
         if fs is None:
             continue
         if fs.params is None:
@@ -310,8 +312,21 @@ def _fit_in_force(user_id: str | None, model: str):
             logger.error("decision fit v%s: its head is missing", fs.version)
             reason = f"decision head v{fs.version} missing; fell back"
             continue
-        return fs, head, reason
-    return None, None, reason
+        yield fs, head, reason
+    yield None, None, reason  # the end: why the fits were skipped
+
+
+def _head_knows(head_tuple, verb: str) -> bool:
+    """Whether the head was trained with phrases of ``verb`` (one trained before the verb existed, or before it had
+    any phrase, gives it no probability however well the text matches its phrases now)."""
+    if head_tuple is None:
+        return True
+    head, verbs = head_tuple[0], head_tuple[1]
+    try:
+        j = verbs.index(verb)
+    except ValueError:
+        return False
+    return bool(np.any(np.asarray(head["classes"]) == j))
 
 
 class _View:
@@ -427,18 +442,40 @@ def _with_names(head_tuple, version: int):
 def _learned_finish(
     request_id, text, user_id, domain, candidates, rows, vector, p, limit, *, model, reason, before, endorsed, context, normalized
 ):
-    fs, head_tuple, degraded = _fit_in_force(user_id, model)
-    if fs is None:
+    # The first fit in force whose head can be used decides; one whose head was trained before the top verb had
+    # phrases (a verb added or first taught since the live fit) gives way to the prior when the prior's head knows
+    # the verb: the catalogue refits the prior at once, a fit from labels comes at the next refit.
+    chosen, passed_over, degraded = None, None, ""
+    for fs, head_tuple, skipped in _fits_in_force(user_id, model):
+        degraded = _reasons(degraded, skipped)
+        if fs is None:
+            break
+        pool = [c for c in candidates if c.score >= p["min_score"]]
+        try:
+            head_tuple = _with_names(head_tuple, fs.version)
+            view = _view(pool, rows, vector, head_tuple, rows.blocked, p, allow_head_only=domain is None, normalized=normalized)
+        except ValueError as exc:  # an unreadable head: the next fit decides, or the fixed rule; say so
+            logger.error("decision head of v%s unusable: %s", fs.version, exc)
+            if chosen is None:
+                degraded = _reasons(degraded, f"decision head v{fs.version} unusable; fell back")
+            continue
+        eligible = np.array([bool(v) for v in view.verbs])
+        if chosen is not None:  # the live fit did not know the top verb: this one decides if it does
+            top_verb = view.verbs[view.top(eligible)[0]] if eligible.any() else None
+            if top_verb is not None and _head_knows(head_tuple, top_verb):
+                chosen = (fs, pool, view, eligible)
+            break
+        chosen = (fs, pool, view, eligible)
+        if fs.source == "prior" or not eligible.any():
+            break
+        top_verb = view.verbs[view.top(eligible)[0]]
+        if _head_knows(head_tuple, top_verb):
+            break
+        passed_over = {"fit_version": fs.version, "verb": top_verb}
+    if chosen is None:
         return None, degraded
     reason = _reasons(reason, degraded)
-    try:
-        pool = [c for c in candidates if c.score >= p["min_score"]]
-        head_tuple = _with_names(head_tuple, fs.version)
-        view = _view(pool, rows, vector, head_tuple, rows.blocked, p, allow_head_only=domain is None, normalized=normalized)
-    except ValueError as exc:  # an unreadable head: decide with the fixed rule, say so
-        logger.error("decision head of v%s unusable: %s", fs.version, exc)
-        return None, f"decision head v{fs.version} unusable; fell back"
-    eligible = np.array([bool(v) for v in view.verbs])
+    fs, pool, view, eligible = chosen
     explanation = {
         "rule": "prior" if fs.source == "prior" else "learned",
         "fit_version": fs.version if fs.source != "prior" else "prior",
@@ -448,6 +485,9 @@ def _learned_finish(
         "margin": None,
         **context,
     }
+    if passed_over is not None and fs.version != passed_over["fit_version"]:
+        # the live fit's head was trained before this verb had phrases: the prior, which knows it, decided
+        explanation["fit_passed_over"] = passed_over
     trace = {"rule": explanation["rule"], "fit_version": fs.version}
     if not pool or not eligible.any():
         r = _result(request_id, text, user_id, Outcome.NO_MATCH, None, [], [], limit, reason, model)

@@ -81,7 +81,9 @@ class ResolveResponseSerializer(serializers.Serializer):
             "Every rule gives these keys; exact (a trusted exact phrase, nothing computed) gives null probability, cut, "
             "fit_version and margin, no blocks or penalties, and the phrase's confidence and trusted_confidence. "
             "learned and prior also give top_cos and min_top_cos (the support guard), and name_margin: how much "
-            "closer the text is to the top verb's name than to any other verb's (null when the fit has no names)."
+            "closer the text is to the top verb's name than to any other verb's (null when the fit has no names). "
+            "fit_passed_over (only when it happened): the live fit's version and the top verb, when that fit was "
+            "trained before the verb had phrases and the catalogue prior, which knows it, decided instead."
         )
     )
 

@@ -10,6 +10,7 @@ import pytest
 from embeddings.embedders import get_embedder, set_embedder
 from embeddings.services import embeddings_backfill
 from learning import decision
+from learning.catalogue import VerbEntry
 from learning.models import DecisionFit, DecisionHead, ResolutionRecord, VerbPhrase
 from learning.resolution import resolve
 from learning.selectors import decision_cache_clear
@@ -117,6 +118,44 @@ class ModelB:
 
     def embed_batch(self, texts):
         return [v[self.perm] for v in self.inner.embed_batch(texts)]
+
+
+def test_a_live_head_that_loads_but_cannot_score_the_query_gives_way_to_the_prior(prior):
+    head, verbs = decision.head_loads(DecisionHead.objects.get(fit=prior, user_id=None).weights)
+    short = {**head, "W": head["W"][:100]}  # readable, finite, but of another width than the query's vectors
+    bad = _live_copy(prior, heads=False)
+    DecisionHead.objects.create(fit=bad, user_id=None, weights=decision.head_dumps(short, verbs), anchors={}, inputs_digest="x")
+    decision_cache_clear()
+    body = _answer()
+    assert body["explanation"]["rule"] == "prior" and body["explanation"]["fit_version"] == "prior"
+    assert f"decision head v{bad.version} unusable" in body["degraded_reason"]
+
+
+def test_a_verb_taught_since_the_live_fit_is_decided_by_the_prior_once_the_prior_knows_it(prior):
+    live = _live_copy(prior)  # a fit from labels, its heads trained before the new verb existed
+    invoice = VerbEntry(
+        "invoice.pay", "invoice", "Pay an invoice", "", ["pay this invoice", "settle the invoice", "pay the supplier invoice"]
+    )
+    verb_catalogue_load(entries=[*BIG, invoice])
+    decision_cache_clear()
+    text = "please pay the invoice from the supplier"
+    # until the prior's refit has run, no fit knows the verb: the live fit decides, with no head evidence for it
+    before = resolve(text=text)
+    assert before.candidates[0].verb == "invoice.pay"
+    assert before.explanation["rule"] == "learned" and before.explanation["fit_version"] == live.version
+    assert "fit_passed_over" not in before.explanation and not before.degraded_reason
+    refitted = decision_prior_fit()  # what the catalogue load sends; a fit from labels is live, so it waits retired
+    assert refitted.status == "retired" and DecisionFit.objects.get(status="live") == live
+    decision_cache_clear()
+    after = resolve(text=text)
+    assert after.explanation["rule"] == "prior" and after.explanation["version"] == refitted.version
+    assert after.explanation["fit_passed_over"] == {"fit_version": live.version, "verb": "invoice.pay"}
+    assert not after.degraded_reason
+    assert after.explanation["probability"] > max(0.5, before.explanation["probability"] + 0.3)
+    # a text of a verb the live fit was trained on is still the live fit's
+    old = resolve(text=TEXT)
+    assert old.explanation["rule"] == "learned" and old.explanation["fit_version"] == live.version
+    assert "fit_passed_over" not in old.explanation
 
 
 def test_after_a_change_of_embedding_model_only_that_models_fits_decide(prior):
