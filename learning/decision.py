@@ -445,6 +445,7 @@ def fit_decision(
     max_open_rate: float | None = None,
     folds: int = FOLDS,
     seed: int = 0,
+    judge=None,
 ) -> dict | None:
     """P(top verb is right | features) and its cut, from labelled rows ``F`` (n x the first BASE_FEATURES or more
     of FEATURES: the fit is on those) and ``y`` (1 = the top verb was right). ``F_open``: open-set rows (queries
@@ -452,7 +453,8 @@ def fit_decision(
     Probabilities for the cut are out-of-fold; the model is then refitted on everything. None with fewer than
     ``min_labels`` labels, one class only, or one row of each (rows with a non-finite feature are left out).
     ``max_open_rate``: the cut is also high enough that at most this share of the open-set rows (held out) would
-    auto-resolve."""
+    auto-resolve. ``judge`` (a mask over the rows of ``F``): the held-out figures on those rows alone are given too
+    (``held_out_judged``), to compare with another fit on rows it did not learn from."""
     from sklearn.model_selection import StratifiedKFold
 
     y = np.asarray(y, dtype=np.int64)
@@ -463,6 +465,7 @@ def fit_decision(
         raise ValueError(f"feature rows of {width} columns; a fit reads {BASE_FEATURES} to {len(FEATURES)}")
     finite = np.isfinite(F).all(axis=1)  # a row with a non-finite feature teaches nothing: left out
     F, y = F[finite], y[finite]
+    judge = None if judge is None else np.asarray(judge, dtype=bool)[finite]
     if F_open is not None and len(F_open):
         F_open = np.atleast_2d(np.asarray(F_open, dtype=np.float64))
         F_open = F_open[:, :width] if F_open.shape[1] >= width else F_open[:0, :width]
@@ -491,6 +494,12 @@ def fit_decision(
     clf = MonoLR(_signs(width)).fit(Z, y_all)
     right_cos = F[y == 1, FEATURES.index("top_cos")]
     min_top_cos = float(np.quantile(right_cos, SUPPORT_QUANTILE)) if len(right_cos) else -1.0
+    extra = {}
+    if judge is not None:
+        judged = shares_at(oof[~is_open][judge], y[judge], cut) if judge.any() else None
+        extra["held_out_judged"] = (
+            None if judged is None else {"n": int(judge.sum()), **{k2: round(v, 4) for k2, v in judged.items()}}
+        )
     return {
         "features": list(FEATURES[:width]),
         "mean": mu.tolist(),
@@ -507,6 +516,7 @@ def fit_decision(
         "max_wrong_rate": max_wrong_rate,
         "max_open_rate": max_open_rate,
         "open_cut_binds": bool(np.isfinite(cut) and cut_open >= cut),
+        **extra,
     }
 
 

@@ -586,7 +586,11 @@ class DecisionFit(TenantOwned):
     params = models.JSONField(null=True, blank=True, help_text="Coefficients, standardisation, cut, support floor")
     n_labels = models.PositiveIntegerField(default=0)
     held_out = models.JSONField(default=dict, blank=True, help_text="This fit, out-of-fold: right/wrong/asked shares")
-    held_out_in_use = models.JSONField(default=dict, blank=True, help_text="The fit in use on the same labels")
+    held_out_in_use = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The fit in use on the new fit's labels it did not learn from (n of them)",
+    )
     in_use_version = models.PositiveIntegerField(null=True, blank=True)
     shadow_figures = models.JSONField(default=dict, blank=True, help_text="Labels that arrived while it ran in shadow")
     note = models.TextField(blank=True, default="")

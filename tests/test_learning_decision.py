@@ -923,6 +923,30 @@ def test_a_fit_runs_in_shadow_then_goes_live_and_a_reviewer_can_pin_and_roll_bac
     assert pinned.status == "live" and DecisionFitEvent.objects.filter(fit=shadow, action="rolled_back").exists()
 
 
+def test_a_new_fit_is_compared_with_the_fit_in_use_on_labels_neither_learned_from(big, client, django_user_model):
+    prior = decision_prior_fit()
+    rng = np.random.default_rng(5)
+    _labelled(400, rng, prior)
+    first = DecisionFit.objects.get(version=decision_refit()["shadow"])
+    # the prior learned from no label: it is judged on all of them, and so is the new fit (out of fold)
+    assert first.held_out_in_use["n"] == 400 and first.params["held_out_judged"]["n"] == 400
+    assert first.params["held_out_judged"]["wrong"] == first.held_out["wrong"]
+    _labelled(50, rng, prior)
+    assert decision_refit()["promoted"] == first.version
+    _labelled(250, rng, prior)
+    second = DecisionFit.objects.get(version=decision_refit()["shadow"])
+    in_use = DecisionFit.objects.get(version=second.in_use_version, source="labels")
+    assert second.n_labels == 700 and in_use.n_labels == 450  # the shadow fitted with the promotion went live since
+    # the fit in use learned from the first 450: only the 250 labels given since it was made compare the two
+    unseen = ResolutionRecord.objects.filter(label__isnull=False, labelled_at__gt=in_use.created_at).count()
+    assert unseen == 250
+    assert second.held_out_in_use["n"] == unseen and second.params["held_out_judged"]["n"] == unseen
+    su = django_user_model.objects.create_superuser("fits-admin", "a@example.com", "pw")
+    client.force_login(su)
+    page = client.get("/admin/learning/decisionfit/")
+    assert page.status_code == 200 and f"{unseen} labels: right".encode() in page.content
+
+
 def test_pinning_and_rolling_back_in_a_scope_of_every_tenant_change_only_the_fits_tenant(big):
     """A superuser's admin sees every tenant: a pin retires only the live fit of the pinned fit's tenant, and a roll
     back names the tenant it rolls back."""

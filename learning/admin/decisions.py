@@ -43,6 +43,7 @@ class DecisionFitAdmin(SaveChangedOnly, admin.ModelAdmin):
         "n_labels",
         "held_out",
         "held_out_in_use",
+        "compared",
         "shadow_figures",
         "created_at",
     ]
@@ -56,6 +57,18 @@ class DecisionFitAdmin(SaveChangedOnly, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    @admin.display(description="on the same unseen labels (this fit / the fit in use)")
+    def compared(self, obj):
+        """Both fits on the labels given since the fit in use was made: neither learned from them."""
+        mine = (obj.params or {}).get("held_out_judged")
+        theirs = obj.held_out_in_use or {}
+        if not mine or not theirs.get("n"):
+            return "-"
+        return (
+            f"{theirs['n']} labels: right {mine['right']:.1%} / {theirs['right']:.1%}, "
+            f"wrong {mine['wrong']:.1%} / {theirs['wrong']:.1%}"
+        )
 
     def _confirm(self, request, queryset, *, action, title, intro):
         context = {

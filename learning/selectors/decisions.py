@@ -192,7 +192,9 @@ def decision_labels(*, window: int, model: str) -> list[dict]:
         ResolutionRecord.objects.filter(label__isnull=False, features__isnull=False)
         .filter(Q(embedding_model=model) | Q(embedding_model="", fit_version__in=fits_of_model))
         .order_by("-labelled_at", "-id")
-        .values("features", "features_open", "label", "user_id", "shadow_version", "shadow_outcome", "shadow_label")[:window]
+        .values(
+            "features", "features_open", "label", "labelled_at", "user_id", "shadow_version", "shadow_outcome", "shadow_label"
+        )[:window]
     )
     return rows[::-1]
 

@@ -764,10 +764,22 @@ def _live_fit_locked(*, tenant_id: int | None = None, exclude: int | None = None
     raise Conflict("The live decision fit keeps changing; try again.", field="fit")
 
 
-def _held_out_in_use(in_use, F, y) -> dict:
-    """The fit in use judged on the new fit's labels; {} when none is in use or its params cannot be read (the
-    resolver falls back from it meanwhile, and the new fit must still be made to replace it)."""
+def _unseen_by(in_use, labels) -> np.ndarray | None:
+    """Which of ``labels`` the fit in use did not learn from: all for the catalogue prior, those labelled after it was
+    made for a fit from labels (its own figures on the labels it was fitted on would flatter it); None: none in use."""
     if in_use is None:
+        return None
+    if in_use.source == DecisionFit.Source.PRIOR:
+        return np.ones(len(labels), dtype=bool)
+    made = DecisionFit.objects.filter(version=in_use.version).values_list("created_at", flat=True).first()
+    return np.array([made is None or (r["labelled_at"] is not None and r["labelled_at"] > made) for r in labels], dtype=bool)
+
+
+def _held_out_in_use(in_use, F, y) -> dict:
+    """The fit in use judged on the new fit's labels it did not learn from (``n`` of them); {} when none is in use,
+    no such label exists yet, or its params cannot be read (the resolver falls back from it meanwhile, and the new
+    fit must still be made to replace it)."""
+    if in_use is None or not len(y):
         return {}
     try:
         decision.check_params(in_use.params)
@@ -823,6 +835,11 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
         for r in good
         if r["label"] and _feature_row(r["features_open"]) and len(r["features_open"]) >= width
     ]
+    state = selectors.decision_state()
+    in_use, prior = state["live"], state["prior"]
+    # the comparison with the fit in use is on labels neither learned from: the new fit's out-of-fold answers and the
+    # fit in use's, on the labels given since the fit in use was made
+    unseen = _unseen_by(in_use, good)
     params = decision.fit_decision(
         F,
         y,
@@ -830,12 +847,11 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
         min_labels=1 if force else settings.RESOLVE_PROMOTE_MIN_LABELS,
         F_open=np.array(F_open) if F_open else None,
         max_open_rate=settings.RESOLVE_MAX_OPEN_RATE,
+        judge=unseen,
     )
     if params is None:
         out["reason"] = "too few labels or one class only"
         return out
-    state = selectors.decision_state()
-    in_use, prior = state["live"], state["prior"]
     words = bool((prior.params or {}).get("head_words", True)) if prior else True
     trained = _heads_train(
         model, users=True, warm_version=in_use.version if in_use else None, words=words, names=names, progress=progress
@@ -855,7 +871,7 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
             params=params,
             n_labels=params["n_labels"],
             held_out=params["held_out"],
-            held_out_in_use=_held_out_in_use(in_use, F, y),
+            held_out_in_use=_held_out_in_use(in_use, F[unseen], y[unseen]) if unseen is not None else {},
             in_use_version=in_use.version if in_use else None,
             shadow_since=timezone.now(),
         )
