@@ -547,6 +547,9 @@ class ResolutionRecord(TenantOwned):
     blocks = models.JSONField(default=list, blank=True)
     penalties = models.JSONField(default=dict, blank=True)
     degraded_reason = models.CharField(max_length=200, blank=True, default="")
+    explanation = models.JSONField(
+        default=dict, blank=True, help_text="The answer's explanation as given: every key, those stored above too"
+    )
     shadow_version = models.PositiveIntegerField(null=True, blank=True)
     shadow_outcome = models.CharField(max_length=10, choices=Outcome.choices, blank=True, default="")
     shadow_verb = models.CharField(max_length=120, blank=True, default="")

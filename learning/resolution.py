@@ -482,6 +482,8 @@ def _learned_finish(
         "version": fs.version,
         "probability": None,
         "cut": fs.params.get("cut"),
+        # the operator's target the cut was chosen for: at most this share of answers wrong
+        "max_wrong_rate": fs.params.get("max_wrong_rate"),
         "margin": None,
         **context,
     }

@@ -683,6 +683,23 @@ def test_a_record_from_the_plain_insert_reads_back_as_the_orm_would_write_it(big
     assert before <= row.created_at <= timezone.now() and not record._state.adding
 
 
+def test_the_record_keeps_the_answers_whole_explanation(big, settings):
+    decision_prior_fit()
+    api = make_client(["resolve"])
+    body = api.post(URL, {"text": "send an email to bob", "user_id": "bea"}, format="json").json()
+    row = ResolutionRecord.objects.get(request_id=body["request_id"])
+    assert row.explanation == body["explanation"]
+    assert body["explanation"]["max_wrong_rate"] == settings.RESOLVE_MAX_WRONG_RATE
+    assert {"top_cos", "min_top_cos", "name_margin", "cut", "probability"} <= set(row.explanation)
+    # a number JSON cannot hold is stored as null, never a failed record
+    from learning.services.decisions import resolution_row
+
+    r = resolve(text="send an email to bob")
+    r.explanation = {**r.explanation, "probability": float("nan"), "odd": [np.float32(0.5), np.int64(3), np.bool_(True)]}
+    stored = resolution_row(resolution=r).explanation
+    assert stored["probability"] is None and stored["odd"] == [0.5, 3, True]
+
+
 @pytest.mark.parametrize("prepared", [True, False])
 def test_an_ambiguous_answer_stores_its_two_rows_in_one_round_trip_with_the_commit_setting(big, prepared):
     """resolution_store: the disambiguation request and the resolution record go in one pipeline with the SET LOCAL

@@ -51,6 +51,21 @@ def _finite_or_none(value):
     return None if isinstance(value, float) and not np.isfinite(value) else value
 
 
+def _json_safe(value):
+    """``value`` (dicts, lists, numbers, strings) with every non-finite number as None, as JSON can store it."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
 def resolution_row(*, resolution, agent=None, domain: str | None = None) -> ResolutionRecord:
     """The record of one resolution with its explanation, not yet stored."""
     t, e = resolution.trace or {}, resolution.explanation or {}
@@ -76,6 +91,7 @@ def resolution_row(*, resolution, agent=None, domain: str | None = None) -> Reso
         blocks=e.get("blocks", []),
         penalties=e.get("penalties", {}),
         degraded_reason=(resolution.degraded_reason or "")[:200],
+        explanation=_json_safe(e),
         shadow_version=t.get("shadow_version"),
         shadow_outcome=t.get("shadow_outcome", ""),
         shadow_verb=t.get("shadow_verb", ""),
