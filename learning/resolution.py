@@ -513,12 +513,9 @@ def _learned_finish(
         # how much closer the text is to the top verb's name than to any other verb's (None: no names to compare)
         name_margin=round(float(f[decision.FEATURES.index("name_margin")]), 4) if view.names is not None else None,
     )
-    if auto and endorsed is not None:
-        # A penalty may decide an auto-resolution only for a verb this user chose for a near-paraphrase.
-        unpen = max((v for v in before if v in view.verbs), key=lambda v: before[v], default=None)
-        if unpen != view.verbs[top] and view.verbs[top] not in endorsed:
-            auto = False
-            explanation["penalty_guard"] = True
+    if auto and _penalty_decided(view, top, before, endorsed):
+        auto = False
+        explanation["penalty_guard"] = True
     # the same query as if its top verb did not exist: an open-set example for the fit
     eligible_open = eligible.copy()
     eligible_open[top] = False
@@ -543,7 +540,7 @@ def _learned_finish(
         margin=explanation["margin"],
         **context,
     )
-    _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model)
+    _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model, before, endorsed)
     by_verb = {c.verb: c for c in pool}
     ordered = [by_verb[view.verbs[i]] for i in ranked_idx]
     if auto:
@@ -566,9 +563,18 @@ def _learned_finish(
     return r, reason
 
 
-def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model) -> None:
-    """What the shadow fit would have answered (recorded with the resolution; never shown); nothing for a fit of
-    another embedding model."""
+def _penalty_decided(view, top: int, before: dict, endorsed) -> bool:
+    """Whether feedback penalties alone put ``top`` first for a verb this user never chose for a near-paraphrase: a
+    penalty may decide an auto-resolution only for a verb the user endorsed, so such an answer asks."""
+    if endorsed is None:
+        return False
+    unpen = max((v for v in before if v in view.verbs), key=lambda v: before[v], default=None)
+    return unpen != view.verbs[top] and view.verbs[top] not in endorsed
+
+
+def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model, before, endorsed) -> None:
+    """What the shadow fit would have answered (recorded with the resolution; never shown), with the live rule's
+    penalty guard; nothing for a fit of another embedding model."""
     shadow = selectors.decision_state()["shadow"]
     if shadow is None or shadow.params is None or shadow.embedding_model not in ("", model):
         return
@@ -589,7 +595,7 @@ def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, mod
         if not eligible.any():
             return
         top, _ = view.top(eligible)
-        auto = bool(decision.decide(shadow.params, view.features(top))[0])
+        auto = bool(decision.decide(shadow.params, view.features(top))[0]) and not _penalty_decided(view, top, before, endorsed)
         trace.update(
             shadow_version=shadow.version,
             shadow_outcome=Outcome.RESOLVED if auto else Outcome.AMBIGUOUS,

@@ -976,7 +976,10 @@ def test_pinning_and_rolling_back_in_a_scope_of_every_tenant_change_only_the_fit
     copy = {"source": "prior", "embedding_model": prior.embedding_model, "params": prior.params, "tenant": other}
     with tenant_scope([other.pk]):
         other_prior = DecisionFit.objects.create(version=1, status="live", **copy)
-        other_fit = DecisionFit.objects.create(version=2, status="retired", n_labels=500, **{**copy, "source": "labels"})
+        other_fit = DecisionFit.objects.create(
+            version=2, status="retired", n_labels=500, held_out={"right": 0.9, "wrong": 0.02, "asked": 0.08},
+            **{**copy, "source": "labels"},
+        )  # fmt: skip
     with tenant_scope(ALL):
         assert decision_fit_pin(fit=other_fit).status == "live"
         with pytest.raises(ApplicationError, match="name the tenant"):

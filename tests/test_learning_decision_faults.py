@@ -158,6 +158,35 @@ def test_a_verb_taught_since_the_live_fit_is_decided_by_the_prior_once_the_prior
     assert "fit_passed_over" not in old.explanation
 
 
+def test_the_shadow_fit_asks_where_the_live_rules_penalty_guard_would(prior, monkeypatch):
+    from types import SimpleNamespace
+
+    from learning import resolution
+
+    shadow = DecisionFit.objects.create(
+        version=prior.version + 1,
+        source="labels",
+        status="shadow",
+        embedding_model=prior.embedding_model,
+        params={**prior.params, "cut": 0.0, "min_top_cos": -1.0},  # it would resolve anything
+        n_labels=500,
+    )
+    for h in DecisionHead.objects.filter(fit=prior):
+        DecisionHead.objects.create(fit=shadow, user_id=h.user_id, weights=h.weights, anchors=h.anchors)
+    decision_cache_clear()
+    assert resolve(text=TEXT).trace["shadow_outcome"] == "resolved"
+    monkeypatch.setattr(resolution, "_penalty_decided", lambda view, top, before, endorsed: True)
+    assert resolve(text=TEXT).trace["shadow_outcome"] == "ambiguous"
+    monkeypatch.undo()
+    # the guard: penalties may put first only a verb the user endorsed, or the verb first without them
+    view = SimpleNamespace(verbs=["a.x", "b.y", ""])
+    before = {"a.x": 0.9, "b.y": 0.8}
+    assert not resolution._penalty_decided(view, 1, before, None)  # no penalty applied
+    assert resolution._penalty_decided(view, 1, before, set())  # b.y leads only after the penalties
+    assert not resolution._penalty_decided(view, 1, before, {"b.y"})  # the user chose b.y for these words
+    assert not resolution._penalty_decided(view, 0, before, set())  # a.x led before them too
+
+
 def test_after_a_change_of_embedding_model_only_that_models_fits_decide(prior):
     decision_fit_pin(fit=prior)  # a reviewer had pinned the prior before the change
     set_embedder(ModelB(get_embedder().inner))
@@ -200,6 +229,13 @@ def test_a_fit_from_too_few_labels_cannot_be_pinned_live(prior, settings):
     forced = DecisionFit.objects.get(version=out["shadow"])
     with pytest.raises(Exception, match="150 labels"):
         decision_fit_pin(fit=forced)
+    assert DecisionFit.objects.get(status="live").pk == prior.pk
+    # enough labels, but its held-out figures lost or damaged: nothing says it keeps the target
+    for held_out in ({}, {"wrong": None}, {"wrong": "0.01"}, []):
+        DecisionFit.objects.filter(pk=forced.pk).update(n_labels=500, held_out=held_out)
+        forced.refresh_from_db()
+        with pytest.raises(Exception, match="no held-out wrong rate"):
+            decision_fit_pin(fit=forced)
     assert DecisionFit.objects.get(status="live").pk == prior.pk
 
 

@@ -10,6 +10,7 @@ shadow fit if it earned it, fit the newest labels and the classifier heads into 
 import contextlib
 import hashlib
 import logging
+import math
 import uuid
 
 import numpy as np
@@ -949,9 +950,12 @@ def decision_fit_pin(*, fit: DecisionFit, reviewer=None) -> DecisionFit:
                 f"{settings.RESOLVE_PROMOTE_MIN_LABELS} a fit needs (RESOLVE_PROMOTE_MIN_LABELS)",
                 field="fit",
             )
-        if row.source == DecisionFit.Source.LABELS and (row.held_out or {}).get("wrong", 0.0) > settings.RESOLVE_MAX_WRONG_RATE:
+        wrong = (row.held_out or {}).get("wrong") if isinstance(row.held_out, dict) else None
+        if row.source == DecisionFit.Source.LABELS and not (isinstance(wrong, (int, float)) and math.isfinite(wrong)):
+            raise ApplicationError(f"v{row.version} cannot go live: it records no held-out wrong rate", field="fit")
+        if row.source == DecisionFit.Source.LABELS and wrong > settings.RESOLVE_MAX_WRONG_RATE:
             raise ApplicationError(
-                f"v{row.version} cannot go live: its held-out wrong rate {row.held_out['wrong']} is above the target "
+                f"v{row.version} cannot go live: its held-out wrong rate {wrong} is above the target "
                 f"{settings.RESOLVE_MAX_WRONG_RATE} (RESOLVE_MAX_WRONG_RATE)",
                 field="fit",
             )
