@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import logging
 import re
 import warnings
 from typing import TYPE_CHECKING
@@ -35,6 +36,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
+
+logger = logging.getLogger(__name__)
 
 # scikit-learn and SciPy are imported where they are used: importing them took about half of a process's start
 # (every management command, worker and test process), and most processes never fit or rank. Web processes import
@@ -387,6 +390,8 @@ class MonoLR:
 
         bounds = [(0.0, None) if s > 0 else (None, 0.0) if s < 0 else (None, None) for s in self.signs] + [(None, None)]
         r = minimize(loss, np.zeros(d + 1), jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": 500})
+        if not r.success:  # still a usable fit, and the held-out figures are of fits stopped alike: say so
+            logger.warning("decision fit: the solver stopped before converging (%s)", r.message)
         self.coef_, self.intercept_ = r.x[:d], float(r.x[d])
         return self
 

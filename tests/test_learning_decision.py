@@ -233,6 +233,24 @@ def test_the_head_learns_words_the_embeddings_blur_and_needs_the_text_to_use_the
     assert np.linalg.norm(L[0]) == pytest.approx(1.0, abs=1e-6) and (L[0] == L[1]).all() and not L[2].any()
 
 
+def test_a_solver_that_stops_before_converging_is_logged(monkeypatch, caplog):
+    import scipy.optimize
+
+    real = scipy.optimize.minimize
+
+    def stopped(*args, **kwargs):
+        r = real(*args, **{**kwargs, "options": {"maxiter": 1}})
+        r.success, r.message = False, "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT"
+        return r
+
+    monkeypatch.setattr(scipy.optimize, "minimize", stopped)
+    rng = np.random.default_rng(0)
+    Z, y = rng.normal(size=(40, 3)), np.r_[np.zeros(20), np.ones(20)]
+    with caplog.at_level("WARNING", logger="learning.decision"):
+        fit = decision.MonoLR([1, 0, -1]).fit(Z, y)
+    assert np.isfinite(fit.coef_).all() and "stopped before converging" in caplog.text and "LIMIT" in caplog.text
+
+
 def test_one_text_is_scored_as_the_batch_scores_it():
     # a resolve scores one text through lexical_row; fits score many through lexical: the same row, the same answer
     texts = ["turn on the lamp", "", "a", "çà et là, naïve café 東京 🙂", "card  card card", "x" * 3000, "!!! ???"]
