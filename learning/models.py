@@ -548,7 +548,10 @@ class ResolutionRecord(TenantOwned):
     penalties = models.JSONField(default=dict, blank=True)
     degraded_reason = models.CharField(max_length=200, blank=True, default="")
     explanation = models.JSONField(
-        default=dict, blank=True, help_text="The answer's explanation as given: every key, those stored above too"
+        null=True,
+        blank=True,
+        default=dict,
+        help_text="The answer's explanation as given: every key, those stored above too (empty or null: from before it was kept)",
     )
     shadow_version = models.PositiveIntegerField(null=True, blank=True)
     shadow_outcome = models.CharField(max_length=10, choices=Outcome.choices, blank=True, default="")

@@ -718,6 +718,29 @@ def test_the_record_keeps_the_answers_whole_explanation(big, settings):
     assert stored["probability"] is None and stored["odd"] == [0.5, 3, True]
 
 
+def test_a_process_of_the_code_before_the_explanation_column_still_stores_its_records(big):
+    """During a rolling upgrade, processes of the code before it insert records without the column: the insert
+    succeeds and the record reads back with no explanation."""
+    from django.db import connection
+
+    from common.db import _insert_statement
+    from learning.services.decisions import resolution_row
+
+    record = resolution_row(resolution=resolve(text="send an email to bob"))
+    sql, values = _insert_statement(record)
+    columns = sql[sql.index("(") + 1 : sql.index(")")].split(", ")
+    keep = [i for i, c in enumerate(columns) if c != '"explanation"']
+    assert len(keep) == len(columns) - 1
+    table = ResolutionRecord._meta.db_table
+    old_sql = (
+        f'INSERT INTO "{table}" ({", ".join(columns[i] for i in keep)}) VALUES ({", ".join(["%s"] * len(keep))}) RETURNING "id"'
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(old_sql, [values[i] for i in keep])
+        pk = cursor.fetchone()[0]
+    assert ResolutionRecord.objects.get(pk=pk).explanation is None
+
+
 @pytest.mark.parametrize("prepared", [True, False])
 def test_an_ambiguous_answer_stores_its_two_rows_in_one_round_trip_with_the_commit_setting(big, prepared):
     """resolution_store: the disambiguation request and the resolution record go in one pipeline with the SET LOCAL
