@@ -458,8 +458,9 @@ def fit_decision(
     Probabilities for the cut are out-of-fold; the model is then refitted on everything. None with fewer than
     ``min_labels`` labels, one class only, or one row of each (rows with a non-finite feature are left out).
     ``max_open_rate``: the cut is also high enough that at most this share of the open-set rows (held out) would
-    auto-resolve. ``judge`` (a mask over the rows of ``F``): the held-out figures on those rows alone are given too
-    (``held_out_judged``), to compare with another fit on rows it did not learn from."""
+    auto-resolve. ``judge`` (a mask over the rows of ``F``): the held-out figures on those rows alone, with the cut
+    and the support guard as the fit decides, are given too (``held_out_judged``), to compare with another fit on
+    rows it did not learn from."""
     from sklearn.model_selection import StratifiedKFold
 
     y = np.asarray(y, dtype=np.int64)
@@ -500,10 +501,20 @@ def fit_decision(
     right_cos = F[y == 1, FEATURES.index("top_cos")]
     min_top_cos = float(np.quantile(right_cos, SUPPORT_QUANTILE)) if len(right_cos) else -1.0
     extra = {}
-    if judge is not None:
-        judged = shares_at(oof[~is_open][judge], y[judge], cut) if judge.any() else None
+    if judge is not None:  # as the fit decides: the cut and the support guard
+        yj = y[judge]
+        auto = (oof[~is_open][judge] >= cut) & (F[judge, FEATURES.index("top_cos")] >= min_top_cos)
+        right, wrong = int((auto & (yj == 1)).sum()), int((auto & (yj == 0)).sum())
+        n = max(len(yj), 1)
         extra["held_out_judged"] = (
-            None if judged is None else {"n": int(judge.sum()), **{k2: round(v, 4) for k2, v in judged.items()}}
+            {
+                "n": int(len(yj)),
+                "right": round(right / n, 4),
+                "wrong": round(wrong / n, 4),
+                "asked": round(1 - (right + wrong) / n, 4),
+            }
+            if len(yj)
+            else None
         )
     return {
         "features": list(FEATURES[:width]),

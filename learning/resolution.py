@@ -447,7 +447,8 @@ def _learned_finish(
     # the verb: the catalogue refits the prior at once, a fit from labels comes at the next refit.
     chosen, passed_over, degraded = None, None, ""
     for fs, head_tuple, skipped in _fits_in_force(user_id, model):
-        degraded = _reasons(degraded, skipped)
+        if chosen is None:  # once a fit decides, why a later one was skipped degrades nothing
+            degraded = _reasons(degraded, skipped)
         if fs is None:
             break
         pool = [c for c in candidates if c.score >= p["min_score"]]
@@ -460,9 +461,8 @@ def _learned_finish(
                 degraded = _reasons(degraded, f"decision head v{fs.version} unusable; fell back")
             continue
         eligible = np.array([bool(v) for v in view.verbs])
-        if chosen is not None:  # the live fit did not know the top verb: this one decides if it does
-            top_verb = view.verbs[view.top(eligible)[0]] if eligible.any() else None
-            if top_verb is not None and _head_knows(head_tuple, top_verb):
+        if chosen is not None:  # the live fit did not know its top verb: this one decides if it knows that verb
+            if _head_knows(head_tuple, passed_over["verb"]):
                 chosen = (fs, pool, view, eligible)
             break
         chosen = (fs, pool, view, eligible)

@@ -996,13 +996,24 @@ def test_a_new_fit_is_compared_with_the_fit_in_use_on_labels_neither_learned_fro
     in_use = DecisionFit.objects.get(version=second.in_use_version, source="labels")
     assert second.n_labels == 700 and in_use.n_labels == 450  # the shadow fitted with the promotion went live since
     # the fit in use learned from the first 450: only the 250 labels given since it was made compare the two
-    unseen = ResolutionRecord.objects.filter(label__isnull=False, labelled_at__gt=in_use.created_at).count()
+    unseen = ResolutionRecord.objects.filter(label__isnull=False, created_at__gt=in_use.created_at).count()
     assert unseen == 250
     assert second.held_out_in_use["n"] == unseen and second.params["held_out_judged"]["n"] == unseen
     su = django_user_model.objects.create_superuser("fits-admin", "a@example.com", "pw")
     client.force_login(su)
     page = client.get("/admin/learning/decisionfit/")
     assert page.status_code == 200 and f"{unseen} labels: right".encode() in page.content
+    # a damaged stored figure shows "-" and never breaks the list
+    for params, in_use_figures in (
+        ({**second.params, "held_out_judged": {"n": unseen}}, second.held_out_in_use),
+        (second.params, {**second.held_out_in_use, "right": "x"}),
+        ([1], second.held_out_in_use),
+        (second.params, [1]),
+        ({**second.params, "held_out_judged": {**second.params["held_out_judged"], "n": unseen + 1}}, second.held_out_in_use),
+    ):
+        DecisionFit.objects.filter(pk=second.pk).update(params=params, held_out_in_use=in_use_figures)
+        page = client.get("/admin/learning/decisionfit/")
+        assert page.status_code == 200 and f"{unseen} labels: right".encode() not in page.content
 
 
 def test_pinning_and_rolling_back_in_a_scope_of_every_tenant_change_only_the_fits_tenant(big):

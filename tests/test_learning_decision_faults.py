@@ -131,7 +131,7 @@ def test_a_live_head_that_loads_but_cannot_score_the_query_gives_way_to_the_prio
     assert f"decision head v{bad.version} unusable" in body["degraded_reason"]
 
 
-def test_a_verb_taught_since_the_live_fit_is_decided_by_the_prior_once_the_prior_knows_it(prior):
+def test_a_verb_taught_since_the_live_fit_is_decided_by_the_prior_once_the_prior_knows_it(prior, monkeypatch):
     live = _live_copy(prior)  # a fit from labels, its heads trained before the new verb existed
     invoice = VerbEntry(
         "invoice.pay", "invoice", "Pay an invoice", "", ["pay this invoice", "settle the invoice", "pay the supplier invoice"]
@@ -147,7 +147,13 @@ def test_a_verb_taught_since_the_live_fit_is_decided_by_the_prior_once_the_prior
     refitted = decision_prior_fit()  # what the catalogue load sends; a fit from labels is live, so it waits retired
     assert refitted.status == "retired" and DecisionFit.objects.get(status="live") == live
     decision_cache_clear()
+    from learning import resolution
+
+    asked = []
+    knows = resolution._head_knows
+    monkeypatch.setattr(resolution, "_head_knows", lambda head, verb: asked.append(verb) or knows(head, verb))
     after = resolve(text=text)
+    assert asked == ["invoice.pay", "invoice.pay"]  # the prior is asked about the verb the live fit did not know
     assert after.explanation["rule"] == "prior" and after.explanation["version"] == refitted.version
     assert after.explanation["fit_passed_over"] == {"fit_version": live.version, "verb": "invoice.pay"}
     assert not after.degraded_reason
@@ -156,6 +162,12 @@ def test_a_verb_taught_since_the_live_fit_is_decided_by_the_prior_once_the_prior
     old = resolve(text=TEXT)
     assert old.explanation["rule"] == "learned" and old.explanation["fit_version"] == live.version
     assert "fit_passed_over" not in old.explanation
+    # a prior that cannot be used (its head lost) leaves the query to the live fit, which is not degraded by it
+    DecisionHead.objects.filter(fit=refitted).delete()
+    decision_cache_clear()
+    kept = resolve(text=text)
+    assert kept.explanation["rule"] == "learned" and kept.explanation["fit_version"] == live.version
+    assert not kept.degraded_reason and "fit_passed_over" not in kept.explanation
 
 
 def test_the_shadow_fit_asks_where_the_live_rules_penalty_guard_would(prior, monkeypatch):

@@ -1,5 +1,7 @@
 """Admin screens of the learned act-or-ask decision: fits (pin, roll back) and stored resolutions."""
 
+import math
+
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
@@ -60,15 +62,21 @@ class DecisionFitAdmin(SaveChangedOnly, admin.ModelAdmin):
 
     @admin.display(description="on the same unseen labels (this fit / the fit in use)")
     def compared(self, obj):
-        """Both fits on the labels given since the fit in use was made: neither learned from them."""
-        mine = (obj.params or {}).get("held_out_judged")
-        theirs = obj.held_out_in_use or {}
-        if not mine or not theirs.get("n"):
+        """Both fits on the labels the fit in use did not learn from (all for the prior; those of resolutions
+        answered since it was made for a fit from labels); "-" when there are none or a stored figure is damaged."""
+        mine = obj.params.get("held_out_judged") if isinstance(obj.params, dict) else None
+        theirs = obj.held_out_in_use
+
+        def share(figures, key):
+            value = figures.get(key) if isinstance(figures, dict) else None
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            return value if ok else None
+
+        shares = [share(mine, "right"), share(theirs, "right"), share(mine, "wrong"), share(theirs, "wrong")]
+        n = share(theirs, "n")
+        if not n or n != share(mine, "n") or any(v is None for v in shares):
             return "-"
-        return (
-            f"{theirs['n']} labels: right {mine['right']:.1%} / {theirs['right']:.1%}, "
-            f"wrong {mine['wrong']:.1%} / {theirs['wrong']:.1%}"
-        )
+        return f"{int(n)} labels: right {shares[0]:.1%} / {shares[1]:.1%}, wrong {shares[2]:.1%} / {shares[3]:.1%}"
 
     def _confirm(self, request, queryset, *, action, title, intro):
         context = {

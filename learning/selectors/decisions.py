@@ -193,7 +193,7 @@ def decision_labels(*, window: int, model: str) -> list[dict]:
         .filter(Q(embedding_model=model) | Q(embedding_model="", fit_version__in=fits_of_model))
         .order_by("-labelled_at", "-id")
         .values(
-            "features", "features_open", "label", "labelled_at", "user_id", "shadow_version", "shadow_outcome", "shadow_label"
+            "features", "features_open", "label", "created_at", "user_id", "shadow_version", "shadow_outcome", "shadow_label"
         )[:window]
     )
     return rows[::-1]

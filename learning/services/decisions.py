@@ -782,14 +782,16 @@ def _live_fit_locked(*, tenant_id: int | None = None, exclude: int | None = None
 
 
 def _unseen_by(in_use, labels) -> np.ndarray | None:
-    """Which of ``labels`` the fit in use did not learn from: all for the catalogue prior, those labelled after it was
-    made for a fit from labels (its own figures on the labels it was fitted on would flatter it); None: none in use."""
+    """Which of ``labels`` the fit in use did not learn from: all for the catalogue prior; for a fit from labels,
+    those of resolutions answered after it was made (its own figures on the labels it was fitted on would flatter
+    it; a resolution answered before it may have been labelled before it too, or relabelled since, so none of those
+    counts); None: none in use."""
     if in_use is None:
         return None
     if in_use.source == DecisionFit.Source.PRIOR:
         return np.ones(len(labels), dtype=bool)
     made = DecisionFit.objects.filter(version=in_use.version).values_list("created_at", flat=True).first()
-    return np.array([made is None or (r["labelled_at"] is not None and r["labelled_at"] > made) for r in labels], dtype=bool)
+    return np.array([made is None or r["created_at"] > made for r in labels], dtype=bool)
 
 
 def _held_out_in_use(in_use, F, y) -> dict:
@@ -855,7 +857,7 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
     state = selectors.decision_state()
     in_use, prior = state["live"], state["prior"]
     # the comparison with the fit in use is on labels neither learned from: the new fit's out-of-fold answers and the
-    # fit in use's, on the labels given since the fit in use was made
+    # fit in use's, on the labels of resolutions answered since the fit in use was made
     unseen = _unseen_by(in_use, good)
     params = decision.fit_decision(
         F,
