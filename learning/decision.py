@@ -431,12 +431,21 @@ def open_cut(p_open: np.ndarray, max_open_rate: float | None) -> float:
     return float("-inf") if k >= len(ranked) else float(np.nextafter(ranked[k], np.inf))
 
 
-def shares_at(p: np.ndarray, y: np.ndarray, cut: float) -> dict:
-    """right / wrong / asked shares of labelled rows at ``cut``."""
+def shares(auto: np.ndarray, y: np.ndarray) -> dict:
+    """right / wrong / asked shares of labelled rows ``y`` (1 = the top verb was right) auto-resolved where ``auto``."""
     n = max(len(y), 1)
-    auto = p >= cut
     right, wrong = int((auto & (y == 1)).sum()), int((auto & (y == 0)).sum())
     return {"right": right / n, "wrong": wrong / n, "asked": 1 - (right + wrong) / n}
+
+
+def shares_counted(auto: np.ndarray, y: np.ndarray) -> dict:
+    """``shares`` rounded, with the number of rows: how a fit's figures are stored."""
+    return {"n": int(len(y)), **{k: round(v, 4) for k, v in shares(auto, y).items()}}
+
+
+def shares_at(p: np.ndarray, y: np.ndarray, cut: float) -> dict:
+    """right / wrong / asked shares of labelled rows at ``cut``."""
+    return shares(p >= cut, y)
 
 
 @_one_blas_thread
@@ -502,20 +511,8 @@ def fit_decision(
     min_top_cos = float(np.quantile(right_cos, SUPPORT_QUANTILE)) if len(right_cos) else -1.0
     extra = {}
     if judge is not None:  # as the fit decides: the cut and the support guard
-        yj = y[judge]
         auto = (oof[~is_open][judge] >= cut) & (F[judge, FEATURES.index("top_cos")] >= min_top_cos)
-        right, wrong = int((auto & (yj == 1)).sum()), int((auto & (yj == 0)).sum())
-        n = max(len(yj), 1)
-        extra["held_out_judged"] = (
-            {
-                "n": int(len(yj)),
-                "right": round(right / n, 4),
-                "wrong": round(wrong / n, 4),
-                "asked": round(1 - (right + wrong) / n, 4),
-            }
-            if len(yj)
-            else None
-        )
+        extra["held_out_judged"] = shares_counted(auto, y[judge]) if judge.any() else None
     return {
         "features": list(FEATURES[:width]),
         "mean": mu.tolist(),
@@ -578,15 +575,8 @@ def decide(params: dict, F) -> np.ndarray:
 def evaluate(params: dict | None, F, y) -> dict:
     """right / wrong / asked shares of a fit's decisions on labelled rows (None: asks always)."""
     y = np.asarray(y, dtype=np.int64)
-    n = max(len(y), 1)
     auto = decide(params, F) if params is not None and len(y) else np.zeros(len(y), dtype=bool)
-    right, wrong = int((auto & (y == 1)).sum()), int((auto & (y == 0)).sum())
-    return {
-        "n": int(len(y)),
-        "right": round(right / n, 4),
-        "wrong": round(wrong / n, 4),
-        "asked": round(1 - (right + wrong) / n, 4),
-    }
+    return shares_counted(auto, y)
 
 
 # --- the cold-start prior -------------------------------------------------------------------------------------

@@ -44,14 +44,6 @@ PRIOR_UNFIT_MEMO_S = 24 * 3600
 # --- Recording and labelling ---
 
 
-def _finite_or_none(value):
-    """A number, or a list of numbers, as JSON can store it: a non-finite one (from a damaged vector or fit) is
-    None, so the record of a resolve never fails on it (and the fit leaves such a row out)."""
-    if isinstance(value, list):
-        return [None if isinstance(v, float) and not np.isfinite(v) else v for v in value]
-    return None if isinstance(value, float) and not np.isfinite(value) else value
-
-
 def _json_safe(value):
     """``value`` (dicts, lists, numbers, strings) with every non-finite number as None, as JSON can store it."""
     if isinstance(value, dict):
@@ -82,13 +74,13 @@ def resolution_row(*, resolution, agent=None, domain: str | None = None) -> Reso
         top_verb=t.get("top_verb") or resolution.verb or (resolution.options[0].verb if resolution.options else ""),
         top_verbs=t.get("top_verbs") or [c.verb for c in resolution.candidates[: settings.RESOLVE_MAX_OPTIONS]],
         rule=e.get("rule", ResolutionRecord.Rule.FIXED),
-        features=_finite_or_none(t.get("features")),
-        features_open=_finite_or_none(t.get("features_open")),
+        features=_json_safe(t.get("features")),
+        features_open=_json_safe(t.get("features_open")),
         embedding_model=(resolution.model or "")[:100],
-        probability=_finite_or_none(t.get("probability")),
-        cut=_finite_or_none(t.get("cut")),
+        probability=_json_safe(t.get("probability")),
+        cut=_json_safe(t.get("cut")),
         fit_version=t.get("fit_version"),
-        margin=_finite_or_none(e.get("margin")),
+        margin=_json_safe(e.get("margin")),
         blocks=e.get("blocks", []),
         penalties=e.get("penalties", {}),
         degraded_reason=(resolution.degraded_reason or "")[:200],
