@@ -9,8 +9,8 @@ PROCESS through the same services the API calls (resolve -> resolution_store, th
 phrase_confirmation_apply / phrase_correction_apply / disambiguation_select / disambiguation_abandon; Celery is
 eager, so signal processing and decision refits run inline as the API would trigger them):
 
-* resolved right            -> confirmation
-* resolved wrong            -> correction
+* resolved right            -> confirmation (naming the answer's request_id, as an agent that keeps it does)
+* resolved wrong            -> correction (likewise)
 * ambiguous, right offered  -> click (select)
 * ambiguous, not offered    -> abandon + correction (wrong verb: the top option)
 * no match                  -> nothing
@@ -196,10 +196,10 @@ def interact(ex, stats: Counter) -> None:
         if r.outcome == "resolved":
             if r.verb == ex.verb:
                 stats["accepted"] += 1
-                phrase_confirmation_apply(text=text, verb=ex.verb, user_id=USER)
+                phrase_confirmation_apply(text=text, verb=ex.verb, user_id=USER, request_id=r.request_id)
             else:
                 stats["corrected"] += 1
-                phrase_correction_apply(text=text, wrong_verb=r.verb, correct_verb=ex.verb, user_id=USER)
+                phrase_correction_apply(text=text, wrong_verb=r.verb, correct_verb=ex.verb, user_id=USER, request_id=r.request_id)
         elif r.outcome == "ambiguous":
             offered = [o.verb for o in r.options]
             if ex.verb in offered:
@@ -208,7 +208,9 @@ def interact(ex, stats: Counter) -> None:
             else:
                 stats["abandoned+corrected"] += 1
                 disambiguation_abandon(request_id=r.request_id, reason="typed_new_input", user_id=USER)
-                phrase_correction_apply(text=text, wrong_verb=offered[0], correct_verb=ex.verb, user_id=USER)
+                phrase_correction_apply(
+                    text=text, wrong_verb=offered[0], correct_verb=ex.verb, user_id=USER, request_id=r.request_id
+                )
         else:
             stats["no_match"] += 1
     except ApplicationError:  # 409s the API would answer (e.g. a confirmation against the user's own row)

@@ -683,6 +683,9 @@ RESOLVE_HEAD_CACHE_MB = env_float("RESOLVE_HEAD_CACHE_MB", 256.0, minimum=0.0)
 RESOLVE_DECISION_CACHE_S = env_float("RESOLVE_DECISION_CACHE_S", 5.0, minimum=0.0)  # how long a process trusts the fit in force
 # At least 1: 0 would purge the labels the decision is fitted on as they arrive.
 RESOLUTION_RETENTION_DAYS = env_int("RESOLUTION_RETENTION_DAYS", 90, minimum=1, maximum=_max_days)
+# A confirmation or correction that names no request_id labels the newest answer to its user for its text given
+# within this many seconds; an older one is not the answer the user just accepted or corrected, and stays unlabelled.
+RESOLUTION_LABEL_MAX_AGE_S = env_int("RESOLUTION_LABEL_MAX_AGE_S", 86400, minimum=1, maximum=_max_days * 86400)
 CELERY_BEAT_SCHEDULE["learning-decision-refit"] = {
     "task": "learning.decision_refit",
     "schedule": env_float("RESOLVE_REFIT_EVERY_S", 86400.0, minimum=1.0),

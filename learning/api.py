@@ -284,7 +284,11 @@ class ResolutionCorrectApi(TenantApiView):
         body.is_valid(raise_exception=True)
         d = body.validated_data
         result = phrase_correction_apply(
-            text=d["text"], wrong_verb=d["wrong_verb"], correct_verb=d["correct_verb"], user_id=d.get("user_id")
+            text=d["text"],
+            wrong_verb=d["wrong_verb"],
+            correct_verb=d["correct_verb"],
+            user_id=d.get("user_id"),
+            request_id=d.get("request_id"),
         )
         return Response(CorrectionResultSerializer(result).data)
 
@@ -300,7 +304,7 @@ class ResolutionConfirmApi(TenantApiView):
         body = ConfirmationSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         d = body.validated_data
-        result = phrase_confirmation_apply(text=d["text"], verb=d["verb"], user_id=d["user_id"])
+        result = phrase_confirmation_apply(text=d["text"], verb=d["verb"], user_id=d["user_id"], request_id=d.get("request_id"))
         return Response(ConfirmationResultSerializer(result).data)
 
 

@@ -290,6 +290,13 @@ class CorrectionSerializer(StrictSerializer):
     wrong_verb = serializers.CharField(max_length=120)
     correct_verb = serializers.CharField(max_length=120)
     user_id = UserIdField(required=False, allow_null=True)
+    request_id = serializers.UUIDField(
+        required=False,
+        allow_null=True,
+        help_text="The request_id of the resolve answer the user corrected: labels exactly that answer for the decision "
+        "fit (404 unless it was given to this user for this text). Without it, the newest answer to the user for "
+        "the text within RESOLUTION_LABEL_MAX_AGE_S (a day) is labelled.",
+    )
 
 
 class PhraseStateSerializer(serializers.Serializer):
@@ -314,6 +321,13 @@ class ConfirmationSerializer(StrictSerializer):
     text = VisibleTextField(max_length=500)
     verb = serializers.CharField(max_length=120, help_text="The verb the agent resolved and ran, which the user accepted.")
     user_id = UserIdField(help_text="The user who accepted it; only that user's phrases change.")
+    request_id = serializers.UUIDField(
+        required=False,
+        allow_null=True,
+        help_text="The request_id of the resolve answer the user accepted: labels exactly that answer for the decision "
+        "fit (404 unless it was given to this user for this text). Without it, the newest answer to the user for "
+        "the text within RESOLUTION_LABEL_MAX_AGE_S (a day) is labelled.",
+    )
 
 
 class ConfirmationResultSerializer(serializers.Serializer):

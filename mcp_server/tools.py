@@ -169,12 +169,18 @@ def _abandon_options(caller: Caller, d: dict) -> dict:
 
 
 def _confirm(caller: Caller, d: dict) -> dict:
-    return ConfirmationResultSerializer(phrase_confirmation_apply(text=d["text"], verb=d["verb"], user_id=d["user_id"])).data
+    return ConfirmationResultSerializer(
+        phrase_confirmation_apply(text=d["text"], verb=d["verb"], user_id=d["user_id"], request_id=d.get("request_id"))
+    ).data
 
 
 def _correct(caller: Caller, d: dict) -> dict:
     result = phrase_correction_apply(
-        text=d["text"], wrong_verb=d["wrong_verb"], correct_verb=d["correct_verb"], user_id=d.get("user_id")
+        text=d["text"],
+        wrong_verb=d["wrong_verb"],
+        correct_verb=d["correct_verb"],
+        user_id=d.get("user_id"),
+        request_id=d.get("request_id"),
     )
     return CorrectionResultSerializer(result).data
 

@@ -522,6 +522,73 @@ def test_a_confirmation_labels_only_the_answers_of_its_own_kind_of_agent(cbus):
     assert mine.label is None and mine.label_source == ""
 
 
+def test_a_confirmation_or_correction_naming_its_answer_labels_that_answer(api, cbus):
+    """With the answer's request_id, a confirmation labels that answer, not the newest for the same text; a
+    correction likewise; the label is the first answer's and the phrase is learned as without the id."""
+    from learning.models import ResolutionRecord
+
+    first = resolve(api, "list all cbus")
+    second = resolve(api, "list all cbus")
+    body = {"text": "list all cbus", "verb": "cbu.list", "user_id": "alice", "request_id": first["request_id"]}
+    assert api.post("/api/v1/resolutions/confirm", body, format="json").status_code == 200
+    older = ResolutionRecord.objects.get(request_id=first["request_id"])
+    newer = ResolutionRecord.objects.get(request_id=second["request_id"])
+    assert (older.label_source, older.gold_verb) == ("confirmation", "cbu.list")
+    assert older.label == (older.top_verb == "cbu.list")
+    assert newer.label is None and newer.label_source == ""
+    assert LearnedPhrase.objects.filter(normalized="list all cbus", user_id="alice", verb__name="cbu.list").exists()
+    third = resolve(api, "show me the cbu list")
+    correction = {
+        "text": "show me the cbu list",
+        "wrong_verb": "cbu.show",
+        "correct_verb": "cbu.list",
+        "user_id": "alice",
+        "request_id": third["request_id"],
+    }
+    assert api.post("/api/v1/resolutions/correct", correction, format="json").status_code == 200
+    row = ResolutionRecord.objects.get(request_id=third["request_id"])
+    assert (row.label_source, row.gold_verb, row.label) == ("correction", "cbu.list", row.top_verb == "cbu.list")
+
+
+@pytest.mark.parametrize("kind", ["confirm", "correct"])
+def test_a_request_id_of_another_users_or_texts_answer_is_refused_before_anything_is_learned(api, cbus, kind):
+    """A request_id that names no answer to this user for this text (unknown, another user's, another text's, or
+    malformed) answers 404 or 400 on request_id, and nothing is learned or labelled."""
+    from learning.models import ResolutionRecord
+
+    theirs = resolve(api, "list all cbus", user_id="bob")["request_id"]
+    other_text = resolve(api, "delete that cbu", user_id="alice")["request_id"]
+    base = {"text": "list all cbus", "user_id": "alice"}
+    base.update({"verb": "cbu.list"} if kind == "confirm" else {"wrong_verb": "cbu.show", "correct_verb": "cbu.list"})
+    for request_id, status in ((theirs, 404), (other_text, 404), ("8d6f1c1e-3a5b-4b7e-9f1f-6f1d2b8c9a00", 404), ("nope", 400)):
+        r = api.post(f"/api/v1/resolutions/{kind}", {**base, "request_id": request_id}, format="json")
+        assert r.status_code == status, (request_id, r.content)
+        assert "request_id" in r.json()["fields"], r.json()
+    assert not LearnedPhrase.objects.filter(user_id="alice", normalized="list all cbus").exists()
+    assert not ResolutionRecord.objects.exclude(label_source="").exists()
+
+
+def test_without_a_request_id_only_a_recent_answer_is_labelled(api, cbus, settings):
+    """A confirmation that names no answer labels the newest answer to the user for the text given within
+    RESOLUTION_LABEL_MAX_AGE_S; an older one is left unlabelled (the phrase is still learned)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from learning.models import ResolutionRecord
+
+    rid = resolve(api, "list all cbus")["request_id"]
+    ResolutionRecord.objects.filter(request_id=rid).update(created_at=timezone.now() - timedelta(hours=2))
+    settings.RESOLUTION_LABEL_MAX_AGE_S = 3600
+    body = {"text": "list all cbus", "verb": "cbu.list", "user_id": "alice"}
+    assert api.post("/api/v1/resolutions/confirm", body, format="json").status_code == 200
+    assert ResolutionRecord.objects.get(request_id=rid).label_source == ""
+    assert LearnedPhrase.objects.filter(normalized="list all cbus", user_id="alice").exists()
+    settings.RESOLUTION_LABEL_MAX_AGE_S = 3 * 3600
+    assert api.post("/api/v1/resolutions/confirm", body, format="json").status_code == 200
+    assert ResolutionRecord.objects.get(request_id=rid).label_source == "confirmation"
+
+
 def test_a_private_agents_users_phrases_are_its_own(cbus, run_tasks):
     """Two agents with private user data and a shared one teach the same user id the same text three ways: each keeps
     its own row and resolves with it, none re-points another's, and no 409 names another agent's verb."""

@@ -17,7 +17,7 @@ from learning.resolution import profile
 from learning.selectors import correction_decay_targets, phrase_owner
 from learning.services.blocks import _verb_by_name, block_refusal_check
 from learning.services.candidates import candidate_record, candidates_close_for_correction
-from learning.services.decisions import resolution_label
+from learning.services.decisions import resolution_answered_check, resolution_label
 from learning.services.evidence import phrase_evidence_add, phrase_evidence_overrule
 from learning.services.phrases import (
     _phrase_length_check,
@@ -30,7 +30,7 @@ from learning.services.phrases import (
 logger = logging.getLogger(__name__)
 
 
-def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, user_id: str | None) -> dict:
+def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, user_id: str | None, request_id=None) -> dict:
     """Learn from "``text`` meant ``correct_verb``, not ``wrong_verb``".
 
     With a user: the user's own phrase row for the text holds the correct verb afterwards (created at
@@ -40,6 +40,8 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
     Without a user (global data): occurrence counts move: the global row gains one when it holds the
     correct verb, loses one (down to 0) when it holds the wrong one; a missing or wrong global mapping
     becomes a pending LearningCandidate for reviewers. Global rows are never touched for a user.
+    ``request_id`` (the resolve answer corrected) labels that answer for the decision fit; without it, the newest
+    answer to the user for the text (``resolution_label``).
     """
     normalized = normalize_phrase(text)
     if not normalized:
@@ -49,6 +51,7 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
         raise ApplicationError("The wrong and the correct verb are the same.", field="correct_verb")
     wrong = _verb_by_name(wrong_verb, field="wrong_verb", retired_too=True)  # retired since it answered: still wrong
     correct = _verb_by_name(correct_verb, field="correct_verb")
+    resolution_answered_check(request_id=request_id, user_id=user_id, text=text)
 
     vectors, model = embeddings_compute(texts=[normalized])
     # A global correction teaches nothing before review (a candidate, whose approval checks every block again):
@@ -66,7 +69,7 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
     if user_id is None:
         result = _correction_global(text=text, normalized=normalized, wrong=wrong, correct=correct)
         with transaction.atomic():  # the decision's label: the resolution of this text was wrong (or asked wrongly)
-            resolution_label(source="correction", gold_verb=correct.name, user_id=user_id, text=text)
+            resolution_label(source="correction", gold_verb=correct.name, request_id=request_id, user_id=user_id, text=text)
         return result
     if vectors is not None:
         _own_rows_embed_again(user_id=user_id, wrong=wrong, correct=correct, model=model)
@@ -75,7 +78,7 @@ def phrase_correction_apply(*, text: str, wrong_verb: str, correct_verb: str, us
         result = _correction_user(
             text=text, normalized=normalized, wrong=wrong, correct=correct, user_id=user_id, vectors=vectors, model=model
         )
-        resolution_label(source="correction", gold_verb=correct.name, user_id=user_id, text=text)
+        resolution_label(source="correction", gold_verb=correct.name, request_id=request_id, user_id=user_id, text=text)
     return result
 
 
@@ -206,7 +209,7 @@ def _correction_user(*, text: str, normalized: str, wrong: Verb, correct: Verb, 
     }
 
 
-def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
+def phrase_confirmation_apply(*, text: str, verb: str, user_id: str, request_id=None) -> dict:
     """Learn from "the user accepted ``verb`` for ``text``" (the agent ran it and the user did not correct it).
 
     The user's own phrase row for the text holds the verb afterwards: created at
@@ -214,6 +217,8 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
     by LEARNING_CONFIRMATION_BOOST up to LEARNING_CORRECTION_CAP. A confirmation never overrides what
     a correction, a click or a reviewer decided: a row holding another verb, or switched off, answers
     409 and stays as it is. Global rows are never touched (they change through review only).
+    ``request_id`` (the resolve answer accepted) labels that answer for the decision fit; without it, the newest
+    answer to the user for the text (``resolution_label``).
     """
     normalized = normalize_phrase(text)
     if not normalized:
@@ -222,6 +227,7 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
     if not user_id:
         raise ApplicationError("A confirmation needs the user_id of the user who accepted the verb.", field="user_id")
     target = _verb_by_name(verb, field="verb")
+    resolution_answered_check(request_id=request_id, user_id=user_id, text=text)
 
     vectors, model = embeddings_compute(texts=[normalized])
     block_refusal_check(
@@ -266,7 +272,7 @@ def phrase_confirmation_apply(*, text: str, verb: str, user_id: str) -> dict:
         _positive_evidence_add(
             user_id=user_id, text=text, verb=target, vectors=vectors, model=model, weight=s.LEARNING_CONFIRMATION_CONFIDENCE
         )
-        resolution_label(source="confirmation", gold_verb=target.name, user_id=user_id, text=text)
+        resolution_label(source="confirmation", gold_verb=target.name, request_id=request_id, user_id=user_id, text=text)
     return {"user_id": user_id, "phrase": _phrase_state(row), "created": created}
 
 

@@ -12,6 +12,7 @@ import hashlib
 import logging
 import math
 import uuid
+from datetime import timedelta
 
 import numpy as np
 from django.conf import settings
@@ -23,7 +24,7 @@ from tqdm import tqdm
 
 from agents.models import Agent
 from common import tasks as common_tasks
-from common.api import ApplicationError, Conflict
+from common.api import ApplicationError, Conflict, NotFound
 from common.db import rows_purge, tenant_lock
 from common.tasks import task_headers, task_send
 from common.text import normalize_phrase
@@ -91,23 +92,52 @@ def resolution_row(*, resolution, agent=None, domain: str | None = None) -> Reso
     )
 
 
+def _labellable(*, by_request: bool = False):
+    """The resolution records this caller may label: an agent with private user data labels only what it answered,
+    and the answers of such an agent are labelled by no other agent (``by_request``: a click or abandon, whose
+    request the caller's own disambiguation request already names)."""
+    qs = ResolutionRecord.objects.all()
+    if private_agent_id() is not None:
+        return qs.filter(agent_id=private_agent_id())
+    if by_request:
+        return qs
+    return qs.exclude(agent_id__in=Agent.objects.filter(private_user_data=True).values("pk"))
+
+
+def resolution_answered_check(*, request_id, user_id: str | None, text: str) -> None:
+    """Before a confirmation or correction writes anything: the resolve answer it names by ``request_id`` exists
+    for this caller and was given to ``user_id`` for ``text``; else 404 on ``request_id`` (the same answer for an
+    unknown id and for another user's or text's, so nothing is learned about answers the caller cannot label)."""
+    if request_id is None:
+        return
+    try:
+        key = uuid.UUID(str(request_id))
+    except ValueError:
+        raise NotFound("No such resolve answer.", field="request_id") from None
+    if not _labellable().filter(request_id=key, user_id=user_id, normalized=normalize_phrase(text)[:2000]).exists():
+        raise NotFound(
+            "No resolve answer with this request_id was given to this user for this text (or it was purged).",
+            field="request_id",
+        )
+
+
 def resolution_label(
     *, source: str, gold_verb: str = "", request_id=None, user_id: str | None = None, text: str | None = None
 ) -> ResolutionRecord | None:
-    """Label the resolution a user answered: by ``request_id`` (click, abandon), else the newest record of
-    (``user_id``, normalised ``text``) (confirmation, correction). The label is "the top verb was right":
-    a click on the top verb, a confirmation of it; a correction, an abandon, a click on another verb are wrong.
-    A correction after an abandon only adds the right verb. Answers the record (None when there is none)."""
+    """Label the resolution a user answered: by ``request_id`` (a click, an abandon; a confirmation or correction
+    that names the answer), else the newest record of (``user_id``, normalised ``text``) answered within
+    ``RESOLUTION_LABEL_MAX_AGE_S`` (a confirmation or correction that names none: an older answer is not the one
+    the user just accepted or corrected, and stays unlabelled). The label is "the top verb was right": a click on
+    the top verb, a confirmation of it; a correction, an abandon, a click on another verb are wrong. A correction
+    after an abandon only adds the right verb. Answers the record (None when there is none)."""
     with transaction.atomic(savepoint=False):  # the caller's transaction when there is one, else its own
-        qs = ResolutionRecord.objects.select_for_update()
-        if private_agent_id() is not None:  # an agent with private user data labels only what it answered
-            qs = qs.filter(agent_id=private_agent_id())
-        elif request_id is None:  # and its answers are labelled by no other agent
-            qs = qs.exclude(agent_id__in=Agent.objects.filter(private_user_data=True).values("pk"))
+        qs = _labellable(by_request=request_id is not None and source in ("click", "abandon")).select_for_update()
         if request_id is not None:
             row = qs.filter(request_id=request_id).first()
         else:
-            row = qs.filter(user_id=user_id, normalized=normalize_phrase(text or "")).order_by("-created_at", "-id").first()
+            since = timezone.now() - timedelta(seconds=settings.RESOLUTION_LABEL_MAX_AGE_S)
+            qs = qs.filter(user_id=user_id, normalized=normalize_phrase(text or "")[:2000], created_at__gte=since)
+            row = qs.order_by("-created_at", "-id").first()
         if row is None:
             return None
         if row.label is not None and not (row.label_source == ResolutionRecord.LabelSource.ABANDON and gold_verb):
