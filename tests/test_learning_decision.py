@@ -1016,6 +1016,48 @@ def test_a_new_fit_is_compared_with_the_fit_in_use_on_labels_neither_learned_fro
         assert page.status_code == 200 and f"{unseen} labels: right".encode() not in page.content
 
 
+def _exact_answers(n_right: int, n_wrong: int) -> None:
+    ResolutionRecord.objects.bulk_create(
+        ResolutionRecord(
+            request_id=uuid.uuid4(),
+            text=f"e{i}",
+            normalized=f"e{i}",
+            outcome="resolved",
+            rule="exact",
+            verb="v",
+            top_verb="v",
+            label=i < n_right,
+            labelled_at=timezone.now(),
+        )
+        for i in range(n_right + n_wrong)
+    )
+
+
+def test_each_fit_reports_how_often_trusted_exact_phrases_answered_wrong(big, client, django_user_model, settings, caplog):
+    """No fit gates a trusted exact phrase's answer: a refit counts those answers among the newest labels, says when
+    they are wrong more often than the target (logged, flagged in the admin), and never fits on them."""
+    prior = decision_prior_fit()
+    rng = np.random.default_rng(7)
+    _labelled(300, rng, prior)
+    _exact_answers(97, 3)  # 3% wrong: not shown above the 3% target
+    first = DecisionFit.objects.get(version=decision_refit()["shadow"])
+    assert first.params["exact_answers"] == {"n": 100, "right": 97, "wrong": 3, "above_target": False}
+    assert first.n_labels == 300  # the exact answers carry no features: no fit learns from them
+    _exact_answers(30, 20)
+    _labelled(250, rng, prior)
+    with caplog.at_level("WARNING", logger="learning.services.decisions"):
+        second = DecisionFit.objects.get(version=decision_refit(force=True)["shadow"])
+    assert second.params["exact_answers"] == {"n": 150, "right": 127, "wrong": 23, "above_target": True}
+    assert "trusted exact phrases answered wrong 23 of 150" in caplog.text
+    su = django_user_model.objects.create_superuser("exact-admin", "e@example.com", "pw")
+    client.force_login(su)
+    page = client.get("/admin/learning/decisionfit/").content.decode()
+    assert "3 wrong of 100 (3.0%)" in page and "23 wrong of 150 (15.3%) (above the target)" in page
+    DecisionFit.objects.filter(pk=second.pk).update(params={**second.params, "exact_answers": {"n": 1, "wrong": 5}})
+    page = client.get("/admin/learning/decisionfit/")
+    assert page.status_code == 200 and b"wrong of 1 " not in page.content  # damaged figures show "-"
+
+
 def test_pinning_and_rolling_back_in_a_scope_of_every_tenant_change_only_the_fits_tenant(big):
     """A superuser's admin sees every tenant: a pin retires only the live fit of the pinned fit's tenant, and a roll
     back names the tenant it rolls back."""

@@ -568,6 +568,30 @@ def test_a_request_id_of_another_users_or_texts_answer_is_refused_before_anythin
     assert not ResolutionRecord.objects.exclude(label_source="").exists()
 
 
+def test_a_trusted_exact_answer_is_labelled_by_the_users_correction(api, cbus):
+    """A phrase the user confirmed answers at once (trusted exact, no fit involved); the user's correction of that
+    answer labels it wrong, the count a refit reports for such answers, and re-points the phrase."""
+    from learning.models import ResolutionRecord
+    from learning.selectors import exact_answer_figures
+
+    body = {"text": "spin up a client book", "verb": "cbu.create", "user_id": "alice"}
+    assert api.post("/api/v1/resolutions/confirm", body, format="json").status_code == 200
+    answer = resolve(api, "spin up a client book")
+    assert (answer["outcome"], answer["verb"], answer["explanation"]["rule"]) == ("resolved", "cbu.create", "exact")
+    correction = {
+        "text": "spin up a client book",
+        "wrong_verb": "cbu.create",
+        "correct_verb": "cbu.list",
+        "user_id": "alice",
+        "request_id": answer["request_id"],
+    }
+    assert api.post("/api/v1/resolutions/correct", correction, format="json").status_code == 200
+    row = ResolutionRecord.objects.get(request_id=answer["request_id"])
+    assert (row.rule, row.label, row.gold_verb) == ("exact", False, "cbu.list")
+    assert exact_answer_figures(window=100) == {"n": 1, "right": 0, "wrong": 1}
+    assert resolve(api, "spin up a client book")["verb"] == "cbu.list"
+
+
 def test_without_a_request_id_only_a_recent_answer_is_labelled(api, cbus, settings):
     """A confirmation that names no answer labels the newest answer to the user for the text given within
     RESOLUTION_LABEL_MAX_AGE_S; an older one is left unlabelled (the phrase is still learned)."""

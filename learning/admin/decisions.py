@@ -47,6 +47,7 @@ class DecisionFitAdmin(SaveChangedOnly, admin.ModelAdmin):
         "held_out_in_use",
         "compared",
         "shadow_figures",
+        "exact_answers",
         "created_at",
     ]
     list_filter = ["status", "source", "pinned"]
@@ -77,6 +78,20 @@ class DecisionFitAdmin(SaveChangedOnly, admin.ModelAdmin):
         if not n or n != share(mine, "n") or any(v is None for v in shares):
             return "-"
         return f"{int(n)} labels: right {shares[0]:.1%} / {shares[1]:.1%}, wrong {shares[2]:.1%} / {shares[3]:.1%}"
+
+    @admin.display(description="trusted exact answers (labelled, when fitted)")
+    def exact_answers(self, obj):
+        """The trusted exact phrases' labelled answers among the labels this fit saw (no fit gates them): "-" for a
+        prior, a fit from before they were counted, or damaged figures."""
+        figures = obj.params.get("exact_answers") if isinstance(obj.params, dict) else None
+        values = [figures.get(k) if isinstance(figures, dict) else None for k in ("n", "wrong")]
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values) or values[1] > values[0]:
+            return "-"
+        n, wrong = values
+        if not n:
+            return "none labelled"
+        flag = " (above the target)" if figures.get("above_target") is True else ""
+        return f"{wrong} wrong of {n} ({wrong / n:.1%}){flag}"
 
     def _confirm(self, request, queryset, *, action, title, intro):
         context = {

@@ -212,6 +212,18 @@ def labels_since_newest_fit(*, at_most: int) -> tuple[int, int]:
     return qs.order_by()[: max(at_most, 0)].count(), newest["version"] if newest else 0
 
 
+def exact_answer_figures(*, window: int) -> dict:
+    """The newest ``window`` labelled answers of trusted exact phrases (the fast path no decision fit gates): how
+    many, and how many the user accepted or turned down (corrected, abandoned, another option clicked)."""
+    labels = list(
+        ResolutionRecord.objects.filter(label__isnull=False, rule=ResolutionRecord.Rule.EXACT)
+        .order_by("-labelled_at", "-id")
+        .values_list("label", flat=True)[:window]
+    )
+    right = sum(1 for label in labels if label)
+    return {"n": len(labels), "right": right, "wrong": len(labels) - right}
+
+
 def shadow_figures(version: int) -> dict:
     """Labels that arrived while fit ``version`` ran in shadow: how its answers would have fared."""
     rows = ResolutionRecord.objects.filter(shadow_version=version, label__isnull=False)

@@ -643,6 +643,27 @@ def shadow_wrong_lower_bound(*, wrong: int, n: int) -> float:
     return float(beta.ppf(0.10, wrong, n - wrong + 1))
 
 
+def _exact_answers_judged() -> dict:
+    """The trusted exact phrases' answers among the newest labels, judged against the wrong-answer target. No fit
+    gates them (a user's correction re-points that user's phrase, or gives the user one that outranks a global
+    phrase, so a wrong answer does not repeat for that user), so their wrong rate is watched here: logged when the
+    labels show it above the target (the one-sided 90% lower bound on it, as for a shadow fit) and shown with each
+    fit in the admin."""
+    figures = selectors.exact_answer_figures(window=settings.RESOLVE_FIT_WINDOW_LABELS)
+    bound = shadow_wrong_lower_bound(wrong=figures["wrong"], n=figures["n"])
+    figures["above_target"] = bound > settings.RESOLVE_MAX_WRONG_RATE
+    if figures["above_target"]:
+        logger.warning(
+            "trusted exact phrases answered wrong %d of %d labelled times (at least %.1f%% at 90%%, target %.1f%%): "
+            "raise RESOLVE_TRUSTED_CONFIDENCE, or review the users' phrases that were corrected",
+            figures["wrong"],
+            figures["n"],
+            100 * bound,
+            100 * settings.RESOLVE_MAX_WRONG_RATE,
+        )
+    return figures
+
+
 def promotion_verdict(*, fit: DecisionFit) -> tuple[bool, str]:
     """May this shadow fit go live? Never on fewer than RESOLVE_PROMOTE_MIN_LABELS labels, never when its
     held-out wrong rate is above RESOLVE_MAX_WRONG_RATE or it would never auto-resolve, and not when the labels
@@ -893,6 +914,7 @@ def _refit(*, force: bool, progress: bool = False) -> dict:
     if params is None:
         out["reason"] = "too few labels or one class only"
         return out
+    params["exact_answers"] = _exact_answers_judged()
     words = bool((prior.params or {}).get("head_words", True)) if prior else True
     trained = _heads_train(
         model, users=True, warm_version=in_use.version if in_use else None, words=words, names=names, progress=progress
