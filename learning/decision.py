@@ -59,6 +59,7 @@ FEATURES = (
     "log_n_anchors",  # log(1 + anchors of the top verb)
     "verb_is_new",  # the top verb has fewer than 6 anchors
     "name_margin",  # the query's cosine to the top verb's name (its words) minus its best cosine to another's
+    "top_is_own",  # the top verb's best anchor is the asking user's own phrase (not a global or catalogue one)
 )
 # A fit names the features it was fitted on: the first BASE_FEATURES or more of FEATURES (fits and resolution
 # records from before a feature was added are read with the features they have).
@@ -292,9 +293,11 @@ def features(
     learned_top: bool,
     n_anchors: int,
     name_margin: float = 0.0,
+    own_top: bool = False,
 ) -> np.ndarray:
     """The feature vector (FEATURES order) of the top verb ``top`` (index into ``anchor`` / ``head_p``);
-    ``name_margin``: ``name_margins`` of the top verb (0 when its name has no vector)."""
+    ``name_margin``: ``name_margins`` of the top verb (0 when its name has no vector); ``own_top``: its best
+    anchor is the asking user's own phrase."""
     others = np.delete(anchor, top)
     if head_p is None:
         hp, hmargin, hagree = 0.0, 0.0, 0.0
@@ -317,6 +320,7 @@ def features(
             np.log1p(n_anchors),
             float(n_anchors < NEW_VERB_ANCHORS),
             name_margin,
+            float(own_top),
         ],
         dtype=np.float64,
     )
@@ -714,6 +718,7 @@ def _prior_features(score, P, top_cos, knn, n_anch, learned_top=None, names_cos=
             np.log1p(na),
             (na < NEW_VERB_ANCHORS).astype(np.float64),
             np.zeros(n) if names_cos is None else name_margins(names_cos, top, exclude),
+            np.zeros(n),  # top_is_own: the catalogue and the deployment's global phrases are no user's own
         ]
     )
     return keep, top, F

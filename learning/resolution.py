@@ -280,6 +280,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
 # --- The learned decision (learning.decision; docs/thresholds.md) ---
 
 _LEARNED_SOURCES = {Source.USER_LEARNED_EXACT, Source.USER_LEARNED_SEMANTIC, Source.LEARNED_EXACT, Source.LEARNED_SEMANTIC}
+_OWN_SOURCES = {Source.USER_LEARNED_EXACT, Source.USER_LEARNED_SEMANTIC}
 
 
 def _fits_in_force(user_id: str | None, model: str):
@@ -357,17 +358,18 @@ class _View:
         hits = [h for h in self.hits if self.verbs[h[1]] != (self.verbs[exclude] if exclude is not None else None)]
         top_cos = max((h[2] for h in hits), default=0.0)
         knn = [h[1] for h in sorted((h for h in hits if h[3]), key=lambda h: -h[0])[: decision.KNN]]
-        own = [h for h in hits if h[1] == top and h[3]]
-        learned_top = bool(max(own, key=lambda h: h[0])[4]) if own else False
+        mine = [h for h in hits if h[1] == top and h[3]]
+        best = max(mine, key=lambda h: h[0]) if mine else None
         return decision.features(
             anchor=self.anchor,
             head_p=self.head_p,
             top=top,
             top_cos=top_cos,
             knn=knn,
-            learned_top=learned_top,
+            learned_top=bool(best[4]) if best else False,
             n_anchors=self.n_anchors.get(self.verbs[top], 0),
             name_margin=self.name_margin(top, exclude),
+            own_top=bool(best[5]) if best else False,
         )
 
 
@@ -413,17 +415,19 @@ def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: 
         P = np.r_[P, rest]
         verbs = verbs + [""]
     anchor = np.array([c.score for c in candidates] + ([0.0] if P is not None else []), dtype=np.float64)
-    hits = []  # (effective score, verb index, raw cosine, counts as an anchor, is learned)
-    for h in rows.learned:
+    # (effective score, verb index, raw cosine, counts as an anchor, is learned, is the asking user's own)
+    hits = []
+    for h in rows.learned:  # the asking user's own phrases and global ones (tiers.scope_q)
         if h.verb in index:
             ok = h.similarity >= p["learned_threshold"]
-            hits.append((h.similarity * anchor_trust(h.confidence), index[h.verb], h.similarity, ok, True))
+            hits.append((h.similarity * anchor_trust(h.confidence), index[h.verb], h.similarity, ok, True, h.user_id is not None))
     for h in rows.catalogue:
         if h.verb in index:
-            hits.append((h.similarity, index[h.verb], h.similarity, h.similarity >= p["min_score"], False))
+            hits.append((h.similarity, index[h.verb], h.similarity, h.similarity >= p["min_score"], False, False))
     for i, c in enumerate(candidates):  # exact and substring tiers: the candidate's own score is its anchor
         if c.source in _LEARNED_SOURCES or c.source in (Source.PHRASE_EXACT, Source.PHRASE_SUBSTRING):
-            hits.append((c.score, i, c.score if c.source != Source.PHRASE_SUBSTRING else 0.0, True, c.source in _LEARNED_SOURCES))
+            raw = c.score if c.source != Source.PHRASE_SUBSTRING else 0.0
+            hits.append((c.score, i, raw, True, c.source in _LEARNED_SOURCES, c.source in _OWN_SOURCES))
     return _View(verbs, anchor, P, hits, anchors_n or {}, names)
 
 

@@ -412,6 +412,31 @@ def test_loading_the_catalogue_or_importing_global_phrases_refits_the_prior(db, 
     assert newest.version > prior.version and newest.status == "live"
 
 
+def test_the_top_verbs_best_anchor_says_whose_phrase_it_is(big):
+    """The source tier of the top verb's best anchor: the catalogue (neither feature), a global learned phrase
+    (top_is_learned), the asking user's own phrase (top_is_learned and top_is_own). Another user's phrase is never
+    seen; the prior, fitted on no user's phrase, gives top_is_own no weight."""
+    from learning.importing import ImportRow
+    from learning.services.imports import phrases_import
+
+    phrases_import(rows=[ImportRow(number=1, phrase="give me the units", verb="cbu.list")])
+    phrases_import(rows=[ImportRow(number=1, phrase="show me my units", verb="cbu.list")], user_id="bob")
+    prior = decision_prior_fit()
+    assert prior.params["features"] == list(decision.FEATURES)
+    assert prior.params["coef"][decision.FEATURES.index("top_is_own")] == 0.0
+    learned, own = decision.FEATURES.index("top_is_learned"), decision.FEATURES.index("top_is_own")
+
+    def tier(text, user_id):
+        r = resolve(text=text, user_id=user_id)
+        assert r.trace["top_verb"] == "cbu.list", r.trace
+        return r.trace["features"][learned], r.trace["features"][own], r.trace["features_open"][own]
+
+    assert tier("list all the cbus", "bob") == (0.0, 0.0, 0.0)  # the catalogue's phrase
+    assert tier("show me my units please", "bob")[:2] == (1.0, 1.0)  # bob's own
+    assert tier("give me the units please", "bob")[:2] == (1.0, 0.0)  # the deployment's, not bob's
+    assert tier("show me my units please", "carol")[1] == 0.0  # bob's phrase is not carol's
+
+
 def test_the_refit_replaces_a_stale_prior_and_keeps_a_current_one(big, settings):
     from learning.models import Verb
 

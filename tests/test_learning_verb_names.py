@@ -65,7 +65,7 @@ def test_a_fit_on_the_features_of_older_records_reads_only_those_and_any_other_l
     # a resolver with more features decides with the ones the fit has: the same answers
     np.testing.assert_array_equal(decision.decide(old, F), decision.decide(old, F[:, : decision.BASE_FEATURES]))
     full = decision.fit_decision(F, y, max_wrong_rate=0.03, min_labels=200)
-    assert full["features"] == list(decision.FEATURES) and full["coef"][-1] >= 0.0  # monotone: more agreement, more right
+    assert full["features"] == list(decision.FEATURES) and full["coef"][decision.FEATURES.index("name_margin")] >= 0.0  # monotone
     for features in (list(decision.FEATURES[:5]), list(reversed(decision.FEATURES)), [*decision.FEATURES, "extra"]):
         with pytest.raises(ValueError, match="features"):
             decision.check_params({**full, "features": features})
@@ -90,7 +90,8 @@ def test_the_prior_stores_the_names_of_every_verb_and_the_resolver_explains_the_
     # the open-set row scores the runner-up as if the top verb did not exist: its name is not among the others
     runner = r.trace["top_verbs"][1]
     others = max(c for v, c in cos.items() if v not in (runner, "email.send"))
-    assert r.trace["features_open"][-1] == pytest.approx(cos[runner] - others, abs=1e-4)
+    at = decision.FEATURES.index("name_margin")
+    assert r.trace["features_open"][at] == pytest.approx(cos[runner] - others, abs=1e-4)
 
 
 def test_a_prior_and_head_from_before_the_names_still_decide_undegraded(big):
