@@ -135,14 +135,19 @@ def _lex_one():
     return lex.build_analyzer(), hasher
 
 
+@functools.lru_cache(maxsize=1024)
 def lexical_row(text: str) -> tuple[np.ndarray, np.ndarray]:
     """(columns, values) of ``lexical([text])``'s one row: the same n-grams and hashes, without the per-call
-    validation and sparse-matrix work of the batch path, which cost a resolve more than the rest of its head."""
+    validation and sparse-matrix work of the batch path, which cost a resolve more than the rest of its head.
+    Remembered for the newest texts (read-only arrays): a resolve scores its text with the live fit's head and the
+    shadow fit's, and the hashing is the larger part of either."""
     analyzer, hasher = _lex_one()
     M = hasher.transform([analyzer(text)])
     values = 1.0 + np.log(M.data)
     norm = float(np.sqrt(values @ values))
-    return M.indices, values / norm if norm > 0 else values
+    columns, values = M.indices.copy(), values / norm if norm > 0 else values
+    columns.flags.writeable = values.flags.writeable = False
+    return columns, values
 
 
 def _head_inputs(X, texts):

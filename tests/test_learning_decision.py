@@ -265,6 +265,12 @@ def test_one_text_is_scored_as_the_batch_scores_it():
         assert list(columns) == list(row.indices)
         np.testing.assert_allclose(values, row.data, rtol=1e-6)
         np.testing.assert_allclose(decision.head_predict(head, Q[i : i + 1], [text]), batch[i : i + 1], rtol=1e-5, atol=1e-7)
+    # remembered: a second head scoring the same text (the shadow fit's) hashes nothing again, and no caller can
+    # change what the next one reads
+    again = decision.lexical_row(texts[0])
+    assert again is decision.lexical_row(texts[0])
+    with pytest.raises(ValueError, match="read-only"):
+        again[1][0] = 0.0
 
 
 # --- the prior, the explanation, fallbacks ---
