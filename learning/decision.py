@@ -30,7 +30,9 @@ import hashlib
 import io
 import logging
 import re
+import threading
 import warnings
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -116,13 +118,46 @@ def _one_blas_thread(fn):
 # --- classifier head ------------------------------------------------------------------------------------------
 
 
+# The lexical rows a process hashed (text -> (columns, values)), least recently used out first beyond
+# LEX_MEMO_TEXTS (about 1 KB a text): a refit every few hundred labels trains its heads on the same phrases again,
+# and hashing them all was about half of a head's training at 10,000 phrases.
+LEX_MEMO_TEXTS = 30_000
+_lex_memo: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+_lex_memo_lock = threading.Lock()
+
+
 def lexical(texts) -> sp.csr_matrix:
-    """The lexical feature rows (n x LEX_FEATURES, sparse) of normalised texts."""
+    """The lexical feature rows (n x LEX_FEATURES, sparse) of normalised texts; only texts this process has not
+    hashed lately are hashed (in one batch: the rows do not depend on each other)."""
+    import scipy.sparse as sp
     from sklearn.preprocessing import normalize
 
-    M = _lex().transform(list(texts)).astype(np.float32)
-    M.data = 1.0 + np.log(M.data)
-    return normalize(M, copy=False)
+    texts = list(texts)
+    with _lex_memo_lock:
+        found = {t: _lex_memo[t] for t in set(texts) if t in _lex_memo}
+        for t in found:
+            _lex_memo.move_to_end(t)
+    missing = sorted(set(texts) - found.keys())
+    if missing:
+        M = _lex().transform(missing).astype(np.float32)
+        M.data = 1.0 + np.log(M.data)
+        M = normalize(M, copy=False)
+        rows = {}
+        for i, t in enumerate(missing):
+            columns, values = M.indices[M.indptr[i] : M.indptr[i + 1]].copy(), M.data[M.indptr[i] : M.indptr[i + 1]].copy()
+            columns.flags.writeable = values.flags.writeable = False
+            rows[t] = (columns, values)
+        found.update(rows)
+        with _lex_memo_lock:
+            _lex_memo.update(rows)
+            while len(_lex_memo) > LEX_MEMO_TEXTS:
+                _lex_memo.popitem(last=False)
+    parts = [found[t] for t in texts]
+    indptr = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum([len(c) for c, _ in parts], out=indptr[1:])
+    columns = np.concatenate([c for c, _ in parts]) if parts else np.zeros(0, dtype=np.int32)
+    values = np.concatenate([v for _, v in parts]) if parts else np.zeros(0, dtype=np.float32)
+    return sp.csr_matrix((values, columns, indptr), shape=(len(texts), LEX_FEATURES), dtype=np.float32)
 
 
 @functools.cache

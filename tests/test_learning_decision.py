@@ -273,6 +273,29 @@ def test_one_text_is_scored_as_the_batch_scores_it():
         again[1][0] = 0.0
 
 
+def test_texts_hashed_before_are_not_hashed_again_and_give_the_same_rows(monkeypatch):
+    """A refit trains on the same phrases again: their lexical rows come from the process's memo, equal to hashing
+    them now, duplicates and order kept; the memo keeps at most LEX_MEMO_TEXTS texts."""
+    from sklearn.preprocessing import normalize
+
+    def hashed(texts):
+        M = decision._lex().transform(list(texts)).astype(np.float32)
+        M.data = 1.0 + np.log(M.data)
+        return normalize(M, copy=False)
+
+    monkeypatch.setattr(decision, "LEX_MEMO_TEXTS", 5)
+    texts = ["turn on the lamp", "", "card  card card", "turn on the lamp", "çà et là 東京 🙂", "x" * 3000, "a", "b"]
+    for batch in (texts, texts[::-1], texts[:3]):
+        M = decision.lexical(batch)
+        assert M.shape == (len(batch), decision.LEX_FEATURES) and M.dtype == np.float32
+        assert (M != hashed(batch)).nnz == 0
+    assert len(decision._lex_memo) <= 5
+    expected = hashed(texts[:3])
+    monkeypatch.setattr(decision, "_lex", lambda: pytest.fail("a text in the memo was hashed again"))
+    assert (decision.lexical(texts[:3]) != expected).nnz == 0  # the newest texts: all from the memo
+    assert decision.lexical([]).shape == (0, decision.LEX_FEATURES)
+
+
 # --- the prior, the explanation, fallbacks ---
 
 
