@@ -121,6 +121,34 @@ def rows_fetch(
     return rows
 
 
+def vector_from_binary(data: bytes) -> np.ndarray:
+    """A pgvector value in its binary form (``vector_send``: dimensions and a reserved word as int16, then float4,
+    all in network order) as float32."""
+    (dim,) = struct.unpack_from(">H", data)
+    if len(data) != 4 + 4 * dim:
+        raise ValueError(f"a vector of {dim} dimensions in {len(data)} bytes")
+    return np.frombuffer(data, dtype=">f4", count=dim, offset=4).astype(np.float32)
+
+
+def values_list_binary(queryset, *, vectors: tuple[int, ...]) -> list[tuple]:
+    """The rows of a ``values_list`` queryset fetched in PostgreSQL's binary format, its ``vectors`` columns (by
+    position) decoded as float32 (None stays None): about ten times faster than the ORM, which parses each vector
+    from its text. For reads of many vectors (a refit reads every anchor). Other columns come as psycopg loads
+    them in binary (str, int, float, bool, datetime, ...). The statement is the queryset's own SQL, bound on the
+    server and never prepared (a pooler in transaction mode keeps no prepared statements); Django's execute
+    wrappers do not see it."""
+    sql, params = queryset.query.sql_with_params()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        cursor = psycopg.Cursor(connection.connection)
+        try:
+            cursor.execute(sql, params, prepare=False, binary=True)
+            rows = cursor.fetchall()
+        finally:
+            cursor.close()
+    return [tuple(vector_from_binary(v) if i in vectors and v is not None else v for i, v in enumerate(row)) for row in rows]
+
+
 def _insert_statement(obj) -> tuple[str, list]:
     """The INSERT of ``obj`` (a new instance) with its values, each field prepared as the ORM prepares it (``pre_save``
     fills auto_now_add; ``get_db_prep_save`` adapts JSON, UUIDs, ...); a field left to its database default is left out."""

@@ -5,10 +5,10 @@ import time as _time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import numpy as np
 from django.conf import settings
 from django.db.models import Count, Q, Sum
 
+from common.db import values_list_binary
 from learning import decision
 from learning.models import (
     DecisionFit,
@@ -251,8 +251,9 @@ def decision_anchor_rows(*, model: str, user_id: str | None = None, learned: boo
     (``_anchor_querysets``; ``learned`` False: the catalogue only)."""
     vectors, names, is_learned, confidence, texts = [], [], [], [], []
     catalogue, learned_rows = _anchor_querysets(model, user_id)
-    for verb, emb, normalized in catalogue.order_by("pk").values_list("verb__name", "embedding", "normalized"):
-        vectors.append(np.asarray(emb, dtype=np.float32))
+    rows = values_list_binary(catalogue.order_by("pk").values_list("verb__name", "embedding", "normalized"), vectors=(1,))
+    for verb, emb, normalized in rows:
+        vectors.append(emb)
         names.append(verb)
         is_learned.append(False)
         confidence.append(1.0)
@@ -292,8 +293,9 @@ def decision_users_anchor_pairs(*, model: str, user_ids: list[str]) -> dict[str,
 
 def _learned_rows_add(queryset, out) -> None:
     vectors, names, is_learned, confidence, texts = out
-    for verb, emb, conf, normalized in queryset.order_by("pk").values_list("verb__name", "embedding", "confidence", "normalized"):
-        vectors.append(np.asarray(emb, dtype=np.float32))
+    rows = queryset.order_by("pk").values_list("verb__name", "embedding", "confidence", "normalized")
+    for verb, emb, conf, normalized in values_list_binary(rows, vectors=(1,)):
+        vectors.append(emb)
         names.append(verb)
         is_learned.append(True)
         confidence.append(float(conf))
