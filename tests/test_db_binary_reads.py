@@ -15,7 +15,9 @@ pytestmark = pytest.mark.django_db
 
 def test_a_binary_read_gives_what_the_orm_gives(cbus):
     VerbPhrase.objects.filter(pk=VerbPhrase.objects.order_by("pk").first().pk).update(embedding=None)
-    qs = VerbPhrase.objects.order_by("pk").values_list("verb__name", "embedding", "normalized", "id", "tenant_id", "embedding_model")
+    qs = VerbPhrase.objects.order_by("pk").values_list(
+        "verb__name", "embedding", "normalized", "id", "tenant_id", "embedding_model"
+    )
     expected = list(qs)
     rows = values_list_binary(qs, vectors=(1,))
     assert len(rows) == len(expected) == sum(len(entry.phrases) for entry in CBU_CATALOGUE)

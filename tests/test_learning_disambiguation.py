@@ -23,6 +23,11 @@ def abandon(api, request_id, reason, **extra):
     return api.post(f"/api/v1/disambiguations/{request_id}/abandon", {"reason": reason, **extra}, format="json")
 
 
+def correct(api, text, wrong_verb, correct_verb, request_id, user_id="alice"):
+    body = {"text": text, "wrong_verb": wrong_verb, "correct_verb": correct_verb, "user_id": user_id, "request_id": request_id}
+    return api.post("/api/v1/resolutions/correct", body, format="json")
+
+
 def test_every_ambiguous_answer_is_stored_with_its_options(api, cbus):
     body = resolve(api, "list all cbus")
     assert body["outcome"] == "ambiguous"
@@ -538,14 +543,7 @@ def test_a_confirmation_or_correction_naming_its_answer_labels_that_answer(api, 
     assert newer.label is None and newer.label_source == ""
     assert LearnedPhrase.objects.filter(normalized="list all cbus", user_id="alice", verb__name="cbu.list").exists()
     third = resolve(api, "show me the cbu list")
-    correction = {
-        "text": "show me the cbu list",
-        "wrong_verb": "cbu.show",
-        "correct_verb": "cbu.list",
-        "user_id": "alice",
-        "request_id": third["request_id"],
-    }
-    assert api.post("/api/v1/resolutions/correct", correction, format="json").status_code == 200
+    assert correct(api, "show me the cbu list", "cbu.show", "cbu.list", third["request_id"]).status_code == 200
     row = ResolutionRecord.objects.get(request_id=third["request_id"])
     assert (row.label_source, row.gold_verb, row.label) == ("correction", "cbu.list", row.top_verb == "cbu.list")
 
@@ -578,14 +576,7 @@ def test_a_trusted_exact_answer_is_labelled_by_the_users_correction(api, cbus):
     assert api.post("/api/v1/resolutions/confirm", body, format="json").status_code == 200
     answer = resolve(api, "spin up a client book")
     assert (answer["outcome"], answer["verb"], answer["explanation"]["rule"]) == ("resolved", "cbu.create", "exact")
-    correction = {
-        "text": "spin up a client book",
-        "wrong_verb": "cbu.create",
-        "correct_verb": "cbu.list",
-        "user_id": "alice",
-        "request_id": answer["request_id"],
-    }
-    assert api.post("/api/v1/resolutions/correct", correction, format="json").status_code == 200
+    assert correct(api, "spin up a client book", "cbu.create", "cbu.list", answer["request_id"]).status_code == 200
     row = ResolutionRecord.objects.get(request_id=answer["request_id"])
     assert (row.rule, row.label, row.gold_verb) == ("exact", False, "cbu.list")
     assert exact_answer_figures(window=100) == {"n": 1, "right": 0, "wrong": 1}
