@@ -972,25 +972,27 @@ def labelled_records(F, y, fit, shadow=None) -> None:
     """One labelled resolution per feature row of ``F`` (label ``y``), answered by ``fit``; with ``shadow``, that
     fit judged them too (it asked where the label says the top verb was wrong)."""
     ResolutionRecord.objects.bulk_create(
-        [
-            ResolutionRecord(
-                request_id=uuid.uuid4(),
-                text=f"t{i}",
-                normalized=f"t{i}",
-                outcome="ambiguous",
-                rule="prior",
-                features=list(F[i]),
-                features_open=list(np.asarray(F[i]) - 2),
-                label=bool(y[i]),
-                labelled_at=timezone.now(),
-                fit_version=fit.version,
-                shadow_version=shadow.version if shadow else None,
-                shadow_outcome=("resolved" if y[i] else "ambiguous") if shadow else "",
-                shadow_verb="x" if shadow else "",
-                shadow_label=bool(y[i]) if shadow else None,
-            )
-            for i in range(len(y))
-        ]
+        _labelled_record(
+            f"t{i}",
+            bool(y[i]),
+            outcome="ambiguous",
+            rule="prior",
+            features=list(F[i]),
+            features_open=list(np.asarray(F[i]) - 2),
+            fit_version=fit.version,
+            shadow_version=shadow.version if shadow else None,
+            shadow_outcome=("resolved" if y[i] else "ambiguous") if shadow else "",
+            shadow_verb="x" if shadow else "",
+            shadow_label=bool(y[i]) if shadow else None,
+        )
+        for i in range(len(y))
+    )
+
+
+def _labelled_record(text: str, label: bool, **fields) -> ResolutionRecord:
+    """A resolution of ``text`` the user answered (``label``: the top verb was right), not yet stored."""
+    return ResolutionRecord(
+        request_id=uuid.uuid4(), text=text, normalized=text, label=label, labelled_at=timezone.now(), **fields
     )
 
 
@@ -1072,17 +1074,7 @@ def test_a_new_fit_is_compared_with_the_fit_in_use_on_labels_neither_learned_fro
 
 def _exact_answers(n_right: int, n_wrong: int) -> None:
     ResolutionRecord.objects.bulk_create(
-        ResolutionRecord(
-            request_id=uuid.uuid4(),
-            text=f"e{i}",
-            normalized=f"e{i}",
-            outcome="resolved",
-            rule="exact",
-            verb="v",
-            top_verb="v",
-            label=i < n_right,
-            labelled_at=timezone.now(),
-        )
+        _labelled_record(f"e{i}", i < n_right, outcome="resolved", rule="exact", verb="v", top_verb="v")
         for i in range(n_right + n_wrong)
     )
 
