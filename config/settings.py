@@ -703,6 +703,9 @@ LEARNED_TENANT_INDEX_MIN_PHRASES = env_int("LEARNED_TENANT_INDEX_MIN_PHRASES", 5
 # of the global phrases' own HNSW index, instead of a walk of the index over every phrase that skips other users'
 # (learning.selectors.tiers.tier_rows); 0: nothing counted, every phrase walked.
 RESOLVE_USER_EXACT_MAX_PHRASES = env_int("RESOLVE_USER_EXACT_MAX_PHRASES", 500, minimum=0)
+# A nearest-neighbour read (embeddings.selectors.nearest: memories, aliases, candidates, leave-one-out scores) whose
+# filtered rows are at most this many scans them exactly instead of walking an HNSW index; 0: the index always first.
+NEAREST_EXACT_MAX_ROWS = env_int("NEAREST_EXACT_MAX_ROWS", 500, minimum=0)
 LEARNED_INDEX_BUILD_MEMORY = (os.environ.get("LEARNED_INDEX_BUILD_MEMORY") or "1GB").strip()
 if not re.fullmatch(r"[1-9][0-9]{0,9}\s*(?:kB|MB|GB|TB)?", LEARNED_INDEX_BUILD_MEMORY):
     raise ImproperlyConfigured(

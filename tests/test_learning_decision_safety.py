@@ -102,7 +102,7 @@ def _eligible_retired_fit(prior):
     )
 
 
-def _refit_and_pin(*, before_pin, pin_fit, after_pin=lambda: None) -> tuple[dict, list]:
+def _refit_and_pin(*, before_pin, pin_fit, after_pin=lambda: None, refit=decision_refit) -> tuple[dict, list]:
     """A refit (thread "refit") and a reviewer's pin (thread "pin", after ``before_pin``), each on its own
     connection: (results by name, errors)."""
     import threading
@@ -124,7 +124,7 @@ def _refit_and_pin(*, before_pin, pin_fit, after_pin=lambda: None) -> tuple[dict
         before_pin()
         run("pin", lambda: decision_fit_pin(fit=pin_fit()), after_pin)
 
-    threads = [threading.Thread(target=run, args=("refit", decision_refit), name="refit"), threading.Thread(target=pin)]
+    threads = [threading.Thread(target=run, args=("refit", refit), name="refit"), threading.Thread(target=pin)]
     for t in threads:
         t.start()
     for t in threads:
@@ -169,37 +169,42 @@ def test_a_pin_racing_an_automatic_promotion_is_not_lost(monkeypatch):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_refit_never_retires_the_shadow_a_reviewer_just_pinned_live(monkeypatch):
-    """A reviewer pins the shadow fit live while a refit is about to retire it for its new shadow: the pin stands."""
+    """A reviewer pins the shadow fit live while a refit, which read it as the shadow, trains the new fit's heads
+    (before it retires the old shadow for the new one): the pin stands, and the new fit is the only shadow."""
     import threading
+
+    import learning.services.decisions as services
 
     verb_catalogue_load(entries=BIG)
     prior = decision_prior_fit()
     _labelled(400, np.random.default_rng(0), prior)
     shadow = DecisionFit.objects.get(version=decision_refit()["shadow"])  # not judged in shadow: not promoted next
 
-    read, pinned = threading.Event(), threading.Event()
-    real_save = DecisionFit.save
+    training, pinned = threading.Event(), threading.Event()
+    real_train = services._heads_train
 
-    def save(self, *args, **kwargs):
-        if (
-            threading.current_thread().name == "refit"
-            and self.pk == shadow.pk
-            and kwargs.get("update_fields") == ["status"]
-            and self.status == "retired"
-        ):
-            read.set()
-            pinned.wait(30)  # widen the window between the refit's read and its write
-        return real_save(self, *args, **kwargs)
+    def heads_train(*args, **kwargs):
+        if threading.current_thread().name == "refit":
+            training.set()
+            assert pinned.wait(60), "the pin never finished"
+        return real_train(*args, **kwargs)
 
-    monkeypatch.setattr(DecisionFit, "save", save)
+    monkeypatch.setattr(services, "_heads_train", heads_train)
     results, errors = _refit_and_pin(
-        before_pin=lambda: read.wait(120), pin_fit=lambda: DecisionFit.objects.get(pk=shadow.pk), after_pin=pinned.set
+        before_pin=lambda: training.wait(60),
+        pin_fit=lambda: DecisionFit.objects.get(pk=shadow.pk),
+        after_pin=pinned.set,
+        refit=lambda: decision_refit(force=True),  # an operator's forced refit: no new label needed
     )
     assert errors == [], errors
+    assert training.is_set() and pinned.is_set()  # the pin ran while the refit was fitting
     assert results["pin"].status == "live" and results["pin"].pinned
+    assert results["refit"]["shadow"] is not None
     shadow.refresh_from_db()
     lives = list(DecisionFit.objects.filter(status="live").values_list("version", flat=True))
     assert (shadow.status, lives) == ("live", [shadow.version]), (shadow.status, shadow.pinned, lives)
+    shadows = list(DecisionFit.objects.filter(status="shadow").values_list("version", flat=True))
+    assert shadows == [results["refit"]["shadow"]]
 
 
 def test_the_live_fit_still_decides_after_many_newer_priors(prior):

@@ -436,6 +436,8 @@ def test_many_users_filtered_vector_search_is_never_short():
     memories (more rows than hnsw.ef_search). With sorting disabled the planner must walk the HNSW
     index; the selector still gets both her memories (iterative scans, and an exact scan of her rows
     when the index answers short), while the bare index scan without iterative scans (the control) gets fewer.
+    Her two rows would be scanned exactly from the start (``NEAREST_EXACT_MAX_ROWS``); the limit is off here so
+    that the walk is what is tested.
     """
     from learning import datasets
     from learning.resolution import embed_query
@@ -461,16 +463,18 @@ def test_many_users_filtered_vector_search_is_never_short():
             .order_by("distance")[:6]
         )
         assert "memory_embedding_hnsw" in qs.explain()
-        items = memory_semantic_candidates(
-            user_id="dora", namespace="learning", vector=vector, model=model, filters=None, k=6, min_score=-1.0
-        )
+        with override_settings(NEAREST_EXACT_MAX_ROWS=0):
+            items = memory_semantic_candidates(
+                user_id="dora", namespace="learning", vector=vector, model=model, filters=None, k=6, min_score=-1.0
+            )
         cur.execute("SET LOCAL hnsw.iterative_scan = off")  # the control: the bare index scan comes back short
         starved = list(qs)
     assert sorted(i.memory.pk for i in items) == sorted(m.pk for m in mine)
     assert len(starved) < len(mine)
-    with override_settings(MEMORY_RETRIEVE_MIN_SCORE=-1.0):
-        result = memory_retrieve(user_id="dora", query=query)
-    assert sorted(i.memory.pk for i in result.items) == sorted(m.pk for m in mine)
+    for exact_max in (0, 500):
+        with override_settings(MEMORY_RETRIEVE_MIN_SCORE=-1.0, NEAREST_EXACT_MAX_ROWS=exact_max):
+            result = memory_retrieve(user_id="dora", query=query)
+        assert sorted(i.memory.pk for i in result.items) == sorted(m.pk for m in mine)
     assert all(i.memory.user_id == "dora" for i in result.items)
 
 
