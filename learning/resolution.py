@@ -199,6 +199,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
             stamp=exact.stamp,
             own_exact=exact.own_exact,
             global_exact=exact.global_exact,
+            evidence_exact=exact.evidence_exact,
         )
     # Tier 5: the semantic blocklist (blocked verbs are dropped below).
     blocked = rows.blocked

@@ -4,11 +4,13 @@ every phrase as one part. Both ways answer the exact nearest neighbours in scope
 
 import numpy as np
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from agents.models import Agent
 from common.text import text_hash
 from embeddings.embedders import current_model_name
-from learning.models import LearnedPhrase, Verb
+from learning.models import LearnedPhrase, PhraseEvidence, Verb
 from learning.selectors import learned_exact, tier_rows
 from learning.services.catalogue import verb_catalogue_load
 from tenants.context import acting_agent
@@ -190,3 +192,96 @@ def test_the_global_phrases_have_an_hnsw_index_of_their_own():
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'learnedphrase_global_hnsw'")
         (definition,) = cursor.fetchone()
     assert "USING hnsw" in definition and "vector_cosine_ops" in definition and "WHERE (user_id IS NULL)" in definition
+
+
+@pytest.fixture
+def evidence(phrases):
+    """Feedback evidence near one direction: "light" has 6 rows, "heavy" 30 (over the setting's 20), 40 other users
+    8 each (a crowd of near-identical vectors in the evidence's HNSW index), "nobody" none."""
+    model, rng, _ = phrases
+    base = _query(rng)
+    rows = []
+
+    def add(user, count):
+        for i in range(count):
+            v = base + rng.normal(scale=0.05, size=384).astype(np.float32)
+            text = f"evidence {user} {i}"
+            rows.append(
+                PhraseEvidence(
+                    user_id=user,
+                    phrase=text,
+                    normalized=text,
+                    verb=f"verb.{i % 3}",
+                    negative=1.0,
+                    embedding=v / np.linalg.norm(v),
+                    embedding_model=model,
+                    embedding_hash=text_hash(text),
+                )
+            )
+
+    add("light", 6)
+    add("heavy", 30)
+    for u in range(40):
+        add(f"u{u}", 8)
+    PhraseEvidence.objects.bulk_create(rows, batch_size=500)
+    return model, base
+
+
+def _evidence(q, model, user_id, evidence_exact):
+    rows = tier_rows(
+        normalized="no such text",
+        vector=q,
+        model=model,
+        user_id=user_id,
+        domain=None,
+        k_learned=K,
+        k_catalogue=5,
+        k_blocks=5,
+        block_threshold=0.9,
+        k_evidence=K,
+        evidence_similarity=0.0,
+        evidence_exact=evidence_exact,
+    )
+    return sorted((verb, round(s, 4)) for verb, s, _ in rows.evidence)
+
+
+def test_learned_exact_counts_the_evidence_of_the_querys_scope(evidence, settings):
+    def counted(user_id):
+        return learned_exact(normalized="x", user_id=user_id, domain=None).evidence_exact
+
+    assert counted("light") and counted("nobody") and counted(None)  # 6, none, no global rows
+    assert not counted("heavy")  # 30 > 20
+    settings.RESOLVE_USER_EXACT_MAX_PHRASES = 30
+    assert counted("heavy")
+    settings.RESOLVE_USER_EXACT_MAX_PHRASES = 0  # off: the index is walked
+    assert not counted("light")
+
+
+@pytest.mark.parametrize("user_id", ["light", "heavy", "nobody"])
+def test_evidence_compared_exactly_or_walked_answers_the_users_nearest_rows(evidence, user_id):
+    """Few rows are compared exactly (no walk of an index crowded by other users' evidence); either way the answer
+    is the user's own nearest evidence, never another user's."""
+    model, base = evidence
+    mine = list(PhraseEvidence.objects.filter(user_id=user_id))
+    expected = sorted(
+        sorted(((r.verb, round(float(np.dot(base, np.asarray(r.embedding))), 4)) for r in mine), key=lambda x: -x[1])[:K]
+    )
+    exact = _evidence(base, model, user_id, evidence_exact=True)
+    assert exact == expected
+    walked = _evidence(base, model, user_id, evidence_exact=False)
+    assert set(walked) <= {(r.verb, round(float(np.dot(base, np.asarray(r.embedding))), 4)) for r in mine}
+
+
+def test_the_evidence_part_compares_exactly_only_when_told(evidence):
+    """The tier statement is prepared once per text, and its generic plan cannot tell a user with no evidence from
+    one with much: the exact comparison has to be in the text (a distance "+ 0", no indexed ordering)."""
+    model, base = evidence
+
+    def evidence_part(evidence_exact):
+        with CaptureQueriesContext(connection) as ctx:
+            _evidence(base, model, "light", evidence_exact)
+        sql = next(q["sql"] for q in ctx.captured_queries if "learning_phraseevidence" in q["sql"])
+        return sql[sql.index("FROM learning_phraseevidence") :].split(") x", 1)[0]
+
+    assert "ORDER BY (t.embedding <=> (SELECT v FROM q)) + 0" in evidence_part(True)
+    assert "ORDER BY d " in evidence_part(False)

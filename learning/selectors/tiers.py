@@ -67,12 +67,13 @@ class ExactHit:
 
 class ExactHits(list):
     """``learned_exact``'s hits, with the catalogue stamp read by the same statement (``catalogue_stamp``) and
-    whether the user's own learned phrases, and the global ones, are few enough to compare exactly (``tier_rows``'s
-    ``own_exact`` and ``global_exact``)."""
+    whether the user's own learned phrases, the global ones, and the evidence rows of the query's scope are few
+    enough to compare exactly (``tier_rows``'s ``own_exact``, ``global_exact`` and ``evidence_exact``)."""
 
     stamp: tuple | None = None
     own_exact: bool = False
     global_exact: bool = False
+    evidence_exact: bool = False
 
 
 def _tenant_literal(tenants) -> str:
@@ -89,7 +90,9 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     """Exact learned matches, the user's first, then global; in one query, on the resolve hot path. The same
     statement reads the catalogue stamp (``catalogue_stamp``), which the tier query needs next, and counts the
     user's learned phrases up to ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1 and the global ones up to
-    ``GLOBAL_EXACT_MAX_PHRASES`` + 1 (every row in scope, through the (tenant, user) b-tree): one round trip."""
+    ``GLOBAL_EXACT_MAX_PHRASES`` + 1 (every row in scope, through the (tenant, user) b-tree), and the feedback
+    evidence of the query's scope (the user's, or the global rows) up to ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1
+    (through its user b-tree): one round trip."""
     params = {
         "n": normalized,
         "u": user_id,
@@ -101,19 +104,19 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     exact_max = settings.RESOLVE_USER_EXACT_MAX_PHRASES
     in_tenant = "" if params["t"] is None else " AND o.tenant_id = ANY(%(t)s::bigint[])"
 
-    def count(who: str, limit: int) -> str:
+    def count(who: str, limit: int, table: str = LearnedPhrase._meta.db_table) -> str:
         if limit <= 0:
             return "NULL::bigint"
-        return (
-            f"(SELECT count(*) FROM (SELECT 1 FROM {LearnedPhrase._meta.db_table} o "
-            f"WHERE {who}{in_tenant} LIMIT {int(limit) + 1}) c)"
-        )
+        return f"(SELECT count(*) FROM (SELECT 1 FROM {table} o WHERE {who}{in_tenant} LIMIT {int(limit) + 1}) c)"
 
     own = count("o.user_id = %(u)s", exact_max) if user_id is not None else "NULL::bigint"
     global_max = GLOBAL_EXACT_MAX_PHRASES if exact_max > 0 else 0
+    evidence = count(
+        "o.user_id = %(u)s" if user_id is not None else "o.user_id IS NULL", exact_max, PhraseEvidence._meta.db_table
+    )
     sql = f"""
         SELECT s.version, s.n, x.name, x.description, x.confidence, x.user_id, x.phrase, x.blocked, {own},
-               {count("o.user_id IS NULL", global_max)}
+               {count("o.user_id IS NULL", global_max)}, {evidence}
         FROM ({_STAMP_SQL}{" WHERE tenant_id = ANY(%(t)s::bigint[])" if params["t"] is not None else ""}) s
         LEFT JOIN LATERAL (
             SELECT v.name, v.description, t.confidence, t.user_id, t.phrase, t.id,
@@ -129,11 +132,12 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     """
     with connection.cursor() as cursor:
         rows = rows_fetch(cursor, sql, params, prepared=True)  # planning costs several times its execution
-    hits = ExactHits(ExactHit(*row[2:-2]) for row in rows if row[2] is not None)
+    hits = ExactHits(ExactHit(*row[2:-3]) for row in rows if row[2] is not None)
     hits.stamp = (rows[0][0], rows[0][1])
-    own_count, global_count = rows[0][-2], rows[0][-1]
+    own_count, global_count, evidence_count = rows[0][-3:]
     hits.own_exact = own_count is not None and own_count <= exact_max
     hits.global_exact = global_count is not None and global_count <= global_max
+    hits.evidence_exact = evidence_count is not None and evidence_count <= exact_max
     return hits
 
 
@@ -322,6 +326,7 @@ def tier_rows(
     stamp: tuple | None = None,
     own_exact: bool = False,
     global_exact: bool = False,
+    evidence_exact: bool = False,
 ) -> TierRows:
     """Tiers 3-7 of resolution in ONE round trip: learned neighbours, blocked verbs, catalogue phrase
     matches and catalogue neighbours, and (``k_evidence`` > 0) the user's feedback evidence within
@@ -333,7 +338,12 @@ def tier_rows(
     ``learned_exact`` counted both), the user's phrases are compared exactly through their b-tree; the nearest
     ``k_learned`` of both are kept. One walk of the index over every phrase would skip every other user's phrases
     on its way (with 1,000 users, most of what it reads). A user with many phrases, and a tenant with an index of
-    its own, walk that index with the filter, as one part."""
+    its own, walk that index with the filter, as one part.
+
+    Evidence: with ``evidence_exact`` (few rows in the query's scope; ``learned_exact`` counted them) compared exactly
+    through the user b-tree, else its HNSW index is walked with the filter. The statement is prepared, and a generic
+    plan cannot tell a user with no evidence from one with much: it walked the index for both, reading up to
+    ``hnsw.max_scan_tuples`` entries for a user with none (5 ms of a resolve)."""
     tenants = tenant_filter_ids()
     params: dict = {"n": normalized, "u": user_id, "m": model, "now": timezone.now()}
     verbs = "SELECT id, name, description FROM learning_verb WHERE is_active"
@@ -430,7 +440,8 @@ def tier_rows(
                     "ev",
                     "SELECT 'ev', x.verb, 1.0 - x.d, '', NULL, x.net, '' FROM ("
                     f"SELECT t.verb, t.negative - t.positive AS net, t.embedding <=> (SELECT v FROM q) AS d FROM {PhraseEvidence._meta.db_table} t "
-                    f"WHERE {mine} AND t.embedding_model = %(m)s{in_tenant} ORDER BY {order} LIMIT {int(k_evidence)}) x WHERE x.d <= %(de)s",
+                    f"WHERE {mine} AND t.embedding_model = %(m)s{in_tenant} "
+                    f"ORDER BY {exact_order if evidence_exact else order} LIMIT {int(k_evidence)}) x WHERE x.d <= %(de)s",
                 )
             )
         if catalogue is None:
