@@ -9,6 +9,14 @@ towards another random utterance, plus noise (index size and shape matter for la
 cache never answers. In the same run: the raw pgvector top-5 query and the
 embedding call alone, so the app's overhead shows.
 
+Then, at the largest size, the state after users taught the resolver: 1,200 BANKING77 training utterances (not
+the test utterances the queries come from) go through the services the API calls, as four users who confirm,
+correct and click (bench/learning_curve.py's turn), so the deployment has labels and those users have phrases of
+their own; a fit from those labels is made (``manage.py fit_decision --force``), put live by a reviewer's pin, and
+a newer one is made to run in shadow, with the deployment's head and the users' own heads. Every resolve then
+decides with the live fit's heads and also computes the shadow fit's answer. Measured the same way, with a quarter
+of the queries asked as one of those users (their own heads and phrases), a quarter as another user, half with none.
+
 Then the same 100,000 phrases are shared by ``--tenants`` (10) tenants, each with its own copy of the
 catalogue and its own agent key: one tenant keeps half of the phrases, one small tenant 1%, the others the
 rest. Queries go round-robin over the tenants' keys, so every request is filtered by its tenant (the app's
@@ -19,8 +27,9 @@ At the largest size the HNSW index is dropped before the load and built after it
 would), timed, with its size; recall@5 of the app's learned-neighbour query (HNSW, with the connection's
 ``hnsw.ef_search`` and iterative scans) against an exact scan is measured on a sample of queries.
 
-Last line: RESULT phrases=.. p50_ms=.. p95_ms=.. embed_ms=.. recall5=.. build_s=.. pgvector_ms=.. tenants=..
-tenants_p50_ms=.. tenants_p95_ms=.. small_tenant_p50_ms=.. small_tenant_recall=..
+Last line: RESULT phrases=.. p50_ms=.. p95_ms=.. embed_ms=.. recall5=.. build_s=.. pgvector_ms=.. learned_p50_ms=..
+learned_p95_ms=.. learned_embed_ms=.. tenants=.. tenants_p50_ms=.. tenants_p95_ms=.. small_tenant_p50_ms=..
+small_tenant_recall=..
 """
 
 import argparse
@@ -324,6 +333,53 @@ def small_tenant_recall(tenant, vectors, users, model: str) -> float:
     return found / total if total else 1.0
 
 
+TEACHERS = [f"user{i}" for i in range(4)]  # the users who teach in the learned state (bench/learning_curve.py's turn)
+TEACH_TURNS = 1200
+
+
+def learned_state(train: list, rng: random.Random) -> tuple[int, int, dict]:
+    """Labels from TEACH_TURNS turns of TEACHERS (training utterances, not the test queries), through the services
+    the API calls; then a fit from them made (forced, as ``manage.py fit_decision --force``) and pinned live by a
+    reviewer, and a newer fit made to run in shadow. Answers (live version, shadow version, the turns' counts)."""
+    from collections import Counter
+
+    import learning_curve
+    from django.test import override_settings
+
+    from learning.models import DecisionFit
+    from learning.services.decisions import decision_fit_pin, decision_refit
+
+    turns = rng.sample(train, TEACH_TURNS)
+    stats: Counter = Counter()
+    # the refits the labels would send are made below, once: at 100,000 phrases each trains heads for a while
+    with override_settings(RESOLVE_REFIT_EVERY_LABELS=10**9):
+        for i, ex in enumerate(tqdm(turns, desc="users teach (confirm, correct, click)", unit="turn")):
+            learning_curve.USER = TEACHERS[i % len(TEACHERS)]
+            learning_curve.interact(ex, stats)
+    started = time.perf_counter()
+    first = decision_refit(force=True)
+    if first["shadow"] is None:
+        raise SystemExit(f"no fit from the labels: {first['reason']}")
+    live = decision_fit_pin(fit=DecisionFit.objects.get(version=first["shadow"]))
+    second = decision_refit(force=True)
+    if second["shadow"] is None:
+        raise SystemExit(f"no second fit from the labels: {second['reason']}")
+    stats["fits_s"] = round(time.perf_counter() - started, 1)
+    return live.version, second["shadow"], dict(stats)
+
+
+def embed_alone_ms(embedder, texts: list[str]) -> list[float]:
+    """The embedding call alone (ms each), on texts the process has not seen."""
+    from common.text import normalize_phrase
+
+    out = []
+    for t in texts:
+        started = time.perf_counter()
+        embedder.inner.embed(normalize_phrase(f"{t} (probe)"))
+        out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phrases", type=int, default=100_000, help="largest number of learned phrases (1000000: a million)")
@@ -376,13 +432,7 @@ def main():
         warmed = prewarm(*INDEXES)
         queries = test[n * (WARMUP + QUERIES) : (n + 1) * (WARMUP + QUERIES)]
         users = [f"user{rng.randrange(n_users)}" if i % 2 else None for i in range(len(queries))]
-        # The embedding call alone, on texts the process has not seen.
-        fresh = [f"{t} (probe)" for t in queries[WARMUP:]]
-        embed_ms = []
-        for t in fresh:
-            started = time.perf_counter()
-            embedder.inner.embed(normalize_phrase(t))
-            embed_ms.append((time.perf_counter() - started) * 1000)
+        embed_ms = embed_alone_ms(embedder, queries[WARMUP:])
         vectors = embedder.inner.embed_batch([normalize_phrase(t) for t in queries[WARMUP:]])
         pg_ms = raw_pgvector_ms(vectors, users[WARMUP:])
         if definitions:
@@ -398,6 +448,33 @@ def main():
         # each step's p50 over the answers that ran it (a trusted exact phrase skips the embedding and the tiers)
         in_request.append({k: pct([sp[k] for sp in spans if k in sp] or [0.0], 50) for k in STEPS})
 
+    # The state after users taught it: a fit from labels live, a newer one in shadow, users' own heads.
+    live_version, shadow_version, taught = learned_state(train, rng)
+    vacuum()
+    prewarm(*INDEXES)
+    slot = len(sizes)
+    queries = test[slot * (WARMUP + QUERIES) : (slot + 1) * (WARMUP + QUERIES)]
+    users = [
+        TEACHERS[i % 8 // 2] if i % 4 == 1 else f"user{rng.randrange(n_users)}" if i % 4 == 3 else None
+        for i in range(len(queries))
+    ]
+    learned_embed = embed_alone_ms(embedder, queries[WARMUP:])
+    server, port = start_gunicorn(DB, extra_env={"SERVER_TIMING": "1"})
+    try:
+        http_latencies(port, raw, queries[:WARMUP], users[:WARMUP])
+        learned_spans = []
+        learned_lat = http_latencies(port, raw, queries[WARMUP:], users[WARMUP:], learned_spans)
+    finally:
+        stop_gunicorn(server)
+    learned_steps = {k: pct([sp[k] for sp in learned_spans if k in sp] or [0.0], 50) for k in STEPS}
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM learning_decisionhead h JOIN learning_decisionfit f ON f.id = h.fit_id "
+            "WHERE f.version IN (%s, %s) AND h.user_id IS NOT NULL",
+            [live_version, shadow_version],
+        )
+        user_heads = cur.fetchone()[0]
+
     tenant_rows, tenant_result = [], ""
     if args.tenants > 1:
         catalogue = banking_entries()
@@ -412,7 +489,7 @@ def main():
         vacuum()
         prewarm(*INDEXES, *(f"{TENANT_INDEX_PREFIX}{t}" for t in learned_tenant_indexes()))
         keys = [agent_key_create(agent_name=f"bench-{t.slug}", scopes=["resolve"], tenant=t)[1] for t in tenants]
-        queries = test[len(sizes) * (WARMUP + QUERIES) : (len(sizes) + 1) * (WARMUP + QUERIES)]
+        queries = test[(slot + 1) * (WARMUP + QUERIES) : (slot + 2) * (WARMUP + QUERIES)]
         users = [f"user{rng.randrange(n_users)}" if i % 2 else None for i in range(len(queries))]
         server, port = start_gunicorn(DB, extra_env={"SERVER_TIMING": "1"})
         per_tenant: dict[int, list[float]] = {i: [] for i in range(len(tenants))}
@@ -476,10 +553,31 @@ def main():
         if warmed
         else " No prewarm (external server)."
     )
+    l50, l95, le50 = pct(learned_lat, 50), pct(learned_lat, 95), pct(learned_embed, 50)
+    body += "\n\n" + table(
+        ["state at " + f"{sizes[-1]:,}" + " phrases", "resolve p50 ms", "resolve p95 ms", "embed p50 ms", "p50 - embed ms"]
+        + [f"{k} p50 ms" for k in STEPS],
+        [
+            ["catalogue prior", results[-1][1], results[-1][2], results[-1][3], results[-1][1] - results[-1][3]]
+            + [in_request[-1][k] for k in STEPS],
+            [f"fit from labels v{live_version} live, v{shadow_version} in shadow", l50, l95, le50, l50 - le50]
+            + [learned_steps[k] for k in STEPS],
+        ],
+    )
+    body += (
+        f"\n\nThe learned state: {TEACH_TURNS:,} turns of {len(TEACHERS)} users on BANKING77 training utterances "
+        f"({', '.join(f'{k} {v}' for k, v in taught.items() if k != 'fits_s')}), through the services the API calls; "
+        f"v{live_version} fitted on their labels and pinned live, v{shadow_version} fitted after it in shadow "
+        f"({taught['fits_s']} s for both fits and their heads; {user_heads} users' own heads among them). "
+        f"{QUERIES} other test utterances, a quarter asked as those users, a quarter as others, half with no user. "
+        "Target: p50 <= embed + 10 ms."
+    )
     if tenant_rows:
         body += "\n\n" + table(["tenant", "learned phrases", "queries", "resolve p50 ms", "resolve p95 ms"], tenant_rows)
         body += (
-            f"\n\nThe same {args.phrases:,} phrases shared by {len(tenant_rows) - 1} tenants (own catalogue and key each), "
+            f"\n\nThe same {args.phrases:,} phrases shared by {len(tenant_rows) - 1} tenants (own catalogue and key each; "
+            "the first, the default tenant, decides with the fit from labels of the learned state above, the others with "
+            "their catalogue prior), "
             f"{len(synced.created) + len(synced.kept)} tenants with at least {settings.LEARNED_TENANT_INDEX_MIN_PHRASES:,} "
             f"phrases have their own partial HNSW index (manage.py sync_tenant_indexes: {len(synced.created)} built "
             f"concurrently in {sync_s:.1f} s, {len(synced.kept)} kept from an earlier run of this benchmark); "
@@ -498,7 +596,8 @@ def main():
         "resolve_latency",
         body,
         f"RESULT phrases={s} p50_ms={p50:.1f} p95_ms={p95:.1f} embed_ms={e50:.1f} recall5={recall:.3f} "
-        f"build_s={build_s:.1f} pgvector_ms={g50:.2f}{tenant_result}",
+        f"build_s={build_s:.1f} pgvector_ms={g50:.2f} learned_p50_ms={l50:.1f} learned_p95_ms={l95:.1f} "
+        f"learned_embed_ms={le50:.1f}{tenant_result}",
     )
 
 
