@@ -92,7 +92,7 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     user's learned phrases up to ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1 and the global ones up to
     ``GLOBAL_EXACT_MAX_PHRASES`` + 1 (every row in scope, through the (tenant, user) b-tree), and the feedback
     evidence of the query's scope (the user's, or the global rows) up to ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1
-    (through its user b-tree): one round trip."""
+    (through its (tenant, user) b-tree): one round trip."""
     params = {
         "n": normalized,
         "u": user_id,
@@ -341,7 +341,7 @@ def tier_rows(
     its own, walk that index with the filter, as one part.
 
     Evidence: with ``evidence_exact`` (few rows in the query's scope; ``learned_exact`` counted them) compared exactly
-    through the user b-tree, else its HNSW index is walked with the filter. The statement is prepared, and a generic
+    through its (tenant, user) b-tree, else its HNSW index is walked with the filter. The statement is prepared, and a generic
     plan cannot tell a user with no evidence from one with much: it walked the index for both, reading up to
     ``hnsw.max_scan_tuples`` entries for a user with none (5 ms of a resolve)."""
     tenants = tenant_filter_ids()
