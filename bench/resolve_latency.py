@@ -368,6 +368,20 @@ def learned_state(train: list, rng: random.Random) -> tuple[int, int, dict]:
     return live.version, second["shadow"], dict(stats)
 
 
+def served(key: str, queries: list[str], users: list) -> tuple[list[float], dict]:
+    """A fresh gunicorn worker answers the first WARMUP queries, then the rest are timed: (wall ms of each, the p50
+    of each Server-Timing step over the answers that ran it; a trusted exact phrase skips the embedding and the
+    tiers)."""
+    server, port = start_gunicorn(DB, extra_env={"SERVER_TIMING": "1"})
+    try:
+        http_latencies(port, key, queries[:WARMUP], users[:WARMUP])
+        spans = []
+        lat = http_latencies(port, key, queries[WARMUP:], users[WARMUP:], spans)
+    finally:
+        stop_gunicorn(server)
+    return lat, {k: pct([sp[k] for sp in spans if k in sp] or [0.0], 50) for k in STEPS}
+
+
 def embed_alone_ms(embedder, texts: list[str]) -> list[float]:
     """The embedding call alone (ms each), on texts the process has not seen."""
     from common.text import normalize_phrase
@@ -437,16 +451,9 @@ def main():
         pg_ms = raw_pgvector_ms(vectors, users[WARMUP:])
         if definitions:
             recall = recall_at_5(vectors[:RECALL_SAMPLE], users[WARMUP : WARMUP + RECALL_SAMPLE], embedder.model_name)
-        server, port = start_gunicorn(DB, extra_env={"SERVER_TIMING": "1"})
-        try:
-            http_latencies(port, raw, queries[:WARMUP], users[:WARMUP])
-            spans = []
-            lat = http_latencies(port, raw, queries[WARMUP:], users[WARMUP:], spans)
-        finally:
-            stop_gunicorn(server)
+        lat, steps = served(raw, queries, users)
         results.append((size, pct(lat, 50), pct(lat, 95), pct(embed_ms, 50), pct(pg_ms, 50), pct(pg_ms, 95)))
-        # each step's p50 over the answers that ran it (a trusted exact phrase skips the embedding and the tiers)
-        in_request.append({k: pct([sp[k] for sp in spans if k in sp] or [0.0], 50) for k in STEPS})
+        in_request.append(steps)
 
     # The state after users taught it: a fit from labels live, a newer one in shadow, users' own heads.
     live_version, shadow_version, taught = learned_state(train, rng)
@@ -459,14 +466,7 @@ def main():
         for i in range(len(queries))
     ]
     learned_embed = embed_alone_ms(embedder, queries[WARMUP:])
-    server, port = start_gunicorn(DB, extra_env={"SERVER_TIMING": "1"})
-    try:
-        http_latencies(port, raw, queries[:WARMUP], users[:WARMUP])
-        learned_spans = []
-        learned_lat = http_latencies(port, raw, queries[WARMUP:], users[WARMUP:], learned_spans)
-    finally:
-        stop_gunicorn(server)
-    learned_steps = {k: pct([sp[k] for sp in learned_spans if k in sp] or [0.0], 50) for k in STEPS}
+    learned_lat, learned_steps = served(raw, queries, users)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT count(*) FROM learning_decisionhead h JOIN learning_decisionfit f ON f.id = h.fit_id "

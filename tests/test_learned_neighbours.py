@@ -75,8 +75,8 @@ def _exact(q, rows) -> list[tuple[str, float]]:
     return [(p, round(s, 4)) for p, s in scored[:K]]
 
 
-def _learned(q, model, user_id, own_exact, global_exact=False):
-    rows = tier_rows(
+def _tier_rows(q, model, user_id, **kwargs):
+    return tier_rows(
         normalized="no such text",
         vector=q,
         model=model,
@@ -86,9 +86,12 @@ def _learned(q, model, user_id, own_exact, global_exact=False):
         k_catalogue=5,
         k_blocks=5,
         block_threshold=0.9,
-        own_exact=own_exact,
-        global_exact=global_exact,
+        **kwargs,
     )
+
+
+def _learned(q, model, user_id, own_exact, global_exact=False):
+    rows = _tier_rows(q, model, user_id, own_exact=own_exact, global_exact=global_exact)
     return [(h.text, round(h.similarity, 4)) for h in rows.learned]
 
 
@@ -228,20 +231,7 @@ def evidence(phrases):
 
 
 def _evidence(q, model, user_id, evidence_exact):
-    rows = tier_rows(
-        normalized="no such text",
-        vector=q,
-        model=model,
-        user_id=user_id,
-        domain=None,
-        k_learned=K,
-        k_catalogue=5,
-        k_blocks=5,
-        block_threshold=0.9,
-        k_evidence=K,
-        evidence_similarity=0.0,
-        evidence_exact=evidence_exact,
-    )
+    rows = _tier_rows(q, model, user_id, k_evidence=K, evidence_similarity=0.0, evidence_exact=evidence_exact)
     return sorted((verb, round(s, 4)) for verb, s, _ in rows.evidence)
 
 
