@@ -45,8 +45,8 @@ def nearest(
 ) -> list:
     """The ``k`` rows of ``qs`` nearest to ``vector`` by cosine distance (annotated ``distance``), best first.
 
-    A scope of at most ``exact_upto`` rows (default ``NEAREST_EXACT_MAX_ROWS``; counted up to one more through the
-    filter's b-tree) is scanned exactly: HNSW is approximate, and a graph crowded with identical vectors (many users
+    A scope of at most ``exact_upto`` rows (default ``NEAREST_EXACT_MAX_ROWS``; counted first, up to one row
+    more) is scanned exactly: HNSW is approximate, and a graph crowded with identical vectors (many users
     who learned the same phrase) can hand a small filtered scope rows that are not its nearest. A larger scope asks
     the HNSW index first; when that returns fewer than ``k`` rows, the filtered rows are scanned exactly, since a
     crowded graph (or rows of rolled-back transactions not yet vacuumed) can leave a filtered index scan short even

@@ -447,8 +447,8 @@ class PhraseEvidence(TenantOwned, Embedded):
         indexes = [
             hnsw_index("phraseevidence_embedding_hnsw"),
             models.Index(fields=["user_id"], name="phraseevidence_user"),
-            # a scope's rows counted on every resolve (learning.selectors.tiers.learned_exact), within the tenant
-            models.Index(fields=["tenant", "user_id"], name="phraseevidence_tenant_user"),
+            # a scope's rows counted on every resolve (learning.selectors.tiers.learned_exact)
+            models.Index(fields=["tenant", "user_id", "private_agent"], name="phraseevidence_user_scope"),
             *embedding_work_indexes("phraseevidence"),
         ]
 

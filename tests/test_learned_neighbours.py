@@ -245,6 +245,24 @@ def test_learned_exact_counts_the_evidence_of_the_querys_scope(evidence, setting
     assert counted("heavy")
     settings.RESOLVE_USER_EXACT_MAX_PHRASES = 0  # off: the index is walked
     assert not counted("light")
+    settings.RESOLVE_USER_EXACT_MAX_PHRASES = 20
+    settings.RESOLVE_USE_FEEDBACK_PENALTY = False  # the resolver reads no evidence: nothing counted
+    assert not counted("light")
+
+
+def test_the_evidence_count_is_of_the_acting_agents_kind(phrases, evidence, settings):
+    """An agent with private user data reads only the evidence it gathered: the shared rows of a user do not count
+    for it, its own do."""
+    model, rng, secret = phrases
+
+    def counted(user_id):
+        with acting_agent(secret):
+            return learned_exact(normalized="x", user_id=user_id, domain=None).evidence_exact
+
+    assert counted("heavy")  # 30 shared rows, none of the private agent's
+    PhraseEvidence.objects.filter(user_id="heavy").update(private_agent=secret)
+    assert not counted("heavy")
+    assert learned_exact(normalized="x", user_id="heavy", domain=None).evidence_exact  # the shared kind: none now
 
 
 @pytest.mark.parametrize("user_id", ["light", "heavy", "nobody"])
@@ -260,6 +278,7 @@ def test_evidence_compared_exactly_or_walked_answers_the_users_nearest_rows(evid
     assert exact == expected
     walked = _evidence(base, model, user_id, evidence_exact=False)
     assert set(walked) <= {(r.verb, round(float(np.dot(base, np.asarray(r.embedding))), 4)) for r in mine}
+    assert len(walked) == min(K, len(mine))  # 356 rows in all: the iterative walk reaches every one
 
 
 def test_the_evidence_part_compares_exactly_only_when_told(evidence):

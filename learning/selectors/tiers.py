@@ -91,8 +91,8 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     statement reads the catalogue stamp (``catalogue_stamp``), which the tier query needs next, and counts the
     user's learned phrases up to ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1 and the global ones up to
     ``GLOBAL_EXACT_MAX_PHRASES`` + 1 (every row in scope, through the (tenant, user) b-tree), and the feedback
-    evidence of the query's scope (the user's, or the global rows) up to ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1
-    (through its (tenant, user) b-tree): one round trip."""
+    evidence of the query's scope (the user's, or the global rows, of the acting agent's kind) up to
+    ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1 (through its (tenant, user, private agent) b-tree): one round trip."""
     params = {
         "n": normalized,
         "u": user_id,
@@ -111,9 +111,12 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
 
     own = count("o.user_id = %(u)s", exact_max) if user_id is not None else "NULL::bigint"
     global_max = GLOBAL_EXACT_MAX_PHRASES if exact_max > 0 else 0
-    evidence = count(
-        "o.user_id = %(u)s" if user_id is not None else "o.user_id IS NULL", exact_max, PhraseEvidence._meta.db_table
-    )
+    # the rows tier_rows' evidence part reads (the scope, the acting agent's kind), of any embedding model: a count
+    # too high only walks the index; none when the resolver reads no evidence
+    mine = "o.user_id = %(u)s" if user_id else "o.user_id IS NULL"
+    evidence_scope = f"{mine} AND o.private_agent_id IS NOT DISTINCT FROM %(pa)s::bigint"
+    reads_evidence = settings.RESOLVE_USE_FEEDBACK_PENALTY and settings.FEEDBACK_EVIDENCE_K > 0
+    evidence = count(evidence_scope, exact_max if reads_evidence else 0, PhraseEvidence._meta.db_table)
     sql = f"""
         SELECT s.version, s.n, x.name, x.description, x.confidence, x.user_id, x.phrase, x.blocked, {own},
                {count("o.user_id IS NULL", global_max)}, {evidence}
@@ -341,7 +344,7 @@ def tier_rows(
     its own, walk that index with the filter, as one part.
 
     Evidence: with ``evidence_exact`` (few rows in the query's scope; ``learned_exact`` counted them) compared exactly
-    through its (tenant, user) b-tree, else its HNSW index is walked with the filter. The statement is prepared, and a generic
+    through its (tenant, user, private agent) b-tree, else its HNSW index is walked with the filter. The statement is prepared, and a generic
     plan cannot tell a user with no evidence from one with much: it walked the index for both, reading up to
     ``hnsw.max_scan_tuples`` entries for a user with none (5 ms of a resolve)."""
     tenants = tenant_filter_ids()
