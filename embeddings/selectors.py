@@ -40,22 +40,19 @@ def embedded_models() -> list[type[Embedded]]:
     return sorted((m for m in apps.get_models() if issubclass(m, Embedded)), key=lambda m: (m.backfill_order, m._meta.label))
 
 
-def nearest(
-    qs: QuerySet, vector, k: int, *, project: Callable[[QuerySet], QuerySet] = lambda q: q, exact_upto: int | None = None
-) -> list:
+def nearest(qs: QuerySet, vector, k: int, *, project: Callable[[QuerySet], QuerySet] = lambda q: q) -> list:
     """The ``k`` rows of ``qs`` nearest to ``vector`` by cosine distance (annotated ``distance``), best first.
 
-    A scope of at most ``exact_upto`` rows (default ``NEAREST_EXACT_MAX_ROWS``; counted first, up to one row
-    more) is scanned exactly: HNSW is approximate, and a graph crowded with identical vectors (many users
-    who learned the same phrase) can hand a small filtered scope rows that are not its nearest. A larger scope asks
-    the HNSW index first; when that returns fewer than ``k`` rows, the filtered rows are scanned exactly, since a
-    crowded graph (or rows of rolled-back transactions not yet vacuumed) can leave a filtered index scan short even
-    with iterative scans, and a short answer would silently drop neighbours. ``project`` shapes the rows
-    (``values_list`` and the like).
+    A scope of at most ``NEAREST_EXACT_MAX_ROWS`` rows (counted first, up to one row more) is scanned exactly: HNSW
+    is approximate, and a graph crowded with identical vectors (many users who learned the same phrase) can hand a
+    small filtered scope rows that are not its nearest. A larger scope asks the HNSW index first; when that returns
+    fewer than ``k`` rows, the filtered rows are scanned exactly, since a crowded graph (or rows of rolled-back
+    transactions not yet vacuumed) can leave a filtered index scan short even with iterative scans, and a short
+    answer would silently drop neighbours. ``project`` shapes the rows (``values_list`` and the like).
     """
     # "+ 0" keeps the planner off the index: the ordering is no longer the indexed operator.
     exact_distance = ExpressionWrapper(CosineDistance("embedding", vector) + Value(0.0), output_field=FloatField())
-    upto = settings.NEAREST_EXACT_MAX_ROWS if exact_upto is None else exact_upto
+    upto = settings.NEAREST_EXACT_MAX_ROWS
     if upto > 0 and qs.order_by().values("pk")[: upto + 1].count() <= upto:
         return list(project(qs.annotate(distance=exact_distance).order_by("distance"))[:k])
     ordered = qs.annotate(distance=CosineDistance("embedding", vector)).order_by("distance")

@@ -68,12 +68,13 @@ def test_a_small_scope_answers_the_true_nearest_rows(crowded):
         assert [round(d - 1.0, 4) for d in distances] == [round(e, 4) for e in exact]
 
 
-def test_a_scope_above_the_exact_limit_walks_the_index_and_never_comes_back_short(crowded):
+def test_a_scope_above_the_exact_limit_walks_the_index_and_never_comes_back_short(crowded, settings):
     base, _, rng = crowded
+    settings.NEAREST_EXACT_MAX_ROWS = 11  # the user's 12 rows are one too many
     mine = LearnedPhrase.objects.filter(user_id="target")
     for q in _queries(base, rng):
         with CaptureQueriesContext(connection) as ctx:
-            rows = nearest(mine, q, 5, exact_upto=11)  # the user's 12 rows are one too many
+            rows = nearest(mine, q, 5)
         walks = [c["sql"] for c in ctx.captured_queries if "<=>" in c["sql"] and "+ 0" not in c["sql"]]
         assert len(walks) == 1  # the index was asked first
         assert len(rows) == 5

@@ -343,10 +343,10 @@ def tier_rows(
     on its way (with 1,000 users, most of what it reads). A user with many phrases, and a tenant with an index of
     its own, walk that index with the filter, as one part.
 
-    Evidence: with ``evidence_exact`` (few rows in the query's scope; ``learned_exact`` counted them) compared exactly
-    through its (tenant, user, private agent) b-tree, else its HNSW index is walked with the filter. The statement is prepared, and a generic
-    plan cannot tell a user with no evidence from one with much: it walked the index for both, reading up to
-    ``hnsw.max_scan_tuples`` entries for a user with none (5 ms of a resolve)."""
+    Evidence: with ``evidence_exact`` (few rows in the query's scope; ``learned_exact`` counted them) compared
+    exactly through its (tenant, user, private agent) b-tree, else its HNSW index is walked with the filter. The
+    statement is prepared, and a generic plan cannot tell a user with no evidence from one with much: it walked the
+    index for both, reading up to ``hnsw.max_scan_tuples`` entries for a user with none (5 ms of a resolve)."""
     tenants = tenant_filter_ids()
     params: dict = {"n": normalized, "u": user_id, "m": model, "now": timezone.now()}
     verbs = "SELECT id, name, description FROM learning_verb WHERE is_active"
