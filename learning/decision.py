@@ -237,6 +237,28 @@ def head_train(X, y, n_verbs: int, sample_weight=None, C: float = HEAD_C, warm: 
     return {"W": W, "b": b, "classes": classes}
 
 
+def head_warm_start(head: dict, head_verbs: list[str], verbs: list[str], width: int) -> dict | None:
+    """``head`` (over ``head_verbs``) as where a head over ``verbs`` with ``width`` inputs starts training
+    (``head_train``'s ``warm``): its weights for the verbs it predicts, zeros for the other verbs and for inputs it
+    lacks (the lexical ones of a head over embeddings only). None when it has more inputs than ``width`` or
+    predicts none of ``verbs``."""
+    W, b = head["W"], head["b"]
+    if W.shape[0] > width:
+        return None
+    src = {head_verbs[int(c)]: int(c) for c in head["classes"]}
+    W0 = np.zeros((width, len(verbs)), dtype=np.float32)
+    b0 = np.zeros(len(verbs), dtype=np.float32)
+    shared = 0
+    for j, verb in enumerate(verbs):
+        i = src.get(verb)
+        if i is not None:
+            W0[: W.shape[0], j], b0[j] = W[:, i], b[i]
+            shared += 1
+    if not shared:
+        return None
+    return {"W": W0, "b": b0, "classes": np.arange(len(verbs))}
+
+
 def head_predict(head: dict | None, Q, texts=None) -> np.ndarray | None:
     """Softmax probabilities (n x V) for query vectors Q (n x d) and their normalised ``texts`` (needed by a head
     with lexical features); None without a head. Raises ValueError when the head does not fit the queries."""

@@ -233,6 +233,33 @@ def test_the_head_learns_words_the_embeddings_blur_and_needs_the_text_to_use_the
     assert np.linalg.norm(L[0]) == pytest.approx(1.0, abs=1e-6) and (L[0] == L[1]).all() and not L[2].any()
 
 
+def test_a_head_starts_from_another_heads_weights_for_the_verbs_and_inputs_they_share():
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(30, 4)).astype(np.float32), np.arange(30) % 3
+    head = decision.head_train(X, y, 3)  # over embeddings only, verbs a, b, c
+    start = decision.head_warm_start(head, ["a", "b", "c"], ["b", "c", "d"], 4 + decision.LEX_FEATURES)
+    assert start["W"].shape == (4 + decision.LEX_FEATURES, 3) and list(start["classes"]) == [0, 1, 2]
+    np.testing.assert_array_equal(start["W"][:4, :2], head["W"][:, 1:])  # b and c by name, not by position
+    np.testing.assert_array_equal(start["b"][:2], head["b"][1:])
+    assert not start["W"][4:].any() and not start["W"][:, 2].any() and start["b"][2] == 0  # words and d: from zero
+    assert decision.head_warm_start(head, ["a", "b", "c"], ["d", "e"], 4) is None  # nothing in common
+    assert decision.head_warm_start(head, ["a", "b", "c"], ["a", "b"], 3) is None  # more inputs than the new head
+    # a verb the head never predicts (no anchors when it trained) starts from zero, not from its -1e4 bias
+    two = decision.head_train(X[y < 2], y[y < 2], 3)
+    assert decision.head_warm_start(two, ["a", "b", "c"], ["a", "c"], 4)["b"][1] == 0
+    # a head started from one trained on the same rows converges in fewer iterations to the same answers
+    cold = decision.head_train(X, y, 3, texts=[f"word{i % 3}" for i in range(30)])
+    warm = decision.head_train(
+        X,
+        y,
+        3,
+        texts=[f"word{i % 3}" for i in range(30)],
+        warm=decision.head_warm_start(head, ["a", "b", "c"], ["a", "b", "c"], 4 + decision.LEX_FEATURES),
+    )
+    assert (decision.head_predict(cold, X, [f"word{i % 3}" for i in range(30)]).argmax(1) == y).all()
+    assert (decision.head_predict(warm, X, [f"word{i % 3}" for i in range(30)]).argmax(1) == y).all()
+
+
 def test_a_solver_that_stops_before_converging_is_logged(monkeypatch, caplog):
     import scipy.optimize
 
@@ -1278,6 +1305,64 @@ def test_a_refit_trains_only_the_heads_whose_phrases_changed_and_at_most_its_cap
     fifth = heads(decision_refit()["shadow"])
     assert len(trained) == 9 and len(fifth) == 2 and None in fifth  # the deployment's and one user's (the oldest)
     assert all("tide.get" in h.anchors for h in fifth.values())
+
+
+def test_a_new_personal_head_starts_from_the_deployments_head_of_the_same_refit(big, settings, monkeypatch):
+    """A personal head trains on every shared anchor plus its user's few: trained from zero, each took as long as
+    the deployment's head (about 20 s at 20,000 shared phrases, and a refit trains up to
+    RESOLVE_USER_HEADS_PER_REFIT of them); from the deployment's head, which those shared anchors already
+    trained, it converges in a few iterations. A user's own earlier head still comes first."""
+    from learning.services import decisions as fitting
+    from learning.services.phrases import learned_phrase_upsert
+
+    prior, verb = _three_users_with_heads(settings)
+    calls = {}  # user id -> (where its head started, the head): the heads of a refit, not the prior's folds
+    scope = []
+    real_train, real_head = fitting._train_head, fitting.decision.head_train
+
+    def train_head(rows, user_id, *args, **kwargs):
+        scope[:] = [user_id]
+        try:
+            return real_train(rows, user_id, *args, **kwargs)
+        finally:
+            scope.clear()
+
+    def head_train(*args, **kwargs):
+        head = real_head(*args, **kwargs)
+        if scope:
+            calls[scope[0]] = (kwargs.get("warm"), head)
+        return head
+
+    monkeypatch.setattr(fitting, "_train_head", train_head)
+    monkeypatch.setattr(fitting.decision, "head_train", head_train)
+    rng = np.random.default_rng(5)
+    _labelled(300, rng, prior)
+    first = decision_refit()["shadow"]
+    # the deployment's head serves again (the prior's, read from the database): the three users' heads start from it
+    assert set(calls) == {"alice", "bob", "carol"}
+    decision_cache_clear()
+    deployment, verbs = decision_head(first, None)[:2]
+    width = 384 + decision.LEX_FEATURES
+    expected = decision.head_warm_start(deployment, verbs, verbs, width)
+    for warm, head in calls.values():
+        np.testing.assert_array_equal(warm["W"], expected["W"])
+        assert not np.allclose(head["W"], expected["W"])  # and learns its user's phrases from there
+    # a global phrase: the deployment's head is trained first and a new user's head starts from it, while a
+    # user with a head of their own in the fit in use starts from that
+    decision_fit_pin(fit=DecisionFit.objects.get(version=first))
+    decision_cache_clear()
+    learned_phrase_upsert(phrase="will it be windy", verb=verb, user_id=None)
+    for text in ["rain later?", "is it cold out", "forecast for the weekend"]:
+        learned_phrase_upsert(phrase=text, verb=verb, user_id="dave")
+    _labelled(300, rng, prior)
+    calls.clear()
+    second = decision_refit()["shadow"]
+    decision_cache_clear()
+    assert set(calls) - {None} == {"alice", "bob", "carol", "dave"}  # (None: the prior's head, fitted again)
+    deployment, verbs = decision_head(second, None)[:2]
+    np.testing.assert_array_equal(calls["dave"][0]["W"], decision.head_warm_start(deployment, verbs, verbs, width)["W"])
+    alice, alice_verbs = decision_head(first, "alice")[:2]
+    np.testing.assert_array_equal(calls["alice"][0]["W"], decision.head_warm_start(alice, alice_verbs, verbs, width)["W"])
 
 
 def test_an_agent_that_reads_only_its_own_user_data_decides_without_personal_heads(big, settings):

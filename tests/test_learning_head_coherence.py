@@ -77,9 +77,12 @@ def test_a_refit_never_warm_starts_from_a_head_erased_by_another_process(prior, 
     warm_from = []
     real_train = decision.head_train
 
+    trained = []
+
     def train(*args, warm=None, **kwargs):
         warm_from.append(warm)
-        return real_train(*args, warm=warm, **kwargs)
+        trained.append(real_train(*args, warm=warm, **kwargs))
+        return trained[-1]
 
     monkeypatch.setattr(decision_services.decision, "head_train", train)
     monkeypatch.setattr(selectors, "users_with_phrases", lambda **kw: ["alice"])
@@ -89,9 +92,16 @@ def test_a_refit_never_warm_starts_from_a_head_erased_by_another_process(prior, 
     assert warm_from[-1] is not None  # an earlier refit in this worker: warm from her head, as designed
     assert selectors.decision_head(prior.version, "alice")[3] == "alice"  # and held in this process
 
+    erased = selectors.decision_head(prior.version, "alice")
+    erased_start = decision.head_warm_start(erased[0], erased[1], erased[1], erased[0]["W"].shape[0])
     _erase_heads_elsewhere("alice")  # at once: no wait for RESOLVE_DECISION_CACHE_S
     decision_services._heads_train(prior.embedding_model, users=True, warm_version=prior.version)
-    assert warm_from[-1] is None
+    # her new head starts from the deployment's head trained just before it on the shared phrases, not from hers
+    deployment, verbs = trained[-2], sorted(set(rows[1]))
+    assert not np.array_equal(warm_from[-1]["W"], erased_start["W"])
+    np.testing.assert_array_equal(
+        warm_from[-1]["W"], decision.head_warm_start(deployment, verbs, verbs, warm_from[-1]["W"].shape[0])["W"]
+    )
     assert len(rows[0]) > 0
 
 

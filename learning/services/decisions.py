@@ -308,29 +308,42 @@ def _names_matrix(names: dict[str, np.ndarray], verbs: list[str]) -> tuple[list[
     return order, np.vstack([names.get(v, missing) for v in order])
 
 
-def _train_head(rows, user_id: str | None, warm_version: int | None, words: bool, verb_names: dict[str, np.ndarray]):
-    """(weights, phrases per verb) of a head over anchor ``rows``, warm from the same scope's head of
-    ``warm_version``, stored with the vectors of its verbs' names (``verb_names``); None without two verbs."""
+def _train_head(
+    rows,
+    user_id: str | None,
+    warm_version: int | None,
+    words: bool,
+    verb_names: dict[str, np.ndarray],
+    start: tuple[dict, list[str]] | None = None,
+):
+    """(weights, phrases per verb, the head) of a head over anchor ``rows``, stored with the vectors of its verbs'
+    names (``verb_names``); None without two verbs. Training starts from the same scope's head of
+    ``warm_version``, else from ``start`` ((head, its verbs): a personal head starts from the deployment's head
+    of the same refit, which its shared anchors already trained), else from zeros."""
     vectors, names, _, conf, texts = rows
     if not vectors:
         return None
     verbs = sorted(set(names))
     vid = {v: i for i, v in enumerate(verbs)}
     X, y = np.vstack(vectors), np.array([vid[n] for n in names])
+    width = X.shape[1] + (decision.LEX_FEATURES if words else 0)
     trust = _trust(conf)
     warm = None
     if warm_version is not None:
         try:
             got = selectors.decision_head(warm_version, user_id)
-            if got is not None and got[1] == verbs and got[3] == user_id:
-                warm = got[0]
+            if got is not None and got[3] == user_id:
+                warm = decision.head_warm_start(got[0], got[1], verbs, width)
         except ValueError:
             warm = None
+    if warm is None and start is not None:
+        warm = decision.head_warm_start(*start, verbs, width)
     head = decision.head_train(X, y, len(verbs), sample_weight=trust, warm=warm, texts=texts if words else None)
     if head is None:
         return None
     counts = np.bincount(y, minlength=len(verbs))
-    return decision.head_dumps(head, verbs, _names_matrix(verb_names, verbs)), {v: int(counts[i]) for i, v in enumerate(verbs)}
+    weights = decision.head_dumps(head, verbs, _names_matrix(verb_names, verbs))
+    return weights, {v: int(counts[i]) for i, v in enumerate(verbs)}, (head, verbs)
 
 
 def _trust(confidence) -> np.ndarray:
@@ -392,6 +405,8 @@ def _heads_train(
             due.append((user_id, own, digest, stored))
     due.sort(key=lambda d: (d[0] is not None, d[3] is not None, d[3][2] if d[3] else 0))
     trained = kept = 0
+    # where personal heads start: the deployment's head, trained first (or stored, when it serves again)
+    start: list = [None] if None in scopes and shared[0] else []
     for user_id, own, digest, stored in tqdm(due, desc="classifier heads", unit="head", disable=not progress):
         rows = shared if own is None else _rows_join(shared, own)
         if user_id is not None and trained >= settings.RESOLVE_USER_HEADS_PER_REFIT:
@@ -399,10 +414,19 @@ def _heads_train(
                 reused.append(stored[0])
                 kept += 1
             continue
-        got = _train_head(rows, user_id, warm_version, words if user_id is None else True, name_vectors)
+        got = _train_head(
+            rows,
+            user_id,
+            warm_version,
+            words if user_id is None else True,
+            name_vectors,
+            None if user_id is None else _deployment_head(start, newest.get(None)),
+        )
         if got is not None:
-            heads.append((user_id, *got, digest))
+            heads.append((user_id, *got[:2], digest))
             trained += user_id is not None
+            if user_id is None:
+                start[:] = [got[2]]
     left = sum(1 for d in due if d[0] is not None) - trained - kept
     if kept or left:
         logger.info(
@@ -414,6 +438,21 @@ def _heads_train(
             settings.RESOLVE_USER_HEADS_PER_REFIT,
         )
     return heads, reused, own_pairs
+
+
+def _deployment_head(start: list, stored) -> tuple[dict, list[str]] | None:
+    """(head, verbs) of the deployment's head of this refit: ``start`` holds it once trained (an empty list: no
+    deployment head); else the stored one that serves again (``stored``: ``decision_heads_newest``' entry), read
+    once into ``start``. None when there is none or it cannot be read (a personal head then starts from zeros)."""
+    if not start:
+        return None
+    if start[0] is None and stored is not None:
+        try:
+            got = selectors.decision_head(stored[2], None)
+        except ValueError:
+            got = None
+        start[:] = [(got[0], got[1]) if got is not None and got[3] is None else False]
+    return start[0] or None
 
 
 def heads_lock() -> None:
