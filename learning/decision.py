@@ -118,12 +118,21 @@ def _one_blas_thread(fn):
 # --- classifier head ------------------------------------------------------------------------------------------
 
 
-# The lexical rows a process hashed (text -> (columns, values)), least recently used out first beyond
-# LEX_MEMO_TEXTS (about 1 KB a text): a refit every few hundred labels trains its heads on the same phrases again,
-# and hashing them all was about half of a head's training at 10,000 phrases.
+# The lexical rows a process hashed (a digest of the text -> (columns, values)), least recently used out first
+# beyond LEX_MEMO_TEXTS (about 1 KB a text): a refit every few hundred labels trains its heads on the same phrases
+# again, and hashing them all was about half of a head's training at 10,000 phrases. Keyed by a digest, as the
+# embedder's cache is: a user's erased phrases must not stay readable in the memory of a process that hashed them.
 LEX_MEMO_TEXTS = 30_000
-_lex_memo: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+_lex_memo: OrderedDict[bytes, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 _lex_memo_lock = threading.Lock()
+# The rows of the newest texts resolves scored one at a time (``lexical_row``), keyed the same way.
+LEX_ROW_TEXTS = 1024
+_lex_rows: OrderedDict[bytes, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+
+
+def _text_key(text: str) -> bytes:
+    """What a memo keeps of a text: a digest, never the text."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def lexical(texts) -> sp.csr_matrix:
@@ -133,11 +142,12 @@ def lexical(texts) -> sp.csr_matrix:
     from sklearn.preprocessing import normalize
 
     texts = list(texts)
+    keys = {t: _text_key(t) for t in set(texts)}
     with _lex_memo_lock:
-        found = {t: _lex_memo[t] for t in set(texts) if t in _lex_memo}
+        found = {t: _lex_memo[k] for t, k in keys.items() if k in _lex_memo}
         for t in found:
-            _lex_memo.move_to_end(t)
-    missing = sorted(set(texts) - found.keys())
+            _lex_memo.move_to_end(keys[t])
+    missing = sorted(keys.keys() - found.keys())
     if missing:
         M = _lex().transform(missing).astype(np.float32)
         M.data = 1.0 + np.log(M.data)
@@ -149,7 +159,7 @@ def lexical(texts) -> sp.csr_matrix:
             rows[t] = (columns, values)
         found.update(rows)
         with _lex_memo_lock:
-            _lex_memo.update(rows)
+            _lex_memo.update((keys[t], row) for t, row in rows.items())
             while len(_lex_memo) > LEX_MEMO_TEXTS:
                 _lex_memo.popitem(last=False)
     parts = [found[t] for t in texts]
@@ -170,12 +180,26 @@ def _lex_one():
     return lex.build_analyzer(), hasher
 
 
-@functools.lru_cache(maxsize=1024)
 def lexical_row(text: str) -> tuple[np.ndarray, np.ndarray]:
     """(columns, values) of ``lexical([text])``'s one row: the same n-grams and hashes, without the per-call
     validation and sparse-matrix work of the batch path, which cost a resolve more than the rest of its head.
-    Remembered for the newest texts (read-only arrays): a resolve scores its text with the live fit's head and the
-    shadow fit's, and the hashing is the larger part of either."""
+    Remembered for the newest LEX_ROW_TEXTS texts, by digest (read-only arrays): a resolve scores its text with
+    the live fit's head and the shadow fit's, and the hashing is the larger part of either."""
+    key = _text_key(text)
+    with _lex_memo_lock:
+        row = _lex_rows.get(key)
+        if row is not None:
+            _lex_rows.move_to_end(key)
+            return row
+    row = _lex_row(text)
+    with _lex_memo_lock:
+        _lex_rows[key] = row
+        while len(_lex_rows) > LEX_ROW_TEXTS:
+            _lex_rows.popitem(last=False)
+    return row
+
+
+def _lex_row(text: str) -> tuple[np.ndarray, np.ndarray]:
     analyzer, hasher = _lex_one()
     M = hasher.transform([analyzer(text)])
     values = 1.0 + np.log(M.data)

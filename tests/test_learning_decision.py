@@ -320,6 +320,22 @@ def test_texts_hashed_before_are_not_hashed_again_and_give_the_same_rows(monkeyp
     expected = hashed(texts[:3])
     monkeypatch.setattr(decision, "_lex", lambda: pytest.fail("a text in the memo was hashed again"))
     assert (decision.lexical(texts[:3]) != expected).nnz == 0  # the newest texts: all from the memo
+
+
+def test_the_lexical_memos_keep_no_text(monkeypatch):
+    """A user's erased phrases and queries must not stay readable in a process that hashed them: both memos are
+    keyed by a digest, and the one-text memo keeps at most LEX_ROW_TEXTS rows."""
+    monkeypatch.setattr(decision, "LEX_ROW_TEXTS", 2)
+    private = "send my payslip to alice@example.com"
+    decision.lexical([private, "other"])
+    first = decision.lexical_row(private)
+    for memo in (decision._lex_memo, decision._lex_rows):
+        assert memo and all(isinstance(k, bytes) and len(k) == 16 for k in memo)
+        assert private not in memo and not any(b"alice" in k for k in memo)
+    assert decision.lexical_row(private) is first  # found by its digest
+    decision.lexical_row("one")
+    decision.lexical_row("two")
+    assert len(decision._lex_rows) == 2 and decision.lexical_row(private) is not first  # let go, hashed again
     assert decision.lexical([]).shape == (0, decision.LEX_FEATURES)
 
 
