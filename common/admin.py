@@ -5,7 +5,9 @@ import re
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.admin.utils import get_last_value_from_parameters, reverse_field_path, unquote
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 from django.db.models import Count, Exists, OuterRef, Subquery
@@ -73,6 +75,64 @@ class SaveChangedOnly:
             if "did not affect any rows" not in str(exc):
                 raise
             self.message_user(request, f"Not saved: this {obj._meta.verbose_name} was deleted meanwhile.", messages.ERROR)
+
+
+def admin_log_name(obj) -> str:
+    """How the admin's log names a row of a user's data: its kind and key (``learned phrase #12``), not its text."""
+    name = str(obj._meta.verbose_name)
+    return name if obj.pk is None else f"{name} #{obj.pk}"
+
+
+class LogWithoutTexts:
+    """For the admin of a model whose rows hold a user's words or id: its entries in the admin's log of changes
+    (``LogEntry``) name each row by ``admin_log_name``, never by its ``__str__``, and so do the change messages of
+    inline rows (the changed fields are listed by label, as Django does). The log then keeps who changed what kind
+    of row, which one and when, and an erasure of the user leaves none of their text in it, whenever the row went."""
+
+    def _log(self, request, objects, action_flag, message="") -> list[LogEntry]:
+        if isinstance(message, list):
+            message = json.dumps(message)
+        entries = [
+            LogEntry(
+                user_id=request.user.pk,
+                content_type_id=ContentType.objects.get_for_model(obj, for_concrete_model=False).pk,
+                object_id=obj.pk,
+                object_repr=admin_log_name(obj)[:200],
+                action_flag=action_flag,
+                change_message=message,
+            )
+            for obj in objects
+        ]
+        if len(entries) == 1:
+            entries[0].save()
+            return entries
+        return LogEntry.objects.bulk_create(entries)
+
+    def log_addition(self, request, obj, message):
+        return self._log(request, [obj], ADDITION, message)[0]
+
+    def log_change(self, request, obj, message):
+        return self._log(request, [obj], CHANGE, message)[0]
+
+    def log_deletions(self, request, queryset):
+        return self._log(request, queryset, DELETION)
+
+    def construct_change_message(self, request, form, formsets, add=False):
+        message = super().construct_change_message(request, form, formsets, add)
+        # Django names each inline row added, changed or deleted by its text, formset by formset in this order
+        rows = iter(
+            [
+                obj
+                for formset in formsets or ()
+                for obj in (*formset.new_objects, *(o for o, _ in formset.changed_objects), *formset.deleted_objects)
+            ]
+        )
+        for entry in message:
+            for detail in entry.values():
+                if "object" in detail:
+                    row = next(rows, None)
+                    detail["object"] = admin_log_name(row) if row is not None else detail.get("name", "")
+        return message
 
 
 class HistoryAdmin(SaveChangedOnly, SimpleHistoryAdmin):

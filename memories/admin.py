@@ -12,7 +12,15 @@ from django.contrib.admin.helpers import ActionForm
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from common.admin import INLINE_ROWS_MAX, HistoryAdmin, SaveChangedOnly, TopValuesFilter, confirm_bulk, newest_rows_formset
+from common.admin import (
+    INLINE_ROWS_MAX,
+    HistoryAdmin,
+    LogWithoutTexts,
+    SaveChangedOnly,
+    TopValuesFilter,
+    confirm_bulk,
+    newest_rows_formset,
+)
 from common.api import ApplicationError
 from common.tasks import task_send, task_send_on_commit
 from common.validation import MAX_DAYS
@@ -83,7 +91,7 @@ class MemoryWriteDecisionInline(admin.TabularInline):
 
 
 @admin.register(Memory)
-class MemoryAdmin(HistoryAdmin):
+class MemoryAdmin(LogWithoutTexts, HistoryAdmin):
     show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = [
         "id",
@@ -244,7 +252,7 @@ class QuarantineForm(forms.ModelForm):
 
 
 @admin.register(MemoryQuarantine)
-class MemoryQuarantineAdmin(SaveChangedOnly, admin.ModelAdmin):
+class MemoryQuarantineAdmin(LogWithoutTexts, SaveChangedOnly, admin.ModelAdmin):
     form = QuarantineForm
     list_display = ["id", "user_id", "reason", "kinds", "short_preview", "status", "created_at", "reviewed_by"]
     list_filter = ["status", ("reason", TopValuesFilter), "memory_type", ("user_id", TopValuesFilter)]
@@ -311,7 +319,7 @@ class MemoryQuarantineAdmin(SaveChangedOnly, admin.ModelAdmin):
 
 
 @admin.register(MemoryRetrieval)
-class MemoryRetrievalAdmin(admin.ModelAdmin):
+class MemoryRetrievalAdmin(LogWithoutTexts, admin.ModelAdmin):
     show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = ["id", "user_id", "namespace", "memory_ids", "degraded", "created_at"]
     list_filter = ["degraded", ("user_id", TopValuesFilter)]

@@ -6,7 +6,6 @@ import re
 from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
-from django.db.models import Q
 
 from common.api import ApplicationError
 from common.validators import USER_ID_RE
@@ -18,29 +17,40 @@ from tenants.context import tenant_current_id
 logger = logging.getLogger(__name__)
 
 
+ADMIN_LOG_IDS_PER_QUERY = 5_000  # object ids named in one query (a user may have many resolution records)
+
+
 def _admin_log_scrub(objects: dict[str, list[int]], *, dry_run: bool) -> int:
     """The admin's own log of changes to these objects keeps who changed what kind of object and when, not the
-    object's text (its ``__str__`` names the user and their words)."""
-    named = Q(pk__in=[])
+    object's text (before ``common.admin.LogWithoutTexts`` its ``__str__`` named the user and their words)."""
+    scrubbed = 0
     for label, ids in objects.items():
-        if ids:
-            ct = ContentType.objects.get_by_natural_key(*label.lower().split("."))
-            named |= Q(content_type=ct, object_id__in=[str(i) for i in ids])
-    entries = LogEntry.objects.filter(named)
-    return entries.count() if dry_run else entries.update(object_repr=ERASED, change_message="")
+        if not ids:
+            continue
+        ct = ContentType.objects.get_by_natural_key(*label.lower().split("."))
+        if not LogEntry.objects.filter(content_type=ct).exists():
+            continue  # the admin never changed a row of this kind
+        for start in range(0, len(ids), ADMIN_LOG_IDS_PER_QUERY):
+            chunk = [str(i) for i in ids[start : start + ADMIN_LOG_IDS_PER_QUERY]]
+            entries = LogEntry.objects.filter(content_type=ct, object_id__in=chunk)
+            scrubbed += entries.count() if dry_run else entries.update(object_repr=ERASED, change_message="")
+    return scrubbed
 
 
 def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> dict:
     """Delete every row of ``user_id`` in the caller's tenant scope, in one transaction: what the resolver learned
     from them and answered them (learning), their memories (memories), and their texts in the logs that name them:
     the review log (the decisions on their candidates and quarantined lessons stay, without the texts) and the
-    admin's log of changes. A pending global candidate only the user's clicks proposed goes too. Rows the user never
-    appears in stay: global phrases, global candidates others proposed too or a reviewer decided, the agents'
-    feedback on actions, API keys. An idempotent request's stored answer may still quote them until it expires
-    (``API_IDEMPOTENCY_TTL_S``). ``actor`` (who asked) goes to the log line, with the tenant, not the user id.
+    admin's log of changes. A pending or rejected global candidate only the user's clicks proposed goes too; one
+    others proposed too stays, less the user's clicks. Rows the user never appears in stay: global phrases, global
+    candidates a reviewer approved, the agents' feedback on actions, API keys. An idempotent request's stored answer
+    (it names no user) may still quote them until it expires (``API_IDEMPOTENCY_TTL_S``). ``actor`` (who asked) goes
+    to the log line, with the tenant, not the user id. Refused outside one tenant's scope: a user id is one tenant's.
 
     ``dry_run``: count, delete nothing (the audit-trail rows counted include the one each deletion would write).
     Answers the rows per table, audit-trail rows per table, and the log entries scrubbed."""
+    if tenant_current_id() is None:
+        raise ApplicationError("An erasure runs in the scope of the user's tenant, and of it alone: name it.", field="tenant")
     if not isinstance(user_id, str) or not re.fullmatch(USER_ID_RE, user_id):
         raise ApplicationError(
             "Not a user id: 1-128 letters, digits or _ . : @ -, starting with a letter or digit.", field="user_id"

@@ -15,6 +15,8 @@ from learning.services.catalogue import verb_catalogue_load
 from learning.services.decisions import decision_prior_fit, decision_refit
 from learning.services.phrases import learned_phrase_upsert
 from privacy.services import user_data_erase
+from tenants.context import tenant_scope
+from tenants.selectors import tenant_default
 from tests.test_learning_decision import BIG, _labelled
 
 
@@ -39,7 +41,8 @@ def test_a_head_trained_on_the_phrases_of_a_user_erased_meanwhile_is_not_stored(
         out = real(*args, **kwargs)
         if kwargs.get("users"):
             assert {h[0] for h in out[0]} >= {"alice", "bob"}  # her head was trained
-            user_data_erase(user_id="alice")  # committed before the refit stores what it trained
+            with tenant_scope([tenant_default().pk]):
+                user_data_erase(user_id="alice")  # committed before the refit stores what it trained
         return out
 
     monkeypatch.setattr(fitting, "_heads_train", train_then_erase)
@@ -98,7 +101,8 @@ def test_an_erasure_arriving_while_a_refit_stores_heads_waits_and_then_deletes_t
         from django.db import connection
 
         assert storing.wait(60)
-        erased["rows"] = user_data_erase(user_id="alice")["rows"]
+        with tenant_scope([tenant_default().pk]):
+            erased["rows"] = user_data_erase(user_id="alice")["rows"]
         erased["at"] = time.monotonic()
         connection.close()
 

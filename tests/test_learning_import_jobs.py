@@ -229,11 +229,13 @@ def test_jobs_that_ended_past_the_retention_are_purged(gov_api, catalogue, small
 
 def test_a_users_erasure_deletes_their_import_jobs(gov_api, catalogue, small_sync):
     from privacy.services import user_data_erase
+    from tenants.context import tenant_scope
 
     theirs = _queued_job(gov_api, GOOD, scope="user", user_id="alice")
     other = _queued_job(gov_api, GOOD, scope="user", user_id="bob")
     shared = _queued_job(gov_api, GOOD)
-    out = user_data_erase(user_id="alice")
+    with tenant_scope([theirs.tenant_id]):
+        out = user_data_erase(user_id="alice")
     assert out["rows"]["learning_phraseimportjob"] == 1
     assert set(PhraseImportJob.objects.values_list("pk", flat=True)) == {other.pk, shared.pk}
     assert phrase_import_job_run(job_id=theirs.pk) is None  # its task arriving later imports nothing

@@ -27,6 +27,7 @@ from review.models import Decision, Kind
 from review.services import item_decide
 from tenants.context import tenant_scope
 from tenants.models import Tenant
+from tenants.selectors import tenant_default
 from tenants.services import tenant_create
 from tests.conftest import OBSERVE, RETRIEVE, make_client, reviewer_client, reviewer_user
 
@@ -78,6 +79,12 @@ def _use(api, user_id: str) -> dict:
     return {"candidate": candidate.pk, "quarantine": quarantined["evidence"]["quarantine_id"]}
 
 
+def _erase(**kwargs) -> dict:
+    """The erasure, as the command, the API and the admin page run it: in the scope of the user's tenant."""
+    with tenant_scope([tenant_default().pk]):
+        return user_data_erase(**kwargs)
+
+
 def _rows(user_id: str) -> dict:
     counts = {m.__name__: m.objects.filter(user_id=user_id).count() for m in USER_MODELS}
     counts.update(
@@ -104,11 +111,11 @@ def test_everything_of_the_user_goes_and_nothing_of_anyone_elses(used):
     alice, bob = _rows("alice"), _rows("bob")
     globals_before = LearnedPhrase.objects.filter(user_id__isnull=True).count()
     assert all(alice.values()), alice  # every kind of row, and its audit trail, exists before
-    counted = user_data_erase(user_id="alice", dry_run=True)
+    counted = _erase(user_id="alice", dry_run=True)
     assert _rows("alice") == alice  # a dry run deletes nothing
     assert counted["rows"]["learning_learnedphrase"] == alice["LearnedPhrase"]
 
-    erased = user_data_erase(user_id="alice")
+    erased = _erase(user_id="alice")
     assert not any(_rows("alice").values()), _rows("alice")
     assert _rows("bob") == bob
     assert sum(erased["rows"].values()) >= sum(v for k, v in alice.items() if not k.startswith("history"))
@@ -122,7 +129,7 @@ def test_everything_of_the_user_goes_and_nothing_of_anyone_elses(used):
     # the global vocabulary stays: a global phrase holds no user
     assert LearnedPhrase.objects.filter(user_id__isnull=True).count() == globals_before
 
-    again = user_data_erase(user_id="alice")  # idempotent: nothing left to erase
+    again = _erase(user_id="alice")  # idempotent: nothing left to erase
     assert again["rows"] == {} and again["history"] == {}
 
 
@@ -164,9 +171,9 @@ def test_a_pending_global_candidate_only_the_users_clicks_proposed_goes_too(used
     corrected.refresh_from_db()
     assert corrected.occurrence_count == 2
 
-    counted = user_data_erase(user_id="alice", dry_run=True)
+    counted = _erase(user_id="alice", dry_run=True)
     assert LearningCandidate.objects.filter(pk=only_hers.pk).exists()
-    erased = user_data_erase(user_id="alice")
+    erased = _erase(user_id="alice")
     assert not LearningCandidate.objects.filter(pk=only_hers.pk).exists()
     assert not LearningCandidate.history.filter(id=only_hers.pk).exists()
     assert LearningCandidate.objects.filter(pk=shared.pk).exists()  # bob proposed it too: it stays, his words as well
@@ -180,7 +187,7 @@ def test_the_users_classifier_heads_go_too(used):
     fit = DecisionFit.objects.create(version=99, source="labels", status="retired", embedding_model="m")
     DecisionHead.objects.create(fit=fit, user_id="alice", weights=b"x")
     DecisionHead.objects.create(fit=fit, user_id="bob", weights=b"y")
-    user_data_erase(user_id="alice")
+    _erase(user_id="alice")
     assert list(DecisionHead.objects.values_list("user_id", flat=True)) == ["bob"]
 
 
@@ -213,8 +220,8 @@ def test_the_command_names_what_it_deletes_and_refuses_bad_input(used):
     with pytest.raises(CommandError, match="--tenant"):
         call_command("erase_user", "bob")
     assert Memory.objects.filter(user_id="bob").exists()
-    with pytest.raises(ApplicationError):
-        user_data_erase(user_id="")
+    with pytest.raises(ApplicationError, match="Not a user id"):
+        _erase(user_id="")
 
 
 ERASE = "/api/v1/users/erase"
@@ -279,14 +286,15 @@ def test_a_reviewer_erases_in_the_admin_after_seeing_what_would_go(used):
 
 
 def test_the_logs_of_items_deleted_before_the_erasure_lose_the_users_texts_too(used, su):
-    from django.contrib.admin.models import LogEntry
+    from django.contrib.admin.models import DELETION, LogEntry
 
     phrase = LearnedPhrase.objects.filter(user_id="alice").first()
     assert su.post(f"/admin/learning/learnedphrase/{phrase.pk}/delete/", {"post": "yes"}).status_code == 302
     item = MemoryQuarantine.objects.get(pk=used["alice"]["quarantine"])
     assert su.post(f"/admin/memories/memoryquarantine/{item.pk}/delete/", {"post": "yes"}).status_code == 302
-    assert LogEntry.objects.filter(object_repr__contains="alice").exists()
-    erased = user_data_erase(user_id="alice")
+    assert LogEntry.objects.filter(action_flag=DELETION).count() == 2
+    assert not LogEntry.objects.filter(object_repr__contains="alice").exists()  # kind and key, never the text
+    erased = _erase(user_id="alice")
     assert erased["admin_log_scrubbed"] >= 1 and erased["decisions_scrubbed"] == 2
     assert not LogEntry.objects.filter(object_repr__contains="alice").exists()
     assert not Decision.objects.filter(summary__contains="alice").exists()
@@ -314,7 +322,7 @@ def test_another_process_that_knew_the_users_head_answers_with_the_deployments(d
     decision_cache_clear()
     text = "please send an email to my manager"
     assert not resolve(text=text, user_id="bob").degraded  # this process now knows which users have a head
-    user_data_erase(user_id="alice")  # in this test's transaction: the clear on commit does not run, as elsewhere
+    _erase(user_id="alice")  # in this test's transaction: the clear on commit does not run, as elsewhere
     answer = resolve(text=text, user_id="alice")
     assert not answer.degraded, answer.degraded_reason
 

@@ -4,7 +4,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
-from common.admin import HistoryAdmin, TopValuesFilter
+from common.admin import HistoryAdmin, LogWithoutTexts, TopValuesFilter
 from common.api import ApplicationError
 from learning import selectors as _selectors
 from learning.models import (
@@ -75,7 +75,7 @@ def candidate_change_preview(candidate: LearningCandidate) -> str:
 
 
 @admin.register(LearningCandidate)
-class LearningCandidateAdmin(HistoryAdmin):
+class LearningCandidateAdmin(LogWithoutTexts, HistoryAdmin):
     # Fits 1400 px: the rest (type, source, who decided and when) is on the detail page.
     list_display = [
         "input_pattern",

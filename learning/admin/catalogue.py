@@ -7,7 +7,14 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
-from common.admin import HistoryAdmin, TopValuesFilter, fields_changed, revert_link, unchanged_read_again
+from common.admin import (
+    HistoryAdmin,
+    LogWithoutTexts,
+    TopValuesFilter,
+    fields_changed,
+    revert_link,
+    unchanged_read_again,
+)
 from common.text import normalize_phrase
 from embeddings.admin import EmbeddingStatusMixin
 from learning.models import (
@@ -123,7 +130,7 @@ class VerbAdmin(TenantChoiceMixin, _VerbSave, HistoryAdmin):
 
 
 @admin.register(LearnedPhrase)
-class LearnedPhraseAdmin(EmbeddingStatusMixin, HistoryAdmin):
+class LearnedPhraseAdmin(LogWithoutTexts, EmbeddingStatusMixin, HistoryAdmin):
     show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = [
         "phrase",
@@ -170,7 +177,7 @@ class _AliasSave:
 
 
 @admin.register(EntityAlias)
-class EntityAliasAdmin(EmbeddingStatusMixin, TenantChoiceMixin, _AliasSave, HistoryAdmin):
+class EntityAliasAdmin(LogWithoutTexts, EmbeddingStatusMixin, TenantChoiceMixin, _AliasSave, HistoryAdmin):
     form = EntityAliasForm
     list_display = ["alias", "canonical_name", "entity_type", "user_id", "confidence", "is_active", "embedded", "embedding_model"]
     list_filter = ["entity_type", "is_active", "source", ("user_id", admin.EmptyFieldListFilter)]
@@ -179,7 +186,7 @@ class EntityAliasAdmin(EmbeddingStatusMixin, TenantChoiceMixin, _AliasSave, Hist
 
 
 @admin.register(PhraseBlock)
-class PhraseBlockAdmin(EmbeddingStatusMixin, HistoryAdmin):
+class PhraseBlockAdmin(LogWithoutTexts, EmbeddingStatusMixin, HistoryAdmin):
     list_display = ["phrase", "verb", "user_id", "reason", "source", "expires_at", "embedded", "embedding_model", "created_at"]
     list_filter = ["source", ("user_id", admin.EmptyFieldListFilter), ("expires_at", admin.EmptyFieldListFilter)]
     search_fields = ["phrase", "verb__name", "user_id", "reason"]

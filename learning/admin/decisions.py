@@ -6,7 +6,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
 
-from common.admin import SaveChangedOnly
+from common.admin import LogWithoutTexts, SaveChangedOnly
 from common.api import ApplicationError
 from learning.models import (
     DecisionFit,
@@ -163,7 +163,7 @@ class DecisionFitAdmin(SaveChangedOnly, admin.ModelAdmin):
 
 
 @admin.register(ResolutionRecord)
-class ResolutionRecordAdmin(SaveChangedOnly, admin.ModelAdmin):
+class ResolutionRecordAdmin(LogWithoutTexts, SaveChangedOnly, admin.ModelAdmin):
     """Every resolution with its explanation and, once the user answered, its label."""
 
     show_full_result_count = False  # a large table: no second count(*) of every row on each page

@@ -13,7 +13,15 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from common.admin import BoundedValuesFilter, SaveChangedOnly, TopValuesFilter, confirm_bulk, rounded, signal_direction
+from common.admin import (
+    BoundedValuesFilter,
+    LogWithoutTexts,
+    SaveChangedOnly,
+    TopValuesFilter,
+    confirm_bulk,
+    rounded,
+    signal_direction,
+)
 from common.api import ApplicationError as _ApplicationError
 from learning import selectors as _selectors
 from learning.models import (
@@ -125,7 +133,7 @@ class SweepFailuresFilter(admin.SimpleListFilter):
 
 
 @admin.register(DisambiguationRequest)
-class DisambiguationRequestAdmin(admin.ModelAdmin):
+class DisambiguationRequestAdmin(LogWithoutTexts, admin.ModelAdmin):
     show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = ["text", "user_id", "channel", "shown_options", "status", "selected_verb", "created_at"]
     list_filter = ["status", "channel", ("domain", TopValuesFilter), "created_at", SweepFailuresFilter]
@@ -204,7 +212,7 @@ class DisambiguationRequestAdmin(admin.ModelAdmin):
 
 
 @admin.register(LearningSignal)
-class LearningSignalAdmin(admin.ModelAdmin):
+class LearningSignalAdmin(LogWithoutTexts, admin.ModelAdmin):
     show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = ["phrase", "verb", "outcome", signal_direction, rounded("confidence"), "user_id", "result", "created_at"]
     list_filter = ["outcome", "source", "is_negative", "result"]
@@ -242,7 +250,7 @@ class LearningSignalAdmin(admin.ModelAdmin):
 
 
 @admin.register(PhraseEvidence)
-class PhraseEvidenceAdmin(SaveChangedOnly, admin.ModelAdmin):
+class PhraseEvidenceAdmin(LogWithoutTexts, SaveChangedOnly, admin.ModelAdmin):
     show_full_result_count = False  # a large table: no second count(*) of every row on each page
     list_display = ["phrase", "verb", "user_id", rounded("negative"), rounded("positive"), "signal_count", "updated_at"]
     search_fields = ["normalized", "verb", "user_id"]

@@ -2,11 +2,12 @@
 
 from django.contrib import admin
 
+from common.admin import LogWithoutTexts
 from learning.models import PhraseImportJob
 
 
 @admin.register(PhraseImportJob)
-class PhraseImportJobAdmin(admin.ModelAdmin):
+class PhraseImportJobAdmin(LogWithoutTexts, admin.ModelAdmin):
     """Import jobs, newest first; their rows are not shown (up to LEARNING_IMPORT_MAX_ROWS, and emptied once a job
     ends): the outcome says what was written."""
 

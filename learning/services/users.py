@@ -1,7 +1,8 @@
 """Erasure of one user's learning data (a data subject's request): every row that names the user, and its history."""
 
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, F, IntegerField, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Coalesce, Greatest
 
 from learning.models import (
     DecisionHead,
@@ -34,32 +35,63 @@ USER_MODELS = (
 )
 
 
-def _global_candidates_only_of(user_id: str) -> list[int]:
-    """Pending global candidates every occurrence of which is one of this user's clicks: a click the signals'
-    processing accumulated in the user's scope counts one occurrence toward the global candidate of the same text
-    and verb, and its signal names that candidate (``global_candidate_id``). When the user's clicks are all of its
-    occurrences, the candidate holds only this user's words. One others proposed too (another user, an agent, a
-    correction) has more occurrences, and stays; so does one whose clicks are no longer known (their
-    disambiguations purged after ``RESOLUTION_RETENTION_DAYS``, or counted before signals named the candidate)."""
+# The global candidates an erasure may delete or recount: those a reviewer approved are the tenant's vocabulary.
+UNADOPTED = (LearningCandidate.Status.PENDING, LearningCandidate.Status.REJECTED)
+
+
+def _global_candidate_clicks(user_id: str) -> dict[int, int]:
+    """Per global candidate, how many of its occurrences are this user's clicks: a click the signals' processing
+    accumulated in the user's scope counts one occurrence toward the global candidate of the same text and verb,
+    and its signal names that candidate (``global_candidate_id``)."""
     counted = (
         LearningSignal.objects.filter(Q(user_id=user_id) | Q(request__user_id=user_id), global_candidate_id__isnull=False)
         .values("global_candidate_id")
         .annotate(n=Count("id"))
         .values_list("global_candidate_id", "n")
     )
-    clicks = dict(counted)
+    return dict(counted)
+
+
+def _global_candidates_only_of(user_id: str) -> list[int]:
+    """Pending or rejected global candidates every occurrence of which is one of this user's clicks
+    (``_global_candidate_clicks``): they hold only this user's words. One others proposed too (another user, an
+    agent, a correction) has more occurrences, and stays; so does one whose clicks are no longer known (their
+    disambiguations purged after ``RESOLUTION_RETENTION_DAYS``, or counted before signals named the candidate),
+    and one a reviewer approved."""
+    clicks = _global_candidate_clicks(user_id)
     if not clicks:
         return []
-    pending = LearningCandidate.objects.filter(
-        pk__in=list(clicks), user_id__isnull=True, status=LearningCandidate.Status.PENDING
-    ).values_list("pk", "occurrence_count")
-    return sorted(pk for pk, occurrences in pending if occurrences <= clicks[pk])
+    unadopted = LearningCandidate.objects.filter(pk__in=list(clicks), user_id__isnull=True, status__in=UNADOPTED)
+    return sorted(pk for pk, occurrences in unadopted.values_list("pk", "occurrence_count") if occurrences <= clicks[pk])
+
+
+def _shared_candidates_recount(clicks: dict[int, int], erased: list[int]) -> None:
+    """The pending or rejected global candidates the erasure keeps (others proposed them too) lose the user's
+    clicks from their occurrences, so the erasure of their last proposer deletes them. Each is one relative update
+    in key order (a click counted meanwhile adds its own), never below the clicks of others its signals still
+    record, nor below one."""
+    others = (
+        LearningSignal.objects.filter(global_candidate_id=OuterRef("pk"))
+        .order_by()
+        .values("global_candidate_id")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    for pk in sorted(set(clicks) - set(erased)):
+        LearningCandidate.objects.filter(pk=pk, user_id__isnull=True, status__in=UNADOPTED).update(
+            occurrence_count=Greatest(
+                F("occurrence_count") - clicks[pk],
+                Coalesce(Subquery(others, output_field=IntegerField()), Value(0)),
+                Value(1),
+            )
+        )
 
 
 def erasure_candidate_ids(*, user_id: str) -> tuple[list[int], list[int]]:
-    """The pending candidates an erasure of the user deletes (for the review items' locks the erasure takes first):
-    all of them (the user's own, and the global ones only the user's clicks proposed), and those global ones alone
-    (for ``user_learning_erase``, which reads them again once it holds the rows)."""
+    """The candidates an erasure of the user deletes that a reviewer may be deciding (for the review items' locks
+    the erasure takes first): the user's own pending ones and the global ones only the user's clicks proposed
+    (``_global_candidates_only_of``); and those global ones alone (for ``user_learning_erase``, which reads them
+    again once it holds the rows)."""
     own = LearningCandidate.objects.filter(user_id=user_id, status=LearningCandidate.Status.PENDING).values_list("pk", flat=True)
     global_only = _global_candidates_only_of(user_id)
     return sorted({*own, *global_only}), global_only
@@ -85,10 +117,11 @@ def user_learning_erase(*, user_id: str, dry_run: bool = False, global_candidate
     phrases, aliases, blocks and candidates, their disambiguations and signals, their evidence, the records of what
     was resolved for them (the fit's labels) and their own classifier heads; then every audit-trail row that names
     them (a deletion writes one more). Global rows hold no user: a global phrase stays, as the tenant's vocabulary,
-    and so does a global candidate others proposed too; a pending global candidate only the user's clicks proposed
-    goes (``_global_candidates_only_of``). ``dry_run``: count only (the audit-trail rows counted include the one
-    each deletion would write). ``global_candidates``: those global candidates as the caller read them moments ago
-    (``erasure_candidate_ids``), so they are not read twice before the rows are locked (they are read again after).
+    and so does a global candidate others proposed too (less the user's clicks, ``_shared_candidates_recount``); a
+    pending or rejected global candidate only the user's clicks proposed goes (``_global_candidates_only_of``).
+    ``dry_run``: count only (the audit-trail rows counted include the one each deletion would write).
+    ``global_candidates``: those global candidates as the caller read them moments ago (``erasure_candidate_ids``),
+    so they are not read twice before the rows are locked (they are read again after).
 
     The user's learning lock is taken first, exclusive (``user_learning_lock``: a confirmation, a correction or an
     import of the user's running meanwhile finishes first, one arriving waits); then the user's disambiguation
@@ -96,8 +129,8 @@ def user_learning_erase(*, user_id: str, dry_run: bool = False, global_candidate
     (``disambiguation_signals_process``) lock theirs first: one of them running meanwhile finishes before the
     erasure reads what to delete, or finds its request gone.
 
-    Answers ``{"rows": {table: n}, "history": {table: n}, "objects": {model label: ids}}``: the ids of every object
-    of the user's that the audit trail knew (deleted ones included), for the logs that name them."""
+    Answers ``{"rows": {table: n}, "history": {table: n}, "objects": {model label: ids}}``: the ids of every row of
+    the user's, and of those deleted before that the audit trail knew, for the logs that name them."""
     rows, history, objects = {}, {}, {}
     with transaction.atomic():
         if not dry_run:
@@ -118,14 +151,17 @@ def user_learning_erase(*, user_id: str, dry_run: bool = False, global_candidate
                 list(qs.order_by("pk").select_for_update().values_list("pk"))
             # locked: a click processed meanwhile may have added an occurrence; read again under the lock
             global_candidates = _global_candidates_only_of(user_id)
+            clicks = _global_candidate_clicks(user_id)  # the user's requests are locked: their signals stay as read
         for model in USER_MODELS:
+            ids = set(_of_user(model, user_id, global_candidates).values_list("pk", flat=True))
             if hasattr(model, "history"):
-                ids = set(_of_user(model, user_id, global_candidates).values_list("pk", flat=True))
                 ids |= set(_history_of_user(model, user_id, global_candidates).values_list("id", flat=True))
-                objects[model._meta.label] = sorted(ids)
+            objects[model._meta.label] = sorted(ids)
         for model in USER_MODELS:
             qs = _of_user(model, user_id, global_candidates)
             rows[model._meta.db_table] = qs.count() if dry_run else qs.delete()[1].get(model._meta.label, 0)
+        if not dry_run:
+            _shared_candidates_recount(clicks, global_candidates)
         for model in USER_MODELS:
             if hasattr(model, "history"):
                 qs = _history_of_user(model, user_id, global_candidates)

@@ -13,9 +13,8 @@ def user_memories_erase(*, user_id: str, dry_run: bool = False) -> dict:
     running meanwhile finishes before, or starts after. ``dry_run``: count only (the audit-trail rows counted
     include the one each deletion would write).
 
-    Answers ``{"rows": {table: n}, "history": {table: n}, "objects": {model label: ids}}`` (the ids of the user's
-    memories the audit trail knew, deleted ones included, and of their quarantined items, for the logs that name
-    them)."""
+    Answers ``{"rows": {table: n}, "history": {table: n}, "objects": {model label: ids}}`` (the ids of every row of
+    the user's, and of the memories deleted before that the audit trail knew, for the logs that name them)."""
     models = (Memory, MemoryQuarantine, MemoryRetrieval)
     rows, history = {}, {}
     with transaction.atomic():
@@ -26,13 +25,12 @@ def user_memories_erase(*, user_id: str, dry_run: bool = False) -> dict:
             for model in models:
                 scopes |= set(model.objects.filter(user_id=user_id).values_list("namespace", "private_agent_id").distinct())
             user_scopes_lock(user_id=user_id, scopes=scopes)
-        objects = {
-            Memory._meta.label: sorted(
-                set(Memory.objects.filter(user_id=user_id).values_list("pk", flat=True))
-                | set(Memory.history.model.objects.filter(user_id=user_id).values_list("id", flat=True))
-            ),
-            MemoryQuarantine._meta.label: list(MemoryQuarantine.objects.filter(user_id=user_id).values_list("pk", flat=True)),
-        }
+        objects = {}
+        for model in models:
+            ids = set(model.objects.filter(user_id=user_id).values_list("pk", flat=True))
+            if hasattr(model, "history"):
+                ids |= set(model.history.model.objects.filter(user_id=user_id).values_list("id", flat=True))
+            objects[model._meta.label] = sorted(ids)
         for model in models:
             qs = model.objects.filter(user_id=user_id)
             rows[model._meta.db_table] = qs.count() if dry_run else qs.delete()[1].get(model._meta.label, 0)
