@@ -91,6 +91,7 @@ class Artifact:
     tags: list[str] = field(default_factory=list)
     extractor: str = "deterministic"
     correction: bool = False  # the user corrects an earlier statement ("actually", "I changed my mind")
+    uncut_content: str = ""  # the lesson before it was cut to MEMORY_MAX_CONTENT_CHARS ("" when it was not): gated too
 
 
 def _clean(text: str) -> str:
@@ -108,14 +109,23 @@ def _clean(text: str) -> str:
     return "\n".join(pieces).strip()
 
 
+_LAST_SPACE = re.compile(r"\s(?=\S*$)")
+
+
 def _truncate(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters at a sentence end in its second half, else at a space (then "…"); never
+    inside a token, so no piece of a secret is kept without the rest (a token longer than the limit is dropped)."""
     if len(text) <= limit:
         return text
     cut = text[:limit]
     stop = max(cut.rfind(". "), cut.rfind(".\n"), cut.rfind("\n"))
     if stop >= limit // 2:
         return cut[: stop + 1].rstrip()
-    return cut.rstrip() + "…"
+    if not text[limit].isspace():  # the cut falls inside a token: drop it
+        space = _LAST_SPACE.search(cut)
+        cut = cut[: space.start()] if space else ""
+    cut = cut.rstrip()
+    return cut + "…" if cut else ""
 
 
 def _is_question(text: str) -> bool:
@@ -236,7 +246,13 @@ def extract_deterministic(*, user_message: str, assistant_message: str, hints: d
     topic = (hints.get("topic") or derive_topic(content)).strip()[:200]
     tags = list(hints["tags"]) if hints.get("tags") is not None else _code_tags(answer)
     return Artifact(
-        memory_type=memory_type, topic=topic, content=content, tags=tags, extractor="deterministic", correction=correction
+        memory_type=memory_type,
+        topic=topic,
+        content=content,
+        tags=tags,
+        extractor="deterministic",
+        correction=correction,
+        uncut_content=lesson if content != lesson else "",
     )
 
 
@@ -280,14 +296,22 @@ def extract_llm(*, user_message: str, assistant_message: str, hints: dict | None
     memory_type = hints.get("type") or data.get("type")
     if memory_type not in MemoryType.values:
         raise ValueError(f"the model answered an unknown type {memory_type!r}")
-    content = _truncate(_clean(str(data.get("content", ""))), settings.MEMORY_MAX_CONTENT_CHARS)
+    lesson = _clean(str(data.get("content", "")))
+    content = _truncate(lesson, settings.MEMORY_MAX_CONTENT_CHARS)
     if not content:
         raise ValueError("the model answered no content")
     tags = hints.get("tags") if hints.get("tags") is not None else data.get("tags", [])
     if not isinstance(tags, list):
         raise ValueError("the model answered tags that are not a list")
     topic = str(hints.get("topic") or data.get("topic") or derive_topic(content)).strip()[:200]
-    return Artifact(memory_type=memory_type, topic=topic, content=content, tags=[str(t)[:60] for t in tags][:20], extractor="llm")
+    return Artifact(
+        memory_type=memory_type,
+        topic=topic,
+        content=content,
+        tags=[str(t)[:60] for t in tags][:20],
+        extractor="llm",
+        uncut_content=lesson if content != lesson else "",
+    )
 
 
 def extract(*, user_message: str, assistant_message: str, hints: dict | None = None) -> tuple[Artifact | None, str]:

@@ -33,8 +33,10 @@ __all__ = [
     "answered_secrets",
     "blocked",
     "check",
+    "found_secrets",
     "luhn_valid",
     "redact",
+    "redact_known",
     "redact_values",
     "secret_findings",
     "value_findings",
@@ -295,9 +297,44 @@ def value_findings(text: str, values: list[str]) -> list[Finding]:
 
 def redact_values(text: str, values: list[str]) -> str:
     """``redact(text)`` with each of ``values`` replaced too."""
-    for value in sorted(set(values), key=len, reverse=True):
-        text = re.sub(rf"(?<![\w]){re.escape(value)}(?![\w])", "[REDACTED:secret_in_answer]", text)
-    return redact(text)
+    return redact_known(text, values=values)
+
+
+# a secret found elsewhere is replaced wherever it occurs when it is at least this long (a shorter one only where found)
+_MIN_FOUND_CHARS = 3
+
+
+def found_secrets(text: str, findings: list[Finding]) -> dict[str, str]:
+    """The text of each secret finding in ``text`` (its span's text) and its kind: what ``redact_known`` replaces
+    wherever it occurs."""
+    found: dict[str, str] = {}
+    for f in findings:
+        secret = text[f.start : f.end].strip() if f.family == SECRET and f.start >= 0 else ""
+        if len(secret) >= _MIN_FOUND_CHARS:
+            found.setdefault(secret, f.kind)
+    return found
+
+
+def redact_known(
+    text: str, *, spans: list[tuple[int, int, str]] = (), found: dict[str, str] | None = None, values: list[str] = ()
+) -> str:
+    """``redact(text)`` after replacing what the gate found, here or elsewhere: the ``spans`` of ``text`` (start, end,
+    kind), every occurrence of each secret of ``found`` (``found_secrets``) and each of ``values``
+    (``answered_secrets``, as whole words)."""
+    text = text or ""
+    marks = [(i, j, kind) for i, j, kind in spans if 0 <= i < j]
+    for secret, kind in (found or {}).items():
+        marks += [(m.start(), m.end(), kind) for m in re.finditer(re.escape(secret), text)]
+    for value in set(values):
+        marks += [(m.start(), m.end(), "secret_in_answer") for m in re.finditer(rf"(?<![\w]){re.escape(value)}(?![\w])", text)]
+    pieces, last = [], 0
+    for i, j, kind in sorted(marks):
+        if i < last:  # overlapping: extend the previous redaction
+            last = max(last, j)
+            continue
+        pieces += [text[last:i], f"[REDACTED:{kind}]"]
+        last = j
+    return redact("".join(pieces) + text[last:])
 
 
 # --- Unstable facts ---

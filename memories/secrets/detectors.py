@@ -29,11 +29,15 @@ from memories.secrets.rules import (
     _B64_PLUGIN,
     _B64_TOKEN,
     _CARD,
+    _CARD_CODE,
+    _CARD_CODE_HINT,
     _CODES_HINT,
     _COMMAND_LINE,
     _COMMAND_LINE_HINT,
     _CONNECTION,
     _CONNECTION_HINT,
+    _CONSTANT_IS,
+    _CONSTANT_NAME,
     _DIGITS_HINT,
     _DS_CONTEXT,
     _DS_KEYWORD,
@@ -58,10 +62,13 @@ from memories.secrets.rules import (
     _PROSE_CREDENTIALS,
     _PROSE_DIRECT,
     _PROSE_HINT,
+    _PROSE_IS_THE,
+    _PROSE_LINKED,
     _PROSE_NOT_A_SECRET,
     _PROSE_PASS,
     _PROSE_PASSWORD,
     _PROSE_SET,
+    _PROSE_SET_SECRET,
     _PROSE_USER_PASS,
     _PUBLIC_KEY_CONTEXT,
     _QUALIFIER_SHORT,
@@ -71,6 +78,8 @@ from memories.secrets.rules import (
     _STRUCTURED,
     _WITH_SECRET,
     _WORD,
+    _XML_SECRET,
+    HEDGES,
     _in_url_path,
     _is_placeholder,
     _natural_language,
@@ -80,6 +89,7 @@ from memories.secrets.rules import (
     command_line_pair_is_secret,
     command_line_value_is_secret,
     format_term,
+    is_code_reference,
     looks_like_password,
     luhn_valid,
     prose_credential_is_secret,
@@ -260,6 +270,10 @@ def _context(view: View, hits: list[_Hit]) -> None:
                 continue
             if kind == "connection_string_secret" and m.group(0).lower().startswith("sig") and len(value) < 16:
                 continue
+            if kind == "connection_string_secret" and (
+                is_code_reference(t[m.start() : m.start("value")], value) or re.match(r"[\w.]+\(", value)
+            ):
+                continue  # code: "password = getpass.getpass()", "self.password = make_password(raw)"
             if kind == "credentialed_url":
                 add(kind, m.start("user"), m.start("value") + len(value))  # user:password
             else:
@@ -278,6 +292,8 @@ def _context(view: View, hits: list[_Hit]) -> None:
         digits = re.sub(r"\D", "", m.group(0))
         if 13 <= len(digits) <= 19 and luhn_valid(digits) and len(set(digits)) > 1:
             add("card_number", m.start(), m.end())
+    for m in _CARD_CODE.finditer(t) if _CARD_CODE_HINT.search(t) else ():  # "the CVV is 123"
+        add("card_security_code", m.start("value"), m.end("value"))
 
     # the secret half of an AWS key pair: a 40-char base64-ish string in an AWS context
     if _AWS_CONTEXT.search(t):
@@ -293,19 +309,22 @@ def _prose(view: View, add) -> None:
     t = view.text
     for m in _PROSE_PASSWORD.finditer(t):
         name = m.group("name").lower()
-        if m.group("quoted") is not None:
-            value = m.group("quoted").strip()
-            if value and not _is_placeholder(value) and (len(value) >= 4 or "pin" in name):
-                add("password_in_prose", m.start("quoted"), m.end("quoted"))
+        taken = _value_past_hedges(t, m)
+        if taken is None:
             continue
-        value = m.group("value").rstrip(".,;:!?)")
-        vstart = m.start("value")
+        quoted, vstart, value = taken
+        if quoted:
+            stripped = value.strip()
+            if stripped and not _is_placeholder(stripped) and (len(stripped) >= 4 or "pin" in name):
+                add("password_in_prose", vstart, vstart + len(value))
+            continue
+        value = value.rstrip(".,;:!?)")
         if len((m.group("qual") or "").split()) > _QUALIFIER_SHORT + 1:
             # a long qualifier ("of the team password manager"): only a value that cannot be a word
             if looks_like_password(value):
                 add("password_in_prose", vstart, vstart + len(value))
             continue
-        if _describes_the_password(t, m, value):
+        if _describes_the_password(t, m, value, vstart):
             continue
         # a passphrase of several plain words: "the passphrase is correct horse battery staple"
         words = _passphrase_words(t, vstart, name)
@@ -314,6 +333,8 @@ def _prose(view: View, add) -> None:
             continue
         if _is_placeholder(value) or value.lower() in _PROSE_NOT_A_SECRET or format_term(value):
             continue
+        if is_code_reference(name, value) or re.match(r"[\w.]+\(", value):
+            continue  # code: "password = request.POST[...]", "password: req.body.password"
         if name in ("token", "api key", "access key", "secret key", "secret") and not _value_is_secret("token", value):
             continue
         if name == "pin" and not value.isdigit():
@@ -362,9 +383,51 @@ def _prose(view: View, add) -> None:
         value = m.group("value")
         if strong_password(value) and _value_is_secret("token", value):
             add("password_in_prose", m.start("value"), m.end("value"))
+    for rx in (_PROSE_IS_THE, _PROSE_LINKED):  # "hunter2x is my password", "my password's hunter2x"
+        for m in rx.finditer(t):
+            value = m.group("value").rstrip(".,;:!?)")
+            ok = value.isdigit() and 4 <= len(value) <= 8 if m.group("name").lower() == "pin" else as_password(value)
+            if ok:
+                add("password_in_prose", m.start("value"), m.start("value") + len(value))
+    for m in _XML_SECRET.finditer(t):  # "<password>hunter2x</password>"
+        if _value_is_secret(m.group("tag"), m.group("value")):
+            add("credential_assignment", m.start("value"), m.end("value"))
+    for m in _CONSTANT_IS.finditer(t):  # "the SECRET_KEY is django-insecure-..."
+        value = m.group("value").rstrip(".,;:!?)")
+        if looks_like_password(value) and _value_is_secret(m.group("name"), value):
+            add("credential_assignment", m.start("value"), m.start("value") + len(value))
+    for m in _PROSE_SET_SECRET.finditer(t):  # "set the cookie secret to 7f3k9Qz2Lm8Xw4Vb"
+        quoted = m.group("quoted") is not None
+        group = "quoted" if quoted else "value"
+        value = m.group(group) if quoted else m.group(group).rstrip(".,;:!?)")
+        if (
+            (quoted or looks_like_password(value))
+            and not _CONSTANT_NAME.fullmatch(value)
+            and _value_is_secret("token", value, quoted)
+        ):
+            add("credential_assignment", m.start(group), m.start(group) + len(value))
 
 
-def _describes_the_password(t: str, m: re.Match, value: str) -> bool:
+_NEXT_VALUE = re.compile(r"\s+(?:(?P<q>[\"'`])(?P<quoted>[^\"'`\n]{1,120})(?P=q)|(?P<value>[^\s\"'`]+))")
+
+
+def _value_past_hedges(t: str, m: re.Match) -> tuple[bool, int, str] | None:
+    """The value of a ``_PROSE_PASSWORD`` match past hedging words ("is probably X", "is either X or Y"): whether it
+    is quoted, where it starts and the value; None when only hedges follow the name."""
+    if m.group("quoted") is not None:
+        return True, m.start("quoted"), m.group("quoted")
+    value, start = m.group("value"), m.start("value")
+    while value.rstrip(".,;:!?)").lower() in HEDGES:
+        after = _NEXT_VALUE.match(t, start + len(value))
+        if after is None or value != value.rstrip(".,;:!?)"):
+            return None  # the clause ends at the hedge: no value
+        if after.group("quoted") is not None:
+            return True, after.start("quoted"), after.group("quoted")
+        value, start = after.group("value"), after.start("value")
+    return False, start, value
+
+
+def _describes_the_password(t: str, m: re.Match, value: str, start: int) -> bool:
     """A plain word after "is" / "was set to" that tells what happens to the password: a participle
     ("is emailed by HR", "is posted on the wall") or an infinitive ("was set to expire every 90 days")."""
     if not re.fullmatch(r"[a-z]+", value):
@@ -372,7 +435,7 @@ def _describes_the_password(t: str, m: re.Match, value: str) -> bool:
     verb = (m.groupdict().get("verb") or "").lower()
     if verb.endswith(" to") and value in _INFINITIVES:
         return True
-    after = m.start("value") + len(value)
+    after = start + len(value)
     return (value.endswith("ed") or value in _IRREGULAR_PARTICIPLES) and bool(_PARTICIPLE_NEXT.match(t, after))
 
 

@@ -103,6 +103,29 @@ _FORMAT_WORD = re.compile(
 )
 
 
+# What code reads a secret from: an object and its attributes, items or a call ("request.POST[", "config.db.password",
+# "getpass.getpass(", "req.body.password"). The object is a plain snake_case or camelCase name without digits, so a
+# dotted literal ("p4ss.w0rd", "Sup3r.S3cret") stays a value.
+_CODE_OBJECT = r"_{0,2}[a-z]+(?:_[a-z]+)*|[a-z]+(?:[A-Z][a-z]+)+"
+_CODE_ATTRIBUTE_OR_ITEM = re.compile(rf"(?:{_CODE_OBJECT})(?:\.[A-Za-z_]\w*)*(?:\.[A-Za-z_]\w*|[\[(].*)")
+# a variable: snake_case or camelCase of letters ("raw_password", "confirm_password", "userInput")
+_CODE_VARIABLE = re.compile(r"_{0,2}[a-z]+(?:_[a-z]+)+|[a-z]+(?:[A-Z][a-z]+)+")
+_NAME_PARTS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+_SECRET_NAME_PARTS = {"password", "passwd", "passphrase", "pwd", "pw", "pass", "pin", "psk", "secret", "token", "key"}
+
+
+def is_code_reference(name: str, value: str) -> bool:
+    """An unquoted ``value`` of ``name`` that is code naming where the secret comes from, not the secret: an
+    attribute, an item or a call, a snake_case or camelCase variable, or a word repeating the name's own secret word
+    ("password=password", "pwd=PWD")."""
+    if _CODE_ATTRIBUTE_OR_ITEM.fullmatch(value) or _CODE_VARIABLE.fullmatch(value):
+        return True
+    if not re.fullmatch(r"[A-Za-z_]+", value):
+        return False
+    name_words = {w.lower() for w in _NAME_PARTS.findall(name)} & _SECRET_NAME_PARTS
+    return bool(name_words & {w.lower() for w in _NAME_PARTS.findall(value)})
+
+
 def _value_is_secret(name: str, value: str, quoted: bool = False) -> bool:
     """The project's rule for a value assigned to / introduced by a secret-sounding name."""
     value = value.strip().rstrip(".),;:!?")
@@ -110,6 +133,8 @@ def _value_is_secret(name: str, value: str, quoted: bool = False) -> bool:
         return False
     if re.match(r"(?i)^[\w.]+\(", value) or value.startswith(("$", "{", "[", "(", "<")):
         return False  # a function call, variable, template or structure, not a literal
+    if not quoted and is_code_reference(name, value):
+        return False
     if ds_heuristic.is_templated_secret(value) or ds_heuristic.is_indirect_reference(f"x = {value}"):
         return False
     if _FORMAT_WORD.match(value):
@@ -280,12 +305,52 @@ _PROSE_SET = re.compile(
     rf"(?P<qual>\s+(?:for|of|on|at)(?:\s+{_QUALIFIER_WORD}){{1,5}}?)?\s+(?:to|=)\s+"
     r"(?:(?P<q>[\"'`])(?P<quoted>[^\"'`\n]{1,120})(?P=q)|(?P<value>[^\s\"'`]+))"
 )
+# what may follow the name of a secret at the end of "<value> as / is the password": the end of the clause or a
+# connecting word (not "the password hashing algorithm", "the password reset flow")
+_NAME_ENDS = r"(?=\s*(?:[.,;:!?)]|$)|\s+(?:for|on|of|to|at|in|and|when|while|if|so|but|then|until|everywhere)\b)"
 # "use Kx8... as the password", "admin and Kx8... as the credentials" (the value must look like a password)
 _PROSE_AS = re.compile(
     r"(?i)(?<![^\s(])(?P<value>[^\s\"'`(]{4,})\s+as\s+(?:the\s+|your\s+|its\s+|our\s+|their\s+|my\s+)?(?:[\w\-]+\s+){0,2}?"
-    r"(?P<name>password|passphrase|passcode|passwd|pwd|pw|pin|credentials?|login)s?"
-    r"(?=\s*(?:[.,;:!?)]|$)|\s+(?:for|on|of|to|at|in|and|when|while|if|so|but|then|until|everywhere)\b)"
+    r"(?P<name>password|passphrase|passcode|passwd|pwd|pw|pin|credentials?|login)s?" + _NAME_ENDS
 )
+# "hunter2x is the password for the staging box", "hunter2x is my password" (the value must look like a password)
+_PROSE_IS_THE = re.compile(
+    r"(?i)(?<![^\s(])(?P<value>[^\s\"'`(]{4,})\s+(?:is|was)\s+(?:the|my|our|your|its|their|his|her)\s+(?:[\w\-]+\s+){0,2}?"
+    r"(?P<name>password|passphrase|passcode|passwd|pwd|pw|pin)s?" + _NAME_ENDS
+)
+# words that hedge the value after "the password is": "is probably X", "is either X or Y"
+HEDGES = ("probably", "likely", "maybe", "perhaps", "either", "usually", "still", "now", "currently")
+# "my password's hunter2x", "staging password -> hunter2x", "my password, which is hunter2x, works" (the value must
+# look like a password)
+_PROSE_LINKED = re.compile(
+    r"(?i)\b(?P<name>password|passphrase|passcode|passwd|pwd|pin)s?"
+    r"(?:'s\s+|\s*(?:->|=>|\u2192)\s*|\s*,\s*(?:which|that)\s+(?:is|was)\s+)"
+    rf"(?:(?:{'|'.join(HEDGES)})\s+)*(?P<value>[^\s\"'`<>,]+)"
+)
+# "<password>hunter2x</password>", "<db:apiKey>...</db:apiKey>": an XML element whose name ends in a secret's name
+_XML_SECRET = re.compile(
+    r"(?i)<(?P<tag>[\w:.\-]*?(?:password|passwd|passphrase|pwd|secret|token|api[_\-]?key|access[_\-]?key|"
+    r"private[_\-]?key))(?:\s[^<>]*)?>\s*(?P<value>[^<>\s]+)\s*</(?P=tag)\s*>"
+)
+# "The Django SECRET_KEY is django-insecure-...", "DB_PASSWORD was Kx8...": a constant named for a secret, then "is"
+_CONSTANT_IS = re.compile(
+    r"(?<![\w$])(?P<name>(?:[A-Z][A-Z0-9]*_)*(?:SECRET|PASSWORD|PASSWD|PASSPHRASE|PWD|TOKEN|API_?KEY|ACCESS_KEY|"
+    r"PRIVATE_KEY|SIGNING_KEY)(?:_[A-Z0-9]+)*)\s+(?:is|was)\s+(?:(?:now|set\s+to)\s+)?(?P<value>[^\s\"'`]+)"
+)
+# an environment variable's or a constant's name: what holds the secret, not the secret
+_CONSTANT_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+# "Set the cookie secret to 7f3k9Qz2Lm8Xw4Vb", "change the API key to '...'": a secret or token set to a value
+_PROSE_SET_SECRET = re.compile(
+    r"(?i)\b(?:set|change|changed|reset|update|updated)\s+(?:the\s+|your\s+|my\s+|its\s+|our\s+|their\s+)?"
+    r"(?:[\w\-]+\s+){0,3}?(?P<name>secret|token|(?:secret|signing|api|access|private)\s+key)s?\s+(?:to|=)\s+"
+    r"(?:(?P<q>[\"'`])(?P<quoted>[^\"'`\n]{1,120})(?P=q)|(?P<value>[^\s\"'`]+))"
+)
+# "the CVV is 123", "CVC: 4821": a payment card's security code
+_CARD_CODE = re.compile(
+    r"(?i)\b(?:cvv2?|cvc2?|csc|card\s+(?:security|verification)\s+code)\s*(?:(?:is|was)\s+|[:=]\s*|-\s+)"
+    r"(?P<value>\d{3,4})(?![\w\-]|[.,]\d)(?!\s+(?:digits?|characters?|chars?|numbers?)\b)"
+)
+_CARD_CODE_HINT = re.compile(r"(?i)cvv|cvc|csc|card")
 # The value of a named code: "<name> [for the office] is|was|:|=|- <value>" or "set the <name> to <value>".
 _CODE_VERB = rf"(?:\s(?:{_SET_VERB}|is now|is still|is|was|are|were|reads)\s+|\s*[:=]\s*|\s+-\s+)"
 

@@ -13,6 +13,7 @@ from memories.secrets.detectors import (
     decode_b64,
     decode_hex,
 )
+from memories.secrets.prose import as_password
 from memories.secrets.rules import _natural_language
 from memories.secrets.views import SECRET, Finding, View, views
 
@@ -83,10 +84,36 @@ def _merge(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+# findings of a secret named in a sentence or an assignment: the rest of their clause may give more values
+_PROSE_KINDS = {"password_in_prose", "credential_assignment", "credentials_in_prose", "passphrase"}
+_CLAUSE_END = re.compile(r"[.!?](?=\s|$)|[;\n]")
+_CLAUSE_TOKEN = re.compile(r"[^\s,;()\[\]{}<>\"'`]+")
+# a token of the clause that is not a value: an assignment of something else, a URL, an e-mail address or a host name
+_NOT_A_CLAUSE_VALUE = re.compile(r"=|://|^[\w.+\-]+@[\w\-]+\.|^(?:[a-z0-9\-]+\.)+[a-z]{2,}$")
+
+
+def _clause_values(text: str, findings: list[Finding]) -> list[Finding]:
+    """The values that follow a secret named in prose within its clause (up to ". ", ";" or a line break) and look
+    like passwords (``prose.as_password``): "Passwords: staging hunter2x, prod hunter3x", "is either X or Y"."""
+    out = []
+    for f in findings:
+        if f.kind not in _PROSE_KINDS:
+            continue
+        end = _CLAUSE_END.search(text, f.end)
+        for m in _CLAUSE_TOKEN.finditer(text, f.end, end.start() if end else len(text)):
+            token = m.group(0).rstrip(".,:;!?")
+            if token and as_password(token) and not _NOT_A_CLAUSE_VALUE.search(token):
+                out.append(Finding(SECRET, f.kind, m.start(), m.start() + len(token), "clause"))
+    return out
+
+
 def find_secrets(text: str) -> list[Finding]:
-    """Every secret in ``text``: kind and span in the original text (longest span wins on nesting)."""
+    """Every secret in ``text``: kind and span in the original text (longest span wins on nesting), with the values
+    the clause of a secret named in prose gives after it."""
     text = text or ""
-    return _merge([Finding(SECRET, kind, s, e, via) for kind, s, e, via in _scan(text)])
+    findings = _merge([Finding(SECRET, kind, s, e, via) for kind, s, e, via in _scan(text)])
+    more = _clause_values(text, findings)
+    return _merge(findings + more) if more else findings
 
 
 def _redact_once(text: str, findings: list[Finding]) -> str:

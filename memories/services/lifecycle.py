@@ -13,6 +13,7 @@ from common.db import rows_purge
 from common.validation import MAX_DAYS
 from embeddings.embedders import current_model_name, get_embedder
 from embeddings.services import embeddings_batches_refresh, embeddings_refresh
+from memories import write_gate
 from memories.models import Memory, MemoryRetrieval, MemoryStatus
 from memories.selectors import memories_needing_embedding, memories_readable, memory_last_retrieval
 from memories.services.shared import namespace_or_default, user_scopes_lock
@@ -26,10 +27,12 @@ def memory_feedback_apply(
     ``memory_ids`` may be ``"last"``: the memories of the user's last retrieval (in ``namespace``, default the
     default namespace). Ids of other users, ids outside ``namespace`` when it is given, and ids of memories the
     caller may not read (for an agent with private user data, those it does not own; for the others, those a
-    private agent owns), are answered exactly like unknown ids (404), and then nothing changes.
+    private agent owns), are answered exactly like unknown ids (404), and then nothing changes. A secret in
+    ``reason`` is redacted.
     """
     if outcome not in ("success", "failure"):
         raise ApplicationError("Use success or failure.", field="outcome")
+    reason = write_gate.redact(reason)  # kept on the memory and in its history: never a secret the gate would find
     if memory_ids == "last":
         last = memory_last_retrieval(user_id=user_id, namespace=namespace_or_default(value=namespace))
         if last is None:
@@ -77,7 +80,8 @@ def memory_feedback_apply(
 
 def memory_promote(*, memory: Memory, actor: str, reason: str = "") -> Memory:
     """A reviewer verifies a memory (also a deprecated one). A deprecated memory whose text the user has since
-    taught again (a live copy for the same user, namespace and owner) is refused (409): promote the live copy."""
+    taught again (a live copy for the same user, namespace and owner) is refused (409): promote the live copy. A
+    secret in ``reason`` is redacted."""
     try:
         with transaction.atomic():
             m = Memory.objects.select_for_update().get(pk=memory.pk)
@@ -88,7 +92,7 @@ def memory_promote(*, memory: Memory, actor: str, reason: str = "") -> Memory:
             m.verified_at = timezone.now()
             m.deprecated_at = None
             m.status_changed_by = actor
-            m.status_reason = reason or "promoted by a reviewer"
+            m.status_reason = write_gate.redact(reason) or "promoted by a reviewer"
             m.save()
     except IntegrityError:  # a copy went live between the check and the save
         m = Memory.objects.get(pk=memory.pk)
@@ -121,7 +125,7 @@ def _refuse_if_live_copy(m: Memory) -> None:
 
 
 def memory_deprecate(*, memory: Memory, actor: str, reason: str) -> Memory:
-    """A reviewer deprecates a memory; the reason is required."""
+    """A reviewer deprecates a memory; the reason is required (a secret in it is redacted)."""
     if not (reason or "").strip():
         raise ApplicationError("Give a reason for deprecating.", field="reason")
     with transaction.atomic():
@@ -131,7 +135,7 @@ def memory_deprecate(*, memory: Memory, actor: str, reason: str) -> Memory:
         m.status = MemoryStatus.DEPRECATED
         m.streak = 0
         m.status_changed_by = actor
-        m.status_reason = reason.strip()
+        m.status_reason = write_gate.redact(reason.strip())
         m.save()
     return m
 

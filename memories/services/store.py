@@ -49,23 +49,73 @@ def _validate_tags(tags) -> list[str]:
     return list(dict.fromkeys(t.strip() for t in tags if t.strip()))
 
 
-def _redact_value(value, answered: list[str] = ()):
-    """``value`` (text, or lists and objects of it) with every secret redacted, and each of ``answered`` too."""
-    if isinstance(value, str):
-        return write_gate.redact_values(value, list(answered))
-    if isinstance(value, list):
-        return [_redact_value(v, answered) for v in value]
-    if isinstance(value, dict):
-        return {write_gate.redact_values(str(k), list(answered)): _redact_value(v, answered) for k, v in value.items()}
-    return value
+class _SideText:
+    """The fields stored beside a lesson (topic, tags, metadata keys and values, source ids) joined into the one text
+    the gate scans, each field's offsets known. Built again with ``redacting``, each field comes back with what the
+    gate found redacted: the part of it a finding spans, every secret found anywhere, each answered value."""
+
+    def __init__(self, *, redacting: bool = False, findings=(), found=None, answered=()):
+        self.text = ""
+        self.redacting, self.findings, self.found, self.answered = redacting, list(findings), found or {}, list(answered)
+
+    def field(self, value: str) -> str:
+        start, end = len(self.text), len(self.text) + len(value)
+        self.text += value
+        if not self.redacting:
+            return value
+        spans = [
+            (max(f.start, start) - start, min(f.end, end) - start, f.kind)
+            for f in self.findings
+            if f.start < end and f.end > start
+        ]
+        return write_gate.redact_known(value, spans=spans, found=self.found, values=self.answered)
+
+    def gap(self, separator: str) -> None:
+        self.text += separator
 
 
-def _metadata_text(value) -> str:
+def _side_fields(side: _SideText, *, topic: str, tags: list[str], metadata: dict, session_id: str, message_id: str):
+    """Topic, tags, metadata and source ids read into ``side`` (one line each, tags and metadata entries spaced, a
+    metadata entry ``key=value``); answered as ``side`` gives them back."""
+    topic = side.field(topic)
+    side.gap("\n")
+    kept_tags = []
+    for i, tag in enumerate(tags):
+        if i:
+            side.gap(" ")
+        kept_tags.append(side.field(tag))
+    side.gap("\n")
+    metadata = _metadata_fields(side, metadata)
+    side.gap("\n")
+    session_id = side.field(session_id)
+    side.gap("\n")
+    return topic, kept_tags, metadata, session_id, side.field(message_id)
+
+
+def _metadata_fields(side: _SideText, value):
+    """``value`` (metadata: objects, lists, scalars) read into ``side``, keys and scalars each a field."""
     if isinstance(value, dict):
-        return " ".join(f"{k}={_metadata_text(v)}" for k, v in value.items())
+        out = {}
+        for i, (key, item) in enumerate(value.items()):
+            if i:
+                side.gap(" ")
+            name = side.field(str(key))
+            side.gap("=")
+            item = _metadata_fields(side, item)
+            while name in out:  # two keys redacted alike
+                name += "'"
+            out[name] = item
+        return out
     if isinstance(value, list):
-        return " ".join(_metadata_text(v) for v in value)
-    return str(value)
+        out = []
+        for i, item in enumerate(value):
+            if i:
+                side.gap(" ")
+            out.append(_metadata_fields(side, item))
+        return out
+    text = str(value)
+    kept = side.field(text)
+    return value if kept == text else kept
 
 
 def memory_observe(*, user_id: str, user_message: str, assistant_message: str, meta: dict | None = None) -> ObserveResult:
@@ -144,39 +194,63 @@ def memory_store(
     a lesson holding one is blocked as a secret, and they are redacted wherever the quarantine keeps text."""
     metadata = metadata or {}
     answered = list(answered_secrets)
-    gate = write_gate.check(artifact.content)
-    if gate.allowed or gate.reason != write_gate.SECRET:
-        in_lesson = write_gate.value_findings(artifact.content, answered)
-        gate = write_gate.blocked(in_lesson) if in_lesson else gate
+    content = artifact.content
+    lesson = artifact.uncut_content or content  # a secret past the cut blocks the lesson too
+    gate = write_gate.check(content)
+    if lesson != content:
+        lesson_secrets = write_gate.secret_findings(lesson)
+    else:
+        lesson_secrets = list(gate.findings) if gate.reason == write_gate.SECRET else []
+    lesson_secrets += write_gate.value_findings(lesson, answered)
+    if lesson_secrets and (gate.reason != write_gate.SECRET or lesson != content):
+        gate = write_gate.blocked(lesson_secrets)
     # Every field stored beside the lesson is scanned too (and redacted if the lesson is quarantined).
-    side_text = "\n".join(
-        [artifact.topic, " ".join(artifact.tags), _metadata_text(metadata), source_session_id, source_message_id]
-    )
-    side_secrets = write_gate.secret_findings(side_text) + write_gate.value_findings(side_text, answered)
+    fields = {
+        "topic": artifact.topic,
+        "tags": list(artifact.tags),
+        "metadata": metadata,
+        "session_id": source_session_id,
+        "message_id": source_message_id,
+    }
+    side = _SideText()
+    _side_fields(side, **fields)
+    side_secrets = write_gate.secret_findings(side.text) + write_gate.value_findings(side.text, answered)
     if not gate.allowed or side_secrets:
         if gate.allowed:  # the lesson is clean but its topic, tags or filters hold a secret
             gate = write_gate.blocked(side_secrets)
         evidence = {"reason": gate.reason, "kinds": gate.kinds, "message": gate.message, "extractor": extractor}
         if quarantine_on_block:
+            # What the gate found anywhere is redacted everywhere: a value found in the side text ("db_password=...")
+            # is no secret in its field alone, nor a password the topic names in the lesson.
+            found = {**write_gate.found_secrets(lesson, lesson_secrets), **write_gate.found_secrets(side.text, side_secrets)}
+            kept = content.removesuffix("…")
+            kept = len(kept) if lesson.startswith(kept) else 0  # the content is the lesson's start
+            preview = write_gate.redact_known(
+                content,
+                spans=[(f.start, min(f.end, kept), f.kind) for f in lesson_secrets if 0 <= f.start < kept],
+                found=found,
+                values=answered,
+            )
+            redacting = _SideText(redacting=True, findings=side_secrets, found=found, answered=answered)
+            topic, tags, redacted_metadata, session_id, message_id = _side_fields(redacting, **fields)
             item = MemoryQuarantine.objects.create(
                 namespace=namespace,
                 user_id=user_id,
                 memory_type=artifact.memory_type,
-                topic=write_gate.redact_values(artifact.topic, answered)[:200],
-                tags=[write_gate.redact_values(t, answered) for t in artifact.tags],
+                topic=topic[:200],
+                tags=tags,
                 reason=gate.reason,
                 reason_detail=gate.message,
                 finding_kinds=gate.kinds,
-                redacted_preview=write_gate.redact_values(artifact.content, answered),
-                source_session_id=_redact_value(source_session_id, answered)[:200],
-                source_message_id=_redact_value(source_message_id, answered)[:200],
-                metadata=_redact_value(metadata, answered),
+                redacted_preview=preview,
+                source_session_id=session_id[:200],
+                source_message_id=message_id[:200],
+                metadata=redacted_metadata,
                 private_agent_id=private_agent_id(),
             )
             evidence["quarantine_id"] = item.pk
         return ObserveResult(BLOCKED, None, evidence)
 
-    content = artifact.content
     sha = text_hash(content)
     fingerprint = simhash(content)
     vector, model, _ = embed_query(content)  # bounded by RESOLVE_EMBED_TIMEOUT_S; None when the embedder is down

@@ -1,0 +1,309 @@
+"""Secrets the memory gate found must not be kept anywhere: in the quarantine's side fields (topic, tags, metadata,
+source ids) and preview, past the cut of a long lesson, in a feedback reason; the preview redacts every value a
+sentence gives; more ways of stating a password are found; code that passes a password around is not a secret."""
+
+import pytest
+from django.test import override_settings
+
+from memories import write_gate
+from memories.extraction import extract_deterministic
+from memories.models import Memory, MemoryQuarantine
+from memories.secrets import find_secrets
+from memories.services import memory_deprecate
+from tests.conftest import OBSERVE, OUTCOME, make_memory
+
+CLEAN_LESSON = "Rotate the application logs with logrotate every night and keep fourteen compressed copies."
+
+
+def _observe(api, answer, meta=None, question="Please remember this."):
+    body = {"user_id": "alice", "user_message": question, "assistant_message": answer, "meta": meta or {}}
+    r = api.post(OBSERVE, body, format="json")
+    assert r.status_code == 200, r.content
+    return r.json()
+
+
+def _quarantined_text(item: MemoryQuarantine) -> str:
+    """Everything the quarantine keeps of a blocked lesson, as one text."""
+    return "\n".join(
+        [
+            item.topic,
+            *item.tags,
+            item.redacted_preview,
+            repr(item.metadata),
+            item.source_session_id,
+            item.source_message_id,
+            item.reason_detail,
+        ]
+    )
+
+
+def _nothing_kept(secrets):
+    """No memory holds any of ``secrets``; the quarantine holds none of them either."""
+    for secret in secrets:
+        assert not Memory.objects.filter(content__contains=secret).exists(), secret
+        for item in MemoryQuarantine.objects.all():
+            assert secret not in _quarantined_text(item), (secret, _quarantined_text(item))
+
+
+# --- a secret found in the side fields is redacted in every field ---------------------------------------------
+
+
+SIDE_FIELDS = [
+    ({"filters": {"db_password": "Sup3rS3cret!x", "wifi_password": "bluebird"}}, ["Sup3rS3cret!x", "bluebird"]),
+    ({"filters": {"creds": {"password": "Hunter2Staging9"}}}, ["Hunter2Staging9"]),
+    ({"tags": ["password", "Hunter2Staging9"]}, ["Hunter2Staging9"]),
+    ({"topic": "the wifi password is", "tags": ["bluebird"]}, ["bluebird"]),
+    ({"session_id": "password:", "message_id": "Hunter2Staging9"}, ["Hunter2Staging9"]),
+    # a token split over two tags: the finding spans both fields
+    ({"tags": ["ghp_aB3dE5fG7hJ9kL1mN3", "pQ5rS7tU9vW1xY3z5A"]}, ["aB3dE5fG7hJ9", "pQ5rS7tU9vW1"]),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("meta, secrets", SIDE_FIELDS, ids=[f"side{i}" for i in range(len(SIDE_FIELDS))])
+def test_a_secret_in_the_side_fields_is_kept_nowhere(api, meta, secrets):
+    body = _observe(api, CLEAN_LESSON, meta)
+    assert body["decision"] == "blocked" and body["evidence"]["reason"] == "secret", body
+    _nothing_kept(secrets)
+    item = MemoryQuarantine.objects.get(user_id="alice")
+    assert item.redacted_preview == CLEAN_LESSON  # the clean lesson is kept as it was
+
+
+@pytest.mark.django_db
+def test_the_metadata_keeps_its_keys_and_clean_values(api):
+    filters = {"db_password": "Sup3rS3cret!x", "team": "ops", "nested": {"password": "Hunter2Staging9", "region": "eu"}}
+    _observe(api, CLEAN_LESSON, {"filters": filters})
+    metadata = MemoryQuarantine.objects.get(user_id="alice").metadata
+    assert set(metadata) == {"db_password", "team", "nested"} and metadata["team"] == "ops"
+    assert metadata["nested"]["region"] == "eu"
+    assert metadata["db_password"].startswith("[REDACTED:") and metadata["nested"]["password"].startswith("[REDACTED:")
+
+
+LESSONS_NAMED_BY_THE_TOPIC = [
+    # the derived topic "password hunter2x works" shows the secret, the lesson alone does not
+    ("My password (it is hunter2x) works on staging and on the build box.", {}),
+    ("Log in to the staging box with hunter2x before every deploy of the app.", {"topic": "staging password hunter2x"}),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("answer, meta", LESSONS_NAMED_BY_THE_TOPIC, ids=["derived_topic", "given_topic"])
+def test_a_secret_the_topic_shows_is_redacted_from_the_preview(api, answer, meta):
+    body = _observe(api, answer, meta)
+    assert body["decision"] == "blocked" and body["evidence"]["reason"] == "secret", body
+    item = MemoryQuarantine.objects.get(user_id="alice")
+    assert "hunter2x" not in item.redacted_preview and "[REDACTED:" in item.redacted_preview
+    _nothing_kept(["hunter2x"])
+
+
+# --- the lesson is cut between tokens, and gated whole --------------------------------------------------------
+
+
+def _lesson_with_secret_at_the_cut(secret: str, inside: int) -> str:
+    """A lesson whose cut (at 1200 characters) falls ``inside`` characters into ``secret``: one sentence of words."""
+    words = "Connect the nightly reporting job to the warehouse with " + "the job reads every table " * 60
+    lead = words[: 1200 - inside - 1]
+    lead = lead[:-1] + "x" if lead.endswith(" ") else lead  # one space before the secret (runs of spaces collapse)
+    return f"{lead} {secret} and keep the job on its own warehouse user"
+
+
+TOKENS_AT_THE_CUT = [
+    ("postgres://admin:Sup3rS3cretPassw0rd@db.internal:5432/reports", len("postgres://admin:Sup3rS3cretPassw0rd")),
+    ("ghp_1a2B3c4D5e6F7g8H9i0J1k2L3m4N5o6P7q8R", 20),
+    ("sk_live_4eC39HqLyjWDarjtT1zdp7dc", 20),
+    (
+        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ."
+        "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+        20,
+    ),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("secret, inside", TOKENS_AT_THE_CUT, ids=["postgres_url", "github", "stripe", "jwt"])
+def test_a_secret_cut_at_the_length_limit_is_blocked(api, secret, inside):
+    answer = _lesson_with_secret_at_the_cut(secret, inside)
+    assert answer.index(secret) + inside == 1200
+    with override_settings(MEMORY_MAX_CONTENT_CHARS=1200):
+        body = _observe(api, answer)
+    assert body["decision"] == "blocked" and body["evidence"]["reason"] == "secret", body
+    _nothing_kept([secret[:12], secret[inside - 12 : inside]])
+    assert secret[:inside] not in MemoryQuarantine.objects.get(user_id="alice").redacted_preview
+
+
+@pytest.mark.django_db
+def test_a_secret_past_the_cut_blocks_the_lesson(api):
+    token = "ghp_1a2B3c4D5e6F7g8H9i0J1k2L3m4N5o6P7q8R"
+    answer = "Rotate the logs every night. " * 60 + f"The deploy token is {token} for the runner."
+    with override_settings(MEMORY_MAX_CONTENT_CHARS=1200):
+        body = _observe(api, answer)
+    assert body["decision"] == "blocked" and "github_token" in body["evidence"]["kinds"], body
+    assert not Memory.objects.exists()
+    _nothing_kept([token[:12]])
+
+
+@override_settings(MEMORY_MAX_CONTENT_CHARS=30)
+def test_the_cut_falls_between_tokens_and_the_artifact_keeps_the_whole_lesson():
+    answer = "Connect with postgres://admin:Sup3rS3cretPassw0rd@db.internal:5432/reports tonight"
+    artifact = extract_deterministic(user_message="note this", assistant_message=answer)
+    assert artifact.content == "Connect with…"
+    assert artifact.uncut_content == answer
+    one_token = extract_deterministic(user_message="note this", assistant_message="x" * 40 + " and more words")
+    assert one_token.content == ""  # a token longer than the limit is dropped, never kept in part
+    short = extract_deterministic(user_message="note this", assistant_message="Use logrotate nightly.")
+    assert short.content == "Use logrotate nightly." and short.uncut_content == ""
+
+
+# --- a feedback reason is redacted before it is stored --------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("outcome", ["failure", "success"])
+def test_an_outcome_reason_keeps_no_secret(api, outcome):
+    memory = make_memory(user="alice")
+    reason = "wrong box; the root password is Tulip!Garden88"
+    r = api.post(OUTCOME, {"user_id": "alice", "memory_ids": [memory.pk], "outcome": outcome, "reason": reason}, format="json")
+    assert r.status_code == 200, r.content
+    memory.refresh_from_db()
+    assert "Tulip!Garden88" not in memory.status_reason and memory.status_reason.startswith("wrong box; the root password")
+    trail = Memory.history.model.objects.filter(id=memory.pk).values_list("status_reason", flat=True)
+    assert trail and not any("Tulip!Garden88" in reason for reason in trail)
+
+
+@pytest.mark.django_db
+def test_a_reviewers_deprecate_reason_keeps_no_secret():
+    memory = make_memory(user="alice")
+    memory_deprecate(memory=memory, actor="admin:rev", reason="leaked: DB_PASSWORD=Sup3rS3cret!x in the text")
+    memory.refresh_from_db()
+    assert memory.status == "deprecated" and "Sup3rS3cret" not in memory.status_reason
+    assert "[REDACTED:" in memory.status_reason
+    trail = Memory.history.model.objects.filter(id=memory.pk).values_list("status_reason", flat=True)
+    assert not any("Sup3rS3cret" in reason for reason in trail)
+
+
+# --- the preview redacts every value the sentence gives --------------------------------------------------------
+
+# (lesson, the secrets that must not survive, words that stay)
+EVERY_VALUE = [
+    ("Passwords: staging hunter2x, prod hunter3x.", ["hunter2x", "hunter3x"], ["Passwords:", "prod"]),
+    ("My passwords are hunter2x and hunter3x on the build boxes.", ["hunter2x", "hunter3x"], ["build boxes"]),
+    ("My password is probably Tulip!Garden88 on staging.", ["Tulip!Garden88"], ["probably", "on staging"]),
+    ("The password is either Tulip!Garden88 or Rose!Garden77 on staging.", ["Tulip!Garden88", "Rose!Garden77"], ["either"]),
+    ("The password is usually Tulip!Garden88 on the lab hosts.", ["Tulip!Garden88"], ["usually"]),
+    ("Pay with the card 4111 1111 1111 1111 and the CVV is 123.", ["4111", "123"], ["the CVV is"]),
+    ("The card CVC: 4821 is printed on the back of the company card.", ["4821"], ["printed on the back"]),
+]
+
+
+@pytest.mark.parametrize("text, secrets, kept", EVERY_VALUE, ids=[f"value{i}" for i in range(len(EVERY_VALUE))])
+def test_every_value_of_the_sentence_is_redacted(text, secrets, kept):
+    result = write_gate.check(text)
+    assert not result.allowed and result.reason == write_gate.SECRET, result
+    redacted = write_gate.redact(text)
+    for secret in secrets:
+        assert secret not in redacted, redacted
+    for word in kept:
+        assert word in redacted, redacted
+
+
+@pytest.mark.django_db
+def test_the_quarantine_preview_redacts_the_second_password(api):
+    body = _observe(api, "My passwords are hunter2x and hunter3x on the build boxes.")
+    assert body["decision"] == "blocked"
+    _nothing_kept(["hunter2x", "hunter3x"])
+
+
+# --- more ways of stating a password ---------------------------------------------------------------------------
+
+STATED = [
+    ("hunter2x is the password for the staging box.", "hunter2x"),
+    ("Remember that hunter2x is my password on the lab hosts.", "hunter2x"),
+    ("My password's hunter2x on the lab hosts.", "hunter2x"),
+    ("My password, which is hunter2x, works on staging.", "hunter2x"),
+    ("The service config has <password>hunter2x</password> in it.", "hunter2x"),
+    ("Staging password -> hunter2x for the deploy user.", "hunter2x"),
+    ("The Django SECRET_KEY is django-insecure-q9#x!2m@7z$k&4w*p on staging.", "q9#x!2m@7z$k"),
+    ("Set the cookie secret to 7f3k9Qz2Lm8Xw4Vb on every web node.", "7f3k9Qz2Lm8Xw4Vb"),
+]
+
+
+@pytest.mark.parametrize("text, secret", STATED, ids=[f"stated{i}" for i in range(len(STATED))])
+def test_a_stated_password_is_blocked_and_redacted(text, secret):
+    result = write_gate.check(text)
+    assert not result.allowed and result.reason == write_gate.SECRET, result
+    assert secret not in write_gate.redact(text)
+
+
+# lessons near those forms that name no secret
+NOT_STATED = [
+    "bcrypt is the password hasher Django recommends for new projects.",
+    "Argon2 is the password hashing algorithm we use for every service.",
+    "The password's length must be at least twelve characters everywhere.",
+    "Go to Password -> Settings -> Security to change it in the portal.",
+    "The password, which is stored in Vault, rotates every month automatically.",
+    "The SECRET_KEY is loaded from the environment on every web node.",
+    "DB_PASSWORD is set in the env file of the deploy user, never in code.",
+    "Set the token to expire after one hour for the public clients.",
+    "Set the secret to SECRET_KEY_V2 in the settings of the web nodes.",
+    "The <passwordMinLength>1200</passwordMinLength> element sets the policy.",
+    "The CVV is 3 digits printed on the back of the company card.",
+    "The password is probably stored in the shared vault of the team.",
+]
+
+
+@pytest.mark.parametrize("text", NOT_STATED, ids=[f"not_stated{i}" for i in range(len(NOT_STATED))])
+def test_a_lesson_near_those_forms_names_no_secret(text):
+    assert find_secrets(text) == [], find_secrets(text)
+
+
+# --- code that passes a password around is no secret -------------------------------------------------------------
+
+CODE_REFERENCES = [
+    "password = request.POST['password']",
+    "user = authenticate(username=username, password=password)",
+    "password = getpass.getpass()",
+    "self.password = make_password(raw)",
+    "db_password = config.db.password",
+    "if password == confirm_password:",
+    "token = request.headers['Authorization']",
+    "const password = req.body.password;",
+    "password = form.cleaned_data['password']",
+    "user.password = hashed_password",
+    "password = input('Password: ')",
+]
+
+
+@pytest.mark.parametrize("line", CODE_REFERENCES, ids=[f"code{i}" for i in range(len(CODE_REFERENCES))])
+def test_code_reading_a_password_is_not_a_secret(line):
+    assert find_secrets(line) == [], find_secrets(line)
+
+
+CODE_LITERALS = [
+    ('password = "hunter2x"', "hunter2x"),
+    ("DB_PASSWORD=Sup3rS3cret!x", "Sup3rS3cret!x"),
+    ("db_password = p4ss.w0rd", "p4ss.w0rd"),
+    ("password = 'raw_password'", "raw_password"),
+    ("const password = 'Tulip!Garden88';", "Tulip!Garden88"),
+]
+
+
+@pytest.mark.parametrize("line, secret", CODE_LITERALS, ids=[f"literal{i}" for i in range(len(CODE_LITERALS))])
+def test_a_password_literal_in_code_is_still_a_secret(line, secret):
+    assert find_secrets(line), line
+    assert secret not in write_gate.redact(line)
+
+
+@pytest.mark.django_db
+def test_a_login_snippet_is_saved(api):
+    answer = (
+        "```python\n"
+        "def login_view(request):\n"
+        "    password = request.POST['password']\n"
+        "    user = authenticate(username=request.POST['username'], password=password)\n"
+        "    if user is None:\n"
+        "        return HttpResponse(status=401)\n"
+        "```"
+    )
+    body = _observe(api, answer, question="How do I check a login in a Django view?")
+    assert body["decision"] == "saved", body
+    assert Memory.objects.filter(content__contains="authenticate(").exists()
