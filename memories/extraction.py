@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from memories.models import MemoryType
+from memories.secrets import redact
 
 logger = logging.getLogger(__name__)
 
@@ -320,7 +321,10 @@ def extract(*, user_message: str, assistant_message: str, hints: dict | None = N
         try:
             return extract_llm(user_message=user_message, assistant_message=assistant_message, hints=hints), "llm"
         except Exception as exc:  # any model or format failure: fall back, never fail the observe
-            logger.warning("LLM extractor failed, using the deterministic one: %s: %s", exc.__class__.__name__, exc)
+            # the error may quote the model's answer or the turn: the log line keeps it only with secrets redacted
+            logger.warning(
+                "LLM extractor failed, using the deterministic one: %s: %s", exc.__class__.__name__, redact(str(exc))[:300]
+            )
             artifact = extract_deterministic(user_message=user_message, assistant_message=assistant_message, hints=hints)
             return artifact, f"deterministic (llm failed: {exc.__class__.__name__})"
     return extract_deterministic(user_message=user_message, assistant_message=assistant_message, hints=hints), "deterministic"

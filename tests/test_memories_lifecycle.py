@@ -139,6 +139,16 @@ class TestLlmExtractor:
             artifact, used = extract(user_message="How do I list containers?", assistant_message="Run docker ps.")
         assert used.startswith("deterministic (llm failed") and artifact.memory_type == "faq"
 
+    def test_a_failure_quoting_a_secret_is_logged_without_it(self, chat_server, caplog):
+        FakeChatServer.answer = {"type": "my api key is ghp_1a2B3c4D5e6F7g8H9i0J1k2L3m4N5o6P7q8R", "content": "x"}
+        with (
+            override_settings(MEMORY_EXTRACTOR="llm", MEMORY_LLM_MODEL="fake", MEMORY_LLM_BASE_URL=chat_server),
+            caplog.at_level("WARNING", logger="memories.extraction"),
+        ):
+            _, used = extract(user_message="How do I list containers?", assistant_message="Run docker ps.")
+        assert used.startswith("deterministic (llm failed") and "unknown type" in caplog.text
+        assert "ghp_1a2B3c4D5e6F7g8H9i0J1k2L3m4N5o6P7q8R" not in caplog.text and "REDACTED" in caplog.text
+
     @pytest.mark.django_db
     def test_skip_answer_saves_nothing(self, chat_server):
         FakeChatServer.answer = {"skip": True}
