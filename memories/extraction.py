@@ -315,8 +315,23 @@ def extract_llm(*, user_message: str, assistant_message: str, hints: dict | None
     )
 
 
+def _holds_secret(user_message: str, assistant_message: str) -> bool:
+    from memories import write_gate
+
+    return bool(
+        write_gate.secret_findings(user_message)
+        or write_gate.secret_findings(assistant_message)
+        or write_gate.answered_secrets(user_message, assistant_message)
+    )
+
+
 def extract(*, user_message: str, assistant_message: str, hints: dict | None = None) -> tuple[Artifact | None, str]:
-    """The artifact (None: nothing reusable) and a note on which extractor answered."""
+    """The artifact (None: nothing reusable) and a note on which extractor answered. A turn that holds a secret is
+    never sent to the model (an outside service): the deterministic extractor reads it, and the gate quarantines
+    what it finds."""
+    if llm_configured() and _holds_secret(user_message, assistant_message):
+        artifact = extract_deterministic(user_message=user_message, assistant_message=assistant_message, hints=hints)
+        return artifact, "deterministic (the turn holds a secret: not sent to the model)"
     if llm_configured():
         try:
             return extract_llm(user_message=user_message, assistant_message=assistant_message, hints=hints), "llm"

@@ -139,6 +139,21 @@ class TestLlmExtractor:
             artifact, used = extract(user_message="How do I list containers?", assistant_message="Run docker ps.")
         assert used.startswith("deterministic (llm failed") and artifact.memory_type == "faq"
 
+    def test_a_turn_holding_a_secret_is_never_sent_to_the_model(self, chat_server):
+        FakeChatServer.answer = {"type": "pattern", "content": "Deploy with the token in the header."}
+        FakeChatServer.last_request = None
+        settings = {"MEMORY_EXTRACTOR": "llm", "MEMORY_LLM_MODEL": "fake", "MEMORY_LLM_BASE_URL": chat_server}
+        with override_settings(**settings):
+            _, used = extract(
+                user_message="How do I deploy?", assistant_message="Use token ghp_1a2B3c4D5e6F7g8H9i0J1k2L3m4N5o6P7q8R."
+            )
+            assert used == "deterministic (the turn holds a secret: not sent to the model)"
+            _, used = extract(user_message="What is the wifi password?", assistant_message="Hunter2Staging9")
+            assert used.startswith("deterministic (the turn holds")
+            assert FakeChatServer.last_request is None
+            _, used = extract(user_message="How do I deploy?", assistant_message="Run make deploy from main.")
+        assert used == "llm" and FakeChatServer.last_request is not None
+
     def test_a_failure_quoting_a_secret_is_logged_without_it(self, chat_server, caplog):
         FakeChatServer.answer = {"type": "my api key is ghp_1a2B3c4D5e6F7g8H9i0J1k2L3m4N5o6P7q8R", "content": "x"}
         with (
