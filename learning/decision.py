@@ -32,10 +32,10 @@ import logging
 import re
 import threading
 import warnings
-from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
+from cachetools import LRUCache, cached
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
@@ -123,11 +123,10 @@ def _one_blas_thread(fn):
 # again, and hashing them all was about half of a head's training at 10,000 phrases. Keyed by a digest, as the
 # embedder's cache is: a user's erased phrases must not stay readable in the memory of a process that hashed them.
 LEX_MEMO_TEXTS = 30_000
-_lex_memo: OrderedDict[bytes, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+_lex_memo: LRUCache[bytes, tuple[np.ndarray, np.ndarray]] = LRUCache(maxsize=LEX_MEMO_TEXTS)
 _lex_memo_lock = threading.Lock()
 # The rows of the newest texts resolves scored one at a time (``lexical_row``), keyed the same way.
 LEX_ROW_TEXTS = 1024
-_lex_rows: OrderedDict[bytes, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
 
 def _text_key(text: str) -> bytes:
@@ -143,10 +142,9 @@ def lexical(texts) -> sp.csr_matrix:
 
     texts = list(texts)
     keys = {t: _text_key(t) for t in set(texts)}
-    with _lex_memo_lock:
-        found = {t: _lex_memo[k] for t, k in keys.items() if k in _lex_memo}
-        for t in found:
-            _lex_memo.move_to_end(keys[t])
+    memo = _lex_memo
+    with _lex_memo_lock:  # a lookup moves the text to the newest end
+        found = {t: row for t, k in keys.items() if (row := memo.get(k)) is not None}
     missing = sorted(keys.keys() - found.keys())
     if missing:
         M = _lex().transform(missing).astype(np.float32)
@@ -159,9 +157,7 @@ def lexical(texts) -> sp.csr_matrix:
             rows[t] = (columns, values)
         found.update(rows)
         with _lex_memo_lock:
-            _lex_memo.update((keys[t], row) for t, row in rows.items())
-            while len(_lex_memo) > LEX_MEMO_TEXTS:
-                _lex_memo.popitem(last=False)
+            memo.update((keys[t], row) for t, row in rows.items())
     parts = [found[t] for t in texts]
     indptr = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum([len(c) for c, _ in parts], out=indptr[1:])
@@ -180,26 +176,12 @@ def _lex_one():
     return lex.build_analyzer(), hasher
 
 
+@cached(LRUCache(maxsize=LEX_ROW_TEXTS), key=_text_key, lock=threading.Lock())
 def lexical_row(text: str) -> tuple[np.ndarray, np.ndarray]:
     """(columns, values) of ``lexical([text])``'s one row: the same n-grams and hashes, without the per-call
     validation and sparse-matrix work of the batch path, which cost a resolve more than the rest of its head.
-    Remembered for the newest LEX_ROW_TEXTS texts, by digest (read-only arrays): a resolve scores its text with
-    the live fit's head and the shadow fit's, and the hashing is the larger part of either."""
-    key = _text_key(text)
-    with _lex_memo_lock:
-        row = _lex_rows.get(key)
-        if row is not None:
-            _lex_rows.move_to_end(key)
-            return row
-    row = _lex_row(text)
-    with _lex_memo_lock:
-        _lex_rows[key] = row
-        while len(_lex_rows) > LEX_ROW_TEXTS:
-            _lex_rows.popitem(last=False)
-    return row
-
-
-def _lex_row(text: str) -> tuple[np.ndarray, np.ndarray]:
+    Remembered for the newest LEX_ROW_TEXTS texts, by digest (``lexical_row.cache``; read-only arrays): a resolve
+    scores its text with the live fit's head and the shadow fit's, and the hashing is the larger part of either."""
     analyzer, hasher = _lex_one()
     M = hasher.transform([analyzer(text)])
     values = 1.0 + np.log(M.data)

@@ -6,6 +6,7 @@ import uuid
 
 import numpy as np
 import pytest
+from cachetools import LRUCache
 from django.core.cache.backends.locmem import LocMemCache
 from django.utils import timezone
 
@@ -310,7 +311,7 @@ def test_texts_hashed_before_are_not_hashed_again_and_give_the_same_rows(monkeyp
         M.data = 1.0 + np.log(M.data)
         return normalize(M, copy=False)
 
-    monkeypatch.setattr(decision, "LEX_MEMO_TEXTS", 5)
+    monkeypatch.setattr(decision, "_lex_memo", LRUCache(maxsize=5))
     texts = ["turn on the lamp", "", "card  card card", "turn on the lamp", "çà et là 東京 🙂", "x" * 3000, "a", "b"]
     for batch in (texts, texts[::-1], texts[:3]):
         M = decision.lexical(batch)
@@ -322,20 +323,27 @@ def test_texts_hashed_before_are_not_hashed_again_and_give_the_same_rows(monkeyp
     assert (decision.lexical(texts[:3]) != expected).nnz == 0  # the newest texts: all from the memo
 
 
-def test_the_lexical_memos_keep_no_text(monkeypatch):
+def test_the_lexical_memos_keep_no_text():
     """A user's erased phrases and queries must not stay readable in a process that hashed them: both memos are
-    keyed by a digest, and the one-text memo keeps at most LEX_ROW_TEXTS rows."""
-    monkeypatch.setattr(decision, "LEX_ROW_TEXTS", 2)
+    keyed by a digest, and the one-text memo keeps at most LEX_ROW_TEXTS rows, the least recently used let go."""
     private = "send my payslip to alice@example.com"
     decision.lexical([private, "other"])
     first = decision.lexical_row(private)
-    for memo in (decision._lex_memo, decision._lex_rows):
+    rows = decision.lexical_row.cache
+    assert rows.maxsize == decision.LEX_ROW_TEXTS
+    for memo in (decision._lex_memo, rows):
         assert memo and all(isinstance(k, bytes) and len(k) == 16 for k in memo)
         assert private not in memo and not any(b"alice" in k for k in memo)
     assert decision.lexical_row(private) is first  # found by its digest
-    decision.lexical_row("one")
-    decision.lexical_row("two")
-    assert len(decision._lex_rows) == 2 and decision.lexical_row(private) is not first  # let go, hashed again
+    for i in range(decision.LEX_ROW_TEXTS - 1):
+        decision.lexical_row(f"filler {i}")
+    assert decision.lexical_row(private) is first  # looked up last: the newest, kept
+    decision.lexical_row("one more")
+    decision.lexical_row("and another")
+    assert len(rows) == decision.LEX_ROW_TEXTS and decision.lexical_row(private) is first
+    for i in range(decision.LEX_ROW_TEXTS):
+        decision.lexical_row(f"newer {i}")
+    assert len(rows) == decision.LEX_ROW_TEXTS and decision.lexical_row(private) is not first  # let go, hashed again
     assert decision.lexical([]).shape == (0, decision.LEX_FEATURES)
 
 
