@@ -406,7 +406,7 @@ def _heads_train(
     due.sort(key=lambda d: (d[0] is not None, d[3] is not None, d[3][2] if d[3] else 0))
     trained = kept = 0
     # where personal heads start: the deployment's head, trained first (or stored, when it serves again)
-    start: list = [None] if None in scopes and shared[0] else []
+    start = _DeploymentStart(newest.get(None) if None in scopes and shared[0] else None)
     for user_id, own, digest, stored in tqdm(due, desc="classifier heads", unit="head", disable=not progress):
         rows = shared if own is None else _rows_join(shared, own)
         if user_id is not None and trained >= settings.RESOLVE_USER_HEADS_PER_REFIT:
@@ -420,13 +420,13 @@ def _heads_train(
             warm_version,
             words if user_id is None else True,
             name_vectors,
-            None if user_id is None else _deployment_head(start, newest.get(None)),
+            None if user_id is None else start.head(),
         )
         if got is not None:
             heads.append((user_id, *got[:2], digest))
             trained += user_id is not None
             if user_id is None:
-                start[:] = [got[2]]
+                start.trained(got[2])
     left = sum(1 for d in due if d[0] is not None) - trained - kept
     if kept or left:
         logger.info(
@@ -440,19 +440,29 @@ def _heads_train(
     return heads, reused, own_pairs
 
 
-def _deployment_head(start: list, stored) -> tuple[dict, list[str]] | None:
-    """(head, verbs) of the deployment's head of this refit: ``start`` holds it once trained (an empty list: no
-    deployment head); else the stored one that serves again (``stored``: ``decision_heads_newest``' entry), read
-    once into ``start``. None when there is none or it cannot be read (a personal head then starts from zeros)."""
-    if not start:
-        return None
-    if start[0] is None and stored is not None:
-        try:
-            got = selectors.decision_head(stored[2], None)
-        except ValueError:
-            got = None
-        start[:] = [(got[0], got[1]) if got is not None and got[3] is None else False]
-    return start[0] or None
+class _DeploymentStart:
+    """Where a refit's personal heads start: the deployment's head of the same refit once trained, else the stored
+    one that serves again (``stored``: ``decision_heads_newest``' entry of the deployment, or None), read from the
+    database at most once. ``head()`` is None when there is none or it cannot be read: a personal head then starts
+    from zeros."""
+
+    def __init__(self, stored):
+        self._stored = stored
+        self._head: tuple[dict, list[str]] | None = None
+
+    def trained(self, head: tuple[dict, list[str]]) -> None:
+        self._head, self._stored = head, None
+
+    def head(self) -> tuple[dict, list[str]] | None:
+        if self._stored is not None:
+            stored, self._stored = self._stored, None
+            try:
+                got = selectors.decision_head(stored[2], None)
+            except ValueError:
+                got = None
+            if got is not None and got[3] is None:
+                self._head = (got[0], got[1])
+        return self._head
 
 
 def heads_lock() -> None:
