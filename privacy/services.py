@@ -20,16 +20,23 @@ logger = logging.getLogger(__name__)
 ADMIN_LOG_IDS_PER_QUERY = 5_000  # object ids named in one query (a user may have many resolution records)
 
 
-def _admin_log_scrub(objects: dict[str, list[int]], *, dry_run: bool) -> int:
+def _logged_models() -> set[str]:
+    """The models (lower-case labels) the admin's log of changes names a row of: only their ids are collected."""
+    return {
+        f"{app}.{model}"
+        for app, model in LogEntry.objects.values_list("content_type__app_label", "content_type__model").distinct()
+    }
+
+
+def _admin_log_scrub(objects: dict[str, list[int]], *, logged: set[str], dry_run: bool) -> int:
     """The admin's own log of changes to these objects keeps who changed what kind of object and when, not the
-    object's text (before ``common.admin.LogWithoutTexts`` its ``__str__`` named the user and their words)."""
+    object's text (before ``common.admin.LogWithoutTexts`` its ``__str__`` named the user and their words).
+    ``logged``: ``_logged_models``' answer."""
     scrubbed = 0
     for label, ids in objects.items():
-        if not ids:
+        if not ids or label.lower() not in logged:
             continue
         ct = ContentType.objects.get_by_natural_key(*label.lower().split("."))
-        if not LogEntry.objects.filter(content_type=ct).exists():
-            continue  # the admin never changed a row of this kind
         for start in range(0, len(ids), ADMIN_LOG_IDS_PER_QUERY):
             chunk = [str(i) for i in ids[start : start + ADMIN_LOG_IDS_PER_QUERY]]
             entries = LogEntry.objects.filter(content_type=ct, object_id__in=chunk)
@@ -61,8 +68,11 @@ def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> 
             # a reviewer's decision on one of the items the erasure deletes ends first
             candidate_ids, global_candidates = erasure_candidate_ids(user_id=user_id)
             items_of_user_lock(user_id=user_id, candidate_ids=candidate_ids)
-        learning = user_learning_erase(user_id=user_id, dry_run=dry_run, global_candidates=global_candidates)
-        memories = user_memories_erase(user_id=user_id, dry_run=dry_run)
+        logged = _logged_models()
+        # the ids the logs need: the admin log's models, and the candidates and lessons the review log names
+        ids_of = logged | {"learning.learningcandidate", "memories.memoryquarantine"}
+        learning = user_learning_erase(user_id=user_id, dry_run=dry_run, global_candidates=global_candidates, ids_of=ids_of)
+        memories = user_memories_erase(user_id=user_id, dry_run=dry_run, ids_of=ids_of)
         objects = {**learning["objects"], **memories["objects"]}
         decisions = decisions_of_erased_user_scrub(
             user_id=user_id,
@@ -70,7 +80,7 @@ def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> 
             quarantine_ids=objects.get("memories.MemoryQuarantine", []),
             dry_run=dry_run,
         )
-        admin_log = _admin_log_scrub(objects, dry_run=dry_run)
+        admin_log = _admin_log_scrub(objects, logged=logged, dry_run=dry_run)
     result = {
         "user_id": user_id,
         "dry_run": dry_run,

@@ -226,3 +226,102 @@ def test_the_erasure_refuses_to_run_outside_one_tenants_scope(alice, scope):
                 user_data_erase(user_id="alice")
     assert refused.value.field == "tenant"
     assert Memory.objects.filter(user_id="alice").exists() and LearnedPhrase.objects.filter(user_id="alice").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_proposers_of_a_shared_candidate_erased_at_once_leave_nothing_of_it(cbus, monkeypatch):
+    """The second erasure waits for the first and sees its recount: the erasure of the last proposer deletes the
+    candidate, even when both run at the same moment."""
+    import threading
+    import time
+
+    from django.db import connection
+
+    import learning.services.users as users
+
+    api = make_client(["resolve", "feedback"], name="clicker")
+    verb = _click(api, "every cbu there is", "alice")
+    assert _click(api, "every cbu there is", "bob") == verb
+    shared = LearningCandidate.objects.get(user_id__isnull=True, normalized="every cbu there is", suggested_output=verb)
+    assert shared.occurrence_count == 2
+    recounted, errors, recount = threading.Event(), {}, users._shared_candidates_recount
+
+    def recount_then_wait(clicks, erased):  # alice's erasure has recounted the candidate; not committed yet
+        recount(clicks, erased)
+        recounted.set()
+        time.sleep(1.5)
+
+    monkeypatch.setattr(users, "_shared_candidates_recount", recount_then_wait)
+
+    def erase_alice():
+        try:
+            _erase(user_id="alice")
+        except Exception as exc:  # noqa: BLE001
+            errors["alice"] = repr(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=erase_alice)
+    thread.start()
+    assert recounted.wait(20)
+    monkeypatch.setattr(users, "_shared_candidates_recount", recount)
+    _erase(user_id="bob")
+    thread.join(30)
+    assert errors == {}
+    assert not LearningCandidate.objects.filter(pk=shared.pk).exists()
+    assert not LearningCandidate.history.filter(id=shared.pk).exists()
+
+
+def test_the_erasure_collects_the_ids_only_of_rows_the_logs_can_name(alice, monkeypatch):
+    """The ids of a user's rows are read for the admin log only where it names a row of that kind, and for the
+    candidates and lessons the review log names: a user with many resolution records never has them all read."""
+    import privacy.services
+    from learning.services.users import user_learning_erase
+    from memories.services.users import user_memories_erase
+
+    root = reviewer_user("root", superuser=True)
+    phrase = LearnedPhrase.objects.filter(user_id="alice").first()
+    LogEntry.objects.log_actions(user_id=root.pk, queryset=[phrase], action_flag=CHANGE, change_message=str(phrase))
+    asked = []
+
+    def learning_erase(**kw):
+        asked.append(kw["ids_of"])
+        return user_learning_erase(**kw)
+
+    monkeypatch.setattr(privacy.services, "user_learning_erase", learning_erase)
+    erased = _erase(user_id="alice", dry_run=True)
+    assert asked == [{"learning.learnedphrase", "learning.learningcandidate", "memories.memoryquarantine"}]
+    assert erased["admin_log_scrubbed"] == 1 and erased["rows"]["learning_resolutionrecord"] > 0
+
+    with tenant_scope([tenant_default().pk]):
+        learning = user_learning_erase(user_id="alice", dry_run=True, ids_of=asked[0])
+        memories = user_memories_erase(user_id="alice", dry_run=True, ids_of=asked[0])
+        every = user_learning_erase(user_id="alice", dry_run=True)
+    assert set(learning["objects"]) == {"learning.LearnedPhrase", "learning.LearningCandidate"}
+    assert set(memories["objects"]) == {"memories.MemoryQuarantine"}
+    assert every["objects"]["learning.ResolutionRecord"] and set(every["objects"]) > set(learning["objects"])
+    assert learning["objects"]["learning.LearnedPhrase"] == every["objects"]["learning.LearnedPhrase"]
+    assert learning["rows"] == every["rows"]
+
+
+def test_the_recount_takes_one_update_per_number_of_clicks(cbus, django_capture_on_commit_callbacks, django_assert_num_queries):
+    """Shared candidates lose the erased user's clicks in one update per click count (after one statement that
+    locks them in key order), each never below the clicks its signals still record."""
+    from django.db import transaction
+
+    from learning.services.users import _shared_candidates_recount
+
+    api = make_client(["resolve", "feedback"], name="clicker")
+    texts = ("every cbu there is", "cbus of mine please", "show the cbus")
+    with django_capture_on_commit_callbacks(execute=True):
+        for text in texts:
+            _click(api, text, "alice")
+            _click(api, text, "bob")
+    shared = [LearningCandidate.objects.get(user_id__isnull=True, normalized=text) for text in texts]
+    for candidate, count in zip(shared, (4, 5, 3), strict=True):
+        LearningCandidate.objects.filter(pk=candidate.pk).update(occurrence_count=count)
+    clicks = {shared[0].pk: 1, shared[1].pk: 2, shared[2].pk: 2}
+    with transaction.atomic(), django_assert_num_queries(3):
+        _shared_candidates_recount(clicks, [])
+    counts = [LearningCandidate.objects.get(pk=c.pk).occurrence_count for c in shared]
+    assert counts == [3, 3, 2]  # 4 - 1, 5 - 2, and 3 - 2 held at the two clicks its signals record

@@ -1,5 +1,8 @@
 """Erasure of one user's learning data (a data subject's request): every row that names the user, and its history."""
 
+from collections import defaultdict
+from collections.abc import Collection
+
 from django.db import transaction
 from django.db.models import Count, F, IntegerField, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce, Greatest
@@ -67,9 +70,9 @@ def _global_candidates_only_of(user_id: str) -> list[int]:
 
 def _shared_candidates_recount(clicks: dict[int, int], erased: list[int]) -> None:
     """The pending or rejected global candidates the erasure keeps (others proposed them too) lose the user's
-    clicks from their occurrences, so the erasure of their last proposer deletes them. Each is one relative update
-    in key order (a click counted meanwhile adds its own), never below the clicks of others its signals still
-    record, nor below one."""
+    clicks from their occurrences, so the erasure of their last proposer deletes them: one relative update (a click
+    counted meanwhile adds its own) per number of clicks the user gave a candidate, never below the clicks of others
+    its signals still record, nor below one."""
     others = (
         LearningSignal.objects.filter(global_candidate_id=OuterRef("pk"))
         .order_by()
@@ -77,10 +80,17 @@ def _shared_candidates_recount(clicks: dict[int, int], erased: list[int]) -> Non
         .annotate(n=Count("id"))
         .values("n")
     )
-    for pk in sorted(set(clicks) - set(erased)):
-        LearningCandidate.objects.filter(pk=pk, user_id__isnull=True, status__in=UNADOPTED).update(
+    kept = sorted(set(clicks) - set(erased))
+    # locked in key order first, as a reviewer's decision on several locks them: an update of many rows takes
+    # their locks in whatever order it reads them
+    list(LearningCandidate.objects.filter(pk__in=kept).order_by("pk").select_for_update().values_list("pk"))
+    by_clicks: dict[int, list[int]] = defaultdict(list)
+    for pk in kept:
+        by_clicks[clicks[pk]].append(pk)
+    for n, pks in sorted(by_clicks.items()):
+        LearningCandidate.objects.filter(pk__in=pks, user_id__isnull=True, status__in=UNADOPTED).update(
             occurrence_count=Greatest(
-                F("occurrence_count") - clicks[pk],
+                F("occurrence_count") - n,
                 Coalesce(Subquery(others, output_field=IntegerField()), Value(0)),
                 Value(1),
             )
@@ -112,7 +122,13 @@ def _history_of_user(model, user_id: str, global_candidates: list[int]):
     return model.history.model.objects.filter(named)
 
 
-def user_learning_erase(*, user_id: str, dry_run: bool = False, global_candidates: list[int] | None = None) -> dict:
+def user_learning_erase(
+    *,
+    user_id: str,
+    dry_run: bool = False,
+    global_candidates: list[int] | None = None,
+    ids_of: Collection[str] | None = None,
+) -> dict:
     """Delete, in the caller's tenant scope and in one transaction, every learning row of ``user_id``: their own
     phrases, aliases, blocks and candidates, their disambiguations and signals, their evidence, the records of what
     was resolved for them (the fit's labels) and their own classifier heads; then every audit-trail row that names
@@ -121,16 +137,19 @@ def user_learning_erase(*, user_id: str, dry_run: bool = False, global_candidate
     pending or rejected global candidate only the user's clicks proposed goes (``_global_candidates_only_of``).
     ``dry_run``: count only (the audit-trail rows counted include the one each deletion would write).
     ``global_candidates``: those global candidates as the caller read them moments ago (``erasure_candidate_ids``),
-    so they are not read twice before the rows are locked (they are read again after).
+    so they are not read twice before the rows are locked (they are read again after). ``ids_of``: the models (by
+    lower-case label, ``app.model``) whose row ids to answer (None: all), for the logs that name them.
 
     The user's learning lock is taken first, exclusive (``user_learning_lock``: a confirmation, a correction or an
     import of the user's running meanwhile finishes first, one arriving waits); then the user's disambiguation
     requests, in key order, as a click (``disambiguation_select``) and its learning
     (``disambiguation_signals_process``) lock theirs first: one of them running meanwhile finishes before the
-    erasure reads what to delete, or finds its request gone.
+    erasure reads what to delete, or finds its request gone. The heads' lock it takes next is the tenant's: two
+    erasures run one after the other, and the second sees the first's recount of a candidate both users proposed
+    (the erasure of the last proposer deletes it).
 
     Answers ``{"rows": {table: n}, "history": {table: n}, "objects": {model label: ids}}``: the ids of every row of
-    the user's, and of those deleted before that the audit trail knew, for the logs that name them."""
+    the user's, and of those deleted before that the audit trail knew (of the models ``ids_of`` names)."""
     rows, history, objects = {}, {}, {}
     with transaction.atomic():
         if not dry_run:
@@ -153,6 +172,8 @@ def user_learning_erase(*, user_id: str, dry_run: bool = False, global_candidate
             global_candidates = _global_candidates_only_of(user_id)
             clicks = _global_candidate_clicks(user_id)  # the user's requests are locked: their signals stay as read
         for model in USER_MODELS:
+            if ids_of is not None and model._meta.label_lower not in ids_of:
+                continue
             ids = set(_of_user(model, user_id, global_candidates).values_list("pk", flat=True))
             if hasattr(model, "history"):
                 ids |= set(_history_of_user(model, user_id, global_candidates).values_list("id", flat=True))
