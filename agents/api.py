@@ -4,6 +4,7 @@ retry with the same ``Idempotency-Key`` does not apply twice."""
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from types import SimpleNamespace
 
 import psycopg
@@ -131,7 +132,12 @@ class TenantApiView(RollbackOnError, APIView):
             return
         _body_size_check(self, request)
         stored = idempotent_request_claim(
-            agent=request.user, key=key, method=request.method, path=request.path, request_hash=_request_hash(request)
+            agent=request.user,
+            key=key,
+            method=request.method,
+            path=request.path,
+            request_hash=_request_hash(request),
+            user_id=request.data.get("user_id") if isinstance(request.data, Mapping) else None,
         )
         if stored is not None:
             replay = Response(stored.response, status=stored.status_code, headers={"Idempotent-Replayed": "true"})

@@ -117,10 +117,16 @@ class IdempotentRequest(TenantOwned):
     embedding_pending = models.BooleanField(
         default=False, db_default=False, help_text="The answer said X-Embedding-Pending: a retry's answer says it too"
     )
+    user_id = models.CharField(
+        max_length=128, null=True, blank=True, help_text="The user the request named: their erasure erases the answer"
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["agent", "key"], name="idempotent_request_unique_key")]
+        indexes = [
+            models.Index(fields=["tenant", "user_id"], condition=models.Q(user_id__isnull=False), name="idempotent_request_user")
+        ]
 
     def __str__(self):
         return f"{self.method} {self.path} ({self.key})"

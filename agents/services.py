@@ -1,9 +1,12 @@
 """Writes for agents and API keys."""
 
+import re
 import unicodedata
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import BooleanField, Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from agents.authentication import verified_keys_forget
@@ -11,6 +14,7 @@ from agents.models import Agent, ApiKey, IdempotentRequest, Scope, generate_key,
 from common.api import ApplicationError, Conflict
 from common.db import rows_delete_in_batches
 from common.text import visible_text
+from common.validators import USER_ID_RE
 from tenants.models import Tenant
 from tenants.selectors import tenant_default
 
@@ -122,21 +126,32 @@ def idempotency_key_check(*, key, field: str) -> str:
 
 
 def idempotent_request_claim(
-    *, agent: Agent, key: str, method: str, path: str, request_hash: str, field: str = "Idempotency-Key"
+    *,
+    agent: Agent,
+    key: str,
+    method: str,
+    path: str,
+    request_hash: str,
+    field: str = "Idempotency-Key",
+    user_id=None,
 ) -> IdempotentRequest | None:
     """Claim ``key`` for this request, in the request's own transaction (the claim commits with the write, or
     neither does). None: claimed, answer the request and store the answer. Otherwise the request stored under the
     key, to be answered again; a concurrent request with the key is waited for (its INSERT holds the key until it
     commits or rolls back). The same key on another request is a 409 naming ``field`` (where the caller sent the
-    key: REST's header, MCP's ``_meta`` member); a key older than API_IDEMPOTENCY_TTL_S is free again."""
+    key: REST's header, MCP's ``_meta`` member); a key older than API_IDEMPOTENCY_TTL_S is free again.
+    ``user_id``: the user the request names (its body's ``user_id``), kept with the answer so that the user's
+    erasure erases it (``idempotent_answers_of_user_erase``); anything but a user id is not kept."""
+    if not isinstance(user_id, str) or not re.fullmatch(USER_ID_RE, user_id):
+        user_id = None
     cutoff = timezone.now() - timezone.timedelta(seconds=settings.API_IDEMPOTENCY_TTL_S)
     IdempotentRequest.objects.filter(agent=agent, key=key, created_at__lt=cutoff).delete()
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {IdempotentRequest._meta.db_table} "
-            "(tenant_id, agent_id, key, method, path, request_hash, created_at) VALUES (%s, %s, %s, %s, %s, %s, now()) "
-            "ON CONFLICT (agent_id, key) DO NOTHING RETURNING id",
-            [agent.tenant_id, agent.pk, key, method, path[:500], request_hash],
+            "(tenant_id, agent_id, key, method, path, request_hash, user_id, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, now()) ON CONFLICT (agent_id, key) DO NOTHING RETURNING id",
+            [agent.tenant_id, agent.pk, key, method, path[:500], request_hash, user_id],
         )
         if cursor.fetchone() is not None:
             return None
@@ -162,6 +177,30 @@ def idempotent_request_store(*, agent: Agent, key: str, status_code: int, respon
 def idempotent_request_release(*, agent: Agent, key: str) -> None:
     """Free ``key``: the request failed and stored nothing, so sending it again must run it again."""
     IdempotentRequest.objects.filter(agent=agent, key=key, status_code__isnull=True).delete()
+
+
+ERASED_ANSWER = {
+    "detail": "The answer to this request was erased with its user's data, and so was what the request stored; "
+    "send it again with a new idempotency key to apply it again.",
+    "code": "erased",
+    "fields": {},
+}
+
+
+def idempotent_answers_of_user_erase(*, user_id: str, dry_run: bool = False) -> int:
+    """In the caller's tenant scope, replace the stored answers that may quote ``user_id`` (the requests that named
+    them, and answers that name them anywhere, such as a click's) with ``ERASED_ANSWER`` (410): a retry with the
+    key learns that what it wrote is gone, and is not applied again. Answers how many (``dry_run``: counts only)."""
+    quoting = RawSQL(
+        "jsonb_path_exists(response, '$.** ? (@.user_id == $u)', jsonb_build_object('u', %s::text))",
+        [user_id],
+        output_field=BooleanField(),
+    )
+    answered = IdempotentRequest.objects.filter(status_code__isnull=False)
+    named = answered.filter(Q(user_id=user_id) | Q(pk__in=answered.alias(quoting=quoting).filter(quoting=True).values("pk")))
+    if dry_run:
+        return named.count()
+    return named.update(status_code=410, response=ERASED_ANSWER, embedding_pending=False, user_id=None)
 
 
 def idempotent_requests_purge() -> int:

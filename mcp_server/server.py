@@ -21,7 +21,7 @@ stale connections are closed before and after each call as Django does around a 
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -241,8 +241,16 @@ def call_tool_sync(
         key = idempotency_key_check(key=idempotency_key, field=field)
         digest = hashlib.sha256(json.dumps(["MCP", name, arguments], sort_keys=True, default=str).encode()).hexdigest()
         stored = idempotent_request_claim(
-            agent=request.user, key=key, method="MCP", path=f"tools/{name}", request_hash=digest, field=field
+            agent=request.user,
+            key=key,
+            method="MCP",
+            path=f"tools/{name}",
+            request_hash=digest,
+            field=field,
+            user_id=data.get("user_id") if isinstance(data, Mapping) else None,
         )
+        if stored is not None and stored.status_code == 410:  # erased with its user's data
+            return Outcome(error={"status": stored.status_code, **stored.response, "http_status": stored.status_code})
         if stored is not None:
             return Outcome(data=stored.response, replayed=True, embedding_pending=stored.embedding_pending)
     with embedding_budget():  # REST's per-request embedding budget: a write never waits on a slow embedder
@@ -367,7 +375,7 @@ RESOURCE_TEMPLATES = [
     ),
 ]
 
-_STATUS_CODES = {400: types.INVALID_PARAMS, 403: FORBIDDEN, 404: RESOURCE_NOT_FOUND, 409: CONFLICT}
+_STATUS_CODES = {400: types.INVALID_PARAMS, 403: FORBIDDEN, 404: RESOURCE_NOT_FOUND, 409: CONFLICT, 410: CONFLICT}
 
 
 # --- The server ------------------------------------------------------------------------------------

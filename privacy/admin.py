@@ -52,7 +52,8 @@ def erase_view(request):
                     request,
                     f"Erased user {user_id} of {tenant.slug}: {sum(result['rows'].values())} row(s), "
                     f"{sum(result['history'].values())} audit-trail row(s); {result['decisions_scrubbed']} review "
-                    f"decision(s) and {result['admin_log_scrubbed']} admin log entries no longer hold the user's texts.",
+                    f"decision(s) and {result['admin_log_scrubbed']} admin log entries no longer hold the user's texts; "
+                    f"{result['idempotent_answers_erased']} stored answer(s) to idempotent requests erased.",
                 )
                 return redirect("privacy-erase")
             counted = {

@@ -23,3 +23,6 @@ class UserEraseResultSerializer(serializers.Serializer):
     history = serializers.DictField(child=serializers.IntegerField(), help_text="Audit-trail rows per table")
     decisions_scrubbed = serializers.IntegerField(help_text="Review decisions that no longer hold the user's texts")
     admin_log_scrubbed = serializers.IntegerField(help_text="Admin log entries that no longer hold the user's texts")
+    idempotent_answers_erased = serializers.IntegerField(
+        help_text="Stored answers of idempotent requests that named the user, now a 410 for a retry"
+    )

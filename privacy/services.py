@@ -7,6 +7,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 
+from agents.services import idempotent_answers_of_user_erase
 from common.api import ApplicationError
 from common.validators import USER_ID_RE
 from learning.services.users import erasure_candidate_ids, user_learning_erase
@@ -50,12 +51,12 @@ def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> 
     the review log (the decisions on their candidates and quarantined lessons stay, without the texts) and the
     admin's log of changes. A pending or rejected global candidate only the user's clicks proposed goes too; one
     others proposed too stays, less the user's clicks. Rows the user never appears in stay: global phrases, global
-    candidates a reviewer approved, the agents' feedback on actions, API keys. An idempotent request's stored answer
-    (it names no user) may still quote them until it expires (``API_IDEMPOTENCY_TTL_S``). ``actor`` (who asked) goes
+    candidates a reviewer approved, the agents' feedback on actions, API keys. The stored answers of idempotent
+    requests that named the user, or that name them, are replaced by a 410 (a retry learns the write is gone). ``actor`` (who asked) goes
     to the log line, with the tenant, not the user id. Refused outside one tenant's scope: a user id is one tenant's.
 
     ``dry_run``: count, delete nothing (the audit-trail rows counted include the one each deletion would write).
-    Answers the rows per table, audit-trail rows per table, and the log entries scrubbed."""
+    Answers the rows per table, audit-trail rows per table, the log entries scrubbed and the stored answers erased."""
     if tenant_current_id() is None:
         raise ApplicationError("An erasure runs in the scope of the user's tenant, and of it alone: name it.", field="tenant")
     if not isinstance(user_id, str) or not re.fullmatch(USER_ID_RE, user_id):
@@ -81,6 +82,7 @@ def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> 
             dry_run=dry_run,
         )
         admin_log = _admin_log_scrub(objects, logged=logged, dry_run=dry_run)
+        answers = idempotent_answers_of_user_erase(user_id=user_id, dry_run=dry_run)
     result = {
         "user_id": user_id,
         "dry_run": dry_run,
@@ -88,16 +90,18 @@ def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> 
         "history": {**learning["history"], **memories["history"]},
         "decisions_scrubbed": decisions,
         "admin_log_scrubbed": admin_log,
+        "idempotent_answers_erased": answers,
     }
     if not dry_run:
         logger.info(
             "erased a user's data at the request of %s in tenant %s: %d rows, %d audit-trail rows, %d review decisions "
-            "and %d admin log entries without their texts",
+            "and %d admin log entries without their texts, %d stored answers to idempotent requests erased",
             actor or "an operator",
             tenant_current_id(),
             sum(result["rows"].values()),
             sum(result["history"].values()),
             decisions,
             admin_log,
+            answers,
         )
     return result

@@ -50,3 +50,7 @@ class Command(BaseCommand):
             f"  review decisions and admin log entries that {when} the user's texts: "
             f"{result['decisions_scrubbed']} and {result['admin_log_scrubbed']}"
         )
+        what = "would be erased" if dry_run else "erased"
+        self.stdout.write(
+            f"  stored answers of idempotent requests that named the user, {what}: {result['idempotent_answers_erased']}"
+        )
