@@ -669,6 +669,10 @@ for _name, _q in RESOLVE_FLOOR_QUANTILES.items():
 # at most RESOLVE_PRIOR_MAX_TRAIN phrases: its cost stops growing with the square of a large import.
 RESOLVE_PRIOR_MAX_QUERIES = env_int("RESOLVE_PRIOR_MAX_QUERIES", 20000, minimum=1)
 RESOLVE_PRIOR_MAX_TRAIN = env_int("RESOLVE_PRIOR_MAX_TRAIN", 40000, minimum=1)
+# A head trains on at most this many shared learned phrases (global ones; the catalogue's are always read): beyond
+# it each verb keeps its most confident, then newest, phrases, every verb as many as the bound leaves room for. A
+# refit's memory and time stop growing with the vocabulary (384 floats and a row of n-grams a phrase).
+RESOLVE_HEAD_MAX_SHARED_PHRASES = env_int("RESOLVE_HEAD_MAX_SHARED_PHRASES", 100000, minimum=1)
 RESOLVE_USER_HEAD_MIN_PHRASES = env_int("RESOLVE_USER_HEAD_MIN_PHRASES", 100, minimum=1)  # a personal head from this many phrases
 # Personal heads a refit trains at most (a head over 20,000 shared phrases takes about 25 s from cold on 2 cores);
 # a head whose inputs did not change is reused, not counted; users without a head are trained first, then those

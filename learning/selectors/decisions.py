@@ -6,7 +6,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, F, Q, Sum, Window
+from django.db.models.functions import RowNumber
 
 from common.db import values_list_binary
 from learning import decision
@@ -248,7 +249,8 @@ def _anchor_querysets(model: str, user_id: str | None = None):
 
 def decision_anchor_rows(*, model: str, user_id: str | None = None, learned: bool = True):
     """(vectors, verb names, is_learned, confidence, normalised texts) of the anchors a head trains on
-    (``_anchor_querysets``; ``learned`` False: the catalogue only)."""
+    (``_anchor_querysets``; ``learned`` False: the catalogue only), the learned ones bounded
+    (``_learned_bounded``)."""
     vectors, names, is_learned, confidence, texts = [], [], [], [], []
     catalogue, learned_rows = _anchor_querysets(model, user_id)
     rows = values_list_binary(catalogue.order_by("pk").values_list("verb__name", "embedding", "normalized"), vectors=(1,))
@@ -259,8 +261,37 @@ def decision_anchor_rows(*, model: str, user_id: str | None = None, learned: boo
         confidence.append(1.0)
         texts.append(normalized)
     if learned:
-        _learned_rows_add(learned_rows, (vectors, names, is_learned, confidence, texts))
+        _learned_rows_add(_learned_bounded(learned_rows), (vectors, names, is_learned, confidence, texts))
     return vectors, names, is_learned, confidence, texts
+
+
+def per_verb_quota(counts: dict, bound: int) -> int | None:
+    """The most rows each verb may keep so that all keep at most ``bound`` (``counts``: rows per verb), every verb
+    as many as the bound leaves room for (a verb with fewer keeps all of its own, and the rest share what it
+    left): None when all fit."""
+    if sum(counts.values()) <= bound:
+        return None
+    left, verbs = bound, len(counts)
+    for n in sorted(counts.values()):
+        if n * verbs > left:  # this verb, and every larger one, gets an equal share of what is left
+            return max(1, left // verbs)
+        left -= n
+        verbs -= 1
+    return None  # unreachable: the counts sum above the bound
+
+
+def _learned_bounded(learned):
+    """``learned`` (shared learned phrases) kept to at most RESOLVE_HEAD_MAX_SHARED_PHRASES rows (each verb at least
+    one): beyond it each verb keeps its most confident, then newest, phrases up to ``per_verb_quota``."""
+    bound = settings.RESOLVE_HEAD_MAX_SHARED_PHRASES
+    counts = dict(learned.order_by().values_list("verb_id").annotate(n=Count("pk")).values_list("verb_id", "n"))
+    quota = per_verb_quota(counts, bound)
+    if quota is None:
+        return learned
+    ranked = learned.annotate(
+        rank=Window(RowNumber(), partition_by=[F("verb_id")], order_by=[F("confidence").desc(), F("pk").desc()])
+    )
+    return ranked.filter(rank__lte=quota)
 
 
 def decision_user_anchor_rows(*, model: str, user_id: str):
