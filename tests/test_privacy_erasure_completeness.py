@@ -325,3 +325,60 @@ def test_the_recount_takes_one_update_per_number_of_clicks(cbus, django_capture_
         _shared_candidates_recount(clicks, [])
     counts = [LearningCandidate.objects.get(pk=c.pk).occurrence_count for c in shared]
     assert counts == [3, 3, 2]  # 4 - 1, 5 - 2, and 3 - 2 held at the two clicks its signals record
+
+
+def test_log_entries_written_with_texts_before_the_upgrade_lose_them(alice):
+    """Entries of users' rows that an older admin wrote with their texts, rows deleted since included (out of an
+    erasure's reach), are named by kind and key once the migration ran; other models' entries keep their names."""
+    import importlib
+
+    from django.apps import apps
+    from django.contrib.admin.models import ADDITION
+    from django.contrib.contenttypes.models import ContentType
+
+    from learning.models import Verb
+
+    migration = importlib.import_module("privacy.migrations.0001_admin_log_names_rows_by_kind_and_key")
+    root = reviewer_user("root", superuser=True)
+    phrase = LearnedPhrase.objects.filter(user_id="alice").first()
+    verb = Verb.objects.first()
+    inline = [{"changed": {"fields": ["Verb"]}}, {"added": {"name": "learning signal", "object": "alice: list all cbus"}}]
+    kept = LogEntry.objects.create(
+        user_id=root.pk,
+        content_type=ContentType.objects.get_for_model(LearnedPhrase),
+        object_id="987654",  # a row deleted since
+        object_repr="alice: list all cbus → cbu.list",
+        action_flag=CHANGE,
+        change_message=json.dumps(inline),
+    )
+    free_text = LogEntry.objects.create(
+        user_id=root.pk,
+        content_type=ContentType.objects.get_for_model(MemoryQuarantine),
+        object_id=str(phrase.pk),
+        object_repr="How do I reach the bucket",
+        action_flag=ADDITION,
+        change_message="released: How do I reach the bucket",
+    )
+    other = LogEntry.objects.create(
+        user_id=root.pk,
+        content_type=ContentType.objects.get_for_model(Verb),
+        object_id=str(verb.pk),
+        object_repr=str(verb),
+        action_flag=CHANGE,
+        change_message="[]",
+    )
+    assert _named_anywhere_in_the_admin_log() != []
+
+    migration.forwards(apps, None)
+
+    assert _named_anywhere_in_the_admin_log() == []
+    kept.refresh_from_db()
+    assert kept.object_repr == "learned phrase #987654"
+    assert json.loads(kept.change_message) == [
+        {"changed": {"fields": ["Verb"]}},
+        {"added": {"name": "learning signal", "object": "learning signal"}},
+    ]
+    free_text.refresh_from_db()
+    assert free_text.object_repr.endswith(f"#{phrase.pk}") and free_text.change_message == ""
+    other.refresh_from_db()
+    assert other.object_repr == str(verb) and other.change_message == "[]"
