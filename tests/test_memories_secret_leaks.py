@@ -1,6 +1,8 @@
 """Secrets the memory gate found must not be kept anywhere: in the quarantine's side fields (topic, tags, metadata,
 source ids) and preview, past the cut of a long lesson, in a feedback reason; the preview redacts every value a
-sentence gives; more ways of stating a password are found; code that passes a password around is not a secret."""
+sentence gives; more ways of stating a password are found (a plain word named the password, an access code told by its
+context, a password asked for and answered in one lesson, a password told in another language); code that passes a
+password around is not a secret, a snake_case literal assigned to a password is."""
 
 import pytest
 from django.test import override_settings
@@ -270,6 +272,10 @@ CODE_REFERENCES = [
     "password = form.cleaned_data['password']",
     "user.password = hashed_password",
     "password = input('Password: ')",
+    "password = user_input",
+    "const password = userInput;",
+    "def connect():\n    password = read_secret\n    return db.connect(password=password)",
+    "secret_key = settings.SECRET_KEY",
 ]
 
 
@@ -284,6 +290,11 @@ CODE_LITERALS = [
     ("db_password = p4ss.w0rd", "p4ss.w0rd"),
     ("password = 'raw_password'", "raw_password"),
     ("const password = 'Tulip!Garden88';", "Tulip!Garden88"),
+    # an unquoted snake_case word is a value unless it reads as code
+    ("PASSWORD=hunter_two", "hunter_two"),
+    ("db_password: my_secret_pw", "my_secret_pw"),
+    ("```\nDB_PASSWORD=hunter_two\nDEBUG=1\n```", "hunter_two"),
+    ("The staging password is hunter_two for now.", "hunter_two"),
 ]
 
 
@@ -307,3 +318,189 @@ def test_a_login_snippet_is_saved(api):
     body = _observe(api, answer, question="How do I check a login in a Django view?")
     assert body["decision"] == "saved", body
     assert Memory.objects.filter(content__contains="authenticate(").exists()
+
+
+# --- a plain word named the password before its name ------------------------------------------------------------
+
+NAMED_FIRST = [
+    ("swordfish is my password", "swordfish"),
+    ("hunter2 is the wifi password", "hunter2"),
+    ("Swordfish is my wifi password.", "Swordfish"),
+    ("Remember that bluebird is the db password for staging.", "bluebird"),
+    ("Note: sunshine is also my admin passcode on the NAS.", "sunshine"),
+    ("correcthorse is the passphrase, do not share it.", "correcthorse"),
+]
+
+
+@pytest.mark.parametrize("text, secret", NAMED_FIRST, ids=[f"named_first{i}" for i in range(len(NAMED_FIRST))])
+def test_a_word_named_the_password_is_blocked_and_redacted(text, secret):
+    result = write_gate.check(text)
+    assert not result.allowed and result.reason == write_gate.SECRET, result
+    redacted = write_gate.redact(text)
+    assert secret not in redacted and redacted.startswith(text[: text.index(secret)]), redacted
+
+
+NOT_NAMED_FIRST = [
+    "this is my password manager",
+    "what is my password policy",
+    "forgetting is my password problem",
+    "the password is required",
+    "Bitwarden is my password manager of choice.",
+    "Length is the password rule that matters most.",
+    "Biometrics is the password of the future.",
+    "Mine is the password with the symbols.",
+    "Yes, that is my password.",
+    "Here is the password reset link for the team.",
+]
+
+
+@pytest.mark.parametrize("text", NOT_NAMED_FIRST, ids=[f"not_named_first{i}" for i in range(len(NOT_NAMED_FIRST))])
+def test_prose_about_a_password_names_no_word(text):
+    assert find_secrets(text) == [], find_secrets(text)
+
+
+# --- access codes told by their context -----------------------------------------------------------------------
+
+ACCESS_CODES = [
+    ("enter 4821 on the keypad", "4821"),
+    ("the door code is 4821", "4821"),
+    ("gate code 4821#", "4821"),
+    ("the alarm code is 1234", "1234"),
+    ("the safe combination is 12-34-56", "12-34-56"),
+    ("use PIN 4821", "4821"),
+    ("Punch in 7302# at the gate to get into the car park.", "7302"),
+    ("Use 1234 to disarm the alarm in the morning.", "1234"),
+    ("At the keypad, enter 5519 and push the door.", "5519"),
+]
+
+
+@pytest.mark.parametrize("text, secret", ACCESS_CODES, ids=[f"access_code{i}" for i in range(len(ACCESS_CODES))])
+def test_an_access_code_is_blocked_and_redacted(text, secret):
+    result = write_gate.check(text)
+    assert not result.allowed and result.reason == write_gate.SECRET, result
+    assert secret not in write_gate.redact(text)
+
+
+NOT_ACCESS_CODES = [
+    "call extension 4821",
+    "order 4821 shipped",
+    "room 4821",
+    "the error code is 4821",
+    "zip code 94103",
+    "HTTP status code 404",
+    "area code 415",
+    "version 1.2.3",
+    "Enter 1234 in the search box to find the ticket.",
+    "Use 2048 for the key size of new certificates.",
+    "The building code 2018 edition applies to the new wing.",
+    "GPIO pin 1234 is wired to the relay.",
+    "Dial 4821 for the front desk.",
+]
+
+
+@pytest.mark.parametrize("text", NOT_ACCESS_CODES, ids=[f"not_access_code{i}" for i in range(len(NOT_ACCESS_CODES))])
+def test_a_number_without_an_access_context_is_no_secret(text):
+    assert find_secrets(text) == [], find_secrets(text)
+
+
+# --- a password asked for and answered in one lesson ---------------------------------------------------------------
+
+ANSWERED = [
+    ("Q: what's the wifi password? A: tr0ub4dor&3", "tr0ub4dor&3"),
+    ("User asked for the wifi password. Answer: BlueSky2024", "BlueSky2024"),
+    ("wifi password? -> BlueSky2024", "BlueSky2024"),
+    ("Q: wifi password?\nA: bluebird", "bluebird"),
+    ("User: what's the guest wifi password?\nAssistant: swordfish", "swordfish"),
+    ("Q: what's the code for the door? A: 4821", "4821"),
+]
+
+
+@pytest.mark.parametrize("text, secret", ANSWERED, ids=[f"answered{i}" for i in range(len(ANSWERED))])
+def test_a_password_answered_in_the_lesson_is_blocked_and_redacted(text, secret):
+    result = write_gate.check(text)
+    assert not result.allowed and result.reason == write_gate.SECRET, result
+    assert secret not in write_gate.redact(text)
+
+
+NOT_ANSWERED = [
+    "Q: How do I reset my password? A: Settings, then Security.",
+    "Q: What is the password policy? A: twelve characters and a symbol.",
+    "Q: Where is the wifi password stored? A: Vault",
+    "What's the error code? A: 4821",
+    "Q: What's the key for sorting? A: created_at",
+    "Q: what's the admin password? A: ask Bob.",
+    "Q: what's the admin password? A: Confidential.",
+    "Q: which password manager do we use? A: Bitwarden",
+]
+
+
+@pytest.mark.parametrize("text", NOT_ANSWERED, ids=[f"not_answered{i}" for i in range(len(NOT_ANSWERED))])
+def test_a_question_about_a_password_names_no_secret(text):
+    assert find_secrets(text) == [], find_secrets(text)
+
+
+# --- a password told in another language ----------------------------------------------------------------------------
+
+FOREIGN = [
+    ("mi contraseña es swordfish", "swordfish"),
+    ("La contraseña del wifi es perro.", "perro"),
+    ("la clave es swordfish", "swordfish"),
+    ("el pin es 1234", "1234"),
+    ("mon mot de passe est swordfish", "swordfish"),
+    ("Le mot de passe du wifi est soleil.", "soleil"),
+    ("mein Passwort ist swordfish", "swordfish"),
+    ("Das WLAN-Passwort lautet Sonnenschein.", "Sonnenschein"),
+    ("minha senha é swordfish", "swordfish"),
+    ("A senha do wifi é cachorro.", "cachorro"),
+    ("la mia password è gattino", "gattino"),
+]
+
+
+@pytest.mark.parametrize("text, secret", FOREIGN, ids=[f"foreign{i}" for i in range(len(FOREIGN))])
+def test_a_password_told_in_another_language_is_blocked_and_redacted(text, secret):
+    result = write_gate.check(text)
+    assert not result.allowed and result.reason == write_gate.SECRET, result
+    assert secret not in write_gate.redact(text)
+
+
+NOT_FOREIGN = [
+    "la clave es la paciencia",
+    "la clave es tener paciencia",
+    "la clave del éxito es la constancia",
+    "mi contraseña es muy larga",
+    "la contraseña es obligatoria",
+    "el pin es obligatorio",
+    "le mot de passe est incorrect",
+    "le mot de passe est stocké dans Vault",
+    "das Passwort ist abgelaufen",
+    "Das Passwort ist mindestens 12 Zeichen lang",
+    "a senha é obrigatória",
+    "a senha é alterada todo mês",
+    "la password è scaduta",
+]
+
+
+@pytest.mark.parametrize("text", NOT_FOREIGN, ids=[f"not_foreign{i}" for i in range(len(NOT_FOREIGN))])
+def test_prose_about_a_password_in_another_language_names_no_secret(text):
+    assert find_secrets(text) == [], find_secrets(text)
+
+
+# --- the quarantine preview keeps none of them ---------------------------------------------------------------------
+
+PREVIEWS = [
+    ("Good to know: swordfish is my password for the router.", "swordfish"),
+    ("Visitors should enter 4821 on the keypad at the side door.", "4821"),
+    ("Q: what's the wifi password? A: tr0ub4dor&3", "tr0ub4dor&3"),
+    ("Für den Router gilt: mein Passwort ist Schwertfisch.", "Schwertfisch"),
+    ("Recuerda: mi contraseña es girasol.", "girasol"),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("answer, secret", PREVIEWS, ids=[f"preview{i}" for i in range(len(PREVIEWS))])
+def test_the_quarantine_preview_redacts_the_new_forms(api, answer, secret):
+    body = _observe(api, answer)
+    assert body["decision"] == "blocked" and body["evidence"]["reason"] == "secret", body
+    item = MemoryQuarantine.objects.get(user_id="alice")
+    assert "[REDACTED:" in item.redacted_preview, item.redacted_preview
+    _nothing_kept([secret])

@@ -7,18 +7,31 @@ import re
 from detect_secrets.filters import heuristic as ds_heuristic
 
 from memories.secrets.prose import (
+    _ANSWER_NEEDLES,
+    _ANSWERED,
+    _ASKED_NEEDLES,
+    _CODE_ENTERED,
     _CODES_MORE_HINT,
     _DOOR_CODE,
+    _FOREIGN_NEEDLES,
+    _FOREIGN_PASSWORD,
+    _FOREIGN_VERB_NEEDLES,
+    _KEYPAD_NEEDLES,
+    _KEYPAD_THEN_CODE,
     _LOGIN_STORY,
     _PHRASE,
+    _PIN_GIVEN,
     _RECOVERY_CODES,
     _SEED_INTO_APP,
+    answered_value,
     as_password,
     flag_word_is_password,
+    foreign_value_span,
     login_story_is_secret,
     mnemonic_runs,
     phrase_words_end,
     set_word_is_password,
+    words_named_the_password,
 )
 from memories.secrets.rules import (
     _ACCESS_CODE,
@@ -49,6 +62,7 @@ from memories.secrets.rules import (
     _INFINITIVES,
     _IRREGULAR_PARTICIPLES,
     _KEY_VALUE,
+    _KEYED_CODE,
     _KEYWORD_HINT,
     _KV_HINT,
     _LOGIN_WITH_PAIR,
@@ -253,12 +267,12 @@ def _context(view: View, hits: list[_Hit]) -> None:
                 j = k
             value = t[i:j].rstrip(".,;:!?)")
             j = i + len(value)
-            if value and _value_is_secret(m.group(1) or "secret", value, quoted):
+            if value and _value_is_secret(m.group(1) or "secret", value, quoted, t, i):
                 add("credential_assignment", i, j)
 
     for m in _KEY_VALUE.finditer(t) if _KV_HINT.search(t) else ():
         value = m.group("value").rstrip(".,;:!?)")
-        if _value_is_secret(m.group("name"), value, bool(m.group("q"))):
+        if _value_is_secret(m.group("name"), value, bool(m.group("q")), t, m.start("value")):
             add("credential_assignment", m.start("value"), m.start("value") + len(value))
 
     for kind, rx in _CONNECTION if _CONNECTION_HINT.search(t) else ():
@@ -271,7 +285,7 @@ def _context(view: View, hits: list[_Hit]) -> None:
             if kind == "connection_string_secret" and m.group(0).lower().startswith("sig") and len(value) < 16:
                 continue
             if kind == "connection_string_secret" and (
-                is_code_reference(t[m.start() : m.start("value")], value) or re.match(r"[\w.]+\(", value)
+                is_code_reference(t[m.start() : m.start("value")], value, t, m.start("value")) or re.match(r"[\w.]+\(", value)
             ):
                 continue  # code: "password = getpass.getpass()", "self.password = make_password(raw)"
             if kind == "credentialed_url":
@@ -285,8 +299,16 @@ def _context(view: View, hits: list[_Hit]) -> None:
         _command_line(t, add)
     if _CODES_HINT.search(t) or _CODES_MORE_HINT.search(t):
         _codes(t, add)
+    if any(n in tl for n in _KEYPAD_NEEDLES) and _DIGITS_HINT.search(t):
+        _typed_codes(t, add)
     _told(t, add)
     _pairs(t, add)
+    if any(n in tl for n in _ANSWER_NEEDLES) and any(n in tl for n in _ASKED_NEEDLES):
+        _answered(t, add)
+    if any(n in tl for n in _FOREIGN_NEEDLES) or (
+        ("password" in tl or "pin" in tl) and any(n in tl for n in _FOREIGN_VERB_NEEDLES)
+    ):
+        _foreign(t, add)
 
     for m in _CARD.finditer(t) if _DIGITS_HINT.search(t) else ():
         digits = re.sub(r"\D", "", m.group(0))
@@ -333,7 +355,7 @@ def _prose(view: View, add) -> None:
             continue
         if _is_placeholder(value) or value.lower() in _PROSE_NOT_A_SECRET or format_term(value):
             continue
-        if is_code_reference(name, value) or re.match(r"[\w.]+\(", value):
+        if is_code_reference(name, value, t, vstart) or re.match(r"[\w.]+\(", value):
             continue  # code: "password = request.POST[...]", "password: req.body.password"
         if name in ("token", "api key", "access key", "secret key", "secret") and not _value_is_secret("token", value):
             continue
@@ -389,6 +411,8 @@ def _prose(view: View, add) -> None:
             ok = value.isdigit() and 4 <= len(value) <= 8 if m.group("name").lower() == "pin" else as_password(value)
             if ok:
                 add("password_in_prose", m.start("value"), m.start("value") + len(value))
+    for i, j in words_named_the_password(t):  # "swordfish is my password"
+        add("password_in_prose", i, j)
     for m in _XML_SECRET.finditer(t):  # "<password>hunter2x</password>"
         if _value_is_secret(m.group("tag"), m.group("value")):
             add("credential_assignment", m.start("value"), m.end("value"))
@@ -448,12 +472,20 @@ def _codes(t: str, add) -> None:
     for m in _SEED_INTO_APP.finditer(t):  # "add JBSWY3DPEHPK3PXP to the app", not a constant ("SETTING2")
         if re.search(r"[2-7][A-Za-z]", m.group("value")):
             add("otp_seed", m.start("value"), m.end("value"))
-    for m in _ACCESS_CODE.finditer(t):
-        add("access_code", m.start("value"), m.end("value"))
+    for rx in (_ACCESS_CODE, _KEYED_CODE, _PIN_GIVEN):
+        for m in rx.finditer(t):  # "the alarm code is 1234", "gate code 4821#", "use PIN 4821"
+            add("access_code", m.start("value"), m.end("value"))
     for m in _DOOR_CODE.finditer(t):  # "the code is 4829 for the front door"
         add("access_code", m.start("value"), m.end("value"))
     for m in _RECOVERY_CODES.finditer(t):  # "my recovery codes are 8f3k-2j9d, 7h2m-4k8p"
         add("recovery_code", m.start("value"), m.end("value"))
+
+
+def _typed_codes(t: str, add) -> None:
+    """A code typed where it opens: "enter 4821 on the keypad", "at the keypad, enter 4821"."""
+    for rx in (_CODE_ENTERED, _KEYPAD_THEN_CODE):
+        for m in rx.finditer(t):
+            add("access_code", m.start("value"), m.end("value"))
 
 
 def _told(t: str, add) -> None:
@@ -474,6 +506,24 @@ def _told(t: str, add) -> None:
         span = login_story_is_secret(t, m)
         if span:
             add("credentials_in_prose", *span)
+
+
+def _answered(t: str, add) -> None:
+    """A password, PIN or code asked for and answered in the same text ("Q: what's the wifi password? A: ...", "wifi
+    password? -> ..."; see ``prose.answered_value``)."""
+    for m in _ANSWERED.finditer(t):
+        span = answered_value(t, m)
+        if span:
+            add("secret_in_answer", *span)
+
+
+def _foreign(t: str, add) -> None:
+    """A password told in Spanish, French, German, Portuguese or Italian ("mi contraseña es ...", "mein Passwort ist
+    ..."; see ``prose.foreign_value_span``)."""
+    for m in _FOREIGN_PASSWORD.finditer(t):
+        span = foreign_value_span(t, m)
+        if span:
+            add("password_in_prose", *span)
 
 
 def _cli_word(m: re.Match) -> tuple[int, int, bool]:

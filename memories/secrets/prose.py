@@ -1,18 +1,22 @@
 """Secret scanning, part 2b: secrets known only by their place in a sentence.
 
 A plain word after a spaced password flag ("redis-cli -a hunter"), a plain word set imperatively ("set the password
-to swordfish"), a door code or TOTP seed named by what it opens, 2FA recovery and backup codes, seed / unlock phrases
-and bare wallet mnemonics, credentials told as a story ("logs in as admin with hunter2"). detect-secrets has no
-plugin for any of them. A plain word is a secret only when it is not a word about the secret (a function word, an
-infinitive, a participle, an adverb, a word about the flag) and what follows ends the value (the end of the sentence
-or line, punctuation, a connecting word).
+to swordfish") or named the password ("swordfish is my password"), a door code or TOTP seed named by what it opens or
+typed on a keypad, 2FA recovery and backup codes, seed / unlock phrases and bare wallet mnemonics, credentials told as
+a story ("logs in as admin with hunter2"), a password given as the answer to a question for it ("Q: wifi password?
+A: ..."), a password told in Spanish, French, German, Portuguese or Italian. detect-secrets has no plugin for any of
+them. A plain word is a secret only when it is not a word about the secret (a function word, an infinitive, a
+participle, an adverb, a word about the flag) and what follows ends the value (the end of the sentence or line,
+punctuation, a connecting word).
 """
 
 import re
 
 from memories.secrets.rules import (
     _ACCESS,
+    _ACCESS_CODE_VALUE,
     _BASE32_SEED,
+    _CODE_VARIABLE,
     _GENERIC_CREDENTIAL_WORDS,
     _INFINITIVES,
     _IRREGULAR_PARTICIPLES,
@@ -26,6 +30,7 @@ from memories.secrets.rules import (
     _is_placeholder,
     _named_code,
     format_term,
+    looks_like_password,
     strong_password,
 )
 
@@ -102,6 +107,36 @@ def set_word_is_password(t: str, value: str, end: int) -> bool:
     return _plain_word_value(value, extra) and bool(_VALUE_END.match(t, end))
 
 
+# "swordfish is my password", "Remember that bluebird is the wifi password.": a plain word at the start of a clause
+# named the password, then the end of the clause or a connecting word other than "of" ("Biometrics is the password of
+# the future"); ``rules._PROSE_IS_THE`` takes a value that looks like a password wherever it stands. Found from the
+# name back: ``_WORD_IS_THE`` ends where ``_PASSWORD_NAME`` starts.
+_PASSWORD_NAME = re.compile(
+    r"(?i)\b(?:password|passphrase|passcode|passwd|pwd|pw)s?"
+    r"(?=\s*(?:[.,;:!?)]|$)|\s+(?:for|on|to|at|in|and|when|while|if|so|but|then|until|everywhere)\b)"
+)
+_WORD_IS_THE = re.compile(
+    r"(?i)(?:^|[.!?:;,(\n\"'`]|\b(?:that|remember|note|so|and|but|because|guess|think|thought|says?|said|fyi|btw|ok|okay|yes|"
+    r"well|reminder)\b)\s*(?P<value>[A-Za-z][a-z]*(?:[-'][a-z]+)*)\s+(?:is|was)\s+(?:(?:also|still|now|probably)\s+)?"
+    r"(?:the|my|our|your|its|their|his|her)\s+(?:[\w\-]+\s+){0,2}?$"
+)
+# words that say which thing is the password rather than give it: "this is my password", "mine is the password"
+_NOT_THE_VALUE = set(
+    """
+    here there below above mine yours ours theirs hers nothing everything something anything whatever same other
+    another which what this that length entropy
+    """.split()
+)
+
+
+def words_named_the_password(t: str):
+    """Spans of the words of "<word> is my password": plain words that can be a password, not ones that point at it."""
+    for name in _PASSWORD_NAME.finditer(t):
+        m = _WORD_IS_THE.search(t, max(0, name.start() - 80), name.start())
+        if m and _plain_word_value(m.group("value"), _NOT_THE_VALUE):
+            yield m.span("value")
+
+
 _NAME_WITH_DIGITS = re.compile(r"(?:[a-z]{3,12}|[A-Z][a-z]{2,11})\d{1,4}")
 
 
@@ -126,6 +161,26 @@ _SEED_INTO_APP = re.compile(
     rf"(?i)\b(?:add|enter|type|paste|put|key|import|load)\s+(?:in\s+)?(?P<value>{_BASE32_SEED})"
     r"\s+(?:in|into|to|on|with)\s+(?:the\s+|your\s+|my\s+|our\s+|a\s+)?(?:[\w\-]+\s+){0,2}?"
     r"(?:apps?|authenticator|authy|phone|yubikey|1password|bitwarden|keepass\w*|otp\s+app)\b"
+)
+
+# "enter 4821 on the keypad", "punch in 4821# at the gate", "use 1234 to disarm the alarm": a code typed where it opens
+# (cheap pre-check, in the lowercased text: the places)
+_KEYPAD_NEEDLES = ("key", "door", "gate", "alarm", "safe", "lock", "garage", "intercom", "buzzer", "entry")
+_KEYPADS = r"(?:keypad|key\s?pad|alarm|door|gate|safe|lock|padlock|lockbox|key\s?box|garage|intercom|buzzer|entry\s?phone)s?"
+_CODE_ENTERED = re.compile(
+    r"(?i)\b(?:enter|type|punch|key|press|dial|input|use|tap)\s+(?:in\s+)?(?:the\s+)?(?:code\s+|pin\s+)?"
+    rf"(?P<value>{_ACCESS_CODE_VALUE})\s+(?:on|into|at|in|to|for)\s+(?:(?:open|unlock|disarm|arm|get\s+into|enter)\s+)?"
+    rf"(?:the\s+|a\s+|our\s+|your\s+|my\s+)?(?:[\w\-]+\s+){{0,2}}?{_KEYPADS}\b"
+)
+# "at the keypad, enter 4821", "on the gate's keypad type 4821#"
+_KEYPAD_THEN_CODE = re.compile(
+    r"(?i)\b(?:keypad|key\s?pad|intercom|buzzer)\b[^.\n]{0,30}?\b(?:enter|type|punch\s+in|key\s+in|press|dial|tap)\s+"
+    rf"(?P<value>{_ACCESS_CODE_VALUE})"
+)
+# "use PIN 4821", "PIN 4821 for the card": a PIN given after its name, without a verb (not "GPIO pin 4821")
+_PIN_GIVEN = re.compile(
+    r"(?i)(?<!gpio )(?<!header )\b(?:pin|pin\s+code|pin\s+number|passcode)\s*(?:#|no\.)?\s*"
+    r"(?P<value>\d{4,8})(?![\w\-]|[.,]\d)(?!\s+(?:times?|digits?|characters?|chars?|bytes?|pins?)\b)"
 )
 
 # cheap pre-check, with ``rules._CODES_HINT``: the names and places of these codes
@@ -235,3 +290,163 @@ def login_story_is_secret(t: str, m: re.Match) -> tuple[int, int] | None:
             return span if _plain_word_value(value) and _VALUE_END.match(t, span[1]) else None
         return span if not format_term(value) and not value.startswith(("$", "%", "/", "~", "<")) else None
     return span if as_password(value) else None
+
+
+# --- a password asked for and answered in one lesson ----------------------------------------------------------
+
+# what a question asks for: a password, passcode, passphrase, PIN or wifi key (``plain``: a word can be one), or a code,
+# key or combination (``code``: only a value no word can be)
+_ASKED_SECRET = (
+    r"(?P<plain>pass(?:word|phrase|code)|passwd|pwd|pin(?:\s+code)?|wi-?fi\s+key|network\s+key)s?|"
+    r"(?P<code>code|key|combination)s?"
+)
+# "what's the", "tell me the", "User asked for the": a question for the value (a "how do I change ..." is about it)
+_ASKS = (
+    r"(?P<ask>\b(?:what(?:'s|\s+is|\s+was|\s+are)|which\s+is|tell\s+me|give\s+me|remind\s+me|send\s+me|share|"
+    r"(?:asked|asks|asking|requested|requests)(?:\s+(?:me\s+)?for)?)\b[^?.!\n]{0,60}?)"
+)
+# a question that is only the thing asked for: "wifi password?", "Q: the door code?" (not "how to change password?")
+_NAMES_ONLY = (
+    r"(?:^|(?<=[\n.!?:]))\s*(?:(?!(?:how|why|when|where|who|whom|should|shall|can|could|do|does|did|is|are|was|were|"
+    r"will|would|has|have|must|may|any|forgot|forgotten|reset|change|changing|update|rotate|set)\b)[\w\-']+\s+){0,3}?"
+)
+_ANSWER_MARK = r"(?:(?-i:\bA)\s*[:)]|\bAns(?:wer)?\s*[:\-]|\b(?:Reply|Response|Assistant|Agent|Bot)\s*:|->|=>|\u2192)"
+_ANSWERED = re.compile(
+    rf"(?i)(?:{_ASKS}|{_NAMES_ONLY})\b(?:{_ASKED_SECRET})\b(?:\s+(?:for|of|to|on|at|in)\s+[^?.!\n]{{1,40}}?)?"
+    rf"\s*(?P<mark>\?)?[?.]*\s*{_ANSWER_MARK}\s*(?:(?:it's|it\s+is|that's|use|try|just)\s+)?"
+    r"(?:(?P<q>[\"'`])(?P<quoted>[^\"'`\n]{4,64})(?P=q)|(?P<value>[^\s\"'`,;()]+))"
+)
+# cheap pre-check (in the lowercased text): an answer marker, and a secret asked for
+_ANSWER_NEEDLES = ("->", "=>", "\u2192", "a:", "a)", "answer", "ans:", "reply", "response", "assistant", "agent", "bot:")
+_ASKED_NEEDLES = ("pass", "pwd", "pin", "key", "code", "combination")
+# what may stand before a "code" or "key" asked for (not an "error code", a "zip code", a "sort key")
+_CODE_OWNERS = set(
+    """
+    door alarm gate safe lock locker garage entry access building keypad wifi wi-fi network security unlock api secret
+    license the my our your its their
+    """.split()
+)
+# answers that give no value or say what it is like: "A: unknown", "A: 1Password", "A: confidential"
+_NO_ANSWER = set(
+    """
+    none unknown unset empty blank nothing same default different yes nope sure vault 1password bitwarden lastpass
+    keepass keychain sso ldap oauth saml kerberos okta unchanged long short weak strong fine good wrong right correct
+    incorrect valid invalid private public confidential classified sensitive simple complex easy hard random unique
+    personal shared current temporary permanent mandatory optional free open closed gone down there here below above
+    attached online offline lowercase uppercase numeric alphanumeric new old this that mine yours ours theirs
+    """.split()
+)
+_EMAIL = re.compile(r"[\w.+\-]+@[\w\-]+\.[\w.\-]+")
+
+
+def answered_value(t: str, m: re.Match) -> tuple[int, int] | None:
+    """The span of the value an ``_ANSWERED`` answer gives: quoted, a PIN or keypad code, a value that cannot be a word
+    (for a code or key: letters and digits), or, when a password was asked for, a plain word that ends the answer ("A:
+    swordfish.")."""
+    if m.group("ask") is None and m.group("mark") is None:
+        return None  # "wifi password -> ..." without a question is ``rules._PROSE_LINKED``'s
+    if m.group("code") is not None:
+        owner = re.search(r"([\w\-]+)\s+$", t[max(0, m.start("code") - 30) : m.start("code")])
+        if owner is None or owner.group(1).lower() not in _CODE_OWNERS:
+            return None
+    if m.group("quoted") is not None:
+        return None if _is_placeholder(m.group("quoted")) else m.span("quoted")
+    value = m.group("value").rstrip(".,;:!?")
+    span = (m.start("value"), m.start("value") + len(value))
+    if _is_placeholder(value) or value.startswith(("$", "%", "/", "~", "<", "@")) or "://" in value or _EMAIL.fullmatch(value):
+        return None
+    if re.fullmatch(r"[*#]?\d{4,8}#?|\d{1,3}(?:-\d{1,3}){2,4}", value):
+        return span
+    if m.group("code") is not None:
+        return span if strong_password(value) else None  # a key: letters and digits, not "created_at"
+    if looks_like_password(value):
+        return span
+    if m.group("plain") is not None and _plain_word_value(value, _NO_ANSWER) and _VALUE_END.match(t, span[1]):
+        return span
+    return None
+
+
+# --- a password told in another language ----------------------------------------------------------------------
+
+# "mi contraseña es X", "la clave es X", "el pin es 1234" (es), "mon mot de passe est X" (fr), "mein Passwort ist X",
+# "das WLAN-Passwort lautet X" (de; ``compound``: also inside a word), "minha senha é X" (pt), "la mia password è X" (it)
+_FOREIGN_NAMES = (
+    r"contrase[ñn]as?|claves?|chaves?|senhas?|palavras?[\s\-]passe|mots?\s+de\s+passe|mdp|codes?\s+pin|"
+    r"c[óo]digos?\s+pin|parola\s+d'ordine|passwords?|pin"
+)
+_FOREIGN_PASSWORD = re.compile(
+    rf"(?i)(?:(?<![\w\-])(?P<name>{_FOREIGN_NAMES})|(?P<compound>passw[öo]rter|passwort|kennw[öo]rter|kennwort))"
+    r"(?:\s+[\w'\-]+){0,4}?"
+    r"(?:\s+(?P<verb>es|era|est|[ée]tait|ist|lautet|war|[ée]|è)\s*:?\s+|\s*:\s*)"
+    r"(?:(?P<q>[\"'`«»])\s*(?P<quoted>[^\"'`«»\n]{4,64}?)\s*[\"'`«»]|(?P<value>[^\s\"'`«»]+))"
+)
+# cheap pre-check (in the lowercased text): the names, or an English one and a verb of those languages
+_FOREIGN_NEEDLES = ("contrase", "clave", "chave", "senha", "palavra", "de passe", "mdp", "passwort", "passwört", "kennw")
+_FOREIGN_VERB_NEEDLES = (" es ", " e ", " é ", " è ", " est ", " ist ", " lautet ")
+_FOREIGN_WORD = re.compile(r"[^\W\d_]+(?:[-'][^\W\d_]+)*")
+# words that follow "my password is" in those languages and are not a password: function words, adjectives, auxiliaries
+_FOREIGN_NOT_A_VALUE = set(
+    """
+    el la los las lo un una unos unas de del en con para por que y o no es muy se su sus mi mis tu tus al como
+    obligatoria obligatorio necesaria necesario incorrecta incorrecto correcta correcto segura seguro débil debil fuerte
+    larga largo corta corto válida valida válido valido inválida invalida secreta secreto nueva nuevo vieja viejo igual
+    distinta distinto diferente misma mismo sensible única unica único unico personal temporal privada privado
+    importante fundamental esencial simple compleja complejo fácil facil difícil dificil vacía vacia más mas menos
+    demasiado también tambien siempre nunca ahora todavía todavia aquí aqui tuya tuyo suya suyo mía mia mío nuestra
+    le les une des du dans avec pour par et ou ne pas plus ce cette mon ma mes ton ta son sa au aux est était etait
+    requis obligatoire faux fausse vide identique fort forte faible valide invalide nécessaire necessaire différent
+    different secrète secrete nouveau nouvelle ancien ancienne temporaire trop très tres toujours encore ici expire
+    mienne tienne sienne
+    der die das den dem des ein eine einen einem und oder nicht sehr im in mit für fur von zu noch immer auch nur mein
+    meine dein deine ist war falsch richtig korrekt geheim sicher unsicher leer neu alt gleich anders erforderlich
+    notwendig nötig notig pflicht ungültig ungultig gültig gultig vergessen lang kurz stark schwach hier dort jetzt
+    mindestens höchstens hochstens genau meins deins
+    o a os as um uma do da dos das em com por e ou não nao é muito meu minha seu sua teu tua obrigatória obrigatoria
+    obrigatório obrigatorio necessária necessaria incorreta incorreto correta correto fraca fraco forte longa longo
+    curta curto inválida nova novo antiga antigo mesma mesmo sensível sensivel pessoal temporária temporaria simples
+    complexa vazia ainda sempre agora aqui dele dela nossa
+    il gli i uno di della è non molto più piu mio mia tuo tua obbligatoria necessaria errata sbagliata corretta sicura
+    debole lunga valida segreta vecchia uguale diversa stessa stesso troppo unica personale temporanea privata
+    semplice vuota anche ancora qui stata stato sono scaduta scaduto
+    """.split()
+)
+# participles and gerunds ("cambiada", "expiré", "geändert", "zurückgesetzt", "usando"): they describe the password
+_FOREIGN_INFLECTED = re.compile(
+    r"(?i)(?:[ai]d[oa]s?|ando|[ie]endo|ée?s?|^(?:ab|an|auf|aus|zurück|ein|um|vor|zu)?ge\w{2,}(?:t|en))$"
+)
+# a word that is also a key to something ("la clave es la paciencia"): the password only if the language seldom uses it
+_AMBIGUOUS_NAMES = {"clave": "es", "claves": "es", "chave": "pt", "chaves": "pt"}
+
+
+def foreign_value_span(t: str, m: re.Match) -> tuple[int, int] | None:
+    """The span of the password a ``_FOREIGN_PASSWORD`` match gives: quoted, digits (a PIN: 4-8), a value that cannot
+    be a word, or a plain word that is not a function word, an adjective or a participle of that language."""
+    name, verb = (m.group("name") or m.group("compound")).lower(), (m.group("verb") or ":").lower()
+    pin = name.endswith("pin")
+    if verb == ":" and name in ("password", "passwords", "pin", *_AMBIGUOUS_NAMES):
+        return None  # the English rules'; "clave: valor" in a table of keys
+    if m.group("quoted") is not None:
+        value = m.group("quoted")
+        return None if _is_placeholder(value) or (pin and not value.isdigit()) else m.span("quoted")
+    value = m.group("value").rstrip(".,;:!?)")
+    span = (m.start("value"), m.start("value") + len(value))
+    if _is_placeholder(value) or value.startswith(("$", "%", "/", "~", "<", "@")) or "://" in value:
+        return None
+    if value.isdigit():
+        return span if 4 <= len(value) <= (8 if pin else 16) else None
+    if pin:
+        return None
+    if name in _AMBIGUOUS_NAMES and _CODE_VARIABLE.fullmatch(value):
+        return None  # "la clave es user_id": a key in code
+    if looks_like_password(value):
+        return span
+    low = value.lower()
+    if verb == "e" or len(value) < 4 or not _FOREIGN_WORD.fullmatch(value):
+        return None  # "senha e usuário": an unaccented "e" is also "and"
+    if low in _FOREIGN_NOT_A_VALUE or low in _NOT_A_VALUE or _FOREIGN_INFLECTED.search(low):
+        return None
+    if name in _AMBIGUOUS_NAMES:
+        from wordfreq import zipf_frequency  # here: only a "clave" / "chave" sentence needs it
+
+        return span if zipf_frequency(low, _AMBIGUOUS_NAMES[name]) < 3.5 else None
+    return span

@@ -112,28 +112,57 @@ _CODE_ATTRIBUTE_OR_ITEM = re.compile(rf"(?:{_CODE_OBJECT})(?:\.[A-Za-z_]\w*)*(?:
 _CODE_VARIABLE = re.compile(r"_{0,2}[a-z]+(?:_[a-z]+)+|[a-z]+(?:[A-Z][a-z]+)+")
 _NAME_PARTS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 _SECRET_NAME_PARTS = {"password", "passwd", "passphrase", "pwd", "pw", "pass", "pin", "psk", "secret", "token", "key"}
+# words of a variable's name that say where a value comes from or what code does with it ("user_input", "rawValue")
+_CODE_NAME_WORDS = set(
+    """
+    input inputs value val vals raw plain plaintext new old hashed hash encrypted decrypted encoded decoded cleaned
+    current confirm confirmed given provided entered typed submitted stored saved user form request req data param
+    params arg args kwargs field var tmp temp default env environ config cfg conf settings get str text string bytes
+    buf result res response resp body payload obj item entry self cls
+    """.split()
+)
+# a line of code beside the assignment: a keyword, a call, a block or statement end, a comparison
+_CODE_LINE = re.compile(
+    r"\b(?:const|let|var|def|return|elif|import|lambda|function|async|await|class)\b|\bif\s|\b(?:self|this)\.|"
+    r"\w\(|[;{}]\s*$|\)\s*:?\s*$|==|!=|&&|\|\|"
+)
 
 
-def is_code_reference(name: str, value: str) -> bool:
+def _in_code(text: str, at: int) -> bool:
+    """The line of ``text`` holding ``at``, or the line before or after it, is code ("const password = userInput;",
+    "password = hunter_two" under "def connect():"); a lone ``KEY=value`` line (.env, YAML) is not."""
+    head, tail = text[:at].split("\n"), text[at:].split("\n")
+    lines = [*head[-2:-1], head[-1] + tail[0], *tail[1:2]]
+    return any(_CODE_LINE.search(line) for line in lines)
+
+
+def is_code_reference(name: str, value: str, text: str = "", at: int = -1) -> bool:
     """An unquoted ``value`` of ``name`` that is code naming where the secret comes from, not the secret: an
-    attribute, an item or a call, a snake_case or camelCase variable, or a word repeating the name's own secret word
-    ("password=password", "pwd=PWD")."""
-    if _CODE_ATTRIBUTE_OR_ITEM.fullmatch(value) or _CODE_VARIABLE.fullmatch(value):
+    attribute, an item or a call; a word or variable repeating the name's own secret word ("password=password",
+    "pwd=PWD", "confirm_password"); a snake_case or camelCase variable with a word of code ("user_input") or on a line
+    of code (``text`` around ``at``). "PASSWORD=hunter_two", "db_password: my_secret_pw" are values."""
+    if _CODE_ATTRIBUTE_OR_ITEM.fullmatch(value):
         return True
     if not re.fullmatch(r"[A-Za-z_]+", value):
         return False
     name_words = {w.lower() for w in _NAME_PARTS.findall(name)} & _SECRET_NAME_PARTS
-    return bool(name_words & {w.lower() for w in _NAME_PARTS.findall(value)})
+    value_words = {w.lower() for w in _NAME_PARTS.findall(value)}
+    if name_words & value_words:
+        return True
+    if not _CODE_VARIABLE.fullmatch(value):
+        return False
+    return bool(value_words & _CODE_NAME_WORDS) or (at >= 0 and _in_code(text, at))
 
 
-def _value_is_secret(name: str, value: str, quoted: bool = False) -> bool:
-    """The project's rule for a value assigned to / introduced by a secret-sounding name."""
+def _value_is_secret(name: str, value: str, quoted: bool = False, text: str = "", at: int = -1) -> bool:
+    """The project's rule for a value assigned to / introduced by a secret-sounding name (``text`` and ``at``: where
+    it stands, to tell a variable on a line of code from a literal)."""
     value = value.strip().rstrip(".),;:!?")
     if _is_placeholder(value) or (value.lower() in _PROSE_NOT_A_SECRET and not quoted):
         return False
     if re.match(r"(?i)^[\w.]+\(", value) or value.startswith(("$", "{", "[", "(", "<")):
         return False  # a function call, variable, template or structure, not a literal
-    if not quoted and is_code_reference(name, value):
+    if not quoted and is_code_reference(name, value, text, at):
         return False
     if ds_heuristic.is_templated_secret(value) or ds_heuristic.is_indirect_reference(f"x = {value}"):
         return False
@@ -376,17 +405,24 @@ _OTP_NAMES = (
 _BASE32_SEED = r"(?-i:[A-Z2-7]{16,}|[a-z2-7]{16,}|(?:[A-Za-z2-7]{4} ){3,}[A-Za-z2-7]{4})={0,6}(?![\w\-])"
 _OTP_SEED = _named_code(_OTP_NAMES, _BASE32_SEED, direct=True)
 # A door / alarm / safe / keypad code or combination of 4-8 digits ("the alarm code for the office is 4829", "the
-# code for the safe is 12-34-56"); other codes ("error code", "zip code", "status code") are not secrets.
+# code for the safe is 12-34-56", "gate code 4821#"); other codes ("error code", "zip code", "status code") are not
+# secrets. Without a verb ("gate code 4821#") only the names of a lock's code: a "building code 2018" is a rule book.
 _ACCESS = r"(?:alarm|door|gate|safe|lock|locker|padlock|keypad|access|building|garage|entrance|lockbox|key ?box)"
 _ACCESS_CODE_NAMES = (
     rf"{_ACCESS}(?:\s+(?:access|entry|keypad|pin))?\s+(?:code|pin|pin code|combination)s?|"
     rf"(?:code|combination)s?\s+(?:for|of|to)\s+(?:the\s+|our\s+|your\s+)?(?:[\w\-]+\s+){{0,2}}?{_ACCESS}s?"
 )
-_ACCESS_CODE = _named_code(
-    _ACCESS_CODE_NAMES,
-    r"(?:\d{4,8}|\d{1,3}(?:-\d{1,3}){2,4})(?![\w\-])"
-    r"(?!\s+(?:lines?|digits?|characters?|chars?|times?|seconds?|minutes?|hours?|days?|bytes?|rows?|items?)\b)",
+_KEYED_CODE_NAMES = (
+    r"(?:alarm|door|gate|safe|padlock|locker|keypad|garage|lockbox|key ?box)(?:\s+(?:access|entry|keypad))?\s+"
+    r"(?:code|pin|pin code|combination)"
 )
+# a code as typed on a keypad: 4-8 digits, maybe with "*" / "#" ("4821#", "*1234#"), or a dial's "12-34-56"
+_ACCESS_CODE_VALUE = (
+    r"(?:[*#]?\d{4,8}#?|\d{1,3}(?:-\d{1,3}){2,4})(?![\w\-#])"
+    r"(?!\s+(?:lines?|digits?|characters?|chars?|times?|seconds?|minutes?|hours?|days?|bytes?|rows?|items?)\b)"
+)
+_ACCESS_CODE = _named_code(_ACCESS_CODE_NAMES, _ACCESS_CODE_VALUE)
+_KEYED_CODE = _named_code(_KEYED_CODE_NAMES, _ACCESS_CODE_VALUE, direct=True)
 # "the pass is Kx8!mQ2zLp" (a bare "pass" is too common a word for more: "the first pass is slow")
 _PROSE_PASS = re.compile(r"(?i)\bpass\s*(?:\s(?:is|was)\s+|[:=]\s*)(?P<value>[^\s\"'`]+)")
 # "the admin password, Kx8mQ2zLp, must be ...": an appositive; only a value that cannot be a word or a term
