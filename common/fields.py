@@ -4,7 +4,7 @@
   integers outside 64 bits and nesting deeper than ``API_MAX_JSON_DEPTH`` before any field sees the body.
 * Query strings: ``common.middleware.InputPolicyMiddleware`` refuses NUL bytes and lone surrogates.
 * Fields: values of the wrong JSON type are refused, never coerced (``false`` is not ``0.0``); numbers
-  are bounded to what the database stores.
+  are bounded to what the database stores; text is measured as sent, before a field trims it.
 * Unknown fields: refused everywhere (``StrictSerializer``), declared ``additionalProperties: false``
   in the schema (``common.schema.AutoSchema``). Query strings: blank values are refused
   unless the field allows blank (``StrictQuerySerializer``).
@@ -39,7 +39,7 @@ def json_type_error(field, value) -> str | None:
         return None  # allow_null decides
     if isinstance(field, serializers.BooleanField):
         return None if isinstance(value, bool) else "Expected a boolean."
-    if isinstance(field, (serializers.CharField, serializers.ChoiceField)):
+    if isinstance(field, (serializers.CharField, serializers.ChoiceField, serializers.UUIDField)):
         return None if isinstance(value, str) else "Expected a string."
     if isinstance(field, serializers.IntegerField):
         return None if isinstance(value, int) and not isinstance(value, bool) else "Expected an integer."
@@ -52,9 +52,21 @@ def json_type_error(field, value) -> str | None:
     return None
 
 
+def sent_length_error(field, value) -> str | None:
+    """Why text sent for ``field`` is longer than it takes, or None. Measured as sent, before the field trims it:
+    the schema's ``maxLength`` counts the value sent, so surrounding whitespace never lets a longer one through."""
+    if isinstance(field, serializers.ListField) and isinstance(value, list):
+        return next(filter(None, (sent_length_error(field.child, item) for item in value)), None)
+    max_length = getattr(field, "max_length", None)
+    if isinstance(field, serializers.CharField) and max_length is not None and isinstance(value, str) and len(value) > max_length:
+        return field.error_messages["max_length"].format(max_length=max_length)
+    return None
+
+
 class StrictSerializer(serializers.Serializer):
     """Refuses keys it does not know, naming them, instead of silently dropping them (bodies and query strings),
-    and, in a JSON body, values of the wrong JSON type (query strings and forms carry only text)."""
+    text longer than its field takes as sent (before trimming), and, in a JSON body, values of the wrong JSON type
+    (query strings and forms carry only text)."""
 
     def to_internal_value(self, data):
         if hasattr(data, "keys"):
@@ -63,6 +75,15 @@ class StrictSerializer(serializers.Serializer):
             unknown = sorted(set(data.keys()) - set(self.fields) - transport)
             if unknown:
                 raise serializers.ValidationError({k: ["Unknown field."] for k in unknown})
+            sent = data.lists() if hasattr(data, "getlist") else ((name, [value]) for name, value in data.items())
+            too_long = {}
+            for name, values in sent:
+                field = self.fields.get(name)
+                reason = next(filter(None, (sent_length_error(field, v) for v in values)), None) if field else None
+                if reason and not field.read_only:
+                    too_long[name] = [reason]
+            if too_long:
+                raise serializers.ValidationError(too_long)
             if not hasattr(data, "getlist"):  # a JSON object, not a QueryDict
                 wrong = {}
                 for name, field in self.fields.items():

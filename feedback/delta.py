@@ -1,12 +1,14 @@
 """A small, deterministic JSON diff used as a feedback record's ``correction_delta``."""
 
+import json
 from typing import Any
 
 
 def json_delta(original: Any, corrected: Any) -> dict:
     """What changed from ``original`` to ``corrected``.
 
-    Objects are compared key by key (nested keys get dotted paths); any other
+    Objects are compared key by key (nested keys get dotted paths; a key that is empty, ``$`` or holds a dot, a
+    bracket or a quote is written ``["a.b"]``, so two keys never share a path); any other
     value, lists included, is compared as a whole. The answer is
     ``{"added": {path: new}, "removed": {path: old}, "changed": {path: {"from": old, "to": new}}}``.
     """
@@ -18,7 +20,7 @@ def json_delta(original: Any, corrected: Any) -> dict:
 def _walk(a: Any, b: Any, path: str, delta: dict) -> None:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b), key=str):
-            sub = f"{path}.{key}" if path else str(key)
+            sub = _path(path, str(key))
             if key not in a:
                 delta["added"][sub] = b[key]
             elif key not in b:
@@ -28,6 +30,12 @@ def _walk(a: Any, b: Any, path: str, delta: dict) -> None:
         return
     if not json_equal(a, b):
         delta["changed"][path or "$"] = {"from": a, "to": b}
+
+
+def _path(path: str, key: str) -> str:
+    if key in ("", "$") or any(c in key for c in '.[]"'):
+        return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+    return f"{path}.{key}" if path else key
 
 
 def json_equal(a: Any, b: Any) -> bool:

@@ -199,6 +199,24 @@ def test_executions_need_level_2_and_are_reviewed_once(agent_a, reviewer):
     assert reviewer.post(f"/api/v1/executions/{eid2}/review", {"outcome": "maybe"}, format="json").status_code == 400
 
 
+def test_a_key_holding_a_dot_keeps_its_own_path_in_the_delta(agent_a):
+    """{"a.b": ...} and {"a": {"b": ...}} are two keys: each change is in the delta, neither overwrites the other."""
+    Action.objects.create(name="email.send")
+    body = {
+        "action": "email.send",
+        "original_action": {"a": {"b": 1}, "a.b": 1, "$": 1, "": 1},
+        "corrected_action": {"a": {"b": 2}, "a.b": 3, "$": 4, "": 5},
+    }
+    r = agent_a.post("/api/v1/overrides", body, format="json")
+    assert r.status_code == 201, r.content
+    assert r.data["correction_delta"]["changed"] == {
+        "a.b": {"from": 1, "to": 2},
+        '["a.b"]': {"from": 1, "to": 3},
+        '["$"]': {"from": 1, "to": 4},
+        '[""]': {"from": 1, "to": 5},
+    }
+
+
 def test_manual_override_and_listing_filters(agent_a, agent_b, reviewer):
     Action.objects.create(name="email.send")
     r = agent_a.post(

@@ -420,3 +420,44 @@ def test_a_key_given_twice_in_one_object_is_400_not_the_last_one(gov_api, catalo
     answer = _post(gov_api, "/api/v1/executions", nested)
     assert answer.status_code == 400 and "'n' appears twice" in answer.json()["detail"], answer.content
     assert not LearnedPhrase.objects.exists() and not Execution.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/v1/memories/retrieve", {"user_id": "alice", "query": "\x1f" + "x" * 2000}, "query"),
+        ("/api/v1/resolve", {"text": "list all cbus" + " " * 2000}, "text"),
+        (
+            "/api/v1/memories/observe",
+            {"user_id": "u1", "user_message": "tea", "assistant_message": "ok", "meta": {"topic": " " + "t" * 200}},
+            "meta.topic",
+        ),
+        ("/api/v1/memories/search", {"user_id": "u1", "query": "tea", "filters": {"tags": ["t" * 60 + " "]}}, "filters.tags"),
+    ],
+)
+def test_text_longer_than_its_field_as_sent_is_400_before_trimming(api, catalogue, settings, path, body, field):
+    """The schema's maxLength counts the text as sent: whitespace the field trims does not let a longer one through."""
+    assert settings.RESOLVE_MAX_TEXT_LENGTH == 2000
+    response = api.post(path, body, format="json")
+    assert response.status_code == 400, response.content
+    answer = response.json()
+    assert answer["code"] == "invalid" and list(answer["fields"]) == [field], answer
+    assert "no more than" in answer["fields"][field][0]
+
+
+def test_a_query_parameter_longer_than_it_takes_as_sent_is_400(api):
+    response = api.get("/api/v1/proposals", {"action": "a" * 100 + " "})
+    assert response.status_code == 400 and response.json()["fields"] == {
+        "action": ["Ensure this field has no more than 100 characters."]
+    }, response.content
+    assert api.get("/api/v1/proposals", {"action": " email.send "}).status_code == 200
+
+
+@pytest.mark.parametrize("value", [1, 0, True, -1])
+def test_a_request_id_must_be_a_string_not_a_number_read_as_a_uuid(api, catalogue, value):
+    """DRF reads an integer as the UUID of that number (``true`` as ...0001); a JSON number is no request id."""
+    body = {"text": "show my units", "verb": "cbu.list", "user_id": "alice", "request_id": value}
+    response = api.post("/api/v1/resolutions/confirm", body, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "invalid"
+    assert response.json()["fields"] == {"request_id": ["Expected a string."]}
