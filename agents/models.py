@@ -3,6 +3,8 @@
 import hashlib
 import secrets
 
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models.lookups import Exact
 from simple_history.models import HistoricalRecords
@@ -117,16 +119,17 @@ class IdempotentRequest(TenantOwned):
     embedding_pending = models.BooleanField(
         default=False, db_default=False, help_text="The answer said X-Embedding-Pending: a retry's answer says it too"
     )
-    user_id = models.CharField(
-        max_length=128, null=True, blank=True, help_text="The user the request named: their erasure erases the answer"
+    user_ids = ArrayField(
+        models.CharField(max_length=128),
+        default=list,
+        blank=True,
+        help_text="The users the request or its answer named: the erasure of one of them erases the answer",
     )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["agent", "key"], name="idempotent_request_unique_key")]
-        indexes = [
-            models.Index(fields=["tenant", "user_id"], condition=models.Q(user_id__isnull=False), name="idempotent_request_user")
-        ]
+        indexes = [GinIndex(fields=["user_ids"], name="idempotent_request_users")]
 
     def __str__(self):
         return f"{self.method} {self.path} ({self.key})"

@@ -5,8 +5,6 @@ import unicodedata
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import BooleanField, Q
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from agents.authentication import verified_keys_forget
@@ -142,16 +140,15 @@ def idempotent_request_claim(
     key: REST's header, MCP's ``_meta`` member); a key older than API_IDEMPOTENCY_TTL_S is free again.
     ``user_id``: the user the request names (its body's ``user_id``), kept with the answer so that the user's
     erasure erases it (``idempotent_answers_of_user_erase``); anything but a user id is not kept."""
-    if not isinstance(user_id, str) or not re.fullmatch(USER_ID_RE, user_id):
-        user_id = None
+    users = _user_ids([user_id.strip() if isinstance(user_id, str) else None])
     cutoff = timezone.now() - timezone.timedelta(seconds=settings.API_IDEMPOTENCY_TTL_S)
     IdempotentRequest.objects.filter(agent=agent, key=key, created_at__lt=cutoff).delete()
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {IdempotentRequest._meta.db_table} "
-            "(tenant_id, agent_id, key, method, path, request_hash, user_id, created_at) "
+            "(tenant_id, agent_id, key, method, path, request_hash, user_ids, created_at) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, now()) ON CONFLICT (agent_id, key) DO NOTHING RETURNING id",
-            [agent.tenant_id, agent.pk, key, method, path[:500], request_hash, user_id],
+            [agent.tenant_id, agent.pk, key, method, path[:500], request_hash, users],
         )
         if cursor.fetchone() is not None:
             return None
@@ -166,11 +163,37 @@ def idempotent_request_claim(
     return stored
 
 
+def _user_ids(values) -> list[str]:
+    """The user ids among ``values`` (anything else left out), each once, in order."""
+    return list(dict.fromkeys(v for v in values if isinstance(v, str) and re.fullmatch(USER_ID_RE, v)))
+
+
+def _named_users(value, depth: int = 0) -> list[str]:
+    """The values of every ``user_id`` member in a JSON answer, at any depth (bounded, as the body's nesting is)."""
+    if depth > settings.API_MAX_JSON_DEPTH:
+        return []
+    if isinstance(value, dict):
+        found = [value.get("user_id")]
+        for member in value.values():
+            found += _named_users(member, depth + 1)
+        return found
+    if isinstance(value, list):
+        return [u for item in value for u in _named_users(item, depth + 1)]
+    return []
+
+
 def idempotent_request_store(*, agent: Agent, key: str, status_code: int, response, embedding_pending: bool = False) -> None:
-    """Store the answer of the request that claimed ``key`` (in its transaction); ``embedding_pending``: it said
-    that rows were stored without their vectors (X-Embedding-Pending), which its replays say too."""
-    IdempotentRequest.objects.filter(agent=agent, key=key, status_code__isnull=True).update(
-        status_code=status_code, response=response, embedding_pending=embedding_pending
+    """Store the answer of the request that claimed ``key`` (in its transaction), with the users it names (for
+    their erasure); ``embedding_pending``: it said that rows were stored without their vectors
+    (X-Embedding-Pending), which its replays say too."""
+    claimed = IdempotentRequest.objects.filter(agent=agent, key=key, status_code__isnull=True)
+    named = _user_ids(_named_users(response))
+    users = _user_ids([*(claimed.values_list("user_ids", flat=True).first() or []), *named]) if named else None
+    claimed.update(
+        status_code=status_code,
+        response=response,
+        embedding_pending=embedding_pending,
+        **({"user_ids": users} if users is not None else {}),
     )
 
 
@@ -188,19 +211,13 @@ ERASED_ANSWER = {
 
 
 def idempotent_answers_of_user_erase(*, user_id: str, dry_run: bool = False) -> int:
-    """In the caller's tenant scope, replace the stored answers that may quote ``user_id`` (the requests that named
-    them, and answers that name them anywhere, such as a click's) with ``ERASED_ANSWER`` (410): a retry with the
-    key learns that what it wrote is gone, and is not applied again. Answers how many (``dry_run``: counts only)."""
-    quoting = RawSQL(
-        "jsonb_path_exists(response, '$.** ? (@.user_id == $u)', jsonb_build_object('u', %s::text))",
-        [user_id],
-        output_field=BooleanField(),
-    )
-    answered = IdempotentRequest.objects.filter(status_code__isnull=False)
-    named = answered.filter(Q(user_id=user_id) | Q(pk__in=answered.alias(quoting=quoting).filter(quoting=True).values("pk")))
+    """In the caller's tenant scope, replace the stored answers that may quote ``user_id`` (of the requests that
+    named them, or that name them: ``user_ids``) with ``ERASED_ANSWER`` (410): a retry with the key learns that
+    what it wrote is gone, and is not applied again. Answers how many (``dry_run``: counts only)."""
+    named = IdempotentRequest.objects.filter(status_code__isnull=False, user_ids__contains=[user_id])
     if dry_run:
         return named.count()
-    return named.update(status_code=410, response=ERASED_ANSWER, embedding_pending=False, user_id=None)
+    return named.update(status_code=410, response=ERASED_ANSWER, embedding_pending=False, user_ids=[])
 
 
 def idempotent_requests_purge() -> int:

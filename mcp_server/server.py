@@ -249,7 +249,8 @@ def call_tool_sync(
             field=field,
             user_id=data.get("user_id") if isinstance(data, Mapping) else None,
         )
-        if stored is not None and stored.status_code == 410:  # erased with its user's data
+        if stored is not None and stored.status_code == 410 and (stored.response or {}).get("code") == "erased":
+            # erased with its user's data: the retry is told, as over REST, not answered as if applied
             return Outcome(error={"status": stored.status_code, **stored.response, "http_status": stored.status_code})
         if stored is not None:
             return Outcome(data=stored.response, replayed=True, embedding_pending=stored.embedding_pending)
@@ -375,7 +376,7 @@ RESOURCE_TEMPLATES = [
     ),
 ]
 
-_STATUS_CODES = {400: types.INVALID_PARAMS, 403: FORBIDDEN, 404: RESOURCE_NOT_FOUND, 409: CONFLICT, 410: CONFLICT}
+_STATUS_CODES = {400: types.INVALID_PARAMS, 403: FORBIDDEN, 404: RESOURCE_NOT_FOUND, 409: CONFLICT}
 
 
 # --- The server ------------------------------------------------------------------------------------

@@ -6,9 +6,11 @@ import re
 from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 
 from agents.services import idempotent_answers_of_user_erase
 from common.api import ApplicationError
+from common.db import tenant_lock
 from common.validators import USER_ID_RE
 from learning.services.users import erasure_candidate_ids, user_learning_erase
 from memories.services.users import user_memories_erase
@@ -22,11 +24,10 @@ ADMIN_LOG_IDS_PER_QUERY = 5_000  # object ids named in one query (a user may hav
 
 
 def _logged_models() -> set[str]:
-    """The models (lower-case labels) the admin's log of changes names a row of: only their ids are collected."""
-    return {
-        f"{app}.{model}"
-        for app, model in LogEntry.objects.values_list("content_type__app_label", "content_type__model").distinct()
-    }
+    """The models (lower-case labels) the admin's log of changes names a row of: only their ids are collected. One
+    probe of the log's content-type index per content type, not a read of the log."""
+    logged = ContentType.objects.filter(Exists(LogEntry.objects.filter(content_type=OuterRef("pk")).order_by()))
+    return {f"{app}.{model}" for app, model in logged.values_list("app_label", "model")}
 
 
 def _admin_log_scrub(objects: dict[str, list[int]], *, logged: set[str], dry_run: bool) -> int:
@@ -66,6 +67,9 @@ def user_data_erase(*, user_id: str, dry_run: bool = False, actor: str = "") -> 
     with transaction.atomic():
         global_candidates = None
         if not dry_run:
+            # one erasure at a time in a tenant: two users who proposed the same global candidate are erased one
+            # after the other, and the second reads what the first left (it may then delete the candidate)
+            tenant_lock("privacy:erase:")
             # a reviewer's decision on one of the items the erasure deletes ends first
             candidate_ids, global_candidates = erasure_candidate_ids(user_id=user_id)
             items_of_user_lock(user_id=user_id, candidate_ids=candidate_ids)

@@ -305,26 +305,26 @@ def test_the_erasure_collects_the_ids_only_of_rows_the_logs_can_name(alice, monk
 
 
 def test_the_recount_takes_one_update_per_number_of_clicks(cbus, django_capture_on_commit_callbacks, django_assert_num_queries):
-    """Shared candidates lose the erased user's clicks in one update per click count (after one statement that
-    locks them in key order), each never below the clicks its signals still record."""
+    """Shared candidates lose the erased user's clicks in one update per click count (the erasure locked them
+    before, in key order, with its other candidates), each never below the clicks its signals still record."""
     from django.db import transaction
 
     from learning.services.users import _shared_candidates_recount
 
     api = make_client(["resolve", "feedback"], name="clicker")
-    texts = ("every cbu there is", "cbus of mine please", "show the cbus")
+    texts = ("every cbu there is", "cbus of mine please", "show the cbus", "all the cbus please")
     with django_capture_on_commit_callbacks(execute=True):
         for text in texts:
             _click(api, text, "alice")
             _click(api, text, "bob")
     shared = [LearningCandidate.objects.get(user_id__isnull=True, normalized=text) for text in texts]
-    for candidate, count in zip(shared, (4, 5, 3), strict=True):
+    for candidate, count in zip(shared, (4, 5, 3, 6), strict=True):
         LearningCandidate.objects.filter(pk=candidate.pk).update(occurrence_count=count)
-    clicks = {shared[0].pk: 1, shared[1].pk: 2, shared[2].pk: 2}
-    with transaction.atomic(), django_assert_num_queries(3):
+    clicks = {shared[0].pk: 1, shared[1].pk: 2, shared[2].pk: 2, shared[3].pk: 1}
+    with transaction.atomic(), django_assert_num_queries(2):
         _shared_candidates_recount(clicks, [])
     counts = [LearningCandidate.objects.get(pk=c.pk).occurrence_count for c in shared]
-    assert counts == [3, 3, 2]  # 4 - 1, 5 - 2, and 3 - 2 held at the two clicks its signals record
+    assert counts == [3, 3, 2, 5]  # 4 - 1, 5 - 2, 3 - 2 held at the two clicks its signals record, 6 - 1
 
 
 def test_log_entries_written_with_texts_before_the_upgrade_lose_them(alice):

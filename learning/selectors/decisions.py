@@ -6,7 +6,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Count, F, Q, Sum, Window
+from django.db.models import Count, F, Q, Subquery, Sum, Window
 from django.db.models.functions import RowNumber
 
 from common.db import values_list_binary
@@ -288,10 +288,11 @@ def _learned_bounded(learned):
     quota = per_verb_quota(counts, bound)
     if quota is None:
         return learned
-    ranked = learned.annotate(
+    # ranked by their keys alone (the window's sort never carries the vectors), then read
+    ranked = learned.order_by().annotate(
         rank=Window(RowNumber(), partition_by=[F("verb_id")], order_by=[F("confidence").desc(), F("pk").desc()])
     )
-    return ranked.filter(rank__lte=quota)
+    return learned.filter(pk__in=Subquery(ranked.filter(rank__lte=quota).values("pk")))
 
 
 def decision_user_anchor_rows(*, model: str, user_id: str):

@@ -72,7 +72,7 @@ def _shared_candidates_recount(clicks: dict[int, int], erased: list[int]) -> Non
     """The pending or rejected global candidates the erasure keeps (others proposed them too) lose the user's
     clicks from their occurrences, so the erasure of their last proposer deletes them: one relative update (a click
     counted meanwhile adds its own) per number of clicks the user gave a candidate, never below the clicks of others
-    its signals still record, nor below one."""
+    its signals still record, nor below one. The caller holds their rows (``user_learning_erase``)."""
     others = (
         LearningSignal.objects.filter(global_candidate_id=OuterRef("pk"))
         .order_by()
@@ -80,10 +80,7 @@ def _shared_candidates_recount(clicks: dict[int, int], erased: list[int]) -> Non
         .annotate(n=Count("id"))
         .values("n")
     )
-    kept = sorted(set(clicks) - set(erased))
-    # locked in key order first, as a reviewer's decision on several locks them: an update of many rows takes
-    # their locks in whatever order it reads them
-    list(LearningCandidate.objects.filter(pk__in=kept).order_by("pk").select_for_update().values_list("pk"))
+    kept = sorted(set(clicks) - set(erased))  # locked by the erasure already, with the others, in key order
     by_clicks: dict[int, list[int]] = defaultdict(list)
     for pk in kept:
         by_clicks[clicks[pk]].append(pk)
@@ -165,12 +162,17 @@ def user_learning_erase(
         if global_candidates is None or dry_run:
             global_candidates = _global_candidates_only_of(user_id)
         if not dry_run:
-            for model in (LearningCandidate, LearnedPhrase):
-                qs = _of_user(model, user_id, global_candidates)
-                list(qs.order_by("pk").select_for_update().values_list("pk"))
-            # locked: a click processed meanwhile may have added an occurrence; read again under the lock
-            global_candidates = _global_candidates_only_of(user_id)
             clicks = _global_candidate_clicks(user_id)  # the user's requests are locked: their signals stay as read
+            # every candidate the erasure may delete or recount, in one pass in key order as a reviewer's decision
+            # on several locks them: the user's own, and the pending or rejected global ones the user's clicks
+            # counted toward (those only the user proposed among them)
+            candidates = LearningCandidate.objects.filter(
+                Q(user_id=user_id) | Q(pk__in=list(clicks), user_id__isnull=True, status__in=UNADOPTED)
+            )
+            list(candidates.order_by("pk").select_for_update().values_list("pk"))
+            list(_of_user(LearnedPhrase, user_id, global_candidates).order_by("pk").select_for_update().values_list("pk"))
+            # locked: a click processed meanwhile may have added an occurrence, a reviewer approved one; read again
+            global_candidates = _global_candidates_only_of(user_id)
         for model in USER_MODELS:
             if ids_of is not None and model._meta.label_lower not in ids_of:
                 continue
