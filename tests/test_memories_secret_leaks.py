@@ -4,13 +4,16 @@ sentence gives; more ways of stating a password are found (a plain word named th
 context, a password asked for and answered in one lesson, a password told in another language); code that passes a
 password around is not a secret, a snake_case literal assigned to a password is."""
 
+import math
+import time
+
 import pytest
 from django.test import override_settings
 
 from memories import write_gate
 from memories.extraction import extract_deterministic
 from memories.models import Memory, MemoryQuarantine
-from memories.secrets import find_secrets
+from memories.secrets import find_secrets, rules
 from memories.services import memory_deprecate
 from tests.conftest import OBSERVE, OUTCOME, make_memory
 
@@ -276,6 +279,14 @@ CODE_REFERENCES = [
     "const password = userInput;",
     "def connect():\n    password = read_secret\n    return db.connect(password=password)",
     "secret_key = settings.SECRET_KEY",
+    # a placeholder or the name of where the secret is kept, not a literal
+    "password: not_set",
+    "password: see_vault",
+    "password = secret_name",
+    # a value spelling out the secret word its abbreviated name stands for ("DB_PASS" is how one rule reads the name)
+    "export DB_PASSWORD=db_password_prod",
+    "DB_PASSWORD=prod_db_password",
+    "export DB_PASS=db_password_prod",
 ]
 
 
@@ -329,6 +340,8 @@ NAMED_FIRST = [
     ("Remember that bluebird is the db password for staging.", "bluebird"),
     ("Note: sunshine is also my admin passcode on the NAS.", "sunshine"),
     ("correcthorse is the passphrase, do not share it.", "correcthorse"),
+    ("swordfish is the password, don't share it.", "swordfish"),
+    ("bluebird is my password for the router.", "bluebird"),
 ]
 
 
@@ -351,6 +364,11 @@ NOT_NAMED_FIRST = [
     "Mine is the password with the symbols.",
     "Yes, that is my password.",
     "Here is the password reset link for the team.",
+    # sayings and a field's place, not a secret: a common word "is the password" to / for something or before more prose
+    "Patience is the password to success.",
+    "Trust is the password, and everything else follows.",
+    "Consistency is the password for growth in this team.",
+    "The first field is the username, second is the password.",
 ]
 
 
@@ -371,6 +389,9 @@ ACCESS_CODES = [
     ("Punch in 7302# at the gate to get into the car park.", "7302"),
     ("Use 1234 to disarm the alarm in the morning.", "1234"),
     ("At the keypad, enter 5519 and push the door.", "5519"),
+    ("my pin 4821", "4821"),
+    ("the PIN 4821 opens the card", "4821"),
+    ("Enter 4821 at the door for the delivery.", "4821"),
 ]
 
 
@@ -395,6 +416,11 @@ NOT_ACCESS_CODES = [
     "The building code 2018 edition applies to the new wing.",
     "GPIO pin 1234 is wired to the relay.",
     "Dial 4821 for the front desk.",
+    # a lower-case "pin" without a determiner is another pin; a place word that does not end its phrase is no place
+    "pin 1234 of the header",
+    "Pin 2048 to the dashboard.",
+    "Use 2024 for the door prize raffle.",
+    "Press 1234 on the lock screen to unlock your phone.",
 ]
 
 
@@ -477,6 +503,13 @@ NOT_FOREIGN = [
     "a senha é obrigatória",
     "a senha é alterada todo mês",
     "la password è scaduta",
+    # participles of the language that matched, and words that say any value will do
+    "la password è cambiata ogni mese",
+    "la password è impostata dall'amministratore",
+    "la password è richiesta per accedere",
+    "la password è salvata nel vault",
+    "le mot de passe est requise pour se connecter",
+    "la contraseña es cualquier palabra que elijas",
 ]
 
 
@@ -504,3 +537,88 @@ def test_the_quarantine_preview_redacts_the_new_forms(api, answer, secret):
     item = MemoryQuarantine.objects.get(user_id="alice")
     assert "[REDACTED:" in item.redacted_preview, item.redacted_preview
     _nothing_kept([secret])
+
+
+# --- the gate reads a long text in linear time ------------------------------------------------------------------
+
+# Texts reach the gate up to 20,000 characters (extraction runs it on whole messages). Runs of whitespace or of a
+# repeated phrase after each rule's keywords: where two quantifiers can take the same characters, a pattern backtracks
+# N^2 or N^3 steps ("what is the password" + 2,000 spaces took 32 s in detect-secrets' IBM Cloud pattern).
+_N = 5_000
+ADVERSARIAL = [
+    ("ask_for", lambda n: "Ask the agent: what is the password for" + " " * n + "x"),
+    ("ask_for_tabs", lambda n: "Q: what is the password for the VPN" + " \t" * (n // 2) + "x"),
+    ("what_is_the_password", lambda n: "what is the password" + " " * n + "x"),
+    ("what_is_the_password_newlines", lambda n: "what is the password" + "\n" * n + "x"),
+    ("password_for", lambda n: "password for" + " " * n + "x"),
+    ("pin", lambda n: "pin" + " " * n + "x"),
+    ("PIN_tabs", lambda n: "use PIN" + "\t" * n + "#"),
+    ("gate_code", lambda n: "gate code" + " " * n + "x"),
+    ("mi_contrasena_es", lambda n: "mi contraseña es" + " " * n + "x"),
+    ("password_es_colon", lambda n: "la password es" + " " * n + ":"),
+    ("passwort_colon", lambda n: "Passwort" + " \n" * (n // 2) + ":"),
+    ("my_password_is", lambda n: "my password is" + " " * n + "x"),
+    ("password_set_to", lambda n: "the root password was set to" + "\t" * n + "x"),
+    ("username", lambda n: "username" + " " * n + "x"),
+    ("login_newlines", lambda n: "login" + "\n" * n + "x"),
+    ("password_dots", lambda n: "password" + "." * n),
+    ("password_dashes", lambda n: "my password is " + "-" * n),
+    ("flag_dashes", lambda n: "-" * n),
+    ("a_space", lambda n: "a " * (n // 2)),
+    ("a_tab", lambda n: "a\t" * (n // 2)),
+    ("a_is_the", lambda n: "a is the " * (n // 9) + "password."),
+    ("is_my_password", lambda n: "x is my password. " * (n // 18)),
+    ("assignments_one_line", lambda n: "password = user_x; " * (n // 19)),
+    ("assignments_lines", lambda n: "password = user_x\n" * (n // 18)),
+    ("answers", lambda n: "wifi password? A: " * (n // 18)),
+    ("keypad_enter", lambda n: "keypad enter " * (n // 13)),
+]
+
+
+def _seconds(text: str) -> float:
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        find_secrets(text)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@pytest.mark.parametrize("make", [make for _, make in ADVERSARIAL], ids=[name for name, _ in ADVERSARIAL])
+def test_the_gate_reads_an_adversarial_text_in_linear_time(make):
+    """The gate's time on N and 4N characters (5,000 and 20,000, the longest text it is given): linear work grows 4x,
+    quadratic 16x, cubic 64x; the bound is 8x. A ratio, not a wall-time cap: the project keeps speed targets out of
+    timed tests, and a ratio of the same text at two sizes measured in the same test holds on a slow or loaded machine
+    where an absolute cap would not. Each size is the best of three runs (a pause of the machine only lengthens a run),
+    and 50 ms of slack keeps a text the gate reads in a few milliseconds from failing on noise: a superlinear term that
+    small at 20,000 characters is harmless."""
+    small, large = _seconds(make(_N)), _seconds(make(4 * _N))
+    assert large < 8 * small + 0.05, f"{small:.4f}s at {_N}, {large:.4f}s at {4 * _N}"
+
+
+def test_detect_secrets_assignment_patterns_find_the_same_without_backtracking():
+    """detect-secrets' assignment patterns (IBM Cloud IAM, IBM COS HMAC, Cloudant, SoftLayer) rewritten with possessive
+    spaces find what the originals find."""
+    from detect_secrets.plugins.cloudant import CloudantDetector
+    from detect_secrets.plugins.ibm_cloud_iam import IbmCloudIamDetector
+    from detect_secrets.plugins.ibm_cos_hmac import IbmCosHmacDetector
+    from detect_secrets.plugins.softlayer import SoftlayerDetector
+
+    names = ["ibm_cloud_iam_key", "iam-api-password", "ibm_cos_hmac_secret_access_key", "cloudant_password", "sl_api_key"]
+    values = ["a" * 44, "A1b2-" * 8 + "_x9Z", "0f" * 24, "0123456789abcdef" * 4, "abcdefghijklmnopqrstuvwx"]
+    operators = ["=", " = ", ":", " :  ", ":=", "=>", "::", " ", "   ", "= =", ": :", "", " =>  ", "=:"]
+    texts = [f"{q}{n}{q}{op}{q}{v}{q}" for n in names for v in values for op in operators for q in ("", '"')]
+    texts += [f"the {n}{op}{v}." for n in names for v in values for op in operators]
+    patterns = [
+        *IbmCloudIamDetector.denylist,
+        *IbmCosHmacDetector.denylist,
+        *CloudantDetector.denylist,
+        *SoftlayerDetector.denylist,
+    ]
+    rewritten = 0
+    for original in patterns:
+        linear = rules.linear_assignment(original)
+        rewritten += linear.pattern != original.pattern
+        for text in texts:
+            assert [m.span(1) for m in linear.finditer(text)] == [m.span(1) for m in original.finditer(text)], text
+    assert rewritten == 5

@@ -113,27 +113,48 @@ def set_word_is_password(t: str, value: str, end: int) -> bool:
 # name back: ``_WORD_IS_THE`` ends where ``_PASSWORD_NAME`` starts.
 _PASSWORD_NAME = re.compile(
     r"(?i)\b(?:password|passphrase|passcode|passwd|pwd|pw)s?"
-    r"(?=\s*(?:[.,;:!?)]|$)|\s+(?:for|on|to|at|in|and|when|while|if|so|but|then|until|everywhere)\b)"
+    r"(?=\s*+(?P<end>[.,;:!?)]|$)|\s++(?P<conn>for|on|to|at|in|and|when|while|if|so|but|then|until|everywhere)\b)"
 )
 _WORD_IS_THE = re.compile(
     r"(?i)(?:^|[.!?:;,(\n\"'`]|\b(?:that|remember|note|so|and|but|because|guess|think|thought|says?|said|fyi|btw|ok|okay|yes|"
-    r"well|reminder)\b)\s*(?P<value>[A-Za-z][a-z]*(?:[-'][a-z]+)*)\s+(?:is|was)\s+(?:(?:also|still|now|probably)\s+)?"
-    r"(?:the|my|our|your|its|their|his|her)\s+(?:[\w\-]+\s+){0,2}?$"
+    r"well|reminder)\b)\s*+(?P<value>[A-Za-z][a-z]*+(?:[-'][a-z]+)*+)\s++(?:is|was)\s++(?:(?:also|still|now|probably)\s++)?"
+    r"(?P<det>the|my|our|your|its|their|his|her)\s++(?P<qual>(?:[\w\-]++\s++){0,2}?)$"
 )
-# words that say which thing is the password rather than give it: "this is my password", "mine is the password"
+# words that say which thing is the password rather than give it: "this is my password", "mine is the password", "the
+# first field is the username, second is the password"
 _NOT_THE_VALUE = set(
     """
     here there below above mine yours ours theirs hers nothing everything something anything whatever same other
-    another which what this that length entropy
+    another which what this that length entropy first second third fourth fifth last next final former latter previous
     """.split()
 )
+# "Patience is the password to success", "Trust is the password, and everything else follows": a common word said to
+# be "the password" (no "wifi", "db" or "my") is a saying, not a secret, when a purpose follows ("to", "for") or, after
+# a comma, more prose; a rare word ("swordfish", "correcthorse") there still is one (Zipf frequency in English)
+_SAYING_CONNECTORS = {"to", "for"}
+_COMMON_WORD_ZIPF = 3.5
+
+
+def _a_saying(t: str, name: re.Match, m: re.Match) -> bool:
+    """``m`` ("<word> is the") and the password ``name`` after it read as a saying (see ``_COMMON_WORD_ZIPF``)."""
+    if m.group("det").lower() != "the" or m.group("qual"):
+        return False
+    conn = (name.group("conn") or "").lower()
+    if conn in _SAYING_CONNECTORS:
+        return True
+    if name.group("end") != "," or not re.match(r",\s*+[a-z]", t[name.end() :]):
+        return False
+    from wordfreq import zipf_frequency  # here: only a "<word> is the password, ..." sentence needs it
+
+    return zipf_frequency(m.group("value").lower(), "en") >= _COMMON_WORD_ZIPF
 
 
 def words_named_the_password(t: str):
-    """Spans of the words of "<word> is my password": plain words that can be a password, not ones that point at it."""
+    """Spans of the words of "<word> is my password": plain words that can be a password, not ones that point at it
+    nor a saying ("Patience is the password to success")."""
     for name in _PASSWORD_NAME.finditer(t):
         m = _WORD_IS_THE.search(t, max(0, name.start() - 80), name.start())
-        if m and _plain_word_value(m.group("value"), _NOT_THE_VALUE):
+        if m and _plain_word_value(m.group("value"), _NOT_THE_VALUE) and not _a_saying(t, name, m):
             yield m.span("value")
 
 
@@ -167,19 +188,26 @@ _SEED_INTO_APP = re.compile(
 # (cheap pre-check, in the lowercased text: the places)
 _KEYPAD_NEEDLES = ("key", "door", "gate", "alarm", "safe", "lock", "garage", "intercom", "buzzer", "entry")
 _KEYPADS = r"(?:keypad|key\s?pad|alarm|door|gate|safe|lock|padlock|lockbox|key\s?box|garage|intercom|buzzer|entry\s?phone)s?"
+# the place ends its phrase (not "the door prize raffle", "the lock screen"): the end of the clause or a connecting word
+_PLACE_ENDS = (
+    r"(?=\s*+(?:$|[.,;:!?)\n])|\s++(?:and|or|to|for|before|after|when|while|then|so|but|if|until|with|of|on|at|in|"
+    r"by|from|outside|inside|downstairs|upstairs|again|once|twice)\b)"
+)
 _CODE_ENTERED = re.compile(
     r"(?i)\b(?:enter|type|punch|key|press|dial|input|use|tap)\s+(?:in\s+)?(?:the\s+)?(?:code\s+|pin\s+)?"
     rf"(?P<value>{_ACCESS_CODE_VALUE})\s+(?:on|into|at|in|to|for)\s+(?:(?:open|unlock|disarm|arm|get\s+into|enter)\s+)?"
-    rf"(?:the\s+|a\s+|our\s+|your\s+|my\s+)?(?:[\w\-]+\s+){{0,2}}?{_KEYPADS}\b"
+    rf"(?:the\s+|a\s+|our\s+|your\s+|my\s+)?(?:[\w\-]+\s+){{0,2}}?{_KEYPADS}\b{_PLACE_ENDS}"
 )
 # "at the keypad, enter 4821", "on the gate's keypad type 4821#"
 _KEYPAD_THEN_CODE = re.compile(
     r"(?i)\b(?:keypad|key\s?pad|intercom|buzzer)\b[^.\n]{0,30}?\b(?:enter|type|punch\s+in|key\s+in|press|dial|tap)\s+"
     rf"(?P<value>{_ACCESS_CODE_VALUE})"
 )
-# "use PIN 4821", "PIN 4821 for the card": a PIN given after its name, without a verb (not "GPIO pin 4821")
+# "use PIN 4821", "PIN 4821 for the card", "my pin 4821": a PIN given after its name, without a verb. A lower-case
+# "pin" only after a determiner or possessive: "pin 1234 of the header", "Pin 2048 to the dashboard" are other pins.
 _PIN_GIVEN = re.compile(
-    r"(?i)(?<!gpio )(?<!header )\b(?:pin|pin\s+code|pin\s+number|passcode)\s*(?:#|no\.)?\s*"
+    r"(?i)(?<!gpio )(?<!header )\b(?:(?-i:PIN)|(?:my|the|your|our|his|her|their|its|card|bank|sim)\s++pin|passcode)"
+    r"(?:\s++(?:code|number))?\s*+(?:#|no\.)?\s*+"
     r"(?P<value>\d{4,8})(?![\w\-]|[.,]\d)(?!\s+(?:times?|digits?|characters?|chars?|bytes?|pins?)\b)"
 )
 
@@ -307,13 +335,13 @@ _ASKS = (
 )
 # a question that is only the thing asked for: "wifi password?", "Q: the door code?" (not "how to change password?")
 _NAMES_ONLY = (
-    r"(?:^|(?<=[\n.!?:]))\s*(?:(?!(?:how|why|when|where|who|whom|should|shall|can|could|do|does|did|is|are|was|were|"
-    r"will|would|has|have|must|may|any|forgot|forgotten|reset|change|changing|update|rotate|set)\b)[\w\-']+\s+){0,3}?"
+    r"(?:^|(?<=[\n.!?:]))\s*+(?:(?!(?:how|why|when|where|who|whom|should|shall|can|could|do|does|did|is|are|was|were|"
+    r"will|would|has|have|must|may|any|forgot|forgotten|reset|change|changing|update|rotate|set)\b)[\w\-']++\s++){0,3}?"
 )
 _ANSWER_MARK = r"(?:(?-i:\bA)\s*[:)]|\bAns(?:wer)?\s*[:\-]|\b(?:Reply|Response|Assistant|Agent|Bot)\s*:|->|=>|\u2192)"
 _ANSWERED = re.compile(
-    rf"(?i)(?:{_ASKS}|{_NAMES_ONLY})\b(?:{_ASKED_SECRET})\b(?:\s+(?:for|of|to|on|at|in)\s+[^?.!\n]{{1,40}}?)?"
-    rf"\s*(?P<mark>\?)?[?.]*\s*{_ANSWER_MARK}\s*(?:(?:it's|it\s+is|that's|use|try|just)\s+)?"
+    rf"(?i)(?:{_ASKS}|{_NAMES_ONLY})\b(?:{_ASKED_SECRET})\b(?:\s++(?:for|of|to|on|at|in)\s++[^?.!\n]{{1,40}}?)?"
+    rf"\s*+(?P<mark>\?)?[?.]*+\s*+{_ANSWER_MARK}\s*+(?:(?:it's|it\s++is|that's|use|try|just)\s++)?"
     r"(?:(?P<q>[\"'`])(?P<quoted>[^\"'`\n]{4,64})(?P=q)|(?P<value>[^\s\"'`,;()]+))"
 )
 # cheap pre-check (in the lowercased text): an answer marker, and a secret asked for
@@ -376,8 +404,8 @@ _FOREIGN_NAMES = (
 )
 _FOREIGN_PASSWORD = re.compile(
     rf"(?i)(?:(?<![\w\-])(?P<name>{_FOREIGN_NAMES})|(?P<compound>passw[öo]rter|passwort|kennw[öo]rter|kennwort))"
-    r"(?:\s+[\w'\-]+){0,4}?"
-    r"(?:\s+(?P<verb>es|era|est|[ée]tait|ist|lautet|war|[ée]|è)\s*:?\s+|\s*:\s*)"
+    r"(?:\s++[\w'\-]++){0,4}?"
+    r"(?:\s++(?P<verb>es|era|est|[ée]tait|ist|lautet|war|[ée]|è)(?:\s*+:\s++|\s++)|\s*+:\s*+)"
     r"(?:(?P<q>[\"'`«»])\s*(?P<quoted>[^\"'`«»\n]{4,64}?)\s*[\"'`«»]|(?P<value>[^\s\"'`«»]+))"
 )
 # cheap pre-check (in the lowercased text): the names, or an English one and a verb of those languages
@@ -408,12 +436,39 @@ _FOREIGN_NOT_A_VALUE = set(
     il gli i uno di della è non molto più piu mio mia tuo tua obbligatoria necessaria errata sbagliata corretta sicura
     debole lunga valida segreta vecchia uguale diversa stessa stesso troppo unica personale temporanea privata
     semplice vuota anche ancora qui stata stato sono scaduta scaduto
+    cualquier cualquiera alguna alguno ninguna ninguno cada otra otro esta este esa ese aquella aquel toda todo
+    quelconque celle celui cela ceci autre chaque beliebig beliebige irgendein irgendeine diese dieses jede jedes
+    andere qualquer essa esse outra outro cada toda qualsiasi qualunque questa quella altra ogni
     """.split()
 )
-# participles and gerunds ("cambiada", "expiré", "geändert", "zurückgesetzt", "usando"): they describe the password
-_FOREIGN_INFLECTED = re.compile(
-    r"(?i)(?:[ai]d[oa]s?|ando|[ie]endo|ée?s?|^(?:ab|an|auf|aus|zurück|ein|um|vor|zu)?ge\w{2,}(?:t|en))$"
-)
+# participles and gerunds ("cambiada", "expiré", "requise", "geändert", "zurückgesetzt", "usando", "cambiata",
+# "richiesta"): they describe the password. Each language its own endings (an Italian "-ata" is a Spanish word).
+_FOREIGN_INFLECTED = {
+    "es": re.compile(r"(?i)(?:[ai]d[oa]s?|ando|[ie]endo)$"),
+    "pt": re.compile(r"(?i)(?:[ai]d[oa]s?|ando|[ei]ndo)$"),
+    "fr": re.compile(r"(?i)(?:ée?s?|ises?|ites?|ues?)$"),
+    "de": re.compile(r"(?i)^(?:ab|an|auf|aus|zurück|ein|um|vor|zu)?ge\w{2,}(?:t|en)$"),
+    "it": re.compile(r"(?i)(?:[aiu]t[oaie]|iest[oaie]|ost[oaie]|tt[oaie]|ando|endo)$"),
+}
+# the language of a name, or of the verb after a name every language uses ("password", "pin")
+_NAME_LANGUAGE = (
+    ("contrase", "es"), ("clave", "es"), ("código", "es"), ("codigo", "es"), ("senha", "pt"), ("chave", "pt"),
+    ("palavra", "pt"), ("mot", "fr"), ("mdp", "fr"), ("code", "fr"), ("parola", "it"), ("passw", "de"),
+    ("kennw", "de"),
+)  # fmt: skip
+_VERB_LANGUAGE = {
+    "es": "es", "era": "es", "est": "fr", "était": "fr", "etait": "fr", "ist": "de", "lautet": "de", "war": "de",
+    "é": "pt", "e": "pt", "è": "it",
+}  # fmt: skip
+
+
+def _language(name: str, verb: str) -> str | None:
+    """The language a ``_FOREIGN_PASSWORD`` match is in: by its name, else ("password", "pin") by its verb."""
+    if name.startswith(("password", "pin")):
+        return _VERB_LANGUAGE.get(verb)
+    return next((lang for prefix, lang in _NAME_LANGUAGE if name.startswith(prefix)), None)
+
+
 # a word that is also a key to something ("la clave es la paciencia"): the password only if the language seldom uses it
 _AMBIGUOUS_NAMES = {"clave": "es", "claves": "es", "chave": "pt", "chaves": "pt"}
 
@@ -443,7 +498,9 @@ def foreign_value_span(t: str, m: re.Match) -> tuple[int, int] | None:
     low = value.lower()
     if verb == "e" or len(value) < 4 or not _FOREIGN_WORD.fullmatch(value):
         return None  # "senha e usuário": an unaccented "e" is also "and"
-    if low in _FOREIGN_NOT_A_VALUE or low in _NOT_A_VALUE or _FOREIGN_INFLECTED.search(low):
+    lang = _language(name, verb)
+    inflected = _FOREIGN_INFLECTED.values() if lang is None else (_FOREIGN_INFLECTED[lang],)
+    if low in _FOREIGN_NOT_A_VALUE or low in _NOT_A_VALUE or any(rx.search(low) for rx in inflected):
         return None
     if name in _AMBIGUOUS_NAMES:
         from wordfreq import zipf_frequency  # here: only a "clave" / "chave" sentence needs it

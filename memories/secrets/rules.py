@@ -1,5 +1,7 @@
 """Secret scanning, part 2: value rules, detect-secrets plugin regexes and the project's own patterns."""
 
+import bisect
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -121,19 +123,37 @@ _CODE_NAME_WORDS = set(
     buf result res response resp body payload obj item entry self cls
     """.split()
 )
+# words of a snake_case value that leave the secret out ("not_set", "see_vault", "tbd_later", "your_password_here") or
+# name where it is kept ("secret_name", "vault_ref", "key_id"): a placeholder, not a literal
+_PLACEHOLDER_NAME_WORDS = set(
+    """
+    not no none null nil see tbd todo fixme your unset unknown missing changeme placeholder dummy fake sample example
+    name names ref refs reference id ids path file filename arn uri url
+    """.split()
+)
+# the secret words of a name and a value, the same whatever their spelling ("DB_PASS" names a "db_password_prod")
+_CANONICAL_SECRET_WORD = dict.fromkeys(("pass", "passwd", "pwd", "pw", "passphrase"), "password")
 # a line of code beside the assignment: a keyword, a call, a block or statement end, a comparison
 _CODE_LINE = re.compile(
     r"\b(?:const|let|var|def|return|elif|import|lambda|function|async|await|class)\b|\bif\s|\b(?:self|this)\.|"
-    r"\w\(|[;{}]\s*$|\)\s*:?\s*$|==|!=|&&|\|\|"
+    r"\w\(|[;{}]\s*+$|\)\s*+:?\s*+$|==|!=|&&|\|\|"
 )
+
+
+@functools.lru_cache(maxsize=8)
+def _code_lines(text: str) -> tuple[list[int], list[bool]]:
+    """Where each line of ``text`` starts and whether it is code: read once per text, not once per value in it (a text
+    of many assignments would otherwise be read whole for each)."""
+    starts = [0, *(m.end() for m in re.finditer("\n", text))]
+    return starts, [bool(_CODE_LINE.search(line)) for line in text.split("\n")]
 
 
 def _in_code(text: str, at: int) -> bool:
     """The line of ``text`` holding ``at``, or the line before or after it, is code ("const password = userInput;",
     "password = hunter_two" under "def connect():"); a lone ``KEY=value`` line (.env, YAML) is not."""
-    head, tail = text[:at].split("\n"), text[at:].split("\n")
-    lines = [*head[-2:-1], head[-1] + tail[0], *tail[1:2]]
-    return any(_CODE_LINE.search(line) for line in lines)
+    starts, code = _code_lines(text)
+    k = bisect.bisect_right(starts, at) - 1
+    return any(code[max(0, k - 1) : k + 2])
 
 
 def is_code_reference(name: str, value: str, text: str = "", at: int = -1) -> bool:
@@ -147,10 +167,15 @@ def is_code_reference(name: str, value: str, text: str = "", at: int = -1) -> bo
         return False
     name_words = {w.lower() for w in _NAME_PARTS.findall(name)} & _SECRET_NAME_PARTS
     value_words = {w.lower() for w in _NAME_PARTS.findall(value)}
-    if name_words & value_words:
+    # the name's abbreviation read as the word it shortens ("DB_PASS", "pwd"), the value's words as written: a value
+    # that spells out the name's secret word refers to it ("DB_PASS=db_password_prod"); one that shortens it is a
+    # literal made of words ("db_password: my_secret_pw")
+    if (name_words | {_CANONICAL_SECRET_WORD.get(w, w) for w in name_words}) & value_words:
         return True
     if not _CODE_VARIABLE.fullmatch(value):
         return False
+    if value_words & _PLACEHOLDER_NAME_WORDS:
+        return True  # "password: not_set", "password = secret_name"
     return bool(value_words & _CODE_NAME_WORDS) or (at >= 0 and _in_code(text, at))
 
 
@@ -188,8 +213,24 @@ class _Rx:
     needles: tuple[str, ...] = ()  # cheap pre-check: one of these substrings must occur
 
 
+# detect-secrets' ``RegexBasedDetector.build_assignment_regex`` (IBM Cloud IAM, IBM COS HMAC, Cloudant, SoftLayer)
+# writes the assignment as "optional spaces, an operator or spaces, optional spaces": three quantifiers that can all
+# take the same run of spaces, so a keyword ("password", "key", "token") before N spaces costs N^3 steps ("what is
+# the password" + 2,000 spaces: 32 s). The same language with each run of spaces taken whole: a value never starts
+# with a space, "=", ":" or ">", so nothing is lost by not giving any back.
+_DS_ASSIGNMENT = "(?: *)(?:=|:|:=|=>| +|::)(?: *)"
+_LINEAR_ASSIGNMENT = "(?> *+(?:=>|::|:=|=|:) *+| ++)"
+
+
+def linear_assignment(rx: re.Pattern) -> re.Pattern:
+    """``rx`` with detect-secrets' backtracking assignment (see ``_DS_ASSIGNMENT``) made possessive."""
+    if _DS_ASSIGNMENT not in rx.pattern:
+        return rx
+    return re.compile(rx.pattern.replace(_DS_ASSIGNMENT, _LINEAR_ASSIGNMENT), rx.flags)
+
+
 def _ds(kind: str, plugin_cls, index: int = 0, group: int = 0, validate=None, collapsible: bool = True, needles=()) -> _Rx:
-    return _Rx(kind, plugin_cls.denylist[index], group, validate, collapsible, tuple(needles))
+    return _Rx(kind, linear_assignment(plugin_cls.denylist[index]), group, validate, collapsible, tuple(needles))
 
 
 def _aws_id_ok(v: str) -> bool:
@@ -304,10 +345,12 @@ _CONNECTION: list[tuple[str, re.Pattern]] = [
 _KV_NAMES = (
     r"[\w.\-]*?(?:password|passwd|passphrase|pwd|secret|api[_\-]?key|apikey|access[_\-]?key|private[_\-]?key|"
     r"auth[_\-]?token|access[_\-]?token|refresh[_\-]?token|client[_\-]?secret|token|credentials?|"
-    r"(?<![a-z0-9])(?:pw|psk)(?![a-z0-9]))[\w.\-]*"  # "pw" / "psk" as a whole part of the name ("db_pw", not "npw")
+    r"(?<![a-z0-9])(?:pw|psk)(?![a-z0-9]))[\w.\-]*+"  # "pw" / "psk" as a whole part of the name ("db_pw", not "npw")
 )
+# The name is a whole run of name characters (it starts where the run does and ends where it does), taken at once: a
+# run of dots or dashes ("password" + "." * N) would otherwise be tried from each of its characters, N^2 steps.
 _KEY_VALUE = re.compile(
-    rf"(?i)(?<![\w])(?P<name>{_KV_NAMES})[\"']?\s*(?::=|=>|==|=|:)\s*(?P<q>[\"']?)(?P<value>[^\s\"',;]+)(?P=q)"
+    rf"(?i)(?<![\w.\-])(?P<name>(?>{_KV_NAMES}))[\"']?\s*+(?::=|=>|==|=|:)\s*+(?P<q>[\"']?)(?P<value>[^\s\"',;]+)(?P=q)"
 )
 _PSK_NAMES = r"psk|pre-shared key|preshared key|pre shared key|wi-?fi key|wpa2? key"
 _PW_NAMES = (
@@ -322,8 +365,8 @@ _QUALIFIER_SHORT = 3
 # "was set to", "has been changed to", "is now": the value follows a verb
 _SET_VERB = r"(?:(?:is|was|are|were|has been|have been|had been|will be|should be|must be)\s+(?:now\s+)?)?(?:set|changed|reset|updated)\s+to"
 _PROSE_PASSWORD = re.compile(
-    rf"(?i)\b(?P<name>{_PW_NAMES})s?" + _QUALIFIER + r"\s*"
-    rf"(?:\s(?P<verb>{_SET_VERB}|is now|is still|is|was|are|reads|became|should be|will be)\s+|\s*[:=]\s*|\s+-\s+)"
+    rf"(?i)\b(?P<name>{_PW_NAMES})s?" + _QUALIFIER + rf"(?:\s++(?P<verb>{_SET_VERB}|is now|is still|is|was|are|reads|"
+    r"became|should be|will be)\s++|\s*+[:=]\s*+|\s++-\s++)"
     r"(?:(?P<q>[\"'`])(?P<quoted>[^\"'`\n]{1,120})(?P=q)|(?P<value>[^\s\"'`]+))"
 )
 # "Set the admin password to Kx8...", "change the wifi key for the lab to ...": a quoted value, or a bare one that
@@ -619,9 +662,10 @@ _COMMAND_LINE: list[tuple[str, str, str, re.Pattern]] = [
 ]
 # htpasswd -b[c|n|B...] [file] user password (with -n there is no file)
 _HTPASSWD = re.compile(r"(?<![\w\-])htpasswd(?P<flags>(?:\s+-[A-Za-z]+)+)\s+(?P<args>[^\n|;&`]{1,300})")
+# (a flag's "--" only where its run of name characters starts: from each "-" of a long run of dashes, N^2 steps)
 _COMMAND_LINE_HINT = re.compile(
     r"(?i)curl|https?\s|xh\s|smb|rpcclient|mysql|mariadb|login|redis|sshpass|-pass|pass:|storepass|keypass|"
-    r"htpasswd|PGPASS|MYSQL_PWD|REDISCLI_AUTH|--[\w\-]*(?:pass|pwd|token|secret|key)|cred|user"
+    r"htpasswd|PGPASS|MYSQL_PWD|REDISCLI_AUTH|(?<![\w\-])--[\w\-]*?(?:pass|pwd|token|secret|key)|cred|user"
 )
 # a word that names the field rather than filling it: "user:password", "name%pass"
 _GENERIC_CREDENTIAL_WORDS = {
@@ -667,10 +711,10 @@ def command_line_pair_is_secret(pair: str, sep: str, quoted: bool = False) -> bo
 # (``credentials = <x>`` is the key=value rule's)
 _PROSE_CREDENTIALS = re.compile(
     r"(?i)\b(?P<name>credentials?|creds|logins?|user(?:name)?\s*(?:and|/|&)\s*password|user/pass)"
-    r"(?:\s+(?:for|to|of|on|at)(?:\s+[\w.@\-']+){1,3}?)?\s*"
-    r"(?:\s(?:(?:(?:is|are|was|were|has been|have been|had been)\s+(?:now\s+)?)?(?:set|changed|reset|updated|stored|saved|kept)"
-    r"\s+(?:to|as)|is now|are now|is|are|was|were)\s+|\s*:\s*|\s+-\s+)"
-    r"(?:(?P<user>[\w.@\\\-]+)\s*(?P<sep>[/:%])\s*(?P<pair_value>[^\s\"'`]+)|(?P<value>[^\s\"'`]+))"
+    r"(?:\s+(?:for|to|of|on|at)(?:\s+[\w.@\-']+){1,3}?)?"
+    r"(?:\s++(?:(?:(?:is|are|was|were|has been|have been|had been)\s+(?:now\s+)?)?(?:set|changed|reset|updated|stored|saved|"
+    r"kept)\s+(?:to|as)|is now|are now|is|are|was|were)\s++|\s*+:\s*+|\s++-\s++)"
+    r"(?:(?P<user>[\w.@\\\-]++)\s*+(?P<sep>[/:%])\s*+(?P<pair_value>[^\s\"'`]+)|(?P<value>[^\s\"'`]+))"
 )
 # "log in to staging with admin / Kx8...", "connect as ops with root:hunter2x": a user and password pair after a login
 _LOGIN_WITH_PAIR = re.compile(
@@ -705,8 +749,8 @@ def bare_pair_is_secret(t: str, user: str, value: str, end: int) -> bool:
 
 # "user admin pass Kx8...", "username: admin, password: ..." (the password must not read as a word)
 _PROSE_USER_PASS = re.compile(
-    r"(?i)\b(?:user(?:name)?|login)\s*[:=]?\s*(?P<user>\w[\w.@\\\-]*)(?:\s*[,;/]\s*|\s+)(?:and\s+)?"
-    r"(?:pass(?:word)?|passwd|pwd|pw)\s*[:=]?\s*(?P<value>[^\s\"'`\-][^\s\"'`]*)"
+    r"(?i)\b(?:user(?:name)?|login)\s*+[:=]?\s*+(?P<user>\w[\w.@\\\-]*+)(?:\s*+[,;/]\s*+|\s++)(?:and\s++)?"
+    r"(?:pass(?:word)?|passwd|pwd|pw)\s*+[:=]?\s*+(?P<value>[^\s\"'`\-][^\s\"'`]*)"
 )
 
 
