@@ -169,7 +169,14 @@ class EntityAlias(TenantOwned, Embedded):
                 nulls_distinct=False,
             )
         ]
-        indexes = [hnsw_index("entityalias_embedding_hnsw"), *embedding_work_indexes("entityalias")]
+        indexes = [
+            hnsw_index("entityalias_embedding_hnsw"),
+            # a lookup's scope (the user's and the global aliases, of one entity type): the nearest aliases are
+            # counted, then compared exactly or walked, through it, not through the unique index that leads with the
+            # text
+            models.Index(fields=["tenant", "user_id", "entity_type"], condition=Q(is_active=True), name="entityalias_scope"),
+            *embedding_work_indexes("entityalias"),
+        ]
 
     def __str__(self):
         return f"{self.alias} → {self.canonical_name}"
