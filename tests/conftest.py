@@ -74,6 +74,27 @@ def _fresh_django_cache():
     cache_outage_forget()
 
 
+# Longer than any test that asks for ``one_day`` takes (a browser test deciding a handful of items included).
+ONE_DAY_MARGIN_S = 120
+
+
+@pytest.fixture
+def one_day():
+    """For a test that writes rows stamped now and then counts "today" or "this week" (or takes the day's snapshot
+    twice): started in the last ``ONE_DAY_MARGIN_S`` seconds of a day (TIME_ZONE), it first waits for the next, so
+    midnight never falls between its writes and its reads."""
+    import time
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.localtime()
+    midnight = (now + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    left = (midnight - now).total_seconds()
+    if left < ONE_DAY_MARGIN_S:
+        time.sleep(left + 0.1)
+
+
 @pytest.fixture
 def catalogue(db):
     verb_catalogue_load(entries=CATALOGUE)

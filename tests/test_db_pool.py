@@ -31,9 +31,13 @@ def pooled_url(django_db_setup):
 
 
 def _server_connections() -> int:
-    """Connections to the test database other than this test's own."""
+    """Client connections to the test database other than this test's own (an autovacuum worker on it is no
+    connection of the server's, and comes and goes)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'"
+        )
         return cursor.fetchone()[0]
 
 

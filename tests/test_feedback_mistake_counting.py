@@ -144,7 +144,12 @@ def test_a_detection_waiting_on_a_rule_being_drawn_leaves_the_pattern_mitigated(
     drawn.wait(20)
     with connections["default"].cursor() as cur:  # let the cycle commit once the detection waits
         for _ in range(100):
-            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type IN ('Lock', 'Advisory')")
+            # this database's sessions only: the server also serves the other test processes' databases, whose
+            # waits would release the cycle before the detection reached its lock
+            cur.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type IN ('Lock', 'Advisory') "
+                "AND datname = current_database()"
+            )
             if cur.fetchone()[0]:
                 break
             time.sleep(0.05)

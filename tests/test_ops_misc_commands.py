@@ -131,7 +131,7 @@ def test_memories_commands_accept_a_good_user_and_limit():
 # --- review.backlog_snapshot ------------------------------------------------------------------
 
 
-def test_backlog_snapshot_writes_zero_when_a_queue_empties():
+def test_backlog_snapshot_writes_zero_when_a_queue_empties(one_day):
     agent = Agent.objects.create(name="mailer")
     Action.objects.get_or_create(name="email.send", defaults={"autonomy_level": AutonomyLevel.ACT_REVIEWED})
     proposals = [make_proposal(agent) for _ in range(3)]

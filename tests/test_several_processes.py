@@ -42,10 +42,17 @@ TEXTS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` different free ports: each socket stays bound until all are chosen (one closed before the next bind
+    may be handed out again, and the second app process could not listen)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def _post(port: int, path: str, key: str, body: dict) -> tuple[int, dict]:
@@ -108,7 +115,7 @@ def test_two_app_processes_and_two_workers_lose_nothing_and_do_nothing_twice():
         logs.append(log)
         return procs[-1], log
 
-    ports = [_free_port(), _free_port()]
+    ports = _free_ports(2)
     try:
         apps = [
             start([sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", "1", "--timeout", "120"])
