@@ -59,6 +59,21 @@ BLOCKED = [
     ("She signs in as deploy with the password Kx8mQ2zLp on the build box.", "Kx8mQ2zLp", "credentials_in_prose"),
     ("Log in as admin with admin on a fresh install of the router.", "with admin", "credentials_in_prose"),
     ("Log in to the console as admin with the password hunter for the lab.", "hunter", "credentials_in_prose"),
+    # a plain word that only ends like an adverb, gerund or participle ("dragonfly", "darling": no English stem)
+    ("Dragonfly is my password for the NAS web interface.", "Dragonfly", "password_in_prose"),
+    ("Set the password to dragonfly on the NAS web interface.", "dragonfly", "password_in_prose"),
+    (
+        "Flush the cache with redis-cli -a butterfly -h cache.internal FLUSHALL after deploys.",
+        "butterfly",
+        "command_line_password",
+    ),
+    # a plain word in mid-sentence: set when, used after "password", the password for a device or an account
+    ("I set the wifi password to tulip yesterday after the router was reset.", "tulip", "password_in_prose"),
+    ("Use password mango for the guest account on the lab router.", "mango", "password_in_prose"),
+    ("Log in with password mango on the lab router.", "mango", "password_in_prose"),
+    ("Swordfish is the password for the router in the lab.", "Swordfish", "password_in_prose"),
+    ("Swordfish is the password to the guest wifi in the office.", "Swordfish", "password_in_prose"),
+    ("Tulip is the password for db01, keep it in the vault.", "Tulip", "password_in_prose"),
 ]
 
 
@@ -125,6 +140,18 @@ CLEAN = [
     "Log in as the deploy user with your SSH key, never with a password.",
     "Log in as admin with OAuth2 through the company identity provider.",
     "The service connects as app with a client certificate from the vault.",
+    # a word after "password" that makes a term with it, a participle or a gerund, a saying about an abstract thing
+    "Use password protection for the PDFs sent to customers.",
+    "Use password rotation for every service account in the cluster.",
+    "Use password login for the admins and SSO for everyone else.",
+    "Log in with password or SSO on the customer portal.",
+    "Enter password twice to confirm it on the signup form.",
+    "Use the password grant for the CLI client only.",
+    "Enclosed is the password for the router, in a sealed envelope.",
+    "Patience is my password to success in this job.",
+    "Kindness is the password to open any door in this team.",
+    "Patience is the password to unlock your potential as an engineer.",
+    "The meeting ran long and I was excited about the new password policy.",
 ]
 
 

@@ -342,6 +342,13 @@ NAMED_FIRST = [
     ("correcthorse is the passphrase, do not share it.", "correcthorse"),
     ("swordfish is the password, don't share it.", "swordfish"),
     ("bluebird is my password for the router.", "bluebird"),
+    # ends like an adverb but is no English word's ("dragonf"); a bare "the password" for a device, network, host
+    ("dragonfly is my password", "dragonfly"),
+    ("Butterfly is the wifi password.", "Butterfly"),
+    ("swordfish is the password for the router", "swordfish"),
+    ("Swordfish is the password to the wifi.", "Swordfish"),
+    ("tulip is the password to log into my laptop", "tulip"),
+    ("tulip is the password for db01", "tulip"),
 ]
 
 
@@ -369,6 +376,17 @@ NOT_NAMED_FIRST = [
     "Trust is the password, and everything else follows.",
     "Consistency is the password for growth in this team.",
     "The first field is the username, second is the password.",
+    # a participle before "is" gives the password after it; a gerund, an adverb
+    "Attached is the password.",
+    "Following is the password for the router:",
+    "Missing is the password for the router, ask ops.",
+    "Reading is my password to another world.",
+    # whoever's password it is, one to an abstract thing is a saying; a door has a code, not a password
+    "Patience is my password to success.",
+    "Hard work is the password for a happy life.",
+    "Kindness is the password to open any door.",
+    "Knowledge is the password to the world.",
+    "Effort is the password to the account of success.",
 ]
 
 
@@ -479,6 +497,14 @@ FOREIGN = [
     ("minha senha é swordfish", "swordfish"),
     ("A senha do wifi é cachorro.", "cachorro"),
     ("la mia password è gattino", "gattino"),
+    # "é" typed without its accent, before the end of the sentence
+    ("a senha e abacaxi", "abacaxi"),
+    ("A senha do wifi e abacaxi.", "abacaxi"),
+    ("minha senha e cachorro, não conte.", "cachorro"),
+    # a common word after "clave": someone's or a device's key, or a bare one ending the sentence on a noun
+    ("mi clave es perro", "perro"),
+    ("La clave del wifi es mariposa.", "mariposa"),
+    ("la clave es mariposa", "mariposa"),
 ]
 
 
@@ -510,11 +536,62 @@ NOT_FOREIGN = [
     "la password è salvata nel vault",
     "le mot de passe est requise pour se connecter",
     "la contraseña es cualquier palabra que elijas",
+    # an unaccented "e" as "and", before a form's next step; the key to something: an abstract noun, an infinitive,
+    # an adjective
+    "a senha e o usuário estão no cofre",
+    "a senha e o login são obrigatórios.",
+    "Digite o usuário, a senha e confirme.",
+    "Preencha o e-mail, a senha e usuário.",
+    "a senha e alterada todo mês",
+    "La clave es comunicación.",
+    "La clave es disciplina.",
+    "la clave es sencilla.",
+    "mi clave es paciencia",
+    "La clave es escuchar al cliente.",
+    "A chave do sucesso é disciplina.",
 ]
 
 
 @pytest.mark.parametrize("text", NOT_FOREIGN, ids=[f"not_foreign{i}" for i in range(len(NOT_FOREIGN))])
 def test_prose_about_a_password_in_another_language_names_no_secret(text):
+    assert find_secrets(text) == [], find_secrets(text)
+
+
+# --- a plain word used as the password in mid-sentence ------------------------------------------------------------
+
+USED_WORD = [
+    ("I set the password to tulip yesterday", "tulip"),
+    ("I set the password to tulip42 yesterday", "tulip42"),
+    ("We changed the router password to mango last week.", "mango"),
+    ("use password mango for the guest account", "mango"),
+    ("Try password mango if the other one fails.", "mango"),
+]
+
+
+@pytest.mark.parametrize("text, secret", USED_WORD, ids=[f"used_word{i}" for i in range(len(USED_WORD))])
+def test_a_word_used_as_the_password_mid_sentence_is_redacted(text, secret):
+    assert [f.kind for f in find_secrets(text)] == ["password_in_prose"], find_secrets(text)
+    assert secret not in write_gate.redact(text)
+
+
+NOT_USED_WORD = [
+    "the meeting ran long and I was excited",
+    "she is spelling it out",
+    "the password reset link expired",
+    "use the password manager",
+    "I forgot my password again",
+    "password must be 12 characters",
+    "Enter password below.",
+    "Type password and press enter.",
+    "Use password authentication for the API.",
+    "Protect the archive with password encryption for transfer.",
+    "Set the password to expire tomorrow for the contractors.",
+    "I set the password policy yesterday.",
+]
+
+
+@pytest.mark.parametrize("text", NOT_USED_WORD, ids=[f"not_used_word{i}" for i in range(len(NOT_USED_WORD))])
+def test_prose_using_the_word_password_names_no_secret(text):
     assert find_secrets(text) == [], find_secrets(text)
 
 
@@ -572,6 +649,14 @@ ADVERSARIAL = [
     ("assignments_lines", lambda n: "password = user_x\n" * (n // 18)),
     ("answers", lambda n: "wifi password? A: " * (n // 18)),
     ("keypad_enter", lambda n: "keypad enter " * (n // 13)),
+    ("use_password", lambda n: "use password " * (n // 13)),
+    ("password_for_words", lambda n: "swordfish is the password for" + " the" * (n // 4)),
+    ("password_for_router", lambda n: "swordfish is the password for the router. " * (n // 42)),
+    ("word_is_my_password", lambda n: "dragonfly is my password. " * (n // 26)),
+    ("set_to_spaces", lambda n: "set the password to tulip" + " " * n + "yesterday"),
+    ("senha_e", lambda n: "a senha e abacaxi " * (n // 18)),
+    ("clave_es", lambda n: "mi clave es perro " * (n // 18)),
+    ("passwords_one_clause", lambda n: "my password is hunter2x " * (n // 24)),
 ]
 
 

@@ -23,6 +23,7 @@ from memories.secrets.prose import (
     _PIN_GIVEN,
     _RECOVERY_CODES,
     _SEED_INTO_APP,
+    _USE_PASSWORD_WORD,
     answered_value,
     as_password,
     flag_word_is_password,
@@ -31,6 +32,7 @@ from memories.secrets.prose import (
     mnemonic_runs,
     phrase_words_end,
     set_word_is_password,
+    used_password_word,
     words_named_the_password,
 )
 from memories.secrets.rules import (
@@ -413,6 +415,9 @@ def _prose(view: View, add) -> None:
                 add("password_in_prose", m.start("value"), m.start("value") + len(value))
     for i, j in words_named_the_password(t):  # "swordfish is my password"
         add("password_in_prose", i, j)
+    for m in _USE_PASSWORD_WORD.finditer(t):  # "use password mango for the guest account"
+        if used_password_word(t, m):
+            add("password_in_prose", *m.span("value"))
     for m in _XML_SECRET.finditer(t):  # "<password>hunter2x</password>"
         if _value_is_secret(m.group("tag"), m.group("value")):
             add("credential_assignment", m.start("value"), m.end("value"))

@@ -1,8 +1,8 @@
 """Secret scanning, part 2b: secrets known only by their place in a sentence.
 
 A plain word after a spaced password flag ("redis-cli -a hunter"), a plain word set imperatively ("set the password
-to swordfish") or named the password ("swordfish is my password"), a door code or TOTP seed named by what it opens or
-typed on a keypad, 2FA recovery and backup codes, seed / unlock phrases and bare wallet mnemonics, credentials told as
+to swordfish"), named the password ("swordfish is my password") or used as one ("use password mango for ..."), a door
+code or TOTP seed named by what it opens or typed on a keypad, 2FA recovery and backup codes, seed / unlock phrases and bare wallet mnemonics, credentials told as
 a story ("logs in as admin with hunter2"), a password given as the answer to a question for it ("Q: wifi password?
 A: ..."), a password told in Spanish, French, German, Portuguese or Italian. detect-secrets has no plugin for any of
 them. A plain word is a secret only when it is not a word about the secret (a function word, an infinitive, a
@@ -42,7 +42,7 @@ _ABOUT_WORDS = set(
     everywhere anywhere nothing anything something can could will would should must may might does do did has have
     had takes take expects accepts needs requires reads shows leaks exposes prompts asks works fails sets prints
     appears puts ends stays remains keeps gets makes lets means auth authentication login logins access based less
-    hash hashes passwords
+    hash hashes passwords everything daily below above
     """.split()
 )
 # More verbs that follow "set the password to": an infinitive describes the password, it is not one
@@ -68,12 +68,34 @@ _FLAG_VALUE_END = re.compile(
 )
 
 
+_STEM_ZIPF = 2.5  # an English word: "enclose" 2.77, "attach" 3.75; not "dragonf", "butterf" (0), "darl" (2.1)
+
+
+def _inflected(low: str) -> bool:
+    """An -ly / -ing / -ed word made from an English word: an adverb, a gerund or a participle ("quickly", "spelling",
+    "attached", "happily", "tried"). "dragonfly", "darling", "lily" only end like one (their stem is no word)."""
+    suffix = next((s for s in ("ly", "ing", "ed") if low.endswith(s)), None)
+    if suffix is None:
+        return False
+    stem = low[: -len(suffix)]
+    stems = {stem, stem[:-1] + "y"} if stem.endswith("i") else {stem}
+    if suffix == "ly":
+        stems.add(stem + "le")  # "gently", "simply"
+    else:
+        stems.add(stem + "e")  # "excited", "enclosed"
+        if len(stem) > 1 and stem[-1] == stem[-2]:
+            stems.add(stem[:-1])  # "spotted", "running"
+    from wordfreq import zipf_frequency  # here: only a plain word with one of those endings needs it
+
+    return any(len(w) >= 3 and zipf_frequency(w, "en") >= _STEM_ZIPF for w in stems)
+
+
 def _plain_word_value(value: str, extra: set[str] = frozenset()) -> bool:
     """A plain word that can be a password: not a word about one, not an adverb, participle or gerund."""
     low = value.lower()
     if not _PLAIN_WORD.fullmatch(value) or len(value) < 4 or low in _NOT_A_VALUE or low in extra:
         return False
-    return not (low.endswith(("ly", "ing", "ed")) or low in _IRREGULAR_PARTICIPLES or format_term(value))
+    return not (low in _IRREGULAR_PARTICIPLES or format_term(value) or _inflected(low))
 
 
 # --- a plain word after a spaced password flag ----------------------------------------------------------------
@@ -100,11 +122,20 @@ def flag_word_is_password(t: str, i: int, j: int) -> bool:
 # --- "set the password to swordfish", "use hunter2 as the password" --------------------------------------------
 
 
+# ... or when it was done: "I set the password to tulip yesterday" (an infinitive is still read first: "to expire
+# tomorrow")
+_WHEN_SET = re.compile(
+    r"\s++(?:yesterday|today|tonight|tomorrow|earlier|recently|last\s++(?:night|week|month|year|time)|"
+    r"this\s++(?:morning|afternoon|evening|week|month|year))\b",
+    re.IGNORECASE,
+)
+
+
 def set_word_is_password(t: str, value: str, end: int) -> bool:
     """A plain word after "set the password to": not an infinitive ("to expire", "to persist across reboots") and
-    followed by the end of the sentence or a connecting word."""
+    followed by the end of the sentence, a connecting word or when it was set ("yesterday")."""
     extra = _INFINITIVES | _MORE_INFINITIVES
-    return _plain_word_value(value, extra) and bool(_VALUE_END.match(t, end))
+    return _plain_word_value(value, extra) and bool(_VALUE_END.match(t, end) or _WHEN_SET.match(t, end))
 
 
 # "swordfish is my password", "Remember that bluebird is the wifi password.": a plain word at the start of a clause
@@ -133,16 +164,59 @@ _NOT_THE_VALUE = set(
 # a comma, more prose; a rare word ("swordfish", "correcthorse") there still is one (Zipf frequency in English)
 _SAYING_CONNECTORS = {"to", "for"}
 _COMMON_WORD_ZIPF = 3.5
+# ... but what a password is for or opens is a thing that has one: a device, a network, an account, a service ("the
+# password for the router", "to the guest wifi", "to log into the laptop"; not "the account of success"), or a host
+# name ("for db01"). A door or a gate is not one ("the password to open any door" is a saying: a door has a code).
+_HAS_A_PASSWORD = (
+    r"(?:router|modem|wi-?fi|wlan|network|ssid|hotspot|vpn|laptop|computer|pc|mac|macbook|desktop|workstation|phone|"
+    r"iphone|tablet|ipad|server|nas|vm|instance|cluster|host|machine|console|terminal|printer|camera|tv|kiosk|device|"
+    r"firewall|account|login|admin|root|profile|e-?mail|mailbox|inbox|portal|dashboard|panel|app|application|site|"
+    r"website|database|db|repo|repository|vault|keystore|keychain|wallet|bank|zip|archive|pdf|drive|disk|backup|"
+    r"ftp|sftp|ssh|staging|prod|production|sandbox|lab|api|gmail|outlook|netflix|github|gitlab|jira|slack|aws|azure|"
+    r"wordpress|jenkins|grafana|kibana)s?"
+)
+_FOR_A_THING = re.compile(
+    r"(?i)\s++(?:(?:get|log|sign)\s++(?:in|into|on|onto)\s++(?:to\s++)?|(?:access|unlock|open|enter|use|reach)\s++)?"
+    r"(?:(?:the|my|our|your|a|an|this|that|its|their|his|her)\s++)?"
+    rf"(?:(?:[\w\-']++\s++){{0,2}}?{_HAS_A_PASSWORD}\b(?!\s++of\b)|[a-z][a-z_\-]*+\d[\w\-]*+|[a-z][\w\-]*+(?:\.[\w\-]++)++)"
+)
+# ... and an abstract noun makes a saying whoever's password it is ("Patience is my password to success")
+_ABSTRACT_ENDS = ("ness", "ity", "ship", "dom", "hood")
+_ABSTRACT_NOUNS = set(
+    """
+    success happiness life growth freedom love peace wisdom heaven paradise excellence prosperity wealth health joy
+    glory victory fortune opportunity opportunities progress power knowledge heart hearts mind minds soul souls future
+    greatness kindness trust respect achievement achievements fulfilment fulfillment enlightenment learning change
+    world
+    """.split()
+)
+_ABSTRACT_OBJECT = re.compile(
+    r"(?i)\s++(?:(?:a|an|the|my|our|your|their|his|her|true|real|lasting|every|any)\s++){0,2}+([a-z]+)\b"
+)
+
+
+def _an_abstract_object(t: str, at: int) -> bool:
+    """What follows a saying's "to" / "for" at ``at`` is an abstract noun: "to success", "for a happy life", "for
+    peace of mind"."""
+    m = _ABSTRACT_OBJECT.match(t, at)
+    if m is None:
+        return False
+    head = m.group(1).lower()
+    nxt = re.match(r"\s++([a-z]+)\b", t[m.end() : m.end() + 40], re.IGNORECASE)
+    if nxt and nxt.group(1).lower() not in _STOPWORDS:
+        head = nxt.group(1).lower()  # "a happy life", "the identity provider": the noun after a modifier
+    return head in _ABSTRACT_NOUNS or (head.endswith(_ABSTRACT_ENDS) and len(head) > 6)
 
 
 def _a_saying(t: str, name: re.Match, m: re.Match) -> bool:
     """``m`` ("<word> is the") and the password ``name`` after it read as a saying (see ``_COMMON_WORD_ZIPF``)."""
-    if m.group("det").lower() != "the" or m.group("qual"):
-        return False
+    plain = m.group("det").lower() == "the" and not m.group("qual")
     conn = (name.group("conn") or "").lower()
     if conn in _SAYING_CONNECTORS:
-        return True
-    if name.group("end") != "," or not re.match(r",\s*+[a-z]", t[name.end() :]):
+        if _FOR_A_THING.match(t, name.end("conn")):
+            return False  # "swordfish is the password for the router"
+        return plain or _an_abstract_object(t, name.end("conn"))
+    if not plain or name.group("end") != "," or not re.match(r",\s*+[a-z]", t[name.end() :]):
         return False
     from wordfreq import zipf_frequency  # here: only a "<word> is the password, ..." sentence needs it
 
@@ -156,6 +230,38 @@ def words_named_the_password(t: str):
         m = _WORD_IS_THE.search(t, max(0, name.start() - 80), name.start())
         if m and _plain_word_value(m.group("value"), _NOT_THE_VALUE) and not _a_saying(t, name, m):
             yield m.span("value")
+
+
+# "use password mango for the guest account", "log in with password mango": a plain word right after "password" as the
+# thing to use, when it is not the second half of a term ("use password protection for the PDFs", "use password login
+# for admins") and what follows ends the value
+_USE_PASSWORD_WORD = re.compile(
+    r"(?i)\b(?:use|try|enter|type|with|using)\s++(?:the\s++)?(?:password|passwd|passphrase|passcode)\s++"
+    r"(?P<value>[A-Za-z][a-z]*+(?:[-'][a-z]++)*+)(?![\w\-'])"
+)
+# nouns that make a term with "password" ("password protection", "password grant"): what they name is no password
+_PASSWORD_TERMS = set(
+    """
+    protection rotation generator generators vault vaults store storage strength expiry expiration reuse auth login
+    logins grant grants flow flows option options mode modes type types file files list lists database box input
+    inputs entry entries meter checker check checks requirement requirements history lockout lockouts attempt attempts
+    guess guesses spray leak leaks breach breaches dump dumps sync safe locker keeper book managers account accounts
+    user users credential credentials fallback alternative signin logon key keys salt salts pepper crack cracker
+    exposure failure failures procedure procedures screens pages forms dialogs boxes prompts hints resets changes
+    updates policies rules fields links text string strings value values hash digest authentication encryption
+    """.split()
+)
+_TERM_ENDS = ("tion", "sion", "ment", "ity", "ness", "ance", "ence", "ship", "ics", "ism", "ure")
+
+
+def used_password_word(t: str, m: re.Match) -> bool:
+    """The word of a ``_USE_PASSWORD_WORD`` match is the password: a plain word that is not half of a term with
+    "password" ("protection", "login", "rotation") and ends its value ("for the guest account", ".")."""
+    value = m.group("value")
+    low = value.lower()
+    if low in _PASSWORD_TERMS or low.endswith(_TERM_ENDS) or not _plain_word_value(value, _NOT_THE_VALUE):
+        return False
+    return bool(_VALUE_END.match(t, m.end("value")))
 
 
 _NAME_WITH_DIGITS = re.compile(r"(?:[a-z]{3,12}|[A-Z][a-z]{2,11})\d{1,4}")
@@ -469,8 +575,70 @@ def _language(name: str, verb: str) -> str | None:
     return next((lang for prefix, lang in _NAME_LANGUAGE if name.startswith(prefix)), None)
 
 
-# a word that is also a key to something ("la clave es la paciencia"): the password only if the language seldom uses it
+# a word that is also a key to something ("la clave es la paciencia"): the password when the language seldom uses the
+# word, when it is someone's or a device's key ("mi clave es perro", "la clave del wifi es perro"), or when a bare "la
+# clave es" ends the sentence on a noun that is not what success has a key in ("la clave es mariposa.")
 _AMBIGUOUS_NAMES = {"clave": "es", "claves": "es", "chave": "pt", "chaves": "pt"}
+_OWNED_KEY = re.compile(r"(?i)\b(?:mi|tu|su|nuestra|vuestra|minha|tua|sua|nossa)\s++$")
+_KEY_OF_A_THING = re.compile(
+    r"(?i)\b(?:wi-?fi|wlan|red|rede|router|roteador|m[óo]dem|cuenta|conta|correo|e-?mail|port[áa]til|ordenador|"
+    r"computadora|computador|celular|m[óo]vil|tel[ée]fono|telefone|banco|app|servidor|cajero|tarjeta|cart[ãa]o)\b"
+)
+# what a key to something is: an abstract noun, an infinitive ("la clave es paciencia", "a chave é escutar")
+_ABSTRACT_FOREIGN_ENDS = (
+    "ción", "cion", "sión", "sion", "ção", "cao", "são", "sao", "cia", "dad", "tad", "tud", "dade", "ismo", "eza",
+    "anza", "ança", "anca", "miento", "mento", "ía", "ar", "er", "ir",
+)  # fmt: skip
+_ABSTRACT_FOREIGN = set(
+    """
+    disciplina trabajo trabalho amor respeto respeito calma tiempo tempo equilibrio equilíbrio práctica practica
+    prática pratica esfuerzo esforço esforco foco enfoque dinero dinheiro fe fé pasión pasion paixão paixao hábito
+    habito hábitos habitos rutina rotina salud saúde saude descanso sueño sueno sono estrategia estratégia ritmo orden
+    ordem contexto timing balance humor sorte suerte escucha escuta diálogo dialogo actitud atitude empeño foco
+    """.split()
+)
+# a bare "la clave es ..." before an adjective: "es sencilla", "é fundamental" (an -o / -a word is one when its other
+# gender is a word too: "sencilla" / "sencillo", not "mariposa")
+_ADJECTIVE_ENDS = ("al", "ble", "ante", "ente", "az", "ivo", "iva", "ico", "ica", "il", "oso", "osos")
+_WORD_ENDS_SENTENCE = re.compile(r"\s*+(?:$|[\n.,;:!?)])")
+
+
+def _key_is_password(t: str, m: re.Match, name: str, value: str) -> bool:
+    """A plain ``value`` after "la clave es" / "a chave é" is the password, not what a key to something is."""
+    low, lang = value.lower(), _AMBIGUOUS_NAMES[name]
+    if low in _ABSTRACT_FOREIGN or low.endswith(_ABSTRACT_FOREIGN_ENDS):
+        return False
+    from wordfreq import zipf_frequency  # here: only a "clave" / "chave" sentence needs it
+
+    if zipf_frequency(low, lang) < 3.5:
+        return True
+    if _OWNED_KEY.search(t, max(0, m.start() - 12), m.start()) or _KEY_OF_A_THING.search(t, m.end("name"), m.start("value")):
+        return True
+    if value[0].isupper() or low.endswith(_ADJECTIVE_ENDS) or not _WORD_ENDS_SENTENCE.match(t, m.start("value") + len(value)):
+        return False
+    other = low[:-1] + {"o": "a", "a": "o"}[low[-1]] if low[-1] in "oa" else ""
+    return not other or zipf_frequency(other, lang) < 3.0
+
+
+# "a senha e abacaxi" (an "é" typed without its accent) or "a senha e usuário" ("and"): "is" only before the end of
+# the sentence, and not before what is asked for with a password or the next step of a form ("a senha e confirme.")
+_WITH_A_PASSWORD = set(
+    """
+    usuário usuario utilizador login logins email e-mail nome conta código codigo token pin confirmação confirmacao
+    username user cpf telefone número numero endereço endereco matrícula matricula identificador certificado
+    assinatura perfil cartão cartao dados senha senhas chave chaves confirme confirma digite digita clique clica tente
+    tenta aguarde aguarda entre entra continue continua salve salva envie envia pressione selecione escolha faça faca
+    acesse acessa insira informe preencha repita guarde anote verifique mude troque altere pronto pronta feito fim
+    """.split()
+)
+
+
+def _e_is_is(t: str, low: str, end: int) -> bool:
+    """The unaccented "e" before ``low`` (ending at ``end``) reads as "é": the word ends the sentence and is not one
+    said with a password or a form's next step, nor an infinitive ("e confirmar")."""
+    if low in _WITH_A_PASSWORD or low.endswith(("ar", "er", "ir")):
+        return False
+    return bool(_WORD_ENDS_SENTENCE.match(t, end))
 
 
 def foreign_value_span(t: str, m: re.Match) -> tuple[int, int] | None:
@@ -496,14 +664,14 @@ def foreign_value_span(t: str, m: re.Match) -> tuple[int, int] | None:
     if looks_like_password(value):
         return span
     low = value.lower()
-    if verb == "e" or len(value) < 4 or not _FOREIGN_WORD.fullmatch(value):
-        return None  # "senha e usuário": an unaccented "e" is also "and"
+    if len(value) < 4 or not _FOREIGN_WORD.fullmatch(value):
+        return None
+    if verb == "e" and not _e_is_is(t, low, m.start("value") + len(value)):
+        return None  # "a senha e o usuário": an unaccented "e" is also "and"
     lang = _language(name, verb)
     inflected = _FOREIGN_INFLECTED.values() if lang is None else (_FOREIGN_INFLECTED[lang],)
     if low in _FOREIGN_NOT_A_VALUE or low in _NOT_A_VALUE or any(rx.search(low) for rx in inflected):
         return None
     if name in _AMBIGUOUS_NAMES:
-        from wordfreq import zipf_frequency  # here: only a "clave" / "chave" sentence needs it
-
-        return span if zipf_frequency(low, _AMBIGUOUS_NAMES[name]) < 3.5 else None
+        return span if _key_is_password(t, m, name, value) else None
     return span

@@ -96,14 +96,28 @@ def _clause_values(text: str, findings: list[Finding]) -> list[Finding]:
     """The values that follow a secret named in prose within its clause (up to ". ", ";" or a line break) and look
     like passwords (``prose.as_password``): "Passwords: staging hunter2x, prod hunter3x", "is either X or Y"."""
     out = []
-    for f in findings:
-        if f.kind not in _PROSE_KINDS:
-            continue
-        end = _CLAUSE_END.search(text, f.end)
-        for m in _CLAUSE_TOKEN.finditer(text, f.end, end.start() if end else len(text)):
+    prose = [f for f in findings if f.kind in _PROSE_KINDS]
+    i = 0
+    while i < len(prose):
+        # the clause is read once for all its findings ("mi clave es perro mi clave es perro ..." would be read once
+        # per finding, N^2): a token takes the kind ``_merge`` would keep of the findings before it, the first specific
+        # one, else the first
+        first = prose[i]
+        end = _CLAUSE_END.search(text, first.end)
+        stop = end.start() if end else len(text)
+        j = i
+        while j < len(prose) and prose[j].end <= stop:
+            j += 1
+        group, k, kind = prose[i:j], 0, first.kind
+        for m in _CLAUSE_TOKEN.finditer(text, first.end, stop):
+            while k < len(group) and group[k].end <= m.start():
+                if kind in _GENERIC_KINDS and group[k].kind not in _GENERIC_KINDS:
+                    kind = group[k].kind
+                k += 1
             token = m.group(0).rstrip(".,:;!?")
             if token and as_password(token) and not _NOT_A_CLAUSE_VALUE.search(token):
-                out.append(Finding(SECRET, f.kind, m.start(), m.start() + len(token), "clause"))
+                out.append(Finding(SECRET, kind, m.start(), m.start() + len(token), "clause"))
+        i = j
     return out
 
 
