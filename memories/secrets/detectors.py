@@ -24,6 +24,7 @@ from memories.secrets.prose import (
     _RECOVERY_CODES,
     _SEED_INTO_APP,
     _USE_PASSWORD_WORD,
+    _inflected,
     answered_value,
     as_password,
     flag_word_is_password,
@@ -90,6 +91,7 @@ from memories.secrets.rules import (
     _QUALIFIER_SHORT,
     _QUOTE_CHARS,
     _SECRET_CONTEXT,
+    _STATE_PARTICIPLES,
     _STOPWORDS,
     _STRUCTURED,
     _WITH_SECRET,
@@ -458,14 +460,27 @@ def _value_past_hedges(t: str, m: re.Match) -> tuple[bool, int, str] | None:
 
 def _describes_the_password(t: str, m: re.Match, value: str, start: int) -> bool:
     """A plain word after "is" / "was set to" that tells what happens to the password: a participle
-    ("is emailed by HR", "is posted on the wall") or an infinitive ("was set to expire every 90 days")."""
+    ("is emailed by HR", "is posted on the wall", "was rejected again", "was stolen"), "case sensitive", or an
+    infinitive ("was set to expire every 90 days")."""
     if not re.fullmatch(r"[a-z]+", value):
         return False
     verb = (m.groupdict().get("verb") or "").lower()
     if verb.endswith(" to") and value in _INFINITIVES:
         return True
     after = start + len(value)
-    return (value.endswith("ed") or value in _IRREGULAR_PARTICIPLES) and bool(_PARTICIPLE_NEXT.match(t, after))
+    if value == "case":
+        return bool(_CASE_SENSITIVE.match(t, after))
+    if _LENGTH_NEXT.match(t, after):
+        return True  # "six digits long", "several characters"
+    if value in _IRREGULAR_PARTICIPLES or value in _STATE_PARTICIPLES or (value.endswith(("ed", "ly")) and _inflected(value)):
+        # made from an English word: what was done to the password ("denied", "hacked and locked"), or how
+        # ("accidentally deleted")
+        return True
+    return value.endswith("ed") and bool(_PARTICIPLE_NEXT.match(t, after))
+
+
+_LENGTH_NEXT = re.compile(r"(?i)\s++(?:digits?|characters?|chars|letters?|words?|numbers?|symbols?)\b")
+_CASE_SENSITIVE = re.compile(r"(?i)[\s\-]++(?:in)?sensitive\b")
 
 
 def _codes(t: str, add) -> None:

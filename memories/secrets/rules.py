@@ -48,6 +48,9 @@ _PROSE_NOT_A_SECRET = set(
     in on of for to from with by via after before when if that which what this it its your their our my his her
     manager policy policies field fields prompt prompts reset link links form page dialog screen rules rule
     hint hints length complexity expiry expiration change changes update updates recovery protected
+    about digit digits character characters letter letters symbols numbers numeric alphanumeric fine ok okay good
+    bad weird strange unknown outdated old new temporary default insecure secure simple easy hard complicated
+    obsolete stale fake identical similar useless
     """.split()
 )
 # Function words: a spaced-out token's match is cut before one of these ("... xY5 as the password").
@@ -482,6 +485,14 @@ _PARTICIPLE_NEXT = re.compile(
     r"daily|weekly|monthly|yearly|when|after|before|per|until|only)\b"
 )
 _IRREGULAR_PARTICIPLES = {"written", "given", "taken", "chosen", "known", "forgotten", "told", "read", "put", "left"}
+# ... and what else is done to a password, after "is" / "was" ("my password was stolen"); not with the words of a seed
+# phrase, some of which these are
+_STATE_PARTICIPLES = set(
+    """
+    stolen broken hidden shown lost found sent kept frozen spoken sold held seen done made stuck mistaken overwritten
+    rewritten misspelt
+    """.split()
+)
 _INFINITIVES = set(
     """
     expire expires change rotate reset renew lock unlock require include contain match never be use sync follow
