@@ -9,7 +9,7 @@ first failing family names the reason:
    given as command-line flags (``curl -u user:pass``, ``mysql -p<pw>``, ``--token <x>``), also
    when disguised (spaced, concatenated, reversed, base64/hex/%-encoded, homoglyphs, zero-width).
 2. ``unstable``: facts that will not stay true: relative dates ("today",
-   "right now", "next week", "3 days ago"), prices, amounts of money and balances.
+   "right now", "next week", "3 days ago"), prices, amounts of money and balances (not a limit: "above 1000 EUR").
 3. ``too_short`` / ``too_specific``: too few words to be reusable, or mostly
    one-off identifiers (UUIDs, e-mail addresses, IP addresses, long numbers).
 
@@ -369,11 +369,33 @@ _UNSTABLE_PATTERNS: list[tuple[str, re.Pattern]] = [
 ]
 
 
+# An amount after a comparison is a limit someone chose ("confirm transfers above 1000 EUR by phone", "alert me when
+# spending goes over £200"), which stays true until they change it; unless the clause prices something ("the fee
+# is over €2", "costs more than $20": a price that moves).
+_LIMIT_BEFORE = re.compile(
+    r"(?i)\b(?:above|over|under|below|exceeding|beyond|more than|less than|at least|at most|up to|no more than|"
+    r"limit of|limit is|limited to|threshold of|maximum of|minimum of|cap of|capped at)\s*+$"
+)
+_PRICED = re.compile(r"(?i)\b(?:price[sd]?|costs?|costing|fees?|charges?|charged|pay|pays|paid|rates?|balance)\b")
+_CLAUSE_START = re.compile(r"[.;!?\n](?=[^.;!?\n]*$)")
+
+
+def _a_limit(prose: str, start: int) -> bool:
+    """The amount at ``start`` follows a comparison in a clause that prices nothing."""
+    before = prose[max(0, start - 200) : start]
+    if not _LIMIT_BEFORE.search(before[-30:]):
+        return False
+    cut = _CLAUSE_START.search(before)
+    return not _PRICED.search(before[cut.end() if cut else 0 :])
+
+
 def unstable_findings(text: str) -> list[Finding]:
     prose = _CODE.sub(lambda m: " " * len(m.group(0)), text)  # code never counts as a relative date or price
     out = []
     for kind, pattern in _UNSTABLE_PATTERNS:
         for m in pattern.finditer(prose):
+            if kind == "price" and _a_limit(prose, m.start()):
+                continue
             out.append(Finding(UNSTABLE, kind, m.start(), m.end()))
     return out
 

@@ -207,6 +207,11 @@ CLEAN = [
     "Set the auth header name in settings; the default is Authorization.",
     "Throttle retries at a rate of 5 per second per client to protect the ledger.",
     "Load balance the API across 3 replicas and drain one before each deploy.",
+    # an amount after a comparison is a limit the user chose, not a price that moves
+    "The user wants transfers above 1000 EUR confirmed by phone.",
+    "Alert the user when card spending goes over £200 in a week.",
+    "The user's daily ATM limit is 500 EUR.",
+    "Never suggest investments under $5,000 to this customer.",
 ]
 
 UNSTABLE = [
@@ -218,6 +223,9 @@ UNSTABLE = [
     "The outage started 3 days ago and the vendor has not fixed it yet.",
     "Next week the office moves to the new building on the river side.",
     "As of now the EUR to USD rate sits around 1.08 on the treasury screen.",
+    "The premium plan costs more than $19.99 a month.",
+    "The fee is over €2 for international payments.",
+    "The user pays above 100 EUR for every transfer.",
 ]
 
 TOO_SHORT_OR_SPECIFIC = [
