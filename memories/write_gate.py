@@ -369,24 +369,36 @@ _UNSTABLE_PATTERNS: list[tuple[str, re.Pattern]] = [
 ]
 
 
-# An amount after a comparison is a limit someone chose ("confirm transfers above 1000 EUR by phone", "alert me when
-# spending goes over £200"), which stays true until they change it; unless the clause prices something ("the fee
-# is over €2", "costs more than $20": a price that moves).
+# An amount after a comparison in a rule is a limit someone chose ("confirm transfers above 1000 EUR by phone", "alert
+# me when spending goes over £200", "the daily ATM limit is 500 EUR"), which stays true until they change it: the
+# clause must say it is a rule (a limit, a condition, an instruction) and price nothing ("the fee is over €2", "costs
+# more than $20", "AAPL closed above $190", "rent went up to $2,000" are amounts that move).
 _LIMIT_BEFORE = re.compile(
     r"(?i)\b(?:above|over|under|below|exceeding|beyond|more than|less than|at least|at most|up to|no more than|"
     r"limit of|limit is|limited to|threshold of|maximum of|minimum of|cap of|capped at)\s*+$"
 )
-_PRICED = re.compile(r"(?i)\b(?:price[sd]?|costs?|costing|fees?|charges?|charged|pay|pays|paid|rates?|balance)\b")
-_CLAUSE_START = re.compile(r"[.;!?\n](?=[^.;!?\n]*$)")
+_A_RULE = re.compile(
+    r"(?i)\b(?:limits?|threshold|cap|caps|capped|maximum|minimum|max|min|alert|alerts|notify|warn|flag|confirm|"
+    r"confirmed|approve|approval|approved|require|requires|required|block|allow|allowed|only|never|always|ask|when|"
+    r"whenever|if|unless|wants?|prefers?)\b"
+)
+_PRICED = re.compile(
+    r"(?i)\b(?:price[sd]?|costs?|costing|fees?|charges?|charged|pay|pays|paid|rates?|balance|worth|trades?|traded|"
+    r"trading|closed|opened|rent|salary|savings|subscription)\b"
+)
+_CLAUSE_END = re.compile(r"[.;!?](?=\s|$)|\n")  # not the dot of "v2.1" or "1,240.50"
 
 
 def _a_limit(prose: str, start: int) -> bool:
-    """The amount at ``start`` follows a comparison in a clause that prices nothing."""
+    """The amount at ``start`` follows a comparison, in a clause that states a rule and prices nothing."""
     before = prose[max(0, start - 200) : start]
     if not _LIMIT_BEFORE.search(before[-30:]):
         return False
-    cut = _CLAUSE_START.search(before)
-    return not _PRICED.search(before[cut.end() if cut else 0 :])
+    cut = [m.end() for m in _CLAUSE_END.finditer(before)]
+    after = prose[start : start + 200]
+    end = _CLAUSE_END.search(after)
+    clause = before[cut[-1] if cut else 0 :] + after[: end.start() if end else len(after)]
+    return bool(_A_RULE.search(clause)) and not _PRICED.search(clause)
 
 
 def unstable_findings(text: str) -> list[Finding]:

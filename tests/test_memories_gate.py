@@ -212,6 +212,7 @@ CLEAN = [
     "Alert the user when card spending goes over £200 in a week.",
     "The user's daily ATM limit is 500 EUR.",
     "Never suggest investments under $5,000 to this customer.",
+    "When AAPL closes above $190, alert the user.",
 ]
 
 UNSTABLE = [
@@ -226,6 +227,13 @@ UNSTABLE = [
     "The premium plan costs more than $19.99 a month.",
     "The fee is over €2 for international payments.",
     "The user pays above 100 EUR for every transfer.",
+    # a comparison in a clause that states no rule: an amount that moves
+    "AAPL closed above $190 on the exchange.",
+    "Gold trades above $2,000 an ounce.",
+    "The user has over $10,000 in savings.",
+    "The subscription is over $20 a month.",
+    "Rent went up to $2,000 a month.",
+    "The fee for v2.1 users is over €2.",
 ]
 
 TOO_SHORT_OR_SPECIFIC = [

@@ -167,6 +167,40 @@ CLEAN = [
     "Kindness is the password to open any door in this team.",
     "Patience is the password to unlock your potential as an engineer.",
     "The meeting ran long and I was excited about the new password policy.",
+    "The password was updated successfully.",
+    "The password was emailed to the wrong address.",
+    "Accounts with password expire after 90 days.",
+    "Digite a senha e prossiga para a próxima etapa.",
+]
+
+# A password that only looks like what the rules above let through: a name or a word shaped like a participle or an
+# adverb, a state word that does not end its clause, a passphrase or seed phrase that starts with a common word, a
+# rare word after someone's "clave", "my password for" something that is not a saying.
+STILL_SECRETS = [
+    "my password is molly",
+    "my password is seed",
+    "my password is jared",
+    "my password is wicked",
+    "my password is lovely",
+    "my password is frozen",
+    "the password is tiger numbers",
+    "the passphrase is old man hard rain",
+    "the passphrase is broken arrow sky blue",
+    "my passphrase is new moon rising star",
+    "the seed phrase is fine cabin wolf guitar sudden",
+    "the seed phrase is about abandon ability able",
+    "log in with user default and pass Kx8mQ2zLp9",
+    "user old pass hunter2x",
+    "password: simple",
+    "db_password=secure",
+    "redis-cli -a fine -h host",
+    "log in as admin with password default",
+    "mi clave es jaguar",
+    "la clave del router es nectar",
+    "minha chave é jaguar",
+    "swordfish is my password for the university",
+    "swordfish is my password for business",
+    "swordfish is my password for life",
 ]
 
 
@@ -174,6 +208,12 @@ CLEAN = [
 def test_a_lesson_about_them_passes(text):
     result = write_gate.check(text)
     assert result.allowed, (text, result)
+
+
+@pytest.mark.parametrize("text", STILL_SECRETS, ids=[f"still{i}" for i in range(len(STILL_SECRETS))])
+def test_a_password_shaped_like_a_description_is_still_blocked(text):
+    result = write_gate.check(text)
+    assert not result.allowed and result.reason == write_gate.SECRET, (text, result)
 
 
 @pytest.mark.django_db

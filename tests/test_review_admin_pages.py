@@ -31,7 +31,7 @@ def inbox():
     return mixed_inbox()
 
 
-def test_a_bulk_action_logs_one_decision_per_item_it_decided_and_drops_the_claims(inbox, one_day):
+def test_a_bulk_action_logs_one_decision_per_item_it_decided_and_drops_the_claims(one_day, inbox):
     _, items = inbox
     rita = reviewer_user("rita", *ALL_PERMS)
     transition = items["transition"]

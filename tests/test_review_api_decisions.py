@@ -31,7 +31,7 @@ def _hold(item, kind, user):
     return claim_take(kind=kind, object_id=item.pk, tenant_id=item.tenant_id, user=user)
 
 
-def test_a_candidate_another_reviewer_holds_is_refused_to_an_agent_key_and_stays_pending(inbox, one_day):
+def test_a_candidate_another_reviewer_holds_is_refused_to_an_agent_key_and_stays_pending(one_day, inbox):
     rita = reviewer_user("rita", *ALL_PERMS)
     candidate = inbox["candidate"]
     _hold(candidate, "candidate", rita)
@@ -57,7 +57,7 @@ def test_a_candidate_another_reviewer_holds_is_refused_to_an_agent_key_and_stays
     assert Decision.objects.count() == 1
 
 
-def test_a_reviewer_tokens_decision_is_logged_with_its_reason_and_drops_the_claims(inbox, one_day):
+def test_a_reviewer_tokens_decision_is_logged_with_its_reason_and_drops_the_claims(one_day, inbox):
     rita, sam = reviewer_user("rita", *ALL_PERMS), reviewer_user("sam", *ALL_PERMS)
     as_rita, as_sam = reviewer_client(rita), reviewer_client(sam)
     transition = inbox["transition"]

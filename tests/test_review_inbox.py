@@ -363,7 +363,7 @@ def _login(browser, live_server, username):
 
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
-def test_browser_a_reviewer_works_through_every_kind_by_keyboard(live_server, chromium, one_day):
+def test_browser_a_reviewer_works_through_every_kind_by_keyboard(one_day, live_server, chromium):
     mixed_inbox()
     reviewer_user("rita", *ALL_PERMS, password="s3cret-pass")
     page = _login(chromium, live_server, "rita")
@@ -535,7 +535,7 @@ def test_similar_candidates_are_decided_together_and_the_confirmation_lists_each
     assert Decision.objects.filter(kind="candidate").count() == 3
 
 
-def test_the_backlog_is_recorded_per_day_and_drawn_on_the_inbox(inbox, one_day):
+def test_the_backlog_is_recorded_per_day_and_drawn_on_the_inbox(one_day, inbox):
     from review.models import BacklogSnapshot
     from review.tasks import backlog_snapshot_task
 

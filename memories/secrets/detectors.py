@@ -24,7 +24,6 @@ from memories.secrets.prose import (
     _RECOVERY_CODES,
     _SEED_INTO_APP,
     _USE_PASSWORD_WORD,
-    _inflected,
     answered_value,
     as_password,
     flag_word_is_password,
@@ -54,6 +53,7 @@ from memories.secrets.rules import (
     _CONNECTION_HINT,
     _CONSTANT_IS,
     _CONSTANT_NAME,
+    _DESCRIPTION_END,
     _DIGITS_HINT,
     _DS_CONTEXT,
     _DS_KEYWORD,
@@ -91,7 +91,7 @@ from memories.secrets.rules import (
     _QUALIFIER_SHORT,
     _QUOTE_CHARS,
     _SECRET_CONTEXT,
-    _STATE_PARTICIPLES,
+    _STATE_WORDS,
     _STOPWORDS,
     _STRUCTURED,
     _WITH_SECRET,
@@ -459,9 +459,10 @@ def _value_past_hedges(t: str, m: re.Match) -> tuple[bool, int, str] | None:
 
 
 def _describes_the_password(t: str, m: re.Match, value: str, start: int) -> bool:
-    """A plain word after "is" / "was set to" that tells what happens to the password: a participle
-    ("is emailed by HR", "is posted on the wall", "was rejected again", "was stolen"), "case sensitive", or an
-    infinitive ("was set to expire every 90 days")."""
+    """A plain word after "is" / "was set to" that tells what happens to the password or how it is: a participle
+    ("is emailed by HR", "is posted on the wall", "was rejected again"), a state that ends the clause ("was stolen,
+    please help", "is fine"), an adverb before one ("was accidentally deleted"), a length ("is six digits long"),
+    "case sensitive", "about to expire", or an infinitive ("was set to expire every 90 days")."""
     if not re.fullmatch(r"[a-z]+", value):
         return False
     verb = (m.groupdict().get("verb") or "").lower()
@@ -470,17 +471,28 @@ def _describes_the_password(t: str, m: re.Match, value: str, start: int) -> bool
     after = start + len(value)
     if value == "case":
         return bool(_CASE_SENSITIVE.match(t, after))
-    if _LENGTH_NEXT.match(t, after):
-        return True  # "six digits long", "several characters"
-    if value in _IRREGULAR_PARTICIPLES or value in _STATE_PARTICIPLES or (value.endswith(("ed", "ly")) and _inflected(value)):
-        # made from an English word: what was done to the password ("denied", "hacked and locked"), or how
-        # ("accidentally deleted")
-        return True
-    return value.endswith("ed") and bool(_PARTICIPLE_NEXT.match(t, after))
+    if value == "about":
+        return bool(_ABOUT_TO.match(t, after))
+    if value in _NUMBER_WORDS:
+        return bool(_LENGTH_NEXT.match(t, after))  # "six digits long", "several characters"
+    if value in _STATE_WORDS:
+        return bool(_DESCRIPTION_END.match(t, after))
+    if value.endswith("ly"):  # "accidentally deleted": the adverb of what was done
+        nxt = _NEXT_WORD.match(t, after)
+        return nxt is not None and nxt.group(1).lower() in _STATE_WORDS
+    return (value.endswith("ed") or value in _IRREGULAR_PARTICIPLES) and bool(_PARTICIPLE_NEXT.match(t, after))
 
 
+_NEXT_WORD = re.compile(r"\s++([A-Za-z]++)")
+_NUMBER_WORDS = set(
+    """
+    two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen twenty thirty
+    several many few
+    """.split()
+)
 _LENGTH_NEXT = re.compile(r"(?i)\s++(?:digits?|characters?|chars|letters?|words?|numbers?|symbols?)\b")
 _CASE_SENSITIVE = re.compile(r"(?i)[\s\-]++(?:in)?sensitive\b")
+_ABOUT_TO = re.compile(r"(?i)\s++to\s++[a-z]")
 
 
 def _codes(t: str, add) -> None:

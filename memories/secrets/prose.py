@@ -195,9 +195,9 @@ _ABSTRACT_OBJECT = re.compile(
 )
 
 
-def _an_abstract_object(t: str, at: int) -> bool:
+def _an_abstract_object(t: str, at: int, *, listed: bool = False) -> bool:
     """What follows a saying's "to" / "for" at ``at`` is an abstract noun: "to success", "for a happy life", "for
-    peace of mind"."""
+    peace of mind" (``listed``: one of ``_ABSTRACT_NOUNS``, not only shaped like one)."""
     m = _ABSTRACT_OBJECT.match(t, at)
     if m is None:
         return False
@@ -205,7 +205,7 @@ def _an_abstract_object(t: str, at: int) -> bool:
     nxt = re.match(r"\s++([a-z]+)\b", t[m.end() : m.end() + 40], re.IGNORECASE)
     if nxt and nxt.group(1).lower() not in _STOPWORDS:
         head = nxt.group(1).lower()  # "a happy life", "the identity provider": the noun after a modifier
-    return head in _ABSTRACT_NOUNS or (head.endswith(_ABSTRACT_ENDS) and len(head) > 6)
+    return head in _ABSTRACT_NOUNS or (not listed and head.endswith(_ABSTRACT_ENDS) and len(head) > 6)
 
 
 def _a_saying(t: str, name: re.Match, m: re.Match) -> bool:
@@ -215,7 +215,8 @@ def _a_saying(t: str, name: re.Match, m: re.Match) -> bool:
     if conn in _SAYING_CONNECTORS:
         if _FOR_A_THING.match(t, name.end("conn")):
             return False  # "swordfish is the password for the router"
-        return plain or _an_abstract_object(t, name.end("conn"))
+        # "Patience is my password to success"; not "swordfish is my password for the university"
+        return plain or (conn == "to" and _an_abstract_object(t, name.end("conn"), listed=True))
     if not plain or name.group("end") != "," or not re.match(r",\s*+[a-z]", t[name.end() :]):
         return False
     from wordfreq import zipf_frequency  # here: only a "<word> is the password, ..." sentence needs it
@@ -259,7 +260,9 @@ def used_password_word(t: str, m: re.Match) -> bool:
     "password" ("protection", "login", "rotation") and ends its value ("for the guest account", ".")."""
     value = m.group("value")
     low = value.lower()
-    if low in _PASSWORD_TERMS or low.endswith(_TERM_ENDS) or not _plain_word_value(value, _NOT_THE_VALUE):
+    if low in _PASSWORD_TERMS or low.endswith(_TERM_ENDS) or low in _INFINITIVES or low in _MORE_INFINITIVES:
+        return False  # "accounts with password expire after 90 days"
+    if not _plain_word_value(value, _NOT_THE_VALUE):
         return False
     return bool(_VALUE_END.match(t, m.end("value")))
 
@@ -606,12 +609,12 @@ _WORD_ENDS_SENTENCE = re.compile(r"\s*+(?:$|[\n.,;:!?)])")
 def _key_is_password(t: str, m: re.Match, name: str, value: str) -> bool:
     """A plain ``value`` after "la clave es" / "a chave é" is the password, not what a key to something is."""
     low, lang = value.lower(), _AMBIGUOUS_NAMES[name]
-    if low in _ABSTRACT_FOREIGN or low.endswith(_ABSTRACT_FOREIGN_ENDS):
-        return False
     from wordfreq import zipf_frequency  # here: only a "clave" / "chave" sentence needs it
 
     if zipf_frequency(low, lang) < 3.5:
-        return True
+        return True  # a word the language seldom uses ("mi clave es jaguar")
+    if low in _ABSTRACT_FOREIGN or low.endswith(_ABSTRACT_FOREIGN_ENDS):
+        return False
     if _OWNED_KEY.search(t, max(0, m.start() - 12), m.start()) or _KEY_OF_A_THING.search(t, m.end("name"), m.start("value")):
         return True
     if value[0].isupper() or low.endswith(_ADJECTIVE_ENDS) or not _WORD_ENDS_SENTENCE.match(t, m.start("value") + len(value)):
@@ -629,6 +632,7 @@ _WITH_A_PASSWORD = set(
     assinatura perfil cartão cartao dados senha senhas chave chaves confirme confirma digite digita clique clica tente
     tenta aguarde aguarda entre entra continue continua salve salva envie envia pressione selecione escolha faça faca
     acesse acessa insira informe preencha repita guarde anote verifique mude troque altere pronto pronta feito fim
+    prossiga volte avance siga toque aperte tecle conclua finalize reinicie recomece
     """.split()
 )
 

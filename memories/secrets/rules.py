@@ -48,9 +48,6 @@ _PROSE_NOT_A_SECRET = set(
     in on of for to from with by via after before when if that which what this it its your their our my his her
     manager policy policies field fields prompt prompts reset link links form page dialog screen rules rule
     hint hints length complexity expiry expiration change changes update updates recovery protected
-    about digit digits character characters letter letters symbols numbers numeric alphanumeric fine ok okay good
-    bad weird strange unknown outdated old new temporary default insecure secure simple easy hard complicated
-    obsolete stale fake identical similar useless
     """.split()
 )
 # Function words: a spaced-out token's match is cut before one of these ("... xY5 as the password").
@@ -485,13 +482,24 @@ _PARTICIPLE_NEXT = re.compile(
     r"daily|weekly|monthly|yearly|when|after|before|per|until|only)\b"
 )
 _IRREGULAR_PARTICIPLES = {"written", "given", "taken", "chosen", "known", "forgotten", "told", "read", "put", "left"}
-# ... and what else is done to a password, after "is" / "was" ("my password was stolen"); not with the words of a seed
-# phrase, some of which these are
-_STATE_PARTICIPLES = set(
+# ... and what is done to a password or how it is, after "is" / "was", as a support lesson tells it ("my passcode was
+# denied", "was stolen, please help", "is fine, the issue is the device"): only when the clause ends or goes on with a
+# connecting word (``_DESCRIPTION_END``), so a passphrase that starts with one of them is still read ("broken arrow
+# sky blue"); a list, not a rule on word endings: names and words shaped like participles are passwords too
+# ("molly", "wicked", "tangled")
+_STATE_WORDS = set(
     """
-    stolen broken hidden shown lost found sent kept frozen spoken sold held seen done made stuck mistaken overwritten
-    rewritten misspelt
+    denied rejected declined refused blocked locked unlocked stolen hacked compromised leaked breached exposed
+    phished cracked guessed lost broken changed updated reset expired disabled enabled suspended revoked cancelled
+    canceled deleted removed erased accepted saved stored remembered cached autofilled typed entered mistyped
+    misspelt misspelled reused shared sent emailed texted hidden masked shown displayed overwritten rewritten
+    forgotten fine ok okay good bad weird strange unknown outdated temporary insecure secure complicated obsolete useless
     """.split()
+)
+_DESCRIPTION_END = re.compile(
+    r"(?i)\s*+(?:$|[\n,.;:!?)]|(?:and|but|or|so|because|since|again|twice|yesterday|today|now|already|too|"
+    r"recently|earlier|after|before|when|while|by|on|in|at|to|out|from|via|with|during|every|until|wrong|right|"
+    r"[a-z]+ly)\b)"
 )
 _INFINITIVES = set(
     """
