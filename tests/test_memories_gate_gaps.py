@@ -376,3 +376,21 @@ def test_a_credential_pair_or_secret_in_prose_is_blocked_and_redacted(text, secr
 )
 def test_a_lesson_about_accounts_and_logins_passes(text):
     assert write_gate.check(text).allowed, write_gate.check(text)
+
+
+@pytest.mark.parametrize(
+    "alone",
+    [
+        "the passphrase is correct horse battery staple@Kx8mQ2zLp9.io",
+        "the passphrase is correct horse battery staple and the pin is 4821, or Kx8mQ2zLp9",
+    ],
+)
+def test_a_clause_after_another_finding_gives_the_same_values_as_alone(alone):
+    """A sentence's findings are read once for all of them: what a finding's clause holds does not depend on another
+    finding before it (a finding that ends inside a token still reads the token's rest)."""
+    from memories.secrets import find_secrets
+
+    before = "my password is hunter2x and "
+    spans = {(f.kind, alone[f.start : f.end]) for f in find_secrets(alone)}
+    after = {(f.kind, (before + alone)[f.start : f.end]) for f in find_secrets(before + alone) if f.start >= len(before)}
+    assert spans and after == spans

@@ -109,14 +109,24 @@ def _clause_values(text: str, findings: list[Finding]) -> list[Finding]:
         while j < len(prose) and prose[j].end <= stop:
             j += 1
         group, k, kind = prose[i:j], 0, first.kind
+
+        def take(at: int, raw: str, kind: str) -> None:
+            token = raw.rstrip(".,:;!?")
+            if token and as_password(token) and not _NOT_A_CLAUSE_VALUE.search(token):
+                out.append(Finding(SECRET, kind, at, at + len(token), "clause"))
+
         for m in _CLAUSE_TOKEN.finditer(text, first.end, stop):
             while k < len(group) and group[k].end <= m.start():
                 if kind in _GENERIC_KINDS and group[k].kind not in _GENERIC_KINDS:
                     kind = group[k].kind
                 k += 1
-            token = m.group(0).rstrip(".,:;!?")
-            if token and as_password(token) and not _NOT_A_CLAUSE_VALUE.search(token):
-                out.append(Finding(SECRET, kind, m.start(), m.start() + len(token), "clause"))
+            take(m.start(), m.group(0), kind)
+            # a finding that ends inside this token: read from its end, the token's rest is a token of its own
+            while k < len(group) and group[k].end < m.end():
+                if kind in _GENERIC_KINDS and group[k].kind not in _GENERIC_KINDS:
+                    kind = group[k].kind
+                take(group[k].end, text[group[k].end : m.end()], kind)
+                k += 1
         i = j
     return out
 
