@@ -378,13 +378,14 @@ _LIMIT_BEFORE = re.compile(
     r"limit of|limit is|limited to|threshold of|maximum of|minimum of|cap of|capped at)\s*+$"
 )
 _A_RULE = re.compile(
-    r"(?i)\b(?:limits?|threshold|cap|caps|capped|maximum|minimum|max|min|alert|alerts|notify|warn|flag|confirm|"
-    r"confirmed|approve|approval|approved|require|requires|required|block|allow|allowed|only|never|always|ask|when|"
-    r"whenever|if|unless|wants?|prefers?)\b"
+    r"(?i)\b(?:limits?|threshold|caps?|capped|maximum|minimum|max|min|budget|alert|alerts|notify|warn|flag|confirm|"
+    r"confirmed|approve|approval|approved|require|requires|required|need|needs|must|should|escalate|review|reviewed|"
+    r"report|reported|trigger|triggers|block|blocked|allow|allowed)\b"
 )
 _PRICED = re.compile(
     r"(?i)\b(?:price[sd]?|costs?|costing|fees?|charges?|charged|pay|pays|paid|rates?|balance|worth|trades?|traded|"
-    r"trading|closed|opened|rent|salary|savings|subscription)\b"
+    r"trading|closed|opened|rent|salary|savings|subscription|debt|loan|earns?|earned|income|valued|portfolio|stock|"
+    r"shares|has|had)\b"
 )
 _CLAUSE_END = re.compile(r"[.;!?](?=\s|$)|\n")  # not the dot of "v2.1" or "1,240.50"
 

@@ -211,8 +211,10 @@ CLEAN = [
     "The user wants transfers above 1000 EUR confirmed by phone.",
     "Alert the user when card spending goes over £200 in a week.",
     "The user's daily ATM limit is 500 EUR.",
-    "Never suggest investments under $5,000 to this customer.",
     "When AAPL closes above $190, alert the user.",
+    "Transfers above 1000 EUR need a second signature.",
+    "Withdrawals over 500 EUR go to manual review.",
+    "Keep the user's monthly budget under $1,500.",
 ]
 
 UNSTABLE = [
@@ -234,6 +236,11 @@ UNSTABLE = [
     "The subscription is over $20 a month.",
     "Rent went up to $2,000 a month.",
     "The fee for v2.1 users is over €2.",
+    # a rule word elsewhere in the sentence does not make a fact a limit
+    "The user's account has over $10,000, so never suggest overdraft products.",
+    "The user earns over $80,000 a year and wants to max out the 401k.",
+    "Tesla stock is above $250 and the user always checks it.",
+    "If the user asks, the flight to Paris was under $400.",
 ]
 
 TOO_SHORT_OR_SPECIFIC = [

@@ -171,6 +171,18 @@ CLEAN = [
     "The password was emailed to the wrong address.",
     "Accounts with password expire after 90 days.",
     "Digite a senha e prossiga para a próxima etapa.",
+    "The password was shared over the phone.",
+    "The password is shared through 1password.",
+    "The password was blocked for 24 hours.",
+    "The user's password was rejected three times and the account got locked.",
+    "The password was locked due to too many attempts.",
+    "The password was recently rotated.",
+    "My password is about eight characters.",
+    "The password is easy to guess.",
+    "The password is similar to the old one.",
+    "The password is fake, it's a phishing page.",
+    "The password was entered correctly.",
+    "la clave es escalabilidad",
 ]
 
 # A password that only looks like what the rules above let through: a name or a word shaped like a participle or an
@@ -201,6 +213,21 @@ STILL_SECRETS = [
     "swordfish is my password for the university",
     "swordfish is my password for business",
     "swordfish is my password for life",
+    # a description, then the password in the same sentence
+    "my password was stolen on Monday, it was Kx8mQ2zLp9",
+    "the password is fine, it's Kx8mQ2zLp9",
+    "my password was stolen, it was sunshine",
+    "the password is temporary: Welcome1!",
+    "the password is temporary until Friday: bluebird",
+    "my passcode is six digits: 482913",
+    "the password is case sensitive: Sunshine",
+    "the wifi password is secure with wpa2, it's bluebird",
+    # a passphrase that starts with a state word, a name ending in -ly before one
+    "the passphrase is lost in translation",
+    "the passphrase is good to go",
+    "the passphrase is secure butterfly garden",
+    "my password is dragonfly saved in chrome",
+    "the wifi password is lily shared with guests",
 ]
 
 

@@ -72,6 +72,7 @@ from memories.secrets.rules import (
     _OTP_SEED,
     _PARTICIPLE_NEXT,
     _PATH_LIKE,
+    _PHRASE_DESCRIPTION_END,
     _PRIVATE_KEY_BLOCK_END,
     _PRIVATE_KEY_HEADERS,
     _PROSE_APPOSITIVE,
@@ -91,6 +92,7 @@ from memories.secrets.rules import (
     _QUALIFIER_SHORT,
     _QUOTE_CHARS,
     _SECRET_CONTEXT,
+    _STATE_ADVERBS,
     _STATE_WORDS,
     _STOPWORDS,
     _STRUCTURED,
@@ -351,6 +353,9 @@ def _prose(view: View, add) -> None:
                 add("password_in_prose", vstart, vstart + len(value))
             continue
         if _describes_the_password(t, m, value, vstart):
+            told = _value_after_description(t, vstart + len(value))
+            if told:
+                add("password_in_prose", *told)
             continue
         # a passphrase of several plain words: "the passphrase is correct horse battery staple"
         words = _passphrase_words(t, vstart, name)
@@ -460,30 +465,58 @@ def _value_past_hedges(t: str, m: re.Match) -> tuple[bool, int, str] | None:
 
 def _describes_the_password(t: str, m: re.Match, value: str, start: int) -> bool:
     """A plain word after "is" / "was set to" that tells what happens to the password or how it is: a participle
-    ("is emailed by HR", "is posted on the wall", "was rejected again"), a state that ends the clause ("was stolen,
-    please help", "is fine"), an adverb before one ("was accidentally deleted"), a length ("is six digits long"),
-    "case sensitive", "about to expire", or an infinitive ("was set to expire every 90 days")."""
+    ("is emailed by HR", "is posted on the wall"), a listed state that ends the clause or goes on about it ("was
+    stolen, please help", "was rejected three times", "is fine"), a listed adverb before one ("was accidentally
+    deleted"), a length ("is six digits long"), "case sensitive", "about to expire", or an infinitive ("was set to
+    expire every 90 days"). Only after a verb: "password: simple" gives the value."""
     if not re.fullmatch(r"[a-z]+", value):
         return False
     verb = (m.groupdict().get("verb") or "").lower()
     if verb.endswith(" to") and value in _INFINITIVES:
         return True
     after = start + len(value)
-    if value == "case":
-        return bool(_CASE_SENSITIVE.match(t, after))
-    if value == "about":
-        return bool(_ABOUT_TO.match(t, after))
-    if value in _NUMBER_WORDS:
-        return bool(_LENGTH_NEXT.match(t, after))  # "six digits long", "several characters"
-    if value in _STATE_WORDS:
-        return bool(_DESCRIPTION_END.match(t, after))
-    if value.endswith("ly"):  # "accidentally deleted": the adverb of what was done
-        nxt = _NEXT_WORD.match(t, after)
-        return nxt is not None and nxt.group(1).lower() in _STATE_WORDS
+    if verb:
+        if value == "case":
+            return bool(_CASE_SENSITIVE.match(t, after))
+        if value == "about":
+            return bool(_ABOUT_TO.match(t, after))
+        if value in _NUMBER_WORDS:
+            return bool(_LENGTH_NEXT.match(t, after))  # "six digits long", "several characters"
+        phrase = "phrase" in m.group("name").lower()
+        if value in _STATE_WORDS and (_PHRASE_DESCRIPTION_END if phrase else _DESCRIPTION_END).match(t, after):
+            return True
+        if value in _STATE_ADVERBS:  # "accidentally deleted", "recently rotated"
+            nxt = _NEXT_WORD.match(t, after)
+            return nxt is not None and (nxt.group(1).lower() in _STATE_WORDS or nxt.group(1).lower().endswith("ed"))
     return (value.endswith("ed") or value in _IRREGULAR_PARTICIPLES) and bool(_PARTICIPLE_NEXT.match(t, after))
 
 
+def _value_after_description(t: str, at: int) -> tuple[int, int] | None:
+    """After a description of the password ("my password was stolen, it was Kx8mQ2zLp9"), the value its sentence
+    still gives: a word that looks like a password, or a plain word after "it was" / "it's" / "which is"."""
+    end = _SENTENCE_END.search(t, at, at + 300)
+    stop = end.start() if end else min(len(t), at + 300)  # a sentence's reach, bounded: linear in the text
+    given = _COLON_VALUE.search(t, at, stop)  # "is six digits: 482913", "is temporary until Friday: bluebird"
+    if given:
+        word = given.group("value").rstrip(".,:;!?)")
+        if len(word) >= 4 and not _is_placeholder(word) and word.lower() not in _PROSE_NOT_A_SECRET:
+            return given.start("value"), given.start("value") + len(word)
+    for m in _CLAUSE_WORD.finditer(t, at, stop):
+        word = m.group(0).rstrip(".,:;!?)")
+        if word and looks_like_password(word) and not _PATH_LIKE.search(word) and word.lower() not in _PASSWORD_PRODUCTS:
+            return m.start(), m.start() + len(word)
+    told = _IT_WAS.search(t, at, stop)
+    if told and set_word_is_password(t, told.group("value"), told.end("value")):
+        return told.span("value")
+    return None
+
+
 _NEXT_WORD = re.compile(r"\s++([A-Za-z]++)")
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
+_CLAUSE_WORD = re.compile(r"[^\s,;()\[\]{}<>\"'`]++")
+_COLON_VALUE = re.compile(r":\s*+(?P<value>[^\s,;()\[\]{}<>\"'`]++)")
+_PASSWORD_PRODUCTS = {"1password"}  # "the password is shared through 1password": where it is kept
+_IT_WAS = re.compile(r"(?i)\b(?:it|which)(?:'s|\s++(?:is|was))\s++(?P<value>[A-Za-z][a-z]*+)\b")
 _NUMBER_WORDS = set(
     """
     two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen twenty thirty
@@ -492,7 +525,10 @@ _NUMBER_WORDS = set(
 )
 _LENGTH_NEXT = re.compile(r"(?i)\s++(?:digits?|characters?|chars|letters?|words?|numbers?|symbols?)\b")
 _CASE_SENSITIVE = re.compile(r"(?i)[\s\-]++(?:in)?sensitive\b")
-_ABOUT_TO = re.compile(r"(?i)\s++to\s++[a-z]")
+_ABOUT_TO = re.compile(
+    r"(?i)\s++(?:to\s++[a-z]|(?:\d++|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty)\s++"
+    r"(?:digits?|characters?|chars|letters?|words?))"
+)
 
 
 def _codes(t: str, add) -> None:

@@ -611,11 +611,15 @@ def _key_is_password(t: str, m: re.Match, name: str, value: str) -> bool:
     low, lang = value.lower(), _AMBIGUOUS_NAMES[name]
     from wordfreq import zipf_frequency  # here: only a "clave" / "chave" sentence needs it
 
-    if zipf_frequency(low, lang) < 3.5:
-        return True  # a word the language seldom uses ("mi clave es jaguar")
+    owned = bool(
+        _OWNED_KEY.search(t, max(0, m.start() - 12), m.start()) or _KEY_OF_A_THING.search(t, m.end("name"), m.start("value"))
+    )
+    rare = zipf_frequency(low, lang) < 3.5
+    if owned and rare:
+        return True  # someone's or a device's key, a word the language seldom uses ("mi clave es jaguar")
     if low in _ABSTRACT_FOREIGN or low.endswith(_ABSTRACT_FOREIGN_ENDS):
-        return False
-    if _OWNED_KEY.search(t, max(0, m.start() - 12), m.start()) or _KEY_OF_A_THING.search(t, m.end("name"), m.start("value")):
+        return False  # what a key to something is ("la clave es escalabilidad")
+    if rare or owned:
         return True
     if value[0].isupper() or low.endswith(_ADJECTIVE_ENDS) or not _WORD_ENDS_SENTENCE.match(t, m.start("value") + len(value)):
         return False

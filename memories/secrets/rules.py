@@ -490,16 +490,36 @@ _IRREGULAR_PARTICIPLES = {"written", "given", "taken", "chosen", "known", "forgo
 _STATE_WORDS = set(
     """
     denied rejected declined refused blocked locked unlocked stolen hacked compromised leaked breached exposed
-    phished cracked guessed lost broken changed updated reset expired disabled enabled suspended revoked cancelled
-    canceled deleted removed erased accepted saved stored remembered cached autofilled typed entered mistyped
-    misspelt misspelled reused shared sent emailed texted hidden masked shown displayed overwritten rewritten
-    forgotten fine ok okay good bad weird strange unknown outdated temporary insecure secure complicated obsolete useless
+    phished cracked guessed lost broken changed updated reset expired disabled enabled deactivated activated suspended
+    revoked cancelled canceled deleted removed erased wiped rotated synced flagged accepted saved stored remembered
+    cached autofilled typed entered mistyped misspelt misspelled reused shared sent emailed texted hidden masked shown
+    displayed overwritten rewritten forgotten fine ok okay good bad weird strange unknown outdated temporary insecure
+    secure complicated obsolete useless new old default simple easy hard stale fake identical similar numeric
+    alphanumeric
     """.split()
 )
+# ... and the adverbs that may come before one ("was accidentally deleted", "was recently rotated"); a list: names and
+# nouns end in -ly too ("lily", "dragonfly", "family")
+_STATE_ADVERBS = set(
+    """
+    accidentally recently automatically successfully wrongly incorrectly correctly mistakenly temporarily permanently
+    immediately finally eventually suddenly silently completely partially manually briefly apparently reportedly
+    allegedly probably possibly already just also never still
+    """.split()
+)
+# what may follow a state word for it to describe the password: the end of the clause (not ":", which introduces the
+# value: "the password is temporary: Welcome1!") or a word that goes on about it
 _DESCRIPTION_END = re.compile(
-    r"(?i)\s*+(?:$|[\n,.;:!?)]|(?:and|but|or|so|because|since|again|twice|yesterday|today|now|already|too|"
-    r"recently|earlier|after|before|when|while|by|on|in|at|to|out|from|via|with|during|every|until|wrong|right|"
-    r"[a-z]+ly)\b)"
+    r"(?i)\s*+(?:$|[\n,.;!?)]|(?:and|but|or|so|because|since|again|twice|yesterday|today|now|already|too|only|"
+    r"after|before|when|while|by|on|in|at|to|out|from|via|with|without|for|as|due|along|across|through|into|over|"
+    r"under|per|each|once|during|every|until|wrong|right|successfully|correctly|incorrectly|automatically|manually|"
+    r"properly|immediately|(?:\d++|two|three|four|five|several|many|a\s++few)\s++times)"
+    r"\b)"
+)
+# ... and, for a passphrase (several words), only what cannot go on a phrase: "the passphrase is lost in translation"
+# and "lost and found" are passphrases
+_PHRASE_DESCRIPTION_END = re.compile(
+    r"(?i)\s*+(?:$|[\n,.;!?)]|(?:because|since|again|twice|yesterday|today|already|when|while)\b)"
 )
 _INFINITIVES = set(
     """

@@ -123,9 +123,9 @@ def _clause_values(text: str, findings: list[Finding]) -> list[Finding]:
             take(m.start(), m.group(0), kind)
             # a finding that ends inside this token: read from its end, the token's rest is a token of its own
             while k < len(group) and group[k].end < m.end():
+                take(group[k].end, text[group[k].end : m.end()], group[k].kind)  # as that finding alone reads it
                 if kind in _GENERIC_KINDS and group[k].kind not in _GENERIC_KINDS:
                     kind = group[k].kind
-                take(group[k].end, text[group[k].end : m.end()], kind)
                 k += 1
         i = j
     return out
