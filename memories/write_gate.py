@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from memories.secrets import find_secrets
 from memories.secrets import redact as secrets_redact
 from memories.secrets.prose import as_password
-from memories.secrets.rules import _is_placeholder, format_term, luhn_valid
+from memories.secrets.rules import CLAUSE_END, _is_placeholder, format_term, luhn_valid
 
 __all__ = [
     "Finding",
@@ -387,7 +387,6 @@ _PRICED = re.compile(
     r"trading|closed|opened|rent|salary|savings|subscription|debt|loan|earns?|earned|income|valued|portfolio|stock|"
     r"shares|has|had)\b"
 )
-_CLAUSE_END = re.compile(r"[.;!?](?=\s|$)|\n")  # not the dot of "v2.1" or "1,240.50"
 
 
 def _a_limit(prose: str, start: int) -> bool:
@@ -395,9 +394,9 @@ def _a_limit(prose: str, start: int) -> bool:
     before = prose[max(0, start - 200) : start]
     if not _LIMIT_BEFORE.search(before[-30:]):
         return False
-    cut = [m.end() for m in _CLAUSE_END.finditer(before)]
+    cut = [m.end() for m in CLAUSE_END.finditer(before)]
     after = prose[start : start + 200]
-    end = _CLAUSE_END.search(after)
+    end = CLAUSE_END.search(after)
     clause = before[cut[-1] if cut else 0 :] + after[: end.start() if end else len(after)]
     return bool(_A_RULE.search(clause)) and not _PRICED.search(clause)
 

@@ -178,6 +178,7 @@ CLEAN = [
     "The password was locked due to too many attempts.",
     "The password was recently rotated.",
     "My password is about eight characters.",
+    "The password is 12 characters long.",
     "The password is easy to guess.",
     "The password is similar to the old one.",
     "The password is fake, it's a phishing page.",
@@ -216,6 +217,8 @@ STILL_SECRETS = [
     # a description, then the password in the same sentence
     "my password was stolen on Monday, it was Kx8mQ2zLp9",
     "the password is fine, it's Kx8mQ2zLp9",
+    "my password was stolen; it was Kx8mQ2zLp9",
+    "my password is about 12 characters: Kx8mQ2zLp9",
     "my password was stolen, it was sunshine",
     "the password is temporary: Welcome1!",
     "the password is temporary until Friday: bluebird",

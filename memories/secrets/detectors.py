@@ -99,7 +99,9 @@ from memories.secrets.rules import (
     _WITH_SECRET,
     _WORD,
     _XML_SECRET,
+    CLAUSE_TOKEN,
     HEDGES,
+    SENTENCE_END,
     _in_url_path,
     _is_placeholder,
     _natural_language,
@@ -478,10 +480,11 @@ def _describes_the_password(t: str, m: re.Match, value: str, start: int) -> bool
     if verb:
         if value == "case":
             return bool(_CASE_SENSITIVE.match(t, after))
-        if value == "about":
-            return bool(_ABOUT_TO.match(t, after))
-        if value in _NUMBER_WORDS:
-            return bool(_LENGTH_NEXT.match(t, after))  # "six digits long", "several characters"
+        if value == "about":  # "about to expire", "about eight characters"
+            count = _NEXT_WORD.match(t, after)
+            return bool(_ABOUT_TO.match(t, after)) or (count is not None and _a_length(t, count.group(1), count.end()))
+        if _a_length(t, value, after):  # "six digits long", "several characters"
+            return True
         phrase = "phrase" in m.group("name").lower()
         if value in _STATE_WORDS and (_PHRASE_DESCRIPTION_END if phrase else _DESCRIPTION_END).match(t, after):
             return True
@@ -494,14 +497,14 @@ def _describes_the_password(t: str, m: re.Match, value: str, start: int) -> bool
 def _value_after_description(t: str, at: int) -> tuple[int, int] | None:
     """After a description of the password ("my password was stolen, it was Kx8mQ2zLp9"), the value its sentence
     still gives: a word that looks like a password, or a plain word after "it was" / "it's" / "which is"."""
-    end = _SENTENCE_END.search(t, at, at + 300)
+    end = SENTENCE_END.search(t, at, at + 300)
     stop = end.start() if end else min(len(t), at + 300)  # a sentence's reach, bounded: linear in the text
     given = _COLON_VALUE.search(t, at, stop)  # "is six digits: 482913", "is temporary until Friday: bluebird"
     if given:
         word = given.group("value").rstrip(".,:;!?)")
         if len(word) >= 4 and not _is_placeholder(word) and word.lower() not in _PROSE_NOT_A_SECRET:
             return given.start("value"), given.start("value") + len(word)
-    for m in _CLAUSE_WORD.finditer(t, at, stop):
+    for m in CLAUSE_TOKEN.finditer(t, at, stop):
         word = m.group(0).rstrip(".,:;!?)")
         if word and looks_like_password(word) and not _PATH_LIKE.search(word) and word.lower() not in _PASSWORD_PRODUCTS:
             return m.start(), m.start() + len(word)
@@ -511,9 +514,12 @@ def _value_after_description(t: str, at: int) -> tuple[int, int] | None:
     return None
 
 
-_NEXT_WORD = re.compile(r"\s++([A-Za-z]++)")
-_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
-_CLAUSE_WORD = re.compile(r"[^\s,;()\[\]{}<>\"'`]++")
+def _a_length(t: str, word: str, after: int) -> bool:
+    """``word`` (ending at ``after``) counts what follows it: "six digits", "12 characters"."""
+    return (word.isdigit() or word.lower() in _NUMBER_WORDS) and bool(_LENGTH_NEXT.match(t, after))
+
+
+_NEXT_WORD = re.compile(r"\s++([A-Za-z0-9]++)")
 _COLON_VALUE = re.compile(r":\s*+(?P<value>[^\s,;()\[\]{}<>\"'`]++)")
 _PASSWORD_PRODUCTS = {"1password"}  # "the password is shared through 1password": where it is kept
 _IT_WAS = re.compile(r"(?i)\b(?:it|which)(?:'s|\s++(?:is|was))\s++(?P<value>[A-Za-z][a-z]*+)\b")
@@ -525,10 +531,7 @@ _NUMBER_WORDS = set(
 )
 _LENGTH_NEXT = re.compile(r"(?i)\s++(?:digits?|characters?|chars|letters?|words?|numbers?|symbols?)\b")
 _CASE_SENSITIVE = re.compile(r"(?i)[\s\-]++(?:in)?sensitive\b")
-_ABOUT_TO = re.compile(
-    r"(?i)\s++(?:to\s++[a-z]|(?:\d++|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty)\s++"
-    r"(?:digits?|characters?|chars|letters?|words?))"
-)
+_ABOUT_TO = re.compile(r"(?i)\s++to\s++[a-z]")
 
 
 def _codes(t: str, add) -> None:

@@ -477,6 +477,13 @@ _PROSE_DIRECT = re.compile(r"(?i)\b(?P<name>password|passwd|passphrase|pwd|passc
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*")
 # after "is" / "was set to": a participle ("is emailed by HR", "is posted on the wall") or an infinitive ("was set
 # to expire every 90 days") describes the password; a plain word followed by one of these is not the password
+# A clause of prose ends at a sentence's end (not the dot of "v2.1" or "1,240.50"), a semicolon or a line break; its
+# tokens are what lies between spaces, commas and brackets. Read by the values a secret's clause gives after it
+# (``scan``), by the unstable-price check (``write_gate``) and, to a sentence's end, by what is said after a
+# description of the password (``detectors``).
+CLAUSE_END = re.compile(r"[.!?](?=\s|$)|[;\n]")
+SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")  # ... and a sentence goes on past a semicolon
+CLAUSE_TOKEN = re.compile(r"[^\s,;()\[\]{}<>\"'`]++")
 _PARTICIPLE_NEXT = re.compile(
     r"(?i)\s+(?:by|on|in|at|to|from|via|with|into|through|over|under|every|each|once|automatically|manually|"
     r"daily|weekly|monthly|yearly|when|after|before|per|until|only)\b"

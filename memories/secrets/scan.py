@@ -14,7 +14,7 @@ from memories.secrets.detectors import (
     decode_hex,
 )
 from memories.secrets.prose import as_password
-from memories.secrets.rules import _natural_language
+from memories.secrets.rules import CLAUSE_END, CLAUSE_TOKEN, _natural_language
 from memories.secrets.views import SECRET, Finding, View, views
 
 
@@ -86,8 +86,6 @@ def _merge(findings: list[Finding]) -> list[Finding]:
 
 # findings of a secret named in a sentence or an assignment: the rest of their clause may give more values
 _PROSE_KINDS = {"password_in_prose", "credential_assignment", "credentials_in_prose", "passphrase"}
-_CLAUSE_END = re.compile(r"[.!?](?=\s|$)|[;\n]")
-_CLAUSE_TOKEN = re.compile(r"[^\s,;()\[\]{}<>\"'`]+")
 # a token of the clause that is not a value: an assignment of something else, a URL, an e-mail address or a host name
 _NOT_A_CLAUSE_VALUE = re.compile(r"=|://|^[\w.+\-]+@[\w\-]+\.|^(?:[a-z0-9\-]+\.)+[a-z]{2,}$")
 
@@ -103,7 +101,7 @@ def _clause_values(text: str, findings: list[Finding]) -> list[Finding]:
         # per finding, N^2): a token takes the kind ``_merge`` would keep of the findings before it, the first specific
         # one, else the first
         first = prose[i]
-        end = _CLAUSE_END.search(text, first.end)
+        end = CLAUSE_END.search(text, first.end)
         stop = end.start() if end else len(text)
         j = i
         while j < len(prose) and prose[j].end <= stop:
@@ -115,7 +113,7 @@ def _clause_values(text: str, findings: list[Finding]) -> list[Finding]:
             if token and as_password(token) and not _NOT_A_CLAUSE_VALUE.search(token):
                 out.append(Finding(SECRET, kind, at, at + len(token), "clause"))
 
-        for m in _CLAUSE_TOKEN.finditer(text, first.end, stop):
+        for m in CLAUSE_TOKEN.finditer(text, first.end, stop):
             while k < len(group) and group[k].end <= m.start():
                 if kind in _GENERIC_KINDS and group[k].kind not in _GENERIC_KINDS:
                     kind = group[k].kind
