@@ -40,7 +40,9 @@ def embedded_models() -> list[type[Embedded]]:
     return sorted((m for m in apps.get_models() if issubclass(m, Embedded)), key=lambda m: (m.backfill_order, m._meta.label))
 
 
-def nearest(qs: QuerySet, vector, k: int, *, project: Callable[[QuerySet], QuerySet] = lambda q: q) -> list:
+def nearest(
+    qs: QuerySet, vector, k: int, *, project: Callable[[QuerySet], QuerySet] = lambda q: q, small: bool | None = None
+) -> list:
     """The ``k`` rows of ``qs`` nearest to ``vector`` by cosine distance (annotated ``distance``), best first.
 
     A scope of at most ``NEAREST_EXACT_MAX_ROWS`` rows (counted first, up to one row more) is scanned exactly: HNSW
@@ -48,12 +50,13 @@ def nearest(qs: QuerySet, vector, k: int, *, project: Callable[[QuerySet], Query
     small filtered scope rows that are not its nearest. A larger scope asks the HNSW index first; when that returns
     fewer than ``k`` rows, the filtered rows are scanned exactly, since a crowded graph (or rows of rolled-back
     transactions not yet vacuumed) can leave a filtered index scan short even with iterative scans, and a short
-    answer would silently drop neighbours. ``project`` shapes the rows (``values_list`` and the like).
+    answer would silently drop neighbours. ``project`` shapes the rows (``values_list`` and the like). ``small``:
+    the caller's own answer to "at most NEAREST_EXACT_MAX_ROWS rows?" (``scope_is_small`` over a scope holding
+    ``qs``), so several searches of one scope count it once; None counts ``qs`` here.
     """
     # "+ 0" keeps the planner off the index: the ordering is no longer the indexed operator.
     exact_distance = ExpressionWrapper(CosineDistance("embedding", vector) + Value(0.0), output_field=FloatField())
-    upto = settings.NEAREST_EXACT_MAX_ROWS
-    if upto > 0 and qs.order_by().values("pk")[: upto + 1].count() <= upto:
+    if small if small is not None else scope_is_small(qs):
         return list(project(qs.annotate(distance=exact_distance).order_by("distance"))[:k])
     ordered = qs.annotate(distance=CosineDistance("embedding", vector)).order_by("distance")
     rows = list(project(ordered)[:k])
@@ -63,6 +66,13 @@ def nearest(qs: QuerySet, vector, k: int, *, project: Callable[[QuerySet], Query
     if len(exact) > len(rows):
         logger.info("%s: index scan found %d of %d neighbours, exact scan %d", qs.model._meta.label, len(rows), k, len(exact))
     return exact
+
+
+def scope_is_small(qs: QuerySet) -> bool:
+    """Whether ``qs`` holds at most ``NEAREST_EXACT_MAX_ROWS`` rows (counted up to one row more): ``nearest`` then
+    scans it exactly."""
+    upto = settings.NEAREST_EXACT_MAX_ROWS
+    return upto > 0 and qs.order_by().values("pk")[: upto + 1].count() <= upto
 
 
 def _by_distance(rows: list) -> list:

@@ -17,7 +17,7 @@ from django.db.models import Q, QuerySet
 from pgvector.django import CosineDistance
 
 from embeddings.embedders import current_model_name, embed_query
-from embeddings.selectors import embedding_rows_needing_work, nearest
+from embeddings.selectors import embedding_rows_needing_work, nearest, scope_is_small
 from memories.dedupe import Neighbour
 from memories.models import Memory, MemoryQuarantine, MemoryRetrieval, MemoryStatus, QuarantineStatus
 from memories.simhash import hamming, to_hex
@@ -148,8 +148,10 @@ def memory_semantic_candidates(
     unsaved = _pending_matching(matching=matching, model=model, pending=pending)
     base = matching.filter(embedding_model=model).exclude(pk__in=[m.pk for m in unsaved])
     out: list[RetrievedMemory] = []
+    # one count for both searches: when the live memories together are few, each status's are (most users)
+    small = True if scope_is_small(base.filter(status__in=LIVE)) else None
     for status in LIVE:
-        rows = nearest(base.filter(status=status).defer("embedding"), vector, k)
+        rows = nearest(base.filter(status=status).defer("embedding"), vector, k, small=small)
         scored = [RetrievedMemory(m, 1.0 - float(m.distance)) for m in rows]
         scored += [RetrievedMemory(m, _cosine(m.embedding, vector)) for m in unsaved if m.status == status]
         out.extend(r for r in sorted(scored, key=lambda r: -r.score)[:k] if r.score >= min_score)
