@@ -28,6 +28,13 @@ measured on the same state, and the other data set's test set is resolved agains
 Figures: bench/learning_curve_<dataset>.json / .png, bench/RESULTS.md. Last line:
 RESULT dataset=.. final_correct=.. final_wrong=.. final_asked=.. cold_covered=.. cold_wrong=.. oos_caught=..
 
+``--users N`` spreads the stream over N users in turn (user i % N sends the i-th utterance; the order is shuffled, so
+each has a random share of every intent): a user's phrases and personal head serve that user only, so this shows
+what one user gets when the teaching is shared out, and, measured beside it, what a newcomer who taught nothing
+gets (a user's lessons reach other users through the deployment's decision fit and the global phrases reviewers
+approve). Its figures go to ``learning_curve_<dataset>_users<N>.*``; the RESULT line adds users and
+newcomer_correct / newcomer_wrong / newcomer_asked.
+
 Environment (smoke runs, nothing recorded): LEARNING_CURVE_LIMIT=n streams n interactions,
 LEARNING_CURVE_TEST_LIMIT=n measures a fixed sample of n test utterances; LEARNING_CURVE_EVERY (default 1000).
 LEARNING_CURVE_SEED (default 2024) orders the stream another way (recorded, with its seed in the text).
@@ -55,6 +62,7 @@ os.environ.setdefault("EMBEDDING_CACHE_SIZE", "200000")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 USER = "bench-user"
+NEWCOMER = "bench-newcomer"  # measured with --users: taught nothing
 SEED = int(os.environ.get("LEARNING_CURVE_SEED", "2024"))  # the stream's order; another seed checks the figures hold
 EVERY = int(os.environ.get("LEARNING_CURVE_EVERY", "1000"))
 LIMIT = int(os.environ.get("LEARNING_CURVE_LIMIT", "0")) or None
@@ -70,18 +78,30 @@ def _outcome(verb, r) -> str:
     return "no_match"
 
 
-def outcomes(test, threads: int = 2) -> list[str]:
+def stream_user(i: int, users: int) -> str:
+    """Who sends the i-th utterance (of the stream or of the test set): one user, or ``users`` of them in turn
+    (the stream is shuffled, so each gets a random share of every intent)."""
+    return USER if users <= 1 else f"{USER}-{i % users}"
+
+
+def outcomes(test, threads: int = 2, users: int = 1, user: str | None = None) -> list[str]:
+    """Each test utterance resolved for ``user`` when given (a newcomer, say), else for the stream's user who
+    would send it (``stream_user``)."""
     from learning.resolution import resolve
 
-    def work(chunk):
+    def work(start, chunk):
         try:
-            return [_outcome(ex.verb, resolve(text=ex.text, user_id=USER)) for ex in chunk]
+            return [
+                _outcome(ex.verb, resolve(text=ex.text, user_id=user or stream_user(start + j, users)))
+                for j, ex in enumerate(chunk)
+            ]
         finally:
             connection.close()
 
     size = -(-len(test) // threads)
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        parts = list(pool.map(work, [test[i : i + size] for i in range(0, len(test), size)]))
+        starts = range(0, len(test), size)
+        parts = list(pool.map(work, starts, [test[i : i + size] for i in starts]))
     return [o for part in parts for o in part]
 
 
@@ -94,23 +114,23 @@ def summary(results: list[str]) -> dict:
     return pct
 
 
-def fixed_rule(test) -> dict:
+def fixed_rule(test, users: int = 1) -> dict:
     """The old fixed-threshold rule on the same state."""
     saved = (settings.RESOLVE_DECISION, settings.RESOLUTION_OVERRIDES)
     settings.RESOLVE_DECISION, settings.RESOLUTION_OVERRIDES = "fixed", {**saved[1], **OLD_FIXED}
     try:
-        return summary(outcomes(test))
+        return summary(outcomes(test, users=users))
     finally:
         settings.RESOLVE_DECISION, settings.RESOLUTION_OVERRIDES = saved
 
 
-def oos_caught(other) -> tuple[float, Counter]:
+def oos_caught(other, users: int = 1) -> tuple[float, Counter]:
     """Share of the other data set's test utterances not auto-resolved, and the verbs the rest resolved to."""
     from learning.resolution import resolve
 
     verbs = Counter()
-    for ex in other:
-        r = resolve(text=ex.text, user_id=USER)
+    for i, ex in enumerate(other):
+        r = resolve(text=ex.text, user_id=stream_user(i, users))
         if r.outcome == "resolved":
             verbs[r.verb] += 1
     return round(100.0 * (len(other) - sum(verbs.values())) / max(len(other), 1), 2), verbs
@@ -182,34 +202,34 @@ class DiskVectors:
         self.added = 0
 
 
-def interact(ex, stats: Counter) -> None:
-    """One simulated user turn, through the services the API calls."""
+def interact(ex, stats: Counter, user: str = USER) -> None:
+    """One simulated turn of ``user``, through the services the API calls."""
     from common.api import ApplicationError
     from learning.resolution import resolve
     from learning.services.corrections import phrase_confirmation_apply, phrase_correction_apply
     from learning.services.disambiguations import disambiguation_abandon, disambiguation_select, resolution_store
 
-    r = resolve(text=ex.text, user_id=USER)
+    r = resolve(text=ex.text, user_id=user)
     resolution_store(resolution=r)
     text = ex.text[:500]
     try:
         if r.outcome == "resolved":
             if r.verb == ex.verb:
                 stats["accepted"] += 1
-                phrase_confirmation_apply(text=text, verb=ex.verb, user_id=USER, request_id=r.request_id)
+                phrase_confirmation_apply(text=text, verb=ex.verb, user_id=user, request_id=r.request_id)
             else:
                 stats["corrected"] += 1
-                phrase_correction_apply(text=text, wrong_verb=r.verb, correct_verb=ex.verb, user_id=USER, request_id=r.request_id)
+                phrase_correction_apply(text=text, wrong_verb=r.verb, correct_verb=ex.verb, user_id=user, request_id=r.request_id)
         elif r.outcome == "ambiguous":
             offered = [o.verb for o in r.options]
             if ex.verb in offered:
                 stats["clicked"] += 1
-                disambiguation_select(request_id=r.request_id, selected_verb=ex.verb, user_id=USER)
+                disambiguation_select(request_id=r.request_id, selected_verb=ex.verb, user_id=user)
             else:
                 stats["abandoned+corrected"] += 1
-                disambiguation_abandon(request_id=r.request_id, reason="typed_new_input", user_id=USER)
+                disambiguation_abandon(request_id=r.request_id, reason="typed_new_input", user_id=user)
                 phrase_correction_apply(
-                    text=text, wrong_verb=offered[0], correct_verb=ex.verb, user_id=USER, request_id=r.request_id
+                    text=text, wrong_verb=offered[0], correct_verb=ex.verb, user_id=user, request_id=r.request_id
                 )
         else:
             stats["no_match"] += 1
@@ -217,7 +237,7 @@ def interact(ex, stats: Counter) -> None:
         stats["conflict"] += 1
 
 
-def plot(name, curve, fixed_cold, fixed_final, path) -> None:
+def plot(name, curve, fixed_cold, fixed_final, path, users: int = 1) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -232,8 +252,13 @@ def plot(name, curve, fixed_cold, fixed_final, path) -> None:
         [x[0], x[-1]], [fixed_cold["correct"], fixed_final["correct"]], "s--", color="tab:olive", label="old fixed rule: right"
     )
     ax.plot([x[0], x[-1]], [fixed_cold["wrong"], fixed_final["wrong"]], "s--", color="tab:brown", label="old fixed rule: wrong")
+    if users > 1:
+        for key, color in (("correct", "tab:green"), ("wrong", "tab:red"), ("asked", "tab:blue")):
+            what = {"correct": "right"}.get(key, key)
+            ax.plot(x, [p["newcomer"][key] for p in curve], "^:", color=color, label=f"newcomer: {what}")
     ax.axhline(3, color="tab:red", linewidth=0.6, alpha=0.5)
-    ax.set_xlabel(f"interactions streamed ({name} train, after 5 catalogue phrases per verb)")
+    who = "" if users == 1 else f", {users} users"
+    ax.set_xlabel(f"interactions streamed ({name} train{who}, after 5 catalogue phrases per verb)")
     ax.set_ylabel("% of the test utterances")
     ax.set_ylim(0, 100)
     ax.set_title(f"Learning curve on {name} (same code, same defaults)")
@@ -247,10 +272,18 @@ def plot(name, curve, fixed_cold, fixed_final, path) -> None:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", choices=("banking77", "hwu64"), default="banking77")
+    ap.add_argument(
+        "--users",
+        type=int,
+        default=1,
+        help="spread the stream over this many users in turn; each test utterance is then measured for one of them "
+        "and for a newcomer who taught nothing (default 1: one user)",
+    )
     args = ap.parse_args()
-    ds = args.dataset
+    ds, users = args.dataset, max(args.users, 1)
     other_ds = "hwu64" if ds == "banking77" else "banking77"
-    setup_django(db_name=f"bench_learning_curve_{ds}" + ("" if SEED == 2024 else f"_seed{SEED}"))
+    variant = ("" if SEED == 2024 else f"_seed{SEED}") + ("" if users == 1 else f"_users{users}")
+    setup_django(db_name=f"bench_learning_curve_{ds}{variant}")
     from common.text import normalize_phrase
     from embeddings.embedders import get_embedder
     from learning import datasets
@@ -293,20 +326,26 @@ def main():
     prior = decision_prior_fit()
     prior_s = time.perf_counter() - started - embed_s
 
-    curve = [{"interactions": 0, **summary(outcomes(test))}]
-    fixed_cold = fixed_rule(test)
+    def measure(i: int) -> dict:
+        point = {"interactions": i, **summary(outcomes(test, users=users))}
+        if users > 1:  # what the users' teaching gives someone who taught nothing
+            point["newcomer"] = summary(outcomes(test, user=NEWCOMER))
+        return point
+
+    curve = [measure(0)]
+    fixed_cold = fixed_rule(test, users=users)
     tqdm.write(f"@0 {curve[-1]} fixed {fixed_cold}")
     stats = Counter()
     t0 = time.perf_counter()
     tenant = tenant_default().pk
     for i, ex in enumerate(tqdm(stream, desc=f"stream ({ds})", unit="turn", mininterval=10), 1):
         with tenant_scope([tenant]):  # each turn as an API request: one transaction in the agent's tenant
-            interact(ex, stats)
+            interact(ex, stats, user=stream_user(i - 1, users))
         if i % EVERY == 0 or i == len(stream):
-            curve.append({"interactions": i, **summary(outcomes(test))})
+            curve.append(measure(i))
             tqdm.write(f"@{i} {curve[-1]}")
     stream_s = time.perf_counter() - t0
-    fixed_final = fixed_rule(test)
+    fixed_final = fixed_rule(test, users=users)
     disk.merge()
     t1 = time.perf_counter()
     others = sorted({normalize_phrase(ex.text) for ex in other})
@@ -314,7 +353,7 @@ def main():
         embedder.embed_batch(others[i : i + 256])
     embed_s += time.perf_counter() - t1
     disk.save()  # with the variants the stream embedded (learning.variants): the next run reads them
-    oos, oos_verbs = oos_caught(other)
+    oos, oos_verbs = oos_caught(other, users=users)
     from learning.models import DecisionFit  # bench only (outside the apps' layering)
 
     fits = list(DecisionFit.objects.order_by("version").values("version", "source", "status", "n_labels", "held_out"))
@@ -325,7 +364,9 @@ def main():
     body = table(["interactions", "right %", "wrong %", "asked %", "covered %", "no match %"], rows)
     body += (
         f"\n\nData set {ds}: {len(entries)} verbs, 5 catalogue phrases each; stream {len(stream)} training utterances "
-        f"(seed {SEED}), one user; test {len(test)} utterances. Stream: {dict(stats)}. "
+        f"(seed {SEED}), {'one user' if users == 1 else f'{users} users in turn'}; test {len(test)} utterances"
+        f"{'' if users == 1 else ', each measured for the user who would send it (in turn, as the stream)'}. "
+        f"Stream: {dict(stats)}. "
         f"Catalogue prior v{prior.version if prior else '-'}: held out on the catalogue {prior.held_out if prior else None}; "
         f"floors measured on the catalogue {(prior.params or {}).get('floors') if prior else None}. "
         f"Old fixed rule (0.69 / 0.045) on the same state: cold {fixed_cold}, final {fixed_final}. "
@@ -335,22 +376,33 @@ def main():
         f"{settings.RESOLVE_FIT_WINDOW_LABELS} labels); live at the end: {live}. "
         f"Times: embedding {embed_s:.0f} s, prior {prior_s:.0f} s, stream + measurements {stream_s:.0f} s, total {total_s:.0f} s."
     )
+    if users > 1:
+        nc = [[p["interactions"], *(p["newcomer"][k] for k in ("correct", "wrong", "asked", "covered"))] for p in curve]
+        body += "\n\nA newcomer (a user who taught nothing), the same test set:\n\n" + table(
+            ["interactions", "right %", "wrong %", "asked %", "covered %"], nc
+        )
     print(body)
     result = (
         f"RESULT dataset={ds} final_correct={final['correct']:.1f} final_wrong={final['wrong']:.1f} final_asked={final['asked']:.1f} "
         f"cold_covered={cold['covered']:.1f} cold_wrong={cold['wrong']:.1f} oos_caught={oos:.1f}"
     )
+    if users > 1:
+        newcomer = final["newcomer"]
+        result += (
+            f" users={users} newcomer_correct={newcomer['correct']:.1f} newcomer_wrong={newcomer['wrong']:.1f} "
+            f"newcomer_asked={newcomer['asked']:.1f}"
+        )
     if LIMIT or TEST_LIMIT:
         print(result)
         return
-    stem = f"learning_curve_{ds}" + ("" if SEED == 2024 else f"_seed{SEED}")  # the default order's figures stay put
+    stem = f"learning_curve_{ds}{variant}"  # the default order's figures stay put
     (ROOT / "bench" / f"{stem}.json").write_text(
         json.dumps(
             {"curve": curve, "fixed_cold": fixed_cold, "fixed_final": fixed_final, "oos_caught": oos, "fits": fits}, indent=1
         )
     )
-    plot(ds, curve, fixed_cold, fixed_final, ROOT / "bench" / f"{stem}.png")
-    record(f"learning_curve ({ds})", body, result)
+    plot(ds, curve, fixed_cold, fixed_final, ROOT / "bench" / f"{stem}.png", users=users)
+    record(f"learning_curve ({ds}{'' if users == 1 else f', {users} users'})", body, result)
 
 
 if __name__ == "__main__":

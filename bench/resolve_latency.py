@@ -354,8 +354,7 @@ def learned_state(train: list, rng: random.Random) -> tuple[int, int, dict]:
     # the refits the labels would send are made below, once: at 100,000 phrases each trains heads for a while
     with override_settings(RESOLVE_REFIT_EVERY_LABELS=10**9):
         for i, ex in enumerate(tqdm(turns, desc="users teach (confirm, correct, click)", unit="turn")):
-            learning_curve.USER = TEACHERS[i % len(TEACHERS)]
-            learning_curve.interact(ex, stats)
+            learning_curve.interact(ex, stats, user=TEACHERS[i % len(TEACHERS)])
     started = time.perf_counter()
     first = decision_refit(force=True)
     if first["shadow"] is None:
