@@ -68,6 +68,13 @@ FEATURES = (
 BASE_FEATURES = 11
 # +1: P(right) may only grow with the feature. Properties of any similarity resolver, not of a data set.
 MONOTONE = {"top_cos": 1, "anchor_top": 1, "anchor_margin": 1, "head_p": 1, "head_margin": 1, "knn_agree": 1, "name_margin": 1}
+# Yes/no facts about the query's situation (not scores). A fit answers for the situations its rows hold: a query
+# whose value of one of these its rows held fewer than SITUATION_MIN_ROWS times is decided by the other fit in force
+# when that one's rows hold it (``situation_outside``); say a newcomer's query, whose verbs have only their catalogue
+# phrases (verb_is_new), when every label came from users who taught theirs: the catalogue prior was fitted on
+# exactly that situation.
+SITUATIONS = ("head_agrees", "anchor_agrees", "top_is_learned", "verb_is_new", "top_is_own")
+SITUATION_MIN_ROWS = 30  # a generic "enough rows to estimate an effect", not fitted on a data set
 KNN = 5
 NEW_VERB_ANCHORS = 6
 BOUND_Z = 1.28  # one-sided 90% bound on the wrong count
@@ -581,7 +588,7 @@ def fit_decision(
     clf = MonoLR(_signs(width)).fit(Z, y_all)
     right_cos = F[y == 1, FEATURES.index("top_cos")]
     min_top_cos = float(np.quantile(right_cos, SUPPORT_QUANTILE)) if len(right_cos) else -1.0
-    extra = {}
+    extra = {"situations": situation_counts(F)}
     if judge is not None:  # as the fit decides: the cut and the support guard
         auto = (oof[~is_open][judge] >= cut) & (F[judge, FEATURES.index("top_cos")] >= min_top_cos)
         extra["held_out_judged"] = shares_counted(auto, y[judge]) if judge.any() else None
@@ -603,6 +610,37 @@ def fit_decision(
         "open_cut_binds": bool(np.isfinite(cut) and cut_open >= cut),
         **extra,
     }
+
+
+def situation_counts(F) -> dict[str, list[int]]:
+    """{feature: [rows where it is no, rows where it is yes]} of the SITUATIONS among the columns of ``F`` (the
+    labelled rows a fit learned from, not its open-set ones)."""
+    F = np.asarray(F, dtype=np.float64)
+    out = {}
+    for name in SITUATIONS:
+        j = FEATURES.index(name)
+        if F.ndim == 2 and j < F.shape[1]:
+            yes = int((F[:, j] >= 0.5).sum())
+            out[name] = [int(F.shape[0]) - yes, yes]
+    return out
+
+
+def situation_outside(params: dict, f) -> dict | None:
+    """The first of the SITUATIONS whose value in feature row ``f`` the fit's rows held fewer than
+    SITUATION_MIN_ROWS times, as {"feature", "value", "rows"}; None when they held every value of the row, or the
+    fit records no situations (one stored before fits recorded them)."""
+    counts = params.get("situations") if isinstance(params, dict) else None
+    if not isinstance(counts, dict):
+        return None
+    for name in SITUATIONS:
+        c = counts.get(name)
+        j = FEATURES.index(name)
+        if not isinstance(c, list) or len(c) != 2 or j >= len(f):
+            continue
+        yes = int(f[j] >= 0.5)
+        if c[yes] < SITUATION_MIN_ROWS:
+            return {"feature": name, "value": yes, "rows": int(c[yes])}
+    return None
 
 
 def check_params(params) -> None:

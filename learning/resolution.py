@@ -449,8 +449,10 @@ def _learned_finish(
 ):
     # The first fit in force whose head can be used decides; one whose head was trained before the top verb had
     # phrases (a verb added or first taught since the live fit) gives way to the prior when the prior's head knows
-    # the verb: the catalogue refits the prior at once, a fit from labels comes at the next refit.
-    chosen, passed_over, degraded = None, None, ""
+    # the verb: the catalogue refits the prior at once, a fit from labels comes at the next refit. One whose labels
+    # do not hold the query's situation (decision.SITUATIONS: a newcomer's verbs with only their catalogue phrases,
+    # when every label came from users who taught theirs) gives way to the prior when the prior's rows hold it.
+    chosen, passed_over, outside, degraded = None, None, None, ""
     for fs, head_tuple, skipped in _fits_in_force(user_id, model):
         if chosen is None:  # once a fit decides, why a later one was skipped degrades nothing
             degraded = _reasons(degraded, skipped)
@@ -466,17 +468,26 @@ def _learned_finish(
                 degraded = _reasons(degraded, f"decision head v{fs.version} unusable; fell back")
             continue
         eligible = np.array([bool(v) for v in view.verbs])
-        if chosen is not None:  # the live fit did not know its top verb: this one decides if it knows that verb
-            if _head_knows(head_tuple, passed_over["verb"]):
-                chosen = (fs, pool, view, eligible)
+        if chosen is not None:  # the live fit did not know its top verb, or its labels not the query's situation
+            if passed_over is not None:  # this one decides if it knows that verb
+                if _head_knows(head_tuple, passed_over["verb"]):
+                    chosen = (fs, pool, view, eligible)
+            elif eligible.any() and decision.situation_outside(fs.params, view.features(view.top(eligible)[0])) is None:
+                chosen = (fs, pool, view, eligible)  # this one's rows hold the situation
+            else:
+                outside = None  # neither fit's rows hold it: the live fit decides
             break
         chosen = (fs, pool, view, eligible)
         if fs.source == "prior" or not eligible.any():
             break
-        top_verb = view.verbs[view.top(eligible)[0]]
-        if _head_knows(head_tuple, top_verb):
+        top = view.top(eligible)[0]
+        if not _head_knows(head_tuple, view.verbs[top]):
+            passed_over = {"fit_version": fs.version, "verb": view.verbs[top]}
+            continue
+        outside = decision.situation_outside(fs.params, view.features(top))
+        if outside is None:
             break
-        passed_over = {"fit_version": fs.version, "verb": top_verb}
+        outside = {"fit_version": fs.version, **outside}
     if chosen is None:
         return None, degraded
     reason = _reasons(reason, degraded)
@@ -495,6 +506,9 @@ def _learned_finish(
     if passed_over is not None and fs.version != passed_over["fit_version"]:
         # the live fit's head was trained before this verb had phrases: the prior, which knows it, decided
         explanation["fit_passed_over"] = passed_over
+    if outside is not None and fs.version != outside["fit_version"]:
+        # the live fit's labels held the query's situation too rarely: the prior, whose rows hold it, decided
+        explanation["fit_outside_labels"] = outside
     trace = {"rule": explanation["rule"], "fit_version": fs.version}
     if not pool or not eligible.any():
         r = _result(request_id, text, user_id, Outcome.NO_MATCH, None, [], [], limit, reason, model)

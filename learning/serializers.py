@@ -86,7 +86,10 @@ class ResolveResponseSerializer(serializers.Serializer):
             "auto-resolution, so the answer asks), and name_margin: how much "
             "closer the text is to the top verb's name than to any other verb's (null when the fit has no names). "
             "fit_passed_over (only when it happened): the live fit's version and the top verb, when that fit was "
-            "trained before the verb had phrases and the catalogue prior, which knows it, decided instead."
+            "trained before the verb had phrases and the catalogue prior, which knows it, decided instead. "
+            "fit_outside_labels (only when it happened): the live fit's version, the feature, its value and how many "
+            "of the fit's labels had that value, when they were too few (a situation its labels did not hold, such as "
+            "a verb with only its catalogue phrases) and the catalogue prior, whose rows hold it, decided instead."
         )
     )
 

@@ -766,11 +766,15 @@ def _prior_stale() -> bool:
     phrases than the deployment has now (a load or import whose refit was deferred, a verb turned off or on,
     phrases embedded later, reviewed phrases; compared by their number and the sum of their keys) or on other verb
     names (a verb added or renamed whose refit was lost, or names the embedder could not embed then): the refit
-    makes a new one; not when a fit on the same number of phrases failed within the last day (``_unfit_remember``)."""
+    makes a new one; also one from before fits recorded their rows' situations (``decision.SITUATIONS``: without
+    them no fit from labels gives way to it); not when a fit on the same number of phrases failed within the last
+    day (``_unfit_remember``)."""
     model = current_model_name()
     count, keys = selectors.decision_anchor_stamp(model=model)
     newest = DecisionFit.objects.filter(source=DecisionFit.Source.PRIOR, embedding_model=model).order_by("-version").first()
     if newest is None or not isinstance(newest.params, dict) or "floors" not in newest.params:
+        stale = True
+    elif "situations" not in newest.params:
         stale = True
     else:  # a prior from before the keys were recorded is compared by number only
         stale = (
