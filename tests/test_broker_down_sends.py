@@ -7,6 +7,7 @@ request commits must be those of the request, taken before its scope ends, or th
 """
 
 import json
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -22,7 +23,7 @@ from tests.conftest import OBSERVE, REDIS_URL, make_memory, redis_required
 pytestmark = pytest.mark.django_db
 
 DOWN = "redis://127.0.0.1:1/0"  # connection refused
-UP = REDIS_URL.rsplit("/", 1)[0] + "/15"  # a database of its own on the test Redis: it empties the queue
+UP = REDIS_URL.rsplit("/", 1)[0] + "/15"  # a database of its own on the test Redis, beside the worker tests' queues
 
 
 def _reset_app_caches():
@@ -39,14 +40,18 @@ def _reset_app_caches():
 
 @pytest.fixture
 def broker(settings):
-    """``broker(url)``: the real app sends to ``url`` (not eager); restored afterwards."""
+    """``broker(url)``: the real app sends to ``url`` (not eager), to ``queue`` when given (else the settings'
+    default queue); restored afterwards."""
     conf = celery_app.conf
-    saved = {k: conf[k] for k in ("broker_url", "result_backend", "task_always_eager")}
+    saved = {k: conf[k] for k in ("broker_url", "result_backend", "task_always_eager", "task_default_queue")}
 
-    def use(url, backend="same"):
+    def use(url, backend="same", queue=None):
         conf.broker_url = url
         conf.result_backend = url if backend == "same" else backend
         conf.task_always_eager = False
+        if queue is not None:
+            conf.task_default_queue = queue
+            settings.CELERY_TASK_DEFAULT_QUEUE = queue
         settings.CELERY_TASK_ALWAYS_EAGER = False
         settings.CELERY_BROKER_URL = url
         _reset_app_caches()
@@ -97,14 +102,16 @@ def test_a_memory_embedding_sent_to_the_broker_carries_the_requests_tenant_and_a
     api, broker, django_capture_on_commit_callbacks
 ):
     redis_required()
+    # A queue of this run's own (its exchange and routing key take its name): another test session on the same
+    # Redis (CI and a developer's run at once) sends to, reads and deletes only its own.
+    queue = f"broker-down-sends-{uuid.uuid4().hex}"
     r_db = redis.Redis.from_url(UP)
-    r_db.delete("celery")
-    broker(UP)
+    broker(UP, queue=queue)
     try:
         with django_capture_on_commit_callbacks(execute=True):
             r = _observe(api)
         assert r.status_code == 200, r.content
-        raw = r_db.lrange("celery", 0, -1)
+        raw = r_db.lrange(queue, 0, -1)
         messages = [json.loads(m) for m in raw]
         embeds = [m for m in messages if m["headers"].get("task") == "memories.tasks.memory_embed"]
         assert embeds, messages
@@ -112,9 +119,7 @@ def test_a_memory_embedding_sent_to_the_broker_carries_the_requests_tenant_and_a
         assert headers.get("alg_tenants") == str(api.agent.tenant_id), headers
         assert headers.get("alg_agent", "").startswith(f"{api.agent.pk}:"), headers
     finally:
-        r_db.delete("celery")
-        for key in r_db.keys("_kombu.binding.*") + r_db.keys("_kombu.binding_permanent.*"):
-            r_db.delete(key)
+        r_db.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
 
 
 @pytest.mark.parametrize("web_process", [True, False], ids=["web-process-scope-none", "control-scope-all"])

@@ -107,14 +107,15 @@ def test_a_users_correction_and_the_approval_of_the_candidate_it_closes_at_once(
     ]
 
 
-def _pause_pair(monkeypatch, *, correction_late: float = 0.0, approval_late: float = 0.0):
+def _pause_pair(monkeypatch):
     """Hold the correction right after it locked the phrase row and the approval right after it locked the candidate
-    row, release both together; ``*_late`` lets one of them wait a moment longer (the other becomes PostgreSQL's
-    deadlock victim: the one that started waiting first)."""
+    row. Both take the text's lock before (``phrase_text_lock``), so the one that holds it pauses alone, the other
+    waits for it, and the barrier gives up after HOLD_S: they run one after the other, in either order, and never
+    deadlock (a deadlock would answer the correction 503 or the inbox 500, which the test refuses)."""
 
     both = threading.Barrier(2, timeout=HOLD_S)
-    monkeypatch.setattr(corr_mod, "phrase_evidence_overrule", _paused(corr_mod.phrase_evidence_overrule, both, correction_late))
-    monkeypatch.setattr(cand_mod, "block_refusal_check", _paused(cand_mod.block_refusal_check, both, approval_late))
+    monkeypatch.setattr(corr_mod, "phrase_evidence_overrule", _paused(corr_mod.phrase_evidence_overrule, both))
+    monkeypatch.setattr(cand_mod, "block_refusal_check", _paused(cand_mod.block_refusal_check, both))
 
 
 def test_an_inbox_approval_and_an_api_correction_of_one_text_at_once(monkeypatch):
@@ -125,7 +126,7 @@ def test_an_inbox_approval_and_an_api_correction_of_one_text_at_once(monkeypatch
     agent = make_client(["resolve", "feedback"], name="agent-a")
     auth = agent._credentials["HTTP_AUTHORIZATION"]
     root = reviewer_user("root", superuser=True)
-    _pause_pair(monkeypatch, correction_late=0.5)  # the approval waits first: it is the victim
+    _pause_pair(monkeypatch)
 
     def correct():
         c = APIClient(raise_request_exception=False)  # the test client's exception signal is process-wide
@@ -146,7 +147,7 @@ def test_an_inbox_approval_and_an_api_correction_of_one_text_at_once(monkeypatch
     out = _two(correct, approve_in_inbox)
     cand.refresh_from_db()
     phrases = list(LearnedPhrase.objects.filter(user_id="alice").values_list("normalized", "verb__name"))
-    assert out["a"] == ("ok", 200) and phrases == [("wipe my units", "cbu.list")]
+    assert out["a"] == ("ok", 200) and phrases == [("wipe my units", "cbu.list")], (out, phrases)
     assert out["b"][0] == "ok" and out["b"][1] != 500, out  # the inbox answers the decision or that it came too late
     assert cand.status in ("rejected", "applied")
 
