@@ -471,27 +471,34 @@ def _learned_finish(
         if chosen is not None:  # the live fit did not know its top verb, or its labels not the query's situation
             if passed_over is not None:  # this one decides if it knows that verb
                 if _head_knows(head_tuple, passed_over["verb"]):
-                    chosen = (fs, pool, view, eligible)
-            elif eligible.any() and decision.situation_outside(fs.params, view.features(view.top(eligible)[0])) is None:
-                chosen = (fs, pool, view, eligible)  # this one's rows hold the situation
+                    chosen = (fs, pool, view, eligible, None)
+            elif eligible.any():
+                top = view.top(eligible)[0]
+                f = view.features(top)
+                if decision.situation_outside(fs.params, f) is None:  # this one's rows hold the situation
+                    chosen = (fs, pool, view, eligible, (top, f))
+                else:
+                    outside = None  # neither fit's rows hold it: the live fit decides
             else:
-                outside = None  # neither fit's rows hold it: the live fit decides
+                outside = None
             break
-        chosen = (fs, pool, view, eligible)
+        chosen = (fs, pool, view, eligible, None)
         if fs.source == "prior" or not eligible.any():
             break
         top = view.top(eligible)[0]
         if not _head_knows(head_tuple, view.verbs[top]):
             passed_over = {"fit_version": fs.version, "verb": view.verbs[top]}
             continue
-        outside = decision.situation_outside(fs.params, view.features(top))
+        f = view.features(top)
+        chosen = (fs, pool, view, eligible, (top, f))  # the features are read once
+        outside = decision.situation_outside(fs.params, f)
         if outside is None:
             break
         outside = {"fit_version": fs.version, **outside}
     if chosen is None:
         return None, degraded
     reason = _reasons(reason, degraded)
-    fs, pool, view, eligible = chosen
+    fs, pool, view, eligible, top_f = chosen
     explanation = {
         "rule": "prior" if fs.source == "prior" else "learned",
         "fit_version": fs.version if fs.source != "prior" else "prior",
@@ -516,7 +523,7 @@ def _learned_finish(
         r.trace = trace
         return r, reason
     top, comb = view.top(eligible)
-    f = view.features(top)
+    f = top_f[1] if top_f is not None and top_f[0] == top else view.features(top)
     prob = float(decision.probability(fs.params, f)[0])
     auto = bool(decision.decide(fs.params, f)[0])
     ranked_idx = [int(i) for i in np.argsort(-comb, kind="stable") if eligible[i] and np.isfinite(comb[i])]
