@@ -280,7 +280,9 @@ def main():
         "and for a newcomer who taught nothing (default 1: one user)",
     )
     args = ap.parse_args()
-    ds, users = args.dataset, max(args.users, 1)
+    if args.users < 1:
+        ap.error(f"--users {args.users}: at least 1 user")
+    ds, users = args.dataset, args.users
     other_ds = "hwu64" if ds == "banking77" else "banking77"
     variant = ("" if SEED == 2024 else f"_seed{SEED}") + ("" if users == 1 else f"_users{users}")
     setup_django(db_name=f"bench_learning_curve_{ds}{variant}")
