@@ -62,6 +62,7 @@ FEATURES = (
     "verb_is_new",  # the top verb has fewer than 6 anchors
     "name_margin",  # the query's cosine to the top verb's name (its words) minus its best cosine to another's
     "top_is_own",  # the top verb's best anchor is the asking user's own phrase (not a global or catalogue one)
+    "user_has_taught",  # the asking user has phrases of their own in scope (they compete as anchors): not a newcomer
 )
 # A fit names the features it was fitted on: the first BASE_FEATURES or more of FEATURES (fits and resolution
 # records from before a feature was added are read with the features they have).
@@ -70,10 +71,11 @@ BASE_FEATURES = 11
 MONOTONE = {"top_cos": 1, "anchor_top": 1, "anchor_margin": 1, "head_p": 1, "head_margin": 1, "knn_agree": 1, "name_margin": 1}
 # Yes/no facts about the query's situation (not scores). A fit answers for the situations its rows hold: a query
 # whose value of one of these its rows held fewer than SITUATION_MIN_ROWS times is decided by the other fit in force
-# when that one's rows hold it (``situation_outside``); say a newcomer's query, whose verbs have only their catalogue
-# phrases (verb_is_new), when every label came from users who taught theirs: the catalogue prior was fitted on
-# exactly that situation.
-SITUATIONS = ("head_agrees", "anchor_agrees", "top_is_learned", "verb_is_new", "top_is_own")
+# when that one's rows hold it (``situation_outside``). Say a newcomer's query (user_has_taught no; its verbs have only
+# their catalogue phrases, verb_is_new) when every label came from users who had taught phrases of their own: there a
+# verb they had not taught won against what they had, which says more than it does for a newcomer. The catalogue
+# prior was fitted on exactly the newcomer's situation.
+SITUATIONS = ("head_agrees", "anchor_agrees", "top_is_learned", "verb_is_new", "top_is_own", "user_has_taught")
 SITUATION_MIN_ROWS = 30  # a generic "enough rows to estimate an effect", not fitted on a data set
 KNN = 5
 NEW_VERB_ANCHORS = 6
@@ -369,10 +371,11 @@ def features(
     n_anchors: int,
     name_margin: float = 0.0,
     own_top: bool = False,
+    user_taught: bool = False,
 ) -> np.ndarray:
     """The feature vector (FEATURES order) of the top verb ``top`` (index into ``anchor`` / ``head_p``);
     ``name_margin``: ``name_margins`` of the top verb (0 when its name has no vector); ``own_top``: its best
-    anchor is the asking user's own phrase."""
+    anchor is the asking user's own phrase; ``user_taught``: the asking user has phrases of their own in scope."""
     others = np.delete(anchor, top)
     if head_p is None:
         hp, hmargin, hagree = 0.0, 0.0, 0.0
@@ -396,6 +399,7 @@ def features(
             float(n_anchors < NEW_VERB_ANCHORS),
             name_margin,
             float(own_top),
+            float(user_taught),
         ],
         dtype=np.float64,
     )
@@ -825,6 +829,7 @@ def _prior_features(score, P, top_cos, knn, n_anch, learned_top=None, names_cos=
             (na < NEW_VERB_ANCHORS).astype(np.float64),
             np.zeros(n) if names_cos is None else name_margins(names_cos, top, exclude),
             np.zeros(n),  # top_is_own: the catalogue and the deployment's global phrases are no user's own
+            np.zeros(n),  # user_has_taught: the catalogue's examples stand for a user who taught nothing yet
         ]
     )
     return keep, top, F

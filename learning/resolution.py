@@ -247,6 +247,7 @@ def resolve(*, text: str, user_id: str | None = None, domain: str | None = None,
                 endorsed=endorsed,
                 context=context,
                 normalized=normalized,
+                taught=exact.taught,
             )
         if learned is not None:
             return learned
@@ -334,8 +335,9 @@ def _head_knows(head_tuple, verb: str) -> bool:
 class _View:
     """One query seen through one fit: dense anchor / head arrays over the verbs in play."""
 
-    def __init__(self, verbs, anchor, head_p, hits, n_anchors, names=None):
+    def __init__(self, verbs, anchor, head_p, hits, n_anchors, names=None, taught=False):
         self.verbs, self.anchor, self.head_p, self.hits, self.n_anchors = verbs, anchor, head_p, hits, n_anchors
+        self.taught = taught  # the asking user has phrases of their own in scope
         # (cosine of the query to each catalogue verb's name, NaN for a blocked verb or one without a name; verb
         # -> its index), or None: the head has no name vectors
         self.names = names
@@ -371,10 +373,11 @@ class _View:
             n_anchors=self.n_anchors.get(self.verbs[top], 0),
             name_margin=self.name_margin(top, exclude),
             own_top=bool(best[5]) if best else False,
+            user_taught=self.taught,
         )
 
 
-def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: bool, normalized: str):
+def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: bool, normalized: str, taught: bool):
     index = {c.verb: i for i, c in enumerate(candidates)}
     verbs = [c.verb for c in candidates]
     head = anchors_n = names = None
@@ -429,7 +432,7 @@ def _view(candidates, rows, vector, head_tuple, blocked, p, *, allow_head_only: 
         if c.source in _LEARNED_SOURCES or c.source in (Source.PHRASE_EXACT, Source.PHRASE_SUBSTRING):
             raw = c.score if c.source != Source.PHRASE_SUBSTRING else 0.0
             hits.append((c.score, i, raw, True, c.source in _LEARNED_SOURCES, c.source in _OWN_SOURCES))
-    return _View(verbs, anchor, P, hits, anchors_n or {}, names)
+    return _View(verbs, anchor, P, hits, anchors_n or {}, names, taught)
 
 
 def _with_names(head_tuple, version: int):
@@ -445,7 +448,23 @@ def _with_names(head_tuple, version: int):
 
 
 def _learned_finish(
-    request_id, text, user_id, domain, candidates, rows, vector, p, limit, *, model, reason, before, endorsed, context, normalized
+    request_id,
+    text,
+    user_id,
+    domain,
+    candidates,
+    rows,
+    vector,
+    p,
+    limit,
+    *,
+    model,
+    reason,
+    before,
+    endorsed,
+    context,
+    normalized,
+    taught,
 ):
     # The first fit in force whose head can be used decides; one whose head was trained before the top verb had
     # phrases (a verb added or first taught since the live fit) gives way to the prior when the prior's head knows
@@ -461,7 +480,17 @@ def _learned_finish(
         pool = [c for c in candidates if c.score >= p["min_score"]]
         try:
             head_tuple = _with_names(head_tuple, fs.version)
-            view = _view(pool, rows, vector, head_tuple, rows.blocked, p, allow_head_only=domain is None, normalized=normalized)
+            view = _view(
+                pool,
+                rows,
+                vector,
+                head_tuple,
+                rows.blocked,
+                p,
+                allow_head_only=domain is None,
+                normalized=normalized,
+                taught=taught,
+            )
         except ValueError as exc:  # an unreadable head: the next fit decides, or the fixed rule; say so
             logger.error("decision head of v%s unusable: %s", fs.version, exc)
             if chosen is None:
@@ -566,7 +595,7 @@ def _learned_finish(
         margin=explanation["margin"],
         **context,
     )
-    _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model, before, endorsed)
+    _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model, before, endorsed, taught)
     by_verb = {c.verb: c for c in pool}
     ordered = [by_verb[view.verbs[i]] for i in ranked_idx]
     if auto:
@@ -598,7 +627,7 @@ def _penalty_decided(view, top: int, before: dict, endorsed) -> bool:
     return unpen != view.verbs[top] and view.verbs[top] not in endorsed
 
 
-def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model, before, endorsed) -> None:
+def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model, before, endorsed, taught) -> None:
     """What the shadow fit would have answered (recorded with the resolution; never shown), with the live rule's
     penalty guard; nothing for a fit of another embedding model."""
     shadow = selectors.decision_state()["shadow"]
@@ -616,6 +645,7 @@ def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, mod
             p,
             allow_head_only=domain is None,
             normalized=normalized,
+            taught=taught,
         )
         eligible = np.array([bool(v) for v in view.verbs])
         if not eligible.any():

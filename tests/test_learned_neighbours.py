@@ -125,6 +125,38 @@ def test_learned_exact_says_whether_a_users_phrases_and_the_global_ones_are_few_
     assert counted("light") == (False, False)
 
 
+def test_learned_exact_says_whether_the_user_has_taught_a_phrase_of_their_own_in_the_querys_scope(phrases):
+    """Whether the asking user is a newcomer to the decision: an active phrase of their own, of a verb in force, in
+    the domain asked about, seen by the acting agent (one with private user data sees only what was taught through
+    it)."""
+    _model, _rng, secret = phrases
+
+    def taught(user_id, domain=None):
+        return learned_exact(normalized="x", user_id=user_id, domain=domain).taught
+
+    assert taught("light") and taught("heavy") and taught("u3")
+    assert not taught("nobody") and not taught(None)  # no phrase of theirs; no user: no one's
+    light = LearnedPhrase.objects.filter(user_id="light")
+    one = Verb.objects.order_by("name").first()
+    light.update(verb=one)
+    other = Verb.objects.exclude(domain=one.domain).values_list("domain", flat=True).first()
+    assert other is not None
+    assert taught("light", one.domain) and not taught("light", other)  # none in that domain
+    light.filter(pk__in=list(light.values_list("pk", flat=True)[:5])).update(is_active=False)
+    assert taught("light")  # one active phrase is enough
+    light.update(is_active=False)
+    assert not taught("light")  # retired phrases teach nothing
+    light.update(is_active=True)
+    Verb.objects.filter(pk__in=light.values("verb_id")).update(is_active=False)
+    assert not taught("light")  # nor phrases of verbs out of force
+    Verb.objects.update(is_active=True)
+    LearnedPhrase.objects.filter(user_id="private", private_agent__isnull=True).delete()
+    assert not taught("private")  # what was taught through the private agent is not seen without it
+    with acting_agent(secret):
+        assert taught("private")
+        assert not taught("light")  # nor is what was taught without it seen through it
+
+
 @pytest.mark.parametrize("user_id", ["light", "heavy", "nobody", None])
 def test_both_ways_answer_the_nearest_global_and_own_phrases(phrases, user_id):
     """Split (global walked, own exact) or one walk: the k nearest of the global phrases and the user's own, in

@@ -8,17 +8,19 @@ import numpy as np
 import pytest
 
 from learning import decision
-from learning.models import DecisionFit
+from learning.models import DecisionFit, Verb
 from learning.resolution import resolve
 from learning.selectors import decision_cache_clear
 from learning.services.catalogue import verb_catalogue_load
 from learning.services.decisions import decision_prior_fit, decision_refit
+from learning.services.phrases import learned_phrase_upsert
 from tests.test_learning_decision import BIG, _synthetic
 from tests.test_learning_decision_faults import TEXT, _live_copy
 
 pytestmark = pytest.mark.django_db
 NEW = decision.FEATURES.index("verb_is_new")
 OWN = decision.FEATURES.index("top_is_own")
+TAUGHT = decision.FEATURES.index("user_has_taught")
 
 
 @pytest.fixture(autouse=True)
@@ -80,6 +82,33 @@ def test_a_query_the_live_fits_labels_never_held_is_decided_by_the_prior_whose_r
     }
     assert not r.degraded_reason
     assert r.trace["fit_version"] == prior.version  # the record says which fit decided
+
+
+def test_a_newcomer_is_decided_by_the_prior_when_every_label_came_from_users_who_had_taught(prior):
+    """Labels from users with phrases of their own say how their answers go: a verb they had not taught still beat
+    what they had. A newcomer's query is not that situation; the prior, fitted on the catalogue alone, is."""
+    never, ever = prior.params["situations"]["user_has_taught"]
+    assert never >= decision.SITUATION_MIN_ROWS and ever == 0  # the catalogue's examples are no user's teaching
+    taught_only = {**prior.params["situations"], "user_has_taught": [0, 5000]}
+    live = _live_copy(prior, situations=taught_only)
+    r = resolve(text=TEXT, user_id="newcomer")
+    assert r.explanation["rule"] == "prior" and r.explanation["version"] == prior.version
+    assert r.explanation["fit_outside_labels"] == {
+        "fit_version": live.version,
+        "feature": "user_has_taught",
+        "value": 0,
+        "rows": 0,
+    }
+    assert r.trace["features"][TAUGHT] == 0.0
+    # a user who taught a phrase of their own (of another verb) is in the labels' situation: the live fit decides
+    learned_phrase_upsert(phrase="set up another business unit", verb=Verb.objects.get(name="cbu.create"), user_id="teacher")
+    r = resolve(text=TEXT, user_id="teacher")
+    assert r.explanation["rule"] == "learned" and r.explanation["fit_version"] == live.version
+    assert "fit_outside_labels" not in r.explanation
+    assert r.trace["features"][TAUGHT] == 1.0
+    # a resolve with no user is nobody's teaching either
+    r = resolve(text=TEXT, user_id=None)
+    assert r.explanation["rule"] == "prior" and r.explanation["fit_outside_labels"]["feature"] == "user_has_taught"
 
 
 def test_the_live_fit_decides_what_its_labels_held_and_what_no_fit_held(prior):

@@ -74,6 +74,9 @@ class ExactHits(list):
     own_exact: bool = False
     global_exact: bool = False
     evidence_exact: bool = False
+    # the asking user has an active learned phrase of their own in the query's scope (a verb in force, of the
+    # domain asked about): their phrases compete as anchors (decision feature ``user_has_taught``)
+    taught: bool = False
 
 
 def _tenant_literal(tenants) -> str:
@@ -92,7 +95,8 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     user's learned phrases up to ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1 and the global ones up to
     ``GLOBAL_EXACT_MAX_PHRASES`` + 1 (every row in scope, through the (tenant, user) b-tree), and the feedback
     evidence of the query's scope (the user's, or the global rows, of the acting agent's kind) up to
-    ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1 (through its (tenant, user, private agent) b-tree): one round trip."""
+    ``RESOLVE_USER_EXACT_MAX_PHRASES`` + 1 (through its (tenant, user, private agent) b-tree), and whether the user
+    has taught a phrase of their own in the query's scope (``ExactHits.taught``): one round trip."""
     params = {
         "n": normalized,
         "u": user_id,
@@ -117,9 +121,16 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     evidence_scope = f"{mine} AND o.private_agent_id IS NOT DISTINCT FROM %(pa)s::bigint"
     reads_evidence = settings.RESOLVE_USE_FEEDBACK_PENALTY and settings.FEEDBACK_EVIDENCE_K > 0
     evidence = count(evidence_scope, exact_max if reads_evidence else 0, PhraseEvidence._meta.db_table)
+    taught = (
+        f"""EXISTS (SELECT 1 FROM {LearnedPhrase._meta.db_table} o JOIN {Verb._meta.db_table} ov ON ov.id = o.verb_id
+                   WHERE o.user_id = %(u)s AND o.is_active AND ov.is_active
+                     AND o.private_agent_id IS NOT DISTINCT FROM %(pa)s::bigint{in_tenant}{" AND ov.domain = %(d)s" if domain else ""})"""
+        if user_id is not None
+        else "false"
+    )
     sql = f"""
         SELECT s.version, s.n, x.name, x.description, x.confidence, x.user_id, x.phrase, x.blocked, {own},
-               {count("o.user_id IS NULL", global_max)}, {evidence}
+               {count("o.user_id IS NULL", global_max)}, {evidence}, {taught}
         FROM ({_STAMP_SQL}{" WHERE tenant_id = ANY(%(t)s::bigint[])" if params["t"] is not None else ""}) s
         LEFT JOIN LATERAL (
             SELECT v.name, v.description, t.confidence, t.user_id, t.phrase, t.id,
@@ -135,9 +146,9 @@ def learned_exact(*, normalized: str, user_id: str | None, domain: str | None) -
     """
     with connection.cursor() as cursor:
         rows = rows_fetch(cursor, sql, params, prepared=True)  # planning costs several times its execution
-    hits = ExactHits(ExactHit(*row[2:-3]) for row in rows if row[2] is not None)
+    hits = ExactHits(ExactHit(*row[2:-4]) for row in rows if row[2] is not None)
     hits.stamp = (rows[0][0], rows[0][1])
-    own_count, global_count, evidence_count = rows[0][-3:]
+    own_count, global_count, evidence_count, hits.taught = rows[0][-4:]
     hits.own_exact = own_count is not None and own_count <= exact_max
     hits.global_exact = global_count is not None and global_count <= global_max
     hits.evidence_exact = evidence_count is not None and evidence_count <= exact_max
