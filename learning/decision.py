@@ -62,7 +62,7 @@ FEATURES = (
     "verb_is_new",  # the top verb has fewer than 6 anchors
     "name_margin",  # the query's cosine to the top verb's name (its words) minus its best cosine to another's
     "top_is_own",  # the top verb's best anchor is the asking user's own phrase (not a global or catalogue one)
-    "user_has_taught",  # the asking user has phrases of their own in scope (they compete as anchors): not a newcomer
+    "user_has_taught",  # the asking user has an active phrase of their own in scope: not a newcomer
 )
 # A fit names the features it was fitted on: the first BASE_FEATURES or more of FEATURES (fits and resolution
 # records from before a feature was added are read with the features they have).
@@ -76,6 +76,10 @@ MONOTONE = {"top_cos": 1, "anchor_top": 1, "anchor_margin": 1, "head_p": 1, "hea
 # verb they had not taught won against what they had, which says more than it does for a newcomer. The catalogue
 # prior was fitted on exactly the newcomer's situation.
 SITUATIONS = ("head_agrees", "anchor_agrees", "top_is_learned", "verb_is_new", "top_is_own", "user_has_taught")
+# What the prior's rows are not asked to hold: they stand for a user who taught nothing, so whether the asker has
+# taught takes no query out of them (a user's phrases enter through the query's evidence: its top anchor learned, or
+# their own). A user who has taught, whose top verb the live fit's labels held too rarely, gets the prior as before.
+PRIOR_SKIPS = ("user_has_taught",)
 SITUATION_MIN_ROWS = 30  # a generic "enough rows to estimate an effect", not fitted on a data set
 KNN = 5
 NEW_VERB_ANCHORS = 6
@@ -629,14 +633,16 @@ def situation_counts(F) -> dict[str, list[int]]:
     return out
 
 
-def situation_outside(params: dict, f) -> dict | None:
-    """The first of the SITUATIONS whose value in feature row ``f`` the fit's rows held fewer than
+def situation_outside(params: dict, f, *, skip: tuple[str, ...] = ()) -> dict | None:
+    """The first of the SITUATIONS (but ``skip``) whose value in feature row ``f`` the fit's rows held fewer than
     SITUATION_MIN_ROWS times, as {"feature", "value", "rows"}; None when they held every value of the row, or the
     fit records no situations (one stored before fits recorded them)."""
     counts = params.get("situations") if isinstance(params, dict) else None
     if not isinstance(counts, dict):
         return None
     for name in SITUATIONS:
+        if name in skip:
+            continue
         c = counts.get(name)
         j = FEATURES.index(name)
         if not isinstance(c, list) or len(c) != 2 or j >= len(f):

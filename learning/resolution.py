@@ -504,7 +504,7 @@ def _learned_finish(
             elif eligible.any():
                 top = view.top(eligible)[0]
                 f = view.features(top)
-                if decision.situation_outside(fs.params, f) is None:  # this one's rows hold the situation
+                if decision.situation_outside(fs.params, f, skip=decision.PRIOR_SKIPS) is None:  # the prior holds it
                     chosen = (fs, pool, view, eligible, (top, f))
                 else:
                     outside = None  # neither fit's rows hold it: the live fit decides

@@ -89,7 +89,8 @@ class ResolveResponseSerializer(serializers.Serializer):
             "trained before the verb had phrases and the catalogue prior, which knows it, decided instead. "
             "fit_outside_labels (only when it happened): the live fit's version, the feature, its value and how many "
             "of the fit's labels had that value, when they were too few (a situation its labels did not hold, such as "
-            "a verb with only its catalogue phrases, or a user who has taught nothing yet: user_has_taught) and the "
+            "a verb with only its catalogue phrases, or a user who has taught no phrase in this scope yet: "
+            "user_has_taught) and the "
             "catalogue prior, whose rows hold it, decided instead."
         )
     )

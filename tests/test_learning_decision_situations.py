@@ -111,6 +111,25 @@ def test_a_newcomer_is_decided_by_the_prior_when_every_label_came_from_users_who
     assert r.explanation["rule"] == "prior" and r.explanation["fit_outside_labels"]["feature"] == "user_has_taught"
 
 
+def test_a_user_who_taught_gets_the_prior_for_a_verb_the_live_fits_labels_held_too_rarely(prior):
+    """The prior stands for a user who taught nothing, so having taught takes no query out of its rows
+    (``decision.PRIOR_SKIPS``): a user who taught another verb, asking about a verb with only its catalogue phrases
+    when the live fit's labels never had one, is decided by the prior."""
+    learned_phrase_upsert(phrase="set up another business unit", verb=Verb.objects.get(name="cbu.create"), user_id="teacher")
+    never_new = {**prior.params["situations"], "verb_is_new": [5000, 0], "user_has_taught": [0, 5000]}
+    live = _live_copy(prior, situations=never_new)
+    r = resolve(text=TEXT, user_id="teacher")
+    assert r.trace["features"][TAUGHT] == 1.0 and r.trace["features"][NEW] == 1.0
+    assert r.explanation["rule"] == "prior"
+    assert r.explanation["fit_outside_labels"] == {"fit_version": live.version, "feature": "verb_is_new", "value": 1, "rows": 0}
+    # the skip is the prior's alone: asked of the live fit, a newcomer is outside its rows
+    f = np.array(r.trace["features"], dtype=float)
+    f[TAUGHT] = 0.0
+    f[NEW] = 0.0
+    assert decision.situation_outside(live.params, f)["feature"] == "user_has_taught"
+    assert decision.situation_outside(live.params, f, skip=decision.PRIOR_SKIPS) is None
+
+
 def test_the_live_fit_decides_what_its_labels_held_and_what_no_fit_held(prior):
     live = _live_copy(prior, situations=dict(prior.params["situations"]))
     r = resolve(text=TEXT, user_id="someone")
