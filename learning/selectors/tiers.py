@@ -75,7 +75,7 @@ class ExactHits(list):
     global_exact: bool = False
     evidence_exact: bool = False
     # the asking user has an active learned phrase of their own in the query's scope (a verb in force, of the
-    # domain asked about): their phrases compete as anchors (decision feature ``user_has_taught``)
+    # domain asked about, seen by the acting agent): not a newcomer (decision feature ``user_has_taught``)
     taught: bool = False
 
 
