@@ -595,7 +595,8 @@ def _learned_finish(
         margin=explanation["margin"],
         **context,
     )
-    _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model, before, endorsed, taught)
+    now = {"prior": fs.source == "prior", "params": fs.params, "features": f, "auto": auto, "verb": view.verbs[top]}
+    _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model, before, endorsed, taught, now)
     by_verb = {c.verb: c for c in pool}
     ordered = [by_verb[view.verbs[i]] for i in ranked_idx]
     if auto:
@@ -627,9 +628,13 @@ def _penalty_decided(view, top: int, before: dict, endorsed) -> bool:
     return unpen != view.verbs[top] and view.verbs[top] not in endorsed
 
 
-def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model, before, endorsed, taught) -> None:
-    """What the shadow fit would have answered (recorded with the resolution; never shown), with the live rule's
-    penalty guard; nothing for a fit of another embedding model."""
+def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, model, before, endorsed, taught, now) -> None:
+    """What the shadow fit would have answered were it live (recorded with the resolution; never shown), with the
+    live rule's penalty guard; nothing for a fit of another embedding model. A query whose situation the shadow
+    fit's labels held too rarely (``decision.situation_outside``) it would give to the prior when the prior's rows
+    hold it, as the live fit does: when the prior answered it now (``now``: who decided, and what), that answer is
+    the shadow's; when the live fit answered it, the prior's answer is unknown and no shadow answer is recorded, so
+    the shadow's figures judge only answers it would give."""
     shadow = selectors.decision_state()["shadow"]
     if shadow is None or shadow.params is None or shadow.embedding_model not in ("", model):
         return
@@ -651,7 +656,18 @@ def _shadow(trace, user_id, candidates, rows, vector, p, domain, normalized, mod
         if not eligible.any():
             return
         top, _ = view.top(eligible)
-        auto = bool(decision.decide(shadow.params, view.features(top))[0]) and not _penalty_decided(view, top, before, endorsed)
+        f = view.features(top)
+        if decision.situation_outside(shadow.params, f) is not None:
+            if not now["prior"]:
+                return
+            if decision.situation_outside(now["params"], now["features"], skip=decision.PRIOR_SKIPS) is None:
+                trace.update(
+                    shadow_version=shadow.version,
+                    shadow_outcome=Outcome.RESOLVED if now["auto"] else Outcome.AMBIGUOUS,
+                    shadow_verb=now["verb"],
+                )
+                return
+        auto = bool(decision.decide(shadow.params, f)[0]) and not _penalty_decided(view, top, before, endorsed)
         trace.update(
             shadow_version=shadow.version,
             shadow_outcome=Outcome.RESOLVED if auto else Outcome.AMBIGUOUS,
