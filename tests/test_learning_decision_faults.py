@@ -40,8 +40,9 @@ def prior(db):
     return fit
 
 
-def _live_copy(prior, heads=True, **params):
-    """A learned fit, live: the prior's params with some keys damaged (and its heads, unless told)."""
+def _live_copy(prior, heads=True, shadow=False, **params):
+    """A learned fit, live (or in ``shadow``): the prior's params with some keys replaced (and its heads, unless
+    told)."""
     bad = DecisionFit.objects.create(
         version=DecisionFit.objects.order_by("-version").first().version + 1,
         source="labels",
@@ -53,8 +54,11 @@ def _live_copy(prior, heads=True, **params):
     if heads:
         for h in DecisionHead.objects.filter(fit=prior):
             DecisionHead.objects.create(fit=bad, user_id=h.user_id, weights=h.weights, anchors=h.anchors)
-    DecisionFit.objects.filter(status="live").update(status="retired")
-    DecisionFit.objects.filter(pk=bad.pk).update(status="live")
+    if shadow:
+        DecisionFit.objects.filter(pk=bad.pk).update(status="shadow")
+    else:
+        DecisionFit.objects.filter(status="live").update(status="retired")
+        DecisionFit.objects.filter(pk=bad.pk).update(status="live")
     decision_cache_clear()
     return bad
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from learning import decision
-from learning.models import DecisionFit, DecisionHead, Verb
+from learning.models import DecisionFit, Verb
 from learning.resolution import resolve
 from learning.selectors import decision_cache_clear
 from learning.services.catalogue import verb_catalogue_load
@@ -163,28 +163,12 @@ def test_a_prior_from_before_situations_were_recorded_is_refitted(prior, setting
     assert decision_refit()["prior"] is None
 
 
-def _shadow_copy(prior, **params):
-    """A fit from labels in shadow: the prior's params (some replaced) and heads."""
-    fit = DecisionFit.objects.create(
-        version=DecisionFit.objects.order_by("-version").first().version + 1,
-        source="labels",
-        status="shadow",
-        embedding_model=prior.embedding_model,
-        params={**prior.params, **params},
-        n_labels=500,
-    )
-    for h in DecisionHead.objects.filter(fit=prior):
-        DecisionHead.objects.create(fit=fit, user_id=h.user_id, weights=h.weights, anchors=h.anchors)
-    decision_cache_clear()
-    return fit
-
-
 def test_the_shadow_answers_as_it_would_live_for_a_situation_its_labels_did_not_hold(prior):
     """Live, a fit gives a query its labels did not hold to the prior: so does its shadow answer, which the labels
     then judge. While the prior decides (no live fit from labels), the shadow's answer is the prior's."""
     DecisionFit.objects.filter(pk=prior.pk).update(params={**prior.params, "cut": 0.5})  # this prior then resolves
     taught_only = {**prior.params["situations"], "user_has_taught": [0, 5000]}
-    shadow = _shadow_copy(prior, situations=taught_only, cut=1.0)  # alone, it would never auto-resolve
+    shadow = _live_copy(prior, shadow=True, situations=taught_only, cut=1.0)  # alone, it would never auto-resolve
     r = resolve(text=TEXT, user_id="newcomer")
     assert r.explanation["rule"] == "prior" and r.outcome == "resolved"  # the shadow's own cut would have asked
     assert r.trace["shadow_version"] == shadow.version
@@ -199,7 +183,7 @@ def test_no_shadow_answer_when_the_live_fit_decided_what_the_shadows_labels_did_
     """The shadow fit would give the query to the prior, whose answer was not computed: nothing is recorded for it,
     so its figures judge only answers it would give."""
     live = _live_copy(prior, situations=dict(prior.params["situations"]))
-    shadow = _shadow_copy(prior, situations={**prior.params["situations"], "user_has_taught": [0, 5000]})
+    shadow = _live_copy(prior, shadow=True, situations={**prior.params["situations"], "user_has_taught": [0, 5000]})
     r = resolve(text=TEXT, user_id="newcomer")
     assert r.explanation["fit_version"] == live.version
     assert "shadow_version" not in r.trace
